@@ -1,0 +1,40 @@
+import type { RequestHandler, Response } from 'express';
+import type { Authenticate, Principal } from '../auth/principal.js';
+import { asyncHandler } from './async-handler.js';
+import { HttpError } from './http-error.js';
+
+const PRINCIPAL = 'fhirPlatformKitPrincipal';
+
+/** An `HttpError` 401 carrying `WWW-Authenticate: Bearer` (RFC 6750 §3). */
+export function unauthorized(message = 'Authentication required', error?: 'invalid_token'): HttpError {
+  const challenge = error
+    ? `Bearer realm="fhir-platform-kit", error="${error}", error_description="${message.replace(/"/g, "'")}"`
+    : 'Bearer realm="fhir-platform-kit"';
+  return new HttpError(401, 'ERR_UNAUTHORIZED', message, { headers: { 'WWW-Authenticate': challenge } });
+}
+
+/**
+ * Middleware that resolves the caller with `authenticate` and keeps it for the route handlers;
+ * no principal answers 401 through the router's error renderer.
+ */
+export function requirePrincipal(authenticate: Authenticate): RequestHandler {
+  return asyncHandler(async (req, res, next) => {
+    const principal = await authenticate(req);
+    if (!principal) throw unauthorized();
+    res.locals[PRINCIPAL] = principal;
+    next();
+  });
+}
+
+/** The principal `requirePrincipal` resolved for this request. */
+export function getPrincipal(res: Response): Principal {
+  const principal = res.locals[PRINCIPAL] as Principal | undefined;
+  if (!principal) throw unauthorized();
+  return principal;
+}
+
+/** The principal's project, or 403 for a principal outside any project. */
+export function requireProjectId(principal: Principal): string {
+  if (!principal.projectId) throw new HttpError(403, 'ERR_FORBIDDEN', 'The caller acts in no project');
+  return principal.projectId;
+}

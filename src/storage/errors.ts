@@ -1,0 +1,50 @@
+/** Base class of every storage failure; `code` is stable and documented in docs/errors.md. */
+export class StorageError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** The record does not exist in that project (or was deleted). */
+export class NotFoundError extends StorageError {
+  /** True when the resource existed and was deleted (FHIR answers 410 Gone for it). */
+  readonly deleted: boolean;
+  constructor(message: string, options?: { deleted?: boolean; cause?: unknown }) {
+    super('ERR_STORAGE_NOT_FOUND', message, options);
+    this.deleted = options?.deleted ?? false;
+  }
+}
+
+/** A uniqueness rule would break (existing id, `userName`, `externalId`, …). */
+export class ConflictError extends StorageError {
+  /** The attribute whose uniqueness would break, when known. */
+  readonly attribute?: string;
+  constructor(message: string, options?: { attribute?: string; cause?: unknown }) {
+    super('ERR_STORAGE_CONFLICT', message, options);
+    this.attribute = options?.attribute;
+  }
+}
+
+/** A version precondition (`ifMatch`, `ifVersion`) did not hold. */
+export class PreconditionFailedError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_PRECONDITION_FAILED', message, options);
+  }
+}
+
+/** The store was closed, or is locked by another process. */
+export class StorageClosedError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_CLOSED', message, options);
+  }
+}
+
+/** The directory is in use by another process. */
+export class StorageLockedError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_LOCKED', message, options);
+  }
+}

@@ -1,0 +1,369 @@
+/**
+ * The storage contract every adapter implements (memory, file, PostgreSQL).
+ *
+ * Rules every adapter keeps (checked by `test/storage/contract.ts`):
+ * - Every method is async and returns plain, structured-cloneable JSON values that the caller
+ *   may mutate freely (adapters never hand out their internal objects).
+ * - Everything that belongs to a Project is addressed by `projectId`; no call ever returns a
+ *   record of another project, whatever id is passed.
+ * - Failures are typed: `NotFoundError`, `ConflictError`, `PreconditionFailedError`,
+ *   `StorageClosedError` (see `./errors.ts`).
+ * - Writes are durable when the returned promise resolves.
+ */
+
+/** A FHIR R4 resource as plain JSON. */
+export interface FhirResource {
+  resourceType: string;
+  id?: string;
+  meta?: FhirMeta;
+  [key: string]: unknown;
+}
+
+export interface FhirMeta {
+  versionId?: string;
+  lastUpdated?: string;
+  [key: string]: unknown;
+}
+
+/** A stored resource always has an id and `meta.versionId` / `meta.lastUpdated`. */
+export interface StoredResource extends FhirResource {
+  id: string;
+  meta: FhirMeta & { versionId: string; lastUpdated: string };
+}
+
+export interface ProjectRecord {
+  id: string;
+  name: string;
+  description?: string;
+  /** Validate resources against the FHIR R4 structure definitions. */
+  strictMode: boolean;
+  /** Id of the user who owns the project (its first admin). */
+  ownerUserId?: string;
+  createdAt: string;
+  updatedAt: string;
+  /** Incremented on every change; the ETag of the record. */
+  version: number;
+}
+
+export type ProfileType = 'Patient' | 'Practitioner' | 'RelatedPerson';
+
+export interface UserRecord {
+  id: string;
+  projectId: string;
+  /**
+   * The login name given by whoever created the user (an identity provider's `userName`), or the
+   * profile resource id when none was given. Unique per project, compared case-insensitively.
+   */
+  userName: string;
+  /** Identifier of the user in the provisioning client; unique per project when set. */
+  externalId?: string;
+  userType: ProfileType;
+  /** Id of the linked FHIR resource of type `userType` in the same project. */
+  profileId: string;
+  active: boolean;
+  /** Every other attribute of the user (SCIM `name`, `emails`, `displayName`, …). */
+  data: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+  version: number;
+}
+
+/** Fields a caller supplies on user create; the adapter fills id (when absent), times and version. */
+export type NewUser = Omit<UserRecord, 'id' | 'createdAt' | 'updatedAt' | 'version'> & { id?: string };
+
+/** Fields a caller may change on update (full replacement of each given field). */
+export type UserChanges = Partial<Pick<UserRecord, 'userName' | 'externalId' | 'active' | 'data' | 'profileId'>>;
+
+export interface UserQuery {
+  /** Case-insensitive match against the stored `userName`. */
+  userName?: string;
+  externalId?: string;
+  profileId?: string;
+}
+
+export interface MembershipRecord {
+  id: string;
+  projectId: string;
+  userId?: string;
+  clientId?: string;
+  /** Project-admin rights. */
+  admin: boolean;
+  /** `Type/id` of the member's FHIR profile, when it has one. */
+  profile?: string;
+  createdAt: string;
+}
+
+export type NewMembership = Omit<MembershipRecord, 'id' | 'createdAt'> & { id?: string };
+
+export interface ClientRecord {
+  /** The OAuth `client_id`. */
+  id: string;
+  /** Null only for a super-admin client, which belongs to no project. */
+  projectId: string | null;
+  name: string;
+  /** Hash of the client secret (never the secret itself). */
+  secretHash?: string;
+  /** Inline public JWKS for `private_key_jwt`. */
+  jwks?: { keys: Record<string, unknown>[] };
+  jwksUri?: string;
+  /** Space-separated scopes the client may be granted. */
+  scope: string;
+  admin: boolean;
+  superAdmin: boolean;
+  /** Access token lifetime in seconds; the server default when absent. */
+  accessTokenLifetime?: number;
+  revoked: boolean;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type NewClient = Omit<ClientRecord, 'createdAt' | 'updatedAt' | 'revoked'> & { revoked?: boolean };
+export type ClientChanges = Partial<Omit<ClientRecord, 'id' | 'projectId' | 'createdAt' | 'updatedAt'>>;
+
+/** A server signing key for access tokens. */
+export interface SigningKeyRecord {
+  kid: string;
+  alg: string;
+  privateJwk: Record<string, unknown>;
+  publicJwk: Record<string, unknown>;
+  createdAt: string;
+  /** After this time the key signs no new token; it still verifies until `expiresAt`. */
+  retiredAt?: string;
+  /** After this time the key is no longer published nor accepted. */
+  expiresAt?: string;
+}
+
+export type ExportJobStatus = 'accepted' | 'in-progress' | 'completed' | 'failed' | 'cancelled';
+
+export interface ExportJobRecord {
+  id: string;
+  projectId: string;
+  /** Client (or user) id of the principal that started the job. */
+  ownerId: string;
+  status: ExportJobStatus;
+  /** The kick-off request URL, absolute, with its query. */
+  request: string;
+  /** Kick-off time (FHIR instant). */
+  transactionTime: string;
+  /** Parsed kick-off parameters, plain JSON. */
+  params: Record<string, unknown>;
+  /** The storage snapshot the job reads (plain JSON from `exportSnapshot`). */
+  snapshot?: ExportSnapshot;
+  progress?: Record<string, unknown>;
+  /** Manifest `output` / `error` / `deleted` arrays once complete. */
+  result?: Record<string, unknown>;
+  /** OperationOutcome of a failed job. */
+  failure?: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+  /** When the job and its files may be removed. */
+  expiresAt?: string;
+  version: number;
+}
+
+export type NewExportJob = Omit<ExportJobRecord, 'createdAt' | 'updatedAt' | 'version'>;
+export type ExportJobChanges = Partial<
+  Pick<ExportJobRecord, 'status' | 'snapshot' | 'progress' | 'result' | 'failure' | 'expiresAt'>
+>;
+
+/** A comparison on `meta.lastUpdated`, as epoch milliseconds. */
+export interface InstantRange {
+  gt?: number;
+  ge?: number;
+  lt?: number;
+  le?: number;
+}
+
+export interface ResourceQuery {
+  /** Only these ids. */
+  ids?: string[];
+  lastUpdated?: InstantRange;
+  /** Only resources in the compartment of one of these patients (ids, not references). */
+  compartment?: string[];
+  /**
+   * A further test on each candidate (already narrowed by the fields above). Runs in the
+   * caller's thread; adapters call it on a private copy.
+   */
+  where?: (resource: StoredResource) => boolean;
+  /** Default: `_lastUpdated`, ties broken by id. */
+  sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
+  /** Number of matches to skip. @default 0 */
+  offset?: number;
+  /** Maximum number returned; 0 returns only the total. @default all */
+  count?: number;
+}
+
+export interface ResourcePage {
+  total: number;
+  resources: StoredResource[];
+}
+
+export interface WriteOptions {
+  /** The write fails with `PreconditionFailedError` unless the current `meta.versionId` equals it. */
+  ifMatch?: string;
+}
+
+/**
+ * One write of a batch. `create` fails with `ConflictError` if the id exists (ids are assigned by
+ * the adapter when absent); `update` creates or replaces; `delete` of an absent id is a no-op.
+ */
+export type ResourceWrite =
+  | { op: 'create'; resource: FhirResource }
+  | { op: 'update'; resource: FhirResource & { id: string }; ifMatch?: string }
+  | { op: 'delete'; resourceType: string; id: string; ifMatch?: string };
+
+/** What `writeResources` did for each write, in order (`resource` absent for deletes). */
+export interface WriteResult {
+  op: ResourceWrite['op'];
+  resource?: StoredResource;
+  /** True when an update created the resource. */
+  created?: boolean;
+}
+
+/** A deleted resource, as kept for exports (`_since` lists deletions). */
+export interface Tombstone {
+  resourceType: string;
+  id: string;
+  /** Time of the delete (FHIR instant). */
+  deletedAt: string;
+}
+
+/**
+ * An opaque, plain-JSON marker of "the store as of now", taken at export kick-off and passed to
+ * readers (possibly in a worker thread). Each adapter defines what it holds.
+ */
+export type ExportSnapshot = Record<string, unknown> & { takenAt: string };
+
+export interface ExportReadOptions {
+  resourceType: string;
+  /** Only resources changed after this instant (epoch ms). */
+  since?: number;
+  /** Only resources in the compartment of these patients (Patient resources themselves included). */
+  patientIds?: string[];
+}
+
+/**
+ * A chunk of NDJSON: whole lines, each a resource's JSON followed by `\n`; `count` is the number
+ * of lines in it.
+ */
+export interface NdjsonChunk {
+  data: string | Uint8Array;
+  count: number;
+}
+
+/** The read side an export worker uses. */
+export interface ExportReader {
+  /** Latest version, as of the snapshot, of every live resource matching the options. */
+  readResources(projectId: string, snapshot: ExportSnapshot, options: ExportReadOptions): AsyncIterable<NdjsonChunk>;
+  /** Resources deleted after `since` and up to the snapshot (and not re-created by then). */
+  readDeleted(projectId: string, snapshot: ExportSnapshot, options: ExportReadOptions): AsyncIterable<Tombstone>;
+  close(): Promise<void>;
+}
+
+/**
+ * How a worker thread reopens a read-only view of a store: `import(module)[exportName](options)`
+ * must return an `ExportReader`. Plain data only.
+ */
+export interface StorageDescriptor {
+  module: string;
+  exportName: string;
+  options: Record<string, unknown>;
+}
+
+/** Reads and writes that may run inside an atomic `transaction`. */
+export interface StorageOperations {
+  // Projects
+  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord>;
+  readProject(id: string): Promise<ProjectRecord>;
+  updateProject(
+    id: string,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+  ): Promise<ProjectRecord>;
+
+  // Users (unique per project: userName case-insensitively, externalId exactly)
+  createUser(projectId: string, user: NewUser): Promise<UserRecord>;
+  readUser(projectId: string, id: string): Promise<UserRecord>;
+  updateUser(
+    projectId: string,
+    id: string,
+    changes: UserChanges,
+    options?: { ifVersion?: number },
+  ): Promise<UserRecord>;
+  deleteUser(projectId: string, id: string): Promise<void>;
+  findUsers(projectId: string, query: UserQuery): Promise<UserRecord[]>;
+  /** Every user of the project, ordered by `createdAt` then id. */
+  listUsers(projectId: string): Promise<UserRecord[]>;
+
+  // Memberships
+  createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord>;
+  listMemberships(projectId: string, query?: { userId?: string; clientId?: string }): Promise<MembershipRecord[]>;
+  deleteMembership(projectId: string, id: string): Promise<void>;
+
+  // Client applications
+  createClient(client: NewClient): Promise<ClientRecord>;
+  /** Looks a client up by its `client_id` alone, for client authentication. */
+  readClient(clientId: string): Promise<ClientRecord>;
+  listClients(projectId: string): Promise<ClientRecord[]>;
+  updateClient(clientId: string, changes: ClientChanges): Promise<ClientRecord>;
+
+  // FHIR resources
+  createResource(projectId: string, resource: FhirResource): Promise<StoredResource>;
+  readResource(projectId: string, resourceType: string, id: string): Promise<StoredResource>;
+  updateResource(
+    projectId: string,
+    resource: FhirResource & { id: string },
+    options?: WriteOptions,
+  ): Promise<{ resource: StoredResource; created: boolean }>;
+  deleteResource(projectId: string, resourceType: string, id: string, options?: WriteOptions): Promise<void>;
+  /** All-or-nothing: either every write applies or none does. */
+  writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]>;
+  searchResources(projectId: string, resourceType: string, query?: ResourceQuery): Promise<ResourcePage>;
+}
+
+export interface Storage extends StorageOperations {
+  /**
+   * Runs `fn` with a view whose writes apply all together when `fn` resolves, or not at all when it
+   * throws. Reads through `tx` see the transaction's own writes. Keep `fn` short: adapters may
+   * hold other writers back meanwhile.
+   */
+  transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T>;
+
+  /** Deletes a project and everything in it. */
+  deleteProject(id: string): Promise<void>;
+  listProjects(): Promise<ProjectRecord[]>;
+
+  // Signing keys (server-wide)
+  listSigningKeys(): Promise<SigningKeyRecord[]>;
+  saveSigningKey(key: SigningKeyRecord): Promise<void>;
+
+  /**
+   * Records a one-time value (a JWT `jti`) until `expiresAt` (epoch ms). Resolves false when it was
+   * already recorded and has not expired: a replay.
+   */
+  useOnce(key: string, expiresAt: number): Promise<boolean>;
+
+  // Export jobs
+  createExportJob(job: NewExportJob): Promise<ExportJobRecord>;
+  readExportJob(projectId: string, id: string): Promise<ExportJobRecord>;
+  updateExportJob(
+    projectId: string,
+    id: string,
+    changes: ExportJobChanges,
+    options?: { ifVersion?: number },
+  ): Promise<ExportJobRecord>;
+  deleteExportJob(projectId: string, id: string): Promise<void>;
+  /** Jobs of every project (for resume and retention), filtered by status when given. */
+  listExportJobs(query?: { projectId?: string; status?: ExportJobStatus[] }): Promise<ExportJobRecord[]>;
+
+  // Export reads
+  /** Marks "now" for a consistent export; release it when the job ends. */
+  exportSnapshot(projectId: string): Promise<ExportSnapshot>;
+  releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
+  /** The same reads an export worker does, in this thread. */
+  readonly exportReader: ExportReader;
+  /** How a worker reopens this store read-only; absent when it cannot (then exports stream from this thread). */
+  readonly descriptor?: StorageDescriptor;
+
+  /** Flushes pending writes and releases files, locks and timers. */
+  close(): Promise<void>;
+}
