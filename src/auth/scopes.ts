@@ -1,0 +1,99 @@
+/**
+ * SMART scopes, v1 (`system/Observation.read`, `system/*.write`, `system/*.*`) and v2
+ * (`system/Patient.cruds`, `system/*.rs`), as used by SMART Backend Services
+ * (SMART App Launch 2.x, "Scopes and Launch Context").
+ */
+
+/** Interactions a scope can permit: create, read, update, delete, search. */
+export type ScopeAction = 'c' | 'r' | 'u' | 'd' | 's';
+
+const ALL_ACTIONS: readonly ScopeAction[] = ['c', 'r', 'u', 'd', 's'];
+
+export interface ResourceScope {
+  /** `system` or `user` (`patient/` scopes need a patient context and are never granted here). */
+  context: 'system' | 'user';
+  /** A FHIR resource type or `*`. */
+  resourceType: string;
+  actions: ReadonlySet<ScopeAction>;
+  /** The scope as written. */
+  text: string;
+}
+
+const SCOPE_PATTERN = /^(system|user)\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|c?r?u?d?s?)$/;
+
+/**
+ * Parses one resource scope; `undefined` for anything else (other scopes such as `openid`, patient
+ * scopes, and v2 scopes with a `?` query restriction, which this server does not enforce and so never
+ * grants).
+ */
+export function parseResourceScope(text: string): ResourceScope | undefined {
+  const match = SCOPE_PATTERN.exec(text);
+  if (!match) return undefined;
+  const [, context, resourceType, permission] = match as unknown as [string, 'system' | 'user', string, string];
+  if (permission === '') return undefined;
+  let actions: ScopeAction[];
+  if (permission === 'read') actions = ['r', 's'];
+  else if (permission === 'write') actions = ['c', 'u', 'd'];
+  else if (permission === '*') actions = [...ALL_ACTIONS];
+  else actions = [...permission] as ScopeAction[];
+  return { context, resourceType, actions: new Set(actions), text };
+}
+
+/** Splits a space-separated scope string. */
+export function splitScopes(scope: string | undefined): string[] {
+  return (scope ?? '').split(/\s+/).filter((s) => s.length > 0);
+}
+
+/** True when one of `scopes` permits `action` on `resourceType`. */
+export function scopesAllow(scopes: readonly string[], resourceType: string, action: ScopeAction): boolean {
+  for (const text of scopes) {
+    const scope = parseResourceScope(text);
+    if (scope && (scope.resourceType === '*' || scope.resourceType === resourceType) && scope.actions.has(action)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+function formatScope(context: string, resourceType: string, actions: ReadonlySet<ScopeAction>): string {
+  return `${context}/${resourceType}.${ALL_ACTIONS.filter((a) => actions.has(a)).join('')}`;
+}
+
+/**
+ * Granted = requested ∩ allowed (SMART: the server may grant fewer scopes than requested). A requested
+ * resource scope wholly covered by one allowed scope is granted as written; otherwise it is narrowed to
+ * what each overlapping allowed scope permits, in v2 syntax. Non-resource scopes are granted only when
+ * allowed verbatim.
+ */
+export function intersectScopes(requested: readonly string[], allowed: readonly string[]): string[] {
+  const granted = new Set<string>();
+  const allowedParsed = allowed.map(parseResourceScope);
+  for (const text of requested) {
+    const want = parseResourceScope(text);
+    if (!want) {
+      if (allowed.includes(text)) granted.add(text);
+      continue;
+    }
+    const covering = allowedParsed.some(
+      (have) =>
+        have &&
+        have.context === want.context &&
+        (have.resourceType === '*' || have.resourceType === want.resourceType) &&
+        [...want.actions].every((a) => have.actions.has(a)),
+    );
+    if (covering) {
+      granted.add(text);
+      continue;
+    }
+    for (const have of allowedParsed) {
+      if (!have || have.context !== want.context) continue;
+      let resourceType: string;
+      if (want.resourceType === '*') resourceType = have.resourceType;
+      else if (have.resourceType === '*' || have.resourceType === want.resourceType) resourceType = want.resourceType;
+      else continue;
+      const actions = new Set([...want.actions].filter((a) => have.actions.has(a)));
+      if (actions.size > 0) granted.add(formatScope(want.context, resourceType, actions));
+    }
+  }
+  return [...granted];
+}

@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { intersectScopes, parseResourceScope, scopesAllow } from '../../src/auth/scopes.js';
+import { canAccess } from '../../src/auth/access.js';
+
+describe('SMART scopes', () => {
+  it('parses v1 and v2 scopes', () => {
+    expect([...parseResourceScope('system/*.read')!.actions].sort()).toEqual(['r', 's']);
+    expect([...parseResourceScope('system/Patient.write')!.actions].sort()).toEqual(['c', 'd', 'u']);
+    expect([...parseResourceScope('system/*.*')!.actions].sort()).toEqual(['c', 'd', 'r', 's', 'u']);
+    expect([...parseResourceScope('system/Observation.rs')!.actions].sort()).toEqual(['r', 's']);
+    expect(parseResourceScope('system/Observation.sr')).toBeUndefined();
+    expect(parseResourceScope('patient/Observation.read')).toBeUndefined();
+    expect(parseResourceScope('system/Observation.rs?category=lab')).toBeUndefined();
+    expect(parseResourceScope('openid')).toBeUndefined();
+  });
+
+  it('decides per type and action', () => {
+    expect(scopesAllow(['system/Observation.read'], 'Observation', 's')).toBe(true);
+    expect(scopesAllow(['system/Observation.read'], 'Patient', 'r')).toBe(false);
+    expect(scopesAllow(['system/*.rs'], 'Patient', 'c')).toBe(false);
+    expect(scopesAllow(['system/*.cruds'], 'Patient', 'd')).toBe(true);
+  });
+
+  it('grants the intersection of requested and allowed', () => {
+    expect(intersectScopes(['system/*.read'], ['system/*.*'])).toEqual(['system/*.read']);
+    expect(intersectScopes(['system/*.*'], ['system/Observation.read'])).toEqual(['system/Observation.rs']);
+    expect(intersectScopes(['system/Patient.cruds'], ['system/*.rs'])).toEqual(['system/Patient.rs']);
+    expect(intersectScopes(['system/Patient.write'], ['system/*.rs'])).toEqual([]);
+    expect(intersectScopes(['openid', 'foo'], ['openid'])).toEqual(['openid']);
+  });
+
+  it('lets admins do anything and others only what scopes allow', () => {
+    const base = { projectId: 'p', kind: 'client' as const, id: 'c', superAdmin: false };
+    expect(canAccess({ ...base, scopes: [], admin: true }, 'Patient', 'delete')).toBe(true);
+    expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'delete')).toBe(false);
+    expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'read')).toBe(true);
+  });
+});
