@@ -247,3 +247,29 @@ export function patientIdsForParam(resource: FhirResource, param: string): strin
   for (const path of paths) collect(resource[path[0]!], path, 1, out);
   return out;
 }
+
+function collectReferences(value: unknown, path: Path, index: number, out: string[]): void {
+  if (value === null || typeof value !== 'object') return;
+  if (Array.isArray(value)) {
+    for (const item of value) collectReferences(item, path, index, out);
+    return;
+  }
+  if (index === path.length) {
+    const reference = (value as { reference?: unknown }).reference;
+    if (typeof reference === 'string') out.push(reference);
+    return;
+  }
+  collectReferences((value as Record<string, unknown>)[path[index]!], path, index + 1, out);
+}
+
+/**
+ * Every reference string (of any target type) found at the elements of one search parameter of
+ * `patientSearchParams`; undefined when the type has no such parameter.
+ */
+export function referencesForParam(resource: FhirResource, param: string): string[] | undefined {
+  const paths = COMPILED.get(resource.resourceType)?.searchParams.get(param);
+  if (!paths) return undefined;
+  const out: string[] = [];
+  for (const path of paths) collectReferences(resource[path[0]!], path, 1, out);
+  return out;
+}
