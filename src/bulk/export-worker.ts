@@ -1,4 +1,34 @@
-// Placeholder entry so the build has its worker entry point; the bulk export issue fills it in.
-export default function exportTask(): never {
-  throw new Error('export worker not implemented yet');
+import type { ExportReader, StorageDescriptor } from '../storage/types.js';
+import { runExport } from './export-runner.js';
+import type { ExportTask, ExportTaskResult } from './export-task.js';
+
+async function openReader(descriptor: StorageDescriptor): Promise<ExportReader> {
+  const module = (await import(descriptor.module)) as Record<string, unknown>;
+  const factory = module[descriptor.exportName];
+  if (typeof factory !== 'function') {
+    throw new Error(`${descriptor.module} has no export ${descriptor.exportName}`);
+  }
+  return (await (factory as (options: Record<string, unknown>) => ExportReader | Promise<ExportReader>)(
+    descriptor.options,
+  )) as ExportReader;
+}
+
+/**
+ * The piscina worker entry (built as `dist/export-worker.js` / `.cjs`): reopens a read-only view of
+ * the store from the task's descriptor, runs the export and reports progress over the task's port.
+ */
+export default async function exportTask(task: ExportTask): Promise<ExportTaskResult> {
+  if (task.crash === 'exit') process.exit(1);
+  if (task.crash === 'throw') throw new Error('Export worker crash (test hook)');
+  if (!task.descriptor) throw new Error('The export task has no storage descriptor');
+  const reader = await openReader(task.descriptor);
+  const port = task.progressPort;
+  try {
+    return await runExport(reader, { ...task, progressPort: undefined }, {
+      onProgress: port ? (progress) => port.postMessage(progress) : undefined,
+    });
+  } finally {
+    port?.close();
+    await reader.close();
+  }
 }

@@ -1,0 +1,97 @@
+import { MessageChannel } from 'node:worker_threads';
+import { Piscina } from 'piscina';
+import type { ExportReader } from '../storage/types.js';
+import { runExport } from './export-runner.js';
+import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import { defaultWorkerFilename } from './worker-location.js';
+
+/** Options of {@link ExportPool}. */
+export interface ExportPoolOptions {
+  /**
+   * The worker entry piscina loads. The default finds `export-worker.js` next to the built
+   * package, or the tsx shim next to the TypeScript source (see docs/bulk-export.md).
+   * @default found next to this module
+   */
+  workerFilename?: string;
+  /**
+   * Worker threads at most; exports beyond it wait in the pool's queue.
+   * @default 2
+   */
+  maxThreads?: number;
+  /**
+   * Milliseconds an idle worker thread is kept.
+   * @default 30000
+   */
+  idleTimeout?: number;
+}
+
+/** How one export runs. */
+export interface ExportRunOptions {
+  /** Aborting terminates the worker running the task (piscina) or stops the main-thread run. */
+  signal?: AbortSignal;
+  onProgress?: (progress: ExportProgress) => void;
+  /** Used when the task has no descriptor: the export then runs in this thread. */
+  reader?: ExportReader;
+}
+
+/**
+ * Runs export tasks in a piscina pool of worker threads, each reopening the store from the task's
+ * descriptor. Tasks without a descriptor (stores that cannot be reopened in another thread, such as
+ * `memoryStorage`) run the same code in the calling thread, streaming from `reader`. Threads start
+ * on first use.
+ */
+export class ExportPool {
+  readonly #options: ExportPoolOptions;
+  #piscina: Piscina<ExportTask, ExportTaskResult> | undefined;
+  #closed = false;
+
+  constructor(options: ExportPoolOptions = {}) {
+    if (options.maxThreads !== undefined && !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)) {
+      throw new TypeError('ExportPool: maxThreads must be a positive integer');
+    }
+    this.#options = options;
+  }
+
+  #pool(): Piscina<ExportTask, ExportTaskResult> {
+    if (this.#closed) throw new Error('ExportPool is closed');
+    this.#piscina ??= new Piscina<ExportTask, ExportTaskResult>({
+      filename: this.#options.workerFilename ?? defaultWorkerFilename(),
+      minThreads: 0,
+      maxThreads: this.#options.maxThreads ?? 2,
+      idleTimeout: this.#options.idleTimeout ?? 30_000,
+    });
+    return this.#piscina;
+  }
+
+  /** Runs `task`; rejects when it fails, crashes or is aborted. */
+  async run(task: ExportTask, options: ExportRunOptions = {}): Promise<ExportTaskResult> {
+    if (!task.descriptor) {
+      if (!options.reader) throw new Error('A task without descriptor needs a reader');
+      if (task.crash) throw new Error('Export crash (test hook)');
+      return runExport(options.reader, task, { signal: options.signal, onProgress: options.onProgress });
+    }
+    const pool = this.#pool();
+    const channel = new MessageChannel();
+    if (options.onProgress) {
+      const onProgress = options.onProgress;
+      channel.port1.on('message', (message: ExportProgress) => onProgress(message));
+    }
+    channel.port1.unref();
+    try {
+      return await pool.run(
+        { ...task, progressPort: channel.port2 },
+        { transferList: [channel.port2], signal: options.signal ?? null },
+      );
+    } finally {
+      channel.port1.close();
+    }
+  }
+
+  /** Stops the worker threads (running tasks are terminated). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const piscina = this.#piscina;
+    this.#piscina = undefined;
+    if (piscina) await piscina.destroy();
+  }
+}

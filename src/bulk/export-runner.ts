@@ -1,0 +1,192 @@
+import { randomUUID } from 'node:crypto';
+import type { ExportReadOptions, ExportReader, FhirResource, StoredResource } from '../storage/types.js';
+import { elementsFor, projectElements } from './elements.js';
+import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import { NdjsonFileWriter } from './ndjson-file-writer.js';
+import { compileTypeFilters, type CompiledTypeFilter } from './type-filter.js';
+
+/** Options of {@link runExport} besides the task. */
+export interface RunExportOptions {
+  /** Called at most every `progressInterval` ms and after each type. */
+  onProgress?: (progress: ExportProgress) => void;
+  /** Stops the export between chunks (main-thread runs; workers are terminated instead). */
+  signal?: AbortSignal;
+  /** @default 250 */
+  progressInterval?: number;
+}
+
+const decoder = new TextDecoder();
+/** Transformed lines are written in batches of about this many characters. */
+const BATCH_CHARS = 256 * 1024;
+
+function toText(data: string | Uint8Array): string {
+  return typeof data === 'string' ? data : decoder.decode(data);
+}
+
+function* lines(text: string): Generator<string> {
+  let start = 0;
+  for (let end = text.indexOf('\n'); end >= 0; end = text.indexOf('\n', start)) {
+    if (end > start) yield text.slice(start, end);
+    start = end + 1;
+  }
+  if (start < text.length) yield text.slice(start);
+}
+
+function deletionBundle(resourceType: string, id: string): string {
+  return `${JSON.stringify({
+    resourceType: 'Bundle',
+    id: randomUUID(),
+    type: 'transaction',
+    entry: [{ request: { method: 'DELETE', url: `${resourceType}/${id}` } }],
+  })}\n`;
+}
+
+function issueOutcome(issue: ExportTask['issues'][number]): string {
+  return `${JSON.stringify({
+    resourceType: 'OperationOutcome',
+    id: randomUUID(),
+    issue: [{ severity: issue.severity, code: issue.code, details: { text: issue.text }, expression: issue.expression }],
+  })}\n`;
+}
+
+/**
+ * Runs one export with `reader`, writing NDJSON files into `task.outputDir`. The same code runs in
+ * a worker thread (`export-worker.ts`) and, for stores without a descriptor, in the main thread.
+ *
+ * Lines are copied as read unless `_elements` or `_typeFilter` apply to the type, in which case each
+ * line is parsed. Bulk Data 2.0.0 "Bulk Data Output File Organization": one type per file.
+ */
+export async function runExport(
+  reader: ExportReader,
+  task: ExportTask,
+  options: RunExportOptions = {},
+): Promise<ExportTaskResult> {
+  const { params, snapshot, projectId } = task;
+  const { signal, onProgress } = options;
+  const interval = options.progressInterval ?? 250;
+  const progress: ExportProgress = { resources: 0, typesDone: 0, typesTotal: task.types.length };
+  let lastReport = 0;
+  const report = (force: boolean): void => {
+    const now = Date.now();
+    if (onProgress && (force || now - lastReport >= interval)) {
+      lastReport = now;
+      onProgress({ ...progress });
+    }
+  };
+  const checkAborted = (): void => {
+    if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('Export cancelled');
+  };
+  const filters = compileTypeFilters(params.typeFilters ?? []);
+  const result: ExportTaskResult = { output: [], deleted: [], error: [] };
+  const writers: NdjsonFileWriter[] = [];
+  const newWriter = (prefix: string): NdjsonFileWriter => {
+    const writer = new NdjsonFileWriter(task.outputDir, prefix, task.maxFileSize);
+    writers.push(writer);
+    return writer;
+  };
+
+  try {
+    if (task.issues.length > 0) {
+      const writer = newWriter('error');
+      for (const issue of task.issues) await writer.write(issueOutcome(issue), 1);
+      for (const f of await writer.finish()) result.error.push({ type: 'OperationOutcome', file: f.file, count: f.count });
+    }
+
+    let patientIds = task.patientIds;
+    if (params.level === 'patient' && !patientIds) {
+      // Every patient of the snapshot: the Patient level exports all their compartments.
+      const ids: string[] = [];
+      for await (const chunk of reader.readResources(projectId, snapshot, { resourceType: 'Patient' })) {
+        checkAborted();
+        for (const line of lines(toText(chunk.data))) ids.push((JSON.parse(line) as { id: string }).id);
+      }
+      patientIds = ids;
+    }
+    const compartmentLevel = params.level !== 'system';
+    const newIds = params.sinceMs !== undefined ? (task.newPatientIds ?? []) : [];
+    const oldIds = newIds.length > 0 ? (patientIds ?? []).filter((id) => !newIds.includes(id)) : patientIds;
+
+    const deletedWriter = params.sinceMs !== undefined ? newWriter('deleted') : undefined;
+
+    for (const resourceType of task.types) {
+      checkAborted();
+      const writer = newWriter(resourceType);
+      const kept = params.elements ? elementsFor(resourceType, params.elements) : undefined;
+      const typeFilters = filters.get(resourceType);
+      const transform = kept || typeFilters ? { kept, typeFilters } : undefined;
+
+      if (!compartmentLevel || (oldIds && oldIds.length > 0)) {
+        const base: ExportReadOptions = { resourceType };
+        if (params.sinceMs !== undefined) base.since = params.sinceMs;
+        if (compartmentLevel) base.patientIds = oldIds;
+        const skip = newIds.length > 0 ? new Set<string>() : undefined;
+        if (newIds.length > 0) {
+          // Members added after _since: their whole compartments, whatever their lastUpdated.
+          await copy(reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }), transform, skip, true);
+        }
+        await copy(reader.readResources(projectId, snapshot, base), transform, skip, false);
+        if (deletedWriter && params.sinceMs !== undefined) {
+          for await (const tombstone of reader.readDeleted(projectId, snapshot, base)) {
+            checkAborted();
+            await deletedWriter.write(deletionBundle(tombstone.resourceType, tombstone.id), 1);
+          }
+        }
+      } else if (newIds.length > 0) {
+        await copy(reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }), transform, undefined, false);
+      }
+
+      for (const f of await writer.finish()) result.output.push({ type: resourceType, file: f.file, count: f.count });
+      progress.typesDone += 1;
+      report(true);
+
+      async function copy(
+        chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
+        how: { kept?: Set<string>; typeFilters?: CompiledTypeFilter[] } | undefined,
+        seen: Set<string> | undefined,
+        remember: boolean,
+      ): Promise<void> {
+        for await (const chunk of chunks) {
+          checkAborted();
+          if (!how && !seen) {
+            // The hot path: whole lines copied without parsing.
+            await writer.write(chunk.data, chunk.count);
+            progress.resources += chunk.count;
+          } else {
+            let batch = '';
+            let count = 0;
+            for (const line of lines(toText(chunk.data))) {
+              const resource = JSON.parse(line) as StoredResource;
+              if (seen) {
+                if (remember) seen.add(resource.id);
+                else if (seen.has(resource.id)) continue;
+              }
+              if (how?.typeFilters && !how.typeFilters.some((f) => f.matches(resource))) continue;
+              const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
+              batch += how?.kept ? `${JSON.stringify(out)}\n` : `${line}\n`;
+              count += 1;
+              if (batch.length >= BATCH_CHARS) {
+                await writer.write(batch, count);
+                progress.resources += count;
+                batch = '';
+                count = 0;
+              }
+            }
+            if (count > 0) {
+              await writer.write(batch, count);
+              progress.resources += count;
+            }
+          }
+          report(false);
+        }
+      }
+    }
+
+    if (deletedWriter) {
+      for (const f of await deletedWriter.finish()) result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
+    }
+    return result;
+  } catch (error) {
+    await Promise.all(writers.map((w) => w.abort()));
+    throw error;
+  }
+}

@@ -1,0 +1,59 @@
+import type { MessagePort } from 'node:worker_threads';
+import type { ExportSnapshot, StorageDescriptor } from '../storage/types.js';
+import type { ExportParams, KickoffIssue } from './kickoff-params.js';
+
+/**
+ * One export job as handed to a worker thread. Plain data only (structured-cloneable), plus the
+ * transferred progress port.
+ */
+export interface ExportTask {
+  jobId: string;
+  projectId: string;
+  params: ExportParams;
+  /** Resource types to export, already narrowed to `_type` and to what the caller's scopes cover. */
+  types: string[];
+  /**
+   * Patients whose compartments are exported (Group members, or the `patient` parameter). Absent at
+   * system level, and at Patient level without `patient` (then every Patient of the snapshot).
+   */
+  patientIds?: string[];
+  /**
+   * Group members added after `_since` (their `member.period.start` is later): their whole
+   * compartments are exported, whatever `_since` says.
+   */
+  newPatientIds?: string[];
+  snapshot: ExportSnapshot;
+  /** How the worker reopens the store. */
+  descriptor?: StorageDescriptor;
+  /** The job's own directory; created by the caller. */
+  outputDir: string;
+  /** Files are split before they would exceed this many bytes. */
+  maxFileSize: number;
+  /** Problems ignored at kick-off (lenient handling), written to the error file. */
+  issues: KickoffIssue[];
+  /** Receives {@link ExportProgress} messages. */
+  progressPort?: MessagePort;
+  /** Test hook: make the worker throw or exit the thread. */
+  crash?: 'throw' | 'exit';
+}
+
+/** Progress of a running export, posted while it runs. */
+export interface ExportProgress {
+  resources: number;
+  typesDone: number;
+  typesTotal: number;
+}
+
+/** One manifest entry as written (relative file name; the router builds the URL). */
+export interface ExportOutputFile {
+  type: string;
+  file: string;
+  count: number;
+}
+
+/** What a finished export wrote. */
+export interface ExportTaskResult {
+  output: ExportOutputFile[];
+  deleted: ExportOutputFile[];
+  error: ExportOutputFile[];
+}

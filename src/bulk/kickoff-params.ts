@@ -1,0 +1,268 @@
+import { isResourceType, isValidId } from '../fhir/resource-types.js';
+import { FhirError } from '../http/http-error.js';
+import { checkTypeFilter } from './type-filter.js';
+
+/** The three kick-off endpoints (Bulk Data 2.0.0, "Bulk Data Kick-off Request"). */
+export type ExportLevel = 'system' | 'patient' | 'group';
+
+/** Output formats the server accepts for `_outputFormat`; all mean FHIR NDJSON. */
+export const NDJSON_FORMATS: readonly string[] = ['application/fhir+ndjson', 'application/ndjson', 'ndjson'];
+
+/** Values of `includeAssociatedData` defined by the IG (none is supported by this server). */
+const ASSOCIATED_DATA_VALUES = new Set(['LatestProvenanceResources', 'RelevantProvenanceResources']);
+
+/** One `OperationOutcome.issue` reporting an ignored parameter under `handling=lenient`. */
+export interface KickoffIssue {
+  severity: 'error' | 'warning';
+  code: string;
+  /** Human-readable explanation. */
+  text: string;
+  /** The offending parameter, e.g. `_type`. */
+  expression: string[];
+}
+
+/** The parsed kick-off request: plain JSON, persisted with the job and sent to the worker. */
+export interface ExportParams {
+  level: ExportLevel;
+  /** The Group id of a Group-level export. */
+  groupId?: string;
+  /** Always `application/fhir+ndjson` (every accepted spelling is normalised). */
+  outputFormat: 'application/fhir+ndjson';
+  /** `_since` as given (FHIR instant). */
+  since?: string;
+  /** `_since` as epoch milliseconds. */
+  sinceMs?: number;
+  /** `_type`: the requested types in first-seen order; absent = every type the caller may read. */
+  types?: string[];
+  /** `_elements`: `Type.element` or `element` entries. */
+  elements?: string[];
+  /** `_typeFilter`: `Type?query` entries (query part URL-encoded, as sent). */
+  typeFilters?: string[];
+  /** `patient` (POST only): Patient ids. */
+  patients?: string[];
+  /** `Prefer: handling=lenient`. */
+  lenient: boolean;
+}
+
+/** What the router hands the parser; framework-free. */
+export interface KickoffInput {
+  level: ExportLevel;
+  groupId?: string;
+  method: string;
+  /** Parsed query string (`req.query`): strings or arrays of strings. */
+  query: Record<string, unknown>;
+  /** POST body (a `Parameters` resource) or undefined. */
+  body?: unknown;
+  /** The `Prefer` header. */
+  prefer?: string;
+  /** The `Accept` header. */
+  accept?: string;
+}
+
+export interface KickoffParseResult {
+  params: ExportParams;
+  /** Problems ignored under `handling=lenient`, reported in the manifest `error` files. */
+  issues: KickoffIssue[];
+}
+
+// FHIR instant: https://hl7.org/fhir/R4/datatypes.html#instant
+const INSTANT =
+  /^([0-9]([0-9]([0-9][1-9]|[1-9]0)|[1-9]00)|[1-9]000)-(0[1-9]|1[0-2])-(0[1-9]|[1-2][0-9]|3[0-1])T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]{1,9})?(Z|(\+|-)((0[0-9]|1[0-3]):[0-5][0-9]|14:00))$/;
+
+const ELEMENT_NAME = /^[a-z][A-Za-z0-9]*(\[x\])?$/;
+
+/** Parses `Prefer` (RFC 7240): a comma list of preferences; unknown ones are ignored. */
+export function parsePrefer(header: string | undefined): { handling?: 'lenient' | 'strict'; invalid?: string } {
+  let handling: 'lenient' | 'strict' | undefined;
+  let invalid: string | undefined;
+  for (const part of (header ?? '').split(',')) {
+    const token = part.split(';')[0]!.trim();
+    if (token === '') continue;
+    const eq = token.indexOf('=');
+    const name = (eq < 0 ? token : token.slice(0, eq)).trim().toLowerCase();
+    const value = eq < 0 ? '' : token.slice(eq + 1).trim().replace(/^"(.*)"$/, '$1');
+    if (name === 'handling') {
+      if (value === 'lenient' || value === 'strict') handling = value;
+      else invalid = `handling=${value}`;
+    }
+  }
+  return { handling, invalid };
+}
+
+function acceptable(accept: string | undefined): boolean {
+  if (accept === undefined || accept.trim() === '') return true;
+  return accept.split(',').some((part) => {
+    const type = part.split(';')[0]!.trim().toLowerCase();
+    return ['application/fhir+json', 'application/json', 'application/*', '*/*', 'json', 'application/json+fhir'].includes(
+      type,
+    );
+  });
+}
+
+/** Collects raw string values of each parameter from the query and a `Parameters` body. */
+function collect(input: KickoffInput): Map<string, string[]> {
+  const values = new Map<string, string[]>();
+  const add = (name: string, value: string): void => {
+    const list = values.get(name);
+    if (list) list.push(value);
+    else values.set(name, [value]);
+  };
+  for (const [name, raw] of Object.entries(input.query)) {
+    for (const value of Array.isArray(raw) ? raw : [raw]) {
+      if (typeof value !== 'string') throw invalid(name, `Parameter ${name} is malformed`);
+      add(name, value);
+    }
+  }
+  if (input.method === 'POST' && input.body !== undefined) {
+    const body = input.body as { resourceType?: unknown; parameter?: unknown };
+    if (typeof body !== 'object' || body === null || body.resourceType !== 'Parameters') {
+      throw new FhirError(400, 'invalid', 'The kick-off body must be a Parameters resource');
+    }
+    if (body.parameter !== undefined && !Array.isArray(body.parameter)) {
+      throw new FhirError(400, 'invalid', 'Parameters.parameter must be an array');
+    }
+    for (const entry of (body.parameter ?? []) as unknown[]) {
+      const parameter = (typeof entry === 'object' && entry !== null ? entry : {}) as Record<string, unknown>;
+      const name = parameter.name;
+      if (typeof name !== 'string') throw new FhirError(400, 'invalid', 'Every parameter needs a name');
+      const valueKey = Object.keys(parameter).find((key) => key.startsWith('value'));
+      const value = valueKey === undefined ? undefined : parameter[valueKey];
+      if (valueKey === 'valueReference') {
+        const reference = (value as { reference?: unknown } | null)?.reference;
+        if (typeof reference !== 'string') throw invalid(name, `Parameter ${name} needs a reference`);
+        add(name, reference);
+      } else if (typeof value === 'string') {
+        add(name, value);
+      } else {
+        throw invalid(name, `Parameter ${name} needs a string value`);
+      }
+    }
+  }
+  return values;
+}
+
+function invalid(parameter: string, text: string): FhirError {
+  return new FhirError(400, 'invalid', text, { expression: [parameter] });
+}
+
+function commaList(values: string[]): string[] {
+  return values
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
+}
+
+/**
+ * Parses and validates a kick-off request (Bulk Data 2.0.0 "Query Parameters"). Unsupported or
+ * invalid values throw a 400 `FhirError`, except under `Prefer: handling=lenient`, where they are
+ * dropped and returned as `issues`.
+ */
+export function parseKickoff(input: KickoffInput): KickoffParseResult {
+  const prefer = parsePrefer(input.prefer);
+  if (prefer.invalid) throw new FhirError(400, 'invalid', `Unsupported preference ${prefer.invalid}`);
+  const lenient = prefer.handling === 'lenient';
+  const issues: KickoffIssue[] = [];
+  /** Throws in strict mode; records the issue in lenient mode. */
+  const reject = (parameter: string, text: string, code = 'not-supported'): void => {
+    if (!lenient) throw new FhirError(400, code, text, { expression: [parameter] });
+    issues.push({ severity: 'warning', code, text, expression: [parameter] });
+  };
+
+  if (!acceptable(input.accept)) reject('Accept', 'Only application/fhir+json is supported in Accept');
+
+  const values = collect(input);
+  const params: ExportParams = { level: input.level, outputFormat: 'application/fhir+ndjson', lenient };
+  if (input.groupId !== undefined) params.groupId = input.groupId;
+
+  for (const [name, list] of values) {
+    switch (name) {
+      case '_outputFormat': {
+        for (const value of list) {
+          if (!NDJSON_FORMATS.includes(value.trim().toLowerCase())) {
+            reject('_outputFormat', `Unsupported _outputFormat ${value}`);
+          }
+        }
+        break;
+      }
+      case '_since': {
+        if (list.length > 1) {
+          reject('_since', '_since may be given once', 'invalid');
+          break;
+        }
+        // An unencoded "+" in a query string arrives as a space.
+        const value = list[0]!.trim().replace(/ /g, '+');
+        const ms = Date.parse(value);
+        if (!INSTANT.test(value) || Number.isNaN(ms)) reject('_since', '_since must be a FHIR instant', 'invalid');
+        else {
+          params.since = value;
+          params.sinceMs = ms;
+        }
+        break;
+      }
+      case '_type': {
+        const types: string[] = [];
+        for (const type of commaList(list)) {
+          if (!isResourceType(type)) reject('_type', `Unknown resource type ${type}`);
+          else if (!types.includes(type)) types.push(type);
+        }
+        // Under lenient handling an all-invalid list exports nothing rather than everything.
+        params.types = types;
+        break;
+      }
+      case '_elements': {
+        const elements: string[] = [];
+        for (const element of commaList(list)) {
+          const dot = element.indexOf('.');
+          const type = dot < 0 ? undefined : element.slice(0, dot);
+          const name = dot < 0 ? element : element.slice(dot + 1);
+          if ((type !== undefined && !isResourceType(type)) || !ELEMENT_NAME.test(name)) {
+            reject('_elements', `Unsupported _elements entry ${element}`, 'invalid');
+          } else if (!elements.includes(element)) elements.push(element);
+        }
+        if (elements.length > 0) params.elements = elements;
+        break;
+      }
+      case '_typeFilter': {
+        const filters: string[] = [];
+        for (const filter of commaList(list)) {
+          const problem = checkTypeFilter(filter);
+          if (problem) reject('_typeFilter', problem);
+          else filters.push(filter);
+        }
+        if (filters.length > 0) params.typeFilters = filters;
+        break;
+      }
+      case 'patient': {
+        if (input.level === 'system') {
+          reject('patient', 'The patient parameter does not apply to a system-level export');
+          break;
+        }
+        if (input.method !== 'POST') {
+          reject('patient', 'The patient parameter is accepted in POST requests only');
+          break;
+        }
+        const ids: string[] = [];
+        for (const reference of commaList(list)) {
+          const match = /^(?:.*\/)?Patient\/([^/]+)$/.exec(reference);
+          if (!match || !isValidId(match[1])) reject('patient', `Invalid patient reference ${reference}`, 'invalid');
+          else if (!ids.includes(match[1])) ids.push(match[1]);
+        }
+        params.patients = ids;
+        break;
+      }
+      case 'includeAssociatedData': {
+        for (const value of commaList(list)) {
+          const known = ASSOCIATED_DATA_VALUES.has(value) || value.startsWith('_');
+          reject(
+            'includeAssociatedData',
+            known ? `includeAssociatedData=${value} is not supported` : `Unknown includeAssociatedData ${value}`,
+          );
+        }
+        break;
+      }
+      default:
+        reject(name, `Unknown parameter ${name}`);
+    }
+  }
+  return { params, issues };
+}

@@ -1,0 +1,125 @@
+import { open, rename, rm, type FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+
+/** One finished output file. */
+export interface WrittenFile {
+  /** File name inside the job directory, e.g. `Observation-2.ndjson`. */
+  file: string;
+  /** Number of NDJSON lines in it. */
+  count: number;
+  /** Size in bytes. */
+  size: number;
+}
+
+const NEWLINE = 0x0a;
+
+function countNewlines(buffer: Buffer): number {
+  let count = 0;
+  let at = buffer.indexOf(NEWLINE);
+  while (at >= 0) {
+    count += 1;
+    at = buffer.indexOf(NEWLINE, at + 1);
+  }
+  return count;
+}
+
+/**
+ * Writes NDJSON lines of one kind (`Observation`, deleted `Bundle`s, …) into files named
+ * `{prefix}-{n}.ndjson`, starting a new file before one would exceed `maxFileSize` bytes (a single
+ * line larger than that gets a file of its own). Each file is written under a hidden temporary name
+ * (`.{name}.part`) and renamed when complete, so a finished name never shows a partial file.
+ * Every write is awaited: memory holds at most one chunk.
+ */
+export class NdjsonFileWriter {
+  readonly #dir: string;
+  readonly #prefix: string;
+  readonly #maxFileSize: number;
+  #handle: FileHandle | undefined;
+  #name = '';
+  #size = 0;
+  #count = 0;
+  readonly #files: WrittenFile[] = [];
+
+  constructor(dir: string, prefix: string, maxFileSize: number) {
+    this.#dir = dir;
+    this.#prefix = prefix;
+    this.#maxFileSize = Math.max(1, maxFileSize);
+  }
+
+  /** Files completed so far. */
+  get files(): readonly WrittenFile[] {
+    return this.#files;
+  }
+
+  /** Writes whole NDJSON lines; `count` is the number of lines in `data`. */
+  async write(data: string | Uint8Array, count: number): Promise<void> {
+    if (count === 0) return;
+    const length = typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
+    if (this.#size + length <= this.#maxFileSize || (this.#size === 0 && count === 1)) {
+      await this.#append(data, count, length);
+      return;
+    }
+    // Split at line boundaries so no file exceeds the limit.
+    let buffer = typeof data === 'string' ? Buffer.from(data) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    let remaining = count;
+    while (buffer.length > 0) {
+      const room = this.#maxFileSize - this.#size;
+      if (buffer.length <= room) {
+        await this.#append(buffer, remaining, buffer.length);
+        return;
+      }
+      let cut = room > 0 ? buffer.lastIndexOf(NEWLINE, room - 1) : -1;
+      if (cut < 0) {
+        if (this.#size > 0) {
+          await this.#finishFile();
+          continue;
+        }
+        cut = buffer.indexOf(NEWLINE);
+        if (cut < 0) cut = buffer.length - 1;
+      }
+      const piece = buffer.subarray(0, cut + 1);
+      const lines = Math.min(remaining, countNewlines(piece));
+      await this.#append(piece, lines, piece.length);
+      remaining -= lines;
+      buffer = buffer.subarray(cut + 1);
+      await this.#finishFile();
+    }
+  }
+
+  async #append(data: string | Uint8Array, count: number, length: number): Promise<void> {
+    if (!this.#handle) {
+      this.#name = `${this.#prefix}-${this.#files.length + 1}.ndjson`;
+      this.#handle = await open(path.join(this.#dir, `.${this.#name}.part`), 'w');
+    }
+    if (typeof data === 'string') await this.#handle.write(data);
+    else await this.#handle.write(data);
+    this.#size += length;
+    this.#count += count;
+  }
+
+  async #finishFile(): Promise<void> {
+    const handle = this.#handle;
+    if (!handle) return;
+    this.#handle = undefined;
+    await handle.close();
+    await rename(path.join(this.#dir, `.${this.#name}.part`), path.join(this.#dir, this.#name));
+    this.#files.push({ file: this.#name, count: this.#count, size: this.#size });
+    this.#size = 0;
+    this.#count = 0;
+  }
+
+  /** Completes the current file and returns every file written. */
+  async finish(): Promise<WrittenFile[]> {
+    await this.#finishFile();
+    return [...this.#files];
+  }
+
+  /** Closes and removes the unfinished file, if any (finished files stay). */
+  async abort(): Promise<void> {
+    const handle = this.#handle;
+    if (!handle) return;
+    this.#handle = undefined;
+    await handle.close().catch(() => undefined);
+    await rm(path.join(this.#dir, `.${this.#name}.part`), { force: true });
+  }
+}
