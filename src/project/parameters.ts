@@ -126,7 +126,9 @@ function primitiveProblem(type: ParameterValueType, value: unknown): string | un
       return /^\S+$/.test(value) ? undefined : 'must be a non-empty URI without whitespace';
     case 'code':
       if (typeof value !== 'string') return 'must be a JSON string';
-      return /^[^\s]+( [^\s]+)*$/.test(value) ? undefined : 'must be a code (no leading, trailing or double spaces)';
+      return /^[^\s]+( [^\s]+)*$/.test(value)
+        ? undefined
+        : 'must be a code (no leading, trailing or double spaces)';
     case 'id':
       if (typeof value !== 'string') return 'must be a JSON string';
       return /^[A-Za-z0-9\-.]{1,64}$/.test(value) ? undefined : 'must be a FHIR id';
@@ -148,10 +150,17 @@ function primitiveProblem(type: ParameterValueType, value: unknown): string | un
  *    non-repeating one (`Parameters.parameter[i]`), and carries exactly one `value[x]` of an accepted
  *    type with a valid value (`Parameters.parameter[i]` when absent, else the value element).
  */
-export function readParameters<const D extends ParameterDefinitions>(body: unknown, definitions: D): ReadParameters<D> {
-  if (!isPlainObject(body)) throw invalidParameter('Parameters', 'The request body must be a Parameters resource');
+export function readParameters<const D extends ParameterDefinitions>(
+  body: unknown,
+  definitions: D,
+): ReadParameters<D> {
+  if (!isPlainObject(body))
+    throw invalidParameter('Parameters', 'The request body must be a Parameters resource');
   if (body.resourceType !== 'Parameters') {
-    throw invalidParameter('Parameters.resourceType', "The request body must be a resource of type 'Parameters'");
+    throw invalidParameter(
+      'Parameters.resourceType',
+      "The request body must be a resource of type 'Parameters'",
+    );
   }
   for (const key of Object.keys(body)) {
     if (!RESOURCE_ELEMENTS.has(key)) throw invalidParameter(`Parameters.${key}`, `Unknown element '${key}'`);
@@ -177,7 +186,8 @@ export function readParameters<const D extends ParameterDefinitions>(body: unkno
   }
 
   const result: Record<string, ParameterValue<unknown>[] | ParameterValue<unknown> | undefined> = {};
-  for (const [name, definition] of Object.entries(definitions)) result[name] = definition.repeats ? [] : undefined;
+  for (const [name, definition] of Object.entries(definitions))
+    result[name] = definition.repeats ? [] : undefined;
 
   items.forEach((item, index) => {
     const at = `Parameters.parameter[${index}]`;
@@ -188,11 +198,14 @@ export function readParameters<const D extends ParameterDefinitions>(body: unkno
     if (!definition.repeats && result[name] !== undefined) {
       throw invalidParameter(at, `Parameter '${name}' may be given only once`);
     }
-    const accepted = (typeof definition.type === 'string' ? [definition.type] : definition.type) as ParameterValueType[];
+    const accepted = (
+      typeof definition.type === 'string' ? [definition.type] : definition.type
+    ) as ParameterValueType[];
     const valueKeys = Object.keys(entry).filter((key) => !ITEM_ELEMENTS.has(key));
     const expected = accepted.map((type) => VALUE_KEY[type]).join(' or ');
     for (const key of ['resource', 'part']) {
-      if (key in entry) throw invalidParameter(`${at}.${key}`, `Parameter '${name}' takes a ${expected}, not a ${key}`);
+      if (key in entry)
+        throw invalidParameter(`${at}.${key}`, `Parameter '${name}' takes a ${expected}, not a ${key}`);
     }
     if (valueKeys.length === 0) throw invalidParameter(at, `Parameter '${name}' must have a ${expected}`);
     if (valueKeys.length > 1) {
@@ -200,7 +213,8 @@ export function readParameters<const D extends ParameterDefinitions>(body: unkno
     }
     const valueKey = valueKeys[0]!;
     const valueType = accepted.find((type) => VALUE_KEY[type] === valueKey);
-    if (!valueType) throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}' must have a ${expected}`);
+    if (!valueType)
+      throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}' must have a ${expected}`);
     const value = entry[valueKey];
     const problem = primitiveProblem(valueType, value);
     if (problem) throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}': ${valueKey} ${problem}`);

@@ -10,7 +10,10 @@ const DEFS = {
   link: { type: ['uri', 'url', 'string'] },
 } as const satisfies ParameterDefinitions;
 
-function failure(body: unknown, defs: ParameterDefinitions = DEFS): { status: number; issueCode: string; expression?: string[]; message: string } {
+function failure(
+  body: unknown,
+  defs: ParameterDefinitions = DEFS,
+): { status: number; issueCode: string; expression?: string[]; message: string } {
   try {
     readParameters(body, defs);
   } catch (error) {
@@ -36,7 +39,12 @@ describe('readParameters', () => {
       ),
       DEFS,
     );
-    expect(read.name).toEqual({ value: 'Alpha', valueType: 'string', index: 1, expression: 'Parameters.parameter[1].valueString' });
+    expect(read.name).toEqual({
+      value: 'Alpha',
+      valueType: 'string',
+      index: 1,
+      expression: 'Parameters.parameter[1].valueString',
+    });
     expect(read.flag?.value).toBe(false);
     expect(read.count?.value).toBe(0);
     expect(read.tag.map((t) => t.value)).toEqual(['a', 'b']);
@@ -44,7 +52,10 @@ describe('readParameters', () => {
   });
 
   it('leaves optional parameters undefined and repeating ones empty', () => {
-    const read = readParameters({ resourceType: 'Parameters', id: 'x', parameter: [{ name: 'name', valueString: 'A' }] }, DEFS);
+    const read = readParameters(
+      { resourceType: 'Parameters', id: 'x', parameter: [{ name: 'name', valueString: 'A' }] },
+      DEFS,
+    );
     expect(read.flag).toBeUndefined();
     expect(read.tag).toEqual([]);
   });
@@ -70,25 +81,65 @@ describe('readParameters', () => {
     ['another resource type', { resourceType: 'Patient' }, 'Parameters.resourceType'],
     ['no resource type', { parameter: [] }, 'Parameters.resourceType'],
     ['an unknown element', { resourceType: 'Parameters', text: {}, parameter: [] }, 'Parameters.text'],
-    ['parameter not an array', { resourceType: 'Parameters', parameter: { name: 'name' } }, 'Parameters.parameter'],
+    [
+      'parameter not an array',
+      { resourceType: 'Parameters', parameter: { name: 'name' } },
+      'Parameters.parameter',
+    ],
     ['an item not an object', p({ name: 'name', valueString: 'A' }, 3), 'Parameters.parameter[1]'],
     ['an item without name', p({ valueString: 'A' }), 'Parameters.parameter[0].name'],
     ['an item with a blank name', p({ name: ' ', valueString: 'A' }), 'Parameters.parameter[0].name'],
-    ['an unknown parameter', p({ name: 'name', valueString: 'A' }, { name: 'other', valueString: 'x' }), 'Parameters.parameter[1].name'],
-    ['a repeated single parameter', p({ name: 'name', valueString: 'A' }, { name: 'name', valueString: 'B' }), 'Parameters.parameter[1]'],
+    [
+      'an unknown parameter',
+      p({ name: 'name', valueString: 'A' }, { name: 'other', valueString: 'x' }),
+      'Parameters.parameter[1].name',
+    ],
+    [
+      'a repeated single parameter',
+      p({ name: 'name', valueString: 'A' }, { name: 'name', valueString: 'B' }),
+      'Parameters.parameter[1]',
+    ],
     ['no value', p({ name: 'name' }), 'Parameters.parameter[0]'],
     ['the wrong value type', p({ name: 'name', valueInteger: 3 }), 'Parameters.parameter[0].valueInteger'],
-    ['two values', p({ name: 'name', valueString: 'A', valueCode: 'b' }), 'Parameters.parameter[0].valueCode'],
-    ['a resource', p({ name: 'name', resource: { resourceType: 'Patient' } }), 'Parameters.parameter[0].resource'],
+    [
+      'two values',
+      p({ name: 'name', valueString: 'A', valueCode: 'b' }),
+      'Parameters.parameter[0].valueCode',
+    ],
+    [
+      'a resource',
+      p({ name: 'name', resource: { resourceType: 'Patient' } }),
+      'Parameters.parameter[0].resource',
+    ],
     ['parts', p({ name: 'name', part: [] }), 'Parameters.parameter[0].part'],
     ['an empty string', p({ name: 'name', valueString: '' }), 'Parameters.parameter[0].valueString'],
     ['a blank string', p({ name: 'name', valueString: '  ' }), 'Parameters.parameter[0].valueString'],
     ['a number as string', p({ name: 'name', valueString: 3 }), 'Parameters.parameter[0].valueString'],
-    ['a string as boolean', p({ name: 'name', valueString: 'A' }, { name: 'flag', valueBoolean: 'true' }), 'Parameters.parameter[1].valueBoolean'],
-    ['a fractional integer', p({ name: 'name', valueString: 'A' }, { name: 'count', valueInteger: 1.5 }), 'Parameters.parameter[1].valueInteger'],
-    ['a huge integer', p({ name: 'name', valueString: 'A' }, { name: 'count', valueInteger: 2 ** 40 }), 'Parameters.parameter[1].valueInteger'],
-    ['a code with spaces', p({ name: 'name', valueString: 'A' }, { name: 'tag', valueCode: ' a' }), 'Parameters.parameter[1].valueCode'],
-    ['a uri with spaces', p({ name: 'name', valueString: 'A' }, { name: 'link', valueUri: 'a b' }), 'Parameters.parameter[1].valueUri'],
+    [
+      'a string as boolean',
+      p({ name: 'name', valueString: 'A' }, { name: 'flag', valueBoolean: 'true' }),
+      'Parameters.parameter[1].valueBoolean',
+    ],
+    [
+      'a fractional integer',
+      p({ name: 'name', valueString: 'A' }, { name: 'count', valueInteger: 1.5 }),
+      'Parameters.parameter[1].valueInteger',
+    ],
+    [
+      'a huge integer',
+      p({ name: 'name', valueString: 'A' }, { name: 'count', valueInteger: 2 ** 40 }),
+      'Parameters.parameter[1].valueInteger',
+    ],
+    [
+      'a code with spaces',
+      p({ name: 'name', valueString: 'A' }, { name: 'tag', valueCode: ' a' }),
+      'Parameters.parameter[1].valueCode',
+    ],
+    [
+      'a uri with spaces',
+      p({ name: 'name', valueString: 'A' }, { name: 'link', valueUri: 'a b' }),
+      'Parameters.parameter[1].valueUri',
+    ],
   ])('rejects %s', (_label, body, expression) => {
     const f = failure(body);
     expect(f.status).toBe(400);
@@ -103,8 +154,15 @@ describe('readParameters', () => {
 
   it('checks positiveInt and unsignedInt bounds', () => {
     const defs = { a: { type: 'positiveInt' }, b: { type: 'unsignedInt' } } as const;
-    expect(readParameters(p({ name: 'a', valuePositiveInt: 1 }, { name: 'b', valueUnsignedInt: 0 }), defs).a?.value).toBe(1);
-    expect(failure(p({ name: 'a', valuePositiveInt: 0 }), defs).expression).toEqual(['Parameters.parameter[0].valuePositiveInt']);
-    expect(failure(p({ name: 'b', valueUnsignedInt: -1 }), defs).expression).toEqual(['Parameters.parameter[0].valueUnsignedInt']);
+    expect(
+      readParameters(p({ name: 'a', valuePositiveInt: 1 }, { name: 'b', valueUnsignedInt: 0 }), defs).a
+        ?.value,
+    ).toBe(1);
+    expect(failure(p({ name: 'a', valuePositiveInt: 0 }), defs).expression).toEqual([
+      'Parameters.parameter[0].valuePositiveInt',
+    ]);
+    expect(failure(p({ name: 'b', valueUnsignedInt: -1 }), defs).expression).toEqual([
+      'Parameters.parameter[0].valueUnsignedInt',
+    ]);
   });
 });

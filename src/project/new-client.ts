@@ -1,0 +1,178 @@
+/**
+ * `Project/{id}/$new-client`: registers a client application for SMART Backend Services in a
+ * project. See docs/project-init.md.
+ */
+import { randomUUID } from 'node:crypto';
+import { generateClientSecret, hashClientSecret } from '../auth/client-secret.js';
+import { parseResourceScope } from '../auth/scopes.js';
+import type { ClientRecord, MembershipRecord, Storage } from '../storage/types.js';
+import { invalidParameter, readParameters } from './parameters.js';
+import { parsePublicJwks, type PublicJwks } from './public-jwks.js';
+
+/** The input parameters of `$new-client`. */
+export const NEW_CLIENT_PARAMETERS = {
+  name: { type: 'string', required: true },
+  jwks: { type: 'string' },
+  jwksUri: { type: ['uri', 'url', 'string'] },
+  scope: { type: 'string' },
+  admin: { type: 'boolean' },
+  accessTokenLifetime: { type: 'integer' },
+} as const;
+
+/** Rules `$new-client` applies, resolved from the router options. */
+export interface NewClientRules {
+  /** Scope a client gets when `scope` is not given. */
+  defaultScope: string;
+  /** Bounds of `accessTokenLifetime`, seconds, inclusive. */
+  minAccessTokenLifetime: number;
+  maxAccessTokenLifetime: number;
+  /** Accept `http:` `jwksUri`s on any host, not only loopback ones. */
+  allowHttpJwksUri: boolean;
+}
+
+/** What `$new-client` was asked to register. */
+export interface NewClientInput {
+  name: string;
+  jwks?: PublicJwks;
+  jwksUri?: string;
+  /** Normalised: single spaces, no duplicates. */
+  scope: string;
+  admin: boolean;
+  accessTokenLifetime?: number;
+}
+
+const MAX_NAME_LENGTH = 256;
+const MAX_JWKS_TEXT = 64 * 1024;
+const MAX_URI_LENGTH = 2048;
+const MAX_SCOPE_LENGTH = 4096;
+// RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ).
+const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * Checks a space-separated scope string (RFC 6749 §3.3). SMART resource scopes (`system/…`,
+ * `user/…`) must be ones this server can grant (`system/Observation.rs`, `system/*.read`); patient
+ * scopes and v2 scopes with a query are refused since they are never granted. Returns the
+ * normalised scope, or the problem.
+ */
+export function checkClientScope(
+  scope: string,
+): { ok: true; scope: string } | { ok: false; problem: string } {
+  if (scope.length > MAX_SCOPE_LENGTH)
+    return { ok: false, problem: `is longer than ${MAX_SCOPE_LENGTH} characters` };
+  const tokens = scope.trim().split(/ +/);
+  for (const token of tokens) {
+    if (!SCOPE_TOKEN.test(token)) return { ok: false, problem: `holds an invalid scope token '${token}'` };
+    if (/^(system|user|patient)\//.test(token) && !parseResourceScope(token)) {
+      return { ok: false, problem: `holds a resource scope this server cannot grant: '${token}'` };
+    }
+  }
+  return { ok: true, scope: [...new Set(tokens)].join(' ') };
+}
+
+/** Whether `uri` is an acceptable `jwksUri`: https, or http on a loopback host (or any host when allowed). */
+export function isAcceptableJwksUri(uri: string, allowHttp: boolean): boolean {
+  if (uri.length > MAX_URI_LENGTH || /\s/.test(uri)) return false;
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    return false;
+  }
+  if (url.username || url.password || url.hash) return false;
+  if (url.protocol === 'https:') return true;
+  return url.protocol === 'http:' && (allowHttp || LOOPBACK_HOSTS.has(url.hostname));
+}
+
+/** Reads and checks the `$new-client` `Parameters` body; problems are 400 `FhirError`s with an `expression`. */
+export function parseNewClientParameters(body: unknown, rules: NewClientRules): NewClientInput {
+  const read = readParameters(body, NEW_CLIENT_PARAMETERS);
+  const name = read.name.value.trim();
+  if (name.length > MAX_NAME_LENGTH) {
+    throw invalidParameter(
+      read.name.expression,
+      `The client name is longer than ${MAX_NAME_LENGTH} characters`,
+    );
+  }
+  const input: NewClientInput = { name, scope: rules.defaultScope, admin: read.admin?.value ?? false };
+  if (read.jwks && read.jwksUri) {
+    const later = read.jwks.index > read.jwksUri.index ? read.jwks : read.jwksUri;
+    throw invalidParameter(
+      `Parameters.parameter[${later.index}]`,
+      "Give either 'jwks' or 'jwksUri', not both",
+    );
+  }
+  if (read.jwks) {
+    if (read.jwks.value.length > MAX_JWKS_TEXT) {
+      throw invalidParameter(read.jwks.expression, `'jwks' is longer than ${MAX_JWKS_TEXT} characters`);
+    }
+    const parsed = parsePublicJwks(read.jwks.value);
+    if (!parsed.ok) throw invalidParameter(read.jwks.expression, `'jwks' ${parsed.problem}`);
+    input.jwks = parsed.jwks;
+  }
+  if (read.jwksUri) {
+    if (!isAcceptableJwksUri(read.jwksUri.value, rules.allowHttpJwksUri)) {
+      throw invalidParameter(
+        read.jwksUri.expression,
+        "'jwksUri' must be an https URL (http only on localhost or 127.0.0.1), without credentials or fragment",
+      );
+    }
+    input.jwksUri = read.jwksUri.value;
+  }
+  if (read.scope) {
+    const checked = checkClientScope(read.scope.value);
+    if (!checked.ok) throw invalidParameter(read.scope.expression, `'scope' ${checked.problem}`);
+    input.scope = checked.scope;
+  }
+  if (read.accessTokenLifetime) {
+    const seconds = read.accessTokenLifetime.value;
+    if (seconds < rules.minAccessTokenLifetime || seconds > rules.maxAccessTokenLifetime) {
+      throw invalidParameter(
+        read.accessTokenLifetime.expression,
+        `'accessTokenLifetime' must be between ${rules.minAccessTokenLifetime} and ${rules.maxAccessTokenLifetime} seconds`,
+      );
+    }
+    input.accessTokenLifetime = seconds;
+  }
+  return input;
+}
+
+/** A registered client, with its secret in clear (shown once). */
+export interface RegisteredClient {
+  client: ClientRecord;
+  membership: MembershipRecord;
+  secret: string;
+}
+
+/**
+ * Registers the client in `projectId`: a new random `client_id` and secret (stored hashed) and the
+ * client's project membership (with its admin flag), in one transaction.
+ */
+export async function registerClient(
+  storage: Storage,
+  projectId: string,
+  input: NewClientInput,
+): Promise<RegisteredClient> {
+  const secret = generateClientSecret();
+  const secretHash = await hashClientSecret(secret);
+  return storage.transaction(async (tx) => {
+    const client = await tx.createClient({
+      id: randomUUID(),
+      projectId,
+      name: input.name,
+      secretHash,
+      ...(input.jwks ? { jwks: input.jwks } : {}),
+      ...(input.jwksUri ? { jwksUri: input.jwksUri } : {}),
+      scope: input.scope,
+      admin: input.admin,
+      superAdmin: false,
+      ...(input.accessTokenLifetime !== undefined ? { accessTokenLifetime: input.accessTokenLifetime } : {}),
+    });
+    const membership = await tx.createMembership(projectId, {
+      projectId,
+      clientId: client.id,
+      admin: input.admin,
+    });
+    return { client, membership, secret };
+  });
+}
