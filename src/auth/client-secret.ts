@@ -19,7 +19,9 @@ export function generateClientSecret(): string {
 export async function hashClientSecret(secret: string): Promise<string> {
   const salt = randomBytes(16);
   const key = await scryptAsync(secret, salt, KEY_LENGTH, PARAMS);
-  return ['scrypt', PARAMS.N, PARAMS.r, PARAMS.p, salt.toString('base64url'), key.toString('base64url')].join('$');
+  return ['scrypt', PARAMS.N, PARAMS.r, PARAMS.p, salt.toString('base64url'), key.toString('base64url')].join(
+    '$',
+  );
 }
 
 /** Checks a presented secret against a stored hash in constant time. */

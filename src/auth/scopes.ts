@@ -29,7 +29,12 @@ const SCOPE_PATTERN = /^(system|user)\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|
 export function parseResourceScope(text: string): ResourceScope | undefined {
   const match = SCOPE_PATTERN.exec(text);
   if (!match) return undefined;
-  const [, context, resourceType, permission] = match as unknown as [string, 'system' | 'user', string, string];
+  const [, context, resourceType, permission] = match as unknown as [
+    string,
+    'system' | 'user',
+    string,
+    string,
+  ];
   if (permission === '') return undefined;
   let actions: ScopeAction[];
   if (permission === 'read') actions = ['r', 's'];
@@ -48,7 +53,11 @@ export function splitScopes(scope: string | undefined): string[] {
 export function scopesAllow(scopes: readonly string[], resourceType: string, action: ScopeAction): boolean {
   for (const text of scopes) {
     const scope = parseResourceScope(text);
-    if (scope && (scope.resourceType === '*' || scope.resourceType === resourceType) && scope.actions.has(action)) {
+    if (
+      scope &&
+      (scope.resourceType === '*' || scope.resourceType === resourceType) &&
+      scope.actions.has(action)
+    ) {
       return true;
     }
   }
@@ -89,7 +98,8 @@ export function intersectScopes(requested: readonly string[], allowed: readonly 
       if (!have || have.context !== want.context) continue;
       let resourceType: string;
       if (want.resourceType === '*') resourceType = have.resourceType;
-      else if (have.resourceType === '*' || have.resourceType === want.resourceType) resourceType = want.resourceType;
+      else if (have.resourceType === '*' || have.resourceType === want.resourceType)
+        resourceType = want.resourceType;
       else continue;
       const actions = new Set([...want.actions].filter((a) => have.actions.has(a)));
       if (actions.size > 0) granted.add(formatScope(want.context, resourceType, actions));

@@ -32,7 +32,9 @@ describe('SMART scopes', () => {
   it('lets admins do anything and others only what scopes allow', () => {
     const base = { projectId: 'p', kind: 'client' as const, id: 'c', superAdmin: false };
     expect(canAccess({ ...base, scopes: [], admin: true }, 'Patient', 'delete')).toBe(true);
-    expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'delete')).toBe(false);
+    expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'delete')).toBe(
+      false,
+    );
     expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'read')).toBe(true);
   });
 });

@@ -1,0 +1,151 @@
+import { randomUUID } from 'node:crypto';
+import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
+import type { ClientRecord } from '../storage/types.js';
+import type { Principal } from './principal.js';
+import type { SigningKeys } from './signing-keys.js';
+
+/** JWT `typ` of access tokens (RFC 9068 §2.1). */
+export const ACCESS_TOKEN_TYPE = 'at+jwt';
+
+/** The claims of an access token issued by this server (RFC 9068 §2.2 plus the principal's rights). */
+export interface AccessTokenClaims extends JWTPayload {
+  iss: string;
+  /** The client id. */
+  sub: string;
+  aud: string | string[];
+  exp: number;
+  iat: number;
+  jti: string;
+  client_id: string;
+  /** Granted scopes, space-separated. */
+  scope: string;
+  /** The client's project (null for a super admin). */
+  project_id: string | null;
+  principal_kind: Principal['kind'];
+  admin: boolean;
+  super_admin: boolean;
+}
+
+export interface IssueAccessTokenInput {
+  client: ClientRecord;
+  /** Granted scopes. */
+  scopes: readonly string[];
+  issuer: string;
+  audience: string;
+  /** Seconds. */
+  lifetime: number;
+  /** Clock (epoch ms). @default Date.now() */
+  now?: number;
+}
+
+export interface IssuedAccessToken {
+  token: string;
+  expiresIn: number;
+  claims: AccessTokenClaims;
+}
+
+/** The principal kind of a client. */
+export function clientPrincipalKind(client: ClientRecord): Principal['kind'] {
+  return client.superAdmin ? 'super-admin' : 'client';
+}
+
+/** Signs an access token for `client` with the current server key. */
+export async function issueAccessToken(
+  keys: SigningKeys,
+  input: IssueAccessTokenInput,
+): Promise<IssuedAccessToken> {
+  const key = await keys.current();
+  const iat = Math.floor((input.now ?? Date.now()) / 1000);
+  const lifetime = Math.floor(input.lifetime);
+  const claims: AccessTokenClaims = {
+    iss: input.issuer,
+    sub: input.client.id,
+    aud: input.audience,
+    exp: iat + lifetime,
+    iat,
+    jti: randomUUID(),
+    client_id: input.client.id,
+    scope: input.scopes.join(' '),
+    project_id: input.client.projectId,
+    principal_kind: clientPrincipalKind(input.client),
+    admin: input.client.admin,
+    super_admin: input.client.superAdmin,
+  };
+  const token = await new SignJWT(claims)
+    .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ACCESS_TOKEN_TYPE })
+    .sign(key.privateKey);
+  return { token, expiresIn: lifetime, claims };
+}
+
+export interface VerifyAccessTokenOptions {
+  issuer: string;
+  audience: string;
+  /** Accepted `alg` values. */
+  algorithms: readonly string[];
+  /** Seconds of clock skew tolerated on `exp`/`iat`. */
+  clockTolerance: number;
+  /** Clock (epoch ms), for tests. */
+  now?: number;
+}
+
+/** Thrown by `verifyAccessToken`; `reason` is stable, the message is for logs. */
+export class AccessTokenError extends Error {
+  readonly reason: 'malformed' | 'unknown-key' | 'invalid';
+  constructor(reason: AccessTokenError['reason'], message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'AccessTokenError';
+    this.reason = reason;
+  }
+}
+
+/**
+ * Verifies an access token of this server: signature by a known server key (picked by `kid`), `alg`
+ * in the allow-list and equal to the key's, `typ`, `iss`, `aud`, `exp`, and the claims this server
+ * writes. Throws `AccessTokenError`.
+ */
+export async function verifyAccessToken(
+  keys: SigningKeys,
+  token: string,
+  options: VerifyAccessTokenOptions,
+): Promise<AccessTokenClaims> {
+  let kid: string | undefined;
+  let alg: string | undefined;
+  try {
+    ({ kid, alg } = decodeProtectedHeader(token));
+  } catch (cause) {
+    throw new AccessTokenError('malformed', 'The token is not a JWS', { cause });
+  }
+  if (typeof kid !== 'string' || typeof alg !== 'string' || !options.algorithms.includes(alg)) {
+    throw new AccessTokenError('invalid', 'The token header is not acceptable');
+  }
+  const key = await keys.resolve(kid);
+  if (!key) throw new AccessTokenError('unknown-key', 'The token was not signed by a current server key');
+  if (key.alg !== alg) throw new AccessTokenError('invalid', 'The token alg does not match its key');
+  try {
+    const { payload } = await jwtVerify(token, key.publicKey, {
+      algorithms: [key.alg],
+      issuer: options.issuer,
+      audience: options.audience,
+      typ: ACCESS_TOKEN_TYPE,
+      clockTolerance: options.clockTolerance,
+      requiredClaims: ['exp', 'iat', 'jti', 'sub', 'client_id'],
+      ...(options.now === undefined ? {} : { currentDate: new Date(options.now) }),
+    });
+    if (
+      typeof payload.sub !== 'string' ||
+      payload.client_id !== payload.sub ||
+      typeof payload.scope !== 'string' ||
+      !(payload.project_id === null || typeof payload.project_id === 'string') ||
+      typeof payload.admin !== 'boolean' ||
+      typeof payload.super_admin !== 'boolean'
+    ) {
+      throw new AccessTokenError('invalid', 'The token claims are malformed');
+    }
+    return payload as AccessTokenClaims;
+  } catch (error) {
+    if (error instanceof AccessTokenError) throw error;
+    throw new AccessTokenError('invalid', error instanceof Error ? error.message : 'Invalid token', {
+      cause: error,
+    });
+  }
+}

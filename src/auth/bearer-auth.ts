@@ -1,0 +1,218 @@
+import { createHash } from 'node:crypto';
+import type { Request } from 'express';
+import { unauthorized } from '../http/authenticate.js';
+import { HttpError } from '../http/http-error.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { ClientRecord, Storage } from '../storage/types.js';
+import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
+import { parseBasicAuthorization } from './client-authentication.js';
+import { verifyClientSecret } from './client-secret.js';
+import { failureLimiter, type FailureLimitOptions } from './failure-limiter.js';
+import { defaultIssuer } from './issuer.js';
+import type { Authenticate, Principal } from './principal.js';
+import { intersectScopes, splitScopes } from './scopes.js';
+import {
+  SIGNING_ALGORITHMS,
+  signingKeys as createSigningKeys,
+  type SigningKeys,
+  type SigningKeysOptions,
+} from './signing-keys.js';
+
+/** Options of `bearerAuth`. */
+export interface BearerAuthOptions {
+  /** Where clients, projects and signing keys live. */
+  storage: Storage;
+  /**
+   * Public origin (`https://fhir.example.org`), the default issuer.
+   * @default undefined (the request's origin)
+   */
+  baseUrl?: string;
+  /**
+   * Expected `iss`; the same as the token router's.
+   * @default `baseUrl`, or the request's origin
+   */
+  issuer?: string;
+  /**
+   * Expected `aud`; the same as the token router's.
+   * @default the issuer
+   */
+  audience?: string;
+  /**
+   * The server signing keys (an instance shared with `tokenRouter`, or a new one over `storage`).
+   * @default signingKeys(storage, signingKeyOptions)
+   */
+  signingKeys?: SigningKeys;
+  /**
+   * Options of the signing keys created when `signingKeys` is not given.
+   * @default {}
+   */
+  signingKeyOptions?: SigningKeysOptions;
+  /**
+   * Accepted access token `alg` values.
+   * @default ['ES256', 'RS256']
+   */
+  algorithms?: string[];
+  /**
+   * Clock skew tolerated on `exp`/`iat`, seconds.
+   * @default 5
+   */
+  clockTolerance?: number;
+  /**
+   * Also accept `Authorization: Basic` with a client id and secret, as some SCIM provisioning
+   * clients (Okta) offer. Enable it only on the routes that need it.
+   * @default false
+   */
+  allowBasic?: boolean;
+  /**
+   * Seconds a successful Basic check is remembered (secret hashing is slow by design). The client is
+   * still read on every request, so revocation and secret changes apply at once.
+   * @default 300
+   */
+  basicCacheSeconds?: number;
+  /**
+   * Limits on failed Basic authentications (per client id and per address); `false` disables.
+   * @default { maxFailuresPerClient: 10, maxFailuresPerAddress: 30, windowSeconds: 300 }
+   */
+  rateLimit?: FailureLimitOptions | false;
+  /** Clock (epoch ms), for tests. @default Date.now */
+  now?: () => number;
+}
+
+const BASIC_CACHE_MAX = 1000;
+
+/**
+ * An `Authenticate` for access tokens issued by `tokenRouter` (`Authorization: Bearer <jwt>`,
+ * RFC 6750): checks the signature by a current server key, `alg`, `typ`, `iss`, `aud` and `exp`,
+ * then reads the client on every request so a revoked or deleted client (or a deleted project) stops
+ * at once. Granted scopes are re-intersected with the client's current ones. No credentials resolve
+ * `undefined` (401); a bad token throws 401 `invalid_token`.
+ */
+export function bearerAuth(options: BearerAuthOptions): Authenticate {
+  if (!options?.storage) throw new TypeError('bearerAuth: storage is required');
+  const { storage } = options;
+  const keys = options.signingKeys ?? createSigningKeys(storage, options.signingKeyOptions);
+  const algorithms = options.algorithms ?? [...SIGNING_ALGORITHMS];
+  const clockTolerance = options.clockTolerance ?? 5;
+  const now = options.now ?? Date.now;
+  const basicCacheMs = (options.basicCacheSeconds ?? 300) * 1000;
+  // key: sha256(client id, secret, stored hash) -> expiry; a changed secret hash misses the cache.
+  const basicCache = new Map<string, number>();
+  const limiter = failureLimiter(options.allowBasic ? options.rateLimit : false);
+
+  async function activeClient(
+    clientId: string,
+    error: (message: string) => HttpError,
+  ): Promise<ClientRecord> {
+    let client: ClientRecord;
+    try {
+      client = await storage.readClient(clientId);
+    } catch (e) {
+      if (e instanceof NotFoundError) throw error('The client no longer exists');
+      throw e;
+    }
+    if (client.revoked) throw error('The client is revoked');
+    if (client.projectId === null) {
+      if (!client.superAdmin) throw error('The client belongs to no project');
+    } else {
+      try {
+        await storage.readProject(client.projectId);
+      } catch (e) {
+        if (e instanceof NotFoundError) throw error('The client project no longer exists');
+        throw e;
+      }
+    }
+    return client;
+  }
+
+  function principalOf(client: ClientRecord, scopes: string[]): Principal {
+    return {
+      projectId: client.projectId,
+      kind: clientPrincipalKind(client),
+      id: client.id,
+      scopes,
+      admin: client.admin,
+      superAdmin: client.superAdmin,
+    };
+  }
+
+  async function fromBearer(req: Request, token: string): Promise<Principal> {
+    const issuer = options.issuer ?? defaultIssuer(req, options.baseUrl);
+    const invalid = (message: string) => unauthorized(message, 'invalid_token');
+    let claims;
+    try {
+      claims = await verifyAccessToken(keys, token, {
+        issuer,
+        audience: options.audience ?? issuer,
+        algorithms,
+        clockTolerance,
+        now: now(),
+      });
+    } catch (error) {
+      if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
+      throw error;
+    }
+    const client = await activeClient(claims.sub, invalid);
+    if (client.projectId !== claims.project_id) throw invalid('The access token does not match its client');
+    const granted = splitScopes(claims.scope);
+    return principalOf(client, intersectScopes(granted, splitScopes(client.scope)));
+  }
+
+  async function fromBasic(id: string, secret: string, address: string): Promise<Principal> {
+    const wait = await limiter.blockedFor(id, address);
+    if (wait > 0) {
+      throw new HttpError(429, 'ERR_TOO_MANY_FAILURES', 'Too many failed authentications; try again later', {
+        headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
+      });
+    }
+    const refuse = (message: string) => {
+      void limiter.recordFailure(id, address);
+      return new HttpError(401, 'ERR_UNAUTHORIZED', message, {
+        headers: { 'WWW-Authenticate': 'Basic realm="fhir-platform-kit", Bearer realm="fhir-platform-kit"' },
+      });
+    };
+    let client: ClientRecord;
+    try {
+      client = await activeClient(id, (message) => new HttpError(401, 'ERR_UNAUTHORIZED', message));
+    } catch (error) {
+      if (error instanceof HttpError) throw refuse('Invalid client credentials');
+      throw error;
+    }
+    if (!client.secretHash) throw refuse('Invalid client credentials');
+    const cacheKey = createHash('sha256')
+      .update(`${id}\0${secret}\0${client.secretHash}`)
+      .digest('base64url');
+    const cachedUntil = basicCache.get(cacheKey);
+    if (cachedUntil === undefined || cachedUntil <= now()) {
+      if (!(await verifyClientSecret(secret, client.secretHash))) throw refuse('Invalid client credentials');
+      basicCache.delete(cacheKey);
+      if (basicCache.size >= BASIC_CACHE_MAX) {
+        const oldest = basicCache.keys().next();
+        if (!oldest.done) basicCache.delete(oldest.value);
+      }
+      basicCache.set(cacheKey, now() + basicCacheMs);
+    }
+    return principalOf(client, splitScopes(client.scope));
+  }
+
+  return async (req) => {
+    const header = req.headers.authorization;
+    if (!header) return undefined;
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (bearer) return fromBearer(req, bearer[1]!);
+    if (options.allowBasic && /^Basic(\s|$)/i.test(header)) {
+      let credentials: { id: string; secret: string } | undefined;
+      try {
+        credentials = parseBasicAuthorization(header);
+      } catch {
+        credentials = undefined;
+      }
+      if (!credentials || credentials.id === '')
+        throw new HttpError(401, 'ERR_UNAUTHORIZED', 'Malformed Basic credentials', {
+          headers: { 'WWW-Authenticate': 'Basic realm="fhir-platform-kit"' },
+        });
+      return fromBasic(credentials.id, credentials.secret, req.ip ?? req.socket.remoteAddress ?? 'unknown');
+    }
+    if (/^Bearer(\s|$)/i.test(header)) throw unauthorized('Malformed bearer token', 'invalid_token');
+    return undefined;
+  };
+}

@@ -1,0 +1,119 @@
+import type { Request, RequestHandler } from 'express';
+import { CLIENT_ASSERTION_ALGORITHMS } from './client-assertion.js';
+import { CLIENT_AUTH_METHODS, type ClientAuthMethod } from './client-authentication.js';
+import { defaultIssuer } from './issuer.js';
+
+/** Scopes advertised by default: SMART v1 and v2 system scopes. */
+export const DEFAULT_SCOPES_SUPPORTED: readonly string[] = [
+  'system/*.read',
+  'system/*.write',
+  'system/*.*',
+  'system/*.rs',
+  'system/*.cud',
+  'system/*.cruds',
+];
+
+/** Options of `smartConfigurationHandler`. */
+export interface SmartConfigurationOptions {
+  /**
+   * Public origin used to make `tokenEndpoint` absolute.
+   * @default undefined (the request's origin)
+   */
+  baseUrl?: string;
+  /**
+   * The token endpoint, absolute or a path on the origin.
+   * @default '/oauth2/token'
+   */
+  tokenEndpoint?: string;
+  /**
+   * The server's JWKS (for access tokens), absolute or a path on the origin; omitted when unset.
+   * @default undefined
+   */
+  jwksEndpoint?: string;
+  /**
+   * `issuer`; omitted when unset (SMART requires it only with `sso-openid-connect`).
+   * @default undefined
+   */
+  issuer?: string;
+  /**
+   * Client authentication methods advertised (match the token router's `authMethods`).
+   * @default ['private_key_jwt', 'client_secret_basic', 'client_secret_post']
+   */
+  authMethods?: ClientAuthMethod[];
+  /**
+   * Client assertion algorithms advertised (match the token router's `assertionAlgorithms`).
+   * @default ['RS256', 'RS384', 'RS512', 'ES256', 'ES384', 'ES512']
+   */
+  assertionAlgorithms?: string[];
+  /**
+   * `scopes_supported`.
+   * @default ['system/*.read', 'system/*.write', 'system/*.*', 'system/*.rs', 'system/*.cud', 'system/*.cruds']
+   */
+  scopesSupported?: string[];
+}
+
+function resolve(req: Request, baseUrl: string | undefined, target: string): string {
+  if (/^https?:\/\//i.test(target)) return target;
+  return `${defaultIssuer(req, baseUrl)}${target.startsWith('/') ? '' : '/'}${target}`;
+}
+
+/**
+ * The SMART configuration document (SMART App Launch 2.x "Conformance",
+ * `/.well-known/smart-configuration`) for a Backend Services server. Mount it with
+ * `app.get('<fhir base>/.well-known/smart-configuration', handler)`.
+ */
+export function smartConfiguration(
+  req: Request,
+  options: SmartConfigurationOptions = {},
+): Record<string, unknown> {
+  const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
+  const capabilities: string[] = [];
+  if (methods.includes('private_key_jwt')) capabilities.push('client-confidential-asymmetric');
+  if (methods.includes('client_secret_basic') || methods.includes('client_secret_post')) {
+    capabilities.push('client-confidential-symmetric');
+  }
+  capabilities.push('permission-v1', 'permission-v2');
+  return {
+    ...(options.issuer ? { issuer: options.issuer } : {}),
+    ...(options.jwksEndpoint ? { jwks_uri: resolve(req, options.baseUrl, options.jwksEndpoint) } : {}),
+    token_endpoint: resolve(req, options.baseUrl, options.tokenEndpoint ?? '/oauth2/token'),
+    grant_types_supported: ['client_credentials'],
+    token_endpoint_auth_methods_supported: methods,
+    token_endpoint_auth_signing_alg_values_supported: options.assertionAlgorithms ?? [
+      ...CLIENT_ASSERTION_ALGORITHMS,
+    ],
+    scopes_supported: options.scopesSupported ?? [...DEFAULT_SCOPES_SUPPORTED],
+    response_types_supported: ['token'],
+    capabilities,
+  };
+}
+
+/** Express handler answering `GET .../.well-known/smart-configuration` with `smartConfiguration`. */
+export function smartConfigurationHandler(options: SmartConfigurationOptions = {}): RequestHandler {
+  return (req, res) => {
+    res.set('Cache-Control', 'public, max-age=3600').json(smartConfiguration(req, options));
+  };
+}
+
+/**
+ * The `CapabilityStatement.rest.security` block declaring SMART on FHIR security and the token URL
+ * (the `oauth-uris` extension of SMART App Launch). `tokenUrl` is absolute.
+ */
+export function smartSecurity(tokenUrl: string): Record<string, unknown> {
+  return {
+    extension: [
+      {
+        url: 'http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris',
+        extension: [{ url: 'token', valueUri: tokenUrl }],
+      },
+    ],
+    service: [
+      {
+        coding: [
+          { system: 'http://terminology.hl7.org/CodeSystem/restful-security-service', code: 'SMART-on-FHIR' },
+        ],
+        text: 'OAuth2 using SMART-on-FHIR profile (SMART Backend Services)',
+      },
+    ],
+  };
+}

@@ -1,0 +1,139 @@
+import { OAuthError } from '../http/http-error.js';
+import type { ClientRecord, Storage } from '../storage/types.js';
+import { issueAccessToken } from './access-token.js';
+import {
+  authenticateClient,
+  formParam,
+  parseClientCredentials,
+  type ClientAuthMethod,
+  type FormParams,
+} from './client-authentication.js';
+import type { ClientJwks } from './client-jwks.js';
+import type { FailureLimiter } from './failure-limiter.js';
+import { intersectScopes, splitScopes } from './scopes.js';
+import type { SigningKeys } from './signing-keys.js';
+
+/** A successful token response (RFC 6749 §5.1, SMART Backend Services "Response"). */
+export interface TokenResponse {
+  access_token: string;
+  token_type: 'bearer';
+  expires_in: number;
+  scope: string;
+}
+
+/** One token request, as the router hands it over. */
+export interface TokenRequest {
+  params: FormParams;
+  authorization: string | undefined;
+  /** Absolute URL of the token endpoint (the `aud` client assertions must carry). */
+  tokenUrl: string;
+  /** `iss` of the token. */
+  issuer: string;
+  /** `aud` of the token. */
+  audience: string;
+  /** Remote address, for failure limiting. */
+  address: string;
+}
+
+/** Resolved configuration of a token endpoint. */
+export interface TokenEndpointConfig {
+  storage: Storage;
+  keys: SigningKeys;
+  jwks: ClientJwks;
+  limiter: FailureLimiter;
+  methods: readonly ClientAuthMethod[];
+  algorithms: readonly string[];
+  maxAssertionLifetime: number;
+  clockTolerance: number;
+  accessTokenLifetime: number;
+  maxAccessTokenLifetime: number;
+  /** Clock (epoch ms). */
+  now: () => number;
+}
+
+function grantedScopes(client: ClientRecord, requested: string | undefined): string[] {
+  const allowed = splitScopes(client.scope);
+  // No scope requested: grant what the client may have (RFC 6749 §3.3 lets the server pick a default).
+  if (requested === undefined) return allowed;
+  const wanted = splitScopes(requested);
+  const granted = intersectScopes(wanted, allowed);
+  if (wanted.length > 0 && granted.length === 0) {
+    throw new OAuthError(400, 'invalid_scope', 'None of the requested scopes may be granted to this client');
+  }
+  return granted;
+}
+
+async function refuseIfBlocked(limiter: FailureLimiter, clientId: string | undefined, address: string) {
+  const wait = await limiter.blockedFor(clientId, address);
+  if (wait > 0) {
+    throw new OAuthError(429, 'slow_down', 'Too many failed authentications; try again later', {
+      headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
+    });
+  }
+}
+
+/**
+ * Answers a `client_credentials` token request (RFC 6749 §4.4, SMART Backend Services): authenticates
+ * the client, grants requested ∩ allowed scopes and signs an access token. Throws `OAuthError`.
+ * Failed authentications are counted per client id and address; a caller over the limit gets 429.
+ */
+export async function handleTokenRequest(
+  request: TokenRequest,
+  config: TokenEndpointConfig,
+): Promise<TokenResponse> {
+  const { params } = request;
+  const grantType = formParam(params, 'grant_type');
+  if (!grantType) throw new OAuthError(400, 'invalid_request', 'grant_type is missing');
+  if (grantType !== 'client_credentials') {
+    throw new OAuthError(400, 'unsupported_grant_type', 'Only grant_type=client_credentials is supported');
+  }
+  const scope = formParam(params, 'scope');
+
+  let clientId: string | undefined;
+  let client: ClientRecord;
+  try {
+    const credentials = parseClientCredentials(params, request.authorization);
+    clientId = credentials.clientId;
+    await refuseIfBlocked(config.limiter, clientId, request.address);
+    client = await authenticateClient(credentials, {
+      storage: config.storage,
+      keysFor: (c) => config.jwks.keysFor(c),
+      tokenUrl: request.tokenUrl,
+      algorithms: config.algorithms,
+      maxAssertionLifetime: config.maxAssertionLifetime,
+      clockTolerance: config.clockTolerance,
+      methods: config.methods,
+      now: config.now(),
+    });
+  } catch (error) {
+    if (error instanceof OAuthError && error.error === 'invalid_client') {
+      await config.limiter.recordFailure(clientId, request.address);
+      // Requests without usable credentials are held back per address too.
+      if (clientId === undefined) await refuseIfBlocked(config.limiter, undefined, request.address);
+    }
+    throw error;
+  }
+
+  const scopes = grantedScopes(client, scope);
+  if (scopes.length === 0 && !client.admin && !client.superAdmin) {
+    throw new OAuthError(400, 'unauthorized_client', 'The client may be granted no scope');
+  }
+  const lifetime = Math.min(
+    client.accessTokenLifetime ?? config.accessTokenLifetime,
+    config.maxAccessTokenLifetime,
+  );
+  const issued = await issueAccessToken(config.keys, {
+    client,
+    scopes,
+    issuer: request.issuer,
+    audience: request.audience,
+    lifetime,
+    now: config.now(),
+  });
+  return {
+    access_token: issued.token,
+    token_type: 'bearer',
+    expires_in: issued.expiresIn,
+    scope: issued.claims.scope,
+  };
+}
