@@ -114,7 +114,8 @@ export interface InitProjectResult {
 /**
  * Creates the project (`strictMode: true`), the admin's `Practitioner` profile, the admin `User`
  * and its admin membership, then records the user as the project owner, in one storage
- * transaction: if any step fails, nothing is left behind. Parameters win over `defaults`.
+ * transaction: if any step fails, nothing is left behind. Parameters win over `defaults`. The
+ * user's `userName` is `ownerEmail`, else the default `userName`, else the e-mail, else the profile id.
  */
 export async function initProject(
   storage: Storage,
@@ -142,7 +143,7 @@ export async function initProject(
     const user = await tx.createUser(created.id, {
       id: randomUUID(),
       projectId: created.id,
-      userName: email ?? defaults.userName ?? profile.id,
+      userName: input.ownerEmail ?? defaults.userName ?? email ?? profile.id,
       userType: 'Practitioner',
       profileId: profile.id,
       active: true,
