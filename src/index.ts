@@ -63,3 +63,18 @@ export type {
   NdjsonChunk,
   ExportReader,
 } from './storage/types.js';
+
+// Projects: Project/$init, client registration, FHIR Parameters reader
+export { projectRouter } from './project/router.js';
+export type { ProjectRouterOptions } from './project/router.js';
+export type { ProjectResource } from './project/project-resource.js';
+export type { ClientApplicationResource } from './project/client-application.js';
+export { readParameters, invalidParameter } from './project/parameters.js';
+export type {
+  ParameterValueType,
+  ParameterDefinition,
+  ParameterDefinitions,
+  ParameterJsType,
+  ParameterValue,
+  ReadParameters,
+} from './project/parameters.js';
