@@ -1,0 +1,57 @@
+import request from 'supertest';
+import { describe, expect, it } from 'vitest';
+import { ensureSuperAdminClient, provisionSuperAdminClient } from '../../src/auth/super-admin.js';
+import { verifyClientSecret } from '../../src/auth/client-secret.js';
+import { authApp } from './auth-app.js';
+import { fakeStorage } from './fake-storage.js';
+
+describe('super-admin client', () => {
+  it('creates, then updates only what changed', async () => {
+    const storage = fakeStorage();
+    const created = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 's3cret' });
+    expect(created).toMatchObject({ id: 'root', projectId: null, superAdmin: true, revoked: false });
+    expect(created.secretHash).not.toContain('s3cret');
+    const again = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 's3cret' });
+    expect(again.secretHash).toBe(created.secretHash);
+    expect(storage.calls.get('updateClient') ?? 0).toBe(0);
+    const changed = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 'other' });
+    expect(await verifyClientSecret('other', changed.secretHash!)).toBe(true);
+  });
+
+  it('refuses to turn a project client into the super admin', async () => {
+    const storage = fakeStorage();
+    await storage.createClient({
+      id: 'c',
+      projectId: 'p',
+      name: 'c',
+      scope: '',
+      admin: false,
+      superAdmin: false,
+    });
+    await expect(ensureSuperAdminClient(storage, { clientId: 'c', clientSecret: 'x' })).rejects.toThrow(
+      TypeError,
+    );
+  });
+
+  it('generates credentials once, and they get a super-admin token', async () => {
+    const storage = fakeStorage();
+    const first = await provisionSuperAdminClient(storage);
+    expect(first.created).toBe(true);
+    expect(first.clientSecret).toBeTruthy();
+    const second = await provisionSuperAdminClient(storage);
+    expect(second).toEqual({ clientId: first.clientId, clientSecret: undefined, created: false });
+
+    const app = authApp(storage);
+    const token = await request(app)
+      .post('/oauth2/token')
+      .auth(first.clientId, first.clientSecret!)
+      .type('form')
+      .send({ grant_type: 'client_credentials' });
+    expect(token.status).toBe(200);
+    const me = await request(app)
+      .get('/fhir/R4/Patient')
+      .set('Authorization', `Bearer ${token.body.access_token}`);
+    expect(me.status).toBe(200);
+    expect(me.body).toMatchObject({ kind: 'super-admin', projectId: null, superAdmin: true });
+  });
+});
