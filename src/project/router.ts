@@ -210,7 +210,7 @@ export function projectRouter(options: ProjectRouterOptions): Router {
 
   router.all(
     PROJECT_PATH,
-    onlyMethods('GET'),
+    onlyMethods('GET', 'HEAD'),
     authenticated,
     asyncHandler(async (req, res) => {
       const project = await administeredProject(res, pathId(req, 0), true);
@@ -240,7 +240,7 @@ export function projectRouter(options: ProjectRouterOptions): Router {
 
   router.all(
     CLIENTS_PATH,
-    onlyMethods('GET'),
+    onlyMethods('GET', 'HEAD'),
     authenticated,
     asyncHandler(async (req, res) => {
       const project = await administeredProject(res, pathId(req, 0));
@@ -262,7 +262,7 @@ export function projectRouter(options: ProjectRouterOptions): Router {
 
   router.all(
     CLIENT_PATH,
-    onlyMethods('GET', 'DELETE'),
+    onlyMethods('GET', 'HEAD', 'DELETE'),
     authenticated,
     asyncHandler(async (req, res) => {
       const project = await administeredProject(res, pathId(req, 0));
