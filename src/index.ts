@@ -18,6 +18,55 @@ export type { CommonRouterOptions } from './http/router-options.js';
 
 // Auth
 export type { Principal, Authenticate } from './auth/principal.js';
+export { tokenRouter, resolveTokenEndpointConfig } from './auth/token-router.js';
+export type { TokenRouterOptions } from './auth/token-router.js';
+export { handleTokenRequest } from './auth/token-endpoint.js';
+export type { TokenRequest, TokenResponse, TokenEndpointConfig } from './auth/token-endpoint.js';
+export { bearerAuth } from './auth/bearer-auth.js';
+export type { BearerAuthOptions } from './auth/bearer-auth.js';
+export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
+export type {
+  SigningKeys,
+  SigningKeysOptions,
+  SigningAlgorithm,
+  ActiveSigningKey,
+  VerificationKey,
+} from './auth/signing-keys.js';
+export {
+  issueAccessToken,
+  verifyAccessToken,
+  AccessTokenError,
+  ACCESS_TOKEN_TYPE,
+} from './auth/access-token.js';
+export type { AccessTokenClaims, IssueAccessTokenInput, VerifyAccessTokenOptions } from './auth/access-token.js';
+export {
+  verifyClientAssertion,
+  ClientAssertionError,
+  CLIENT_ASSERTION_ALGORITHMS,
+  JWT_BEARER_ASSERTION_TYPE,
+} from './auth/client-assertion.js';
+export type { ClientAssertionFailure, VerifyClientAssertionOptions } from './auth/client-assertion.js';
+export { CLIENT_AUTH_METHODS } from './auth/client-authentication.js';
+export type { ClientAuthMethod } from './auth/client-authentication.js';
+export { clientJwks, isFetchableJwksUri } from './auth/client-jwks.js';
+export type { ClientJwks, ClientJwksOptions } from './auth/client-jwks.js';
+export type { FailureLimitOptions } from './auth/failure-limiter.js';
+export { generateClientSecret, hashClientSecret, verifyClientSecret } from './auth/client-secret.js';
+export { ensureSuperAdminClient, provisionSuperAdminClient } from './auth/super-admin.js';
+export type { SuperAdminCredentials } from './auth/super-admin.js';
+export {
+  smartConfiguration,
+  smartConfigurationHandler,
+  smartSecurity,
+  DEFAULT_SCOPES_SUPPORTED,
+} from './auth/smart-configuration.js';
+export type { SmartConfigurationOptions } from './auth/smart-configuration.js';
+export { jwksHandler } from './auth/jwks-handler.js';
+export type { JwksHandlerOptions } from './auth/jwks-handler.js';
+export { parseResourceScope, splitScopes, scopesAllow, intersectScopes } from './auth/scopes.js';
+export type { ResourceScope, ScopeAction } from './auth/scopes.js';
+export { canAccess } from './auth/access.js';
+export type { ResourceAction } from './auth/access.js';
 
 // Storage
 export {
