@@ -29,7 +29,11 @@ export function projectElements(resource: FhirResource, kept: ReadonlySet<string
   for (const [key, value] of Object.entries(resource)) {
     if (key === 'resourceType' || key === 'meta') continue;
     const base = key.replace(/^_/, '');
-    if (key === 'id' || kept.has(base) || [...kept].some((k) => k.endsWith('[x]') && base.startsWith(k.slice(0, -3)))) {
+    if (
+      key === 'id' ||
+      kept.has(base) ||
+      [...kept].some((k) => k.endsWith('[x]') && base.startsWith(k.slice(0, -3)))
+    ) {
       out[key] = value;
     }
   }

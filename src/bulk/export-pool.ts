@@ -46,7 +46,10 @@ export class ExportPool {
   #closed = false;
 
   constructor(options: ExportPoolOptions = {}) {
-    if (options.maxThreads !== undefined && !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)) {
+    if (
+      options.maxThreads !== undefined &&
+      !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)
+    ) {
       throw new TypeError('ExportPool: maxThreads must be a positive integer');
     }
     this.#options = options;

@@ -45,7 +45,14 @@ function issueOutcome(issue: ExportTask['issues'][number]): string {
   return `${JSON.stringify({
     resourceType: 'OperationOutcome',
     id: randomUUID(),
-    issue: [{ severity: issue.severity, code: issue.code, details: { text: issue.text }, expression: issue.expression }],
+    issue: [
+      {
+        severity: issue.severity,
+        code: issue.code,
+        details: { text: issue.text },
+        expression: issue.expression,
+      },
+    ],
   })}\n`;
 }
 
@@ -89,7 +96,8 @@ export async function runExport(
     if (task.issues.length > 0) {
       const writer = newWriter('error');
       for (const issue of task.issues) await writer.write(issueOutcome(issue), 1);
-      for (const f of await writer.finish()) result.error.push({ type: 'OperationOutcome', file: f.file, count: f.count });
+      for (const f of await writer.finish())
+        result.error.push({ type: 'OperationOutcome', file: f.file, count: f.count });
     }
 
     let patientIds = task.patientIds;
@@ -122,7 +130,12 @@ export async function runExport(
         const skip = newIds.length > 0 ? new Set<string>() : undefined;
         if (newIds.length > 0) {
           // Members added after _since: their whole compartments, whatever their lastUpdated.
-          await copy(reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }), transform, skip, true);
+          await copy(
+            reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }),
+            transform,
+            skip,
+            true,
+          );
         }
         await copy(reader.readResources(projectId, snapshot, base), transform, skip, false);
         if (deletedWriter && params.sinceMs !== undefined) {
@@ -132,10 +145,16 @@ export async function runExport(
           }
         }
       } else if (newIds.length > 0) {
-        await copy(reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }), transform, undefined, false);
+        await copy(
+          reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }),
+          transform,
+          undefined,
+          false,
+        );
       }
 
-      for (const f of await writer.finish()) result.output.push({ type: resourceType, file: f.file, count: f.count });
+      for (const f of await writer.finish())
+        result.output.push({ type: resourceType, file: f.file, count: f.count });
       progress.typesDone += 1;
       report(true);
 
@@ -182,7 +201,8 @@ export async function runExport(
     }
 
     if (deletedWriter) {
-      for (const f of await deletedWriter.finish()) result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
+      for (const f of await deletedWriter.finish())
+        result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
     }
     return result;
   } catch (error) {

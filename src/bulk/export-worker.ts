@@ -24,9 +24,13 @@ export default async function exportTask(task: ExportTask): Promise<ExportTaskRe
   const reader = await openReader(task.descriptor);
   const port = task.progressPort;
   try {
-    return await runExport(reader, { ...task, progressPort: undefined }, {
-      onProgress: port ? (progress) => port.postMessage(progress) : undefined,
-    });
+    return await runExport(
+      reader,
+      { ...task, progressPort: undefined },
+      {
+        onProgress: port ? (progress) => port.postMessage(progress) : undefined,
+      },
+    );
   } finally {
     port?.close();
     await reader.close();

@@ -72,7 +72,10 @@ const INSTANT =
 const ELEMENT_NAME = /^[a-z][A-Za-z0-9]*(\[x\])?$/;
 
 /** Parses `Prefer` (RFC 7240): a comma list of preferences; unknown ones are ignored. */
-export function parsePrefer(header: string | undefined): { handling?: 'lenient' | 'strict'; invalid?: string } {
+export function parsePrefer(header: string | undefined): {
+  handling?: 'lenient' | 'strict';
+  invalid?: string;
+} {
   let handling: 'lenient' | 'strict' | undefined;
   let invalid: string | undefined;
   for (const part of (header ?? '').split(',')) {
@@ -80,7 +83,13 @@ export function parsePrefer(header: string | undefined): { handling?: 'lenient' 
     if (token === '') continue;
     const eq = token.indexOf('=');
     const name = (eq < 0 ? token : token.slice(0, eq)).trim().toLowerCase();
-    const value = eq < 0 ? '' : token.slice(eq + 1).trim().replace(/^"(.*)"$/, '$1');
+    const value =
+      eq < 0
+        ? ''
+        : token
+            .slice(eq + 1)
+            .trim()
+            .replace(/^"(.*)"$/, '$1');
     if (name === 'handling') {
       if (value === 'lenient' || value === 'strict') handling = value;
       else invalid = `handling=${value}`;
@@ -93,9 +102,14 @@ function acceptable(accept: string | undefined): boolean {
   if (accept === undefined || accept.trim() === '') return true;
   return accept.split(',').some((part) => {
     const type = part.split(';')[0]!.trim().toLowerCase();
-    return ['application/fhir+json', 'application/json', 'application/*', '*/*', 'json', 'application/json+fhir'].includes(
-      type,
-    );
+    return [
+      'application/fhir+json',
+      'application/json',
+      'application/*',
+      '*/*',
+      'json',
+      'application/json+fhir',
+    ].includes(type);
   });
 }
 
@@ -192,7 +206,8 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         // An unencoded "+" in a query string arrives as a space.
         const value = list[0]!.trim().replace(/ /g, '+');
         const ms = Date.parse(value);
-        if (!INSTANT.test(value) || Number.isNaN(ms)) reject('_since', '_since must be a FHIR instant', 'invalid');
+        if (!INSTANT.test(value) || Number.isNaN(ms))
+          reject('_since', '_since must be a FHIR instant', 'invalid');
         else {
           params.since = value;
           params.sinceMs = ms;
@@ -244,7 +259,8 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         const ids: string[] = [];
         for (const reference of commaList(list)) {
           const match = /^(?:.*\/)?Patient\/([^/]+)$/.exec(reference);
-          if (!match || !isValidId(match[1])) reject('patient', `Invalid patient reference ${reference}`, 'invalid');
+          if (!match || !isValidId(match[1]))
+            reject('patient', `Invalid patient reference ${reference}`, 'invalid');
           else if (!ids.includes(match[1])) ids.push(match[1]);
         }
         params.patients = ids;
@@ -255,7 +271,9 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
           const known = ASSOCIATED_DATA_VALUES.has(value) || value.startsWith('_');
           reject(
             'includeAssociatedData',
-            known ? `includeAssociatedData=${value} is not supported` : `Unknown includeAssociatedData ${value}`,
+            known
+              ? `includeAssociatedData=${value} is not supported`
+              : `Unknown includeAssociatedData ${value}`,
           );
         }
         break;

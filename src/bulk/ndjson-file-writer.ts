@@ -60,7 +60,10 @@ export class NdjsonFileWriter {
       return;
     }
     // Split at line boundaries so no file exceeds the limit.
-    let buffer = typeof data === 'string' ? Buffer.from(data) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    let buffer =
+      typeof data === 'string'
+        ? Buffer.from(data)
+        : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
     let remaining = count;
     while (buffer.length > 0) {
       const room = this.#maxFileSize - this.#size;

@@ -1,6 +1,8 @@
 import { patientCompartmentIds } from '../fhir/compartment.js';
 import { isResourceType } from '../fhir/resource-types.js';
-import type { InstantRange, ResourceQuery, StoredResource } from '../storage/types.js';
+import { parseSearchParams } from '../fhir/search.js';
+import { FhirError } from '../http/http-error.js';
+import type { ResourceQuery, StoredResource } from '../storage/types.js';
 
 /** A compiled `_typeFilter`: the type it applies to and a test on each resource of that type. */
 export interface CompiledTypeFilter {
@@ -8,35 +10,37 @@ export interface CompiledTypeFilter {
   matches: (resource: StoredResource) => boolean;
 }
 
-// Narrow adapter until the FHIR data plane's `parseSearchParams` is wired in: `_id` and `_lastUpdated`.
-const PREFIXES = ['eq', 'gt', 'ge', 'lt', 'le'] as const;
+/** Search result parameters that Bulk Data 2.0.0 forbids in `_typeFilter` (they select no resources). */
+const RESULT_PARAMS = new Set([
+  '_sort',
+  '_count',
+  '_offset',
+  '_summary',
+  '_include',
+  '_revinclude',
+  '_elements',
+  '_total',
+  '_contained',
+  '_containedType',
+]);
 
-function parseLastUpdated(value: string): InstantRange | undefined {
-  const prefix = PREFIXES.find((p) => value.startsWith(p)) ?? 'eq';
-  const text = value.startsWith(prefix) ? value.slice(2) : value;
-  const ms = Date.parse(text);
-  if (!/^\d{4}(-\d{2}(-\d{2}(T[\d:.]+(Z|[+-]\d{2}:\d{2})?)?)?)?$/.test(text) || Number.isNaN(ms)) return undefined;
-  if (prefix === 'eq') return { ge: ms, le: ms };
-  return { [prefix]: ms };
-}
-
-/** Parses the query part of one `_typeFilter` into a storage `ResourceQuery`, or a problem text. */
+/** Parses the query part of one `_typeFilter` with the FHIR router's search parser, or a problem text. */
 function toQuery(resourceType: string, search: string): ResourceQuery | string {
-  const query: ResourceQuery = {};
-  const range: InstantRange = {};
-  for (const [name, value] of new URLSearchParams(search)) {
-    if (name === '_id') {
-      query.ids = [...(query.ids ?? []), ...value.split(',')];
-    } else if (name === '_lastUpdated') {
-      const parsed = parseLastUpdated(value);
-      if (!parsed) return `Invalid _lastUpdated ${value}`;
-      Object.assign(range, parsed);
-    } else {
-      return `Search parameter ${name} is not supported on ${resourceType} in _typeFilter`;
-    }
+  const params = [...new URLSearchParams(search)];
+  for (const [name] of params) {
+    if (RESULT_PARAMS.has(name.split(':')[0]!)) return `${name} is not allowed in _typeFilter`;
   }
-  if (Object.keys(range).length > 0) query.lastUpdated = range;
-  return query;
+  try {
+    const { query } = parseSearchParams(resourceType, params, { strict: true });
+    // Paging and sorting do not apply to a filter.
+    delete query.count;
+    delete query.offset;
+    delete query.sort;
+    return query;
+  } catch (error) {
+    if (error instanceof FhirError) return `_typeFilter ${resourceType}?${search}: ${error.message}`;
+    throw error;
+  }
 }
 
 function splitFilter(filter: string): { resourceType: string; search: string } | string {

@@ -1,0 +1,40 @@
+/** The Bulk Data CapabilityStatement this server instantiates (Bulk Data 2.0.0). */
+export const BULK_DATA_CAPABILITY_STATEMENT = 'http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data';
+
+const OPERATIONS = [
+  { name: 'export', definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export' },
+  {
+    name: 'patient-export',
+    definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export',
+  },
+  { name: 'group-export', definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export' },
+] as const;
+
+/** The operations `bulkExportRouter` serves, as `CapabilityStatement.rest.operation` entries. */
+export function bulkExportOperations(): { name: string; definition: string }[] {
+  return OPERATIONS.map((operation) => ({ ...operation }));
+}
+
+/**
+ * Adds Bulk Data export to a CapabilityStatement (returns a copy): `instantiates` the Bulk Data
+ * CapabilityStatement, and lists the `export`, `patient-export` and `group-export` operations in
+ * the first `rest` entry (created when absent). Entries already present are not repeated.
+ * @see https://hl7.org/fhir/uv/bulkdata/STU2/CapabilityStatement-bulk-data.html
+ */
+export function withBulkExportCapability<T extends Record<string, unknown>>(capabilityStatement: T): T {
+  const copy = structuredClone(capabilityStatement) as Record<string, unknown>;
+  const instantiates = Array.isArray(copy.instantiates) ? (copy.instantiates as string[]) : [];
+  if (!instantiates.includes(BULK_DATA_CAPABILITY_STATEMENT))
+    instantiates.push(BULK_DATA_CAPABILITY_STATEMENT);
+  copy.instantiates = instantiates;
+  const rest = Array.isArray(copy.rest) ? (copy.rest as Record<string, unknown>[]) : [];
+  if (rest.length === 0) rest.push({ mode: 'server' });
+  const server = rest[0]!;
+  const operations = Array.isArray(server.operation) ? (server.operation as { name?: string }[]) : [];
+  for (const operation of bulkExportOperations()) {
+    if (!operations.some((o) => o.name === operation.name)) operations.push(operation);
+  }
+  server.operation = operations;
+  copy.rest = rest;
+  return copy as T;
+}

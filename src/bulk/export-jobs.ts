@@ -1,0 +1,293 @@
+import { randomUUID } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { operationOutcome } from '../http/error-rendering.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { ExportJobRecord, Storage } from '../storage/types.js';
+import type { ExportPool } from './export-pool.js';
+import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { ExportParams, KickoffIssue } from './kickoff-params.js';
+
+/** What a job runs, persisted as `ExportJobRecord.params` so that a restart can run it again. */
+export interface ExportPlan {
+  params: ExportParams;
+  types: string[];
+  patientIds?: string[];
+  newPatientIds?: string[];
+  issues: KickoffIssue[];
+}
+
+/** Options of {@link ExportJobManager}. */
+export interface ExportJobManagerOptions {
+  storage: Storage;
+  pool: ExportPool;
+  /** Root directory of the export files (one sub-directory per job). */
+  exportDir: string;
+  /** Split size of output files in bytes. */
+  maxFileSize: number;
+  /** Running (accepted or in-progress) exports allowed per project. */
+  maxRunningPerProject: number;
+  /** How long a finished job and its files are kept, ms. */
+  retention: number;
+  /** How often expired jobs are looked for, ms. */
+  cleanupInterval: number;
+  /** Test hook: transforms each task before it runs. */
+  taskHook?: (task: ExportTask) => ExportTask;
+  /** Receives unexpected failures (a job failing is not one). */
+  onError: (error: unknown) => void;
+}
+
+const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** True when `id` has the shape of a job id (guards every path built from it). */
+export function isJobId(id: string): boolean {
+  return JOB_ID.test(id);
+}
+
+interface RunningJob {
+  controller: AbortController;
+  done: Promise<void>;
+  progress?: ExportProgress;
+}
+
+/**
+ * Owns the export jobs of one router: kick-off, running them in the pool, progress, cancel,
+ * resume after a restart and retention. Framework-free.
+ */
+export class ExportJobManager {
+  readonly #o: ExportJobManagerOptions;
+  readonly #running = new Map<string, RunningJob>();
+  readonly #downloads = new Map<string, number>();
+  #timer: NodeJS.Timeout | undefined;
+  #closing = false;
+  #sweeping: Promise<void> | undefined;
+
+  constructor(options: ExportJobManagerOptions) {
+    this.#o = options;
+  }
+
+  /** Directory of one job's files. */
+  jobDir(jobId: string): string {
+    if (!isJobId(jobId)) throw new Error('Invalid job id');
+    return path.join(this.#o.exportDir, jobId);
+  }
+
+  /** Resumes interrupted jobs and starts the retention timer. */
+  async start(): Promise<void> {
+    this.#timer = setInterval(() => {
+      void this.sweep();
+    }, this.#o.cleanupInterval);
+    this.#timer.unref();
+    const interrupted = await this.#o.storage.listExportJobs({ status: ['accepted', 'in-progress'] });
+    for (const job of interrupted) {
+      if (this.#closing) return;
+      if (!this.#running.has(job.id)) this.#launch(job);
+    }
+  }
+
+  /** Running exports of a project (from storage, so every instance counts). */
+  async runningCount(projectId: string): Promise<number> {
+    const jobs = await this.#o.storage.listExportJobs({ projectId, status: ['accepted', 'in-progress'] });
+    return jobs.length;
+  }
+
+  /** Creates and starts a job; `transactionTime` is the snapshot time. */
+  async kickoff(input: {
+    projectId: string;
+    ownerId: string;
+    request: string;
+    plan: ExportPlan;
+  }): Promise<ExportJobRecord> {
+    const { storage } = this.#o;
+    const snapshot = await storage.exportSnapshot(
+      input.projectId,
+      input.plan.patientIds ? { patientIds: input.plan.patientIds } : undefined,
+    );
+    let job: ExportJobRecord;
+    try {
+      job = await storage.createExportJob({
+        id: randomUUID(),
+        projectId: input.projectId,
+        ownerId: input.ownerId,
+        status: 'accepted',
+        request: input.request,
+        transactionTime: snapshot.takenAt,
+        params: input.plan as unknown as Record<string, unknown>,
+        snapshot,
+      });
+    } catch (error) {
+      await storage.releaseSnapshot(snapshot).catch(this.#o.onError);
+      throw error;
+    }
+    this.#launch(job);
+    return job;
+  }
+
+  /** In-memory progress of a job running here, else the persisted one. */
+  progressOf(job: ExportJobRecord): ExportProgress | undefined {
+    return this.#running.get(job.id)?.progress ?? (job.progress as ExportProgress | undefined);
+  }
+
+  /**
+   * The job if `ownerId` in `projectId` may see it and it has not expired; otherwise
+   * `NotFoundError` (other projects and principals must not learn it exists).
+   */
+  async visibleJob(projectId: string, ownerId: string | undefined, jobId: string): Promise<ExportJobRecord> {
+    if (!isJobId(jobId)) throw new NotFoundError('No such export job');
+    const job = await this.#o.storage.readExportJob(projectId, jobId);
+    if (ownerId !== undefined && job.ownerId !== ownerId) throw new NotFoundError('No such export job');
+    if (job.status === 'cancelled') throw new NotFoundError('No such export job');
+    if (job.expiresAt !== undefined && Date.parse(job.expiresAt) <= Date.now()) {
+      throw new NotFoundError('No such export job');
+    }
+    return job;
+  }
+
+  /** Cancels (or deletes, once complete) a job: stops it, removes its files and its record. */
+  async cancel(job: ExportJobRecord): Promise<void> {
+    const running = this.#running.get(job.id);
+    if (running) {
+      running.controller.abort(new Error('Export cancelled'));
+      await running.done;
+    }
+    await rm(this.jobDir(job.id), { recursive: true, force: true });
+    await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
+      if (!(error instanceof NotFoundError)) throw error;
+    });
+    if (job.snapshot && (job.status === 'accepted' || job.status === 'in-progress')) {
+      await this.#o.storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+    }
+  }
+
+  /** Marks a download of `jobId` in flight; call the returned function when it ends. */
+  beginDownload(jobId: string): () => void {
+    this.#downloads.set(jobId, (this.#downloads.get(jobId) ?? 0) + 1);
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      const left = (this.#downloads.get(jobId) ?? 1) - 1;
+      if (left > 0) this.#downloads.set(jobId, left);
+      else this.#downloads.delete(jobId);
+    };
+  }
+
+  /** Removes expired jobs and their files, except those with a download in flight. */
+  sweep(): Promise<void> {
+    this.#sweeping ??= this.#sweep().finally(() => {
+      this.#sweeping = undefined;
+    });
+    return this.#sweeping;
+  }
+
+  async #sweep(): Promise<void> {
+    try {
+      const now = Date.now();
+      const jobs = await this.#o.storage.listExportJobs({ status: ['completed', 'failed', 'cancelled'] });
+      for (const job of jobs) {
+        if (this.#closing) return;
+        if (job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
+        if (this.#downloads.has(job.id) || this.#running.has(job.id)) continue;
+        await rm(this.jobDir(job.id), { recursive: true, force: true });
+        await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
+          if (!(error instanceof NotFoundError)) throw error;
+        });
+      }
+    } catch (error) {
+      if (!this.#closing) this.#o.onError(error);
+    }
+  }
+
+  #launch(job: ExportJobRecord): void {
+    const controller = new AbortController();
+    const entry: RunningJob = { controller, done: Promise.resolve() };
+    this.#running.set(job.id, entry);
+    entry.done = this.#run(job, entry)
+      .catch(this.#o.onError)
+      .finally(() => {
+        this.#running.delete(job.id);
+      });
+  }
+
+  async #run(job: ExportJobRecord, entry: RunningJob): Promise<void> {
+    const { storage } = this.#o;
+    const plan = job.params as unknown as ExportPlan;
+    const dir = this.jobDir(job.id);
+    const signal = entry.controller.signal;
+    // Progress is persisted at most once a second, one write at a time.
+    let persisting: Promise<unknown> = Promise.resolve();
+    let lastPersist = 0;
+    try {
+      if (!job.snapshot) throw new Error('The job has no snapshot');
+      await rm(dir, { recursive: true, force: true });
+      await mkdir(dir, { recursive: true });
+      if (job.status !== 'in-progress')
+        await storage.updateExportJob(job.projectId, job.id, { status: 'in-progress' });
+      let task: ExportTask = {
+        jobId: job.id,
+        projectId: job.projectId,
+        params: plan.params,
+        types: plan.types,
+        snapshot: job.snapshot,
+        outputDir: dir,
+        maxFileSize: this.#o.maxFileSize,
+        issues: plan.issues,
+      };
+      if (plan.patientIds) task.patientIds = plan.patientIds;
+      if (plan.newPatientIds) task.newPatientIds = plan.newPatientIds;
+      if (storage.descriptor) task.descriptor = storage.descriptor;
+      if (this.#o.taskHook) task = this.#o.taskHook(task);
+      const result: ExportTaskResult = await this.#o.pool.run(task, {
+        signal,
+        reader: storage.exportReader,
+        onProgress: (progress) => {
+          entry.progress = progress;
+          const now = Date.now();
+          if (now - lastPersist < 1000) return;
+          lastPersist = now;
+          persisting = persisting
+            .then(() => storage.updateExportJob(job.projectId, job.id, { progress: { ...progress } }))
+            .catch(() => undefined);
+        },
+      });
+      if (signal.aborted) return;
+      await persisting;
+      await storage.updateExportJob(job.projectId, job.id, {
+        status: 'completed',
+        result: result as unknown as Record<string, unknown>,
+        progress: entry.progress ? { ...entry.progress } : undefined,
+        expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
+      });
+      await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+    } catch (error) {
+      await persisting;
+      // Cancelled (the canceller cleans up) or stopping (the job resumes at next start).
+      if (signal.aborted || this.#closing) return;
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      const outcome = operationOutcome(
+        'fatal',
+        'exception',
+        'The export failed and was stopped; start a new export',
+      );
+      await storage
+        .updateExportJob(job.projectId, job.id, {
+          status: 'failed',
+          failure: outcome,
+          expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
+        })
+        .catch(() => undefined);
+      if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
+      this.#o.onError(error);
+    }
+  }
+
+  /** Stops the timer and every running job (which stays `in-progress` and resumes at next start). */
+  async close(): Promise<void> {
+    this.#closing = true;
+    if (this.#timer) clearInterval(this.#timer);
+    const running = [...this.#running.values()];
+    for (const job of running) job.controller.abort(new Error('Export service closing'));
+    await Promise.all(running.map((job) => job.done));
+    await this.#sweeping;
+  }
+}

@@ -1,0 +1,90 @@
+import { canAccess } from '../auth/access.js';
+import type { Principal } from '../auth/principal.js';
+import { patientCompartmentTypes } from '../fhir/compartment.js';
+import { R4_RESOURCE_TYPES } from '../fhir/resource-types.js';
+import { FhirError } from '../http/http-error.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { StorageOperations } from '../storage/types.js';
+import type { ExportPlan } from './export-jobs.js';
+import { resolveGroupMembers } from './group-members.js';
+import type { ExportParams, KickoffIssue } from './kickoff-params.js';
+
+/** True when `principal` may export (and download) resources of `resourceType`. */
+export function canExport(principal: Principal, resourceType: string): boolean {
+  return canAccess(principal, resourceType, 'read') || canAccess(principal, resourceType, 'search');
+}
+
+/**
+ * Turns parsed kick-off parameters into what the job runs: the resource types (narrowed to
+ * `_type`, to the patient compartment at Patient and Group level, and to what the caller's scopes
+ * cover), and the patients of a Group or of the `patient` parameter.
+ *
+ * Errors: 403 when the scopes cover none of the types (or, unless lenient, one that `_type` names);
+ * 404 for an unknown Group; 400 (unless lenient) for a `patient` that does not exist or is not in
+ * the Group, and for a `_type` outside the patient compartment at Patient and Group level.
+ */
+export async function planExport(
+  storage: Pick<StorageOperations, 'readResource'>,
+  projectId: string,
+  principal: Principal,
+  params: ExportParams,
+  issues: KickoffIssue[],
+): Promise<ExportPlan> {
+  const lenient = params.lenient;
+  const allIssues = [...issues];
+  const reject = (status: number, code: string, parameter: string, text: string): void => {
+    if (!lenient) throw new FhirError(status, code, text, { expression: [parameter] });
+    allIssues.push({ severity: 'warning', code, text, expression: [parameter] });
+  };
+
+  const compartmentTypes =
+    params.level === 'system' ? undefined : new Set(['Patient', ...patientCompartmentTypes()]);
+  let types: string[];
+  if (params.types) {
+    types = [];
+    for (const type of params.types) {
+      if (compartmentTypes && !compartmentTypes.has(type)) {
+        reject(400, 'not-supported', '_type', `${type} is not in the patient compartment`);
+      } else if (!canExport(principal, type)) {
+        reject(403, 'forbidden', '_type', `The access token does not cover ${type}`);
+      } else types.push(type);
+    }
+  } else {
+    const all = compartmentTypes ? [...compartmentTypes] : [...R4_RESOURCE_TYPES];
+    types = all.filter((type) => canExport(principal, type));
+    if (types.length === 0) throw new FhirError(403, 'forbidden', 'The access token covers no resource type');
+  }
+
+  const plan: ExportPlan = { params, types, issues: allIssues };
+  if (params.level === 'group') {
+    if (params.groupId === undefined) throw new FhirError(400, 'invalid', 'A Group export needs a Group id');
+    const members = await resolveGroupMembers(storage, projectId, params.groupId, params.sinceMs);
+    let patientIds = members.patientIds;
+    if (params.patients) {
+      const inGroup = new Set(patientIds);
+      const wanted: string[] = [];
+      for (const id of params.patients) {
+        if (inGroup.has(id)) wanted.push(id);
+        else reject(400, 'invalid', 'patient', `Patient/${id} is not a member of the Group`);
+      }
+      patientIds = wanted;
+    }
+    const chosen = new Set(patientIds);
+    plan.patientIds = patientIds;
+    const added = members.addedSince.filter((id) => chosen.has(id));
+    if (added.length > 0) plan.newPatientIds = added;
+  } else if (params.level === 'patient' && params.patients) {
+    const found: string[] = [];
+    for (const id of params.patients) {
+      try {
+        await storage.readResource(projectId, 'Patient', id);
+        found.push(id);
+      } catch (error) {
+        if (!(error instanceof NotFoundError)) throw error;
+        reject(400, 'invalid', 'patient', `Patient/${id} does not exist`);
+      }
+    }
+    plan.patientIds = found;
+  }
+  return plan;
+}

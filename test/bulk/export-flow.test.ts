@@ -1,0 +1,159 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import type { Storage } from '../../src/storage/types.js';
+import { fixtureStorage } from './fixtures/fixture-storage.js';
+import {
+  BASE,
+  createApp,
+  download,
+  downloadAll,
+  expectMatchesStore,
+  exportManifest,
+  keysOf,
+  seed,
+  tempDir,
+  token,
+} from './helpers.js';
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length) await closers.pop()!();
+});
+
+const stores: [string, () => Storage][] = [
+  ['worker threads (descriptor)', () => fixtureStorage({ dir: tempDir() })],
+  ['main thread (no descriptor)', () => fixtureStorage({ dir: tempDir(), descriptor: false })],
+];
+
+describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
+  async function setup(options = {}) {
+    const storage = makeStorage();
+    await seed(storage);
+    const { app, router } = createApp(storage, options);
+    closers.push(() => router.close());
+    return { storage, app, auth: `${token('proj-a')}` };
+  }
+
+  it('system level: every resource of the project, each file checked line by line', async () => {
+    const { storage, app, auth } = await setup();
+    const manifest = await exportManifest(app, auth, '/$export');
+    expect(manifest.requiresAccessToken).toBe(true);
+    expect(manifest.request).toMatch(/\/fhir\/R4\/\$export$/);
+    expect(manifest.error).toEqual([]);
+    expect(manifest.deleted).toBeUndefined();
+    expect(Date.parse(manifest.transactionTime)).not.toBeNaN();
+    const byType = await downloadAll(app, auth, manifest);
+    expect(keysOf(byType)).toEqual(
+      [
+        'Patient/p1',
+        'Patient/p2',
+        'Patient/p3',
+        'Patient/p4',
+        'Observation/o1',
+        'Observation/o2',
+        'Observation/o3',
+        'Observation/o4',
+        'Condition/c1',
+        'Encounter/e1',
+        'Organization/org1',
+        'Group/g1',
+        'Group/g2',
+      ].sort(),
+    );
+    await expectMatchesStore(storage, 'proj-a', byType);
+    for (const entry of manifest.output)
+      expect(entry.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/fhir\/R4\/\$export-file\//);
+  });
+
+  it('Patient level: the compartments of every patient, nothing else', async () => {
+    const { storage, app, auth } = await setup();
+    const manifest = await exportManifest(app, auth, '/Patient/$export');
+    const byType = await downloadAll(app, auth, manifest);
+    expect(keysOf(byType)).toEqual(
+      [
+        'Patient/p1',
+        'Patient/p2',
+        'Patient/p3',
+        'Patient/p4',
+        'Observation/o1',
+        'Observation/o2',
+        'Observation/o3',
+        'Observation/o4',
+        'Condition/c1',
+        'Encounter/e1',
+        // Group is in the R4 Patient compartment through Group.member.
+        'Group/g1',
+        'Group/g2',
+      ].sort(),
+    );
+    await expectMatchesStore(storage, 'proj-a', byType);
+  });
+
+  it('Group level: nested Groups resolved, cycles safe, inactive members skipped', async () => {
+    const { storage, app, auth } = await setup();
+    const manifest = await exportManifest(app, auth, '/Group/g1/$export');
+    const byType = await downloadAll(app, auth, manifest);
+    expect(keysOf(byType)).toEqual([
+      'Condition/c1',
+      'Group/g1',
+      'Group/g2',
+      'Observation/o1',
+      'Observation/o3',
+      'Patient/p1',
+      'Patient/p3',
+    ]);
+    await expectMatchesStore(storage, 'proj-a', byType);
+  });
+
+  it('accepts %24 for $ and POST with a Parameters body', async () => {
+    const { app, auth } = await setup();
+    const viaEncoded = await exportManifest(app, auth, '/Group/g1/%24export?_type=Patient');
+    expect(viaEncoded.output.map((o) => o.type)).toEqual(['Patient']);
+    const viaPost = await exportManifest(app, auth, '/Patient/$export', {
+      method: 'post',
+      body: {
+        resourceType: 'Parameters',
+        parameter: [
+          { name: '_type', valueString: 'Patient,Observation' },
+          { name: 'patient', valueReference: { reference: 'Patient/p2' } },
+          { name: '_outputFormat', valueString: 'application/fhir+ndjson' },
+        ],
+      },
+    });
+    expect(keysOf(await downloadAll(app, auth, viaPost))).toEqual(['Observation/o2', 'Patient/p2']);
+  });
+
+  it('transactionTime: writes after kick-off are not exported', async () => {
+    const { storage, app, auth } = await setup();
+    const manifest = await exportManifest(app, auth, '/$export?_type=Organization');
+    await storage.writeResources('proj-a', [
+      { op: 'update', resource: { resourceType: 'Organization', id: 'org2' } },
+    ]);
+    const byType = await downloadAll(app, auth, manifest);
+    expect(keysOf(byType)).toEqual(['Organization/org1']);
+  });
+
+  it('other requests fall through to the next handler', async () => {
+    const { app, auth } = await setup();
+    const res = await request(app).get(`${BASE}/Patient/p1`).set('Authorization', auth);
+    expect(res.status).toBe(418);
+    const unauth = await request(app).get(`${BASE}/metadata`);
+    expect(unauth.status).toBe(418);
+  });
+
+  it('splits files at maxFileSize', async () => {
+    const storage = makeStorage();
+    await seed(storage);
+    const { app, router } = createApp(storage, { maxFileSize: 150 });
+    closers.push(() => router.close());
+    const auth = token('proj-a');
+    const manifest = await exportManifest(app, auth, '/$export?_type=Observation');
+    expect(manifest.output.length).toBeGreaterThan(1);
+    expect(manifest.output.every((o) => o.type === 'Observation')).toBe(true);
+    expect(manifest.output.reduce((n, o) => n + o.count, 0)).toBe(4);
+    const names = manifest.output.map((o) => o.url.split('/').pop());
+    expect(names[0]).toBe('Observation-1.ndjson');
+    const lines = (await Promise.all(manifest.output.map((o) => download(app, auth, o.url)))).flat();
+    expect(lines.map((r) => r.id).sort()).toEqual(['o1', 'o2', 'o3', 'o4']);
+  });
+});
