@@ -6,6 +6,7 @@ import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
 import { parseBasicAuthorization } from './client-authentication.js';
+import { allowedScopes } from './client-scopes.js';
 import { verifyClientSecret } from './client-secret.js';
 import { failureLimiter, type FailureLimitOptions } from './failure-limiter.js';
 import { defaultIssuer } from './issuer.js';
@@ -154,7 +155,7 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
     const client = await activeClient(claims.sub, invalid);
     if (client.projectId !== claims.project_id) throw invalid('The access token does not match its client');
     const granted = splitScopes(claims.scope);
-    return principalOf(client, intersectScopes(granted, splitScopes(client.scope)));
+    return principalOf(client, intersectScopes(granted, allowedScopes(client)));
   }
 
   async function fromBasic(id: string, secret: string, address: string): Promise<Principal> {
@@ -191,7 +192,7 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       }
       basicCache.set(cacheKey, now() + basicCacheMs);
     }
-    return principalOf(client, splitScopes(client.scope));
+    return principalOf(client, allowedScopes(client));
   }
 
   return async (req) => {

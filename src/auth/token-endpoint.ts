@@ -9,6 +9,7 @@ import {
   type FormParams,
 } from './client-authentication.js';
 import type { ClientJwks } from './client-jwks.js';
+import { allowedScopes } from './client-scopes.js';
 import type { FailureLimiter } from './failure-limiter.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
@@ -52,7 +53,7 @@ export interface TokenEndpointConfig {
 }
 
 function grantedScopes(client: ClientRecord, requested: string | undefined): string[] {
-  const allowed = splitScopes(client.scope);
+  const allowed = allowedScopes(client);
   // No scope requested: grant what the client may have (RFC 6749 §3.3 lets the server pick a default).
   if (requested === undefined) return allowed;
   const wanted = splitScopes(requested);

@@ -48,6 +48,14 @@ describe('super-admin client', () => {
       .type('form')
       .send({ grant_type: 'client_credentials' });
     expect(token.status).toBe(200);
+    expect(token.body.scope).toBe('system/*.*');
+    // A generic SMART client asking for a narrower scope gets it.
+    const narrow = await request(app)
+      .post('/oauth2/token')
+      .auth(first.clientId, first.clientSecret!)
+      .type('form')
+      .send({ grant_type: 'client_credentials', scope: 'system/*.read' });
+    expect(narrow.body.scope).toBe('system/*.read');
     const me = await request(app)
       .get('/fhir/R4/Patient')
       .set('Authorization', `Bearer ${token.body.access_token}`);

@@ -235,13 +235,11 @@ describe('token endpoint and bearerAuth', () => {
     expect([repeated.status, repeated.body.error]).toEqual([400, 'invalid_request']);
     const noAuth = await post().type('form').send({ grant_type: 'client_credentials' });
     expect([noAuth.status, noAuth.body.error]).toEqual([401, 'invalid_client']);
-    const badType = await post()
-      .type('form')
-      .send({
-        grant_type: 'client_credentials',
-        client_assertion_type: 'urn:other',
-        client_assertion: 'x.y.z',
-      });
+    const badType = await post().type('form').send({
+      grant_type: 'client_credentials',
+      client_assertion_type: 'urn:other',
+      client_assertion: 'x.y.z',
+    });
     expect([badType.status, badType.body.error]).toEqual([400, 'invalid_request']);
     const garbage = await post().type('form').send(assertionForm('garbage'));
     expect([garbage.status, garbage.body.error]).toEqual([401, 'invalid_client']);
