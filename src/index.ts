@@ -66,6 +66,7 @@ export type { JwksHandlerOptions } from './auth/jwks-handler.js';
 export { parseResourceScope, splitScopes, scopesAllow, intersectScopes } from './auth/scopes.js';
 export type { ResourceScope, ScopeAction } from './auth/scopes.js';
 export { canAccess } from './auth/access.js';
+export { allowedScopes } from './auth/client-scopes.js';
 export type { ResourceAction } from './auth/access.js';
 
 // Storage
