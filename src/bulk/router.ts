@@ -75,13 +75,20 @@ export type BulkExportRouter = Router & {
 };
 
 const EXPORT = '(?:\\$|%24)export';
+// Routes have no capture groups: Express would decode them and answer a malformed escape with its
+// own (HTML) 400 before our handlers run. Segments are taken from `req.path` by `segments()`.
 const ROUTES = {
   system: new RegExp(`^/${EXPORT}/?$`),
   patient: new RegExp(`^/Patient/${EXPORT}/?$`),
-  group: new RegExp(`^/Group/([^/]+)/${EXPORT}/?$`),
-  status: new RegExp(`^/${EXPORT}-status/([^/]+)/?$`),
-  file: new RegExp(`^/${EXPORT}-file/([^/]+)/([^/]+)$`),
+  group: new RegExp(`^/Group/[^/]+/${EXPORT}/?$`),
+  status: new RegExp(`^/${EXPORT}-status/[^/]+/?$`),
+  file: new RegExp(`^/${EXPORT}-file/[^/]+/[^/]+$`),
 };
+
+/** The decoded path segments of the request (undefined for a malformed escape). */
+function segment(req: Request, index: number): string | undefined {
+  return decodeParam(req.path.split('/')[index]);
+}
 
 const FILE_NAME = /^[A-Za-z]+-[0-9]+\.ndjson$/;
 
@@ -158,7 +165,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const projectId = requireProjectId(principal);
       let groupId: string | undefined;
       if (level === 'group') {
-        groupId = decodeParam((req.params as Record<string, string>)[0]);
+        groupId = segment(req, 2);
         if (!isValidId(groupId)) throw new FhirError(404, 'not-found', 'No such Group');
       }
       const { params, issues } = parseKickoff({
@@ -201,7 +208,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     route('post', ROUTES[level], body, kickoff(level));
   }
 
-  const jobParam = (req: Request): string => decodeParam((req.params as Record<string, string>)[0]) ?? '';
+  const jobParam = (req: Request): string => segment(req, 2) ?? '';
 
   route(
     'get',
@@ -249,7 +256,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     ROUTES.file,
     asyncHandler(async (req, res, next: NextFunction) => {
       const principal = getPrincipal(res);
-      const file = decodeParam((req.params as Record<string, string>)[1]) ?? '';
+      const file = segment(req, 3) ?? '';
       const job = await jobs.visibleJob(requireProjectId(principal), undefined, jobParam(req));
       // Only a name listed in the job's manifest is ever joined to the job directory.
       const entry = job.status === 'completed' && FILE_NAME.test(file) ? findJobFile(job, file) : undefined;

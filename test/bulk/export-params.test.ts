@@ -1,0 +1,292 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { fixtureStorage } from './fixtures/fixture-storage.js';
+import {
+  BASE,
+  createApp,
+  download,
+  downloadAll,
+  exportManifest,
+  keysOf,
+  seed,
+  tempDir,
+  token,
+} from './helpers.js';
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length) await closers.pop()!();
+});
+
+async function setup(options = {}) {
+  const storage = fixtureStorage({ dir: tempDir() });
+  await seed(storage);
+  const { app, router } = createApp(storage, options);
+  closers.push(() => router.close());
+  return { storage, app, auth: token('proj-a') };
+}
+
+async function expect400(
+  app: Parameters<typeof request>[0],
+  auth: string,
+  target: string,
+  headers: Record<string, string> = {},
+) {
+  const res = await request(app).get(`${BASE}${target}`).set('Authorization', auth).set(headers);
+  expect(res.status).toBe(400);
+  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
+  expect(res.body.resourceType).toBe('OperationOutcome');
+  return res;
+}
+
+describe('kick-off parameters', () => {
+  it('_outputFormat: the three NDJSON spellings, anything else 400', async () => {
+    const { app, auth } = await setup();
+    for (const format of ['application/fhir+ndjson', 'application/ndjson', 'ndjson']) {
+      const m = await exportManifest(
+        app,
+        auth,
+        `/$export?_type=Organization&_outputFormat=${encodeURIComponent(format)}`,
+      );
+      expect(m.output).toHaveLength(1);
+    }
+    await expect400(app, auth, '/$export?_outputFormat=text/csv');
+  });
+
+  it('_type: comma lists and repeats merge; unknown types 400', async () => {
+    const { app, auth } = await setup();
+    const m = await exportManifest(app, auth, '/$export?_type=Patient,Condition&_type=Organization');
+    expect(m.output.map((o) => o.type).sort()).toEqual(['Condition', 'Organization', 'Patient']);
+    await expect400(app, auth, '/$export?_type=Patient,NotAType');
+    await expect400(app, auth, '/$export?_type=patient');
+    // At Patient level a type outside the compartment is refused.
+    await expect400(app, auth, '/Patient/$export?_type=Organization');
+  });
+
+  it('_since: only resources changed after it, deletions as transaction Bundles', async () => {
+    const { storage, app, auth } = await setup();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const since = new Date().toISOString();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await storage.writeResources('proj-a', [
+      {
+        op: 'update',
+        resource: {
+          resourceType: 'Observation',
+          id: 'o1',
+          status: 'amended',
+          code: { text: 'a' },
+          subject: { reference: 'Patient/p1' },
+        },
+      },
+      { op: 'delete', resourceType: 'Observation', id: 'o2' },
+    ]);
+    const m = await exportManifest(
+      app,
+      auth,
+      `/$export?_type=Observation&_since=${encodeURIComponent(since)}`,
+    );
+    const byType = await downloadAll(app, auth, m);
+    expect(keysOf(byType)).toEqual(['Observation/o1']);
+    expect(m.deleted).toHaveLength(1);
+    const bundles = await download(app, auth, m.deleted![0]!.url);
+    expect(bundles).toHaveLength(1);
+    expect(bundles[0]).toMatchObject({
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [{ request: { method: 'DELETE', url: 'Observation/o2' } }],
+    });
+    // An unencoded "+" offset arrives as a space and is still understood.
+    const offset = since.replace('Z', '+00:00');
+    const m2 = await exportManifest(app, auth, `/$export?_type=Observation&_since=${offset}`);
+    expect(m2.output.reduce((n, o) => n + o.count, 0)).toBe(1);
+    await expect400(app, auth, '/$export?_since=yesterday');
+    await expect400(app, auth, '/$export?_since=2020-01-01');
+  });
+
+  it('_since at Group level: members added after it get their whole compartment', async () => {
+    const { storage, app, auth } = await setup();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const since = new Date(Date.now()).toISOString();
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await storage.writeResources('proj-a', [
+      {
+        op: 'update',
+        resource: {
+          resourceType: 'Group',
+          id: 'g3',
+          type: 'person',
+          actual: true,
+          member: [
+            { entity: { reference: 'Patient/p1' }, period: { start: '2000-01-01T00:00:00Z' } },
+            {
+              entity: { reference: 'Patient/p2' },
+              period: { start: new Date(Date.now() + 1000).toISOString() },
+            },
+          ],
+        },
+      },
+      {
+        op: 'update',
+        resource: {
+          resourceType: 'Condition',
+          id: 'c1',
+          subject: { reference: 'Patient/p1' },
+          note: [{ text: 'x' }],
+        },
+      },
+    ]);
+    const m = await exportManifest(
+      app,
+      auth,
+      `/Group/g3/$export?_type=Patient,Observation,Condition,Encounter&_since=${encodeURIComponent(since)}`,
+    );
+    const keys = keysOf(await downloadAll(app, auth, m));
+    // p1: only what changed after _since; p2 (new member): everything.
+    expect(keys).toEqual(['Condition/c1', 'Encounter/e1', 'Observation/o2', 'Patient/p2']);
+  });
+
+  it('_elements keeps the listed elements and tags SUBSETTED', async () => {
+    const { app, auth } = await setup();
+    const m = await exportManifest(
+      app,
+      auth,
+      '/$export?_type=Patient,Observation&_elements=Patient.name,status',
+    );
+    const byType = await downloadAll(app, auth, m);
+    for (const p of byType.get('Patient')!) {
+      expect(Object.keys(p).sort()).toEqual(['id', 'meta', 'name', 'resourceType']);
+      expect((p.meta as { tag: { code: string }[] }).tag.map((t) => t.code)).toContain('SUBSETTED');
+    }
+    for (const o of byType.get('Observation')!)
+      expect(Object.keys(o).sort()).toEqual(['id', 'meta', 'resourceType', 'status']);
+    await expect400(app, auth, '/$export?_elements=Foo.bar');
+    await expect400(app, auth, '/$export?_elements=name.given');
+  });
+
+  it('_typeFilter: filters its type only; several filters are ORed; unsupported 400', async () => {
+    const { app, auth } = await setup();
+    const filters = [`Observation?${new URLSearchParams({ subject: 'Patient/p1' })}`, `Observation?_id=o3`];
+    const m = await exportManifest(
+      app,
+      auth,
+      `/$export?_type=Observation,Condition&_typeFilter=${filters.map(encodeURIComponent).join(',')}`,
+    );
+    expect(keysOf(await downloadAll(app, auth, m))).toEqual([
+      'Condition/c1',
+      'Observation/o1',
+      'Observation/o3',
+    ]);
+    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Observation?code=1234')}`);
+    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Observation?_sort=_id')}`);
+    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Nope?_id=1')}`);
+  });
+
+  it('patient: POST only, Patient and Group level, must exist / be a member', async () => {
+    const { app, auth } = await setup();
+    await expect400(app, auth, '/Patient/$export?patient=Patient/p1');
+    const post = (target: string, refs: string[], prefer = 'respond-async') =>
+      request(app)
+        .post(`${BASE}${target}`)
+        .set('Authorization', auth)
+        .set('Prefer', prefer)
+        .set('Content-Type', 'application/fhir+json')
+        .send(
+          JSON.stringify({
+            resourceType: 'Parameters',
+            parameter: refs.map((r) => ({ name: 'patient', valueReference: { reference: r } })),
+          }),
+        );
+    expect((await post('/$export', ['Patient/p1'])).status).toBe(400);
+    expect((await post('/Patient/$export', ['Patient/nobody'])).status).toBe(400);
+    expect((await post('/Group/g1/$export', ['Patient/p2'])).status).toBe(400);
+    const m = await exportManifest(app, auth, '/Group/g1/$export?_type=Patient,Observation', {
+      method: 'post',
+      body: {
+        resourceType: 'Parameters',
+        parameter: [{ name: 'patient', valueReference: { reference: 'Patient/p3' } }],
+      },
+    });
+    expect(keysOf(await downloadAll(app, auth, m))).toEqual(['Observation/o3', 'Patient/p3']);
+    // Malformed bodies.
+    const bad = await request(app)
+      .post(`${BASE}/$export`)
+      .set('Authorization', auth)
+      .set('Content-Type', 'application/fhir+json')
+      .send('{"resourceType":"Patient"}');
+    expect(bad.status).toBe(400);
+    const notJson = await request(app)
+      .post(`${BASE}/$export`)
+      .set('Authorization', auth)
+      .set('Content-Type', 'application/fhir+json')
+      .send('{');
+    expect(notJson.status).toBe(400);
+    const wrongType = await request(app)
+      .post(`${BASE}/$export`)
+      .set('Authorization', auth)
+      .set('Content-Type', 'text/plain')
+      .send('x');
+    expect(wrongType.status).toBe(415);
+  });
+
+  it('includeAssociatedData: unsupported values 400', async () => {
+    const { app, auth } = await setup();
+    await expect400(app, auth, '/$export?includeAssociatedData=LatestProvenanceResources');
+    await expect400(app, auth, '/$export?includeAssociatedData=_custom');
+  });
+
+  it('unknown parameters and Prefer handling values 400', async () => {
+    const { app, auth } = await setup();
+    await expect400(app, auth, '/$export?_foo=1');
+    await expect400(app, auth, '/$export', { Prefer: 'respond-async, handling=sloppy' });
+  });
+
+  it('handling=lenient: problems are ignored and reported in the error files', async () => {
+    const { app, auth } = await setup();
+    const m = await exportManifest(
+      app,
+      auth,
+      '/$export?_type=Patient,NotAType&_outputFormat=csv&includeAssociatedData=LatestProvenanceResources&_typeFilter=Observation%3Fcode%3D1&_foo=1',
+      { prefer: 'respond-async, handling=lenient' },
+    );
+    expect(m.output.map((o) => o.type)).toEqual(['Patient']);
+    expect(m.error).toHaveLength(1);
+    expect(m.error[0]!.type).toBe('OperationOutcome');
+    expect(m.error[0]!.count).toBe(5);
+    const outcomes = await download(app, auth, m.error[0]!.url);
+    expect(outcomes.every((o) => o.resourceType === 'OperationOutcome')).toBe(true);
+    const expressions = outcomes.map((o) => (o.issue as { expression: string[] }[])[0]!.expression[0]).sort();
+    expect(expressions).toEqual(['_foo', '_outputFormat', '_type', '_typeFilter', 'includeAssociatedData']);
+  });
+
+  it('an unknown Group is 404, an invalid Group id too', async () => {
+    const { app, auth } = await setup();
+    const res = await request(app).get(`${BASE}/Group/nope/$export`).set('Authorization', auth);
+    expect(res.status).toBe(404);
+    expect(res.body.resourceType).toBe('OperationOutcome');
+    expect(
+      (
+        await request(app)
+          .get(`${BASE}/Group/${'x'.repeat(70)}/$export`)
+          .set('Authorization', auth)
+      ).status,
+    ).toBe(404);
+  });
+
+  it('429 with Retry-After when too many exports run for the project', async () => {
+    const storage = fixtureStorage({ dir: tempDir(), delayMs: 200 });
+    await seed(storage);
+    const { app, router } = createApp(storage, { maxRunningExports: 1 });
+    closers.push(() => router.close());
+    const auth = token('proj-a');
+    const first = await request(app).get(`${BASE}/$export`).set('Authorization', auth);
+    expect(first.status).toBe(202);
+    const second = await request(app).get(`${BASE}/$export`).set('Authorization', auth);
+    expect(second.status).toBe(429);
+    expect(second.headers['retry-after']).toMatch(/^\d+$/);
+    expect(second.body.issue[0].code).toBe('throttled');
+    // Another project is not throttled.
+    const other = await request(app).get(`${BASE}/$export`).set('Authorization', token('proj-b'));
+    expect(other.status).toBe(202);
+  });
+});
