@@ -258,10 +258,9 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         }
         const ids: string[] = [];
         for (const reference of commaList(list)) {
-          const match = /^(?:.*\/)?Patient\/([^/]+)$/.exec(reference);
-          if (!match || !isValidId(match[1]))
-            reject('patient', `Invalid patient reference ${reference}`, 'invalid');
-          else if (!ids.includes(match[1])) ids.push(match[1]);
+          const id = /^(?:.*\/)?Patient\/([^/]+)$/.exec(reference)?.[1];
+          if (!isValidId(id)) reject('patient', `Invalid patient reference ${reference}`, 'invalid');
+          else if (!ids.includes(id)) ids.push(id);
         }
         params.patients = ids;
         break;
