@@ -259,7 +259,8 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         const ids: string[] = [];
         for (const reference of commaList(list)) {
           const id = /^(?:.*\/)?Patient\/([^/]+)$/.exec(reference)?.[1];
-          if (!isValidId(id)) reject('patient', `Invalid patient reference ${reference}`, 'invalid');
+          if (id === undefined || !isValidId(id))
+            reject('patient', `Invalid patient reference ${reference}`, 'invalid');
           else if (!ids.includes(id)) ids.push(id);
         }
         params.patients = ids;

@@ -166,7 +166,8 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       let groupId: string | undefined;
       if (level === 'group') {
         groupId = segment(req, 2);
-        if (!isValidId(groupId)) throw new FhirError(404, 'not-found', 'No such Group');
+        if (groupId === undefined || !isValidId(groupId))
+          throw new FhirError(404, 'not-found', 'No such Group');
       }
       const { params, issues } = parseKickoff({
         level,
