@@ -1,0 +1,226 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import request from 'supertest';
+import { ExportJobManager } from '../../src/bulk/export-jobs.js';
+import { ExportPool } from '../../src/bulk/export-pool.js';
+import type { ExportTask } from '../../src/bulk/export-task.js';
+import type { FhirResource } from '../../src/storage/types.js';
+import { fixtureStorage } from './fixtures/fixture-storage.js';
+import {
+  BASE,
+  createApp,
+  downloadAll,
+  expectMatchesStore,
+  kickoff,
+  pathOf,
+  poll,
+  sampleResources,
+  seed,
+  tempDir,
+  token,
+} from './helpers.js';
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length) await closers.pop()!();
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The sample plus `n` more Observations, so that a slowed export takes a while. */
+function manyResources(n: number): FhirResource[] {
+  const extra = Array.from({ length: n }, (_, i) => ({
+    resourceType: 'Observation',
+    id: `x${i}`,
+    status: 'final',
+    code: { text: 'x' },
+    subject: { reference: 'Patient/p1' },
+  }));
+  return [...sampleResources(), ...extra];
+}
+
+async function waitForRunning(app: Parameters<typeof request>[0], auth: string, statusPath: string) {
+  for (let i = 0; i < 200; i++) {
+    const res = await request(app).get(statusPath).set('Authorization', auth);
+    expect(res.status).toBe(202);
+    if (/^[1-9]\d* resources/.test(res.headers['x-progress'] as string)) return;
+    await sleep(20);
+  }
+  throw new Error('export never made progress');
+}
+
+describe('cancel', () => {
+  it.each([
+    ['worker thread', true],
+    ['main thread', false],
+  ])(
+    'DELETE stops a running export (%s) within a second, removes its files, then 404',
+    async (_n, descriptor) => {
+      const exportDir = tempDir('bulk-out-');
+      const storage = fixtureStorage({ dir: tempDir(), delayMs: 50, chunkLines: 1, descriptor });
+      await seed(storage, manyResources(200));
+      const { app, router } = createApp(storage, { exportDir });
+      closers.push(() => router.close());
+      const auth = token('proj-a');
+      const statusPath = await kickoff(app, auth, '/$export?_type=Observation');
+      await waitForRunning(app, auth, statusPath);
+      const jobId = statusPath.split('/').pop()!;
+      expect(fs.existsSync(path.join(exportDir, jobId))).toBe(true);
+      const started = Date.now();
+      const del = await request(app).delete(statusPath).set('Authorization', auth);
+      expect(del.status).toBe(202);
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(fs.existsSync(path.join(exportDir, jobId))).toBe(false);
+      const after = await request(app).get(statusPath).set('Authorization', auth);
+      expect(after.status).toBe(404);
+      expect(after.body.resourceType).toBe('OperationOutcome');
+      expect((await request(app).delete(statusPath).set('Authorization', auth)).status).toBe(404);
+      expect(storage.state.jobs.size).toBe(0);
+      // The project may start new exports at once.
+      expect(
+        (await request(app).get(`${BASE}/$export?_type=Patient`).set('Authorization', auth)).status,
+      ).toBe(202);
+    },
+  );
+
+  it('DELETE of a completed export removes its files', async () => {
+    const exportDir = tempDir('bulk-out-');
+    const storage = fixtureStorage({ dir: tempDir() });
+    await seed(storage);
+    const { app, router } = createApp(storage, { exportDir });
+    closers.push(() => router.close());
+    const auth = token('proj-a');
+    const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
+    const done = await poll(app, auth, statusPath);
+    const fileUrl = JSON.parse(done.text).output[0].url as string;
+    expect((await request(app).delete(statusPath).set('Authorization', auth)).status).toBe(202);
+    expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(404);
+    expect(fs.readdirSync(exportDir)).toEqual([]);
+  });
+});
+
+describe('restart', () => {
+  it('a job running when the router closes resumes with the same transactionTime on the next router', async () => {
+    const exportDir = tempDir('bulk-out-');
+    const dir = tempDir();
+    const first = fixtureStorage({ dir, delayMs: 40, chunkLines: 1 });
+    await seed(first, manyResources(100));
+    const one = createApp(first, { exportDir });
+    const auth = token('proj-a');
+    const statusPath = await kickoff(one.app, auth, '/$export?_type=Patient,Observation');
+    await waitForRunning(one.app, auth, statusPath);
+    await one.router.close();
+    const [job] = [...first.state.jobs.values()];
+    expect(job!.status).toBe('in-progress');
+    // Written after kick-off: must not appear in the resumed export.
+    await first.writeResources('proj-a', [
+      { op: 'update', resource: { resourceType: 'Patient', id: 'late' } },
+    ]);
+
+    const second = fixtureStorage({ dir }, first.state);
+    const two = createApp(second, { exportDir });
+    closers.push(() => two.router.close());
+    await two.router.ready;
+    const done = await poll(two.app, auth, statusPath);
+    expect(done.status).toBe(200);
+    const manifest = JSON.parse(done.text);
+    expect(manifest.transactionTime).toBe(job!.transactionTime);
+    const byType = await downloadAll(two.app, auth, manifest);
+    expect(byType.get('Observation')).toHaveLength(104);
+    expect(
+      byType
+        .get('Patient')!
+        .map((p) => p.id)
+        .sort(),
+    ).toEqual(['p1', 'p2', 'p3', 'p4']);
+    await expectMatchesStore(second, 'proj-a', byType);
+  });
+});
+
+describe('worker crash', () => {
+  it.each(['exit', 'throw'] as const)(
+    'a worker that %ss fails its job with an OperationOutcome; the pool goes on',
+    async (crash) => {
+      const storage = fixtureStorage({ dir: tempDir() });
+      await seed(storage);
+      let tasks = 0;
+      const taskHook = (task: ExportTask): ExportTask => (++tasks === 1 ? { ...task, crash } : task);
+      const { app, router } = createApp(storage, { taskHook });
+      closers.push(() => router.close());
+      const auth = token('proj-a');
+      const failedPath = await kickoff(app, auth, '/$export?_type=Patient');
+      const failed = await poll(app, auth, failedPath);
+      expect(failed.status).toBe(500);
+      expect(failed.headers['content-type']).toMatch(/^application\/fhir\+json/);
+      expect(failed.body.resourceType).toBe('OperationOutcome');
+      expect(failed.body.issue[0].code).toBe('exception');
+      const okPath = await kickoff(app, auth, '/$export?_type=Patient');
+      const ok = await poll(app, auth, okPath);
+      expect(ok.status).toBe(200);
+    },
+  );
+});
+
+describe('retention', () => {
+  it('files and job records expire and are cleaned up', async () => {
+    const exportDir = tempDir('bulk-out-');
+    const storage = fixtureStorage({ dir: tempDir() });
+    await seed(storage);
+    const { app, router } = createApp(storage, { exportDir, retention: 300, cleanupInterval: 50 });
+    closers.push(() => router.close());
+    const auth = token('proj-a');
+    const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
+    const done = await poll(app, auth, statusPath);
+    expect(done.status).toBe(200);
+    const fileUrl = JSON.parse(done.text).output[0].url as string;
+    expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(200);
+    await sleep(600);
+    expect((await request(app).get(statusPath).set('Authorization', auth)).status).toBe(404);
+    expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(404);
+    expect(fs.readdirSync(exportDir)).toEqual([]);
+    expect(storage.state.jobs.size).toBe(0);
+  });
+
+  it('never while a download of the job is in flight', async () => {
+    const exportDir = tempDir('bulk-out-');
+    const storage = fixtureStorage({ dir: tempDir() });
+    await seed(storage);
+    const pool = new ExportPool();
+    const jobs = new ExportJobManager({
+      storage,
+      pool,
+      exportDir,
+      maxFileSize: 1 << 20,
+      maxRunningPerProject: 2,
+      retention: 50,
+      cleanupInterval: 1e9,
+      onError: () => undefined,
+    });
+    closers.push(async () => {
+      await jobs.close();
+      await pool.close();
+    });
+    await jobs.start();
+    const job = await jobs.kickoff({
+      projectId: 'proj-a',
+      ownerId: 'test-client',
+      request: 'http://x/$export',
+      plan: {
+        params: { level: 'system', outputFormat: 'application/fhir+ndjson', lenient: false },
+        types: ['Patient'],
+        issues: [],
+      },
+    });
+    while ((await storage.readExportJob('proj-a', job.id)).status !== 'completed') await sleep(10);
+    const end = jobs.beginDownload(job.id);
+    await sleep(100);
+    await jobs.sweep();
+    expect(fs.existsSync(path.join(exportDir, job.id, 'Patient-1.ndjson'))).toBe(true);
+    expect(storage.state.jobs.size).toBe(1);
+    end();
+    await jobs.sweep();
+    expect(fs.existsSync(path.join(exportDir, job.id))).toBe(false);
+    expect(storage.state.jobs.size).toBe(0);
+  });
+});
