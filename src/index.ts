@@ -128,3 +128,17 @@ export type {
   ParameterValue,
   ReadParameters,
 } from './project/parameters.js';
+
+// Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper
+export { bulkExportRouter } from './bulk/router.js';
+export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js';
+export { ExportPool } from './bulk/export-pool.js';
+export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
+export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
+export type { ExportParams, ExportLevel, KickoffIssue } from './bulk/kickoff-params.js';
+export type { ExportManifest, ManifestEntry } from './bulk/manifest.js';
+export {
+  withBulkExportCapability,
+  bulkExportOperations,
+  BULK_DATA_CAPABILITY_STATEMENT,
+} from './bulk/capability.js';

@@ -8,9 +8,8 @@ async function openReader(descriptor: StorageDescriptor): Promise<ExportReader> 
   if (typeof factory !== 'function') {
     throw new Error(`${descriptor.module} has no export ${descriptor.exportName}`);
   }
-  return (await (factory as (options: Record<string, unknown>) => ExportReader | Promise<ExportReader>)(
-    descriptor.options,
-  )) as ExportReader;
+  const open = factory as (options: Record<string, unknown>) => ExportReader | Promise<ExportReader>;
+  return await open(descriptor.options);
 }
 
 /**

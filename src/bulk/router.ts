@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
-import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { Router, type NextFunction, type Request, type RequestHandler } from 'express';
 import { isValidId } from '../fhir/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
@@ -173,7 +173,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
         level,
         groupId,
         method: req.method,
-        query: req.query as Record<string, unknown>,
+        query: req.query,
         body: req.body as unknown,
         prefer: header(req, 'prefer'),
         accept: header(req, 'accept'),

@@ -166,7 +166,10 @@ describe('kick-off parameters', () => {
 
   it('_typeFilter: filters its type only; several filters are ORed; unsupported 400', async () => {
     const { app, auth } = await setup();
-    const filters = [`Observation?${new URLSearchParams({ subject: 'Patient/p1' })}`, `Observation?_id=o3`];
+    const filters = [
+      `Observation?${new URLSearchParams({ subject: 'Patient/p1' }).toString()}`,
+      `Observation?_id=o3`,
+    ];
     const m = await exportManifest(
       app,
       auth,

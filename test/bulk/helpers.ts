@@ -138,8 +138,8 @@ export async function kickoff(
   init: { method?: 'get' | 'post'; body?: unknown; prefer?: string } = {},
 ): Promise<string> {
   const method = init.method ?? 'get';
-  let req = request(app)
-    [method](`${BASE}${target}`)
+  const agent = request(app);
+  let req = (method === 'get' ? agent.get(`${BASE}${target}`) : agent.post(`${BASE}${target}`))
     .set('Authorization', auth)
     .set('Accept', 'application/fhir+json');
   req = req.set('Prefer', init.prefer ?? 'respond-async');
