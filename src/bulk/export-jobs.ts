@@ -15,6 +15,11 @@ export interface ExportPlan {
   patientIds?: string[];
   newPatientIds?: string[];
   issues: KickoffIssue[];
+  /**
+   * The export directory of the manager that created the job: a manager resumes and expires only
+   * its own jobs, so that two mounts on one store do not interfere.
+   */
+  exportDir?: string;
 }
 
 /** Options of {@link ExportJobManager}. */
@@ -81,6 +86,7 @@ export class ExportJobManager {
     const interrupted = await this.#o.storage.listExportJobs({ status: ['accepted', 'in-progress'] });
     for (const job of interrupted) {
       if (this.#closing) return;
+      if (!this.#owns(job)) continue;
       if (!this.#running.has(job.id)) this.#launch(job);
     }
   }
@@ -112,7 +118,7 @@ export class ExportJobManager {
         status: 'accepted',
         request: input.request,
         transactionTime: snapshot.takenAt,
-        params: input.plan as unknown as Record<string, unknown>,
+        params: { ...input.plan, exportDir: this.#o.exportDir } as unknown as Record<string, unknown>,
         snapshot,
       });
     } catch (error) {
@@ -186,7 +192,7 @@ export class ExportJobManager {
       const jobs = await this.#o.storage.listExportJobs({ status: ['completed', 'failed', 'cancelled'] });
       for (const job of jobs) {
         if (this.#closing) return;
-        if (job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
+        if (!this.#owns(job) || job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
         if (this.#downloads.has(job.id) || this.#running.has(job.id)) continue;
         await rm(this.jobDir(job.id), { recursive: true, force: true });
         await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
@@ -196,6 +202,10 @@ export class ExportJobManager {
     } catch (error) {
       if (!this.#closing) this.#o.onError(error);
     }
+  }
+
+  #owns(job: ExportJobRecord): boolean {
+    return (job.params as Partial<ExportPlan>).exportDir === this.#o.exportDir;
   }
 
   #launch(job: ExportJobRecord): void {

@@ -66,7 +66,8 @@ describe('kick-off parameters', () => {
   it('_since: only resources changed after it, deletions as transaction Bundles', async () => {
     const { storage, app, auth } = await setup();
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const since = new Date().toISOString();
+    // The fixture clock stamps writes strictly after its last value.
+    const since = new Date(storage.state.clock).toISOString();
     await new Promise((resolve) => setTimeout(resolve, 5));
     await storage.writeResources('proj-a', [
       {
@@ -107,7 +108,7 @@ describe('kick-off parameters', () => {
   it('_since at Group level: members added after it get their whole compartment', async () => {
     const { storage, app, auth } = await setup();
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const since = new Date(Date.now()).toISOString();
+    const since = new Date(storage.state.clock).toISOString();
     await new Promise((resolve) => setTimeout(resolve, 5));
     await storage.writeResources('proj-a', [
       {
