@@ -1,0 +1,169 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { BULK_DATA_CAPABILITY_STATEMENT, withBulkExportCapability } from '../../src/bulk/capability.js';
+import { elementsFor, projectElements } from '../../src/bulk/elements.js';
+import { resolveGroupMembers } from '../../src/bulk/group-members.js';
+import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
+import { compileTypeFilters } from '../../src/bulk/type-filter.js';
+import { NotFoundError } from '../../src/storage/errors.js';
+import type { StoredResource } from '../../src/storage/types.js';
+import { tempDir } from './helpers.js';
+
+const line = (i: number) =>
+  `${JSON.stringify({ resourceType: 'Basic', id: `b${i}`, pad: 'x'.repeat(i % 7) })}\n`;
+
+describe('NdjsonFileWriter', () => {
+  it('splits at whole lines, never above the limit, and renames finished files', async () => {
+    const dir = tempDir();
+    const writer = new NdjsonFileWriter(dir, 'Basic', 100);
+    const lines = Array.from({ length: 40 }, (_, i) => line(i));
+    // Mixed chunk sizes and representations.
+    for (let i = 0; i < lines.length; i += 5) {
+      const chunk = lines.slice(i, i + 5).join('');
+      await writer.write(i % 10 === 0 ? chunk : new TextEncoder().encode(chunk), 5);
+    }
+    const files = await writer.finish();
+    expect(files.reduce((n, f) => n + f.count, 0)).toBe(40);
+    const names = fs.readdirSync(dir).sort();
+    expect(names).toEqual(files.map((f) => f.file).sort());
+    let all = '';
+    for (const f of files) {
+      const text = fs.readFileSync(path.join(dir, f.file), 'utf8');
+      expect(Buffer.byteLength(text)).toBeLessThanOrEqual(100);
+      expect(Buffer.byteLength(text)).toBe(f.size);
+      expect(text.split('\n').filter(Boolean)).toHaveLength(f.count);
+      all += text;
+    }
+    expect(all).toBe(lines.join(''));
+  });
+
+  it('a line longer than the limit gets a file of its own', async () => {
+    const dir = tempDir();
+    const writer = new NdjsonFileWriter(dir, 'Basic', 10);
+    await writer.write(`${'{"a":1}'}\n${JSON.stringify({ long: 'y'.repeat(50) })}\n{"b":2}\n`, 3);
+    const files = await writer.finish();
+    expect(files.map((f) => f.count)).toEqual([1, 1, 1]);
+  });
+
+  it('abort removes the unfinished file; nothing written means no file', async () => {
+    const dir = tempDir();
+    const writer = new NdjsonFileWriter(dir, 'Basic', 1000);
+    await writer.write(line(1), 1);
+    expect(fs.readdirSync(dir)).toEqual(['.Basic-1.ndjson.part']);
+    await writer.abort();
+    expect(fs.readdirSync(dir)).toEqual([]);
+    expect(await new NdjsonFileWriter(dir, 'X', 10).finish()).toEqual([]);
+  });
+});
+
+describe('_elements', () => {
+  it('applies typed and untyped entries, keeps id/meta, tags SUBSETTED', () => {
+    expect(elementsFor('Patient', ['Patient.name', 'status'])).toEqual(new Set(['name', 'status']));
+    expect(elementsFor('Observation', ['Patient.name'])).toBeUndefined();
+    const r = {
+      resourceType: 'Observation',
+      id: '1',
+      meta: { versionId: '1', tag: [{ code: 'x' }] },
+      status: 'final',
+      valueQuantity: { value: 1 },
+      _status: { id: 'e' },
+      code: {},
+    };
+    const out = projectElements(r, new Set(['status', 'value[x]']));
+    expect(Object.keys(out).sort()).toEqual([
+      '_status',
+      'id',
+      'meta',
+      'resourceType',
+      'status',
+      'valueQuantity',
+    ]);
+    expect((out.meta as { tag: { code: string }[] }).tag.map((t) => t.code)).toEqual(['x', 'SUBSETTED']);
+    expect(r.meta.tag).toHaveLength(1);
+  });
+});
+
+describe('_typeFilter', () => {
+  it('filters of one type are ORed', () => {
+    const filters = compileTypeFilters([
+      'Observation?_id=a',
+      'Observation?subject=Patient/p',
+      'Condition?_id=c',
+    ]);
+    const obs = (id: string, patient: string) =>
+      ({
+        resourceType: 'Observation',
+        id,
+        meta: { versionId: '1', lastUpdated: '2024-01-01T00:00:00Z' },
+        subject: { reference: `Patient/${patient}` },
+      }) as StoredResource;
+    const test = (r: StoredResource) => filters.get('Observation')!.some((f) => f.matches(r));
+    expect(test(obs('a', 'q'))).toBe(true);
+    expect(test(obs('b', 'p'))).toBe(true);
+    expect(test(obs('b', 'q'))).toBe(false);
+    expect(filters.get('Condition')).toHaveLength(1);
+  });
+});
+
+describe('resolveGroupMembers', () => {
+  const groups: Record<string, unknown[]> = {
+    a: [
+      { entity: { reference: 'Patient/1' } },
+      { entity: { reference: 'Group/b' } },
+      { entity: { reference: 'Group/missing' } },
+    ],
+    b: [
+      { entity: { reference: 'Patient/2' }, period: { start: '2030-01-01T00:00:00Z' } },
+      { entity: { reference: 'Group/a' } },
+      { entity: { reference: 'Group/b' } },
+      { entity: { reference: 'Patient/3' }, inactive: true },
+      { entity: { reference: 'Practitioner/x' } },
+    ],
+  };
+  const storage = {
+    readResource: (_p: string, _t: string, id: string) =>
+      groups[id]
+        ? Promise.resolve({
+            resourceType: 'Group',
+            id,
+            member: groups[id],
+            meta: { versionId: '1', lastUpdated: '' },
+          } as StoredResource)
+        : Promise.reject(new NotFoundError('no')),
+  };
+
+  it('resolves nested Groups once each (cycles end), skips inactive members and missing nested Groups', async () => {
+    expect(await resolveGroupMembers(storage, 'p', 'a')).toEqual({ patientIds: ['1', '2'], addedSince: [] });
+    expect(await resolveGroupMembers(storage, 'p', 'b')).toEqual({ patientIds: ['2', '1'], addedSince: [] });
+  });
+
+  it('members whose period starts after _since are reported as added', async () => {
+    const since = Date.parse('2025-01-01T00:00:00Z');
+    expect((await resolveGroupMembers(storage, 'p', 'a', since)).addedSince).toEqual(['2']);
+  });
+
+  it('an unknown Group is NotFoundError', async () => {
+    await expect(resolveGroupMembers(storage, 'p', 'zzz')).rejects.toBeInstanceOf(NotFoundError);
+  });
+});
+
+describe('withBulkExportCapability', () => {
+  it('adds instantiates and the three operations once, without mutating its input', () => {
+    const cs = {
+      resourceType: 'CapabilityStatement',
+      rest: [{ mode: 'server', operation: [{ name: 'export', definition: 'x' }] }],
+    };
+    const out = withBulkExportCapability(cs);
+    expect(out.instantiates).toEqual([BULK_DATA_CAPABILITY_STATEMENT]);
+    expect((out.rest[0]!.operation as { name: string }[]).map((o) => o.name)).toEqual([
+      'export',
+      'patient-export',
+      'group-export',
+    ]);
+    expect(cs.rest[0]!.operation).toHaveLength(1);
+    const twice = withBulkExportCapability(out);
+    expect(twice.instantiates).toHaveLength(1);
+    expect(withBulkExportCapability({ resourceType: 'CapabilityStatement' }).rest).toHaveLength(1);
+  });
+});

@@ -1,0 +1,130 @@
+import { describe, expect, it } from 'vitest';
+import { parseKickoff, parsePrefer, type KickoffInput } from '../../src/bulk/kickoff-params.js';
+import { FhirError } from '../../src/http/http-error.js';
+
+const input = (query: Record<string, unknown>, extra: Partial<KickoffInput> = {}): KickoffInput => ({
+  level: 'system',
+  method: 'GET',
+  query,
+  ...extra,
+});
+
+function status(fn: () => unknown): number | undefined {
+  try {
+    fn();
+    return undefined;
+  } catch (error) {
+    return error instanceof FhirError ? error.status : -1;
+  }
+}
+
+describe('parsePrefer', () => {
+  it('reads handling from a comma list and ignores other preferences', () => {
+    expect(parsePrefer('respond-async, handling=lenient')).toEqual({ handling: 'lenient' });
+    expect(parsePrefer('handling=strict,respond-async')).toEqual({ handling: 'strict' });
+    expect(parsePrefer('return=minimal')).toEqual({});
+    expect(parsePrefer(undefined)).toEqual({});
+    expect(parsePrefer('handling=maybe').invalid).toBe('handling=maybe');
+  });
+});
+
+describe('parseKickoff', () => {
+  it('defaults', () => {
+    expect(parseKickoff(input({}))).toEqual({
+      params: { level: 'system', outputFormat: 'application/fhir+ndjson', lenient: false },
+      issues: [],
+    });
+  });
+
+  it('_type merges comma lists and repeats, without duplicates', () => {
+    const { params } = parseKickoff(input({ _type: ['Patient,Observation', 'Patient', ' Condition '] }));
+    expect(params.types).toEqual(['Patient', 'Observation', 'Condition']);
+  });
+
+  it('_since: FHIR instants only; a space stands for an unencoded +', () => {
+    const { params } = parseKickoff(input({ _since: '2024-01-02T03:04:05.123 02:00' }));
+    expect(params.since).toBe('2024-01-02T03:04:05.123+02:00');
+    expect(params.sinceMs).toBe(Date.parse('2024-01-02T01:04:05.123Z'));
+    for (const bad of ['2024-01-02', '2024-01-02T03:04:05', 'now', '2024-13-01T00:00:00Z']) {
+      expect(status(() => parseKickoff(input({ _since: bad })))).toBe(400);
+    }
+    expect(
+      status(() => parseKickoff(input({ _since: ['2024-01-02T03:04:05Z', '2024-01-02T03:04:05Z'] }))),
+    ).toBe(400);
+  });
+
+  it('POST Parameters: values of any string type and references', () => {
+    const { params } = parseKickoff(
+      input(
+        {},
+        {
+          level: 'group',
+          groupId: 'g',
+          method: 'POST',
+          body: {
+            resourceType: 'Parameters',
+            parameter: [
+              { name: '_since', valueInstant: '2024-01-02T03:04:05Z' },
+              { name: '_type', valueString: 'Patient' },
+              { name: 'patient', valueReference: { reference: 'Patient/a' } },
+              { name: 'patient', valueReference: { reference: 'https://x.org/fhir/Patient/b' } },
+              { name: '_outputFormat', valueString: 'ndjson' },
+            ],
+          },
+        },
+      ),
+    );
+    expect(params).toMatchObject({ level: 'group', groupId: 'g', types: ['Patient'], patients: ['a', 'b'] });
+    for (const body of [
+      { resourceType: 'Patient' },
+      { resourceType: 'Parameters', parameter: {} },
+      { resourceType: 'Parameters', parameter: [{ valueString: 'x' }] },
+      { resourceType: 'Parameters', parameter: [{ name: '_type', valueInteger: 1 }] },
+      {
+        resourceType: 'Parameters',
+        parameter: [{ name: 'patient', valueReference: { reference: 'Group/1' } }],
+      },
+      null,
+    ]) {
+      expect(status(() => parseKickoff(input({}, { level: 'patient', method: 'POST', body })))).toBe(400);
+    }
+  });
+
+  it('every problem is a 400 in strict mode and an issue in lenient mode', () => {
+    const bad: Record<string, string> = {
+      _outputFormat: 'application/json',
+      _type: 'Nope',
+      _elements: 'a.b.c',
+      _typeFilter: 'Observation?unknown-param=1',
+      includeAssociatedData: 'RelevantProvenanceResources',
+      _bogus: 'x',
+    };
+    for (const [name, value] of Object.entries(bad)) {
+      expect(
+        status(() => parseKickoff(input({ [name]: value }))),
+        name,
+      ).toBe(400);
+      const lenient = parseKickoff(input({ [name]: value }, { prefer: 'handling=lenient' }));
+      expect(lenient.params.lenient).toBe(true);
+      expect(
+        lenient.issues.map((i) => i.expression[0]),
+        name,
+      ).toEqual([name]);
+    }
+    expect(status(() => parseKickoff(input({ patient: 'Patient/1' }, { level: 'patient' })))).toBe(400);
+    expect(status(() => parseKickoff(input({}, { accept: 'text/html' })))).toBe(400);
+    expect(status(() => parseKickoff(input({}, { accept: 'application/fhir+json' })))).toBeUndefined();
+    expect(status(() => parseKickoff(input({ _type: { a: 1 } })))).toBe(400);
+  });
+
+  it('_elements and _typeFilter are kept as given', () => {
+    const { params } = parseKickoff(
+      input({
+        _elements: 'Patient.name,id',
+        _typeFilter: ['Observation%3F_id%3Do1'.replace(/%3F/g, '?').replace(/%3D/g, '=')],
+      }),
+    );
+    expect(params.elements).toEqual(['Patient.name', 'id']);
+    expect(params.typeFilters).toEqual(['Observation?_id=o1']);
+  });
+});
