@@ -21,7 +21,9 @@ export function bulkExportOperations(): { name: string; definition: string }[] {
  * the first `rest` entry (created when absent). Entries already present are not repeated.
  * @see https://hl7.org/fhir/uv/bulkdata/STU2/CapabilityStatement-bulk-data.html
  */
-export function withBulkExportCapability<T extends Record<string, unknown>>(capabilityStatement: T): T {
+export function withBulkExportCapability<T extends object>(
+  capabilityStatement: T,
+): T & { instantiates: string[]; rest: Record<string, unknown>[] } {
   const copy = structuredClone(capabilityStatement) as Record<string, unknown>;
   const instantiates = Array.isArray(copy.instantiates) ? (copy.instantiates as string[]) : [];
   if (!instantiates.includes(BULK_DATA_CAPABILITY_STATEMENT))
@@ -36,5 +38,5 @@ export function withBulkExportCapability<T extends Record<string, unknown>>(capa
   }
   server.operation = operations;
   copy.rest = rest;
-  return copy as T;
+  return copy as T & { instantiates: string[]; rest: Record<string, unknown>[] };
 }

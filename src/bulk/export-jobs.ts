@@ -118,7 +118,7 @@ export class ExportJobManager {
         status: 'accepted',
         request: input.request,
         transactionTime: snapshot.takenAt,
-        params: { ...input.plan, exportDir: this.#o.exportDir } as unknown as Record<string, unknown>,
+        params: { ...input.plan, exportDir: this.#o.exportDir },
         snapshot,
       });
     } catch (error) {
