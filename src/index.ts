@@ -138,6 +138,7 @@ export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } f
 export type { ExportParams, ExportLevel, KickoffIssue } from './bulk/kickoff-params.js';
 export type { ExportManifest, ManifestEntry } from './bulk/manifest.js';
 export {
+  bulkExportCapability,
   withBulkExportCapability,
   bulkExportOperations,
   BULK_DATA_CAPABILITY_STATEMENT,

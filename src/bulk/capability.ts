@@ -10,6 +10,26 @@ const OPERATIONS = [
   { name: 'group-export', definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export' },
 ] as const;
 
+/**
+ * The bulk export part of the CapabilityStatement, in the shape of the FHIR router's capability
+ * contribution (`{ operations, instantiates }`): `export` at system level, `patient-export` on
+ * Patient and `group-export` on Group, and `instantiates` the Bulk Data CapabilityStatement.
+ */
+export function bulkExportCapability(): {
+  operations: { name: string; definition: string; resourceTypes?: string[] }[];
+  instantiates: string[];
+} {
+  const [system, patient, group] = bulkExportOperations() as [
+    { name: string; definition: string },
+    { name: string; definition: string },
+    { name: string; definition: string },
+  ];
+  return {
+    operations: [system, { ...patient, resourceTypes: ['Patient'] }, { ...group, resourceTypes: ['Group'] }],
+    instantiates: [BULK_DATA_CAPABILITY_STATEMENT],
+  };
+}
+
 /** The operations `bulkExportRouter` serves, as `CapabilityStatement.rest.operation` entries. */
 export function bulkExportOperations(): { name: string; definition: string }[] {
   return OPERATIONS.map((operation) => ({ ...operation }));

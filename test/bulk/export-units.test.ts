@@ -1,7 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { BULK_DATA_CAPABILITY_STATEMENT, withBulkExportCapability } from '../../src/bulk/capability.js';
+import {
+  BULK_DATA_CAPABILITY_STATEMENT,
+  bulkExportCapability,
+  withBulkExportCapability,
+} from '../../src/bulk/capability.js';
 import { elementsFor, projectElements } from '../../src/bulk/elements.js';
 import { resolveGroupMembers } from '../../src/bulk/group-members.js';
 import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
@@ -165,5 +169,17 @@ describe('withBulkExportCapability', () => {
     const twice = withBulkExportCapability(out);
     expect(twice.instantiates).toHaveLength(1);
     expect(withBulkExportCapability({ resourceType: 'CapabilityStatement' }).rest).toHaveLength(1);
+  });
+});
+
+describe('bulkExportCapability', () => {
+  it('is a capability contribution: export at system level, patient-export on Patient, group-export on Group', () => {
+    const c = bulkExportCapability();
+    expect(c.instantiates).toEqual([BULK_DATA_CAPABILITY_STATEMENT]);
+    expect(c.operations.map((o) => [o.name, o.resourceTypes])).toEqual([
+      ['export', undefined],
+      ['patient-export', ['Patient']],
+      ['group-export', ['Group']],
+    ]);
   });
 });
