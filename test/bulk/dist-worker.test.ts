@@ -1,0 +1,63 @@
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import express from 'express';
+import request from 'supertest';
+import { afterEach, describe, expect, it } from 'vitest';
+import { testAuthenticate } from '../helpers/test-auth.js';
+import { fixtureStorage } from './fixtures/fixture-storage.js';
+import { BASE, downloadAll, expectMatchesStore, exportManifest, seed, tempDir, token } from './helpers.js';
+
+const DIST = fileURLToPath(new URL('../../dist/', import.meta.url));
+const MISSING =
+  'dist/ is missing or incomplete: run `npm run build` first (`npm test` builds it through its pretest script)';
+
+function requireDist(): void {
+  for (const file of ['index.js', 'index.cjs', 'export-worker.js']) {
+    if (!fs.existsSync(`${DIST}${file}`)) throw new Error(`${MISSING} (no dist/${file})`);
+  }
+}
+
+interface DistModule {
+  bulkExportRouter: (options: Record<string, unknown>) => express.Router & { close(): Promise<void> };
+}
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (closers.length) await closers.pop()!();
+});
+
+async function flow(mod: DistModule): Promise<void> {
+  const storage = fixtureStorage({ dir: tempDir() });
+  expect(storage.descriptor).toBeDefined();
+  await seed(storage);
+  const router = mod.bulkExportRouter({
+    storage,
+    authenticate: testAuthenticate,
+    exportDir: tempDir('bulk-out-'),
+    onError: () => undefined,
+  });
+  closers.push(() => router.close());
+  const app = express();
+  app.use(BASE, router);
+  const auth = token('proj-a');
+  const manifest = await exportManifest(app, auth, '/Patient/$export');
+  const byType = await downloadAll(app, auth, manifest);
+  expect(byType.get('Patient')).toHaveLength(4);
+  await expectMatchesStore(storage, 'proj-a', byType);
+  expect((await request(app).get(`${BASE}/$export-status/nope`).set('Authorization', auth)).status).toBe(404);
+}
+
+describe('the built package', () => {
+  it('ESM build: exports run in dist/export-worker.js', async () => {
+    requireDist();
+    const mod = (await import(pathToFileURL(`${DIST}index.js`).href)) as DistModule;
+    await flow(mod);
+  });
+
+  it('CJS build: finds the same ESM worker next to dist/index.cjs', async () => {
+    requireDist();
+    const mod = createRequire(import.meta.url)(`${DIST}index.cjs`) as DistModule;
+    await flow(mod);
+  });
+});
