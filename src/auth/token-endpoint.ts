@@ -119,8 +119,9 @@ export async function handleTokenRequest(
   if (scopes.length === 0 && !client.admin && !client.superAdmin) {
     throw new OAuthError(400, 'unauthorized_client', 'The client may be granted no scope');
   }
+  const own = client.accessTokenLifetime;
   const lifetime = Math.min(
-    client.accessTokenLifetime ?? config.accessTokenLifetime,
+    own !== undefined && Number.isFinite(own) && own > 0 ? own : config.accessTokenLifetime,
     config.maxAccessTokenLifetime,
   );
   const issued = await issueAccessToken(config.keys, {
