@@ -5,7 +5,7 @@ import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, createApp, kickoff, pathOf, tempDir, token, type Manifest } from './helpers.js';
+import { createApp, kickoff, pathOf, tempDir, token, type Manifest } from './helpers.js';
 
 const DATA = fileURLToPath(new URL('../../../shared/data/synthea-r4-100/', import.meta.url));
 const present = fs.existsSync(DATA);
