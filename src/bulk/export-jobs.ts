@@ -160,7 +160,9 @@ export class ExportJobManager {
     await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
       if (!(error instanceof NotFoundError)) throw error;
     });
-    if (job.snapshot && (job.status === 'accepted' || job.status === 'in-progress')) {
+    // A job running here released its snapshot when it stopped; one that was not running here
+    // (interrupted, not resumed yet) still holds it.
+    if (!running && job.snapshot && (job.status === 'accepted' || job.status === 'in-progress')) {
       await this.#o.storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
     }
   }
@@ -260,7 +262,7 @@ export class ExportJobManager {
             .catch(() => undefined);
         },
       });
-      if (signal.aborted) return;
+      if (signal.aborted) throw new Error('Export stopped');
       await persisting;
       await storage.updateExportJob(job.projectId, job.id, {
         status: 'completed',
@@ -271,8 +273,13 @@ export class ExportJobManager {
       await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
     } catch (error) {
       await persisting;
-      // Cancelled (the canceller cleans up) or stopping (the job resumes at next start).
-      if (signal.aborted || this.#closing) return;
+      // Stopping: the job stays in progress and resumes at next start.
+      if (this.#closing) return;
+      if (signal.aborted) {
+        // Cancelled: the canceller removes the files and the record.
+        if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+        return;
+      }
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       const outcome = operationOutcome(
         'fatal',

@@ -77,6 +77,7 @@ describe('cancel', () => {
       expect(after.body.resourceType).toBe('OperationOutcome');
       expect((await request(app).delete(statusPath).set('Authorization', auth)).status).toBe(404);
       expect(storage.state.jobs.size).toBe(0);
+      expect(storage.state.snapshots.size).toBe(0);
       // The project may start new exports at once.
       expect(
         (await request(app).get(`${BASE}/$export?_type=Patient`).set('Authorization', auth)).status,
@@ -97,6 +98,7 @@ describe('cancel', () => {
     expect((await request(app).delete(statusPath).set('Authorization', auth)).status).toBe(202);
     expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(404);
     expect(fs.readdirSync(exportDir)).toEqual([]);
+    expect(storage.state.snapshots.size).toBe(0);
   });
 });
 
@@ -135,6 +137,7 @@ describe('restart', () => {
         .sort(),
     ).toEqual(['p1', 'p2', 'p3', 'p4']);
     await expectMatchesStore(second, 'proj-a', byType);
+    expect(second.state.snapshots.size).toBe(0);
   });
 });
 
@@ -155,6 +158,7 @@ describe('worker crash', () => {
       expect(failed.headers['content-type']).toMatch(/^application\/fhir\+json/);
       expect(failed.body.resourceType).toBe('OperationOutcome');
       expect(failed.body.issue[0].code).toBe('exception');
+      expect(storage.state.snapshots.size).toBe(0);
       const okPath = await kickoff(app, auth, '/$export?_type=Patient');
       const ok = await poll(app, auth, okPath);
       expect(ok.status).toBe(200);
@@ -180,6 +184,7 @@ describe('retention', () => {
     expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(404);
     expect(fs.readdirSync(exportDir)).toEqual([]);
     expect(storage.state.jobs.size).toBe(0);
+    expect(storage.state.snapshots.size).toBe(0);
   });
 
   it('never while a download of the job is in flight', async () => {
@@ -222,5 +227,6 @@ describe('retention', () => {
     await jobs.sweep();
     expect(fs.existsSync(path.join(exportDir, job.id))).toBe(false);
     expect(storage.state.jobs.size).toBe(0);
+    expect(storage.state.snapshots.size).toBe(0);
   });
 });
