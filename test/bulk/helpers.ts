@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
-import { expect } from 'vitest';
+import { afterAll, expect } from 'vitest';
 import { bulkExportRouter, type BulkExportRouterOptions } from '../../src/bulk/router.js';
 import type { Principal } from '../../src/auth/principal.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
@@ -11,8 +11,17 @@ import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 export const BASE = '/fhir/R4';
 
+const tempDirs: string[] = [];
+// Registered while the importing test file is collected: runs after that file's tests.
+afterAll(() => {
+  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+/** A fresh temporary directory, removed after the test file. */
 export function tempDir(prefix = 'bulk-'): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
 }
 
 export function token(projectId: string | null, extra: Partial<Principal> = {}): string {
