@@ -215,8 +215,11 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         break;
       }
       case '_type': {
+        const requested = commaList(list);
+        // An empty `_type=` is no restriction.
+        if (requested.length === 0) break;
         const types: string[] = [];
-        for (const type of commaList(list)) {
+        for (const type of requested) {
           if (!isResourceType(type)) reject('_type', `Unknown resource type ${type}`);
           else if (!types.includes(type)) types.push(type);
         }

@@ -39,6 +39,8 @@ describe('parseKickoff', () => {
   it('_type merges comma lists and repeats, without duplicates', () => {
     const { params } = parseKickoff(input({ _type: ['Patient,Observation', 'Patient', ' Condition '] }));
     expect(params.types).toEqual(['Patient', 'Observation', 'Condition']);
+    expect(parseKickoff(input({ _type: '' })).params.types).toBeUndefined();
+    expect(parseKickoff(input({ _type: 'Nope' }, { prefer: 'handling=lenient' })).params.types).toEqual([]);
   });
 
   it('_since: FHIR instants only; a space stands for an unencoded +', () => {
