@@ -158,11 +158,11 @@ const TYPE_SET: ReadonlySet<string> = new Set(R4_RESOURCE_TYPES);
 const ID_PATTERN = /^[A-Za-z0-9\-.]{1,64}$/;
 
 /** True when `name` is a FHIR R4 resource type (case-sensitive, as the spec requires). */
-export function isResourceType(name: unknown): name is string {
+export function isResourceType(name: unknown): boolean {
   return typeof name === 'string' && TYPE_SET.has(name);
 }
 
 /** True when `id` matches the FHIR `id` syntax `[A-Za-z0-9\-\.]{1,64}`. */
-export function isValidId(id: unknown): id is string {
+export function isValidId(id: unknown): boolean {
   return typeof id === 'string' && ID_PATTERN.test(id);
 }

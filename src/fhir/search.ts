@@ -44,6 +44,11 @@ function invalid(param: string, message: string): FhirError {
   return new FhirError(400, 'invalid', message, { expression: [param] });
 }
 
+/** Splits a search value on unescaped commas (OR). */
+function splitValues(value: string): string[] {
+  return value.split(/(?<!\\),/);
+}
+
 function nonNegativeInteger(param: string, value: string): number {
   if (!/^\d{1,9}$/.test(value)) throw invalid(param, `${param} must be a non-negative integer`);
   return Number(value);
@@ -98,6 +103,40 @@ function parseReferenceValue(param: string, raw: string): ReferenceTarget {
   return { typed: `${m[1]}/${m[2]}` };
 }
 
+/** One `identifier` token: `system|value`, `|value` (no system), `system|` (any value), `value`. */
+interface IdentifierToken {
+  system?: string | null;
+  value?: string;
+}
+
+function parseIdentifierToken(raw: string): IdentifierToken {
+  // A backslash escapes `|` and `,` in token values (FHIR search escaping).
+  const bar = raw.search(/(?<!\\)\|/);
+  const unescape = (v: string) => v.replace(/\\([|,$\\])/g, '$1');
+  if (bar === -1) return { value: unescape(raw) };
+  const system = unescape(raw.slice(0, bar));
+  const value = unescape(raw.slice(bar + 1));
+  return { system: system === '' ? null : system, ...(value === '' ? {} : { value }) };
+}
+
+function identifierPredicate(tokens: IdentifierToken[]): (resource: StoredResource) => boolean {
+  return (resource) => {
+    const raw = resource.identifier;
+    const list: unknown[] = Array.isArray(raw) ? raw : raw === undefined ? [] : [raw];
+    for (const item of list) {
+      if (item === null || typeof item !== 'object') continue;
+      const { system, value } = item as { system?: unknown; value?: unknown };
+      for (const t of tokens) {
+        if (t.value !== undefined && value !== t.value) continue;
+        if (t.system === null && system !== undefined) continue;
+        if (typeof t.system === 'string' && system !== t.system) continue;
+        return true;
+      }
+    }
+    return false;
+  };
+}
+
 /** Builds the membership test of one reference parameter (its values are ORed). */
 function referencePredicate(
   param: string,
@@ -119,7 +158,7 @@ function referencePredicate(
 
 /**
  * Turns the search parameters of a type-level search (`GET /{type}?…`, or one `_typeFilter` query of a
- * bulk export) into a storage query. Supported: `_id` (comma list), `_lastUpdated` (`eq` `gt` `ge`
+ * bulk export) into a storage query. Supported: `_id` (comma list), `identifier` (token), `_lastUpdated` (`eq` `gt` `ge`
  * `lt` `le`, partial dates as ranges), `_sort` (`_lastUpdated`, `_id`, either descending with `-`),
  * `_count`, `_offset`, `_summary=count`, and every reference parameter that places the type in a
  * patient's compartment (`patient`, `subject`, `performer`, …: see `patientSearchParams`), valued
@@ -183,6 +222,13 @@ export function parseSearchParams(
         continue;
       }
       if (value === 'count') query.count = 0;
+      applied.push([rawName, value]);
+    } else if (name === 'identifier') {
+      const tokens = splitValues(value).map(parseIdentifierToken);
+      if (tokens.some((t) => t.value === undefined && t.system === undefined)) {
+        throw invalid('identifier', 'identifier needs a system, a value or both');
+      }
+      predicates.push(identifierPredicate(tokens));
       applied.push([rawName, value]);
     } else if (NO_OP_PARAMS.has(name)) {
       continue;

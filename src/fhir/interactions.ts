@@ -1,0 +1,170 @@
+import { canAccess, type ResourceAction } from '../auth/access.js';
+import type { Principal } from '../auth/principal.js';
+import { FhirError } from '../http/http-error.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
+import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
+import { parseSearchParams, type ParseSearchOptions, type ParsedSearch } from './search.js';
+
+/**
+ * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
+ * batch/transaction processor) build a context per request.
+ */
+export interface FhirContext {
+  /** The store, or a transaction view of it. */
+  storage: StorageOperations;
+  /** The principal's project: every read and write stays inside it. */
+  projectId: string;
+  principal: Principal;
+  /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
+  validate(resource: FhirResource): Promise<void>;
+}
+
+/** Result of a write interaction. */
+export interface WriteOutcome {
+  /** 200 (updated, or an existing match of a conditional create) or 201 (created). */
+  status: 200 | 201;
+  resource: StoredResource;
+}
+
+/** 403 unless the principal may perform `action` on `resourceType` (the one access decision). */
+export function authorize(ctx: FhirContext, resourceType: string, action: ResourceAction): void {
+  if (!canAccess(ctx.principal, resourceType, action)) {
+    throw new FhirError(403, 'forbidden', `Not allowed to ${action} ${resourceType} resources`);
+  }
+}
+
+/** `GET [base]/[type]/[id]` @see https://hl7.org/fhir/R4/http.html#read */
+export async function readResource(ctx: FhirContext, type: string, id: string): Promise<StoredResource> {
+  checkType(type);
+  checkId(id);
+  authorize(ctx, type, 'read');
+  return ctx.storage.readResource(ctx.projectId, type, id);
+}
+
+/**
+ * The resources matching a conditional request (`ifNoneExist`, `If-None-Exist`): a search with
+ * strict handling, at most two results needed to tell none / one / several apart.
+ */
+export async function conditionalMatches(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+): Promise<StoredResource[]> {
+  const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
+  const { query } = parseSearchParams(type, params, { strict: true });
+  authorize(ctx, type, 'search');
+  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...query, offset: 0, count: 2 });
+  return page.resources;
+}
+
+/**
+ * `POST [base]/[type]`: the server assigns the id (a client id in the body is ignored). With
+ * `ifNoneExist`, an existing single match is returned with 200 instead; several matches are a 412.
+ * @see https://hl7.org/fhir/R4/http.html#create
+ */
+export async function createResource(
+  ctx: FhirContext,
+  type: string,
+  body: unknown,
+  options: { ifNoneExist?: string } = {},
+): Promise<WriteOutcome> {
+  checkType(type);
+  const resource = withoutServerMeta(checkResource(body, type));
+  delete resource.id;
+  authorize(ctx, type, 'create');
+  if (options.ifNoneExist !== undefined) {
+    const matches = await conditionalMatches(ctx, type, options.ifNoneExist);
+    if (matches.length > 1) {
+      throw new FhirError(412, 'duplicate', 'The conditional create criteria match more than one resource');
+    }
+    if (matches[0]) return { status: 200, resource: matches[0] };
+  }
+  await ctx.validate(resource);
+  return { status: 201, resource: await ctx.storage.createResource(ctx.projectId, resource) };
+}
+
+/**
+ * `PUT [base]/[type]/[id]`: replaces the resource, or creates it with that id. The body's id must
+ * equal the URL's. With `ifMatch`, the current version must be that one (412 otherwise).
+ * @see https://hl7.org/fhir/R4/http.html#update
+ */
+export async function updateResource(
+  ctx: FhirContext,
+  type: string,
+  id: string,
+  body: unknown,
+  options: { ifMatch?: string } = {},
+): Promise<WriteOutcome> {
+  checkType(type);
+  checkId(id);
+  const resource = withoutServerMeta(checkResource(body, type));
+  if (resource.id === undefined) {
+    throw new FhirError(400, 'required', 'The resource must carry its id', { expression: [`${type}.id`] });
+  }
+  if (resource.id !== id) {
+    throw new FhirError(400, 'invalid', 'The id in the body does not match the URL', {
+      expression: [`${type}.id`],
+    });
+  }
+  authorize(ctx, type, 'update');
+  await ctx.validate(resource);
+  const result = await ctx.storage.updateResource(
+    ctx.projectId,
+    resource as FhirResource & { id: string },
+    options.ifMatch !== undefined ? { ifMatch: options.ifMatch } : undefined,
+  );
+  return { status: result.created ? 201 : 200, resource: result.resource };
+}
+
+/**
+ * `DELETE [base]/[type]/[id]`. Deleting a resource that is already deleted succeeds (idempotent);
+ * an id that never existed is a 404.
+ * @see https://hl7.org/fhir/R4/http.html#delete
+ */
+export async function deleteResource(
+  ctx: FhirContext,
+  type: string,
+  id: string,
+  options: { ifMatch?: string } = {},
+): Promise<void> {
+  checkType(type);
+  checkId(id);
+  authorize(ctx, type, 'delete');
+  try {
+    // Read first: an id that never existed is a 404, an already deleted one succeeds.
+    await ctx.storage.readResource(ctx.projectId, type, id);
+  } catch (error) {
+    if (error instanceof NotFoundError && error.deleted && options.ifMatch === undefined) return;
+    throw error;
+  }
+  await ctx.storage.deleteResource(
+    ctx.projectId,
+    type,
+    id,
+    options.ifMatch !== undefined ? { ifMatch: options.ifMatch } : undefined,
+  );
+}
+
+/** Result of a search: the page, plus how it was parsed (for links and the ignored-parameter outcome). */
+export interface SearchOutcome extends ParsedSearch {
+  page: ResourcePage;
+}
+
+/**
+ * `GET [base]/[type]?…`: one page of matches (see `parseSearchParams` for what is supported), only
+ * ever of the principal's project.
+ * @see https://hl7.org/fhir/R4/http.html#search
+ */
+export async function searchResources(
+  ctx: FhirContext,
+  type: string,
+  params: Iterable<readonly [string, string]>,
+  options: ParseSearchOptions = {},
+): Promise<SearchOutcome> {
+  checkType(type);
+  authorize(ctx, type, 'search');
+  const parsed = parseSearchParams(type, params, options);
+  const page = await ctx.storage.searchResources(ctx.projectId, type, parsed.query);
+  return { ...parsed, page };
+}

@@ -1,0 +1,157 @@
+import { StringDecoder } from 'node:string_decoder';
+import { FhirError } from '../http/http-error.js';
+import type { FhirResource, ResourceWrite } from '../storage/types.js';
+import { authorize, type FhirContext } from './interactions.js';
+import { errorOutcome, type OutcomeIssue } from './outcome.js';
+import { checkResource, withoutServerMeta } from './resource-checks.js';
+
+/** Options of {@link loadNdjson}. */
+export interface NdjsonLoadOptions {
+  /** Lines written per `storage.writeResources` call. @default 500 */
+  batchSize?: number;
+  /** Longest line accepted, in characters; a longer line is reported and skipped. @default 16777216 */
+  maxLineLength?: number;
+  /** Most error issues reported per file (the count of failed lines stays exact). @default 1000 */
+  maxIssues?: number;
+}
+
+/** What loading one NDJSON file did. */
+export interface NdjsonFileReport {
+  /** The file name as uploaded. */
+  file: string;
+  /** Non-blank lines read. */
+  lines: number;
+  /** Lines stored. */
+  loaded: number;
+  /** Lines rejected (each reported in `issues`, up to `maxIssues`). */
+  failed: number;
+  /** One error issue per rejected line: `location` is `["<file>:<line>"]`. */
+  issues: OutcomeIssue[];
+}
+
+interface Pending {
+  line: number;
+  write: ResourceWrite;
+}
+
+/**
+ * Streams one NDJSON file into the project: one resource per line; a line with an `id` is an update
+ * (create-or-replace with that id), one without is a create with a server-assigned id. A bad line (not
+ * JSON, not a resource, forbidden type, invalid in a strict project, storage refusal) is reported by
+ * file name and line number and does not stop the others. Reads with back-pressure: at most one batch
+ * of lines is held at a time, never the file.
+ */
+export async function loadNdjson(
+  ctx: FhirContext,
+  file: string,
+  input: AsyncIterable<Buffer | string>,
+  options: NdjsonLoadOptions = {},
+): Promise<NdjsonFileReport> {
+  const batchSize = Math.max(1, options.batchSize ?? 500);
+  const maxLineLength = options.maxLineLength ?? 16 * 1024 * 1024;
+  const maxIssues = options.maxIssues ?? 1000;
+  const report: NdjsonFileReport = { file, lines: 0, loaded: 0, failed: 0, issues: [] };
+  let pending: Pending[] = [];
+
+  const fail = (line: number, error: unknown): void => {
+    report.failed++;
+    if (report.issues.length >= maxIssues) return;
+    const { outcome } = errorOutcome(error);
+    const first = outcome.issue[0]!;
+    report.issues.push({
+      severity: 'error',
+      code: first.code,
+      details: { text: `${file} line ${line}: ${first.details?.text ?? 'rejected'}` },
+      ...(first.expression ? { expression: first.expression } : {}),
+      location: [`${file}:${line}`],
+    });
+  };
+
+  const flush = async (): Promise<void> => {
+    if (pending.length === 0) return;
+    const batch = pending;
+    pending = [];
+    try {
+      await ctx.storage.writeResources(
+        ctx.projectId,
+        batch.map((p) => p.write),
+      );
+      report.loaded += batch.length;
+    } catch {
+      // One bad write fails the whole batch: redo it line by line to find and report the culprit(s).
+      for (const p of batch) {
+        try {
+          await ctx.storage.writeResources(ctx.projectId, [p.write]);
+          report.loaded++;
+        } catch (error) {
+          fail(p.line, error);
+        }
+      }
+    }
+  };
+
+  const handle = async (text: string, line: number): Promise<void> => {
+    const trimmed = text.endsWith('\r') ? text.slice(0, -1) : text;
+    if (trimmed.trim() === '') return;
+    report.lines++;
+    try {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(trimmed);
+      } catch {
+        throw new FhirError(400, 'structure', 'The line is not valid JSON');
+      }
+      const resource = withoutServerMeta(checkResource(parsed));
+      const write: ResourceWrite =
+        resource.id === undefined
+          ? { op: 'create', resource }
+          : { op: 'update', resource: resource as FhirResource & { id: string } };
+      authorize(ctx, resource.resourceType, write.op);
+      await ctx.validate(resource);
+      pending.push({ line, write });
+    } catch (error) {
+      fail(line, error);
+    }
+    if (pending.length >= batchSize) await flush();
+  };
+
+  // Split by hand rather than with a line-splitting stream: we need exact line numbers, a per-line
+  // length limit that reports and skips the line (not an error that ends the file), and pull-based
+  // reading so storage writes apply back-pressure to the upload.
+  const decoder = new StringDecoder('utf8');
+  let carry = '';
+  let lineNumber = 0;
+  let skipping = false;
+  const consume = async (text: string, final: boolean): Promise<void> => {
+    let start = 0;
+    for (;;) {
+      const newline = text.indexOf('\n', start);
+      if (newline === -1) break;
+      lineNumber++;
+      if (skipping) skipping = false;
+      else await handle(text.slice(start, newline), lineNumber);
+      start = newline + 1;
+    }
+    carry = text.slice(start);
+    if (final) {
+      if (carry !== '' && !skipping) await handle(carry, ++lineNumber);
+      carry = '';
+    } else if (carry.length > maxLineLength) {
+      if (!skipping) {
+        report.lines++;
+        fail(
+          lineNumber + 1,
+          new FhirError(413, 'too-costly', `The line is longer than ${maxLineLength} characters`),
+        );
+      }
+      skipping = true;
+      carry = '';
+    }
+  };
+  for await (const chunk of input) {
+    await consume(carry + (typeof chunk === 'string' ? chunk : decoder.write(chunk)), false);
+  }
+  await consume(carry + decoder.end(), true);
+  await flush();
+  return report;
+}

@@ -1,0 +1,279 @@
+import express, {
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+  type Router,
+} from 'express';
+import { asyncHandler } from '../http/async-handler.js';
+import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
+import { absoluteUrl } from '../http/base-url.js';
+import { jsonBody } from '../http/body.js';
+import { FhirError } from '../http/http-error.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
+import { processBundle } from './batch.js';
+import { buildCapabilityStatement } from './capability-statement.js';
+import {
+  createResource,
+  deleteResource,
+  readResource,
+  searchResources,
+  updateResource,
+  type FhirContext,
+} from './interactions.js';
+import { ndjsonUploadHandler } from './ndjson-upload.js';
+import { FhirOutcomeError, fhirOutcomeErrorHandler, outcomeOf } from './outcome.js';
+import { parsePrefer } from './prefer.js';
+import { isResourceType, isValidId } from './resource-types.js';
+import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
+import { buildSearchBundle } from './search-bundle.js';
+import { r4StructureValidator } from './structure-validator.js';
+import { etagOf, parseIfMatch } from './versioning.js';
+
+const FHIR_JSON = 'application/fhir+json';
+
+function methodNotAllowed(allow: string): RequestHandler {
+  return (_req, _res, next) => {
+    next(
+      new FhirError(405, 'not-supported', 'Method not allowed on this URL', { headers: { Allow: allow } }),
+    );
+  };
+}
+
+function sendResource(res: Response, status: number, body: unknown): void {
+  res.status(status).type(FHIR_JSON).send(JSON.stringify(body));
+}
+
+function setVersionHeaders(res: Response, resource: StoredResource): void {
+  res.setHeader('ETag', etagOf(resource.meta.versionId));
+  const modified = new Date(resource.meta.lastUpdated);
+  if (!Number.isNaN(modified.getTime())) res.setHeader('Last-Modified', modified.toUTCString());
+}
+
+function stringParam(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}
+
+/**
+ * The FHIR R4 data plane, mounted by default at `/fhir/R4`:
+ *
+ * - `GET /metadata`: the CapabilityStatement (public, no authentication).
+ * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|DELETE /{type}/{id}`
+ *   (`ETag` / `If-Match` versioning), `GET /{type}?…` searchset Bundles with `total` and paging links.
+ * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
+ *
+ * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
+ * action; every error is an OperationOutcome. Projects with `strictMode` validate writes against the
+ * R4 structure definitions. See docs/fhir.md.
+ * @see https://hl7.org/fhir/R4/http.html
+ */
+export function fhirRouter(options: FhirRouterOptions): Router {
+  const config = resolveFhirRouterOptions(options, r4StructureValidator);
+  const { storage } = config;
+  const router = express.Router();
+  const contexts = new WeakMap<Request, FhirContext>();
+  const authenticate = requirePrincipal(config.authenticate);
+  const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: config.bodyLimit });
+  const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
+  const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
+
+  /** Unknown types (and `$operation` ids) are 404 here, or passed on with `fallthrough`. */
+  const guard: RequestHandler = (req, _res, next) => {
+    const type = stringParam(req.params.type);
+    const id = req.params.id === undefined ? undefined : stringParam(req.params.id);
+    const foreign = !isResourceType(type) || (id !== undefined && id.startsWith('$'));
+    if (foreign) {
+      if (config.fallthrough) return next('router');
+      if (!isResourceType(type))
+        return next(new FhirError(404, 'not-found', `Unknown resource type ${type}`));
+      return next(new FhirError(404, 'not-found', `Unknown operation ${id}`));
+    }
+    if (id !== undefined && !isValidId(id)) {
+      return next(
+        new FhirError(400, 'invalid', 'The id does not match the FHIR id syntax', { expression: ['id'] }),
+      );
+    }
+    next();
+  };
+
+  /** Builds the request's FHIR context: the principal's project, its strict mode read once per request. */
+  const withContext: RequestHandler = (req, res, next) => {
+    const principal = getPrincipal(res);
+    const projectId = requireProjectId(principal);
+    let project: Promise<ProjectRecord> | undefined;
+    const ctx: FhirContext = {
+      storage,
+      projectId,
+      principal,
+      async validate(resource: FhirResource) {
+        project ??= storage.readProject(projectId).catch((error: unknown) => {
+          if (error instanceof NotFoundError) {
+            throw new FhirError(403, 'forbidden', 'The project does not exist', { cause: error });
+          }
+          throw error;
+        });
+        if (!(await project).strictMode) return;
+        const issues = await config.validator(resource);
+        if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
+          throw new FhirOutcomeError(400, issues);
+      },
+    };
+    contexts.set(req, ctx);
+    next();
+  };
+
+  const contextOf = (req: Request): FhirContext => {
+    const ctx = contexts.get(req);
+    if (!ctx) throw new FhirError(500, 'exception', 'No FHIR context for this request');
+    return ctx;
+  };
+
+  const secured = [authenticate, withContext];
+
+  // --- metadata (public) ---
+  router
+    .route('/metadata')
+    .get((req, res) => {
+      const statement = buildCapabilityStatement({
+        baseUrl: base(req),
+        contributions: config.capabilities,
+        ...(config.software ? { software: config.software } : {}),
+      });
+      sendResource(res, 200, statement);
+    })
+    .all(methodNotAllowed('GET'));
+
+  // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
+  const upload = ndjsonUploadHandler(contextOf, config.upload);
+  router
+    .route('/')
+    .post(
+      ...secured,
+      (req, res, next) => {
+        if (req.is('multipart/form-data')) upload(req, res, next);
+        else next();
+      },
+      body,
+      asyncHandler(async (req, res) => {
+        const prefer = parsePrefer(req.headers.prefer);
+        const response = await processBundle(contextOf(req), storage, req.body, {
+          baseUrl: base(req),
+          maxEntries: config.maxBundleEntries,
+          returnMinimal: prefer.return === 'minimal',
+          search: { ...searchOptions, strict: prefer.handling === 'strict' },
+        });
+        sendResource(res, 200, response);
+      }),
+    )
+    .all(methodNotAllowed('POST'));
+
+  // --- type level: search, create ---
+  router
+    .route('/:type')
+    .get(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const type = stringParam(req.params.type);
+        const prefer = parsePrefer(req.headers.prefer);
+        const params = new URL(req.originalUrl, 'http://x').searchParams;
+        const result = await searchResources(contextOf(req), type, params, {
+          ...searchOptions,
+          strict: prefer.handling === 'strict',
+        });
+        sendResource(res, 200, buildSearchBundle(base(req), type, result));
+      }),
+    )
+    .post(
+      guard,
+      ...secured,
+      body,
+      asyncHandler(async (req, res) => {
+        const type = stringParam(req.params.type);
+        const ifNoneExist = req.get('If-None-Exist');
+        const result = await createResource(contextOf(req), type, req.body, {
+          ...(ifNoneExist !== undefined ? { ifNoneExist } : {}),
+        });
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .all(guard, methodNotAllowed('GET, POST'));
+
+  // --- instance level: read, update, delete ---
+  router
+    .route('/:type/:id')
+    .get(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const resource = await readResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+        );
+        setVersionHeaders(res, resource);
+        sendResource(res, 200, resource);
+      }),
+    )
+    .put(
+      guard,
+      ...secured,
+      body,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const result = await updateResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          req.body,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .delete(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        await deleteResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        res.status(204).end();
+      }),
+    )
+    .all(guard, methodNotAllowed('GET, PUT, DELETE'));
+
+  function sendWrite(req: Request, res: Response, status: number, resource: StoredResource): void {
+    setVersionHeaders(res, resource);
+    res.setHeader(
+      'Location',
+      `${base(req)}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`,
+    );
+    const prefer = parsePrefer(req.headers.prefer);
+    if (prefer.return === 'minimal') {
+      res.status(status).end();
+    } else if (prefer.return === 'OperationOutcome') {
+      const text = status === 201 ? 'Created' : 'OK';
+      sendResource(
+        res,
+        status,
+        outcomeOf([{ severity: 'information', code: 'informational', details: { text } }]),
+      );
+    } else {
+      sendResource(res, status, resource);
+    }
+  }
+
+  if (!config.fallthrough) {
+    router.use((_req: Request, _res: Response, next: NextFunction) => {
+      next(new FhirError(404, 'not-found', 'No FHIR route for this URL'));
+    });
+  }
+  router.use(fhirOutcomeErrorHandler(config.onError));
+  return router;
+}

@@ -1,0 +1,756 @@
+import express from 'express';
+import request from 'supertest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { fhirRouter } from '../../src/fhir/router.js';
+import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
+import { memoryStorage } from '../../src/storage/memory.js';
+import type { Storage } from '../../src/storage/types.js';
+import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+
+const BASE = '/api/fhir/R4';
+const silent = () => undefined;
+
+interface TestApp {
+  app: express.Express;
+  storage: Storage;
+}
+
+async function createTestApp(options: Partial<FhirRouterOptions> = {}): Promise<TestApp> {
+  const storage = memoryStorage();
+  await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+  await storage.createProject({ id: 'p2', name: 'Two', strictMode: false });
+  const app = express();
+  app.use(BASE, fhirRouter({ storage, authenticate: testAuthenticate, onError: silent, ...options }));
+  return { app, storage };
+}
+
+const auth = (projectId: string | null = 'p1', scopes = ['system/*.*']) => testToken({ projectId, scopes });
+
+function expectOutcome(res: request.Response, status: number, code?: string): void {
+  expect(res.status).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
+  expect(res.body.resourceType).toBe('OperationOutcome');
+  if (code) expect(res.body.issue[0].code).toBe(code);
+}
+
+const patient = (extra: Record<string, unknown> = {}) => ({
+  resourceType: 'Patient',
+  name: [{ family: 'Smith', given: ['Ann'] }],
+  ...extra,
+});
+
+let t: TestApp;
+beforeEach(async () => {
+  t = await createTestApp();
+});
+afterEach(async () => {
+  await t.storage.close();
+});
+
+async function create(resource: Record<string, unknown>, token = auth()): Promise<{ id: string } & Record<string, unknown>> {
+  const res = await request(t.app)
+    .post(`${BASE}/${String(resource.resourceType)}`)
+    .set('Authorization', token)
+    .set('Content-Type', 'application/fhir+json')
+    .send(JSON.stringify(resource));
+  expect(res.status).toBe(201);
+  return res.body;
+}
+
+describe('metadata', () => {
+  it('serves a public CapabilityStatement with contributions', async () => {
+    const app = express();
+    const storage = memoryStorage();
+    app.use(
+      BASE,
+      fhirRouter({
+        storage,
+        authenticate: testAuthenticate,
+        capabilities: [
+          {
+            operations: [
+              { name: 'export', definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export' },
+              {
+                name: 'export',
+                definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export',
+                resourceTypes: ['Patient'],
+              },
+            ],
+            security: { service: [{ text: 'SMART-on-FHIR' }] },
+            customize: (cs) => ({ ...cs, publisher: 'test' }),
+          },
+        ],
+      }),
+    );
+    const res = await request(app).get(`${BASE}/metadata`);
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
+    expect(res.body.resourceType).toBe('CapabilityStatement');
+    expect(res.body.fhirVersion).toBe('4.0.1');
+    expect(res.body.publisher).toBe('test');
+    const rest = res.body.rest[0];
+    expect(rest.security.service[0].text).toBe('SMART-on-FHIR');
+    expect(rest.operation[0].name).toBe('export');
+    const patientCaps = rest.resource.find((r: { type: string }) => r.type === 'Patient');
+    expect(patientCaps.operation[0].name).toBe('export');
+    const obs = rest.resource.find((r: { type: string }) => r.type === 'Observation');
+    expect(obs.searchParam.map((p: { name: string }) => p.name)).toEqual(
+      expect.arrayContaining(['_id', 'patient']),
+    );
+    expect(rest.interaction.map((i: { code: string }) => i.code)).toEqual(['batch', 'transaction']);
+    expectOutcome(await request(app).post(`${BASE}/metadata`), 405);
+    await storage.close();
+  });
+
+  it('fails fast on bad options', () => {
+    expect(() => fhirRouter({ storage: t.storage, authenticate: testAuthenticate, maxCount: 0 })).toThrow(
+      TypeError,
+    );
+    expect(() => fhirRouter({ authenticate: testAuthenticate } as FhirRouterOptions)).toThrow(TypeError);
+  });
+});
+
+describe('authentication and authorization', () => {
+  it('answers 401 without credentials and 403 outside a project', async () => {
+    const res = await request(t.app).get(`${BASE}/Patient`);
+    expectOutcome(res, 401, 'login');
+    expect(res.headers['www-authenticate']).toMatch(/^Bearer/);
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth(null)),
+      403,
+      'forbidden',
+    );
+  });
+
+  it('asks the access decision per type and action', async () => {
+    const readOnly = auth('p1', ['system/Patient.rs']);
+    const created = await create(patient());
+    expect(
+      (await request(t.app).get(`${BASE}/Patient/${created.id}`).set('Authorization', readOnly)).status,
+    ).toBe(200);
+    expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', readOnly)).status).toBe(200);
+    expectOutcome(
+      await request(t.app).post(`${BASE}/Patient`).set('Authorization', readOnly).send(patient()),
+      403,
+      'forbidden',
+    );
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Observation`).set('Authorization', readOnly),
+      403,
+      'forbidden',
+    );
+    expectOutcome(
+      await request(t.app).delete(`${BASE}/Patient/${created.id}`).set('Authorization', readOnly),
+      403,
+      'forbidden',
+    );
+  });
+
+  it('keeps projects apart: ids of other projects are 404', async () => {
+    const created = await create(patient());
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patient/${created.id}`).set('Authorization', auth('p2')),
+      404,
+      'not-found',
+    );
+    const search = await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth('p2'));
+    expect(search.body.total).toBe(0);
+  });
+});
+
+describe('CRUD', () => {
+  it('creates with a server-assigned id, Location and ETag', async () => {
+    const res = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth())
+      .set('Content-Type', 'application/fhir+json')
+      .send(
+        JSON.stringify(
+          patient({ id: 'client-chosen', meta: { versionId: '99', lastUpdated: '2000-01-01T00:00:00Z' } }),
+        ),
+      );
+    expect(res.status).toBe(201);
+    expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
+    expect(res.body.id).not.toBe('client-chosen');
+    expect(res.body.meta.versionId).toBe('1');
+    expect(res.headers.etag).toBe('W/"1"');
+    expect(res.headers.location).toMatch(
+      new RegExp(`^http://127\\.0\\.0\\.1:\\d+${BASE}/Patient/${res.body.id}/_history/1$`),
+    );
+  });
+
+  it('reads with ETag, updates with version checks, deletes', async () => {
+    const created = await create(patient());
+    const url = `${BASE}/Patient/${created.id}`;
+    const read = await request(t.app).get(url).set('Authorization', auth());
+    expect(read.status).toBe(200);
+    expect(read.headers.etag).toBe('W/"1"');
+    expect(read.headers['last-modified']).toBeDefined();
+    expect(read.body.name[0].family).toBe('Smith');
+
+    const updated = await request(t.app)
+      .put(url)
+      .set('Authorization', auth())
+      .set('If-Match', 'W/"1"')
+      .send({ ...read.body, active: true });
+    expect(updated.status).toBe(200);
+    expect(updated.body.meta.versionId).toBe('2');
+    expect(updated.headers.etag).toBe('W/"2"');
+
+    const stale = await request(t.app)
+      .put(url)
+      .set('Authorization', auth())
+      .set('If-Match', 'W/"1"')
+      .send(read.body);
+    expectOutcome(stale, 412);
+    expectOutcome(
+      await request(t.app).delete(url).set('Authorization', auth()).set('If-Match', 'W/"1"'),
+      412,
+    );
+    expectOutcome(
+      await request(t.app).put(url).set('Authorization', auth()).set('If-Match', 'garbage "x'),
+      400,
+    );
+
+    expect((await request(t.app).delete(url).set('Authorization', auth())).status).toBe(204);
+    expectOutcome(await request(t.app).get(url).set('Authorization', auth()), 410);
+    expect((await request(t.app).delete(url).set('Authorization', auth())).status).toBe(204);
+  });
+
+  it('creates through PUT with a client id and rejects id mismatches', async () => {
+    const res = await request(t.app)
+      .put(`${BASE}/Patient/chosen-1`)
+      .set('Authorization', auth())
+      .send(patient({ id: 'chosen-1' }));
+    expect(res.status).toBe(201);
+    expect(res.body.id).toBe('chosen-1');
+    expectOutcome(
+      await request(t.app)
+        .put(`${BASE}/Patient/chosen-1`)
+        .set('Authorization', auth())
+        .send(patient({ id: 'other' })),
+      400,
+    );
+    expectOutcome(
+      await request(t.app).put(`${BASE}/Patient/chosen-1`).set('Authorization', auth()).send(patient()),
+      400,
+    );
+  });
+
+  it('answers 404 for unknown types and ids, 400 for bad ids', async () => {
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patient/nope`).set('Authorization', auth()),
+      404,
+      'not-found',
+    );
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patientz/1`).set('Authorization', auth()),
+      404,
+      'not-found',
+    );
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patientz`).set('Authorization', auth()),
+      404,
+      'not-found',
+    );
+    expectOutcome(await request(t.app).delete(`${BASE}/Patient/nope`).set('Authorization', auth()), 404);
+    expectOutcome(await request(t.app).get(`${BASE}/Patient/a_b`).set('Authorization', auth()), 400);
+    expectOutcome(await request(t.app).get(`${BASE}/Patient/1/2/3`).set('Authorization', auth()), 404);
+  });
+
+  it('answers 405 for wrong methods on known routes', async () => {
+    const created = await create(patient());
+    for (const res of [
+      await request(t.app).patch(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send({}),
+      await request(t.app).post(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send(patient()),
+      await request(t.app).delete(`${BASE}/Patient`).set('Authorization', auth()),
+      await request(t.app).put(`${BASE}/Patient`).set('Authorization', auth()).send(patient()),
+      await request(t.app).get(`${BASE}/`).set('Authorization', auth()),
+      await request(t.app).put(`${BASE}/metadata`),
+    ]) {
+      expectOutcome(res, 405, 'not-supported');
+      expect(res.headers.allow).toBeDefined();
+    }
+  });
+
+  it('validates bodies: JSON object, R4 resourceType matching the URL, media type, size', async () => {
+    const post = () => request(t.app).post(`${BASE}/Patient`).set('Authorization', auth());
+    expectOutcome(await post().set('Content-Type', 'application/json').send('{"resourceType":'), 400);
+    expectOutcome(await post().set('Content-Type', 'application/json').send('[1,2]'), 400);
+    expectOutcome(await post().set('Content-Type', 'application/json').send('"text"'), 400);
+    expectOutcome(await post().send({ resourceType: 'Observation', status: 'final' }), 400);
+    expectOutcome(await post().send({ resourceType: 'NotAType' }), 400);
+    expectOutcome(await post().send({ name: [] }), 400);
+    expectOutcome(await post().set('Content-Type', 'application/json').send(''), 400);
+    expectOutcome(await post().set('Content-Type', 'text/plain').send('hello'), 415);
+    expectOutcome(await post().set('Content-Type', 'application/fhir+xml').send('<Patient/>'), 415);
+    expect(
+      (await post().set('Content-Type', 'application/json; charset=utf-8').send(JSON.stringify(patient())))
+        .status,
+    ).toBe(201);
+
+    const small = await createTestApp({ bodyLimit: 200 });
+    const big = await request(small.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth())
+      .send(patient({ text: { status: 'generated', div: 'x'.repeat(1000) } }));
+    expectOutcome(big, 413);
+    await small.storage.close();
+  });
+
+  it('honours Prefer: return', async () => {
+    const minimal = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth())
+      .set('Prefer', 'return=minimal')
+      .send(patient());
+    expect(minimal.status).toBe(201);
+    expect(minimal.text).toBe('');
+    expect(minimal.headers.location).toBeDefined();
+    const outcome = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth())
+      .set('Prefer', 'return=OperationOutcome')
+      .send(patient());
+    expect(outcome.body.resourceType).toBe('OperationOutcome');
+  });
+
+  it('never loses a write under concurrent updates', async () => {
+    const created = await create(patient());
+    const url = `${BASE}/Patient/${created.id}`;
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        request(t.app)
+          .put(url)
+          .set('Authorization', auth())
+          .send(patient({ id: created.id, birthDate: `2000-01-${String(i + 1).padStart(2, '0')}` })),
+      ),
+    );
+    for (const r of results) expect(r.status).toBe(200);
+    const versions = results.map((r) => Number(r.body.meta.versionId)).sort((a, b) => a - b);
+    expect(versions).toEqual(Array.from({ length: 20 }, (_, i) => i + 2));
+    const final = await request(t.app).get(url).set('Authorization', auth());
+    expect(final.body.meta.versionId).toBe('21');
+  });
+
+  it('supports conditional create with If-None-Exist', async () => {
+    const body = patient({ identifier: [{ system: 'urn:mrn', value: '42' }] });
+    const first = await request(t.app).post(`${BASE}/Patient`).set('Authorization', auth()).send(body);
+    expect(first.status).toBe(201);
+    const second = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth())
+      .set('If-None-Exist', 'identifier=urn:mrn|42')
+      .send(body);
+    expect(second.status).toBe(200);
+    expect(second.body.id).toBe(first.body.id);
+  });
+});
+
+describe('search', () => {
+  it('returns a searchset with total and absolute paging links', async () => {
+    for (let i = 0; i < 5; i++) await create(patient());
+    const res = await request(t.app).get(`${BASE}/Patient?_count=2`).set('Authorization', auth());
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
+    expect(res.body).toMatchObject({ resourceType: 'Bundle', type: 'searchset', total: 5 });
+    expect(res.body.entry).toHaveLength(2);
+    expect(res.body.entry[0].fullUrl).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+${BASE}/Patient/`));
+    const next = res.body.link.find((l: { relation: string }) => l.relation === 'next').url as string;
+    expect(next).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+${BASE}/Patient\\?`));
+    const seen = new Set(res.body.entry.map((e: { resource: { id: string } }) => e.resource.id));
+    let url: string | undefined = next;
+    while (url) {
+      const page: request.Response = await request(t.app)
+        .get(new URL(url).pathname + new URL(url).search)
+        .set('Authorization', auth());
+      expect(page.status).toBe(200);
+      for (const e of page.body.entry) seen.add(e.resource.id);
+      url = page.body.link.find((l: { relation: string }) => l.relation === 'next')?.url;
+    }
+    expect(seen.size).toBe(5);
+    const count = await request(t.app).get(`${BASE}/Patient?_summary=count`).set('Authorization', auth());
+    expect(count.body.total).toBe(5);
+    expect(count.body.entry).toHaveLength(0);
+  });
+
+  it('filters by _id, _lastUpdated, patient references and sorts', async () => {
+    const a = await create(patient());
+    const b = await create(patient());
+    const obsA = await create({
+      resourceType: 'Observation',
+      status: 'final',
+      code: { text: 'x' },
+      subject: { reference: `Patient/${a.id}` },
+    });
+    await create({
+      resourceType: 'Observation',
+      status: 'final',
+      code: { text: 'x' },
+      subject: { reference: `Patient/${b.id}` },
+    });
+
+    const byId = await request(t.app).get(`${BASE}/Patient?_id=${a.id},nope`).set('Authorization', auth());
+    expect(byId.body.total).toBe(1);
+    for (const q of [
+      `patient=${a.id}`,
+      `patient=Patient/${a.id}`,
+      `subject=Patient/${a.id}`,
+      `subject:Patient=${a.id}`,
+    ]) {
+      const res = await request(t.app).get(`${BASE}/Observation?${q}`).set('Authorization', auth());
+      expect(res.status).toBe(200);
+      expect(res.body.total).toBe(1);
+      expect(res.body.entry[0].resource.id).toBe(obsA.id);
+    }
+    const future = await request(t.app)
+      .get(`${BASE}/Patient?_lastUpdated=gt2999`)
+      .set('Authorization', auth());
+    expect(future.body.total).toBe(0);
+    const past = await request(t.app)
+      .get(`${BASE}/Patient?_lastUpdated=ge2020-01-01T00:00:00Z`)
+      .set('Authorization', auth());
+    expect(past.body.total).toBe(2);
+    const desc = await request(t.app).get(`${BASE}/Patient?_sort=-_lastUpdated`).set('Authorization', auth());
+    expect(desc.body.entry[0].resource.id).toBe(b.id);
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patient?_lastUpdated=xx2020`).set('Authorization', auth()),
+      400,
+    );
+    expectOutcome(await request(t.app).get(`${BASE}/Patient?_count=-3`).set('Authorization', auth()), 400);
+  });
+
+  it('ignores unknown parameters leniently and rejects them under handling=strict', async () => {
+    await create(patient());
+    const lenient = await request(t.app).get(`${BASE}/Patient?family=Smith`).set('Authorization', auth());
+    expect(lenient.status).toBe(200);
+    expect(lenient.body.total).toBe(1);
+    const outcome = lenient.body.entry.find((e: { search: { mode: string } }) => e.search.mode === 'outcome');
+    expect(outcome.resource.issue[0].code).toBe('not-supported');
+    expect(lenient.body.link[0].url).not.toContain('family');
+    const strict = await request(t.app)
+      .get(`${BASE}/Patient?family=Smith`)
+      .set('Authorization', auth())
+      .set('Prefer', 'handling=strict');
+    expectOutcome(strict, 400);
+  });
+});
+
+describe('batch and transaction', () => {
+  const transaction = (entries: Record<string, unknown>[], type = 'transaction') => ({
+    resourceType: 'Bundle',
+    type,
+    entry: entries,
+  });
+
+  it('resolves urn:uuid fullUrls and rewrites references in a transaction', async () => {
+    const pid = 'urn:uuid:7c2d3d3a-8a7a-4e55-9d0b-9c1f1a7b0c11';
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .set('Content-Type', 'application/fhir+json')
+      .send(
+        JSON.stringify(
+          transaction([
+            {
+              fullUrl: 'urn:uuid:0f0e0d0c-0000-4000-8000-000000000001',
+              resource: {
+                resourceType: 'Encounter',
+                status: 'finished',
+                class: { code: 'AMB' },
+                subject: { reference: pid },
+              },
+              request: { method: 'POST', url: 'Encounter' },
+            },
+            { fullUrl: pid, resource: patient(), request: { method: 'POST', url: 'Patient' } },
+            {
+              resource: {
+                resourceType: 'Observation',
+                status: 'final',
+                code: { text: 'x' },
+                subject: { reference: pid },
+                encounter: { reference: 'urn:uuid:0f0e0d0c-0000-4000-8000-000000000001' },
+              },
+              request: { method: 'POST', url: 'Observation' },
+            },
+          ]),
+        ),
+      );
+    expect(res.status).toBe(200);
+    expect(res.body.type).toBe('transaction-response');
+    const [enc, pat, obs] = res.body.entry;
+    expect(enc.response.status).toMatch(/^201/);
+    expect(pat.response.location).toMatch(/^Patient\/[^/]+\/_history\/1$/);
+    const patientId = pat.resource.id as string;
+    expect(enc.resource.subject.reference).toBe(`Patient/${patientId}`);
+    expect(obs.resource.encounter.reference).toBe(`Encounter/${enc.resource.id}`);
+    const search = await request(t.app)
+      .get(`${BASE}/Observation?patient=${patientId}`)
+      .set('Authorization', auth());
+    expect(search.body.total).toBe(1);
+  });
+
+  it('is all-or-nothing', async () => {
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .send(
+        transaction([
+          { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+          { resource: { resourceType: 'Patient', id: 'x' }, request: { method: 'PUT', url: 'Patient/y' } },
+        ]),
+      );
+    expectOutcome(res, 400);
+    expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1]']);
+    expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth())).body.total).toBe(0);
+
+    const created = await create(patient());
+    const conflict = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .send(
+        transaction([
+          { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+          {
+            resource: patient({ id: created.id }),
+            request: { method: 'PUT', url: `Patient/${created.id}`, ifMatch: 'W/"7"' },
+          },
+        ]),
+      );
+    expectOutcome(conflict, 412);
+    expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth())).body.total).toBe(1);
+  });
+
+  it('handles conditional creates, deletes and reads in a transaction', async () => {
+    const existing = await create(patient({ identifier: [{ system: 'urn:mrn', value: '7' }] }));
+    const other = await create(patient());
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .send(
+        transaction([
+          {
+            fullUrl: 'urn:uuid:11111111-1111-4111-8111-111111111111',
+            resource: patient({ identifier: [{ system: 'urn:mrn', value: '7' }] }),
+            request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=urn:mrn|7' },
+          },
+          {
+            resource: {
+              resourceType: 'Observation',
+              status: 'final',
+              code: { text: 'x' },
+              subject: { reference: 'urn:uuid:11111111-1111-4111-8111-111111111111' },
+            },
+            request: { method: 'POST', url: 'Observation' },
+          },
+          { request: { method: 'DELETE', url: `Patient/${other.id}` } },
+          { request: { method: 'GET', url: `Patient/${existing.id}` } },
+          { request: { method: 'GET', url: 'Observation?patient=Patient/' + existing.id } },
+        ]),
+      );
+    expect(res.status).toBe(200);
+    const [cond, obs, del, read, search] = res.body.entry;
+    expect(cond.response.status).toMatch(/^200/);
+    expect(cond.resource.id).toBe(existing.id);
+    expect(obs.resource.subject.reference).toBe(`Patient/${existing.id}`);
+    expect(del.response.status).toMatch(/^204/);
+    expect(read.resource.id).toBe(existing.id);
+    expect(search.resource.total).toBe(1);
+    expectOutcome(await request(t.app).get(`${BASE}/Patient/${other.id}`).set('Authorization', auth()), 410);
+  });
+
+  it('processes batch entries independently', async () => {
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .send(
+        transaction(
+          [
+            { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+            { request: { method: 'GET', url: 'Patient/missing' } },
+            { resource: { resourceType: 'Patient' }, request: { method: 'POST', url: 'Observation' } },
+            { request: { method: 'PATCH', url: 'Patient/x' } },
+            { resource: patient(), request: { method: 'POST', url: 'Unknown' } },
+          ],
+          'batch',
+        ),
+      );
+    expect(res.status).toBe(200);
+    expect(res.body.type).toBe('batch-response');
+    const statuses = res.body.entry.map((e: { response: { status: string } }) =>
+      e.response.status.slice(0, 3),
+    );
+    expect(statuses).toEqual(['201', '404', '400', '405', '404']);
+    expect(res.body.entry[1].response.outcome.resourceType).toBe('OperationOutcome');
+    expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth())).body.total).toBe(1);
+  });
+
+  it('rejects bad bundles', async () => {
+    const post = (body: unknown) =>
+      request(t.app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(body as object);
+    expectOutcome(await post({ resourceType: 'Bundle', type: 'collection', entry: [] }), 400);
+    expectOutcome(await post(patient()), 400);
+    expectOutcome(await post({ resourceType: 'Bundle', type: 'batch', entry: {} }), 400);
+    const small = await createTestApp({ maxBundleEntries: 2 });
+    const many = await request(small.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .send(
+        transaction(
+          [1, 2, 3].map(() => ({ resource: patient(), request: { method: 'POST', url: 'Patient' } })),
+        ),
+      );
+    expectOutcome(many, 413);
+    await small.storage.close();
+  });
+
+  it('checks access per entry', async () => {
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth('p1', ['system/Patient.*']))
+      .send(
+        transaction([
+          { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+          {
+            resource: { resourceType: 'Observation', status: 'final', code: {} },
+            request: { method: 'POST', url: 'Observation' },
+          },
+        ]),
+      );
+    expectOutcome(res, 403, 'forbidden');
+  });
+});
+
+describe('NDJSON upload', () => {
+  it('streams files, loads good lines and reports bad ones by file and line', async () => {
+    const good = [patient({ id: 'u1' }), patient({ id: 'u2' }), patient()].map((r) => JSON.stringify(r));
+    const fileA =
+      [good[0], '{not json', '', good[1], JSON.stringify({ resourceType: 'Nope' })].join('\n') + '\n';
+    const fileB = [good[2], JSON.stringify({ resourceType: 'Observation', status: 'final', code: {} })].join(
+      '\r\n',
+    );
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .attach('file', Buffer.from(fileA), { filename: 'a.ndjson', contentType: 'application/fhir+ndjson' })
+      .attach('file', Buffer.from(fileB), { filename: 'b.ndjson', contentType: 'application/x-ndjson' });
+    expect(res.status).toBe(200);
+    expect(res.body.resourceType).toBe('OperationOutcome');
+    const errors = res.body.issue.filter((i: { severity: string }) => i.severity === 'error');
+    expect(errors.map((i: { location: string[] }) => i.location[0])).toEqual(['a.ndjson:2', 'a.ndjson:5']);
+    expect((await request(t.app).get(`${BASE}/Patient/u1`).set('Authorization', auth())).status).toBe(200);
+    expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth())).body.total).toBe(3);
+    expect((await request(t.app).get(`${BASE}/Observation`).set('Authorization', auth())).body.total).toBe(1);
+  });
+
+  it('reports forbidden types per line and rejects uploads without files or over limits', async () => {
+    const res = await request(t.app)
+      .post(BASE)
+      .set('Authorization', auth('p1', ['system/Patient.*']))
+      .attach(
+        'f',
+        Buffer.from(`${JSON.stringify(patient())}\n${JSON.stringify({ resourceType: 'Observation' })}\n`),
+        'x.ndjson',
+      );
+    const errors = res.body.issue.filter((i: { severity: string }) => i.severity === 'error');
+    expect(errors).toHaveLength(1);
+    expect(errors[0].code).toBe('forbidden');
+    expect(errors[0].location).toEqual(['x.ndjson:2']);
+
+    expectOutcome(await request(t.app).post(BASE).set('Authorization', auth()).field('a', 'b'), 400);
+    const small = await createTestApp({ upload: { maxFileSize: 100 } });
+    const big = await request(small.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .attach('f', Buffer.from(`${JSON.stringify(patient())}\n`.repeat(20)), 'big.ndjson');
+    expectOutcome(big, 413);
+    await small.storage.close();
+  });
+
+  it('reports lines longer than the limit and goes on', async () => {
+    const small = await createTestApp({ upload: { maxLineLength: 200 } });
+    const long = JSON.stringify(patient({ text: { status: 'generated', div: 'y'.repeat(100_000) } }));
+    const res = await request(small.app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .attach('f', Buffer.from(`${long}\n${JSON.stringify(patient())}\n`), 'long.ndjson');
+    expect(res.status).toBe(200);
+    const errors = res.body.issue.filter((i: { severity: string }) => i.severity === 'error');
+    expect(errors.map((i: { location: string[] }) => i.location[0])).toEqual(['long.ndjson:1']);
+    expect((await request(small.app).get(`${BASE}/Patient`).set('Authorization', auth())).body.total).toBe(1);
+    await small.storage.close();
+  });
+});
+
+describe('strict mode', () => {
+  it('validates writes against the R4 structure definitions in strict projects only', async () => {
+    await t.storage.createProject({ id: 'strict', name: 'Strict', strictMode: true });
+    const strict = auth('strict');
+    const bad = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', strict)
+      .send(patient({ birthDate: 'yesterday', foo: 1 }));
+    expectOutcome(bad, 400);
+    expect(bad.body.issue.length).toBeGreaterThanOrEqual(2);
+    const ok = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', strict)
+      .send(patient({ birthDate: '2000-01-01' }));
+    expect(ok.status).toBe(201);
+    const missingCode = await request(t.app)
+      .post(`${BASE}/Observation`)
+      .set('Authorization', strict)
+      .send({ resourceType: 'Observation', status: 'final' });
+    expectOutcome(missingCode, 400);
+    // The same body is fine in a non-strict project.
+    expect(
+      (
+        await request(t.app)
+          .post(`${BASE}/Patient`)
+          .set('Authorization', auth())
+          .send(patient({ foo: 1 }))
+      ).status,
+    ).toBe(201);
+  });
+
+  it('uses a custom validator when given, and never for non-strict projects', async () => {
+    let calls = 0;
+    const custom = await createTestApp({
+      validator: () => {
+        calls++;
+        return [{ severity: 'error', code: 'business-rule', details: { text: 'no' } }];
+      },
+    });
+    await custom.storage.createProject({ id: 'strict', name: 'Strict', strictMode: true });
+    expectOutcome(
+      await request(custom.app).post(`${BASE}/Patient`).set('Authorization', auth('strict')).send(patient()),
+      400,
+      'business-rule',
+    );
+    expect(
+      (await request(custom.app).post(`${BASE}/Patient`).set('Authorization', auth()).send(patient())).status,
+    ).toBe(201);
+    expect(calls).toBe(1);
+    await custom.storage.close();
+  });
+});
+
+describe('fallthrough', () => {
+  it('passes unknown paths on when asked to', async () => {
+    const storage = memoryStorage();
+    const app = express();
+    app.use(BASE, fhirRouter({ storage, authenticate: testAuthenticate, fallthrough: true }));
+    app.get(`${BASE}/$export`, (_req, res) => {
+      res.status(202).end();
+    });
+    app.get(`${BASE}/Patient/$export`, (_req, res) => {
+      res.status(202).end();
+    });
+    expect((await request(app).get(`${BASE}/$export`)).status).toBe(202);
+    expect((await request(app).get(`${BASE}/Patient/$export`)).status).toBe(202);
+    await storage.close();
+  });
+});
