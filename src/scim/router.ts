@@ -1,0 +1,276 @@
+import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
+import { asyncHandler } from '../http/async-handler.js';
+import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
+import { absoluteUrl } from '../http/base-url.js';
+import { jsonBody } from '../http/body.js';
+import { scimErrorHandler } from '../http/error-rendering.js';
+import { ScimError } from '../http/http-error.js';
+import type { CommonRouterOptions } from '../http/router-options.js';
+import { parseAttributeList, projectScimAttributes } from './attributes.js';
+import { schemaResources, serviceProviderConfig, userResourceType } from './discovery.js';
+import { isPlainObject } from './json-access.js';
+import { readListQuery } from './list-query.js';
+import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS } from './schema.js';
+import { userEtag, userToScim } from './user-mapping.js';
+import { entityTagMatches, parseEntityTags, scimUserService } from './user-service.js';
+
+/** Options of `scimRouter`. */
+export interface ScimRouterOptions extends CommonRouterOptions {
+  /**
+   * Most resources one list or search response holds; a larger `count` is lowered to it.
+   * Advertised as `filter.maxResults` in `/ServiceProviderConfig`.
+   * @default 200
+   */
+  maxResults?: number;
+  /**
+   * Answer `userName` with the name the client provided instead of the id of the linked FHIR
+   * profile resource, for identity providers that demand an echo.
+   * @default false
+   */
+  echoUserName?: boolean;
+  /**
+   * Largest request body, bytes or a size string; larger bodies answer 413.
+   * @default '1mb'
+   */
+  bodyLimit?: number | string;
+  /**
+   * Most operations in one PATCH request.
+   * @default 1000
+   */
+  maxPatchOperations?: number;
+  /**
+   * Attempts of a write that lost a race with another write when the request carried no
+   * `If-Match` (with one, the loser answers 412).
+   * @default 5
+   */
+  maxWriteAttempts?: number;
+  /**
+   * `documentationUri` advertised in `/ServiceProviderConfig`.
+   * @default undefined
+   */
+  documentationUri?: string;
+}
+
+const SCIM_JSON = 'application/scim+json';
+const USERS = /^\/Users\/?$/;
+const USERS_SEARCH = /^\/Users\/\.search\/?$/;
+const ROOT_SEARCH = /^\/\.search\/?$/;
+const USER = /^\/Users\/([^/]+)\/?$/;
+const SPC = /^\/ServiceProviderConfig\/?$/;
+const RESOURCE_TYPES = /^\/ResourceTypes\/?$/;
+const RESOURCE_TYPE = /^\/ResourceTypes\/([^/]+)\/?$/;
+const SCHEMAS = /^\/Schemas\/?$/;
+const SCHEMA = /^\/Schemas\/([^/]+)\/?$/;
+
+function positiveInteger(value: number | undefined, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 1)
+    throw new TypeError(`scimRouter: ${name} must be a positive integer`);
+  return value;
+}
+
+function send(res: Response, status: number, body: unknown): void {
+  res.status(status).type(SCIM_JSON).send(JSON.stringify(body));
+}
+
+function methodNotAllowed(allow: string): RequestHandler {
+  return (_req, _res, next) => {
+    next(new ScimError(405, undefined, 'Method not allowed', { headers: { Allow: allow } }));
+  };
+}
+
+function listResponse(
+  resources: unknown[],
+  totalResults: number,
+  startIndex: number,
+): Record<string, unknown> {
+  return {
+    schemas: [LIST_RESPONSE_SCHEMA_ID],
+    totalResults,
+    startIndex,
+    itemsPerPage: resources.length,
+    Resources: resources,
+  };
+}
+
+/**
+ * SCIM 2.0 Users API (RFC 7643, RFC 7644) for identity providers such as Okta and Microsoft
+ * Entra ID; mount it at `/scim/v2`. Callers must be project admins (or super admins acting in a
+ * project); users are provisioned into the caller's project, each linked to a FHIR profile resource
+ * (`Patient`, `Practitioner` or `RelatedPerson`, per `userType`) created with it.
+ *
+ * Routes: `/Users` (GET search, POST create), `/Users/{id}` (GET, PUT, PATCH, DELETE),
+ * `/Users/.search` and `/.search` (POST), `/ServiceProviderConfig`, `/ResourceTypes[/{id}]`,
+ * `/Schemas[/{id}]`. Errors are SCIM Error JSON; every answer is `application/scim+json`.
+ */
+export function scimRouter(options: ScimRouterOptions): Router {
+  if (!options?.storage) throw new TypeError('scimRouter: options.storage is required');
+  if (typeof options.authenticate !== 'function')
+    throw new TypeError('scimRouter: options.authenticate is required');
+  const maxResults = positiveInteger(options.maxResults, 'maxResults', 200);
+  const schemas = USER_RESOURCE_SCHEMAS;
+  const echoUserName = options.echoUserName ?? false;
+  const service = scimUserService({
+    storage: options.storage,
+    schemas,
+    echoUserName,
+    maxOperations: positiveInteger(options.maxPatchOperations, 'maxPatchOperations', 1000),
+    maxAttempts: positiveInteger(options.maxWriteAttempts, 'maxWriteAttempts', 5),
+  });
+  const body = jsonBody({ types: [SCIM_JSON, 'application/json'], limit: options.bodyLimit ?? '1mb' });
+  const url = (req: Request, path: string) => absoluteUrl(req, path, options.baseUrl);
+  const userUrl = (req: Request, id: string) => url(req, `/Users/${encodeURIComponent(id)}`);
+
+  const router = express.Router();
+  router.use(requirePrincipal(options.authenticate));
+  router.use((_req, res, next) => {
+    const principal = getPrincipal(res);
+    if (!principal.projectId || !(principal.admin || principal.superAdmin)) {
+      next(new ScimError(403, undefined, 'SCIM is for project administrators'));
+      return;
+    }
+    next();
+  });
+  const projectOf = (res: Response) => getPrincipal(res).projectId!;
+
+  /** Renders one user with the request's attribute selection, ETag and status. */
+  const sendUser = (
+    req: Request,
+    res: Response,
+    status: number,
+    record: Parameters<typeof userToScim>[0],
+  ) => {
+    const doc = userToScim(record, { location: userUrl(req, record.id), echoUserName });
+    const selection = {
+      attributes: parseAttributeList(req.query.attributes),
+      excludedAttributes: parseAttributeList(req.query.excludedAttributes),
+    };
+    res.setHeader('ETag', userEtag(record));
+    if (status === 201) res.setHeader('Location', userUrl(req, record.id));
+    send(res, status, projectScimAttributes(doc, selection, schemas));
+  };
+
+  const search = (params: (req: Request) => Record<string, unknown>) =>
+    asyncHandler(async (req, res) => {
+      const query = readListQuery(params(req), schemas, maxResults);
+      const result = await service.search(projectOf(res), query, (id) => userUrl(req, id));
+      send(res, 200, listResponse(result.resources, result.totalResults, query.startIndex));
+    });
+  const searchBody = (req: Request): Record<string, unknown> => {
+    if (!isPlainObject(req.body))
+      throw new ScimError(400, 'invalidSyntax', 'The body must be a SearchRequest object');
+    return req.body;
+  };
+  const ifMatch = (req: Request) => parseEntityTags(req.get('if-match'));
+
+  router
+    .route(USERS)
+    .get(search((req) => req.query as Record<string, unknown>))
+    .post(
+      body,
+      asyncHandler(async (req, res) => {
+        const record = await service.create(projectOf(res), req.body);
+        sendUser(req, res, 201, record);
+      }),
+    )
+    .all(methodNotAllowed('GET, POST'));
+  router.route(USERS_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST'));
+  router.route(ROOT_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST'));
+  router
+    .route(USER)
+    .get(
+      asyncHandler(async (req, res) => {
+        const record = await service.read(projectOf(res), req.params[0]!);
+        const ifNoneMatch = parseEntityTags(req.get('if-none-match'));
+        if (ifNoneMatch && entityTagMatches(ifNoneMatch, record.version)) {
+          res.setHeader('ETag', userEtag(record));
+          res.status(304).end();
+          return;
+        }
+        sendUser(req, res, 200, record);
+      }),
+    )
+    .put(
+      body,
+      asyncHandler(async (req, res) => {
+        const record = await service.replace(projectOf(res), req.params[0]!, req.body, ifMatch(req));
+        sendUser(req, res, 200, record);
+      }),
+    )
+    .patch(
+      body,
+      asyncHandler(async (req, res) => {
+        const id = req.params[0]!;
+        const record = await service.patch(projectOf(res), id, req.body, userUrl(req, id), ifMatch(req));
+        sendUser(req, res, 200, record);
+      }),
+    )
+    .delete(
+      asyncHandler(async (req, res) => {
+        await service.delete(projectOf(res), req.params[0]!, ifMatch(req));
+        res.status(204).end();
+      }),
+    )
+    .all(methodNotAllowed('GET, PUT, PATCH, DELETE'));
+
+  // Discovery (RFC 7644 §4): a filter on these endpoints is 403.
+  const noFilter: RequestHandler = (req, _res, next) => {
+    if (req.query.filter !== undefined)
+      next(new ScimError(403, undefined, 'Filtering is not supported here'));
+    else next();
+  };
+  router
+    .route(SPC)
+    .get(noFilter, (req, res) => {
+      send(
+        res,
+        200,
+        serviceProviderConfig(
+          { maxResults, ...(options.documentationUri ? { documentationUri: options.documentationUri } : {}) },
+          url(req, '/ServiceProviderConfig'),
+        ),
+      );
+    })
+    .all(methodNotAllowed('GET'));
+  const resourceTypes = (req: Request) => [userResourceType(schemas, url(req, '/ResourceTypes/User'))];
+  router
+    .route(RESOURCE_TYPES)
+    .get(noFilter, (req, res) => {
+      const all = resourceTypes(req);
+      send(res, 200, listResponse(all, all.length, 1));
+    })
+    .all(methodNotAllowed('GET'));
+  router
+    .route(RESOURCE_TYPE)
+    .get(noFilter, (req, res, next) => {
+      const found = resourceTypes(req).find((t) => t.id === req.params[0]);
+      if (found) send(res, 200, found);
+      else next(new ScimError(404, undefined, 'Unknown resource type'));
+    })
+    .all(methodNotAllowed('GET'));
+  const allSchemas = (req: Request) => schemaResources(schemas, (id) => url(req, `/Schemas/${id}`));
+  router
+    .route(SCHEMAS)
+    .get(noFilter, (req, res) => {
+      const all = allSchemas(req);
+      send(res, 200, listResponse(all, all.length, 1));
+    })
+    .all(methodNotAllowed('GET'));
+  router
+    .route(SCHEMA)
+    .get(noFilter, (req, res, next) => {
+      const id = decodeURIComponent(req.params[0]!);
+      const found = allSchemas(req).find(
+        (s) => typeof s.id === 'string' && s.id.toLowerCase() === id.toLowerCase(),
+      );
+      if (found) send(res, 200, found);
+      else next(new ScimError(404, undefined, 'Unknown schema'));
+    })
+    .all(methodNotAllowed('GET'));
+
+  router.use((_req, _res, next) => {
+    next(new ScimError(404, undefined, 'Not found'));
+  });
+  router.use(scimErrorHandler(options.onError));
+  return router;
+}

@@ -1,0 +1,307 @@
+/**
+ * SCIM User operations on the storage, framework-free: create (profile resource + user +
+ * membership in one transaction), read, replace, patch, delete and search, with the version
+ * preconditions and the retry that keeps concurrent writes from being lost.
+ */
+import { ScimError } from '../http/http-error.js';
+import {
+  ConflictError,
+  InvalidRecordError,
+  NotFoundError,
+  PreconditionFailedError,
+  StorageError,
+} from '../storage/errors.js';
+import type { FhirResource, Storage, StorageOperations, UserChanges, UserRecord } from '../storage/types.js';
+import { projectScimAttributes } from './attributes.js';
+import { compileScimFilter, planScimLookup } from './filter-evaluator.js';
+import type { ScimListQuery } from './list-query.js';
+import { scimSortComparator } from './list-query.js';
+import { applyScimPatch } from './patch.js';
+import type { ScimResourceSchemas } from './schema.js';
+import {
+  profileChanged,
+  profileResource,
+  scimUserFields,
+  userDocument,
+  userFilterView,
+  userToScim,
+  type ScimUserFields,
+} from './user-mapping.js';
+
+export interface ScimUserServiceConfig {
+  storage: Storage;
+  schemas: ScimResourceSchemas;
+  echoUserName: boolean;
+  maxOperations: number;
+  /** Attempts of a write that lost a race, when the client sent no If-Match. */
+  maxAttempts: number;
+}
+
+/** Parsed `If-Match` / `If-None-Match`: `*`, or the versions listed. */
+export type EntityTagCondition = '*' | number[];
+
+/** Parses an entity-tag list (`W/"3", "4"` or `*`); tags that are not our versions never match. */
+export function parseEntityTags(header: string | undefined): EntityTagCondition | undefined {
+  if (header === undefined || header.trim() === '') return undefined;
+  if (header.trim() === '*') return '*';
+  const versions: number[] = [];
+  for (const match of header.matchAll(/(?:W\/)?"([^"]*)"/g)) {
+    const n = Number(match[1]);
+    if (Number.isSafeInteger(n)) versions.push(n);
+  }
+  return versions;
+}
+
+export function entityTagMatches(condition: EntityTagCondition, version: number): boolean {
+  return condition === '*' || condition.includes(version);
+}
+
+/** Maps storage failures to SCIM errors (RFC 7644 §3.12). */
+export function scimStorageError(error: unknown): unknown {
+  if (!(error instanceof StorageError)) return error;
+  if (error instanceof NotFoundError)
+    return new ScimError(404, undefined, 'Resource not found', { cause: error });
+  if (error instanceof ConflictError) {
+    const what = error.attribute
+      ? `${error.attribute} is already in use`
+      : 'Conflict with an existing resource';
+    return new ScimError(409, 'uniqueness', what, { cause: error });
+  }
+  if (error instanceof PreconditionFailedError) {
+    return new ScimError(412, undefined, 'The resource changed (version mismatch)', { cause: error });
+  }
+  if (error instanceof InvalidRecordError)
+    return new ScimError(400, 'invalidValue', error.message, { cause: error });
+  return error;
+}
+
+export interface ScimSearchResult {
+  totalResults: number;
+  resources: Record<string, unknown>[];
+}
+
+function sameFields(current: UserRecord, changes: Omit<UserChanges, 'profileId'>): boolean {
+  return (
+    current.userName === changes.userName &&
+    current.externalId === changes.externalId &&
+    current.active === changes.active &&
+    JSON.stringify(current.data) === JSON.stringify(changes.data)
+  );
+}
+
+/** The SCIM User operations of one router. */
+export function scimUserService(config: ScimUserServiceConfig) {
+  const { storage, schemas } = config;
+
+  async function guard<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      throw scimStorageError(error);
+    }
+  }
+
+  /** Runs a read-modify-write, again when it lost a race and the client did not pin a version. */
+  async function withRetry<T>(pinned: boolean, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (error) {
+        if (pinned || !(error instanceof PreconditionFailedError) || attempt >= config.maxAttempts)
+          throw error;
+      }
+    }
+  }
+
+  async function readProfile(
+    tx: StorageOperations,
+    projectId: string,
+    record: UserRecord,
+  ): Promise<FhirResource | undefined> {
+    try {
+      return await tx.readResource(projectId, record.userType, record.profileId);
+    } catch (error) {
+      if (error instanceof NotFoundError) return undefined;
+      throw error;
+    }
+  }
+
+  /** Writes new fields over a user, keeping the profile in sync. */
+  async function write(
+    tx: StorageOperations,
+    projectId: string,
+    current: UserRecord,
+    fields: ScimUserFields,
+    replaceAll: boolean,
+  ): Promise<UserRecord> {
+    if (fields.userType !== current.userType) {
+      throw new ScimError(400, 'mutability', 'userType cannot change');
+    }
+    // A client echoing the profile id we answered as userName keeps the name it gave at create.
+    let userName = fields.userName ?? current.userName;
+    if (userName.toLowerCase() === current.profileId.toLowerCase()) userName = current.userName;
+    const changes: UserChanges = {
+      userName,
+      externalId: replaceAll ? fields.externalId : (fields.externalId ?? current.externalId),
+      active: fields.active,
+      data: fields.data,
+    };
+    if (sameFields(current, changes)) return current;
+    const existing = await readProfile(tx, projectId, current);
+    const profile = profileResource(current.userType, fields.data, existing);
+    if (!existing || profileChanged(existing, profile)) {
+      await tx.updateResource(projectId, { ...profile, id: current.profileId });
+    }
+    return tx.updateUser(projectId, current.id, changes, { ifVersion: current.version });
+  }
+
+  function checkIfMatch(ifMatch: EntityTagCondition | undefined, current: UserRecord): void {
+    if (ifMatch && !entityTagMatches(ifMatch, current.version)) {
+      throw new ScimError(412, undefined, 'The resource changed (version mismatch)');
+    }
+  }
+
+  return {
+    create(projectId: string, body: unknown): Promise<UserRecord> {
+      const fields = scimUserFields(body, schemas);
+      return guard(() =>
+        storage.transaction(async (tx) => {
+          const profile = await tx.createResource(projectId, profileResource(fields.userType, fields.data));
+          const user = await tx.createUser(projectId, {
+            projectId,
+            userName: fields.userName ?? profile.id,
+            ...(fields.externalId !== undefined ? { externalId: fields.externalId } : {}),
+            userType: fields.userType,
+            profileId: profile.id,
+            active: fields.active,
+            data: fields.data,
+          });
+          await tx.createMembership(projectId, {
+            projectId,
+            userId: user.id,
+            admin: false,
+            profile: `${fields.userType}/${profile.id}`,
+          });
+          return user;
+        }),
+      );
+    },
+
+    read(projectId: string, id: string): Promise<UserRecord> {
+      return guard(() => storage.readUser(projectId, id));
+    },
+
+    replace(projectId: string, id: string, body: unknown, ifMatch?: EntityTagCondition): Promise<UserRecord> {
+      const fields = scimUserFields(body, schemas);
+      const bodyId = (body as Record<string, unknown>).id;
+      if (bodyId !== undefined && bodyId !== id) {
+        throw new ScimError(400, 'mutability', 'The id in the body differs from the id in the path');
+      }
+      return guard(() =>
+        withRetry(ifMatch !== undefined, () =>
+          storage.transaction(async (tx) => {
+            const current = await tx.readUser(projectId, id);
+            checkIfMatch(ifMatch, current);
+            return write(tx, projectId, current, { ...fields, active: fields.active }, true);
+          }),
+        ),
+      );
+    },
+
+    patch(
+      projectId: string,
+      id: string,
+      body: unknown,
+      location: string,
+      ifMatch?: EntityTagCondition,
+    ): Promise<UserRecord> {
+      return guard(() =>
+        withRetry(ifMatch !== undefined, () =>
+          storage.transaction(async (tx) => {
+            const current = await tx.readUser(projectId, id);
+            checkIfMatch(ifMatch, current);
+            const patched = applyScimPatch(userDocument(current, location), body, {
+              schemas,
+              maxOperations: config.maxOperations,
+            });
+            const fields = scimUserFields(patched, schemas);
+            return write(tx, projectId, current, fields, true);
+          }),
+        ),
+      );
+    },
+
+    delete(projectId: string, id: string, ifMatch?: EntityTagCondition): Promise<void> {
+      return guard(() =>
+        storage.transaction(async (tx) => {
+          const current = await tx.readUser(projectId, id);
+          checkIfMatch(ifMatch, current);
+          for (const membership of await tx.listMemberships(projectId, { userId: id })) {
+            await tx.deleteMembership(projectId, membership.id);
+          }
+          // The profile resource and every other FHIR resource stay.
+          await tx.deleteUser(projectId, id);
+        }),
+      );
+    },
+
+    /** Filters, sorts and pages the project's users, rendered and projected. */
+    async search(
+      projectId: string,
+      query: ScimListQuery,
+      locationOf: (id: string) => string,
+    ): Promise<ScimSearchResult> {
+      const predicate = query.filter ? compileScimFilter(query.filter, schemas) : undefined;
+      const plan = query.filter ? planScimLookup(query.filter, schemas.core.id) : undefined;
+      const candidates = await guard(async () => {
+        if (!plan) return storage.listUsers(projectId);
+        const found = new Map<string, UserRecord>();
+        for (const lookup of plan) {
+          let users: UserRecord[];
+          if (lookup.attribute === 'id') {
+            users = await storage.readUser(projectId, lookup.value).then(
+              (u) => [u],
+              (error: unknown) => {
+                if (error instanceof NotFoundError) return [];
+                throw error;
+              },
+            );
+          } else if (lookup.attribute === 'externalId') {
+            users = await storage.findUsers(projectId, { externalId: lookup.value });
+          } else {
+            users = [
+              ...(await storage.findUsers(projectId, { userName: lookup.value })),
+              ...(await storage.findUsers(projectId, { profileId: lookup.value })),
+            ];
+          }
+          for (const user of users) found.set(user.id, user);
+        }
+        return [...found.values()].sort((a, b) =>
+          a.createdAt < b.createdAt
+            ? -1
+            : a.createdAt > b.createdAt
+              ? 1
+              : a.id < b.id
+                ? -1
+                : a.id > b.id
+                  ? 1
+                  : 0,
+        );
+      });
+      const matching = predicate
+        ? candidates.filter((u) => predicate(userFilterView(u, locationOf(u.id))))
+        : candidates;
+      let rendered = matching.map((u) =>
+        userToScim(u, { location: locationOf(u.id), echoUserName: config.echoUserName }),
+      );
+      if (query.sortBy) rendered = [...rendered].sort(scimSortComparator(query.sortBy, query.descending));
+      const page = rendered.slice(query.startIndex - 1, query.startIndex - 1 + query.count);
+      return {
+        totalResults: rendered.length,
+        resources: page.map((doc) => projectScimAttributes(doc, query, schemas)),
+      };
+    },
+  };
+}
+
+export type ScimUserService = ReturnType<typeof scimUserService>;
