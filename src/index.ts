@@ -114,6 +114,30 @@ export type {
   ExportReader,
 } from './storage/types.js';
 
+// FHIR data plane: router, CapabilityStatement, search, compartment, resource types
+export { fhirRouter } from './fhir/router.js';
+export type { FhirRouterOptions } from './fhir/router-options.js';
+export { buildCapabilityStatement } from './fhir/capability-statement.js';
+export type {
+  CapabilityContribution,
+  CapabilityOperation,
+  CapabilityStatementInput,
+  CapabilityStatementJson,
+} from './fhir/capability-statement.js';
+export { parseSearchParams } from './fhir/search.js';
+export type { ParseSearchOptions, ParsedSearch } from './fhir/search.js';
+export {
+  patientCompartmentIds,
+  patientCompartmentTypes,
+  compartmentParams,
+  patientSearchParams,
+} from './fhir/compartment.js';
+export { isResourceType, isValidId, R4_RESOURCE_TYPES } from './fhir/resource-types.js';
+export { r4StructureValidator } from './fhir/structure-validator.js';
+export type { ResourceValidator } from './fhir/structure-validator.js';
+export type { NdjsonUploadOptions } from './fhir/ndjson-upload.js';
+export type { OperationOutcome, OutcomeIssue } from './fhir/outcome.js';
+
 // Projects: Project/$init, client registration, FHIR Parameters reader
 export { projectRouter } from './project/router.js';
 export type { ProjectRouterOptions } from './project/router.js';
