@@ -167,3 +167,13 @@ export {
   bulkExportOperations,
   BULK_DATA_CAPABILITY_STATEMENT,
 } from './bulk/capability.js';
+
+// Composition: every router at the default paths
+export { fhirPlatform } from './platform.js';
+export type { FhirPlatform, FhirPlatformOptions } from './platform.js';
+
+// Storage adapters (memory, file)
+export { InvalidRecordError } from './storage/errors.js';
+export type { ExportSnapshotOptions } from './storage/types.js';
+export { memoryStorage } from './storage/memory.js';
+export type { MemoryStorageOptions } from './storage/memory.js';

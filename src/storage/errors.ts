@@ -48,3 +48,10 @@ export class StorageLockedError extends StorageError {
     super('ERR_STORAGE_LOCKED', message, options);
   }
 }
+
+/** A record the storage cannot keep as given (bad resource type, empty id or userName, …). */
+export class InvalidRecordError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_INVALID', message, options);
+  }
+}

@@ -72,7 +72,9 @@ export interface UserRecord {
 export type NewUser = Omit<UserRecord, 'id' | 'createdAt' | 'updatedAt' | 'version'> & { id?: string };
 
 /** Fields a caller may change on update (full replacement of each given field). */
-export type UserChanges = Partial<Pick<UserRecord, 'userName' | 'externalId' | 'active' | 'data' | 'profileId'>>;
+export type UserChanges = Partial<
+  Pick<UserRecord, 'userName' | 'externalId' | 'active' | 'data' | 'profileId'>
+>;
 
 export interface UserQuery {
   /** Case-insensitive match against the stored `userName`. */
@@ -234,6 +236,12 @@ export interface Tombstone {
  */
 export type ExportSnapshot = Record<string, unknown> & { takenAt: string };
 
+/** Optional hints for `exportSnapshot`. */
+export interface ExportSnapshotOptions {
+  /** Patients whose compartments the export will read (Patient and Group exports). */
+  patientIds?: string[];
+}
+
 export interface ExportReadOptions {
   resourceType: string;
   /** Only resources changed after this instant (epoch ms). */
@@ -254,9 +262,17 @@ export interface NdjsonChunk {
 /** The read side an export worker uses. */
 export interface ExportReader {
   /** Latest version, as of the snapshot, of every live resource matching the options. */
-  readResources(projectId: string, snapshot: ExportSnapshot, options: ExportReadOptions): AsyncIterable<NdjsonChunk>;
+  readResources(
+    projectId: string,
+    snapshot: ExportSnapshot,
+    options: ExportReadOptions,
+  ): AsyncIterable<NdjsonChunk>;
   /** Resources deleted after `since` and up to the snapshot (and not re-created by then). */
-  readDeleted(projectId: string, snapshot: ExportSnapshot, options: ExportReadOptions): AsyncIterable<Tombstone>;
+  readDeleted(
+    projectId: string,
+    snapshot: ExportSnapshot,
+    options: ExportReadOptions,
+  ): AsyncIterable<Tombstone>;
   close(): Promise<void>;
 }
 
@@ -296,7 +312,10 @@ export interface StorageOperations {
 
   // Memberships
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord>;
-  listMemberships(projectId: string, query?: { userId?: string; clientId?: string }): Promise<MembershipRecord[]>;
+  listMemberships(
+    projectId: string,
+    query?: { userId?: string; clientId?: string },
+  ): Promise<MembershipRecord[]>;
   deleteMembership(projectId: string, id: string): Promise<void>;
 
   // Client applications
@@ -356,8 +375,13 @@ export interface Storage extends StorageOperations {
   listExportJobs(query?: { projectId?: string; status?: ExportJobStatus[] }): Promise<ExportJobRecord[]>;
 
   // Export reads
-  /** Marks "now" for a consistent export; release it when the job ends. */
-  exportSnapshot(projectId: string): Promise<ExportSnapshot>;
+  /**
+   * Marks "now" for a consistent export; release it when the job ends. Pass the patient ids of
+   * a Patient/Group export when known: adapters may record where those patients' compartment
+   * resources are, so reading them costs in proportion to the compartment (optional: without
+   * them `readResources` with `patientIds` is still correct, possibly slower).
+   */
+  exportSnapshot(projectId: string, options?: ExportSnapshotOptions): Promise<ExportSnapshot>;
   releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
   /** The same reads an export worker does, in this thread. */
   readonly exportReader: ExportReader;

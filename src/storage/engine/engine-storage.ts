@@ -1,0 +1,143 @@
+import { ConflictError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import type {
+  ExportJobChanges,
+  ExportJobRecord,
+  ExportJobStatus,
+  ExportReader,
+  ExportSnapshot,
+  ExportSnapshotOptions,
+  NewExportJob,
+  ProjectRecord,
+  SigningKeyRecord,
+  Storage,
+  StorageDescriptor,
+  StorageOperations,
+} from '../types.js';
+import type { Engine } from './engine.js';
+import { EngineOperations } from './operations.js';
+
+function byCreatedThenId<T extends { createdAt: string; id: string }>(a: T, b: T): number {
+  return a.createdAt < b.createdAt
+    ? -1
+    : a.createdAt > b.createdAt
+      ? 1
+      : a.id < b.id
+        ? -1
+        : a.id > b.id
+          ? 1
+          : 0;
+}
+
+/** The server-wide part of `Storage` on top of the engine; adapters add exports and `close`. */
+export abstract class EngineStorage extends EngineOperations implements Storage {
+  abstract readonly exportReader: ExportReader;
+  abstract readonly descriptor?: StorageDescriptor;
+  abstract exportSnapshot(projectId: string, options?: ExportSnapshotOptions): Promise<ExportSnapshot>;
+  abstract releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
+  abstract close(): Promise<void>;
+
+  constructor(protected readonly engine: Engine) {
+    super(engine.root);
+  }
+
+  transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
+    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx)));
+  }
+
+  deleteProject(id: string): Promise<void> {
+    return this.engine.enqueueWrite((w) => {
+      if (!w.view.project(id)) throw new NotFoundError(`Project ${id} not found`);
+      w.emit({ t: 'project-', id });
+    });
+  }
+
+  async listProjects(): Promise<ProjectRecord[]> {
+    const projects = [...this.engine.root.view().projects()].sort(byCreatedThenId);
+    return Promise.resolve(structuredClone(projects));
+  }
+
+  async listSigningKeys(): Promise<SigningKeyRecord[]> {
+    const keys = [...this.engine.root.view().signingKeys()].sort((a, b) =>
+      a.createdAt < b.createdAt ? -1 : a.createdAt > b.createdAt ? 1 : a.kid < b.kid ? -1 : 1,
+    );
+    return Promise.resolve(structuredClone(keys));
+  }
+
+  saveSigningKey(key: SigningKeyRecord): Promise<void> {
+    return this.engine.enqueueWrite((w) => {
+      w.emit({ t: 'key', record: structuredClone(key) });
+    });
+  }
+
+  useOnce(key: string, expiresAt: number): Promise<boolean> {
+    this.engine.assertOpen();
+    this.engine.base.purgeOnce(Date.now());
+    return this.engine.enqueueWrite((w) => {
+      const existing = w.view.once(key);
+      if (existing !== undefined && existing > Date.now()) return false;
+      w.emit({ t: 'once', key, expiresAt });
+      return true;
+    });
+  }
+
+  createExportJob(job: NewExportJob): Promise<ExportJobRecord> {
+    return this.engine.enqueueWrite((w) => {
+      if (w.view.job(job.projectId, job.id))
+        throw new ConflictError(`Export job ${job.id} exists`, { attribute: 'id' });
+      const now = new Date(w.now().ms).toISOString();
+      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
+      w.emit({ t: 'job', record });
+      return structuredClone(record);
+    });
+  }
+
+  async readExportJob(projectId: string, id: string): Promise<ExportJobRecord> {
+    const record = this.engine.root.view().job(projectId, id);
+    if (!record) throw new NotFoundError(`Export job ${id} not found`);
+    return Promise.resolve(structuredClone(record));
+  }
+
+  updateExportJob(
+    projectId: string,
+    id: string,
+    changes: ExportJobChanges,
+    options?: { ifVersion?: number },
+  ): Promise<ExportJobRecord> {
+    return this.engine.enqueueWrite((w) => {
+      const current = w.view.job(projectId, id);
+      if (!current) throw new NotFoundError(`Export job ${id} not found`);
+      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
+        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
+      }
+      const record: ExportJobRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id,
+        projectId,
+        updatedAt: new Date(w.now().ms).toISOString(),
+        version: current.version + 1,
+      };
+      w.emit({ t: 'job', record });
+      return structuredClone(record);
+    });
+  }
+
+  deleteExportJob(projectId: string, id: string): Promise<void> {
+    return this.engine.enqueueWrite((w) => {
+      if (!w.view.job(projectId, id)) throw new NotFoundError(`Export job ${id} not found`);
+      w.emit({ t: 'job-', projectId, id });
+    });
+  }
+
+  async listExportJobs(query?: {
+    projectId?: string;
+    status?: ExportJobStatus[];
+  }): Promise<ExportJobRecord[]> {
+    const jobs = [...this.engine.root.view().jobs()].filter(
+      (j) =>
+        (query?.projectId === undefined || j.projectId === query.projectId) &&
+        (query?.status === undefined || query.status.includes(j.status)),
+    );
+    return Promise.resolve(structuredClone(jobs.sort(byCreatedThenId)));
+  }
+}

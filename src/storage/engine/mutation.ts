@@ -1,0 +1,52 @@
+import type {
+  ClientRecord,
+  ExportJobRecord,
+  MembershipRecord,
+  ProjectRecord,
+  SigningKeyRecord,
+  StoredResource,
+  UserRecord,
+} from '../types.js';
+
+/**
+ * One change of a committed batch. Every write of every adapter built on the engine is a list of
+ * these: the engine validates them against the current state, the adapter persists them, then
+ * the engine applies them to its in-memory state.
+ */
+export type Mutation =
+  | { t: 'project'; record: ProjectRecord }
+  /** Removes the project record and everything scoped to it (users, resources, clients, …). */
+  | { t: 'project-'; id: string }
+  | { t: 'user'; projectId: string; record: UserRecord }
+  | { t: 'user-'; projectId: string; id: string }
+  | { t: 'membership'; projectId: string; record: MembershipRecord }
+  | { t: 'membership-'; projectId: string; id: string }
+  | { t: 'client'; record: ClientRecord }
+  | { t: 'key'; record: SigningKeyRecord }
+  | { t: 'job'; record: ExportJobRecord }
+  | { t: 'job-'; projectId: string; id: string }
+  | { t: 'once'; key: string; expiresAt: number }
+  | { t: 'resource'; projectId: string; entry: ResourceEntry & { body: StoredResource } }
+  | { t: 'resource-'; projectId: string; entry: ResourceEntry };
+
+/** The index entry of the current version (or tombstone) of one resource. */
+export interface ResourceEntry {
+  resourceType: string;
+  id: string;
+  versionId: string;
+  /** `meta.lastUpdated` (or the delete time) in microseconds since the epoch. */
+  lu: number;
+  /** `meta.lastUpdated` as a FHIR instant. */
+  lastUpdated: string;
+  deleted: boolean;
+  /** Ids of the patients in whose compartment this version is (empty for tombstones). */
+  patients: readonly string[];
+  /** The body, only on entries not yet committed (transaction and batch overlays). */
+  body?: StoredResource;
+  /** Where the adapter keeps the committed body; opaque to the engine. */
+  ref?: unknown;
+}
+
+export function key2(a: string, b: string): string {
+  return `${a}\u0000${b}`;
+}

@@ -1,0 +1,518 @@
+import { randomUUID } from 'node:crypto';
+import { patientCompartmentIds } from '../../fhir/compartment.js';
+import { ConflictError, InvalidRecordError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import type {
+  ClientChanges,
+  ClientRecord,
+  FhirResource,
+  MembershipRecord,
+  NewClient,
+  NewMembership,
+  NewUser,
+  ProjectRecord,
+  ResourcePage,
+  ResourceQuery,
+  ResourceWrite,
+  StorageOperations,
+  StoredResource,
+  UserChanges,
+  UserQuery,
+  UserRecord,
+  WriteOptions,
+  WriteResult,
+} from '../types.js';
+import type { OpContext, WriteContext } from './engine.js';
+import type { ResourceEntry } from './mutation.js';
+import type { StateView } from './state.js';
+
+const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
+
+function isoNow(w: WriteContext): string {
+  return new Date(w.now().ms).toISOString();
+}
+
+function byCreatedThenId<T extends { createdAt: string; id: string }>(a: T, b: T): number {
+  return a.createdAt < b.createdAt
+    ? -1
+    : a.createdAt > b.createdAt
+      ? 1
+      : a.id < b.id
+        ? -1
+        : a.id > b.id
+          ? 1
+          : 0;
+}
+
+function checkResourceType(resourceType: unknown): asserts resourceType is string {
+  if (typeof resourceType !== 'string' || !RESOURCE_TYPE.test(resourceType)) {
+    throw new InvalidRecordError(`Invalid resource type ${JSON.stringify(resourceType)}`);
+  }
+}
+
+function checkId(id: unknown, what: string): asserts id is string {
+  if (typeof id !== 'string' || id.length === 0) throw new InvalidRecordError(`Invalid ${what} id`);
+}
+
+function nextVersion(previous: ResourceEntry | undefined): string {
+  const n = previous ? Number.parseInt(previous.versionId, 10) : 0;
+  return String(Number.isFinite(n) ? n + 1 : 1);
+}
+
+function inRange(lu: number, range: ResourceQuery['lastUpdated']): boolean {
+  if (!range) return true;
+  // `lu` is in microseconds, the range in milliseconds.
+  if (range.gt !== undefined && !(lu > range.gt * 1000)) return false;
+  if (range.ge !== undefined && !(lu >= range.ge * 1000)) return false;
+  if (range.lt !== undefined && !(lu < range.lt * 1000)) return false;
+  if (range.le !== undefined && !(lu <= range.le * 1000)) return false;
+  return true;
+}
+
+function compareEntries(
+  sort: NonNullable<ResourceQuery['sort']>,
+): (a: ResourceEntry, b: ResourceEntry) => number {
+  const byId = (a: ResourceEntry, b: ResourceEntry): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+  switch (sort) {
+    case '_id':
+      return byId;
+    case '-_id':
+      return (a, b) => byId(b, a);
+    case '-_lastUpdated':
+      return (a, b) => b.lu - a.lu || byId(a, b);
+    case '_lastUpdated':
+      return (a, b) => a.lu - b.lu || byId(a, b);
+  }
+}
+
+/**
+ * The `StorageOperations` of the engine, written once against an `OpContext` (the committed store
+ * or a transaction). Writes are synchronous plans: they read the state, check every rule and emit
+ * mutations; the engine commits them.
+ */
+export class EngineOperations implements StorageOperations {
+  constructor(protected readonly ctx: OpContext) {}
+
+  // Projects
+
+  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
+    return this.ctx.write((w) => {
+      checkId(project.id, 'project');
+      if (w.view.project(project.id))
+        throw new ConflictError(`Project ${project.id} exists`, { attribute: 'id' });
+      const now = isoNow(w);
+      const record: ProjectRecord = {
+        ...structuredClone(project),
+        createdAt: now,
+        updatedAt: now,
+        version: 1,
+      };
+      w.emit({ t: 'project', record });
+      return structuredClone(record);
+    });
+  }
+
+  async readProject(id: string): Promise<ProjectRecord> {
+    const record = this.ctx.view().project(id);
+    if (!record) throw new NotFoundError(`Project ${id} not found`);
+    return Promise.resolve(structuredClone(record));
+  }
+
+  updateProject(
+    id: string,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+  ): Promise<ProjectRecord> {
+    return this.ctx.write((w) => {
+      const current = w.view.project(id);
+      if (!current) throw new NotFoundError(`Project ${id} not found`);
+      const record: ProjectRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id,
+        updatedAt: isoNow(w),
+        version: current.version + 1,
+      };
+      w.emit({ t: 'project', record });
+      return structuredClone(record);
+    });
+  }
+
+  // Users
+
+  createUser(projectId: string, user: NewUser): Promise<UserRecord> {
+    return this.ctx.write((w) => {
+      const id = user.id ?? randomUUID();
+      checkId(id, 'user');
+      if (typeof user.userName !== 'string' || user.userName.length === 0) {
+        throw new InvalidRecordError('A user needs a userName');
+      }
+      if (w.view.user(projectId, id)) throw new ConflictError(`User ${id} exists`, { attribute: 'id' });
+      this.checkUserUnique(w.view, projectId, id, user.userName, user.externalId);
+      const now = isoNow(w);
+      const record: UserRecord = {
+        ...structuredClone(user),
+        id,
+        projectId,
+        createdAt: now,
+        updatedAt: now,
+        version: 1,
+      };
+      if (record.externalId === undefined) delete record.externalId;
+      w.emit({ t: 'user', projectId, record });
+      return structuredClone(record);
+    });
+  }
+
+  async readUser(projectId: string, id: string): Promise<UserRecord> {
+    const record = this.ctx.view().user(projectId, id);
+    if (!record) throw new NotFoundError(`User ${id} not found`);
+    return Promise.resolve(structuredClone(record));
+  }
+
+  updateUser(
+    projectId: string,
+    id: string,
+    changes: UserChanges,
+    options?: { ifVersion?: number },
+  ): Promise<UserRecord> {
+    return this.ctx.write((w) => {
+      const current = w.view.user(projectId, id);
+      if (!current) throw new NotFoundError(`User ${id} not found`);
+      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
+        throw new PreconditionFailedError(`User ${id} is at version ${current.version}`);
+      }
+      const record: UserRecord = { ...current, ...structuredClone(changes) };
+      if ('externalId' in changes && changes.externalId === undefined) delete record.externalId;
+      if (typeof record.userName !== 'string' || record.userName.length === 0) {
+        throw new InvalidRecordError('A user needs a userName');
+      }
+      this.checkUserUnique(w.view, projectId, id, record.userName, record.externalId);
+      Object.assign(record, { id, projectId, updatedAt: isoNow(w), version: current.version + 1 });
+      w.emit({ t: 'user', projectId, record });
+      return structuredClone(record);
+    });
+  }
+
+  deleteUser(projectId: string, id: string): Promise<void> {
+    return this.ctx.write((w) => {
+      if (!w.view.user(projectId, id)) throw new NotFoundError(`User ${id} not found`);
+      w.emit({ t: 'user-', projectId, id });
+    });
+  }
+
+  async findUsers(projectId: string, query: UserQuery): Promise<UserRecord[]> {
+    const view = this.ctx.view();
+    let candidates: Iterable<UserRecord>;
+    if (query.userName !== undefined)
+      candidates = this.usersBy(view, projectId, 'name', query.userName.toLowerCase());
+    else if (query.externalId !== undefined)
+      candidates = this.usersBy(view, projectId, 'externalId', query.externalId);
+    else if (query.profileId !== undefined)
+      candidates = this.usersBy(view, projectId, 'profileId', query.profileId);
+    else candidates = view.users(projectId);
+    const out: UserRecord[] = [];
+    for (const u of candidates) {
+      if (query.userName !== undefined && u.userName.toLowerCase() !== query.userName.toLowerCase()) continue;
+      if (query.externalId !== undefined && u.externalId !== query.externalId) continue;
+      if (query.profileId !== undefined && u.profileId !== query.profileId) continue;
+      out.push(structuredClone(u));
+    }
+    return Promise.resolve(out.sort(byCreatedThenId));
+  }
+
+  async listUsers(projectId: string): Promise<UserRecord[]> {
+    const users = [...this.ctx.view().users(projectId)].sort(byCreatedThenId);
+    return Promise.resolve(structuredClone(users));
+  }
+
+  private usersBy(
+    view: StateView,
+    projectId: string,
+    index: 'name' | 'externalId' | 'profileId',
+    value: string,
+  ) {
+    return view
+      .userIds(projectId, index, value)
+      .map((id) => view.user(projectId, id))
+      .filter((u): u is UserRecord => u !== undefined);
+  }
+
+  private checkUserUnique(
+    view: StateView,
+    projectId: string,
+    id: string,
+    userName: string,
+    externalId: string | undefined,
+  ): void {
+    if (view.userIds(projectId, 'name', userName.toLowerCase()).some((other) => other !== id)) {
+      throw new ConflictError(`userName ${userName} is taken`, { attribute: 'userName' });
+    }
+    if (externalId !== undefined && view.userIds(projectId, 'externalId', externalId).some((o) => o !== id)) {
+      throw new ConflictError(`externalId ${externalId} is taken`, { attribute: 'externalId' });
+    }
+  }
+
+  // Memberships
+
+  createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
+    return this.ctx.write((w) => {
+      const id = membership.id ?? randomUUID();
+      checkId(id, 'membership');
+      if (w.view.membership(projectId, id))
+        throw new ConflictError(`Membership ${id} exists`, { attribute: 'id' });
+      const record: MembershipRecord = {
+        ...structuredClone(membership),
+        id,
+        projectId,
+        createdAt: isoNow(w),
+      };
+      w.emit({ t: 'membership', projectId, record });
+      return structuredClone(record);
+    });
+  }
+
+  async listMemberships(
+    projectId: string,
+    query?: { userId?: string; clientId?: string },
+  ): Promise<MembershipRecord[]> {
+    const out = [...this.ctx.view().memberships(projectId)].filter(
+      (m) =>
+        (query?.userId === undefined || m.userId === query.userId) &&
+        (query?.clientId === undefined || m.clientId === query.clientId),
+    );
+    return Promise.resolve(structuredClone(out.sort(byCreatedThenId)));
+  }
+
+  deleteMembership(projectId: string, id: string): Promise<void> {
+    return this.ctx.write((w) => {
+      if (!w.view.membership(projectId, id)) throw new NotFoundError(`Membership ${id} not found`);
+      w.emit({ t: 'membership-', projectId, id });
+    });
+  }
+
+  // Clients
+
+  createClient(client: NewClient): Promise<ClientRecord> {
+    return this.ctx.write((w) => {
+      checkId(client.id, 'client');
+      if (w.view.client(client.id))
+        throw new ConflictError(`Client ${client.id} exists`, { attribute: 'id' });
+      const now = isoNow(w);
+      const record: ClientRecord = {
+        ...structuredClone(client),
+        revoked: client.revoked ?? false,
+        createdAt: now,
+        updatedAt: now,
+      };
+      w.emit({ t: 'client', record });
+      return structuredClone(record);
+    });
+  }
+
+  async readClient(clientId: string): Promise<ClientRecord> {
+    const record = this.ctx.view().client(clientId);
+    if (!record) throw new NotFoundError(`Client ${clientId} not found`);
+    return Promise.resolve(structuredClone(record));
+  }
+
+  async listClients(projectId: string): Promise<ClientRecord[]> {
+    const out = [...this.ctx.view().clients()].filter((c) => c.projectId === projectId);
+    return Promise.resolve(structuredClone(out.sort(byCreatedThenId)));
+  }
+
+  updateClient(clientId: string, changes: ClientChanges): Promise<ClientRecord> {
+    return this.ctx.write((w) => {
+      const current = w.view.client(clientId);
+      if (!current) throw new NotFoundError(`Client ${clientId} not found`);
+      const record: ClientRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id: current.id,
+        projectId: current.projectId,
+        createdAt: current.createdAt,
+        updatedAt: isoNow(w),
+      };
+      for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
+        if (changes[key] === undefined) delete record[key];
+      }
+      w.emit({ t: 'client', record });
+      return structuredClone(record);
+    });
+  }
+
+  // Resources
+
+  async createResource(projectId: string, resource: FhirResource): Promise<StoredResource> {
+    const [result] = await this.writeResources(projectId, [{ op: 'create', resource }]);
+    return result!.resource!;
+  }
+
+  async readResource(projectId: string, resourceType: string, id: string): Promise<StoredResource> {
+    const entry = this.ctx.view().resource(projectId, resourceType, id);
+    if (!entry) throw new NotFoundError(`${resourceType}/${id} not found`);
+    if (entry.deleted) throw new NotFoundError(`${resourceType}/${id} was deleted`, { deleted: true });
+    const release = this.ctx.pin([entry]);
+    try {
+      return await this.ctx.readBody(entry);
+    } finally {
+      release();
+    }
+  }
+
+  async updateResource(
+    projectId: string,
+    resource: FhirResource & { id: string },
+    options?: WriteOptions,
+  ): Promise<{ resource: StoredResource; created: boolean }> {
+    const [result] = await this.writeResources(projectId, [
+      { op: 'update', resource, ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}) },
+    ]);
+    return { resource: result!.resource!, created: result!.created ?? false };
+  }
+
+  async deleteResource(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    options?: WriteOptions,
+  ): Promise<void> {
+    await this.writeResources(projectId, [
+      {
+        op: 'delete',
+        resourceType,
+        id,
+        ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}),
+      },
+    ]);
+  }
+
+  writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
+    return this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
+  }
+
+  private planWrite(w: WriteContext, projectId: string, write: ResourceWrite): WriteResult {
+    if (write.op === 'delete') {
+      checkResourceType(write.resourceType);
+      const current = w.view.resource(projectId, write.resourceType, write.id);
+      const live = current && !current.deleted ? current : undefined;
+      if (write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
+        throw new PreconditionFailedError(
+          `${write.resourceType}/${write.id} is not at version ${write.ifMatch}`,
+        );
+      }
+      if (!live) return { op: 'delete' };
+      const tick = w.now();
+      w.emit({
+        t: 'resource-',
+        projectId,
+        entry: {
+          resourceType: live.resourceType,
+          id: live.id,
+          versionId: nextVersion(live),
+          lu: tick.lu,
+          lastUpdated: tick.iso,
+          deleted: true,
+          patients: [],
+        },
+      });
+      return { op: 'delete' };
+    }
+    const input = write.resource;
+    if (typeof input !== 'object' || input === null)
+      throw new InvalidRecordError('A resource must be an object');
+    checkResourceType(input.resourceType);
+    const id: unknown = write.op === 'create' ? (input.id ?? randomUUID()) : input.id;
+    checkId(id, 'resource');
+    const current = w.view.resource(projectId, input.resourceType, id);
+    const live = current && !current.deleted ? current : undefined;
+    if (write.op === 'create' && live) {
+      throw new ConflictError(`${input.resourceType}/${id} exists`, { attribute: 'id' });
+    }
+    if (write.op === 'update' && write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
+      throw new PreconditionFailedError(`${input.resourceType}/${id} is not at version ${write.ifMatch}`);
+    }
+    const tick = w.now();
+    const versionId = nextVersion(current);
+    const body = structuredClone(input) as StoredResource;
+    body.id = id;
+    body.meta = { ...(body.meta ?? {}), versionId, lastUpdated: tick.iso };
+    // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
+    const { resourceType, id: _id, ...rest } = body;
+    const ordered = { resourceType, id, ...rest } as StoredResource;
+    w.emit({
+      t: 'resource',
+      projectId,
+      entry: {
+        resourceType,
+        id,
+        versionId,
+        lu: tick.lu,
+        lastUpdated: tick.iso,
+        deleted: false,
+        patients: patientCompartmentIds(ordered),
+        body: ordered,
+      },
+    });
+    const result: WriteResult = { op: write.op, resource: structuredClone(ordered) };
+    if (write.op === 'update') result.created = !live;
+    return result;
+  }
+
+  async searchResources(
+    projectId: string,
+    resourceType: string,
+    query: ResourceQuery = {},
+  ): Promise<ResourcePage> {
+    const view = this.ctx.view();
+    let candidates: Iterable<ResourceEntry>;
+    if (query.ids) {
+      candidates = query.ids
+        .map((id) => view.resource(projectId, resourceType, id))
+        .filter((e): e is ResourceEntry => e !== undefined);
+    } else if (query.compartment) {
+      const seen = new Map<string, ResourceEntry>();
+      for (const patient of query.compartment) {
+        for (const e of view.compartment(projectId, patient))
+          if (e.resourceType === resourceType) seen.set(e.id, e);
+      }
+      candidates = seen.values();
+    } else {
+      candidates = view.resources(projectId, resourceType);
+    }
+    const ids = query.ids ? new Set(query.ids) : undefined;
+    let matches: ResourceEntry[] = [];
+    const seenIds = new Set<string>();
+    for (const e of candidates) {
+      if (e.deleted || !inRange(e.lu, query.lastUpdated)) continue;
+      if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
+      if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
+      seenIds.add(e.id);
+      matches.push(e);
+    }
+    matches.sort(compareEntries(query.sort ?? '_lastUpdated'));
+    const offset = Math.max(0, query.offset ?? 0);
+    const count = query.count === undefined ? Infinity : Math.max(0, query.count);
+    const release = this.ctx.pin(matches);
+    try {
+      if (!query.where) {
+        const page = count === 0 ? [] : matches.slice(offset, offset + count);
+        const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
+        return { total: matches.length, resources };
+      }
+      const kept: StoredResource[] = [];
+      let total = 0;
+      // Read bodies in slices so a large type is not held in memory at once.
+      for (let i = 0; i < matches.length; i += 256) {
+        const bodies = await Promise.all(matches.slice(i, i + 256).map((e) => this.ctx.readBody(e)));
+        for (const body of bodies) {
+          if (!query.where(body)) continue;
+          if (total >= offset && kept.length < count) kept.push(body);
+          total += 1;
+        }
+      }
+      matches = [];
+      return { total, resources: kept };
+    } finally {
+      release();
+    }
+  }
+}

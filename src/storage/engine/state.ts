@@ -1,0 +1,473 @@
+import type {
+  ClientRecord,
+  ExportJobRecord,
+  MembershipRecord,
+  ProjectRecord,
+  SigningKeyRecord,
+  UserRecord,
+} from '../types.js';
+import { getOrCreate } from './map-entry.js';
+import { key2, type Mutation, type ResourceEntry } from './mutation.js';
+
+/** A user attribute with an index: `name` is the lower-cased `userName`. */
+export type UserIndex = 'name' | 'externalId' | 'profileId';
+
+/** Read access to the engine's state, committed or with pending writes on top. */
+export interface StateView {
+  project(id: string): ProjectRecord | undefined;
+  projects(): Iterable<ProjectRecord>;
+  user(projectId: string, id: string): UserRecord | undefined;
+  userIds(projectId: string, index: UserIndex, value: string): string[];
+  users(projectId: string): Iterable<UserRecord>;
+  membership(projectId: string, id: string): MembershipRecord | undefined;
+  memberships(projectId: string): Iterable<MembershipRecord>;
+  client(id: string): ClientRecord | undefined;
+  clients(): Iterable<ClientRecord>;
+  signingKeys(): Iterable<SigningKeyRecord>;
+  job(projectId: string, id: string): ExportJobRecord | undefined;
+  jobs(): Iterable<ExportJobRecord>;
+  once(key: string): number | undefined;
+  /** The current entry (possibly a tombstone) of a resource. */
+  resource(projectId: string, resourceType: string, id: string): ResourceEntry | undefined;
+  /** Every entry (tombstones included) of a type. */
+  resources(projectId: string, resourceType: string): Iterable<ResourceEntry>;
+  /** Live entries in the compartment of a patient. */
+  compartment(projectId: string, patientId: string): Iterable<ResourceEntry>;
+}
+
+export function userIndexValue(user: UserRecord, index: UserIndex): string | undefined {
+  if (index === 'name') return user.userName.toLowerCase();
+  if (index === 'externalId') return user.externalId;
+  return user.profileId;
+}
+
+class ProjectData {
+  readonly users = new Map<string, UserRecord>();
+  readonly byName = new Map<string, string>();
+  readonly byExternalId = new Map<string, string>();
+  readonly byProfile = new Map<string, Set<string>>();
+  readonly memberships = new Map<string, MembershipRecord>();
+  readonly jobs = new Map<string, ExportJobRecord>();
+  readonly resources = new Map<string, Map<string, ResourceEntry>>();
+  /** patient id -> `Type\0id` -> live entry. */
+  readonly compartment = new Map<string, Map<string, ResourceEntry>>();
+}
+
+/** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
+export class BaseState implements StateView {
+  private readonly projectRecords = new Map<string, ProjectRecord>();
+  private readonly data = new Map<string, ProjectData>();
+  private readonly clientRecords = new Map<string, ClientRecord>();
+  private readonly keyRecords = new Map<string, SigningKeyRecord>();
+  private readonly onceValues = new Map<string, number>();
+  private onceSizeAtPurge = 0;
+
+  private get(projectId: string): ProjectData | undefined {
+    return this.data.get(projectId);
+  }
+
+  private ensure(projectId: string): ProjectData {
+    let data = this.data.get(projectId);
+    if (!data) {
+      data = new ProjectData();
+      this.data.set(projectId, data);
+    }
+    return data;
+  }
+
+  /** Project ids that have a record or any data. */
+  projectIds(): string[] {
+    return [...new Set([...this.projectRecords.keys(), ...this.data.keys()])];
+  }
+
+  resourceTypes(projectId: string): string[] {
+    return [...(this.get(projectId)?.resources.keys() ?? [])];
+  }
+
+  project(id: string): ProjectRecord | undefined {
+    return this.projectRecords.get(id);
+  }
+  projects(): Iterable<ProjectRecord> {
+    return this.projectRecords.values();
+  }
+  user(projectId: string, id: string): UserRecord | undefined {
+    return this.get(projectId)?.users.get(id);
+  }
+  userIds(projectId: string, index: UserIndex, value: string): string[] {
+    const data = this.get(projectId);
+    if (!data) return [];
+    if (index === 'profileId') return [...(data.byProfile.get(value) ?? [])];
+    const id = (index === 'name' ? data.byName : data.byExternalId).get(value);
+    return id === undefined ? [] : [id];
+  }
+  users(projectId: string): Iterable<UserRecord> {
+    return this.get(projectId)?.users.values() ?? [];
+  }
+  membership(projectId: string, id: string): MembershipRecord | undefined {
+    return this.get(projectId)?.memberships.get(id);
+  }
+  memberships(projectId: string): Iterable<MembershipRecord> {
+    return this.get(projectId)?.memberships.values() ?? [];
+  }
+  client(id: string): ClientRecord | undefined {
+    return this.clientRecords.get(id);
+  }
+  clients(): Iterable<ClientRecord> {
+    return this.clientRecords.values();
+  }
+  signingKeys(): Iterable<SigningKeyRecord> {
+    return this.keyRecords.values();
+  }
+  job(projectId: string, id: string): ExportJobRecord | undefined {
+    return this.get(projectId)?.jobs.get(id);
+  }
+  *jobs(): Iterable<ExportJobRecord> {
+    for (const data of this.data.values()) yield* data.jobs.values();
+  }
+  once(key: string): number | undefined {
+    return this.onceValues.get(key);
+  }
+  /** Every recorded one-time value (for adapters that persist them). */
+  onceEntries(): Iterable<[string, number]> {
+    return this.onceValues.entries();
+  }
+  resource(projectId: string, resourceType: string, id: string): ResourceEntry | undefined {
+    return this.get(projectId)?.resources.get(resourceType)?.get(id);
+  }
+  resources(projectId: string, resourceType: string): Iterable<ResourceEntry> {
+    return this.get(projectId)?.resources.get(resourceType)?.values() ?? [];
+  }
+  compartment(projectId: string, patientId: string): Iterable<ResourceEntry> {
+    return this.get(projectId)?.compartment.get(patientId)?.values() ?? [];
+  }
+
+  /** Drops expired one-time values once the map has doubled since the last purge. */
+  purgeOnce(now: number): void {
+    if (this.onceValues.size < 1024 || this.onceValues.size < this.onceSizeAtPurge * 2) return;
+    for (const [key, expiresAt] of this.onceValues) if (expiresAt <= now) this.onceValues.delete(key);
+    this.onceSizeAtPurge = this.onceValues.size;
+  }
+
+  /** Applies a committed mutation; `ref` is the adapter's locator for resource bodies. */
+  apply(m: Mutation, ref?: unknown): void {
+    switch (m.t) {
+      case 'project':
+        this.projectRecords.set(m.record.id, m.record);
+        return;
+      case 'project-':
+        this.projectRecords.delete(m.id);
+        this.data.delete(m.id);
+        for (const [id, client] of this.clientRecords)
+          if (client.projectId === m.id) this.clientRecords.delete(id);
+        return;
+      case 'user': {
+        const data = this.ensure(m.projectId);
+        this.unindexUser(data, m.record.id);
+        data.users.set(m.record.id, m.record);
+        data.byName.set(m.record.userName.toLowerCase(), m.record.id);
+        if (m.record.externalId !== undefined) data.byExternalId.set(m.record.externalId, m.record.id);
+        const ids = getOrCreate(data.byProfile, m.record.profileId, () => new Set());
+        ids.add(m.record.id);
+        return;
+      }
+      case 'user-': {
+        const data = this.get(m.projectId);
+        if (data) {
+          this.unindexUser(data, m.id);
+          data.users.delete(m.id);
+        }
+        return;
+      }
+      case 'membership':
+        this.ensure(m.projectId).memberships.set(m.record.id, m.record);
+        return;
+      case 'membership-':
+        this.get(m.projectId)?.memberships.delete(m.id);
+        return;
+      case 'client':
+        this.clientRecords.set(m.record.id, m.record);
+        return;
+      case 'key':
+        this.keyRecords.set(m.record.kid, m.record);
+        return;
+      case 'job':
+        this.ensure(m.record.projectId).jobs.set(m.record.id, m.record);
+        return;
+      case 'job-':
+        this.get(m.projectId)?.jobs.delete(m.id);
+        return;
+      case 'once':
+        this.onceValues.set(m.key, m.expiresAt);
+        return;
+      case 'resource':
+      case 'resource-': {
+        const data = this.ensure(m.projectId);
+        const { body: _body, ...entry } = m.entry;
+        const committed: ResourceEntry = { ...entry, ref };
+        const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
+        const key = key2(entry.resourceType, entry.id);
+        const previous = byId.get(entry.id);
+        if (previous) {
+          for (const patient of previous.patients) {
+            const members = data.compartment.get(patient);
+            members?.delete(key);
+            if (members?.size === 0) data.compartment.delete(patient);
+          }
+        }
+        byId.set(entry.id, committed);
+        if (!committed.deleted) {
+          for (const patient of committed.patients) {
+            const members = getOrCreate(data.compartment, patient, () => new Map());
+            members.set(key, committed);
+          }
+        }
+        return;
+      }
+    }
+  }
+
+  private unindexUser(data: ProjectData, id: string): void {
+    const old = data.users.get(id);
+    if (!old) return;
+    const name = old.userName.toLowerCase();
+    if (data.byName.get(name) === id) data.byName.delete(name);
+    if (old.externalId !== undefined && data.byExternalId.get(old.externalId) === id) {
+      data.byExternalId.delete(old.externalId);
+    }
+    const ids = data.byProfile.get(old.profileId);
+    ids?.delete(id);
+    if (ids?.size === 0) data.byProfile.delete(old.profileId);
+  }
+}
+
+type Scoped<V> = Map<string, Map<string, V | null>>;
+
+function scopedGet<V>(map: Scoped<V>, scope: string, id: string): V | null | undefined {
+  return map.get(scope)?.get(id);
+}
+
+function scopedSet<V>(map: Scoped<V>, scope: string, id: string, value: V | null): void {
+  const inner = getOrCreate(map, scope, () => new Map());
+  inner.set(id, value);
+}
+
+/**
+ * Pending writes on top of another view (a batch, a transaction, or one operation inside them).
+ * Lookups see the layer's own changes first; `mutations` lists them in order for the commit.
+ */
+export class Layer implements StateView {
+  readonly mutations: Mutation[] = [];
+  private readonly projectRecords = new Map<string, ProjectRecord | null>();
+  /** Projects deleted in this layer: the parent's data of these is hidden. */
+  private readonly dropped = new Set<string>();
+  private readonly userRecords: Scoped<UserRecord> = new Map();
+  private readonly membershipRecords: Scoped<MembershipRecord> = new Map();
+  private readonly jobRecords: Scoped<ExportJobRecord> = new Map();
+  private readonly clientRecords = new Map<string, ClientRecord>();
+  private readonly keyRecords = new Map<string, SigningKeyRecord>();
+  private readonly onceValues = new Map<string, number>();
+  /** project -> type -> id -> entry. */
+  private readonly resourceEntries = new Map<string, Map<string, Map<string, ResourceEntry>>>();
+
+  /** project -> `index\0value` -> ids of this layer's own users with that value. */
+  private readonly userIndex = new Map<string, Map<string, Set<string>>>();
+
+  constructor(readonly parent: StateView) {}
+
+  private indexUser(projectId: string, user: UserRecord | null | undefined, add: boolean): void {
+    if (!user) return;
+    const byKey = getOrCreate(this.userIndex, projectId, () => new Map());
+    for (const index of ['name', 'externalId', 'profileId'] as const) {
+      const value = userIndexValue(user, index);
+      if (value === undefined) continue;
+      const k = key2(index, value);
+      let ids = byKey.get(k);
+      if (add) {
+        if (!ids) byKey.set(k, (ids = new Set()));
+        ids.add(user.id);
+      } else {
+        ids?.delete(user.id);
+        if (ids?.size === 0) byKey.delete(k);
+      }
+    }
+  }
+
+  private visible(projectId: string): boolean {
+    return !this.dropped.has(projectId);
+  }
+
+  project(id: string): ProjectRecord | undefined {
+    const own = this.projectRecords.get(id);
+    if (own !== undefined) return own ?? undefined;
+    return this.parent.project(id);
+  }
+  *projects(): Iterable<ProjectRecord> {
+    for (const p of this.parent.projects()) if (!this.projectRecords.has(p.id)) yield p;
+    for (const p of this.projectRecords.values()) if (p) yield p;
+  }
+  user(projectId: string, id: string): UserRecord | undefined {
+    const own = scopedGet(this.userRecords, projectId, id);
+    if (own !== undefined) return own ?? undefined;
+    return this.visible(projectId) ? this.parent.user(projectId, id) : undefined;
+  }
+  userIds(projectId: string, index: UserIndex, value: string): string[] {
+    const own = this.userRecords.get(projectId);
+    const out: string[] = [...(this.userIndex.get(projectId)?.get(key2(index, value)) ?? [])];
+    if (this.visible(projectId)) {
+      for (const id of this.parent.userIds(projectId, index, value)) if (!own?.has(id)) out.push(id);
+    }
+    return out;
+  }
+  users(projectId: string): Iterable<UserRecord> {
+    return this.scopedList(
+      this.userRecords,
+      projectId,
+      () => this.parent.users(projectId),
+      (u) => u.id,
+    );
+  }
+  membership(projectId: string, id: string): MembershipRecord | undefined {
+    const own = scopedGet(this.membershipRecords, projectId, id);
+    if (own !== undefined) return own ?? undefined;
+    return this.visible(projectId) ? this.parent.membership(projectId, id) : undefined;
+  }
+  memberships(projectId: string): Iterable<MembershipRecord> {
+    return this.scopedList(
+      this.membershipRecords,
+      projectId,
+      () => this.parent.memberships(projectId),
+      (m) => m.id,
+    );
+  }
+  client(id: string): ClientRecord | undefined {
+    const own = this.clientRecords.get(id);
+    if (own) return own;
+    const parent = this.parent.client(id);
+    return parent && parent.projectId !== null && this.dropped.has(parent.projectId) ? undefined : parent;
+  }
+  *clients(): Iterable<ClientRecord> {
+    for (const c of this.parent.clients()) {
+      if (this.clientRecords.has(c.id)) continue;
+      if (c.projectId !== null && this.dropped.has(c.projectId)) continue;
+      yield c;
+    }
+    yield* this.clientRecords.values();
+  }
+  *signingKeys(): Iterable<SigningKeyRecord> {
+    for (const k of this.parent.signingKeys()) if (!this.keyRecords.has(k.kid)) yield k;
+    yield* this.keyRecords.values();
+  }
+  job(projectId: string, id: string): ExportJobRecord | undefined {
+    const own = scopedGet(this.jobRecords, projectId, id);
+    if (own !== undefined) return own ?? undefined;
+    return this.visible(projectId) ? this.parent.job(projectId, id) : undefined;
+  }
+  *jobs(): Iterable<ExportJobRecord> {
+    for (const j of this.parent.jobs()) {
+      if (this.dropped.has(j.projectId) || this.jobRecords.get(j.projectId)?.has(j.id)) continue;
+      yield j;
+    }
+    for (const inner of this.jobRecords.values()) for (const j of inner.values()) if (j) yield j;
+  }
+  once(key: string): number | undefined {
+    return this.onceValues.get(key) ?? this.parent.once(key);
+  }
+  resource(projectId: string, resourceType: string, id: string): ResourceEntry | undefined {
+    const own = this.resourceEntries.get(projectId)?.get(resourceType)?.get(id);
+    if (own) return own;
+    return this.visible(projectId) ? this.parent.resource(projectId, resourceType, id) : undefined;
+  }
+  *resources(projectId: string, resourceType: string): Iterable<ResourceEntry> {
+    const own = this.resourceEntries.get(projectId)?.get(resourceType);
+    if (this.visible(projectId)) {
+      for (const e of this.parent.resources(projectId, resourceType)) if (!own?.has(e.id)) yield e;
+    }
+    if (own) yield* own.values();
+  }
+  *compartment(projectId: string, patientId: string): Iterable<ResourceEntry> {
+    const own = this.resourceEntries.get(projectId);
+    if (this.visible(projectId)) {
+      for (const e of this.parent.compartment(projectId, patientId)) {
+        if (!own?.get(e.resourceType)?.has(e.id)) yield e;
+      }
+    }
+    if (own) {
+      for (const byId of own.values()) {
+        for (const e of byId.values()) if (!e.deleted && e.patients.includes(patientId)) yield e;
+      }
+    }
+  }
+
+  private *scopedList<V>(
+    map: Scoped<V>,
+    projectId: string,
+    parent: () => Iterable<V>,
+    idOf: (v: V) => string,
+  ): Iterable<V> {
+    const own = map.get(projectId);
+    if (this.visible(projectId)) for (const v of parent()) if (!own?.has(idOf(v))) yield v;
+    if (own) for (const v of own.values()) if (v) yield v;
+  }
+
+  /** Records a mutation; later lookups through this layer see it. */
+  apply(m: Mutation): void {
+    this.mutations.push(m);
+    switch (m.t) {
+      case 'project':
+        this.projectRecords.set(m.record.id, m.record);
+        return;
+      case 'project-':
+        this.projectRecords.set(m.id, null);
+        this.dropped.add(m.id);
+        this.userRecords.delete(m.id);
+        this.userIndex.delete(m.id);
+        this.membershipRecords.delete(m.id);
+        this.jobRecords.delete(m.id);
+        this.resourceEntries.delete(m.id);
+        for (const [id, c] of this.clientRecords) if (c.projectId === m.id) this.clientRecords.delete(id);
+        return;
+      case 'user':
+        this.indexUser(m.projectId, scopedGet(this.userRecords, m.projectId, m.record.id), false);
+        scopedSet(this.userRecords, m.projectId, m.record.id, m.record);
+        this.indexUser(m.projectId, m.record, true);
+        return;
+      case 'user-':
+        this.indexUser(m.projectId, scopedGet(this.userRecords, m.projectId, m.id), false);
+        scopedSet(this.userRecords, m.projectId, m.id, null);
+        return;
+      case 'membership':
+        scopedSet(this.membershipRecords, m.projectId, m.record.id, m.record);
+        return;
+      case 'membership-':
+        scopedSet(this.membershipRecords, m.projectId, m.id, null);
+        return;
+      case 'client':
+        this.clientRecords.set(m.record.id, m.record);
+        return;
+      case 'key':
+        this.keyRecords.set(m.record.kid, m.record);
+        return;
+      case 'job':
+        scopedSet(this.jobRecords, m.record.projectId, m.record.id, m.record);
+        return;
+      case 'job-':
+        scopedSet(this.jobRecords, m.projectId, m.id, null);
+        return;
+      case 'once':
+        this.onceValues.set(m.key, m.expiresAt);
+        return;
+      case 'resource':
+      case 'resource-': {
+        const byType = getOrCreate(this.resourceEntries, m.projectId, () => new Map());
+        const byId = getOrCreate(byType, m.entry.resourceType, () => new Map());
+        byId.set(m.entry.id, m.entry);
+        return;
+      }
+    }
+  }
+
+  /** Takes over every mutation of a child layer (an operation that succeeded). */
+  absorb(child: Layer): void {
+    for (const m of child.mutations) this.apply(m);
+  }
+}

@@ -1,0 +1,273 @@
+import { Engine, type EngineBackend } from './engine/engine.js';
+import { EngineStorage } from './engine/engine-storage.js';
+import { getOrCreate } from './engine/map-entry.js';
+import { key2, type Mutation, type ResourceEntry } from './engine/mutation.js';
+import { InvalidRecordError } from './errors.js';
+import type {
+  ExportReader,
+  ExportReadOptions,
+  ExportSnapshot,
+  NdjsonChunk,
+  Storage,
+  StorageDescriptor,
+  StoredResource,
+  Tombstone,
+} from './types.js';
+
+/** Options of {@link memoryStorage}. */
+export interface MemoryStorageOptions {
+  /**
+   * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
+   * @default 1048576
+   */
+  exportChunkBytes?: number;
+}
+
+interface Version {
+  id: string;
+  json: string;
+  lu: number;
+  lastUpdated: string;
+  deleted: boolean;
+  /** Index of the version that replaced this one; -1 while current. */
+  superseded: number;
+  /** Index of the version this one replaced; -1 for the first. */
+  prev: number;
+  patients: readonly string[];
+}
+
+/** Every version of every resource of one type, in commit order: the memory twin of a log file. */
+class TypeLog {
+  readonly versions: Version[] = [];
+  readonly latest = new Map<string, number>();
+}
+
+interface Ref {
+  log: TypeLog;
+  index: number;
+}
+
+interface MemorySnapshot extends ExportSnapshot {
+  adapter: 'memory';
+  projectId: string;
+  /** Number of versions per type at the snapshot. */
+  ends: Record<string, number>;
+}
+
+class MemoryBackend implements EngineBackend {
+  /** project -> type -> log. */
+  readonly logs = new Map<string, Map<string, TypeLog>>();
+  /** project -> patient -> `Type\0id` of every resource ever in that patient's compartment. */
+  readonly everInCompartment = new Map<string, Map<string, Set<string>>>();
+
+  log(projectId: string, resourceType: string): TypeLog | undefined {
+    return this.logs.get(projectId)?.get(resourceType);
+  }
+
+  persist(mutations: readonly Mutation[]): Promise<unknown[]> {
+    const refs: unknown[] = [];
+    for (const m of mutations) {
+      if (m.t === 'project-') {
+        this.logs.delete(m.id);
+        this.everInCompartment.delete(m.id);
+      }
+      if (m.t !== 'resource' && m.t !== 'resource-') {
+        refs.push(undefined);
+        continue;
+      }
+      const { entry } = m;
+      const byType = getOrCreate(this.logs, m.projectId, () => new Map());
+      let log = byType.get(entry.resourceType);
+      if (!log) byType.set(entry.resourceType, (log = new TypeLog()));
+      const index = log.versions.length;
+      const prev = log.latest.get(entry.id) ?? -1;
+      if (prev >= 0) log.versions[prev]!.superseded = index;
+      const json = JSON.stringify(
+        m.t === 'resource'
+          ? m.entry.body
+          : {
+              resourceType: entry.resourceType,
+              id: entry.id,
+              meta: { versionId: entry.versionId, lastUpdated: entry.lastUpdated },
+            },
+      );
+      log.versions.push({
+        id: entry.id,
+        json,
+        lu: entry.lu,
+        lastUpdated: entry.lastUpdated,
+        deleted: entry.deleted,
+        superseded: -1,
+        prev,
+        patients: entry.patients,
+      });
+      log.latest.set(entry.id, index);
+      if (entry.patients.length > 0) {
+        const byPatient = getOrCreate(this.everInCompartment, m.projectId, () => new Map());
+        for (const patient of entry.patients) {
+          const keys = getOrCreate(byPatient, patient, () => new Set());
+          keys.add(key2(entry.resourceType, entry.id));
+        }
+      }
+      refs.push({ log, index } satisfies Ref);
+    }
+    return Promise.resolve(refs);
+  }
+
+  pin(): () => void {
+    return () => undefined;
+  }
+
+  readBody(entry: ResourceEntry): Promise<StoredResource> {
+    const { log, index } = entry.ref as Ref;
+    return Promise.resolve(JSON.parse(log.versions[index]!.json) as StoredResource);
+  }
+}
+
+function asMemorySnapshot(projectId: string, snapshot: ExportSnapshot): MemorySnapshot {
+  if (
+    snapshot.adapter !== 'memory' ||
+    snapshot.projectId !== projectId ||
+    typeof snapshot.ends !== 'object'
+  ) {
+    throw new InvalidRecordError('Not a memory storage snapshot of this project');
+  }
+  return snapshot as MemorySnapshot;
+}
+
+class MemoryExportReader implements ExportReader {
+  constructor(
+    private readonly backend: MemoryBackend,
+    private readonly chunkBytes: number,
+  ) {}
+
+  async *readResources(
+    projectId: string,
+    snapshot: ExportSnapshot,
+    options: ExportReadOptions,
+  ): AsyncIterable<NdjsonChunk> {
+    const snap = asMemorySnapshot(projectId, snapshot);
+    const end = snap.ends[options.resourceType] ?? 0;
+    const log = this.backend.log(projectId, options.resourceType);
+    if (!log || end === 0) return;
+    const since = options.since === undefined ? -Infinity : options.since * 1000;
+    let lines: string[] = [];
+    let bytes = 0;
+    for (const version of this.versionsAt(projectId, log, end, options)) {
+      if (version.lu <= since) continue;
+      lines.push(version.json, '\n');
+      bytes += version.json.length + 1;
+      if (bytes >= this.chunkBytes) {
+        yield { data: lines.join(''), count: lines.length / 2 };
+        lines = [];
+        bytes = 0;
+      }
+    }
+    if (lines.length > 0) yield { data: lines.join(''), count: lines.length / 2 };
+    await Promise.resolve();
+  }
+
+  /** Live versions as of `end` (an index into the log), in log order. */
+  private *versionsAt(
+    projectId: string,
+    log: TypeLog,
+    end: number,
+    options: ExportReadOptions,
+  ): Iterable<Version> {
+    if (!options.patientIds) {
+      for (let i = 0; i < end; i++) {
+        const v = log.versions[i]!;
+        if (!v.deleted && (v.superseded === -1 || v.superseded >= end)) yield v;
+      }
+      return;
+    }
+    // Group/Patient export: only the resources ever in these compartments, walking each one's
+    // history back to the version current at the snapshot.
+    const byPatient = this.backend.everInCompartment.get(projectId);
+    const wanted = new Set(options.patientIds);
+    const indexes: number[] = [];
+    const seen = new Set<string>();
+    for (const patient of options.patientIds) {
+      for (const key of byPatient?.get(patient) ?? []) {
+        const [type, id] = key.split('\u0000') as [string, string];
+        if (type !== options.resourceType || seen.has(id)) continue;
+        seen.add(id);
+        let index = log.latest.get(id) ?? -1;
+        while (index >= end) index = log.versions[index]!.prev;
+        if (index < 0) continue;
+        const v = log.versions[index]!;
+        if (!v.deleted && v.patients.some((p) => wanted.has(p))) indexes.push(index);
+      }
+    }
+    for (const index of indexes.sort((a, b) => a - b)) yield log.versions[index]!;
+  }
+
+  async *readDeleted(
+    projectId: string,
+    snapshot: ExportSnapshot,
+    options: ExportReadOptions,
+  ): AsyncIterable<Tombstone> {
+    const snap = asMemorySnapshot(projectId, snapshot);
+    const end = snap.ends[options.resourceType] ?? 0;
+    const log = this.backend.log(projectId, options.resourceType);
+    if (!log) return;
+    const since = options.since === undefined ? -Infinity : options.since * 1000;
+    for (let i = 0; i < end; i++) {
+      const v = log.versions[i]!;
+      if (!v.deleted || v.lu <= since || (v.superseded !== -1 && v.superseded < end)) continue;
+      yield { resourceType: options.resourceType, id: v.id, deletedAt: v.lastUpdated };
+    }
+    await Promise.resolve();
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+class MemoryStorage extends EngineStorage {
+  readonly exportReader: ExportReader;
+  readonly descriptor?: StorageDescriptor = undefined;
+
+  constructor(
+    engine: Engine,
+    private readonly backend: MemoryBackend,
+    chunkBytes: number,
+  ) {
+    super(engine);
+    this.exportReader = new MemoryExportReader(backend, chunkBytes);
+  }
+
+  exportSnapshot(projectId: string): Promise<ExportSnapshot> {
+    // Planned in the writer between batches, so it sees exactly the committed versions.
+    return this.engine.enqueueWrite((w): ExportSnapshot => {
+      const ends: Record<string, number> = {};
+      for (const [type, log] of this.backend.logs.get(projectId) ?? []) ends[type] = log.versions.length;
+      const snapshot: MemorySnapshot = { takenAt: w.now().iso, adapter: 'memory', projectId, ends };
+      return snapshot;
+    });
+  }
+
+  releaseSnapshot(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  async close(): Promise<void> {
+    await this.engine.close();
+  }
+}
+
+/**
+ * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
+ * their own persistence. It keeps every version of every resource (exports read a consistent
+ * snapshot), so memory grows with the number of writes. Exports stream from the main thread
+ * (`descriptor` is undefined).
+ */
+export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
+  const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
+  if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
+    throw new TypeError('memoryStorage: exportChunkBytes must be a positive integer');
+  }
+  const backend = new MemoryBackend();
+  return new MemoryStorage(new Engine(backend), backend, chunkBytes);
+}
