@@ -79,7 +79,7 @@ export interface ScimUserRenderOptions {
  * The SCIM document of a user with its stored `userName`: what PATCH operates on and what
  * `scimUserFields` reads back.
  */
-export function userDocument(record: UserRecord, location: string): Record<string, unknown> {
+export function userDocument(record: UserRecord, location: string, clone = true): Record<string, unknown> {
   const hasEnterprise = isPlainObject(record.data[ENTERPRISE_USER_SCHEMA_ID]);
   return {
     schemas: hasEnterprise ? [CORE_USER_SCHEMA_ID, ENTERPRISE_USER_SCHEMA_ID] : [CORE_USER_SCHEMA_ID],
@@ -88,7 +88,7 @@ export function userDocument(record: UserRecord, location: string): Record<strin
     userName: record.userName,
     userType: record.userType,
     active: record.active,
-    ...structuredClone(record.data),
+    ...(clone ? structuredClone(record.data) : record.data),
     meta: {
       resourceType: 'User',
       created: record.createdAt,
@@ -114,7 +114,8 @@ export function userToScim(record: UserRecord, options: ScimUserRenderOptions): 
  * id, so `userName eq "…"` finds a user by either.
  */
 export function userFilterView(record: UserRecord, location: string): Record<string, unknown> {
-  const doc = userDocument(record, location);
+  // Read-only use: no copy of `data`.
+  const doc = userDocument(record, location, false);
   doc.userName = record.userName === record.profileId ? record.userName : [record.userName, record.profileId];
   return doc;
 }

@@ -291,13 +291,18 @@ export function scimUserService(config: ScimUserServiceConfig) {
       const matching = predicate
         ? candidates.filter((u) => predicate(userFilterView(u, locationOf(u.id))))
         : candidates;
-      let rendered = matching.map((u) =>
-        userToScim(u, { location: locationOf(u.id), echoUserName: config.echoUserName }),
-      );
-      if (query.sortBy) rendered = [...rendered].sort(scimSortComparator(query.sortBy, query.descending));
-      const page = rendered.slice(query.startIndex - 1, query.startIndex - 1 + query.count);
+      const render = (u: UserRecord) =>
+        userToScim(u, { location: locationOf(u.id), echoUserName: config.echoUserName });
+      const from = query.startIndex - 1;
+      // Without sortBy the storage order is the order: render only the page.
+      const page = query.sortBy
+        ? matching
+            .map(render)
+            .sort(scimSortComparator(query.sortBy, query.descending))
+            .slice(from, from + query.count)
+        : matching.slice(from, from + query.count).map(render);
       return {
-        totalResults: rendered.length,
+        totalResults: matching.length,
         resources: page.map((doc) => projectScimAttributes(doc, query, schemas)),
       };
     },
