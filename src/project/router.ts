@@ -293,15 +293,16 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     next(new FhirError(404, 'not-found', `No operation at ${req.path}`));
   });
 
-  // An unparsable body is a Parameters problem like any other (it must carry an expression).
-  const bodyErrors: ErrorRequestHandler = (err: unknown, _req, _res, next) => {
+  const requestErrors: ErrorRequestHandler = (err: unknown, _req, _res, next) => {
+    // An unparsable body is a Parameters problem like any other (it must carry an expression).
     const type = typeof err === 'object' && err !== null ? (err as { type?: unknown }).type : undefined;
-    next(
-      type === 'entity.parse.failed'
-        ? invalidParameter('Parameters', 'The request body is not valid JSON')
-        : err,
-    );
+    if (type === 'entity.parse.failed')
+      return next(invalidParameter('Parameters', 'The request body is not valid JSON'));
+    // Express fails to decode a path capture such as `%ZZ` with a bare URIError (status 400).
+    if (err instanceof URIError)
+      return next(new FhirError(400, 'invalid', 'The path holds a malformed %-escape'));
+    next(err);
   };
-  router.use(bodyErrors, fhirErrorHandler(options.onError));
+  router.use(requestErrors, fhirErrorHandler(options.onError));
   return router;
 }

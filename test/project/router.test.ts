@@ -585,6 +585,9 @@ describe('routing next to the FHIR data plane', () => {
       'not-found',
     );
     expectOutcome(await request(app).get(`${BASE}/Project/x/$everything`), 401, 'login');
+    for (const path of ['/Project/%E0%A4%A', '/Project/a/ClientApplication/%ZZ']) {
+      expectOutcome(await request(app).get(`${BASE}${path}`).set('Authorization', SUPER), 400, 'invalid');
+    }
     const put = await request(app).put(`${BASE}/Project/x`).set('Authorization', SUPER);
     expectOutcome(put, 405, 'not-supported');
     expect(put.headers.allow).toBe('GET, HEAD');
