@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
 import { readParameters, type ParameterDefinitions } from '../../src/project/parameters.js';
@@ -164,5 +165,41 @@ describe('readParameters', () => {
     expect(failure(p({ name: 'b', valueUnsignedInt: -1 }), defs).expression).toEqual([
       'Parameters.parameter[0].valueUnsignedInt',
     ]);
+  });
+
+  it('answers any JSON with values or a 400 FhirError, never anything else', () => {
+    const item = fc.record(
+      {
+        name: fc.oneof(
+          fc.constantFrom('name', 'flag', 'count', 'tag', 'link', '__proto__', 'constructor'),
+          fc.string(),
+        ),
+        valueString: fc.oneof(fc.string(), fc.integer()),
+        valueBoolean: fc.oneof(fc.boolean(), fc.string()),
+        valueInteger: fc.oneof(fc.integer(), fc.double()),
+        valueCode: fc.string(),
+        part: fc.jsonValue(),
+      },
+      { requiredKeys: [] },
+    );
+    const body = fc.oneof(
+      fc.jsonValue(),
+      fc.record({
+        resourceType: fc.constant('Parameters'),
+        parameter: fc.oneof(fc.array(item), fc.jsonValue()),
+      }),
+    );
+    fc.assert(
+      fc.property(body, (value) => {
+        try {
+          readParameters(value, DEFS);
+        } catch (error) {
+          expect(error).toBeInstanceOf(FhirError);
+          expect((error as FhirError).status).toBe(400);
+          expect((error as FhirError).expression?.length).toBe(1);
+        }
+      }),
+      { numRuns: 500 },
+    );
   });
 });
