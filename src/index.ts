@@ -177,3 +177,24 @@ export { InvalidRecordError } from './storage/errors.js';
 export type { ExportSnapshotOptions } from './storage/types.js';
 export { memoryStorage } from './storage/memory.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
+
+// SCIM 2.0 Users (RFC 7643/7644): router, filter parser/evaluator, PATCH engine, schemas
+export { scimRouter } from './scim/router.js';
+export type { ScimRouterOptions } from './scim/router.js';
+export { parseScimFilter, parseScimPath, printScimFilter } from './scim/filter-parser.js';
+export type {
+  ScimFilter,
+  ScimAttributePath,
+  ScimCompareOperator,
+  ScimFilterValue,
+  ScimPatchPath,
+  ScimFilterParseOptions,
+} from './scim/filter-parser.js';
+export { compileScimFilter, matchesScimFilter } from './scim/filter-evaluator.js';
+export type { ScimFilterPredicate } from './scim/filter-evaluator.js';
+export { applyScimPatch } from './scim/patch.js';
+export type { ScimPatchOperation, ScimPatchRequest, ApplyScimPatchOptions } from './scim/patch.js';
+export { projectScimAttributes } from './scim/attributes.js';
+export type { ScimAttributeSelection } from './scim/attributes.js';
+export { USER_RESOURCE_SCHEMAS, CORE_USER_SCHEMA_ID, ENTERPRISE_USER_SCHEMA_ID } from './scim/schema.js';
+export type { ScimAttributeDefinition, ScimSchemaDefinition, ScimResourceSchemas } from './scim/schema.js';
