@@ -18,6 +18,7 @@ import {
   createResource,
   deleteResource,
   readResource,
+  readResourceVersion,
   searchResources,
   updateResource,
   type FhirContext,
@@ -247,6 +248,25 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       }),
     )
     .all(guard, methodNotAllowed('GET, PUT, DELETE'));
+
+  // --- vread of the current version (what Location headers point at) ---
+  router
+    .route('/:type/:id/_history/:vid')
+    .get(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const resource = await readResourceVersion(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          stringParam(req.params.vid),
+        );
+        setVersionHeaders(res, resource);
+        sendResource(res, 200, resource);
+      }),
+    )
+    .all(guard, methodNotAllowed('GET'));
 
   function sendWrite(req: Request, res: Response, status: number, resource: StoredResource): void {
     setVersionHeaders(res, resource);

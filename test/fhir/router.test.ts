@@ -47,7 +47,10 @@ afterEach(async () => {
   await t.storage.close();
 });
 
-async function create(resource: Record<string, unknown>, token = auth()): Promise<{ id: string } & Record<string, unknown>> {
+async function create(
+  resource: Record<string, unknown>,
+  token = auth(),
+): Promise<{ id: string } & Record<string, unknown>> {
   const res = await request(t.app)
     .post(`${BASE}/${String(resource.resourceType)}`)
     .set('Authorization', token)
@@ -177,6 +180,16 @@ describe('CRUD', () => {
     expect(res.headers.location).toMatch(
       new RegExp(`^http://127\\.0\\.0\\.1:\\d+${BASE}/Patient/${res.body.id}/_history/1$`),
     );
+    const vread = await request(t.app)
+      .get(new URL(res.headers.location as string).pathname)
+      .set('Authorization', auth());
+    expect(vread.status).toBe(200);
+    expect(vread.headers.etag).toBe('W/"1"');
+    expectOutcome(
+      await request(t.app).get(`${BASE}/Patient/${res.body.id}/_history/9`).set('Authorization', auth()),
+      404,
+    );
+    expectOutcome(await request(t.app).delete(new URL(res.headers.location as string).pathname), 405);
   });
 
   it('reads with ETag, updates with version checks, deletes', async () => {

@@ -1,0 +1,104 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FhirContext } from '../../src/fhir/interactions.js';
+import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
+import { memoryStorage } from '../../src/storage/memory.js';
+import type { Storage, StorageOperations } from '../../src/storage/types.js';
+
+let storage: Storage;
+beforeEach(async () => {
+  storage = memoryStorage();
+  await storage.createProject({ id: 'p', name: 'P', strictMode: false });
+});
+afterEach(async () => {
+  await storage.close();
+});
+
+function context(ops: StorageOperations = storage): FhirContext {
+  return {
+    storage: ops,
+    projectId: 'p',
+    principal: {
+      projectId: 'p',
+      kind: 'client',
+      id: 'c',
+      scopes: ['system/*.*'],
+      admin: false,
+      superAdmin: false,
+    },
+    validate: () => Promise.resolve(),
+  };
+}
+
+async function* chunks(...parts: (string | Buffer)[]): AsyncGenerator<string | Buffer> {
+  for (const part of parts) yield await Promise.resolve(part);
+}
+
+const line = (id: string, extra = '') => `{"resourceType":"Patient","id":"${id}"${extra}}`;
+
+describe('loadNdjson', () => {
+  it('splits lines across chunk boundaries, including inside a multibyte character', async () => {
+    const text = `${line('a', ',"name":[{"family":"Müller-Łukasz 日本"}]')}\n${line('b')}\r\n\n${line('c')}`;
+    const bytes = Buffer.from(text, 'utf8');
+    const parts: Buffer[] = [];
+    for (let i = 0; i < bytes.length; i += 7) parts.push(bytes.subarray(i, i + 7));
+    const report = await loadNdjson(context(), 'f.ndjson', chunks(...parts), { batchSize: 2 });
+    expect(report).toMatchObject({ file: 'f.ndjson', lines: 3, loaded: 3, failed: 0, issues: [] });
+    const a = await storage.readResource('p', 'Patient', 'a');
+    expect((a.name as { family: string }[])[0]!.family).toBe('Müller-Łukasz 日本');
+    await storage.readResource('p', 'Patient', 'c');
+  });
+
+  it('reports bad lines with their numbers and keeps the good ones', async () => {
+    const text = [
+      line('a'),
+      'nope',
+      '[1]',
+      '{"resourceType":"Patient","id":"bad id"}',
+      line('b'),
+      '{"id":"x"}',
+    ].join('\n');
+    const report = await loadNdjson(context(), 'g.ndjson', chunks(text));
+    expect(report.loaded).toBe(2);
+    expect(report.failed).toBe(4);
+    expect(report.issues.map((i) => i.location)).toEqual([
+      ['g.ndjson:2'],
+      ['g.ndjson:3'],
+      ['g.ndjson:4'],
+      ['g.ndjson:6'],
+    ]);
+  });
+
+  it('skips over-long lines, even spread over many chunks', async () => {
+    const long = line('long', `,"text":{"status":"generated","div":"${'z'.repeat(500)}"}`);
+    const parts = [line('a') + '\n', ...long.match(/.{1,50}/g)!, '\n', line('b') + '\n'];
+    const report = await loadNdjson(context(), 'h.ndjson', chunks(...parts), { maxLineLength: 100 });
+    expect(report.loaded).toBe(2);
+    expect(report.issues.map((i) => i.location)).toEqual([['h.ndjson:2']]);
+    expect(report.issues[0]!.code).toBe('too-costly');
+  });
+
+  it('finds the failing lines of a batch the store refused', async () => {
+    const refusing: StorageOperations = new Proxy(storage, {
+      get(target, prop, receiver) {
+        if (prop === 'writeResources') {
+          return async (projectId: string, writes: { resource?: { id?: string } }[]) => {
+            if (writes.some((w) => w.resource?.id === 'poison')) throw new Error('refused');
+            return target.writeResources(projectId, writes as never);
+          };
+        }
+        return Reflect.get(target, prop, receiver) as unknown;
+      },
+    });
+    const text = [line('a'), line('poison'), line('b')].join('\n');
+    const report = await loadNdjson(context(refusing), 'i.ndjson', chunks(text), { batchSize: 10 });
+    expect(report.loaded).toBe(2);
+    expect(report.issues.map((i) => i.location)).toEqual([['i.ndjson:2']]);
+  });
+
+  it('caps the issues reported but counts every failure', async () => {
+    const text = Array.from({ length: 30 }, () => 'x').join('\n');
+    const report = await loadNdjson(context(), 'j.ndjson', chunks(text), { maxIssues: 5 });
+    expect(report.failed).toBe(30);
+    expect(report.issues).toHaveLength(5);
+  });
+});
