@@ -35,8 +35,8 @@ import { projectResource } from './project-resource.js';
 /** Options of `projectRouter`. */
 export interface ProjectRouterOptions extends CommonRouterOptions {
   /**
-   * Who may call `Project/$init`, besides no one. Return true to allow, e.g. `() => true` for any
-   * authenticated principal. A user principal becomes the owner: the new project's admin user is
+   * Who may call `Project/$init`: return true to allow the principal, e.g. `() => true` for any
+   * authenticated principal (others get 403). A user principal becomes the owner: the new project's admin user is
    * created with its `userName`, name and e-mail (the `owner*` parameters win); for any other
    * principal the admin user is made from the `owner*` parameters alone.
    * @default (principal) => principal.superAdmin
@@ -87,6 +87,12 @@ const ANY_PROJECT_PATH = /^\/Project(?:\/.*)?$/;
 const REVOKE_PARAMETERS = { clientId: { type: ['string', 'id'], required: true } } as const;
 
 function resolveRules(options: ProjectRouterOptions): NewClientRules {
+  if (!options?.storage) throw new TypeError('projectRouter: storage is required');
+  if (typeof options.authenticate !== 'function')
+    throw new TypeError('projectRouter: authenticate is required');
+  if (options.allowInit !== undefined && typeof options.allowInit !== 'function') {
+    throw new TypeError('projectRouter: allowInit must be a function');
+  }
   const min = options.minAccessTokenLifetime ?? 60;
   const max = options.maxAccessTokenLifetime ?? 86_400;
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || min > max) {

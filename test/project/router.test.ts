@@ -596,6 +596,10 @@ describe('routing next to the FHIR data plane', () => {
   it('refuses bad options early', () => {
     const storage = memoryStorage();
     expect(() =>
+      projectRouter({ authenticate: testAuthenticate } as unknown as ProjectRouterOptions),
+    ).toThrow(TypeError);
+    expect(() => projectRouter({ storage } as unknown as ProjectRouterOptions)).toThrow(TypeError);
+    expect(() =>
       projectRouter({ storage, authenticate: testAuthenticate, minAccessTokenLifetime: 0 }),
     ).toThrow(TypeError);
     expect(() =>
