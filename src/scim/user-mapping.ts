@@ -23,7 +23,8 @@ export interface ScimUserFields {
   /** Absent when the body carries none (the profile id then becomes the stored userName). */
   userName?: string;
   externalId?: string;
-  active: boolean;
+  /** Absent when the body does not say (create then defaults to true, replace keeps the current value). */
+  active?: boolean;
   userType: ProfileType;
   data: Record<string, unknown>;
 }
@@ -57,7 +58,7 @@ export function scimUserFields(
   return {
     ...(userName ? { userName } : {}),
     ...(externalId !== undefined && externalId !== '' ? { externalId } : {}),
-    active: typeof normalized.active === 'boolean' ? normalized.active : true,
+    ...(typeof normalized.active === 'boolean' ? { active: normalized.active } : {}),
     userType,
     data,
   };

@@ -132,7 +132,6 @@ export function scimUserService(config: ScimUserServiceConfig) {
     projectId: string,
     current: UserRecord,
     fields: ScimUserFields,
-    replaceAll: boolean,
   ): Promise<UserRecord> {
     if (fields.userType !== current.userType) {
       throw new ScimError(400, 'mutability', 'userType cannot change');
@@ -142,8 +141,8 @@ export function scimUserService(config: ScimUserServiceConfig) {
     if (userName.toLowerCase() === current.profileId.toLowerCase()) userName = current.userName;
     const changes: UserChanges = {
       userName,
-      externalId: replaceAll ? fields.externalId : (fields.externalId ?? current.externalId),
-      active: fields.active,
+      externalId: fields.externalId,
+      active: fields.active ?? current.active,
       data: fields.data,
     };
     if (sameFields(current, changes)) return current;
@@ -173,7 +172,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
             ...(fields.externalId !== undefined ? { externalId: fields.externalId } : {}),
             userType: fields.userType,
             profileId: profile.id,
-            active: fields.active,
+            active: fields.active ?? true,
             data: fields.data,
           });
           await tx.createMembership(projectId, {
@@ -202,7 +201,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
           storage.transaction(async (tx) => {
             const current = await tx.readUser(projectId, id);
             checkIfMatch(ifMatch, current);
-            return write(tx, projectId, current, { ...fields, active: fields.active }, true);
+            return write(tx, projectId, current, fields);
           }),
         ),
       );
@@ -225,7 +224,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
               maxOperations: config.maxOperations,
             });
             const fields = scimUserFields(patched, schemas);
-            return write(tx, projectId, current, fields, true);
+            return write(tx, projectId, current, fields);
           }),
         ),
       );

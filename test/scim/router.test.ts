@@ -228,6 +228,10 @@ describe('scimRouter: users', () => {
     expectScimError(await a.put(`/Users/${created.id}`, { ...newUser(), id: 'other' }), 400, 'mutability');
     expectScimError(await a.put(`/Users/${created.id}`, newUser({ userType: 'Patient' })), 400, 'mutability');
     expectScimError(await a.put('/Users/nope', newUser()), 404);
+    // A replace that does not mention active keeps the current value.
+    await a.patch(`/Users/${created.id}`, patchOp({ op: 'replace', path: 'active', value: false }));
+    const kept = await a.put(`/Users/${created.id}`, newUser({ displayName: 'changed' }));
+    expect(kept.body).toMatchObject({ active: false, displayName: 'changed' });
   });
 
   it('patches, deactivating while keeping the user readable', async () => {
