@@ -119,7 +119,7 @@ describe('POST /Project/$init', () => {
   });
 
   it('matches %24init, accepts application/json and needs no owner parameters', async () => {
-    const { app, storage } = setup();
+    const { app, storage } = setup({ baseUrl: 'https://fhir.example.org/' });
     const res = await postJson(
       app,
       '/Project/%24init',
@@ -128,6 +128,7 @@ describe('POST /Project/$init', () => {
       'application/json; charset=utf-8',
     );
     expect(res.status).toBe(201);
+    expect(res.headers.location).toBe(`https://fhir.example.org${BASE}/Project/${res.body.id as string}`);
     const users = await storage.listUsers(res.body.id);
     expect(users).toHaveLength(1);
     // Without an e-mail, the user name is the profile id.
