@@ -51,7 +51,7 @@ export interface CapabilityStatementInput {
   contributions?: CapabilityContribution[];
 }
 
-const INTERACTIONS = ['read', 'create', 'update', 'delete', 'search-type'].map((code) => ({ code }));
+const INTERACTIONS = ['read', 'vread', 'create', 'update', 'delete', 'search-type'].map((code) => ({ code }));
 
 const COMMON_SEARCH_PARAMS = [
   { name: '_id', type: 'token', definition: 'http://hl7.org/fhir/SearchParameter/Resource-id' },

@@ -767,3 +767,33 @@ describe('fallthrough', () => {
     await storage.close();
   });
 });
+
+describe('storage errors', () => {
+  it('renders a storage conflict as 409 and an invalid record as 400', async () => {
+    const { ConflictError, InvalidRecordError } = await import('../../src/storage/errors.js');
+    const storage = memoryStorage();
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+    const failing = new Proxy(storage, {
+      get(target, prop, receiver) {
+        if (prop === 'updateResource') return () => Promise.reject(new ConflictError('version conflict'));
+        if (prop === 'createResource') return () => Promise.reject(new InvalidRecordError('bad record'));
+        return Reflect.get(target, prop, receiver) as unknown;
+      },
+    });
+    const app = express();
+    app.use(BASE, fhirRouter({ storage: failing, authenticate: testAuthenticate, onError: silent }));
+    expectOutcome(
+      await request(app)
+        .put(`${BASE}/Patient/x`)
+        .set('Authorization', auth())
+        .send(patient({ id: 'x' })),
+      409,
+      'conflict',
+    );
+    expectOutcome(
+      await request(app).post(`${BASE}/Patient`).set('Authorization', auth()).send(patient()),
+      400,
+    );
+    await storage.close();
+  });
+});
