@@ -1,0 +1,202 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import express from 'express';
+import request from 'supertest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  fhirPlatform,
+  memoryStorage,
+  provisionSuperAdminClient,
+  type FhirPlatform,
+  type Storage,
+} from '../src/index.js';
+
+const FHIR_JSON = 'application/fhir+json';
+
+function parameters(values: Record<string, string | boolean>) {
+  return {
+    resourceType: 'Parameters',
+    parameter: Object.entries(values).map(([name, value]) =>
+      typeof value === 'boolean' ? { name, valueBoolean: value } : { name, valueString: value },
+    ),
+  };
+}
+
+describe('fhirPlatform: the whole flow with real tokens', () => {
+  let dir: string;
+  let storage: Storage;
+  let platform: FhirPlatform;
+  let app: express.Express;
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-'));
+    storage = memoryStorage();
+    platform = fhirPlatform({
+      storage,
+      exportDir: path.join(dir, 'exports'),
+      scimBasicAuth: true,
+      baseUrl: 'http://fhir.test',
+    });
+    app = express();
+    app.use(platform.router);
+  });
+
+  afterEach(async () => {
+    await platform.close();
+    await storage.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function token(clientId: string, secret: string, scope?: string): Promise<string> {
+    const res = await request(app)
+      .post('/oauth2/token')
+      .auth(clientId, secret)
+      .type('form')
+      .send({ grant_type: 'client_credentials', ...(scope ? { scope } : {}) });
+    expect(res.status).toBe(200);
+    expect(res.body.token_type).toBe('bearer');
+    return res.body.access_token as string;
+  }
+
+  it('super admin -> $init -> $new-client -> SCIM user -> FHIR data -> export -> download', async () => {
+    const admin = await provisionSuperAdminClient(storage, { clientId: 'root', clientSecret: 'root-secret' });
+    expect(admin.created).toBe(true);
+    const rootToken = await token('root', 'root-secret');
+
+    const init = await request(app)
+      .post('/fhir/R4/Project/$init')
+      .set('Authorization', `Bearer ${rootToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(JSON.stringify(parameters({ name: 'Acme', ownerEmail: 'ada@acme.example' })));
+    expect(init.status).toBe(201);
+    const projectId = init.body.id as string;
+
+    const client = await request(app)
+      .post(`/fhir/R4/Project/${projectId}/$new-client`)
+      .set('Authorization', `Bearer ${rootToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(JSON.stringify(parameters({ name: 'backend', scope: 'system/*.*', admin: true })));
+    expect(client.status).toBe(201);
+    const projectToken = await token(client.body.id, client.body.secret, 'system/*.*');
+
+    const user = await request(app)
+      .post('/scim/v2/Users')
+      .set('Authorization', `Bearer ${projectToken}`)
+      .set('Content-Type', 'application/scim+json')
+      .send({
+        schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+        userType: 'Patient',
+        userName: 'jane@acme.example',
+        name: { givenName: 'Jane', familyName: 'Doe' },
+        emails: [{ value: 'jane@acme.example', type: 'work' }],
+      });
+    expect(user.status).toBe(201);
+    const patientId = user.body.userName as string;
+    const patient = await request(app)
+      .get(`/fhir/R4/Patient/${patientId}`)
+      .set('Authorization', `Bearer ${projectToken}`);
+    expect(patient.status).toBe(200);
+
+    const obs = await request(app)
+      .post('/fhir/R4/Observation')
+      .set('Authorization', `Bearer ${projectToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(
+        JSON.stringify({
+          resourceType: 'Observation',
+          status: 'final',
+          code: { text: 'Body height' },
+          subject: { reference: `Patient/${patientId}` },
+        }),
+      );
+    expect(obs.status).toBe(201);
+
+    const metadata = await request(app).get('/fhir/R4/metadata');
+    expect(metadata.status).toBe(200);
+    const rest = metadata.body.rest[0];
+    expect(JSON.stringify(rest.security)).toContain('/oauth2/token');
+    expect(rest.operation.map((o: { name: string }) => o.name)).toContain('export');
+
+    const discovery = await request(app).get('/fhir/R4/.well-known/smart-configuration');
+    expect(discovery.status).toBe(200);
+    expect(discovery.body.token_endpoint).toMatch(/\/oauth2\/token$/);
+
+    const kickoff = await request(app)
+      .get('/fhir/R4/Patient/$export')
+      .set('Authorization', `Bearer ${projectToken}`)
+      .set('Accept', FHIR_JSON)
+      .set('Prefer', 'respond-async');
+    expect(kickoff.status).toBe(202);
+    const statusPath = new URL(kickoff.headers['content-location']!).pathname;
+    let manifest: { output: { type: string; url: string; count: number }[] } | undefined;
+    for (let i = 0; i < 200 && !manifest; i++) {
+      const status = await request(app).get(statusPath).set('Authorization', `Bearer ${projectToken}`);
+      if (status.status === 200) manifest = status.body;
+      else {
+        expect(status.status).toBe(202);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    expect(manifest).toBeDefined();
+    const types = manifest!.output.map((o) => o.type).sort();
+    expect(types).toEqual(['Observation', 'Patient']);
+    for (const file of manifest!.output) {
+      const download = await request(app)
+        .get(new URL(file.url).pathname)
+        .set('Authorization', `Bearer ${projectToken}`)
+        .buffer(true)
+        .parse((res, cb) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => cb(null, text));
+        });
+      expect(download.status).toBe(200);
+      const lines = (download.body as string).trim().split('\n');
+      expect(lines).toHaveLength(file.count);
+      for (const line of lines) expect(JSON.parse(line).resourceType).toBe(file.type);
+    }
+
+    // Another project's token sees none of it.
+    const other = await request(app)
+      .post('/fhir/R4/Project/$init')
+      .set('Authorization', `Bearer ${rootToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(JSON.stringify(parameters({ name: 'Other' })));
+    const otherClient = await request(app)
+      .post(`/fhir/R4/Project/${other.body.id}/$new-client`)
+      .set('Authorization', `Bearer ${rootToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(JSON.stringify(parameters({ name: 'b', scope: 'system/*.*', admin: true })));
+    const otherToken = await token(otherClient.body.id, otherClient.body.secret);
+    expect(
+      (await request(app).get(`/fhir/R4/Patient/${patientId}`).set('Authorization', `Bearer ${otherToken}`))
+        .status,
+    ).toBe(404);
+    expect(
+      (await request(app).get(`/scim/v2/Users/${user.body.id}`).set('Authorization', `Bearer ${otherToken}`))
+        .status,
+    ).toBe(404);
+    expect((await request(app).get(statusPath).set('Authorization', `Bearer ${otherToken}`)).status).toBe(
+      404,
+    );
+    expect(
+      (await request(app).get(`/fhir/R4/Project/${projectId}`).set('Authorization', `Bearer ${otherToken}`))
+        .status,
+    ).toBe(404);
+
+    // No token: 401 in each protocol.
+    const scim401 = await request(app).get('/scim/v2/Users');
+    expect(scim401.status).toBe(401);
+    expect(scim401.body.schemas).toEqual(['urn:ietf:params:scim:api:messages:2.0:Error']);
+    const fhir401 = await request(app).get('/fhir/R4/Patient');
+    expect(fhir401.status).toBe(401);
+    expect(fhir401.body.resourceType).toBe('OperationOutcome');
+    expect(fhir401.headers['www-authenticate']).toMatch(/^Bearer/);
+  });
+
+  it('validates its options early', () => {
+    expect(() => fhirPlatform({ storage, paths: { fhir: 'fhir/' }, exportDir: dir })).toThrow(TypeError);
+    expect(() => fhirPlatform({ storage })).toThrow(TypeError);
+  });
+});
