@@ -426,3 +426,46 @@ describe('scimRouter: protocol', () => {
     ).toThrow(TypeError);
   });
 });
+
+describe('scimRouter: robustness', () => {
+  it('answers a SCIM error, never a 500, to arbitrary bodies and filters', async () => {
+    const fc = (await import('fast-check')).default;
+    const { a } = await setup();
+    const created = (await a.post('/Users', newUser())).body;
+    const body = fc.oneof(
+      fc.jsonValue({ maxDepth: 3 }),
+      fc.record({
+        userType: fc.constantFrom('Patient', 'x', 5),
+        userName: fc.jsonValue(),
+        name: fc.jsonValue(),
+        emails: fc.jsonValue(),
+      }),
+      fc.record({
+        schemas: fc.constant([PATCH_OP_SCHEMA_ID]),
+        Operations: fc.array(
+          fc.record({
+            op: fc.constantFrom('add', 'Replace', 'remove', 'x'),
+            path: fc.string(),
+            value: fc.jsonValue({ maxDepth: 2 }),
+          }),
+          { maxLength: 3 },
+        ),
+      }),
+    );
+    await fc.assert(
+      fc.asyncProperty(body, fc.string({ maxLength: 40 }), async (json, filter) => {
+        for (const res of [
+          await a.post('/Users', json),
+          await a.put(`/Users/${created.id}`, json),
+          await a.patch(`/Users/${created.id}`, json),
+          await a.post('/.search', json),
+          await a.get(`/Users?filter=${encodeURIComponent(filter)}&sortBy=${encodeURIComponent(filter)}`),
+        ]) {
+          expect(res.status).toBeLessThan(500);
+          expect(res.headers['content-type']).toMatch(/application\/scim\+json/);
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
+});
