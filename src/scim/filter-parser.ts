@@ -58,13 +58,15 @@ type Token =
 
 const WORD = /[A-Za-z0-9:._$-]/;
 const NAME = /^\$?[A-Za-z][A-Za-z0-9_-]*$/;
-const NUMBER_AT = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const NUMBER_SOURCE = '-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?';
 
 function invalid(message: string, scimType = 'invalidFilter'): ScimError {
   return new ScimError(400, scimType, message);
 }
 
 function tokenize(input: string, scimType: string): Token[] {
+  // Sticky regex: local, since its lastIndex is state.
+  const numberAt = new RegExp(NUMBER_SOURCE, 'y');
   const tokens: Token[] = [];
   let i = 0;
   while (i < input.length) {
@@ -107,8 +109,8 @@ function tokenize(input: string, scimType: string): Token[] {
       continue;
     }
     if (ch === '-' || (ch >= '0' && ch <= '9')) {
-      NUMBER_AT.lastIndex = i;
-      const match = NUMBER_AT.exec(input);
+      numberAt.lastIndex = i;
+      const match = numberAt.exec(input);
       const end = match ? i + match[0].length : i;
       if (match && (end >= input.length || !WORD.test(input[end]!))) {
         tokens.push({ kind: 'number', value: Number(match[0]), pos: i });
