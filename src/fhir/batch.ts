@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import type {
   FhirResource,
@@ -30,6 +31,8 @@ export interface BundleProcessingOptions {
   returnMinimal?: boolean;
   /** Search options for GET entries. */
   search?: ParseSearchOptions;
+  /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
+  onError?: ErrorLogger;
 }
 
 /** A `Bundle` as JSON. */
@@ -438,7 +441,7 @@ async function processBatch(
       if ('error' in entry) throw entry.error;
       responses.push(await runBatchEntry(ctx, entry, references, options));
     } catch (error) {
-      const { status, outcome } = errorOutcome(error);
+      const { status, outcome } = errorOutcome(error, options.onError);
       responses.push({
         response: { status: String(status), outcome } satisfies { status: string; outcome: OperationOutcome },
       });

@@ -1,4 +1,5 @@
 import { StringDecoder } from 'node:string_decoder';
+import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import { authorize, type FhirContext } from './interactions.js';
@@ -13,6 +14,8 @@ export interface NdjsonLoadOptions {
   maxLineLength?: number;
   /** Most error issues reported per file (the count of failed lines stays exact). @default 1000 */
   maxIssues?: number;
+  /** Receives the errors of lines that fail with a 5xx status (storage failures). @default writes to stderr */
+  onError?: ErrorLogger;
 }
 
 /** What loading one NDJSON file did. */
@@ -56,7 +59,7 @@ export async function loadNdjson(
   const fail = (line: number, error: unknown): void => {
     report.failed++;
     if (report.issues.length >= maxIssues) return;
-    const { outcome } = errorOutcome(error);
+    const { outcome } = errorOutcome(error, options.onError);
     const first = outcome.issue[0]!;
     report.issues.push({
       severity: 'error',

@@ -1,7 +1,7 @@
 import type { ErrorRequestHandler } from 'express';
 import { randomUUID } from 'node:crypto';
 import { defaultErrorLogger, fhirErrorHandler, type ErrorLogger } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
+import { FhirError, HttpError } from '../http/http-error.js';
 import { StorageError } from '../storage/errors.js';
 
 /** One OperationOutcome issue. @see https://hl7.org/fhir/R4/operationoutcome.html */
@@ -43,23 +43,40 @@ export class FhirOutcomeError extends FhirError {
   }
 }
 
-/** An error as one or more OperationOutcome issues plus its HTTP status (for batch entries). */
-export function errorOutcome(error: unknown): { status: number; outcome: OperationOutcome } {
+const ISSUE_CODES: Record<number, string> = {
+  401: 'login',
+  403: 'forbidden',
+  404: 'not-found',
+  405: 'not-supported',
+  409: 'conflict',
+  410: 'deleted',
+  412: 'conflict',
+  413: 'too-costly',
+  415: 'not-supported',
+};
+
+/**
+ * An error as an OperationOutcome plus its HTTP status (for batch entries and upload lines). Server
+ * errors (5xx) are passed to `log` and their details hidden.
+ */
+export function errorOutcome(
+  error: unknown,
+  log: ErrorLogger = defaultErrorLogger,
+): { status: number; outcome: OperationOutcome } {
   const mapped = normaliseFhirError(error);
   if (mapped instanceof FhirOutcomeError) return { status: mapped.status, outcome: outcomeOf(mapped.issues) };
-  if (mapped instanceof FhirError) {
+  if (mapped instanceof HttpError && mapped.status < 500) {
+    const code =
+      mapped instanceof FhirError ? mapped.issueCode : (ISSUE_CODES[mapped.status] ?? 'processing');
+    const expression = mapped instanceof FhirError ? mapped.expression : undefined;
     return {
       status: mapped.status,
       outcome: outcomeOf([
-        {
-          severity: 'error',
-          code: mapped.issueCode,
-          details: { text: mapped.message },
-          ...(mapped.expression ? { expression: mapped.expression } : {}),
-        },
+        { severity: 'error', code, details: { text: mapped.message }, ...(expression ? { expression } : {}) },
       ]),
     };
   }
+  log(error);
   return {
     status: 500,
     outcome: outcomeOf([

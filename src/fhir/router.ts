@@ -146,7 +146,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     .all(methodNotAllowed('GET'));
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
-  const upload = ndjsonUploadHandler(contextOf, config.upload);
+  const upload = ndjsonUploadHandler(contextOf, {
+    ...config.upload,
+    ...(config.onError ? { onError: config.onError } : {}),
+  });
   router
     .route('/')
     .post(
@@ -163,6 +166,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           maxEntries: config.maxBundleEntries,
           returnMinimal: prefer.return === 'minimal',
           search: { ...searchOptions, strict: prefer.handling === 'strict' },
+          ...(config.onError ? { onError: config.onError } : {}),
         });
         sendResource(res, 200, response);
       }),

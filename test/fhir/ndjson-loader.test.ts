@@ -90,7 +90,13 @@ describe('loadNdjson', () => {
       },
     });
     const text = [line('a'), line('poison'), line('b')].join('\n');
-    const report = await loadNdjson(context(refusing), 'i.ndjson', chunks(text), { batchSize: 10 });
+    const logged: unknown[] = [];
+    const report = await loadNdjson(context(refusing), 'i.ndjson', chunks(text), {
+      batchSize: 10,
+      onError: (e) => logged.push(e),
+    });
+    expect(logged).toHaveLength(1);
+    expect(report.issues[0]!.code).toBe('exception');
     expect(report.loaded).toBe(2);
     expect(report.issues.map((i) => i.location)).toEqual([['i.ndjson:2']]);
   });
