@@ -54,6 +54,20 @@ describe('applyScimPatch', () => {
     expect((out.emails as { primary: unknown }[])[0]!.primary).toBe(true);
   });
 
+  it('accepts value-path keys in a path-less value (Entra)', () => {
+    const out = patch(base(), {
+      op: 'Add',
+      value: {
+        'emails[type eq "work"].value': 'w2@example.org',
+        'emails[type eq "home"].value': 'h@example.org',
+      },
+    });
+    expect(out.emails).toEqual([
+      { value: 'w2@example.org', type: 'work', primary: true },
+      { type: 'home', value: 'h@example.org' },
+    ]);
+  });
+
   it('creates a missing entry for a value-path add or replace', () => {
     const out = patch(base(), { op: 'Add', path: 'emails[type eq "home"].value', value: 'h@example.org' });
     expect(out.emails).toEqual([
