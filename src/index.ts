@@ -177,6 +177,10 @@ export { InvalidRecordError } from './storage/errors.js';
 export type { ExportSnapshotOptions } from './storage/types.js';
 export { memoryStorage } from './storage/memory.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
+export { fileStorage } from './storage/file.js';
+export type { FileStorageOptions } from './storage/file.js';
+export { openFileExportReader } from './storage/file-export-reader.js';
+export type { FileExportReaderOptions } from './storage/file-export-reader.js';
 
 // SCIM 2.0 Users (RFC 7643/7644): router, filter parser/evaluator, PATCH engine, schemas
 export { scimRouter } from './scim/router.js';

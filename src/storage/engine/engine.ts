@@ -17,6 +17,11 @@ export interface EngineBackend {
   pin(entries: readonly ResourceEntry[]): () => void;
   /** Reads the body of a committed (pinned) entry as a fresh object. */
   readBody(entry: ResourceEntry): Promise<StoredResource>;
+  /**
+   * Housekeeping (compaction) run by the writer after a batch is applied and acknowledged,
+   * before the next batch. Failures are ignored (it runs again after the next batch).
+   */
+  maintain?(base: BaseState): Promise<void>;
 }
 
 /** What an operation that writes sees: the state with every earlier pending write applied. */
@@ -183,6 +188,15 @@ export class Engine {
       } catch (error) {
         for (const { job } of accepted) job.reject(error);
       }
+      if (batch.mutations.length > 0) await this.maintain();
+    }
+  }
+
+  private async maintain(): Promise<void> {
+    try {
+      await this.backend.maintain?.(this.base);
+    } catch {
+      // Housekeeping only: the store stays correct without it, and it is retried later.
     }
   }
 
@@ -227,6 +241,7 @@ export class Engine {
     } catch (error) {
       job.reject(error);
     }
+    if (layer.mutations.length > 0) await this.maintain();
   }
 
   private async commit(mutations: readonly Mutation[]): Promise<void> {

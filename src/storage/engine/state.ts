@@ -201,28 +201,30 @@ export class BaseState implements StateView {
         return;
       case 'resource':
       case 'resource-': {
-        const data = this.ensure(m.projectId);
         const { body: _body, ...entry } = m.entry;
-        const committed: ResourceEntry = { ...entry, ref };
-        const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
-        const key = key2(entry.resourceType, entry.id);
-        const previous = byId.get(entry.id);
-        if (previous) {
-          for (const patient of previous.patients) {
-            const members = data.compartment.get(patient);
-            members?.delete(key);
-            if (members?.size === 0) data.compartment.delete(patient);
-          }
-        }
-        byId.set(entry.id, committed);
-        if (!committed.deleted) {
-          for (const patient of committed.patients) {
-            const members = getOrCreate(data.compartment, patient, () => new Map());
-            members.set(key, committed);
-          }
-        }
+        this.putEntry(m.projectId, { ...entry, ref });
         return;
       }
+    }
+  }
+
+  /** Sets the current entry of a resource (used by `apply` and by adapters loading a store). */
+  putEntry(projectId: string, entry: ResourceEntry): void {
+    const data = this.ensure(projectId);
+    const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
+    const key = key2(entry.resourceType, entry.id);
+    const previous = byId.get(entry.id);
+    if (previous) {
+      for (const patient of previous.patients) {
+        const members = data.compartment.get(patient);
+        members?.delete(key);
+        if (members?.size === 0) data.compartment.delete(patient);
+      }
+    }
+    byId.set(entry.id, entry);
+    if (!entry.deleted) {
+      for (const patient of entry.patients)
+        getOrCreate(data.compartment, patient, () => new Map()).set(key, entry);
     }
   }
 

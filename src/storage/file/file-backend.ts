@@ -1,0 +1,768 @@
+import { randomUUID } from 'node:crypto';
+import fsSync from 'node:fs';
+import fs from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import { crc32 } from 'node:zlib';
+import { Low } from 'lowdb';
+import { patientCompartmentIds } from '../../fhir/compartment.js';
+import type { Clock } from '../engine/clock.js';
+import type { EngineBackend } from '../engine/engine.js';
+import { getOrCreate } from '../engine/map-entry.js';
+import { key2, type Mutation, type ResourceEntry } from '../engine/mutation.js';
+import type { BaseState } from '../engine/state.js';
+import { StorageError } from '../errors.js';
+import type {
+  ClientRecord,
+  ExportJobRecord,
+  ExportSnapshotOptions,
+  MembershipRecord,
+  ProjectRecord,
+  SigningKeyRecord,
+  StoredResource,
+  UserRecord,
+} from '../types.js';
+import { DurableJsonFile, syncDir } from './durable-json-file.js';
+import { acquireLock, releaseLock, type DirLock } from './lock.js';
+import { LogFile, type FileRef, type Segment } from './log-file.js';
+import {
+  encodeRecord,
+  HEADER_LENGTH,
+  isValidRecord,
+  readLu,
+  readOp,
+  readSeq,
+  readSuperseded,
+  OP_DELETE,
+  type ScannedRecord,
+} from './record.js';
+import type { FileSnapshot } from './snapshot.js';
+
+/** The directory data kept in `directory.json` (lowdb). */
+interface DirectoryData {
+  /** Sequence number of the last batch that wrote this file. */
+  seq: number;
+  projects: Record<string, ProjectRecord>;
+  /** project id -> its directory name under `projects/` (a fresh name per incarnation). */
+  projectDirs: Record<string, string>;
+  clients: Record<string, ClientRecord>;
+  memberships: Record<string, Record<string, MembershipRecord>>;
+  keys: Record<string, SigningKeyRecord>;
+  jobs: Record<string, Record<string, ExportJobRecord>>;
+}
+
+function emptyDirectory(): DirectoryData {
+  return { seq: 0, projects: {}, projectDirs: {}, clients: {}, memberships: {}, keys: {}, jobs: {} };
+}
+
+export interface FileBackendOptions {
+  dir: string;
+  sync: boolean;
+  compactionMinDeadBytes: number;
+}
+
+const COMMIT_RECORD = 22;
+const LOG_NAME = /^([A-Z][A-Za-z0-9]{0,63})\.log$/;
+
+function encodeCommit(seq: number): Buffer {
+  const body = seq.toString(16).padStart(12, '0');
+  return Buffer.from(`${body} ${crc32(body).toString(16).padStart(8, '0')}\n`, 'latin1');
+}
+
+interface LogMeta {
+  dirName: string;
+  projectId: string;
+  /** Set for resource logs. */
+  resourceType?: string;
+}
+
+interface Pending {
+  log: LogFile;
+  parts: Buffer[];
+  bytes: number;
+}
+
+/**
+ * The file store's persistence under the engine: see docs/storage.md ("The file store") for the
+ * layout, the commit protocol and recovery.
+ */
+export class FileBackend implements EngineBackend {
+  private db!: Low<DirectoryData>;
+  private lock: DirLock | undefined;
+  private commitLog!: FileHandle;
+  private commitSize = 0;
+  private seq = 0;
+  private onceLog!: LogFile;
+  /** dirName -> resource type -> log. */
+  private readonly resourceLogs = new Map<string, Map<string, LogFile>>();
+  /** dirName -> users log. */
+  private readonly userLogs = new Map<string, LogFile>();
+  private readonly meta = new Map<LogFile, LogMeta>();
+  private readonly touched = new Set<LogFile>();
+  private broken: Error | undefined;
+
+  constructor(private readonly options: FileBackendOptions) {}
+
+  get dir(): string {
+    return this.options.dir;
+  }
+
+  // Opening and recovery
+
+  async open(base: BaseState, clock: Clock): Promise<void> {
+    const { dir } = this.options;
+    await fs.mkdir(path.join(dir, 'projects'), { recursive: true });
+    this.lock = acquireLock(dir);
+    try {
+      this.db = new Low(
+        new DurableJsonFile<DirectoryData>(path.join(dir, 'directory.json'), this.options.sync),
+        emptyDirectory(),
+      );
+      await this.db.read();
+      this.db.data = { ...emptyDirectory(), ...this.db.data };
+      this.commitLog = await fs.open(path.join(dir, 'commit.log'), 'a+');
+      const committed = Math.max(this.db.data.seq, await this.lastCommitted());
+      this.seq = committed;
+      this.loadDirectory(base);
+      let maxLu = 0;
+      for (const [projectId, dirName] of Object.entries(this.db.data.projectDirs)) {
+        maxLu = Math.max(maxLu, await this.loadProject(base, projectId, dirName, committed));
+      }
+      await this.loadOnce(base, committed);
+      clock.advanceTo(maxLu);
+      await this.removeOrphans();
+      await this.resetCommitLog(committed);
+    } catch (error) {
+      await this.close().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private loadDirectory(base: BaseState): void {
+    const data = this.db.data;
+    for (const record of Object.values(data.projects)) base.apply({ t: 'project', record });
+    for (const record of Object.values(data.clients)) base.apply({ t: 'client', record });
+    for (const [projectId, byId] of Object.entries(data.memberships)) {
+      for (const record of Object.values(byId)) base.apply({ t: 'membership', projectId, record });
+    }
+    for (const record of Object.values(data.keys)) base.apply({ t: 'key', record });
+    for (const byId of Object.values(data.jobs))
+      for (const record of Object.values(byId)) base.apply({ t: 'job', record });
+  }
+
+  /** The last committed batch in commit.log (a torn last record is ignored). */
+  private async lastCommitted(): Promise<number> {
+    const content = await this.commitLog.readFile();
+    let last = 0;
+    for (let at = 0; at + COMMIT_RECORD <= content.length; at += COMMIT_RECORD) {
+      const body = content.toString('latin1', at, at + 12);
+      const crc = content.toString('latin1', at + 13, at + 21);
+      if (content[at + 21] !== 0x0a || crc !== crc32(body).toString(16).padStart(8, '0')) break;
+      last = Math.max(last, Number.parseInt(body, 16));
+    }
+    return last;
+  }
+
+  /** Rewrites commit.log as a single record, so it does not grow across restarts. */
+  private async resetCommitLog(seq: number): Promise<void> {
+    const file = path.join(this.options.dir, 'commit.log');
+    const temp = `${file}.tmp`;
+    await fs.writeFile(temp, encodeCommit(seq));
+    if (this.options.sync) {
+      const handle = await fs.open(temp, 'r+');
+      await handle.sync();
+      await handle.close();
+    }
+    await this.commitLog.close();
+    await fs.rename(temp, file);
+    if (this.options.sync) await syncDir(this.options.dir);
+    this.commitLog = await fs.open(file, 'r+');
+    this.commitSize = COMMIT_RECORD;
+  }
+
+  /**
+   * Scans a log, truncating it at the first torn, corrupt or uncommitted record, and fixing any
+   * wrong superseded-at mark. `onRecord` returns the record's key (resource or user id).
+   */
+  private async recoverLog(
+    log: LogFile,
+    committed: number,
+    onRecord: (record: ScannedRecord, json: string) => string | undefined,
+  ): Promise<void> {
+    const latest = new Map<string, { offset: number; onDisk: number; length: number }>();
+    const fixes: { offset: number; by: number }[] = [];
+    let validEnd = 0;
+    let count = 0;
+    let dead = 0;
+    await log.scan(0, log.size, (record) => {
+      const { buf, start, end, offset } = record;
+      if (!isValidRecord(buf, start, end) || readSeq(buf, start) > committed) return false;
+      let key: string | undefined;
+      try {
+        key = onRecord(record, buf.toString('utf8', start + HEADER_LENGTH, end - 1));
+      } catch {
+        return false;
+      }
+      validEnd = offset + (end - start);
+      count += 1;
+      if (key !== undefined) {
+        const previous = latest.get(key);
+        if (previous) {
+          if (previous.onDisk !== offset) fixes.push({ offset: previous.offset, by: offset });
+          dead += previous.length;
+        }
+        latest.set(key, { offset, onDisk: readSuperseded(buf, start), length: end - start });
+      }
+      return true;
+    });
+    for (const { offset, onDisk } of latest.values()) if (onDisk !== 0) fixes.push({ offset, by: 0 });
+    if (validEnd < log.size) {
+      await log.truncate(validEnd);
+      if (this.options.sync) await log.sync();
+    }
+    for (const { offset, by } of fixes) await log.markSuperseded(log.segment, offset, by);
+    log.records = count;
+    log.deadBytes = dead;
+  }
+
+  private async loadProject(
+    base: BaseState,
+    projectId: string,
+    dirName: string,
+    committed: number,
+  ): Promise<number> {
+    const projectDir = path.join(this.options.dir, 'projects', dirName);
+    let maxLu = 0;
+    const usersFile = path.join(projectDir, 'users.log');
+    if (fsSync.existsSync(usersFile)) {
+      const log = await this.openLog(usersFile, { dirName, projectId }, false);
+      this.userLogs.set(dirName, log);
+      await this.recoverLog(log, committed, (_record, json) => {
+        const value = JSON.parse(json) as UserRecord;
+        if (readOp(_record.buf, _record.start) === OP_DELETE)
+          base.apply({ t: 'user-', projectId, id: value.id });
+        else base.apply({ t: 'user', projectId, record: value });
+        return value.id;
+      });
+    }
+    let names: string[] = [];
+    try {
+      names = await fs.readdir(path.join(projectDir, 'resources'));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+    for (const name of names) {
+      const match = LOG_NAME.exec(name);
+      if (!match) continue;
+      const resourceType = match[1]!;
+      const log = await this.openLog(
+        path.join(projectDir, 'resources', name),
+        { dirName, projectId, resourceType },
+        false,
+      );
+      getOrCreate(this.resourceLogs, dirName, () => new Map()).set(resourceType, log);
+      await this.recoverLog(log, committed, (record, json) => {
+        const { buf, start, end, offset } = record;
+        const body = JSON.parse(json) as StoredResource;
+        const deleted = readOp(buf, start) === OP_DELETE;
+        const lu = readLu(buf, start);
+        maxLu = Math.max(maxLu, lu);
+        const ref: FileRef = {
+          log,
+          segment: log.segment,
+          offset,
+          jsonLength: end - start - HEADER_LENGTH - 1,
+        };
+        base.putEntry(projectId, {
+          resourceType,
+          id: body.id,
+          versionId: body.meta.versionId,
+          lu,
+          lastUpdated: body.meta.lastUpdated,
+          deleted,
+          patients: deleted ? [] : patientCompartmentIds(body),
+          ref,
+        });
+        return body.id;
+      });
+    }
+    return maxLu;
+  }
+
+  private async loadOnce(base: BaseState, committed: number): Promise<void> {
+    this.onceLog = await LogFile.open(path.join(this.options.dir, 'once.log'), {
+      create: true,
+      sync: this.options.sync,
+    });
+    const now = Date.now();
+    await this.recoverLog(this.onceLog, committed, (_record, json) => {
+      const { k, e } = JSON.parse(json) as { k: string; e: number };
+      if (e > now) base.apply({ t: 'once', key: k, expiresAt: e });
+      return k;
+    });
+  }
+
+  /** Removes project directories no project refers to (deleted projects, uncommitted creations). */
+  private async removeOrphans(): Promise<void> {
+    const used = new Set(Object.values(this.db.data.projectDirs));
+    for (const name of await fs.readdir(path.join(this.options.dir, 'projects'))) {
+      if (!used.has(name))
+        await fs.rm(path.join(this.options.dir, 'projects', name), { recursive: true, force: true });
+    }
+  }
+
+  private async openLog(file: string, meta: LogMeta, create: boolean): Promise<LogFile> {
+    const log = await LogFile.open(file, { create, sync: this.options.sync });
+    this.meta.set(log, meta);
+    return log;
+  }
+
+  // Writing
+
+  private projectDir(projectId: string, dirty: { value: boolean }): string {
+    let dirName = this.db.data.projectDirs[projectId];
+    if (!dirName) {
+      dirName = `p-${randomUUID()}`;
+      this.db.data.projectDirs[projectId] = dirName;
+      dirty.value = true;
+    }
+    return dirName;
+  }
+
+  private async userLog(projectId: string, dirty: { value: boolean }): Promise<LogFile> {
+    const dirName = this.projectDir(projectId, dirty);
+    let log = this.userLogs.get(dirName);
+    if (!log) {
+      log = await this.openLog(
+        path.join(this.options.dir, 'projects', dirName, 'users.log'),
+        { dirName, projectId },
+        true,
+      );
+      this.userLogs.set(dirName, log);
+    }
+    return log;
+  }
+
+  private async resourceLog(
+    projectId: string,
+    resourceType: string,
+    dirty: { value: boolean },
+  ): Promise<LogFile> {
+    const dirName = this.projectDir(projectId, dirty);
+    const byType = getOrCreate(this.resourceLogs, dirName, () => new Map());
+    let log = byType.get(resourceType);
+    if (!log) {
+      const file = path.join(this.options.dir, 'projects', dirName, 'resources', `${resourceType}.log`);
+      log = await this.openLog(file, { dirName, projectId, resourceType }, true);
+      byType.set(resourceType, log);
+    }
+    return log;
+  }
+
+  /**
+   * Group commit of one batch: append its records (one write per touched file), sync them, then
+   * mark the batch committed (directory.json when it changed, else commit.log) and sync that;
+   * only then write the superseded-at marks of the versions it replaced.
+   */
+  async persist(mutations: readonly Mutation[], base: BaseState): Promise<unknown[]> {
+    if (this.broken)
+      throw new StorageError('ERR_STORAGE_BROKEN', 'The store failed a write; reopen it', {
+        cause: this.broken,
+      });
+    const seq = this.seq + 1;
+    const data = this.db.data;
+    const dirty = { value: false };
+    const pending = new Map<LogFile, Pending>();
+    const refs: unknown[] = new Array<unknown>(mutations.length);
+    /** Resource key -> its latest record in this batch. */
+    const latest = new Map<string, { log: LogFile; offsetInBatch: number; length: number }>();
+    /** Versions this batch supersedes; `segment` is set for committed ones (absolute offset). */
+    const marks: {
+      log: LogFile;
+      segment: Segment | undefined;
+      offset: number;
+      byInBatch: number;
+      length: number;
+    }[] = [];
+    const dropped = new Set<string>();
+    const removedDirs: string[] = [];
+    const add = (log: LogFile, record: Buffer): number => {
+      const p = getOrCreate(pending, log, () => ({ log, parts: [], bytes: 0 }));
+      const at = p.bytes;
+      p.parts.push(record);
+      p.bytes += record.length;
+      return at;
+    };
+
+    for (const [i, m] of mutations.entries()) {
+      switch (m.t) {
+        case 'project':
+          data.projects[m.record.id] = m.record;
+          dirty.value = true;
+          break;
+        case 'project-': {
+          delete data.projects[m.id];
+          delete data.memberships[m.id];
+          delete data.jobs[m.id];
+          for (const [id, c] of Object.entries(data.clients))
+            if (c.projectId === m.id) delete data.clients[id];
+          const dirName = data.projectDirs[m.id];
+          if (dirName) removedDirs.push(dirName);
+          delete data.projectDirs[m.id];
+          dropped.add(m.id);
+          for (const key of latest.keys()) if (key.startsWith(`${m.id}\u0000`)) latest.delete(key);
+          dirty.value = true;
+          break;
+        }
+        case 'membership':
+          (data.memberships[m.projectId] ??= {})[m.record.id] = m.record;
+          dirty.value = true;
+          break;
+        case 'membership-':
+          delete data.memberships[m.projectId]?.[m.id];
+          dirty.value = true;
+          break;
+        case 'client':
+          data.clients[m.record.id] = m.record;
+          dirty.value = true;
+          break;
+        case 'key':
+          data.keys[m.record.kid] = m.record;
+          dirty.value = true;
+          break;
+        case 'job':
+          (data.jobs[m.record.projectId] ??= {})[m.record.id] = m.record;
+          dirty.value = true;
+          break;
+        case 'job-':
+          delete data.jobs[m.projectId]?.[m.id];
+          dirty.value = true;
+          break;
+        case 'once':
+          add(this.onceLog, encodeRecord(seq, 0, 'U', JSON.stringify({ k: m.key, e: m.expiresAt })));
+          break;
+        case 'user':
+          add(await this.userLog(m.projectId, dirty), encodeRecord(seq, 0, 'U', JSON.stringify(m.record)));
+          break;
+        case 'user-':
+          add(
+            await this.userLog(m.projectId, dirty),
+            encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
+          );
+          break;
+        case 'resource':
+        case 'resource-': {
+          const { entry } = m;
+          const log = await this.resourceLog(m.projectId, entry.resourceType, dirty);
+          const json = JSON.stringify(
+            m.t === 'resource'
+              ? entry.body
+              : {
+                  resourceType: entry.resourceType,
+                  id: entry.id,
+                  meta: { versionId: entry.versionId, lastUpdated: entry.lastUpdated },
+                },
+          );
+          const key = `${m.projectId}\u0000${key2(entry.resourceType, entry.id)}`;
+          const inBatch = latest.get(key);
+          const committed = dropped.has(m.projectId)
+            ? undefined
+            : base.resource(m.projectId, entry.resourceType, entry.id);
+          const op = m.t === 'resource-' ? 'D' : inBatch || committed ? 'U' : 'C';
+          const record = encodeRecord(seq, entry.lu, op, json);
+          const offsetInBatch = add(log, record);
+          if (inBatch) {
+            marks.push({
+              log,
+              segment: undefined,
+              offset: inBatch.offsetInBatch,
+              byInBatch: offsetInBatch,
+              length: inBatch.length,
+            });
+          } else if (committed) {
+            const ref = committed.ref as FileRef;
+            const length = ref.jsonLength + HEADER_LENGTH + 1;
+            marks.push({ log, segment: ref.segment, offset: ref.offset, byInBatch: offsetInBatch, length });
+          }
+          latest.set(key, { log, offsetInBatch, length: record.length });
+          refs[i] = { log, offsetInBatch, jsonLength: record.length - HEADER_LENGTH - 1 };
+          break;
+        }
+      }
+    }
+
+    const batches = [...pending.values()];
+    const starts = new Map<LogFile, number>();
+    try {
+      await Promise.all(
+        batches.map(async (p) => {
+          starts.set(p.log, p.log.size);
+          await p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes));
+        }),
+      );
+      if (this.options.sync) await Promise.all(batches.map((p) => p.log.sync()));
+      if (dirty.value) {
+        data.seq = seq;
+        await this.db.write();
+      } else {
+        await this.appendCommit(seq);
+      }
+    } catch (error) {
+      await this.rollback(starts, error);
+      throw error;
+    }
+    this.seq = seq;
+
+    // Committed. Resolve in-batch offsets to file offsets and write the superseded-at marks.
+    for (const [i, ref] of refs.entries()) {
+      if (!ref) continue;
+      const { log, offsetInBatch, jsonLength } = ref as {
+        log: LogFile;
+        offsetInBatch: number;
+        jsonLength: number;
+      };
+      refs[i] = {
+        log,
+        segment: log.segment,
+        offset: starts.get(log)! + offsetInBatch,
+        jsonLength,
+      } satisfies FileRef;
+    }
+    await Promise.all(
+      marks.map(async (mark) => {
+        const start = starts.get(mark.log)!;
+        const offset = mark.segment ? mark.offset : start + mark.offset;
+        mark.log.deadBytes += mark.length;
+        try {
+          await mark.log.markSuperseded(mark.segment ?? mark.log.segment, offset, start + mark.byInBatch);
+        } catch {
+          // Recovery recomputes marks; a failed one only matters until the next open.
+        }
+      }),
+    );
+    for (const p of batches) {
+      p.log.records += p.parts.length;
+      this.touched.add(p.log);
+    }
+    for (const dirName of removedDirs) await this.dropProjectDir(dirName);
+    return refs;
+  }
+
+  private async appendCommit(seq: number): Promise<void> {
+    const record = encodeCommit(seq);
+    await this.commitLog.write(record, 0, record.length, this.commitSize);
+    this.commitSize += record.length;
+    if (this.options.sync) await this.commitLog.datasync();
+  }
+
+  /** Undoes a failed batch: cut every touched log back and reload the directory file. */
+  private async rollback(starts: Map<LogFile, number>, cause: unknown): Promise<void> {
+    try {
+      for (const [log, start] of starts) await log.truncate(start);
+      await this.db.read();
+      this.db.data = { ...emptyDirectory(), ...this.db.data };
+    } catch {
+      // Cannot undo: refuse further writes rather than risk a corrupt store.
+      this.broken = cause instanceof Error ? cause : new Error(String(cause));
+    }
+  }
+
+  private async dropProjectDir(dirName: string): Promise<void> {
+    const logs = [...(this.resourceLogs.get(dirName)?.values() ?? [])];
+    const users = this.userLogs.get(dirName);
+    if (users) logs.push(users);
+    this.resourceLogs.delete(dirName);
+    this.userLogs.delete(dirName);
+    for (const log of logs) {
+      this.meta.delete(log);
+      this.touched.delete(log);
+      log.segment.retire();
+    }
+    await fs
+      .rm(path.join(this.options.dir, 'projects', dirName), { recursive: true, force: true })
+      .catch(() => undefined);
+  }
+
+  // Reading
+
+  pin(entries: readonly ResourceEntry[]): () => void {
+    const segments = new Set<Segment>();
+    for (const e of entries) segments.add((e.ref as FileRef).segment);
+    for (const s of segments) s.pin();
+    return () => {
+      for (const s of segments) s.unpin();
+    };
+  }
+
+  async readBody(entry: ResourceEntry): Promise<StoredResource> {
+    const ref = entry.ref as FileRef;
+    return JSON.parse((await ref.log.readJson(ref)).toString('utf8')) as StoredResource;
+  }
+
+  // Snapshots
+
+  /** Runs in the writer between batches: links each type's log and records its committed end. */
+  snapshot(
+    projectId: string,
+    takenAt: string,
+    base: BaseState,
+    options: ExportSnapshotOptions = {},
+  ): FileSnapshot {
+    const id = randomUUID();
+    const rel = `snapshots/${id}`;
+    const snapDir = path.join(this.options.dir, rel);
+    fsSync.mkdirSync(snapDir, { recursive: true });
+    const types: FileSnapshot['types'] = {};
+    const dirName = this.db.data.projectDirs[projectId];
+    for (const [resourceType, log] of (dirName && this.resourceLogs.get(dirName)) || []) {
+      const file = `${resourceType}.log`;
+      try {
+        fsSync.linkSync(log.file, path.join(snapDir, file));
+      } catch {
+        // No hard links on this file system: a copy is a frozen, equally valid view.
+        fsSync.copyFileSync(log.file, path.join(snapDir, file));
+      }
+      types[resourceType] = { file, end: log.size };
+    }
+    const snapshot: FileSnapshot = { takenAt, adapter: 'file', projectId, dir: rel, types };
+    if (options.patientIds) {
+      const patientIds = [...new Set(options.patientIds)].sort();
+      const positions: Record<string, [number, number][]> = {};
+      const seen = new Set<string>();
+      for (const patient of patientIds) {
+        for (const e of base.compartment(projectId, patient)) {
+          const k = key2(e.resourceType, e.id);
+          if (seen.has(k)) continue;
+          seen.add(k);
+          const ref = e.ref as FileRef;
+          (positions[e.resourceType] ??= []).push([ref.offset, ref.jsonLength]);
+        }
+      }
+      for (const list of Object.values(positions)) list.sort((a, b) => a[0] - b[0]);
+      fsSync.writeFileSync(path.join(snapDir, 'positions.json'), JSON.stringify(positions));
+      snapshot.patientIds = patientIds;
+      snapshot.positions = 'positions.json';
+    }
+    return snapshot;
+  }
+
+  // Housekeeping
+
+  async maintain(base: BaseState): Promise<void> {
+    const logs = [...this.touched];
+    this.touched.clear();
+    for (const log of logs) {
+      const meta = this.meta.get(log);
+      if (log === this.onceLog) {
+        let live = 0;
+        for (const [, expiresAt] of base.onceEntries()) if (expiresAt > Date.now()) live += 1;
+        if (log.records > 2 * live + 1024) await this.rewriteOnce(base);
+      } else if (meta && meta.resourceType === undefined) {
+        let users = 0;
+        for (const _ of base.users(meta.projectId)) users += 1;
+        if (log.records > 2 * users + 1024) await this.rewriteUsers(log, meta.projectId, base);
+      } else if (meta?.resourceType !== undefined) {
+        const live = log.size - log.deadBytes;
+        if (log.deadBytes >= this.options.compactionMinDeadBytes && log.deadBytes > live) {
+          await this.compact(log, meta.projectId, meta.resourceType, base);
+        }
+      }
+    }
+  }
+
+  private async writeTemp(file: string, chunks: Iterable<Buffer>): Promise<{ temp: string; size: number }> {
+    const temp = `${file}.compact`;
+    const handle = await fs.open(temp, 'w');
+    let size = 0;
+    try {
+      let parts: Buffer[] = [];
+      let bytes = 0;
+      for (const chunk of chunks) {
+        parts.push(chunk);
+        bytes += chunk.length;
+        if (bytes >= 1024 * 1024) {
+          await handle.write(Buffer.concat(parts, bytes));
+          size += bytes;
+          parts = [];
+          bytes = 0;
+        }
+      }
+      if (bytes > 0) await handle.write(Buffer.concat(parts, bytes));
+      size += bytes;
+      if (this.options.sync) await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    return { temp, size };
+  }
+
+  private async rewriteOnce(base: BaseState): Promise<void> {
+    const now = Date.now();
+    const records: Buffer[] = [];
+    for (const [k, e] of base.onceEntries()) {
+      if (e > now) records.push(encodeRecord(this.seq, 0, 'U', JSON.stringify({ k, e })));
+    }
+    const { temp, size } = await this.writeTemp(this.onceLog.file, records);
+    await this.onceLog.replaceWith(temp, size, this.options.sync);
+    this.onceLog.records = records.length;
+  }
+
+  private async rewriteUsers(log: LogFile, projectId: string, base: BaseState): Promise<void> {
+    const records: Buffer[] = [];
+    for (const user of base.users(projectId))
+      records.push(encodeRecord(this.seq, 0, 'U', JSON.stringify(user)));
+    const { temp, size } = await this.writeTemp(log.file, records);
+    await log.replaceWith(temp, size, this.options.sync);
+    log.records = records.length;
+  }
+
+  /**
+   * Rewrites a resource log without superseded records. Exports reading a snapshot keep their
+   * hard link to the old file; readers of this process keep the old segment until they finish.
+   */
+  private async compact(
+    log: LogFile,
+    projectId: string,
+    resourceType: string,
+    base: BaseState,
+  ): Promise<void> {
+    const entries = new Map<number, ResourceEntry>();
+    for (const e of base.resources(projectId, resourceType)) {
+      const ref = e.ref as FileRef;
+      if (ref.log === log) entries.set(ref.offset, e);
+    }
+    const kept: Buffer[] = [];
+    const moved = new Map<number, number>();
+    let newOffset = 0;
+    await log.scan(0, log.size, ({ buf, start, end, offset }) => {
+      if (readSuperseded(buf, start) !== 0 || !entries.has(offset)) return;
+      kept.push(Buffer.from(buf.subarray(start, end)));
+      moved.set(offset, newOffset);
+      newOffset += end - start;
+    });
+    if (moved.size !== entries.size) return; // Marks disagree with the index: leave the log alone.
+    const { temp, size } = await this.writeTemp(log.file, kept);
+    await log.replaceWith(temp, size, this.options.sync);
+    log.records = kept.length;
+    for (const [oldOffset, entry] of entries) {
+      const ref = entry.ref as FileRef;
+      base.putEntry(projectId, {
+        ...entry,
+        ref: { ...ref, segment: log.segment, offset: moved.get(oldOffset)! },
+      });
+    }
+  }
+
+  async close(): Promise<void> {
+    const logs = [...this.meta.keys()];
+    if (this.onceLog) logs.push(this.onceLog);
+    for (const log of logs) {
+      if (this.options.sync) await log.sync().catch(() => undefined);
+      await log.close();
+    }
+    this.meta.clear();
+    await this.commitLog?.close().catch(() => undefined);
+    if (this.lock) releaseLock(this.lock);
+    this.lock = undefined;
+  }
+}
