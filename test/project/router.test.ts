@@ -7,8 +7,9 @@ import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { projectRouter, type ProjectRouterOptions } from '../../src/project/router.js';
 import { NotFoundError } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/storage/memory.js';
-import type { Storage, StorageOperations } from '../../src/storage/types.js';
+import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { failingUserCreation } from './failing-storage.js';
 
 const BASE = '/api/fhir/R4';
 const FHIR_JSON = 'application/fhir+json';
@@ -263,31 +264,7 @@ describe('POST /Project/$init', () => {
 
   it('leaves no project, user, profile or membership behind when a later step fails', async () => {
     const base = memoryStorage();
-    const created: string[] = [];
-    const wrapTx = (tx: StorageOperations): StorageOperations =>
-      new Proxy(tx, {
-        get(target, prop) {
-          if (prop === 'createProject') {
-            return async (...args: Parameters<StorageOperations['createProject']>) => {
-              const project = await target.createProject(...args);
-              created.push(project.id);
-              return project;
-            };
-          }
-          if (prop === 'createUser') return () => Promise.reject(new Error('injected failure'));
-          const value = Reflect.get(target, prop) as unknown;
-          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-        },
-      });
-    const failing = new Proxy(base, {
-      get(target, prop) {
-        if (prop === 'transaction') {
-          return <T>(fn: (tx: StorageOperations) => Promise<T>) => target.transaction((tx) => fn(wrapTx(tx)));
-        }
-        const value = Reflect.get(target, prop) as unknown;
-        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-      },
-    });
+    const { storage: failing, createdProjects: created } = failingUserCreation(base);
     const errors: unknown[] = [];
     const { app } = setup({ onError: (e) => errors.push(e) }, failing);
     const res = await postJson(app, '/Project/$init', SUPER, params(NAME));
