@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import request from 'supertest';
+import { fileStorage } from '../../src/storage/file.js';
+import { memoryStorage } from '../../src/storage/memory.js';
 import type { Storage } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
@@ -20,14 +22,20 @@ afterEach(async () => {
   while (closers.length) await closers.pop()!();
 });
 
-const stores: [string, () => Storage][] = [
-  ['worker threads (descriptor)', () => fixtureStorage({ dir: tempDir() })],
-  ['main thread (no descriptor)', () => fixtureStorage({ dir: tempDir(), descriptor: false })],
+const stores: [string, () => Promise<Storage>][] = [
+  ['fixture store, worker threads', () => Promise.resolve(fixtureStorage({ dir: tempDir() }))],
+  [
+    'fixture store, main thread',
+    () => Promise.resolve(fixtureStorage({ dir: tempDir(), descriptor: false })),
+  ],
+  ['memoryStorage (main thread)', () => Promise.resolve(memoryStorage())],
+  ['fileStorage (worker threads)', () => fileStorage({ dir: tempDir(), durability: 'write' })],
 ];
 
 describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
   async function setup(options = {}) {
-    const storage = makeStorage();
+    const storage = await makeStorage();
+    closers.unshift(() => storage.close());
     await seed(storage);
     const { app, router } = createApp(storage, options);
     closers.push(() => router.close());
@@ -142,7 +150,8 @@ describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
   });
 
   it('splits files at maxFileSize', async () => {
-    const storage = makeStorage();
+    const storage = await makeStorage();
+    closers.unshift(() => storage.close());
     await seed(storage);
     const { app, router } = createApp(storage, { maxFileSize: 150 });
     closers.push(() => router.close());
