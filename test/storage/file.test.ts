@@ -1,16 +1,21 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { fileStorage } from '../../src/storage/file.js';
-import { runStorageContract } from './contract.js';
+import { encodeRecord } from '../../src/storage/file/record.js';
+import type { ExportReader, Storage } from '../../src/storage/types.js';
+import { collect, collectNdjson, runStorageContract } from './contract.js';
 
+const dirs: string[] = [];
 function tempDir(): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-file-storage-'));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-file-storage-'));
+  dirs.push(dir);
+  return dir;
 }
 
 runStorageContract('fileStorage', async () => {
-  const dir = tempDir();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-file-contract-'));
   const storage = await fileStorage({ dir, durability: 'write' });
   return {
     storage,
@@ -21,8 +26,382 @@ runStorageContract('fileStorage', async () => {
   };
 });
 
+function code(error: unknown): string | undefined {
+  return (error as { code?: string }).code;
+}
+
+/** Every file under `dir/projects/<project dir>/resources` named `<type>.log`. */
+function logFile(dir: string, type: string): string {
+  for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
+    const file = path.join(dir, 'projects', project, 'resources', `${type}.log`);
+    if (fs.existsSync(file)) return file;
+  }
+  throw new Error(`no ${type} log`);
+}
+
+function usersLog(dir: string): string {
+  for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
+    const file = path.join(dir, 'projects', project, 'users.log');
+    if (fs.existsSync(file)) return file;
+  }
+  throw new Error('no users log');
+}
+
+const user = (userName: string) => ({
+  projectId: 'p1',
+  userName,
+  userType: 'Patient' as const,
+  profileId: `pat-${userName}`,
+  active: true,
+  data: { name: { givenName: userName } },
+});
+
 describe('fileStorage', () => {
-  it('placeholder', () => {
-    expect(1).toBe(1);
+  const open: Storage[] = [];
+  async function openStore(
+    dir: string,
+    options: { compactionMinDeadBytes?: number; durability?: 'fsync' | 'write' } = {},
+  ) {
+    const storage = await fileStorage({ dir, ...options });
+    open.push(storage);
+    return storage;
+  }
+  afterEach(async () => {
+    for (const storage of open.splice(0)) await storage.close();
+    for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps everything across close and reopen (fsync durability)', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: true });
+    const alice = await storage.createUser('p1', { ...user('Alice'), externalId: 'e-1' });
+    await storage.updateUser('p1', alice.id, { active: false });
+    const bob = await storage.createUser('p1', user('bob'));
+    await storage.deleteUser('p1', bob.id);
+    await storage.createMembership('p1', { projectId: 'p1', userId: alice.id, admin: true });
+    await storage.createClient({
+      id: 'c1',
+      projectId: 'p1',
+      name: 'c',
+      scope: 's',
+      admin: false,
+      superAdmin: false,
+    });
+    await storage.saveSigningKey({
+      kid: 'k',
+      alg: 'ES256',
+      privateJwk: {},
+      publicJwk: {},
+      createdAt: '2024-01-01T00:00:00.000Z',
+    });
+    expect(await storage.useOnce('jti', Date.now() + 60_000)).toBe(true);
+    const p = await storage.createResource('p1', {
+      resourceType: 'Patient',
+      id: 'a',
+      name: [{ family: 'Ünïcødé' }],
+    });
+    const { resource: p2 } = await storage.updateResource('p1', { ...p, active: true });
+    await storage.createResource('p1', {
+      resourceType: 'Observation',
+      id: 'o1',
+      subject: { reference: 'Patient/a' },
+    });
+    await storage.createResource('p1', { resourceType: 'Observation', id: 'o2' });
+    await storage.deleteResource('p1', 'Observation', 'o2');
+    const snapshot = await storage.exportSnapshot('p1');
+    await storage.close();
+
+    storage = await openStore(dir);
+    expect((await storage.readProject('p1')).strictMode).toBe(true);
+    expect((await storage.readUser('p1', alice.id)).active).toBe(false);
+    expect(await storage.findUsers('p1', { userName: 'ALICE' })).toHaveLength(1);
+    expect(await storage.findUsers('p1', { externalId: 'e-1' })).toHaveLength(1);
+    expect(await storage.findUsers('p1', { userName: 'bob' })).toEqual([]);
+    expect(await storage.listMemberships('p1')).toHaveLength(1);
+    expect((await storage.readClient('c1')).scope).toBe('s');
+    expect(await storage.listSigningKeys()).toHaveLength(1);
+    expect(await storage.useOnce('jti', Date.now() + 60_000)).toBe(false);
+    expect(await storage.readResource('p1', 'Patient', 'a')).toEqual(p2);
+    await expect(storage.readResource('p1', 'Observation', 'o2')).rejects.toMatchObject({ deleted: true });
+    expect((await storage.searchResources('p1', 'Observation', { compartment: ['a'] })).total).toBe(1);
+    // The version counter and the clock continue.
+    const { resource: p3 } = await storage.updateResource('p1', { ...p2, active: false });
+    expect(p3.meta.versionId).toBe('3');
+    expect(p3.meta.lastUpdated > p2.meta.lastUpdated).toBe(true);
+    // A snapshot taken before the restart still reads.
+    const rows = await collectNdjson(
+      storage.exportReader.readResources('p1', snapshot, { resourceType: 'Patient' }),
+    );
+    expect(rows).toEqual([p2]);
+    await storage.releaseSnapshot(snapshot);
+    expect(fs.existsSync(path.join(dir, snapshot.dir as string))).toBe(false);
+  });
+
+  it('refuses a second open of the same directory and takes over a stale lock', async () => {
+    const dir = tempDir();
+    const storage = await openStore(dir);
+    const error = await fileStorage({ dir }).catch((e: unknown) => e);
+    expect(code(error)).toBe('ERR_STORAGE_LOCKED');
+    await storage.close();
+    // A lock left by a process that no longer exists.
+    fs.writeFileSync(path.join(dir, 'lock'), '2147483646 stale-token\n');
+    const again = await openStore(dir);
+    await again.createResource('p1', { resourceType: 'Patient' });
+  });
+
+  it('repairs a torn tail of a resource log and of a users log', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    const kept = await storage.createResource('p1', { resourceType: 'Patient', id: 'kept' });
+    await storage.createUser('p1', user('kept'));
+    await storage.close();
+    const log = logFile(dir, 'Patient');
+    const size = fs.statSync(log).size;
+    // Half a record, then garbage.
+    const half = encodeRecord(99, Date.now() * 1000, 'C', '{"resourceType":"Patient","id":"torn"}').subarray(
+      0,
+      30,
+    );
+    fs.appendFileSync(log, half);
+    fs.appendFileSync(usersLog(dir), Buffer.from('garbage without newline'));
+    storage = await openStore(dir);
+    expect(fs.statSync(log).size).toBe(size);
+    expect(await storage.readResource('p1', 'Patient', 'kept')).toEqual(kept);
+    expect(await storage.findUsers('p1', { userName: 'kept' })).toHaveLength(1);
+    // Writes after the repair land on a clean tail.
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'after' });
+    await storage.createUser('p1', user('after'));
+    await storage.close();
+    storage = await openStore(dir);
+    expect((await storage.searchResources('p1', 'Patient')).total).toBe(2);
+    expect(await storage.listUsers('p1')).toHaveLength(2);
+  });
+
+  it('drops a corrupt record (bad CRC) and everything after it', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+    await storage.close();
+    const log = logFile(dir, 'Patient');
+    const good = encodeRecord(
+      1,
+      Date.now() * 1000,
+      'C',
+      '{"resourceType":"Patient","id":"bad","meta":{"versionId":"1","lastUpdated":"x"}}',
+    );
+    good[60] = 0x21; // flip a byte of the JSON
+    fs.appendFileSync(log, good);
+    storage = await openStore(dir);
+    expect((await storage.searchResources('p1', 'Patient')).resources.map((r) => r.id)).toEqual(['a']);
+  });
+
+  it('discards a batch whose commit was never recorded', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+    await storage.close();
+    const log = logFile(dir, 'Patient');
+    const size = fs.statSync(log).size;
+    // A complete, valid record from batch seq 1000, which commit.log never acknowledged.
+    const iso = new Date().toISOString();
+    fs.appendFileSync(
+      log,
+      encodeRecord(
+        1000,
+        Date.now() * 1000,
+        'C',
+        JSON.stringify({ resourceType: 'Patient', id: 'ghost', meta: { versionId: '1', lastUpdated: iso } }),
+      ),
+    );
+    storage = await openStore(dir);
+    await expect(storage.readResource('p1', 'Patient', 'ghost')).rejects.toMatchObject({
+      code: 'ERR_STORAGE_NOT_FOUND',
+    });
+    expect(fs.statSync(log).size).toBe(size);
+  });
+
+  it('recomputes wrong superseded-at marks on open', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: false });
+    const { resource: latest } = await storage.updateResource('p1', {
+      resourceType: 'Patient',
+      id: 'a',
+      active: true,
+    });
+    await storage.close();
+    const log = logFile(dir, 'Patient');
+    const bytes = fs.readFileSync(log);
+    // Reset the first record's mark to "current" (a lost in-place write).
+    bytes.write('000000000000', 22, 'latin1');
+    fs.writeFileSync(log, bytes);
+    storage = await openStore(dir);
+    const snapshot = await storage.exportSnapshot('p1');
+    expect(
+      await collectNdjson(storage.exportReader.readResources('p1', snapshot, { resourceType: 'Patient' })),
+    ).toEqual([latest]);
+  });
+
+  it('compacts a log without losing data or breaking running snapshots', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir, { compactionMinDeadBytes: 0 });
+    for (let i = 0; i < 20; i++) {
+      await storage.createResource('p1', {
+        resourceType: 'Observation',
+        id: `o${i}`,
+        value: 0,
+        subject: { reference: `Patient/p${i % 3}` },
+      });
+    }
+    await storage.deleteResource('p1', 'Observation', 'o19');
+    const before = await storage.exportSnapshot('p1', { patientIds: ['p0'] });
+    const beforeRows = await collectNdjson(
+      storage.exportReader.readResources('p1', before, { resourceType: 'Observation' }),
+    );
+    const log = logFile(dir, 'Observation');
+    let biggest = 0;
+    for (let round = 1; round <= 5; round++) {
+      for (let i = 0; i < 19; i++) {
+        await storage.updateResource('p1', {
+          resourceType: 'Observation',
+          id: `o${i}`,
+          value: round,
+          subject: { reference: `Patient/p${i % 3}` },
+        });
+      }
+      biggest = Math.max(biggest, fs.statSync(log).size);
+    }
+    // Compaction ran: the log is far smaller than all the versions written.
+    expect(fs.statSync(log).size).toBeLessThan(biggest);
+    const current = await storage.searchResources('p1', 'Observation', { sort: '_id' });
+    expect(current.total).toBe(19);
+    expect(current.resources.every((r) => r.value === 5)).toBe(true);
+    await expect(storage.readResource('p1', 'Observation', 'o19')).rejects.toMatchObject({ deleted: true });
+    // The snapshot taken before still reads exactly what it saw.
+    expect(
+      await collectNdjson(storage.exportReader.readResources('p1', before, { resourceType: 'Observation' })),
+    ).toEqual(beforeRows);
+    const ofP0 = await collectNdjson(
+      storage.exportReader.readResources('p1', before, { resourceType: 'Observation', patientIds: ['p0'] }),
+    );
+    expect(ofP0.map((r) => r.id).sort()).toEqual(['o0', 'o12', 'o15', 'o18', 'o3', 'o6', 'o9']);
+    expect(ofP0.every((r) => r.value === 0)).toBe(true);
+    const deleted = await collect(
+      storage.exportReader.readDeleted('p1', before, { resourceType: 'Observation' }),
+    );
+    expect(deleted.map((t) => t.id)).toEqual(['o19']);
+    await storage.close();
+    storage = await openStore(dir);
+    const reopened = await storage.searchResources('p1', 'Observation', { sort: '_id' });
+    expect(reopened).toEqual(current);
+    const after = await storage.exportSnapshot('p1');
+    const rows = await collectNdjson(
+      storage.exportReader.readResources('p1', after, { resourceType: 'Observation' }),
+    );
+    expect(rows).toHaveLength(19);
+    const tombstones = await collect(
+      storage.exportReader.readDeleted('p1', after, { resourceType: 'Observation' }),
+    );
+    expect(tombstones.map((t) => t.id)).toEqual(['o19']);
+  });
+
+  it('removes a deleted project from disk and keeps re-created ones apart', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createProject({ id: 'p1', name: 'x', strictMode: false });
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'old' });
+    await storage.createUser('p1', user('old'));
+    expect(fs.readdirSync(path.join(dir, 'projects'))).toHaveLength(1);
+    await storage.transaction(async (tx) => {
+      await tx.createProject({ id: 'p2', name: 'y', strictMode: false });
+      await tx.createResource('p2', { resourceType: 'Patient', id: 'other' });
+    });
+    await storage.deleteProject('p1');
+    await storage.createProject({ id: 'p1', name: 'again', strictMode: false });
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'new' });
+    await storage.close();
+    storage = await openStore(dir);
+    expect((await storage.searchResources('p1', 'Patient')).resources.map((r) => r.id)).toEqual(['new']);
+    expect(await storage.listUsers('p1')).toEqual([]);
+    expect((await storage.searchResources('p2', 'Patient')).resources.map((r) => r.id)).toEqual(['other']);
+    expect(fs.readdirSync(path.join(dir, 'projects'))).toHaveLength(2);
+  });
+
+  it('has a descriptor a worker can import to read snapshots', async () => {
+    const dir = tempDir();
+    const storage = await openStore(dir);
+    for (let i = 0; i < 50; i++) {
+      await storage.createResource('p1', {
+        resourceType: 'Observation',
+        id: `o${i}`,
+        subject: { reference: `Patient/p${i % 5}` },
+      });
+    }
+    const snapshot = JSON.parse(
+      JSON.stringify(await storage.exportSnapshot('p1', { patientIds: ['p1', 'p2'] })),
+    );
+    const { descriptor } = storage;
+    expect(descriptor?.exportName).toBe('openFileExportReader');
+    const mod = (await import(descriptor!.module)) as Record<string, (options: unknown) => ExportReader>;
+    const reader = mod[descriptor!.exportName]!(JSON.parse(JSON.stringify(descriptor!.options)));
+    const all = await collectNdjson(reader.readResources('p1', snapshot, { resourceType: 'Observation' }));
+    expect(all).toHaveLength(50);
+    const group = await collectNdjson(
+      reader.readResources('p1', snapshot, { resourceType: 'Observation', patientIds: ['p2'] }),
+    );
+    expect(group.map((r) => r.id).sort()).toEqual([
+      'o12',
+      'o17',
+      'o2',
+      'o22',
+      'o27',
+      'o32',
+      'o37',
+      'o42',
+      'o47',
+      'o7',
+    ]);
+    const both = await collectNdjson(
+      reader.readResources('p1', snapshot, { resourceType: 'Observation', patientIds: ['p1', 'p2'] }),
+    );
+    expect(both).toHaveLength(20);
+    // Patients not recorded in the snapshot fall back to a full pass.
+    const other = await collectNdjson(
+      reader.readResources('p1', snapshot, { resourceType: 'Observation', patientIds: ['p3'] }),
+    );
+    expect(other).toHaveLength(10);
+    await expect(
+      collect(reader.readResources('p2', snapshot, { resourceType: 'Observation' })),
+    ).rejects.toMatchObject({
+      code: 'ERR_STORAGE_INVALID',
+    });
+    await reader.close();
+  });
+
+  it('exports large stores in chunks of whole lines', async () => {
+    const dir = tempDir();
+    const storage = await openStore(dir, { durability: 'write' });
+    const writes = [];
+    for (let i = 0; i < 3000; i++) {
+      writes.push({
+        op: 'create' as const,
+        resource: { resourceType: 'Basic', id: `b${i}`, text: 'x'.repeat(i % 700) },
+      });
+    }
+    await storage.writeResources('p1', writes);
+    const snapshot = await storage.exportSnapshot('p1');
+    let chunks = 0;
+    let lines = 0;
+    for await (const chunk of storage.exportReader.readResources('p1', snapshot, { resourceType: 'Basic' })) {
+      chunks += 1;
+      lines += chunk.count;
+    }
+    expect(lines).toBe(3000);
+    expect(chunks).toBeGreaterThan(1);
+    const rows = await collectNdjson(
+      storage.exportReader.readResources('p1', snapshot, { resourceType: 'Basic', since: 0 }),
+    );
+    expect(new Set(rows.map((r) => r.id)).size).toBe(3000);
   });
 });

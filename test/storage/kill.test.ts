@@ -1,0 +1,86 @@
+import { fork } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { fileStorage } from '../../src/storage/file.js';
+import { collectNdjson } from './contract.js';
+
+const fixture = fileURLToPath(new URL('./fixtures/kill-writer.ts', import.meta.url));
+const ROUNDS = Number(process.env.KILL_TEST_ROUNDS ?? 20);
+
+interface Acked {
+  resources: Set<string>;
+  users: Set<string>;
+  counters: Map<string, number>;
+}
+
+/** Runs the writer until it has acknowledged writes for a random while, then SIGKILLs it. */
+function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = fork(fixture, [dir, String(round)], {
+      execArgv: ['--import', 'tsx'],
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    });
+    let stderr = '';
+    child.stderr?.on('data', (data: Buffer) => (stderr += data.toString()));
+    let timer: NodeJS.Timeout | undefined;
+    let writes = 0;
+    child.on('message', (message: { type: string; id?: string; n?: number }) => {
+      if (message.type === 'ready') {
+        timer = setTimeout(() => child.kill('SIGKILL'), 30 + Math.random() * 250);
+        return;
+      }
+      writes += 1;
+      if (message.type === 'resource') acked.resources.add(message.id!);
+      if (message.type === 'user') acked.users.add(message.id!);
+      if (message.type === 'counter')
+        acked.counters.set(message.id!, Math.max(acked.counters.get(message.id!) ?? 0, message.n!));
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (signal === 'SIGKILL') resolve();
+      else reject(new Error(`writer exited with ${code}: ${stderr} (after ${writes} writes)`));
+    });
+  });
+}
+
+describe('fileStorage under kill -9', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-kill-'));
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it(`keeps every acknowledged write exactly once over ${ROUNDS} kills`, async () => {
+    const acked: Acked = { resources: new Set(), users: new Set(), counters: new Map() };
+    let lastAcked = 0;
+    for (let round = 0; round < ROUNDS; round++) {
+      await runAndKill(dir, round, acked);
+      // Reopening takes over the dead process's lock at once and repairs the tail.
+      const storage = await fileStorage({ dir });
+      try {
+        const snapshot = await storage.exportSnapshot('p1');
+        const rows = await collectNdjson(
+          storage.exportReader.readResources('p1', snapshot, { resourceType: 'Observation' }),
+        );
+        const ids = rows.map((r) => r.id);
+        expect(new Set(ids).size).toBe(ids.length);
+        const present = new Set(ids);
+        for (const id of acked.resources) expect(present.has(id), `resource ${id}`).toBe(true);
+        expect((await storage.searchResources('p1', 'Observation', { count: 0 })).total).toBe(ids.length);
+        const users = await storage.listUsers('p1');
+        const names = new Set(users.map((u) => u.userName));
+        expect(names.size).toBe(users.length);
+        for (const id of acked.users) expect(names.has(id), `user ${id}`).toBe(true);
+        for (const [id, n] of acked.counters) {
+          expect((await storage.readResource('p1', 'Basic', id)).n as number).toBeGreaterThanOrEqual(n);
+        }
+        await storage.releaseSnapshot(snapshot);
+      } finally {
+        await storage.close();
+      }
+      lastAcked = acked.resources.size + acked.users.size;
+    }
+    // The writers really wrote something in most rounds.
+    expect(lastAcked).toBeGreaterThan(ROUNDS * 20);
+  }, 120_000);
+});
