@@ -129,6 +129,8 @@ export async function initProject(
 
   return storage.transaction(async (tx) => {
     const created = await tx.createProject({ id: randomUUID(), name: input.name, strictMode: true });
+    // The same shapes the SCIM mapping writes for a user's profile (an official name, the primary
+    // e-mail ranked first), so SCIM reads and updates of the admin user stay consistent.
     const humanName = {
       ...(formatted ? { text: formatted } : {}),
       ...(familyName !== undefined ? { family: familyName } : {}),
@@ -137,8 +139,8 @@ export async function initProject(
     const profile = await tx.createResource(created.id, {
       resourceType: 'Practitioner',
       active: true,
-      ...(Object.keys(humanName).length > 0 ? { name: [humanName] } : {}),
-      ...(email !== undefined ? { telecom: [{ system: 'email', value: email, use: 'work' }] } : {}),
+      ...(Object.keys(humanName).length > 0 ? { name: [{ use: 'official', ...humanName }] } : {}),
+      ...(email !== undefined ? { telecom: [{ system: 'email', value: email, use: 'work', rank: 1 }] } : {}),
     });
     const user = await tx.createUser(created.id, {
       id: randomUUID(),

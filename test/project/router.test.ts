@@ -108,8 +108,10 @@ describe('POST /Project/$init', () => {
     });
 
     const profile = await storage.readResource(id, 'Practitioner', user.profileId);
-    expect(profile.name).toEqual([{ text: 'Ada Lovelace', family: 'Lovelace', given: ['Ada'] }]);
-    expect(profile.telecom).toEqual([{ system: 'email', value: 'ada@acme.example', use: 'work' }]);
+    expect(profile.name).toEqual([
+      { use: 'official', text: 'Ada Lovelace', family: 'Lovelace', given: ['Ada'] },
+    ]);
+    expect(profile.telecom).toEqual([{ system: 'email', value: 'ada@acme.example', use: 'work', rank: 1 }]);
     expect((await storage.searchResources(id, 'Practitioner')).total).toBe(1);
     expect((await storage.searchResources(id, 'Patient')).total).toBe(0);
 
