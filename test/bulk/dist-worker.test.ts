@@ -4,6 +4,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import { BASE, downloadAll, expectMatchesStore, exportManifest, seed, tempDir, token } from './helpers.js';
@@ -20,6 +21,7 @@ function requireDist(): void {
 
 interface DistModule {
   bulkExportRouter: (options: Record<string, unknown>) => express.Router & { close(): Promise<void> };
+  fileStorage: (options: { dir: string; durability?: 'write' }) => Promise<Storage>;
 }
 
 const closers: (() => Promise<void>)[] = [];
@@ -27,8 +29,17 @@ afterEach(async () => {
   while (closers.length) await closers.pop()!();
 });
 
+/** A full Patient-level export through the built router, on the fixture store and on the built fileStorage. */
 async function flow(mod: DistModule): Promise<void> {
-  const storage = fixtureStorage({ dir: tempDir() });
+  await flowOn(mod, fixtureStorage({ dir: tempDir() }));
+  const file = await mod.fileStorage({ dir: tempDir(), durability: 'write' });
+  closers.unshift(() => file.close());
+  // The built store's descriptor points at the built package, which the built worker imports.
+  expect(file.descriptor?.module).toMatch(/\/dist\/index\.c?js$/);
+  await flowOn(mod, file);
+}
+
+async function flowOn(mod: DistModule, storage: Storage): Promise<void> {
   expect(storage.descriptor).toBeDefined();
   await seed(storage);
   const router = mod.bulkExportRouter({
