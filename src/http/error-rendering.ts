@@ -42,6 +42,10 @@ export function toHttpError(error: unknown): HttpError {
     return new HttpError(503, 'ERR_UNAVAILABLE', 'The service is shutting down', { cause: error });
   }
   if (error instanceof StorageError) return new HttpError(500, error.code, 'Storage failure', { cause: error });
+  // Express throws a bare URIError for a malformed %-escape in a path parameter.
+  if (error instanceof URIError) {
+    return new HttpError(400, 'ERR_MALFORMED_URL', 'Malformed percent-encoding in the URL', { cause: error });
+  }
   const bodyError = (typeof error === 'object' && error !== null ? error : {}) as BodyParserError;
   switch (bodyError.type) {
     case 'entity.too.large':

@@ -91,3 +91,18 @@ describe('error rendering', () => {
     expect(wrongType.status).toBe(415);
   });
 });
+
+describe('malformed URLs', () => {
+  it('answers a bad %-escape in a path parameter with 400, not 500', async () => {
+    const a = express();
+    const r = express.Router();
+    r.get('/items/:id', (req, res) => {
+      res.json({ id: req.params.id });
+    });
+    r.use(fhirErrorHandler(silent));
+    a.use('/m', r);
+    const res = await request(a).get('/m/items/%ZZ');
+    expect(res.status).toBe(400);
+    expect(res.body.resourceType).toBe('OperationOutcome');
+  });
+});
