@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
-import { fixtureStorage } from './fixtures/fixture-storage.js';
+import { fileStorage } from '../../src/storage/file.js';
 import { createApp, kickoff, pathOf, tempDir, token, type Manifest } from './helpers.js';
 
 const DATA = fileURLToPath(new URL('../../../shared/data/synthea-r4-100/', import.meta.url));
@@ -49,7 +49,8 @@ afterAll(async () => {
 
 describe.skipIf(!present)('Synthea sample (../shared/data/synthea-r4-100)', () => {
   it('a client polling every second completes system and Group exports', { timeout: 180_000 }, async () => {
-    const storage = fixtureStorage({ dir: tempDir(), chunkLines: 500 });
+    const storage = await fileStorage({ dir: tempDir(), durability: 'write' });
+    closers.unshift(() => storage.close());
     const resources = loadSynthea();
     for (let i = 0; i < resources.length; i += 2000) {
       await storage.writeResources(
@@ -93,7 +94,7 @@ describe.skipIf(!present)('Synthea sample (../shared/data/synthea-r4-100)', () =
         for (const line of lines) {
           const r = JSON.parse(line) as FhirResource;
           expect(r.resourceType).toBe(entry.type);
-          expect(r).toEqual(storage.state.resources.get(`proj-a\0${r.resourceType}\0${r.id}`));
+          expect(r).toEqual(await storage.readResource('proj-a', r.resourceType, r.id!));
         }
         counts.set(entry.type, (counts.get(entry.type) ?? 0) + lines.length);
       }
