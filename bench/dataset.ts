@@ -35,13 +35,22 @@ export function prng(seed: number): () => number {
 }
 
 function uuid(rand: () => number): string {
-  const hex = (n: number) =>
-    Array.from({ length: n }, () => Math.floor(rand() * 16).toString(16)).join('');
+  const hex = (n: number) => Array.from({ length: n }, () => Math.floor(rand() * 16).toString(16)).join('');
   return `${hex(8)}-${hex(4)}-4${hex(3)}-a${hex(3)}-${hex(12)}`;
 }
 
 const GIVEN = ['Abram', 'Aleta', 'Alfredo', 'Alyce', 'Arnette', 'Arturo', 'Ashanti', 'Ben', 'Bernie', 'Bibi'];
-const FAMILY = ['Lemke', 'Wintheiser', 'Alaniz', 'Walsh', 'Bednar', 'Yundt', 'Kuphal', 'Bergstrom', 'Smitham'];
+const FAMILY = [
+  'Lemke',
+  'Wintheiser',
+  'Alaniz',
+  'Walsh',
+  'Bednar',
+  'Yundt',
+  'Kuphal',
+  'Bergstrom',
+  'Smitham',
+];
 const LOINC = [
   ['8302-2', 'Body Height', 'cm'],
   ['29463-7', 'Body Weight', 'kg'],
@@ -72,7 +81,12 @@ function filler(rand: () => number, bytes: number): string {
 }
 
 /** One resource of `type` for patient `patientId`, roughly Synthea's size for the type. */
-function resourceOf(type: string, patientId: string, encounterId: string, rand: () => number): Record<string, unknown> {
+function resourceOf(
+  type: string,
+  patientId: string,
+  encounterId: string,
+  rand: () => number,
+): Record<string, unknown> {
   const id = uuid(rand);
   const subject = { reference: `Patient/${patientId}` };
   const encounter = { reference: `Encounter/${encounterId}` };
@@ -84,13 +98,20 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         resourceType: 'Observation',
         id,
         status: 'final',
-        category: [coding('http://terminology.hl7.org/CodeSystem/observation-category', 'vital-signs', 'vital-signs')],
+        category: [
+          coding('http://terminology.hl7.org/CodeSystem/observation-category', 'vital-signs', 'vital-signs'),
+        ],
         code: coding('http://loinc.org', code, display),
         subject,
         encounter,
         effectiveDateTime: when,
         issued: when,
-        valueQuantity: { value: Math.round(rand() * 2000) / 10, unit, system: 'http://unitsofmeasure.org', code: unit },
+        valueQuantity: {
+          value: Math.round(rand() * 2000) / 10,
+          unit,
+          system: 'http://unitsofmeasure.org',
+          code: unit,
+        },
       };
     }
     case 'Encounter':
@@ -104,7 +125,10 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         participant: [{ individual: { reference: `Practitioner/${uuid(rand)}`, display: 'Dr. Example' } }],
         period: { start: when, end: when },
         serviceProvider: { reference: `Organization/${uuid(rand)}` },
-        text: { status: 'generated', div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 400)}</div>` },
+        text: {
+          status: 'generated',
+          div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 400)}</div>`,
+        },
       };
     case 'Claim':
       return {
@@ -120,7 +144,11 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         priority: coding('http://terminology.hl7.org/CodeSystem/processpriority', 'normal', 'normal'),
         insurance: [{ sequence: 1, focal: true, coverage: { display: 'Medicaid' } }],
         item: [
-          { sequence: 1, productOrService: coding('http://snomed.info/sct', '185349003', filler(rand, 300)), encounter: [encounter] },
+          {
+            sequence: 1,
+            productOrService: coding('http://snomed.info/sct', '185349003', filler(rand, 300)),
+            encounter: [encounter],
+          },
         ],
         total: { value: Math.round(rand() * 100000) / 100, currency: 'USD' },
       };
@@ -140,8 +168,18 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         outcome: 'complete',
         careTeam: [{ sequence: 1, provider: { reference: `Practitioner/${uuid(rand)}` } }],
         insurance: [{ focal: true, coverage: { display: 'Medicaid' } }],
-        item: [{ sequence: 1, encounter: [encounter], servicedPeriod: { start: when, end: when } }],
-        text: { status: 'generated', div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 3800)}</div>` },
+        item: [
+          {
+            sequence: 1,
+            productOrService: coding('http://snomed.info/sct', '185349003', 'Encounter for check up'),
+            encounter: [encounter],
+            servicedPeriod: { start: when, end: when },
+          },
+        ],
+        text: {
+          status: 'generated',
+          div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 3800)}</div>`,
+        },
       };
     case 'MedicationRequest':
       return {
@@ -149,7 +187,11 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         id,
         status: 'stopped',
         intent: 'order',
-        medicationCodeableConcept: coding('http://www.nlm.nih.gov/research/umls/rxnorm', '834061', 'Penicillin V'),
+        medicationCodeableConcept: coding(
+          'http://www.nlm.nih.gov/research/umls/rxnorm',
+          '834061',
+          'Penicillin V',
+        ),
         subject,
         encounter,
         authoredOn: when,
@@ -189,15 +231,28 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         encounter,
         effectiveDateTime: when,
         issued: when,
-        result: Array.from({ length: 8 }, () => ({ reference: `Observation/${uuid(rand)}`, display: 'Glucose' })),
-        presentedForm: [{ contentType: 'text/plain', data: Buffer.from(filler(rand, 300)).toString('base64') }],
+        result: Array.from({ length: 8 }, () => ({
+          reference: `Observation/${uuid(rand)}`,
+          display: 'Glucose',
+        })),
+        presentedForm: [
+          { contentType: 'text/plain', data: Buffer.from(filler(rand, 300)).toString('base64') },
+        ],
       };
     case 'Condition':
       return {
         resourceType: 'Condition',
         id,
-        clinicalStatus: coding('http://terminology.hl7.org/CodeSystem/condition-clinical', 'resolved', 'resolved'),
-        verificationStatus: coding('http://terminology.hl7.org/CodeSystem/condition-ver-status', 'confirmed', 'confirmed'),
+        clinicalStatus: coding(
+          'http://terminology.hl7.org/CodeSystem/condition-clinical',
+          'resolved',
+          'resolved',
+        ),
+        verificationStatus: coding(
+          'http://terminology.hl7.org/CodeSystem/condition-ver-status',
+          'confirmed',
+          'confirmed',
+        ),
         code: coding('http://snomed.info/sct', '444814009', 'Viral sinusitis (disorder)'),
         subject,
         encounter,
@@ -215,7 +270,10 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
         period: { start: when },
         participant: [
           { member: subject, role: [coding('http://snomed.info/sct', '116154003', 'Patient')] },
-          { member: { reference: `Practitioner/${uuid(rand)}` }, role: [coding('http://snomed.info/sct', '223366009', 'Healthcare professional')] },
+          {
+            member: { reference: `Practitioner/${uuid(rand)}` },
+            role: [coding('http://snomed.info/sct', '223366009', 'Healthcare professional')],
+          },
         ],
         note: [{ text: filler(rand, 500) }],
       };
@@ -235,7 +293,11 @@ function resourceOf(type: string, patientId: string, encounterId: string, rand: 
       return {
         resourceType: 'AllergyIntolerance',
         id,
-        clinicalStatus: coding('http://terminology.hl7.org/CodeSystem/allergyintolerance-clinical', 'active', 'Active'),
+        clinicalStatus: coding(
+          'http://terminology.hl7.org/CodeSystem/allergyintolerance-clinical',
+          'active',
+          'Active',
+        ),
         type: 'allergy',
         category: ['food'],
         criticality: 'low',
@@ -258,7 +320,10 @@ function patientOf(id: string, rand: () => number): Record<string, unknown> {
     address: [{ line: ['123 Main St'], city: 'Boston', state: 'MA', postalCode: '02110', country: 'US' }],
     telecom: [{ system: 'phone', value: '555-0100', use: 'home' }],
     identifier: [{ system: 'https://github.com/synthetichealth/synthea', value: id }],
-    text: { status: 'generated', div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 1500)}</div>` },
+    text: {
+      status: 'generated',
+      div: `<div xmlns="http://www.w3.org/1999/xhtml">${filler(rand, 1500)}</div>`,
+    },
   };
 }
 
@@ -274,7 +339,8 @@ export function* generatePatients(patients: number, seed = 42): Generator<Record
     const encounters = Array.from({ length: 39 }, () => uuid(rand));
     for (const [type, count] of MIX) {
       for (let i = 0; i < count; i++) {
-        const encounterId = type === 'Encounter' ? encounters[i % encounters.length]! : pick(rand, encounters);
+        const encounterId =
+          type === 'Encounter' ? encounters[i % encounters.length]! : pick(rand, encounters);
         yield resourceOf(type, patientId, encounterId, rand);
       }
     }

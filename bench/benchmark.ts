@@ -1,0 +1,580 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { generatePatients, RESOURCES_PER_PATIENT } from './dataset.js';
+import { copyWithCopyFile, copyWithStreams } from './measure-copy.js';
+import { timedDownload } from './measure-download.js';
+import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js';
+import { measureScim, type ScimFigures } from './measure-scim.js';
+import { uploadNdjson } from './measure-upload.js';
+import type { MemorySample, StoreKind, WorkerProbe } from './server-protocol.js';
+import { startServer, type ServerProcess } from './server-process.js';
+import { median, ratio } from './stats.js';
+
+/** What to run (see `bench/run.ts` for the command line). */
+export interface BenchOptions {
+  /** Patients of the main dataset (≈ 398 resources each). */
+  patients: number;
+  /**
+   * The memory comparison's other size, as a multiple of `patients`: 5 (N and 5N) by default, 0.2
+   * for `--large` (the main dataset is then the 5x size). 0 skips it.
+   */
+  memoryFactor: number;
+  /** Repetitions of each timing on the main dataset (exports, copies, uploads). */
+  reps: number;
+  /** Repetitions of the export at the memory comparison's other size. */
+  otherReps: number;
+  /** Repetitions of the small, fast timings (group export, downloads). */
+  fastReps: number;
+  /** Patients of the NDJSON file uploaded over HTTP (each rep into a fresh project). */
+  uploadPatients: number;
+  /** SCIM users loaded through the storage API before the latency measurements (0 skips SCIM). */
+  scimUsers: number;
+  scimRequests: { lookups: number; creates: number; patches: number };
+  /** `file` (the embedded file store; falls back to memory until it exists) or `memory`. */
+  store: StoreKind;
+  /** Synthea bundle directory to load and export, when it exists; `false` skips it. */
+  synthea: string | false;
+  seed: number;
+  /** Where the stores, exports and copies go (a fresh sub-directory, removed at the end). */
+  workDir: string;
+  /** Writes V8 CPU profiles of the server process and its export workers here. */
+  profileDir?: string;
+  log: (line: string) => void;
+}
+
+/** One reported figure. `target` says what the issue asks; `pass` whether this run meets it. */
+export interface Figure {
+  key: string;
+  label: string;
+  value: number;
+  unit: string;
+  target?: string;
+  pass?: boolean;
+}
+
+export interface BenchResults {
+  meta: {
+    date: string;
+    node: string;
+    platform: string;
+    cpus: number;
+    cpuModel: string;
+    totalMemory: number;
+    store: StoreKind;
+    workerExports: boolean;
+    patients: number;
+    resources: number;
+    options: Omit<BenchOptions, 'log'>;
+    durationMs: number;
+  };
+  figures: Figure[];
+  /** Every sample behind the figures. */
+  samples: Record<string, unknown>;
+}
+
+interface MemoryFigures {
+  patients: number;
+  resources: number;
+  rssAfterLoad: number;
+  lifetimePeakRss: number;
+  exportPeakRss: number;
+  exportRssIncrease: number;
+  workerIsolatePeak: number;
+  peakSource: MemorySample['peakSource'];
+  exportMs: number[];
+}
+
+const MB = 1024 * 1024;
+const round = (n: number, digits = 1): number => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/**
+ * Loads `patients` generated patients into a fresh project of `server`, then runs `reps` system
+ * exports, each with the peak RSS of the server process reset before it, and reads the worker probe
+ * of each. Keeps the first export's files (for the baseline copy and the downloads); deletes the others.
+ */
+async function loadAndExport(
+  server: ServerProcess,
+  options: BenchOptions,
+  patients: number,
+  reps: number,
+  exportDir: string,
+): Promise<{ memory: MemoryFigures; runs: ExportRun[]; loadMs: number; projectId: string; token: string }> {
+  const project = await server.call('newProject', { name: `bench-${patients}`, strict: false });
+  options.log(
+    `loading ${patients} patients (${patients * RESOURCES_PER_PATIENT} resources) through the storage API`,
+  );
+  const load = await server.call('loadGenerated', {
+    projectId: project.projectId,
+    patients,
+    seed: options.seed,
+    batchSize: 1000,
+  });
+  const lifetime = await server.call('memory', {});
+  // A small export first starts the worker thread (and compiles its code), so the timed runs and
+  // the memory peaks are those of exporting, not of starting a thread.
+  const warmUp = await runHttpExport({
+    fhirBase: `${server.info.origin}/fhir/R4`,
+    token: project.token,
+    path: '/$export?_type=AllergyIntolerance',
+    exportDir,
+  });
+  await deleteExport(warmUp, project.token);
+  const runs: ExportRun[] = [];
+  const peaks: MemorySample[] = [];
+  const probes: (WorkerProbe | null)[] = [];
+  let rssAfterLoad = 0;
+  for (let rep = 0; rep < reps; rep++) {
+    const before = await server.call('resetPeak', {});
+    if (rep === 0) rssAfterLoad = before.rss;
+    options.log(`system export ${rep + 1}/${reps} (${patients} patients)`);
+    const run = await runHttpExport({
+      fhirBase: `${server.info.origin}/fhir/R4`,
+      token: project.token,
+      path: '/$export',
+      exportDir,
+    });
+    peaks.push({ ...(await server.call('memory', {})), rss: before.rss });
+    probes.push(await server.call('workerProbe', { jobId: run.jobId }));
+    runs.push(run);
+    if (rep > 0) await deleteExport(run, project.token);
+  }
+  const exportPeakRss = Math.max(...peaks.map((p) => p.peakRss));
+  return {
+    runs,
+    loadMs: load.ms,
+    projectId: project.projectId,
+    token: project.token,
+    memory: {
+      patients,
+      resources: load.resources,
+      rssAfterLoad,
+      lifetimePeakRss: lifetime.peakRss,
+      exportPeakRss,
+      exportRssIncrease: Math.max(...peaks.map((p) => p.peakRss - p.rss)),
+      workerIsolatePeak: Math.max(0, ...probes.map((p) => p?.peakIsolateBytes ?? 0)),
+      peakSource: peaks[0]?.peakSource ?? 'sampled',
+      exportMs: runs.map((r) => r.ms),
+    },
+  };
+}
+
+/** Writes the NDJSON of `patients` generated patients to `file`; answers its resource count. */
+async function writeNdjson(file: string, patients: number, seed: number): Promise<number> {
+  const out = fs.createWriteStream(file);
+  let count = 0;
+  for (const resource of generatePatients(patients, seed)) {
+    if (!out.write(`${JSON.stringify(resource)}\n`))
+      await new Promise<void>((resolve) => out.once('drain', () => resolve()));
+    count++;
+  }
+  await new Promise<void>((resolve, reject) =>
+    out.end((error?: Error | null) => (error ? reject(error) : resolve())),
+  );
+  return count;
+}
+
+/** Runs every measurement once (each timing `reps` times) and answers the figures. */
+export async function runBenchmark(options: BenchOptions): Promise<BenchResults> {
+  const started = Date.now();
+  const work = fs.mkdtempSync(path.join(options.workDir, 'fpk-bench-'));
+  const figures: Figure[] = [];
+  const samples: Record<string, unknown> = {};
+  const add = (figure: Figure): void => {
+    figures.push({
+      ...figure,
+      value: round(figure.value, figure.value !== 0 && Math.abs(figure.value) < 10 ? 3 : 1),
+    });
+  };
+  const log = options.log;
+  let store: StoreKind = options.store;
+  let workerExports = false;
+  try {
+    // ---- Main dataset: load, exports, baseline, group export, downloads, uploads, Synthea, SCIM.
+    const exportDir = path.join(work, 'main-exports');
+    const probeDir = path.join(work, 'probes');
+    fs.mkdirSync(probeDir);
+    const server = await startServer({
+      store: options.store,
+      dir: path.join(work, 'main-store'),
+      exportDir,
+      probeDir,
+      ...(options.profileDir ? { profileDir: options.profileDir } : {}),
+    });
+    let main: Awaited<ReturnType<typeof loadAndExport>>;
+    try {
+      store = server.info.store;
+      workerExports = server.info.workerExports;
+      if (store !== options.store)
+        log(`note: the ${options.store} store is not available; measuring ${store}`);
+      const fhirBase = `${server.info.origin}/fhir/R4`;
+      main = await loadAndExport(server, options, options.patients, options.reps, exportDir);
+      const resources = main.memory.resources;
+      add({ key: 'dataset.resources', label: 'Dataset: resources (N)', value: resources, unit: 'resources' });
+      add({
+        key: 'load.storage.rate',
+        label: 'Load through storage.writeResources (1000/batch)',
+        value: resources / (main.loadMs / 1000),
+        unit: 'resources/s',
+      });
+
+      // Baseline: copy the first export's own files, side by side with the exports' timings.
+      const first = main.runs[0]!;
+      const copyFile: number[] = [];
+      const streamed: number[] = [];
+      for (let rep = 0; rep < options.reps; rep++) {
+        copyFile.push(await copyWithCopyFile(first.files, path.join(work, 'copy')));
+        streamed.push(await copyWithStreams(first.files, path.join(work, 'copy')));
+      }
+      const exportMs = median(main.runs.map((r) => r.ms));
+      const baselineMs = median(streamed);
+      samples.export = { systemMs: main.runs.map((r) => r.ms), copyFileMs: copyFile, streamCopyMs: streamed };
+      add({ key: 'export.bytes', label: 'Exported NDJSON bytes', value: first.bytes / MB, unit: 'MiB' });
+      add({
+        key: 'baseline.copyFile.ms',
+        label: 'Baseline: fs.copyFile of those bytes',
+        value: median(copyFile),
+        unit: 'ms',
+      });
+      add({
+        key: 'baseline.stream.ms',
+        label: 'Baseline: streamed read/write copy (the ratio base)',
+        value: baselineMs,
+        unit: 'ms',
+      });
+      add({
+        key: 'baseline.stream.throughput',
+        label: 'Baseline: streamed copy throughput',
+        value: first.bytes / MB / (baselineMs / 1000),
+        unit: 'MiB/s',
+      });
+      add({
+        key: 'export.system.ms',
+        label: 'System export over HTTP, kick-off to manifest (poll 50 ms)',
+        value: exportMs,
+        unit: 'ms',
+      });
+      add({
+        key: 'export.system.rate',
+        label: 'System export throughput',
+        value: first.resources / (exportMs / 1000),
+        unit: 'resources/s',
+      });
+      add({
+        key: 'export.system.ratio',
+        label: 'System export / streamed copy',
+        value: exportMs / baselineMs,
+        unit: 'x',
+        target: '<= 3 (at 1,000,000 resources)',
+        pass: exportMs / baselineMs <= 3,
+      });
+      add({
+        key: 'export.system.ratioCopyFile',
+        label: 'System export / fs.copyFile',
+        value: exportMs / median(copyFile),
+        unit: 'x',
+      });
+
+      // Group export of 1% of the patients.
+      const group = await server.call('createGroup', { projectId: main.projectId, percent: 1 });
+      const groupRuns: ExportRun[] = [];
+      for (let rep = 0; rep < options.fastReps; rep++) {
+        log(`group export ${rep + 1}/${options.fastReps} (${group.members} patients)`);
+        const run = await runHttpExport({
+          fhirBase,
+          token: main.token,
+          path: `/Group/${group.groupId}/$export`,
+          exportDir,
+        });
+        groupRuns.push(run);
+        await deleteExport(run, main.token);
+      }
+      const groupMs = median(groupRuns.map((r) => r.ms));
+      samples.groupExportMs = groupRuns.map((r) => r.ms);
+      add({
+        key: 'export.group.members',
+        label: 'Group export: member patients (1%)',
+        value: group.members,
+        unit: 'patients',
+      });
+      add({ key: 'export.group.ms', label: 'Group export over HTTP', value: groupMs, unit: 'ms' });
+      add({
+        key: 'export.group.ratio',
+        label: 'Group export / system export',
+        value: groupMs / exportMs,
+        unit: 'x',
+        target: '<= 0.05',
+        pass: groupMs / exportMs <= 0.05,
+      });
+
+      // Downloads: the largest file, through the download handler and through plain Node.
+      const largest = [...first.files].sort((a, b) => fs.statSync(b).size - fs.statSync(a).size)[0]!;
+      const handlerUrl = `${fhirBase}/$export-file/${first.jobId}/${path.basename(largest)}`;
+      const plainUrl = `${server.info.plainOrigin}/?path=${encodeURIComponent(largest)}`;
+      const auth = { authorization: `Bearer ${main.token}` };
+      await timedDownload(handlerUrl, auth);
+      await timedDownload(plainUrl);
+      const handler: number[] = [];
+      const plain: number[] = [];
+      let bytes = 0;
+      for (let rep = 0; rep < options.fastReps; rep++) {
+        const h = await timedDownload(handlerUrl, auth);
+        const p = await timedDownload(plainUrl);
+        bytes = h.bytes;
+        handler.push(h.ms);
+        plain.push(p.ms);
+      }
+      samples.download = { file: path.basename(largest), bytes, handlerMs: handler, plainMs: plain };
+      const handlerRate = bytes / MB / (median(handler) / 1000);
+      const plainRate = bytes / MB / (median(plain) / 1000);
+      add({
+        key: 'download.bytes',
+        label: `Download: ${path.basename(largest)}`,
+        value: bytes / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: 'download.handler.throughput',
+        label: 'Download handler (identity)',
+        value: handlerRate,
+        unit: 'MiB/s',
+      });
+      add({
+        key: 'download.plain.throughput',
+        label: 'Plain Node http + createReadStream',
+        value: plainRate,
+        unit: 'MiB/s',
+      });
+      add({
+        key: 'download.ratio',
+        label: 'Download handler / plain Node',
+        value: handlerRate / plainRate,
+        unit: 'x',
+        target: '>= 0.8',
+        pass: handlerRate / plainRate >= 0.8,
+      });
+
+      // HTTP NDJSON upload, each repetition into a fresh project (lenient, then strict validation).
+      const uploadFile = path.join(work, 'upload.ndjson');
+      const uploadCount = await writeNdjson(uploadFile, options.uploadPatients, options.seed + 1);
+      for (const strict of [false, true]) {
+        const ms: number[] = [];
+        for (let rep = 0; rep < options.reps; rep++) {
+          const project = await server.call('newProject', { name: `upload-${rep}`, strict });
+          log(
+            `NDJSON upload ${rep + 1}/${options.reps} (${uploadCount} resources, ${strict ? 'strict' : 'lenient'})`,
+          );
+          const result = await uploadNdjson(fhirBase, project.token, uploadFile);
+          if (result.failed > 0)
+            log(`warning: ${result.failed} lines rejected by the ${strict ? 'strict' : 'lenient'} upload`);
+          ms.push(result.ms);
+        }
+        samples[strict ? 'uploadStrictMs' : 'uploadMs'] = ms;
+        add({
+          key: strict ? 'load.uploadStrict.rate' : 'load.upload.rate',
+          label: `HTTP NDJSON upload, ${uploadCount} resources${strict ? ', strict project (R4 validation)' : ''}`,
+          value: uploadCount / (median(ms) / 1000),
+          unit: 'resources/s',
+        });
+      }
+
+      // The Synthea sample, when present.
+      if (options.synthea && fs.existsSync(options.synthea)) {
+        const project = await server.call('newProject', { name: 'synthea', strict: false });
+        log('loading the Synthea sample');
+        const load = await server.call('loadSynthea', {
+          projectId: project.projectId,
+          dir: options.synthea,
+          batchSize: 1000,
+        });
+        const ms: number[] = [];
+        let exported = 0;
+        for (let rep = 0; rep < options.reps; rep++) {
+          log(`Synthea system export ${rep + 1}/${options.reps}`);
+          const run = await runHttpExport({ fhirBase, token: project.token, path: '/$export', exportDir });
+          ms.push(run.ms);
+          exported = run.resources;
+          await deleteExport(run, project.token);
+        }
+        samples.synthea = { loadMs: load.ms, exportMs: ms };
+        add({
+          key: 'synthea.resources',
+          label: 'Synthea sample: resources',
+          value: load.resources,
+          unit: 'resources',
+        });
+        add({
+          key: 'synthea.load.rate',
+          label: 'Synthea: load through storage API',
+          value: load.resources / (load.ms / 1000),
+          unit: 'resources/s',
+        });
+        add({
+          key: 'synthea.export.ms',
+          label: 'Synthea: system export over HTTP',
+          value: median(ms),
+          unit: 'ms',
+        });
+        add({
+          key: 'synthea.export.rate',
+          label: 'Synthea: system export throughput',
+          value: exported / (median(ms) / 1000),
+          unit: 'resources/s',
+        });
+      }
+
+      // SCIM at scale.
+      if (options.scimUsers > 0) {
+        const project = await server.call('newProject', { name: 'scim', strict: false });
+        log(`loading ${options.scimUsers} SCIM users through the storage API`);
+        const load = await server.call('loadUsers', {
+          projectId: project.projectId,
+          count: options.scimUsers,
+          batchSize: 1000,
+        });
+        log('SCIM latencies');
+        const scim: ScimFigures = await measureScim({
+          scimBase: `${server.info.origin}/scim/v2`,
+          token: project.token,
+          users: options.scimUsers,
+          ...options.scimRequests,
+        });
+        samples.scim = { ...scim, loadMs: load.ms };
+        add({ key: 'scim.users', label: 'SCIM: users in the project', value: scim.users, unit: 'users' });
+        add({
+          key: 'scim.load.rate',
+          label: 'SCIM: user load through storage transactions',
+          value: load.resources / (load.ms / 1000),
+          unit: 'users/s',
+        });
+        const latency = (kind: 'lookup' | 'create' | 'patch', label: string, target?: number) => {
+          const f = scim[kind];
+          add({
+            key: `scim.${kind}.median`,
+            label: `SCIM ${label}: median (${f.count} requests)`,
+            value: f.medianMs,
+            unit: 'ms',
+            ...(target !== undefined ? { target: `< ${target}`, pass: f.medianMs < target } : {}),
+          });
+          add({ key: `scim.${kind}.p99`, label: `SCIM ${label}: p99`, value: f.p99Ms, unit: 'ms' });
+        };
+        latency('lookup', 'filter=userName eq', 5);
+        latency('create', 'POST /Users', 10);
+        latency('patch', 'PATCH /Users/{id}');
+      }
+    } finally {
+      await server.close();
+    }
+
+    // ---- Memory: the same load + export in a fresh server process at the other size.
+    const memory = [main.memory];
+    if (options.memoryFactor > 0) {
+      const otherPatients = Math.max(1, Math.round(options.patients * options.memoryFactor));
+      const otherExports = path.join(work, 'other-exports');
+      const other = await startServer({
+        store: options.store,
+        dir: path.join(work, 'other-store'),
+        exportDir: otherExports,
+        probeDir,
+      });
+      try {
+        memory.push(
+          (await loadAndExport(other, options, otherPatients, options.otherReps, otherExports)).memory,
+        );
+      } finally {
+        await other.close();
+      }
+      memory.sort((a, b) => a.patients - b.patients);
+    }
+    samples.memory = memory;
+    const names = memory.length === 2 ? ['N', '5N'] : ['N'];
+    memory.forEach((m, i) => {
+      const at = `${names[i]} = ${m.resources} resources`;
+      add({
+        key: `memory.${names[i]}.resources`,
+        label: `Memory at ${names[i]}: resources`,
+        value: m.resources,
+        unit: 'resources',
+      });
+      add({
+        key: `memory.${names[i]}.workerIsolatePeak`,
+        label: `Export worker isolate peak (heap + external), ${at}`,
+        value: m.workerIsolatePeak / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: `memory.${names[i]}.exportRssIncrease`,
+        label: `Server process RSS added by the export, ${at}`,
+        value: m.exportRssIncrease / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: `memory.${names[i]}.exportPeakRss`,
+        label: `Server process peak RSS during the export, ${at}`,
+        value: m.exportPeakRss / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: `memory.${names[i]}.rssAfterLoad`,
+        label: `Server process RSS after load (main thread + store), ${at}`,
+        value: m.rssAfterLoad / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: `memory.${names[i]}.lifetimePeakRss`,
+        label: `Server process peak RSS during the load, ${at}`,
+        value: m.lifetimePeakRss / MB,
+        unit: 'MiB',
+      });
+      add({
+        key: `memory.${names[i]}.exportRate`,
+        label: `System export throughput, ${at}`,
+        value: m.resources / (median(m.exportMs) / 1000),
+        unit: 'resources/s',
+      });
+    });
+    if (memory.length === 2) {
+      const [small, big] = memory as [MemoryFigures, MemoryFigures];
+      const workerRatio =
+        small.workerIsolatePeak > 0 ? big.workerIsolatePeak / small.workerIsolatePeak : Number.NaN;
+      add({
+        key: 'memory.workerRatio',
+        label: 'Export worker isolate peak, 5N / N',
+        value: workerRatio,
+        unit: 'x',
+        target: '<= 1.2',
+        pass: workerRatio <= 1.2,
+      });
+      const rssRatio = ratio(big.exportRssIncrease, small.exportRssIncrease);
+      add({
+        key: 'memory.exportRssRatio',
+        label: 'Server RSS added by the export, 5N / N',
+        value: rssRatio,
+        unit: 'x',
+        target: '<= 1.2',
+        pass: rssRatio <= 1.2,
+      });
+    }
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  const { log: _log, ...plainOptions } = options;
+  return {
+    meta: {
+      date: new Date(started).toISOString(),
+      node: process.version,
+      platform: `${os.type()} ${os.release()} ${os.arch()}`,
+      cpus: os.availableParallelism(),
+      cpuModel: os.cpus()[0]?.model ?? 'unknown',
+      totalMemory: os.totalmem(),
+      store,
+      workerExports,
+      patients: options.patients,
+      resources: options.patients * RESOURCES_PER_PATIENT,
+      options: plainOptions,
+      durationMs: Date.now() - started,
+    },
+    figures,
+    samples,
+  };
+}

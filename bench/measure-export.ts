@@ -1,0 +1,58 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { bearer, expectJson, fetchJson } from './http-json.js';
+import { now, sleep } from './stats.js';
+
+/** One export through HTTP, from kick-off to the complete manifest. */
+export interface ExportRun {
+  jobId: string;
+  statusUrl: string;
+  /** Kick-off to the `200` status answer (every file complete), ms. */
+  ms: number;
+  resources: number;
+  files: string[];
+  bytes: number;
+}
+
+interface Manifest {
+  output: { type: string; url: string; count: number }[];
+}
+
+/**
+ * Kicks off `GET {fhirBase}{path}` (`/$export`, `/Group/{id}/$export`), polls the status URL every
+ * `pollMs` until it answers `200`, and sizes the files the manifest lists (read from `exportDir`).
+ */
+export async function runHttpExport(options: {
+  fhirBase: string;
+  token: string;
+  path: string;
+  exportDir: string;
+  pollMs?: number;
+}): Promise<ExportRun> {
+  const pollMs = options.pollMs ?? 50;
+  const headers = bearer(options.token, { accept: 'application/fhir+json', prefer: 'respond-async' });
+  const start = now();
+  const kickoff = await expectJson(202, `${options.fhirBase}${options.path}`, { headers });
+  const statusUrl = kickoff.headers.get('content-location');
+  if (!statusUrl) throw new Error('kick-off answered no Content-Location');
+  let manifest: Manifest | undefined;
+  while (!manifest) {
+    const status = await fetchJson(statusUrl, { headers });
+    if (status.status === 200) manifest = status.body as Manifest;
+    else if (status.status === 202) await sleep(pollMs);
+    else throw new Error(`export status ${status.status}: ${JSON.stringify(status.body).slice(0, 500)}`);
+  }
+  const ms = now() - start;
+  const jobId = decodeURIComponent(new URL(statusUrl).pathname.split('/').pop() ?? '');
+  const files = manifest.output.map((o) =>
+    path.join(options.exportDir, jobId, decodeURIComponent(new URL(o.url).pathname.split('/').pop() ?? '')),
+  );
+  const bytes = files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
+  const resources = manifest.output.reduce((sum, o) => sum + o.count, 0);
+  return { jobId, statusUrl, ms, resources, files, bytes };
+}
+
+/** Deletes a finished job and its files (`DELETE` on the status URL). */
+export async function deleteExport(run: ExportRun, token: string): Promise<void> {
+  await expectJson(202, run.statusUrl, { method: 'DELETE', headers: bearer(token) });
+}

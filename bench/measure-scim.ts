@@ -1,0 +1,106 @@
+import { bearer, expectJson } from './http-json.js';
+import { prng } from './dataset.js';
+import { median, now, percentile } from './stats.js';
+
+const SCIM = 'application/scim+json';
+const USER_SCHEMA = 'urn:ietf:params:scim:schemas:core:2.0:User';
+const PATCH_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:PatchOp';
+
+export interface LatencyFigures {
+  count: number;
+  medianMs: number;
+  p99Ms: number;
+}
+
+export interface ScimFigures {
+  users: number;
+  lookup: LatencyFigures;
+  create: LatencyFigures;
+  patch: LatencyFigures;
+}
+
+function figures(ms: number[]): LatencyFigures {
+  return { count: ms.length, medianMs: median(ms), p99Ms: percentile(ms, 99) };
+}
+
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const start = now();
+  await fn();
+  return now() - start;
+}
+
+/**
+ * Latencies over HTTP against a project holding `users` users named `user{i}@bench.example`
+ * (`loadUsers`): `filter=userName eq` lookups of random users, creates, and PATCHes (replace
+ * `displayName` and `active`) of looked-up users. Requests run one at a time on a keep-alive
+ * connection; a few warm-up requests of each kind are not counted.
+ */
+export async function measureScim(options: {
+  scimBase: string;
+  token: string;
+  users: number;
+  lookups: number;
+  creates: number;
+  patches: number;
+  seed?: number;
+}): Promise<ScimFigures> {
+  const { scimBase, token, users } = options;
+  const random = prng(options.seed ?? 7);
+  const next = (bound: number): number => Math.floor(random() * bound);
+  const headers = bearer(token, { accept: SCIM });
+  const ids: string[] = [];
+
+  const lookup = async (): Promise<void> => {
+    const userName = `user${next(users)}@bench.example`;
+    const filter = encodeURIComponent(`userName eq "${userName}"`);
+    const answer = await expectJson(200, `${scimBase}/Users?filter=${filter}`, { headers });
+    const body = answer.body as { totalResults: number; Resources: { id: string }[] };
+    if (body.totalResults !== 1) throw new Error(`lookup of ${userName}: ${body.totalResults} results`);
+    ids.push(body.Resources[0]!.id);
+  };
+  let created = 0;
+  const create = async (): Promise<void> => {
+    const n = created++;
+    await expectJson(201, `${scimBase}/Users`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': SCIM },
+      body: JSON.stringify({
+        schemas: [USER_SCHEMA],
+        userName: `new${n}-${Date.now()}@bench.example`,
+        userType: 'Practitioner',
+        name: { givenName: 'New', familyName: `User${n}` },
+        emails: [{ value: `new${n}@bench.example`, type: 'work', primary: true }],
+        active: true,
+      }),
+    });
+  };
+  let patched = 0;
+  const patch = async (): Promise<void> => {
+    const id = ids[patched++ % ids.length]!;
+    await expectJson(200, `${scimBase}/Users/${id}`, {
+      method: 'PATCH',
+      headers: { ...headers, 'content-type': SCIM },
+      body: JSON.stringify({
+        schemas: [PATCH_SCHEMA],
+        Operations: [
+          { op: 'replace', path: 'displayName', value: `Patched ${patched}` },
+          { op: 'replace', path: 'active', value: patched % 2 === 0 },
+        ],
+      }),
+    });
+  };
+
+  const warmUp = Math.min(10, options.lookups);
+  for (let i = 0; i < warmUp; i++) {
+    await lookup();
+    await create();
+    await patch();
+  }
+  const lookups: number[] = [];
+  for (let i = 0; i < options.lookups; i++) lookups.push(await timed(lookup));
+  const creates: number[] = [];
+  for (let i = 0; i < options.creates; i++) creates.push(await timed(create));
+  const patches: number[] = [];
+  for (let i = 0; i < options.patches; i++) patches.push(await timed(patch));
+  return { users, lookup: figures(lookups), create: figures(creates), patch: figures(patches) };
+}

@@ -1,0 +1,72 @@
+/**
+ * `npm run bench`: runs every measurement once and prints one table; the same figures go to
+ * `bench/out/results.json`.
+ *
+ *   --patients N      main dataset size (default 250 ≈ 100k resources)
+ *   --large           1,000,000 resources (2,513 patients); memory compared with N/5
+ *   --reps R          repetitions of each main timing (default 3)
+ *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
+ *   --store S         file (default) or memory
+ *   --no-synthea      skip the Synthea sample
+ *   --no-memory       skip the second data size
+ *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
+ *   --out FILE        JSON output (default bench/out/results.json)
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { runBenchmark, type BenchOptions } from './benchmark.js';
+import { RESOURCES_PER_PATIENT } from './dataset.js';
+import { renderTable } from './table.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+
+const { values } = parseArgs({
+  options: {
+    patients: { type: 'string' },
+    large: { type: 'boolean', default: false },
+    reps: { type: 'string' },
+    'scim-users': { type: 'string' },
+    store: { type: 'string', default: 'file' },
+    'no-synthea': { type: 'boolean', default: false },
+    'no-memory': { type: 'boolean', default: false },
+    profile: { type: 'boolean', default: false },
+    out: { type: 'string', default: path.join(HERE, 'out', 'results.json') },
+  },
+});
+
+function int(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer`);
+  return n;
+}
+
+if (values.store !== 'file' && values.store !== 'memory') throw new Error('--store must be file or memory');
+const large = values.large;
+const patients = int('patients', values.patients, large ? Math.ceil(1_000_000 / RESOURCES_PER_PATIENT) : 250);
+const outDir = path.dirname(values.out);
+fs.mkdirSync(outDir, { recursive: true });
+const options: BenchOptions = {
+  patients,
+  memoryFactor: values['no-memory'] ? 0 : large ? 0.2 : 5,
+  reps: int('reps', values.reps, 3),
+  otherReps: 1,
+  fastReps: 5,
+  uploadPatients: Math.min(patients, 25),
+  scimUsers: int('scim-users', values['scim-users'], 100_000),
+  scimRequests: { lookups: 500, creates: 200, patches: 200 },
+  store: values.store,
+  synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
+  seed: 42,
+  workDir: os.tmpdir(),
+  ...(values.profile ? { profileDir: path.join(outDir, 'profiles') } : {}),
+  log: (line) => console.error(`[bench] ${line}`),
+};
+
+const results = await runBenchmark(options);
+fs.writeFileSync(values.out, `${JSON.stringify(results, null, 2)}\n`);
+console.log(renderTable(results));
+console.log(`\nJSON: ${path.relative(process.cwd(), values.out)}`);

@@ -1,0 +1,71 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { CommandName, Commands, Request, Response, ServerInfo } from './server-protocol.js';
+
+const CHILD = fileURLToPath(new URL('./server-child.ts', import.meta.url));
+const ROOT = path.resolve(path.dirname(CHILD), '..');
+
+/** A running server child process and a typed way to call it. */
+export interface ServerProcess {
+  info: ServerInfo;
+  call<K extends CommandName>(cmd: K, args: Commands[K]['args']): Promise<Commands[K]['result']>;
+  /** Closes the platform and the store, then waits for the process to exit. */
+  close(): Promise<void>;
+}
+
+/** Forks `server-child.ts` (under tsx) and opens the store and the platform in it. */
+export async function startServer(
+  options: Commands['open']['args'] & {
+    /** Directory for V8 CPU profiles of the server process and its worker threads (`--cpu-prof`). */
+    profileDir?: string;
+  },
+): Promise<ServerProcess> {
+  const { profileDir, ...open } = options;
+  const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+  const child: ChildProcess = fork(CHILD, [], {
+    cwd: ROOT,
+    execArgv: ['--import', 'tsx', '--expose-gc', ...profile],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  let next = 1;
+  const pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  const exited = new Promise<void>((resolve) => {
+    child.once('exit', (code, signal) => {
+      for (const p of pending.values()) p.reject(new Error(`bench server exited (${code ?? signal})`));
+      pending.clear();
+      resolve();
+    });
+  });
+  child.on('message', (message: Response) => {
+    const p = pending.get(message.id);
+    if (!p) return;
+    pending.delete(message.id);
+    if (message.ok) p.resolve(message.value);
+    else p.reject(new Error(`bench server: ${message.error}`));
+  });
+  const call = <K extends CommandName>(cmd: K, args: Commands[K]['args']): Promise<Commands[K]['result']> =>
+    new Promise((resolve, reject) => {
+      const id = next++;
+      pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      const request: Request<K> = { id, cmd, args };
+      child.send(request);
+    });
+  try {
+    const info = await call('open', open);
+    return {
+      info,
+      call,
+      close: async () => {
+        if (child.exitCode === null && child.connected) await call('close', {}).catch(() => undefined);
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      },
+    };
+  } catch (error) {
+    child.kill('SIGKILL');
+    await exited;
+    throw error;
+  }
+}

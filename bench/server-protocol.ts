@@ -1,0 +1,77 @@
+/**
+ * The commands the benchmark sends to its server child process (see `server-child.ts`) and what
+ * each answers. Plain JSON both ways (Node IPC).
+ */
+
+/** Which store the server runs on. */
+export type StoreKind = 'file' | 'memory';
+
+/** A project with an admin client's access token, made through `Project/$init` and `$new-client`. */
+export interface ProjectHandle {
+  projectId: string;
+  token: string;
+}
+
+export interface ServerInfo {
+  /** `http://127.0.0.1:<port>`: the platform (token, SCIM, FHIR, bulk). */
+  origin: string;
+  /** `http://127.0.0.1:<port>`: a plain Node `http` + `fs.createReadStream` file server (`GET /?path=`). */
+  plainOrigin: string;
+  /** The store actually used (`file` may fall back to `memory` when the file store is missing). */
+  store: StoreKind;
+  /** True when the store reopens in worker threads (exports then run off the main thread). */
+  workerExports: boolean;
+  pid: number;
+}
+
+export interface LoadResult {
+  resources: number;
+  ms: number;
+}
+
+export interface MemorySample {
+  /** Current resident set size, bytes. */
+  rss: number;
+  /** Peak RSS since the last `resetPeak` (Linux `VmHWM` when resettable, else sampled every 10 ms). */
+  peakRss: number;
+  /** How `peakRss` was obtained. */
+  peakSource: 'VmHWM' | 'sampled';
+  heapUsed: number;
+}
+
+/** Peak memory of the export worker thread's own V8 isolate while it ran one task. */
+export interface WorkerProbe {
+  /** Peak `heapTotal + external` of the worker isolate (includes array buffers), bytes. */
+  peakIsolateBytes: number;
+  peakHeapUsed: number;
+  /** Peak process RSS seen from inside the worker (shared with the main thread). */
+  peakProcessRss: number;
+  samples: number;
+}
+
+export interface Commands {
+  open: { args: { store: StoreKind; dir: string; exportDir: string; probeDir: string }; result: ServerInfo };
+  newProject: { args: { name: string; strict: boolean }; result: ProjectHandle };
+  loadGenerated: {
+    args: { projectId: string; patients: number; seed: number; batchSize: number };
+    result: LoadResult;
+  };
+  loadSynthea: { args: { projectId: string; dir: string; batchSize: number }; result: LoadResult };
+  /** Stores a Group of every `1/fraction`-th patient loaded into the project; answers its id and size. */
+  createGroup: { args: { projectId: string; percent: number }; result: { groupId: string; members: number } };
+  loadUsers: { args: { projectId: string; count: number; batchSize: number }; result: LoadResult };
+  memory: { args: Record<string, never>; result: MemorySample };
+  resetPeak: { args: Record<string, never>; result: MemorySample };
+  workerProbe: { args: { jobId: string }; result: WorkerProbe | null };
+  close: { args: Record<string, never>; result: null };
+}
+
+export type CommandName = keyof Commands;
+
+export interface Request<K extends CommandName = CommandName> {
+  id: number;
+  cmd: K;
+  args: Commands[K]['args'];
+}
+
+export type Response = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: string };

@@ -1,0 +1,88 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runBenchmark } from '../../bench/benchmark.js';
+import { renderTable } from '../../bench/table.js';
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-smoke-'));
+afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
+
+const KEYS = [
+  'dataset.resources',
+  'load.storage.rate',
+  'load.upload.rate',
+  'load.uploadStrict.rate',
+  'export.bytes',
+  'baseline.copyFile.ms',
+  'baseline.stream.ms',
+  'baseline.stream.throughput',
+  'export.system.ms',
+  'export.system.rate',
+  'export.system.ratio',
+  'export.system.ratioCopyFile',
+  'export.group.members',
+  'export.group.ms',
+  'export.group.ratio',
+  'download.bytes',
+  'download.handler.throughput',
+  'download.plain.throughput',
+  'download.ratio',
+  'scim.users',
+  'scim.load.rate',
+  'scim.lookup.median',
+  'scim.lookup.p99',
+  'scim.create.median',
+  'scim.create.p99',
+  'scim.patch.median',
+  'scim.patch.p99',
+  'memory.workerRatio',
+  'memory.exportRssRatio',
+  ...['N', '5N'].flatMap((n) =>
+    [
+      'resources',
+      'workerIsolatePeak',
+      'exportRssIncrease',
+      'exportPeakRss',
+      'rssAfterLoad',
+      'lifetimePeakRss',
+      'exportRate',
+    ].map((k) => `memory.${n}.${k}`),
+  ),
+];
+
+describe('benchmark smoke run', () => {
+  it('runs every measurement on a tiny dataset and reports every figure', { timeout: 60_000 }, async () => {
+    const results = await runBenchmark({
+      patients: 2,
+      memoryFactor: 2,
+      reps: 1,
+      otherReps: 1,
+      fastReps: 1,
+      uploadPatients: 1,
+      scimUsers: 30,
+      scimRequests: { lookups: 5, creates: 3, patches: 3 },
+      store: 'file',
+      synthea: false,
+      seed: 1,
+      workDir: work,
+      log: () => undefined,
+    });
+    const byKey = new Map(results.figures.map((f) => [f.key, f]));
+    for (const key of KEYS) {
+      expect(byKey.has(key), key).toBe(true);
+      expect(Number.isFinite(byKey.get(key)!.value), key).toBe(true);
+    }
+    expect(byKey.get('dataset.resources')!.value).toBeGreaterThan(700);
+    expect(byKey.get('memory.5N.resources')!.value).toBe(2 * byKey.get('memory.N.resources')!.value);
+    expect(byKey.get('export.group.members')!.value).toBe(1);
+    expect(results.meta.store).toBe('file');
+    expect(results.meta.workerExports).toBe(true);
+    // Targets carry a verdict; the JSON round-trips.
+    for (const f of results.figures.filter((f) => f.target)) expect(typeof f.pass).toBe('boolean');
+    expect(JSON.parse(JSON.stringify(results))).toEqual(results);
+    expect(renderTable(results)).toContain('System export / streamed copy');
+    // The run cleans up after itself.
+    expect(fs.readdirSync(work)).toEqual([]);
+  });
+});
