@@ -141,6 +141,39 @@ describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
     expect(keysOf(byType)).toEqual(['Organization/org1']);
   });
 
+  it('_since: changes after it, and deletions as transaction Bundles', async () => {
+    const { storage, app, auth } = await setup();
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const since = new Date().toISOString();
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    await storage.writeResources('proj-a', [
+      {
+        op: 'update',
+        resource: {
+          resourceType: 'Observation',
+          id: 'o1',
+          status: 'amended',
+          code: { text: 'a' },
+          subject: { reference: 'Patient/p1' },
+        },
+      },
+      { op: 'delete', resourceType: 'Observation', id: 'o2' },
+    ]);
+    const manifest = await exportManifest(
+      app,
+      auth,
+      `/Patient/$export?_type=Observation&_since=${encodeURIComponent(since)}`,
+    );
+    const byType = await downloadAll(app, auth, manifest);
+    expect(keysOf(byType)).toEqual(['Observation/o1']);
+    await expectMatchesStore(storage, 'proj-a', byType);
+    expect(manifest.deleted).toHaveLength(1);
+    const bundles = await download(app, auth, manifest.deleted![0]!.url);
+    expect(bundles.map((b) => (b.entry as { request: { url: string } }[])[0]!.request)).toEqual([
+      { method: 'DELETE', url: 'Observation/o2' },
+    ]);
+  });
+
   it('other requests fall through to the next handler', async () => {
     const { app, auth } = await setup();
     const res = await request(app).get(`${BASE}/Patient/p1`).set('Authorization', auth);
