@@ -12,13 +12,13 @@ export interface StandaloneConfig {
 
 /** Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `SUPER_ADMIN_CLIENT_ID`, `SUPER_ADMIN_CLIENT_SECRET`. */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
-  const portText = env.PORT ?? '8103';
+  const portText = env.PORT || '8103';
   const port = Number(portText);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new Error(`PORT must be an integer from 0 to 65535, got "${portText}"`);
   }
-  const host = env.HOST ?? '0.0.0.0';
-  const baseUrl = (env.BASE_URL ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const host = env.HOST || '0.0.0.0';
+  const baseUrl = (env.BASE_URL || `http://localhost:${port}`).replace(/\/+$/, '');
   try {
     new URL(baseUrl);
   } catch {
@@ -33,7 +33,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     port,
     host,
     baseUrl,
-    dataDir: path.resolve(env.DATA_DIR ?? './data'),
+    dataDir: path.resolve(env.DATA_DIR || './data'),
     ...(clientId ? { superAdminClientId: clientId, superAdminClientSecret: clientSecret } : {}),
   };
 }

@@ -1,0 +1,119 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { readConfig } from '../../examples/standalone/config.js';
+import { startStandalone } from '../../examples/standalone/app.js';
+
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-standalone-'));
+  dirs.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+async function tokenStatus(baseUrl: string, id: string, secret: string): Promise<number> {
+  const res = await fetch(`${baseUrl}/oauth2/token`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Basic ${Buffer.from(`${id}:${secret}`).toString('base64')}`,
+      'Content-Type': 'application/x-www-form-urlencoded',
+    },
+    body: 'grant_type=client_credentials',
+  });
+  return res.status;
+}
+
+describe('standalone server configuration', () => {
+  it('reads defaults and rejects bad values', () => {
+    const config = readConfig({});
+    expect(config.port).toBe(8103);
+    expect(config.baseUrl).toBe('http://localhost:8103');
+    expect(readConfig({ PORT: '9000', BASE_URL: 'https://fhir.example.org/' }).baseUrl).toBe(
+      'https://fhir.example.org',
+    );
+    expect(() => readConfig({ PORT: 'abc' })).toThrow(/PORT/);
+    expect(() => readConfig({ BASE_URL: 'not a url' })).toThrow(/BASE_URL/);
+    expect(() => readConfig({ SUPER_ADMIN_CLIENT_ID: 'x' })).toThrow(/SUPER_ADMIN/);
+  });
+});
+
+describe('standalone server', () => {
+  it('generates super-admin credentials once, serves tokens, and keeps data across restarts', async () => {
+    const dataDir = tempDir();
+    const port = await freePort();
+    const config = readConfig({ PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir });
+    const first = await startStandalone(config);
+    try {
+      expect(first.generatedSuperAdmin?.clientId).toBe('super-admin');
+      expect(await tokenStatus(first.baseUrl, 'super-admin', first.generatedSuperAdmin!.clientSecret)).toBe(
+        200,
+      );
+      expect(await tokenStatus(first.baseUrl, 'super-admin', 'wrong')).toBe(401);
+    } finally {
+      await first.close();
+    }
+    const second = await startStandalone(config);
+    try {
+      expect(second.generatedSuperAdmin).toBeUndefined();
+      expect(await tokenStatus(second.baseUrl, 'super-admin', first.generatedSuperAdmin!.clientSecret)).toBe(
+        200,
+      );
+    } finally {
+      await second.close();
+    }
+  });
+
+  it('runs as `npm start` does and shuts down cleanly on SIGTERM', async () => {
+    const dataDir = tempDir();
+    const port = await freePort();
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/standalone/server.ts'], {
+      cwd: path.resolve(import.meta.dirname, '../..'),
+      env: {
+        ...process.env,
+        BASE_URL: '',
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        SUPER_ADMIN_CLIENT_ID: 'root',
+        SUPER_ADMIN_CLIENT_SECRET: 'root-secret-123',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    try {
+      for (let i = 0; i < 200 && !output.includes('Token endpoint'); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(output).toContain(`http://localhost:${port}/fhir/R4`);
+      expect(output).not.toContain('SUPER_ADMIN_CLIENT_SECRET=');
+      expect(await tokenStatus(`http://127.0.0.1:${port}`, 'root', 'root-secret-123')).toBe(200);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+    expect(output).toContain('SIGTERM');
+    // The lock was released: the store opens again at once.
+    const again = await startStandalone(readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir }));
+    await again.close();
+  });
+});
