@@ -143,7 +143,6 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     pool,
     exportDir: path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports')),
     maxFileSize: positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024),
-    maxRunningPerProject: maxRunning,
     retention: positive('retention', options.retention, 6 * 60 * 60 * 1000),
     cleanupInterval: positive('cleanupInterval', options.cleanupInterval, 60_000),
     taskHook: options.taskHook,
@@ -151,8 +150,20 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   });
   const ready = jobs.start().catch(onError);
 
+  const kickoffs = new Map<string, Promise<unknown>>();
+  const serialized = <T>(projectId: string, fn: () => Promise<T>): Promise<T> => {
+    const previous = kickoffs.get(projectId) ?? Promise.resolve();
+    const next = previous.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    kickoffs.set(projectId, settled);
+    void settled.then(() => {
+      if (kickoffs.get(projectId) === settled) kickoffs.delete(projectId);
+    });
+    return next;
+  };
+
   const router = Router();
-  const auth = requirePrincipal(authenticate);
+  const auth = requirePrincipal(authenticate, storage);
   const errors = fhirErrorHandler(onError);
   const body = jsonBody({ types: ['application/fhir+json', 'application/json'] });
   const route = (method: 'get' | 'post' | 'delete', pattern: RegExp, ...handlers: RequestHandler[]): void => {
@@ -186,16 +197,20 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
           throw new FhirError(404, 'not-found', `Group/${groupId} does not exist`);
         throw error;
       }
-      if ((await jobs.runningCount(projectId)) >= maxRunning) {
-        throw new FhirError(429, 'throttled', 'Too many exports are running for this project; retry later', {
-          headers: { 'Retry-After': retryAfter },
-        });
-      }
-      const job = await jobs.kickoff({
-        projectId,
-        ownerId: principal.id,
-        request: requestUrl(req, baseUrl),
-        plan,
+      // Count and create one kick-off at a time per project, so concurrent kick-offs cannot
+      // both pass the limit (in this process).
+      const job = await serialized(projectId, async () => {
+        if ((await jobs.runningCount(projectId)) >= maxRunning) {
+          throw new FhirError(
+            429,
+            'throttled',
+            'Too many exports are running for this project; retry later',
+            {
+              headers: { 'Retry-After': retryAfter },
+            },
+          );
+        }
+        return jobs.kickoff({ projectId, ownerId: principal.id, request: requestUrl(req, baseUrl), plan });
       });
       res
         .status(202)

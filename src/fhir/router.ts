@@ -74,7 +74,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const { storage } = config;
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
-  const authenticate = requirePrincipal(config.authenticate);
+  const authenticate = requirePrincipal(config.authenticate, config.storage);
   const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: config.bodyLimit });
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);

@@ -154,7 +154,7 @@ export function projectRouter(options: ProjectRouterOptions): Router {
   const storage: Storage = options.storage;
   const rules = resolveRules(options);
   const allowInit = options.allowInit ?? superAdminOnly;
-  const authenticated = requirePrincipal(options.authenticate);
+  const authenticated = requirePrincipal(options.authenticate, options.storage);
   const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: options.bodyLimit ?? '1mb' });
   const router = express.Router();
 

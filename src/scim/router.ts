@@ -122,7 +122,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
   const userUrl = (req: Request, id: string) => url(req, `/Users/${encodeURIComponent(id)}`);
 
   const router = express.Router();
-  router.use(requirePrincipal(options.authenticate));
+  router.use(requirePrincipal(options.authenticate, options.storage));
   router.use((_req, res, next) => {
     const principal = getPrincipal(res);
     if (!principal.projectId || !(principal.admin || principal.superAdmin)) {
