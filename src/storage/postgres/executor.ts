@@ -1,0 +1,188 @@
+import type { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
+import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import { ConflictError, StorageError } from '../errors.js';
+import { UNIQUE_ATTRIBUTES } from './schema.js';
+
+/**
+ * Runs one SQL statement with positional parameters. `prepare` names the statement so that each
+ * connection parses and plans it once (for the hot lookups).
+ */
+export type Query = <R extends QueryResultRow = QueryResultRow>(
+  text: string,
+  values?: unknown[],
+  prepare?: boolean,
+) => Promise<QueryResult<R>>;
+
+/**
+ * - `read`: one or more statements that change nothing;
+ * - `write`: one statement that changes something (atomic by itself);
+ * - `atomic`: several statements that apply together or not at all.
+ */
+export type ExecutionKind = 'read' | 'write' | 'atomic';
+
+/** Where operations run: the pool (each call its own transaction) or one open transaction. */
+export interface Executor {
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T>;
+}
+
+interface PgError {
+  code?: unknown;
+  constraint?: unknown;
+}
+
+function pgCode(error: unknown): string | undefined {
+  const code = (error as PgError | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** SQLSTATEs after which running the same transaction again may succeed. */
+function isRetryable(error: unknown): boolean {
+  const code = pgCode(error);
+  return code === '40001' || code === '40P01';
+}
+
+/** Maps PostgreSQL failures onto the typed storage errors; anything else passes unchanged. */
+export function mapPgError(error: unknown): unknown {
+  if (error instanceof StorageError) return error;
+  const code = pgCode(error);
+  if (code === '23505') {
+    const constraint = (error as PgError).constraint;
+    const attribute = typeof constraint === 'string' ? UNIQUE_ATTRIBUTES[constraint] : undefined;
+    return new ConflictError(`A record with the same ${attribute ?? 'key'} exists`, {
+      ...(attribute !== undefined ? { attribute } : {}),
+      cause: error,
+    });
+  }
+  if (code === '40001' || code === '40P01') {
+    return new ConflictError('A concurrent transaction changed the same records; retry', { cause: error });
+  }
+  return error;
+}
+
+/** Names of prepared statements by text (per executor: the texts hold the schema name). */
+export class StatementNames {
+  private readonly names = new Map<string, string>();
+
+  of(text: string): string {
+    let name = this.names.get(text);
+    if (name === undefined) {
+      name = `fpk_${createHash('sha1').update(text).digest('hex').slice(0, 24)}`;
+      this.names.set(text, name);
+    }
+    return name;
+  }
+}
+
+function queryOn(client: Pool | PoolClient, names: StatementNames): Query {
+  return <R extends QueryResultRow>(text: string, values?: unknown[], prepare?: boolean) =>
+    prepare ? client.query<R>({ name: names.of(text), text, values }) : client.query<R>(text, values);
+}
+
+function inTransactionError(): StorageError {
+  // A write through the store while the same async flow holds a transaction could wait on that
+  // transaction's locks forever: fail fast instead (as the other stores do).
+  return new StorageError(
+    'ERR_STORAGE_IN_TRANSACTION',
+    'Inside a transaction, write through the transaction view (tx), not the store',
+  );
+}
+
+/** Runs `fn` in BEGIN … COMMIT on a client of its own, rolling back on any failure. */
+export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    try {
+      await client.query('ROLLBACK');
+    } catch (rollbackError) {
+      broken = rollbackError as Error;
+    }
+    throw error;
+  } finally {
+    // A client whose rollback failed is in an unknown state: destroy it rather than reuse it.
+    client.release(broken);
+  }
+}
+
+/** Plain operations: single statements on the pool, atomic ones in a transaction of their own. */
+export class PoolExecutor implements Executor {
+  private readonly names = new StatementNames();
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly transactionScope: AsyncLocalStorage<true>,
+  ) {}
+
+  async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+    if (kind !== 'read' && this.transactionScope.getStore()) throw inTransactionError();
+    try {
+      if (kind !== 'atomic') return await fn(queryOn(this.pool, this.names));
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await inTransaction(this.pool, (client) => fn(queryOn(client, this.names)));
+        } catch (error) {
+          if (attempt >= 3 || !isRetryable(error)) throw error;
+        }
+      }
+    } catch (error) {
+      throw mapPgError(error);
+    }
+  }
+}
+
+/**
+ * The operations of one open transaction. They run one at a time on its client (a caller may
+ * start several without awaiting each); an atomic one runs in a savepoint, so a failed operation
+ * (a conflict, a precondition) leaves no partial writes and the transaction goes on.
+ */
+export class TransactionExecutor implements Executor {
+  private tail: Promise<unknown> = Promise.resolve();
+  private active = true;
+  private savepoints = 0;
+
+  constructor(
+    private readonly client: PoolClient,
+    private readonly names = new StatementNames(),
+  ) {}
+
+  /** Refuses further operations (once the transaction commits or rolls back). */
+  end(): Promise<unknown> {
+    this.active = false;
+    return this.tail;
+  }
+
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+    if (!this.active) {
+      return Promise.reject(new StorageError('ERR_STORAGE_TRANSACTION_ENDED', 'The transaction has ended'));
+    }
+    const result = this.tail.then(() => this.runNow(kind, fn));
+    this.tail = result.catch(() => undefined);
+    return result;
+  }
+
+  private async runNow<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+    const query = queryOn(this.client, this.names);
+    try {
+      if (kind !== 'atomic') return await fn(query);
+      const name = `fpk_sp_${++this.savepoints}`;
+      await this.client.query(`SAVEPOINT ${name}`);
+      try {
+        const result = await fn(query);
+        await this.client.query(`RELEASE SAVEPOINT ${name}`);
+        return result;
+      } catch (error) {
+        await this.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+        await this.client.query(`RELEASE SAVEPOINT ${name}`);
+        throw error;
+      }
+    } catch (error) {
+      throw mapPgError(error);
+    }
+  }
+}

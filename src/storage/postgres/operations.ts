@@ -1,0 +1,429 @@
+import { randomUUID } from 'node:crypto';
+import { ConflictError, InvalidRecordError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import type {
+  ClientChanges,
+  ClientRecord,
+  FhirResource,
+  MembershipRecord,
+  NewClient,
+  NewMembership,
+  NewUser,
+  ProjectRecord,
+  ResourcePage,
+  ResourceQuery,
+  ResourceWrite,
+  StorageOperations,
+  StoredResource,
+  UserChanges,
+  UserQuery,
+  UserRecord,
+  WriteOptions,
+  WriteResult,
+} from '../types.js';
+import type { Executor, Query } from './executor.js';
+import { applyResourceWrites, checkId } from './resource-writes.js';
+import { searchResources } from './resource-search.js';
+
+interface RecordRow<T> {
+  record: T;
+}
+
+function records<T>(rows: RecordRow<T>[]): T[] {
+  return rows.map((r) => r.record);
+}
+
+function json(value: unknown): string {
+  return JSON.stringify(value);
+}
+
+function checkUserName(userName: unknown): void {
+  if (typeof userName !== 'string' || userName.length === 0) {
+    throw new InvalidRecordError('A user needs a userName');
+  }
+}
+
+/**
+ * The `StorageOperations` of the PostgreSQL store, written once against an `Executor` (the pool,
+ * or one open transaction). Records are kept as `jsonb` next to the columns their lookups and
+ * uniqueness rules need.
+ */
+export class PostgresOperations implements StorageOperations {
+  constructor(
+    protected readonly exec: Executor,
+    /** The quoted schema name. */
+    protected readonly s: string,
+  ) {}
+
+  // Projects
+
+  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
+    checkId(project.id, 'project');
+    const now = new Date().toISOString();
+    const record: ProjectRecord = { ...structuredClone(project), createdAt: now, updatedAt: now, version: 1 };
+    return this.exec.run('write', async (query) => {
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.projects (id, created_at, record) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING`,
+        [record.id, now, json(record)],
+      );
+      if (rowCount === 0) throw new ConflictError(`Project ${record.id} exists`, { attribute: 'id' });
+      return record;
+    });
+  }
+
+  readProject(id: string): Promise<ProjectRecord> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<ProjectRecord>>(
+        `SELECT record FROM ${this.s}.projects WHERE id = $1`,
+        [id],
+      );
+      if (!rows[0]) throw new NotFoundError(`Project ${id} not found`);
+      return rows[0].record;
+    });
+  }
+
+  updateProject(
+    id: string,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+  ): Promise<ProjectRecord> {
+    return this.exec.run('atomic', async (query) => {
+      const { rows } = await query<RecordRow<ProjectRecord>>(
+        `SELECT record FROM ${this.s}.projects WHERE id = $1 FOR UPDATE`,
+        [id],
+      );
+      const current = rows[0]?.record;
+      if (!current) throw new NotFoundError(`Project ${id} not found`);
+      const record: ProjectRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id,
+        updatedAt: new Date().toISOString(),
+        version: current.version + 1,
+      };
+      await query(`UPDATE ${this.s}.projects SET record = $2 WHERE id = $1`, [id, json(record)]);
+      return record;
+    });
+  }
+
+  // Users
+
+  createUser(projectId: string, user: NewUser): Promise<UserRecord> {
+    const id = user.id ?? randomUUID();
+    checkId(id, 'user');
+    checkUserName(user.userName);
+    const now = new Date().toISOString();
+    const record: UserRecord = {
+      ...structuredClone(user),
+      id,
+      projectId,
+      createdAt: now,
+      updatedAt: now,
+      version: 1,
+    };
+    if (record.externalId === undefined) delete record.externalId;
+    return this.exec.run('write', async (query) => {
+      // DO NOTHING rather than an error: inside a transaction, a failed statement would abort it.
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.users
+           (project_id, id, user_name_key, external_id, profile_id, created_at, version, record)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
+         ON CONFLICT DO NOTHING`,
+        [
+          projectId,
+          id,
+          record.userName.toLowerCase(),
+          record.externalId ?? null,
+          record.profileId,
+          now,
+          json(record),
+        ],
+        true,
+      );
+      if (rowCount === 0) throw await this.userConflict(query, projectId, record);
+      return record;
+    });
+  }
+
+  /** Which uniqueness rule a user insert broke. */
+  private async userConflict(query: Query, projectId: string, user: UserRecord): Promise<ConflictError> {
+    const { rows } = await query<{ attribute: string }>(
+      `SELECT CASE WHEN id = $2 THEN 'id' WHEN user_name_key = $3 THEN 'userName' ELSE 'externalId' END AS attribute
+         FROM ${this.s}.users
+        WHERE project_id = $1 AND (id = $2 OR user_name_key = $3 OR external_id = $4)
+        ORDER BY CASE WHEN id = $2 THEN 1 WHEN user_name_key = $3 THEN 2 ELSE 3 END LIMIT 1`,
+      [projectId, user.id, user.userName.toLowerCase(), user.externalId ?? null],
+    );
+    const attribute = rows[0]?.attribute;
+    return new ConflictError(`A user with the same ${attribute ?? 'key'} exists`, {
+      ...(attribute !== undefined ? { attribute } : {}),
+    });
+  }
+
+  readUser(projectId: string, id: string): Promise<UserRecord> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<UserRecord>>(
+        `SELECT record FROM ${this.s}.users WHERE project_id = $1 AND id = $2`,
+        [projectId, id],
+        true,
+      );
+      if (!rows[0]) throw new NotFoundError(`User ${id} not found`);
+      return rows[0].record;
+    });
+  }
+
+  updateUser(
+    projectId: string,
+    id: string,
+    changes: UserChanges,
+    options?: { ifVersion?: number },
+  ): Promise<UserRecord> {
+    return this.exec.run('atomic', async (query) => {
+      const { rows } = await query<RecordRow<UserRecord>>(
+        `SELECT record FROM ${this.s}.users WHERE project_id = $1 AND id = $2 FOR UPDATE`,
+        [projectId, id],
+      );
+      const current = rows[0]?.record;
+      if (!current) throw new NotFoundError(`User ${id} not found`);
+      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
+        throw new PreconditionFailedError(`User ${id} is at version ${current.version}`);
+      }
+      const record: UserRecord = { ...current, ...structuredClone(changes) };
+      if ('externalId' in changes && changes.externalId === undefined) delete record.externalId;
+      checkUserName(record.userName);
+      Object.assign(record, {
+        id,
+        projectId,
+        updatedAt: new Date().toISOString(),
+        version: current.version + 1,
+      });
+      await query(
+        `UPDATE ${this.s}.users
+            SET user_name_key = $3, external_id = $4, profile_id = $5, version = $6, record = $7
+          WHERE project_id = $1 AND id = $2`,
+        [
+          projectId,
+          id,
+          record.userName.toLowerCase(),
+          record.externalId ?? null,
+          record.profileId,
+          record.version,
+          json(record),
+        ],
+      );
+      return record;
+    });
+  }
+
+  deleteUser(projectId: string, id: string): Promise<void> {
+    return this.exec.run('write', async (query) => {
+      const { rowCount } = await query(`DELETE FROM ${this.s}.users WHERE project_id = $1 AND id = $2`, [
+        projectId,
+        id,
+      ]);
+      if (rowCount === 0) throw new NotFoundError(`User ${id} not found`);
+    });
+  }
+
+  findUsers(projectId: string, q: UserQuery): Promise<UserRecord[]> {
+    const values: unknown[] = [projectId];
+    const clauses = ['project_id = $1'];
+    if (q.userName !== undefined) {
+      values.push(q.userName.toLowerCase());
+      clauses.push(`user_name_key = $${values.length}`);
+    }
+    if (q.externalId !== undefined) {
+      values.push(q.externalId);
+      clauses.push(`external_id = $${values.length}`);
+    }
+    if (q.profileId !== undefined) {
+      values.push(q.profileId);
+      clauses.push(`profile_id = $${values.length}`);
+    }
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<UserRecord>>(
+        `SELECT record FROM ${this.s}.users WHERE ${clauses.join(' AND ')} ORDER BY created_at, id`,
+        values,
+        true,
+      );
+      return records(rows);
+    });
+  }
+
+  listUsers(projectId: string): Promise<UserRecord[]> {
+    return this.findUsers(projectId, {});
+  }
+
+  // Memberships
+
+  createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
+    const id = membership.id ?? randomUUID();
+    checkId(id, 'membership');
+    const record: MembershipRecord = {
+      ...structuredClone(membership),
+      id,
+      projectId,
+      createdAt: new Date().toISOString(),
+    };
+    return this.exec.run('write', async (query) => {
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.memberships (project_id, id, user_id, client_id, created_at, record)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+        [projectId, id, record.userId ?? null, record.clientId ?? null, record.createdAt, json(record)],
+      );
+      if (rowCount === 0) throw new ConflictError(`Membership ${id} exists`, { attribute: 'id' });
+      return record;
+    });
+  }
+
+  listMemberships(
+    projectId: string,
+    q?: { userId?: string; clientId?: string },
+  ): Promise<MembershipRecord[]> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<MembershipRecord>>(
+        `SELECT record FROM ${this.s}.memberships
+          WHERE project_id = $1 AND ($2::text IS NULL OR user_id = $2) AND ($3::text IS NULL OR client_id = $3)
+          ORDER BY created_at, id`,
+        [projectId, q?.userId ?? null, q?.clientId ?? null],
+      );
+      return records(rows);
+    });
+  }
+
+  deleteMembership(projectId: string, id: string): Promise<void> {
+    return this.exec.run('write', async (query) => {
+      const { rowCount } = await query(
+        `DELETE FROM ${this.s}.memberships WHERE project_id = $1 AND id = $2`,
+        [projectId, id],
+      );
+      if (rowCount === 0) throw new NotFoundError(`Membership ${id} not found`);
+    });
+  }
+
+  // Clients
+
+  createClient(client: NewClient): Promise<ClientRecord> {
+    checkId(client.id, 'client');
+    const now = new Date().toISOString();
+    const record: ClientRecord = {
+      ...structuredClone(client),
+      revoked: client.revoked ?? false,
+      createdAt: now,
+      updatedAt: now,
+    };
+    return this.exec.run('write', async (query) => {
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.clients (id, project_id, created_at, record) VALUES ($1, $2, $3, $4)
+         ON CONFLICT DO NOTHING`,
+        [record.id, record.projectId, now, json(record)],
+      );
+      if (rowCount === 0) throw new ConflictError(`Client ${record.id} exists`, { attribute: 'id' });
+      return record;
+    });
+  }
+
+  readClient(clientId: string): Promise<ClientRecord> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<ClientRecord>>(
+        `SELECT record FROM ${this.s}.clients WHERE id = $1`,
+        [clientId],
+        true,
+      );
+      if (!rows[0]) throw new NotFoundError(`Client ${clientId} not found`);
+      return rows[0].record;
+    });
+  }
+
+  listClients(projectId: string): Promise<ClientRecord[]> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<RecordRow<ClientRecord>>(
+        `SELECT record FROM ${this.s}.clients WHERE project_id = $1 ORDER BY created_at, id`,
+        [projectId],
+      );
+      return records(rows);
+    });
+  }
+
+  updateClient(clientId: string, changes: ClientChanges): Promise<ClientRecord> {
+    return this.exec.run('atomic', async (query) => {
+      const { rows } = await query<RecordRow<ClientRecord>>(
+        `SELECT record FROM ${this.s}.clients WHERE id = $1 FOR UPDATE`,
+        [clientId],
+      );
+      const current = rows[0]?.record;
+      if (!current) throw new NotFoundError(`Client ${clientId} not found`);
+      const record: ClientRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id: current.id,
+        projectId: current.projectId,
+        createdAt: current.createdAt,
+        updatedAt: new Date().toISOString(),
+      };
+      for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
+        if (changes[key] === undefined) delete record[key];
+      }
+      await query(`UPDATE ${this.s}.clients SET record = $2 WHERE id = $1`, [clientId, json(record)]);
+      return record;
+    });
+  }
+
+  // Resources
+
+  async createResource(projectId: string, resource: FhirResource): Promise<StoredResource> {
+    const [result] = await this.writeResources(projectId, [{ op: 'create', resource }]);
+    return result!.resource!;
+  }
+
+  readResource(projectId: string, resourceType: string, id: string): Promise<StoredResource> {
+    return this.exec.run('read', async (query) => {
+      const { rows } = await query<{ deleted: boolean; body: string | null }>(
+        `SELECT deleted, body FROM ${this.s}.resources
+          WHERE project_id = $1 AND resource_type = $2 AND id = $3 AND superseded_seq IS NULL`,
+        [projectId, resourceType, id],
+        true,
+      );
+      const row = rows[0];
+      if (!row) throw new NotFoundError(`${resourceType}/${id} not found`);
+      if (row.deleted || row.body === null) {
+        throw new NotFoundError(`${resourceType}/${id} was deleted`, { deleted: true });
+      }
+      return JSON.parse(row.body) as StoredResource;
+    });
+  }
+
+  async updateResource(
+    projectId: string,
+    resource: FhirResource & { id: string },
+    options?: WriteOptions,
+  ): Promise<{ resource: StoredResource; created: boolean }> {
+    const [result] = await this.writeResources(projectId, [
+      { op: 'update', resource, ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}) },
+    ]);
+    return { resource: result!.resource!, created: result!.created ?? false };
+  }
+
+  async deleteResource(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    options?: WriteOptions,
+  ): Promise<void> {
+    await this.writeResources(projectId, [
+      {
+        op: 'delete',
+        resourceType,
+        id,
+        ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}),
+      },
+    ]);
+  }
+
+  writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
+    return this.exec.run('atomic', (query) => applyResourceWrites(query, this.s, projectId, writes));
+  }
+
+  searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
+    return this.exec.run('read', (q) => searchResources(q, this.s, projectId, resourceType, query));
+  }
+}

@@ -1,0 +1,408 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import pg from 'pg';
+import { isoMicros } from '../engine/clock.js';
+import {
+  ConflictError,
+  NotFoundError,
+  PreconditionFailedError,
+  StorageClosedError,
+  StorageError,
+} from '../errors.js';
+import type {
+  ExportJobChanges,
+  ExportJobRecord,
+  ExportJobStatus,
+  ExportReader,
+  ExportSnapshot,
+  NewExportJob,
+  ProjectRecord,
+  SigningKeyRecord,
+  Storage,
+  StorageDescriptor,
+  StorageOperations,
+} from '../types.js';
+import {
+  type ExecutionKind,
+  type Executor,
+  mapPgError,
+  type Query,
+  PoolExecutor,
+  TransactionExecutor,
+} from './executor.js';
+import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js';
+import { PostgresOperations } from './operations.js';
+import { postgresExportReaderModule } from './reader-module.js';
+import { migrate, quoteIdentifier } from './schema.js';
+
+/** Options of {@link postgresStorage}. */
+export interface PostgresStorageOptions {
+  /**
+   * libpq connection string (`postgres://user:password@host:5432/db`). The store creates its own
+   * pool from it, ended by `close()`, and export workers reopen the store with it (`descriptor`).
+   * With `pool` as well, only workers use it.
+   * @default undefined (pg's environment defaults: PGHOST, PGUSER, …)
+   */
+  connectionString?: string;
+  /**
+   * A pool owned by the caller: the store uses it and never ends it. Without `connectionString`,
+   * the store has no `descriptor` and exports stream from the main thread.
+   * @default undefined (a pool created from `connectionString`)
+   */
+  pool?: pg.Pool;
+  /**
+   * Schema holding the store's tables, created on open when missing.
+   * @default 'public'
+   */
+  schema?: string;
+  /**
+   * Connections of the pool the store creates (unused with `pool`).
+   * @default 10
+   */
+  maxConnections?: number;
+  /**
+   * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
+   * @default 1048576
+   */
+  exportChunkBytes?: number;
+}
+
+interface JobRow {
+  record: ExportJobRecord;
+}
+
+/** Expired one-time values are purged once every this many `useOnce` calls. */
+const PURGE_EVERY = 1024;
+
+/** Open/close bookkeeping: calls wait for the migrations, and `close()` waits for calls in flight. */
+class Lifecycle {
+  private closed = false;
+  private inFlight = 0;
+  private idle: (() => void) | undefined;
+
+  constructor(private readonly ready: Promise<void>) {}
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  assertOpen(): void {
+    if (this.closed) throw new StorageClosedError('The storage is closed');
+  }
+
+  async track<T>(fn: () => Promise<T>): Promise<T> {
+    this.assertOpen();
+    this.inFlight += 1;
+    try {
+      await this.ready;
+      return await fn();
+    } finally {
+      this.inFlight -= 1;
+      if (this.inFlight === 0) this.idle?.();
+    }
+  }
+
+  /** Refuses new calls and resolves once the calls in flight have settled. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.inFlight > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    await this.ready.catch(() => undefined);
+  }
+}
+
+class GuardedExecutor implements Executor {
+  constructor(
+    private readonly lifecycle: Lifecycle,
+    private readonly inner: Executor,
+  ) {}
+
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+    return this.lifecycle.track(() => this.inner.run(kind, fn));
+  }
+}
+
+class PostgresStorage extends PostgresOperations implements Storage {
+  readonly exportReader: ExportReader;
+  readonly descriptor?: StorageDescriptor;
+  private readonly root: Executor;
+  private closing: Promise<void> | undefined;
+  private onceCalls = 0;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly ownsPool: boolean,
+    private readonly lifecycle: Lifecycle,
+    private readonly scope: AsyncLocalStorage<true>,
+    schema: string,
+    chunkBytes: number,
+    descriptor: StorageDescriptor | undefined,
+  ) {
+    const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
+    super(root, quoteIdentifier(schema));
+    this.root = root;
+    this.descriptor = descriptor;
+    this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
+      lifecycle.assertOpen(),
+    );
+  }
+
+  transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
+    return this.lifecycle.track(async () => {
+      if (this.scope.getStore()) {
+        throw new StorageError('ERR_STORAGE_IN_TRANSACTION', 'Transactions do not nest; use the tx view');
+      }
+      const client = await this.pool.connect();
+      const exec = new TransactionExecutor(client);
+      let broken: Error | undefined;
+      try {
+        await client.query('BEGIN');
+        const result = await this.scope.run(true, () => fn(new PostgresOperations(exec, this.s)));
+        await exec.end();
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        await exec.end();
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError as Error;
+        }
+        throw mapPgError(error);
+      } finally {
+        client.release(broken);
+      }
+    });
+  }
+
+  deleteProject(id: string): Promise<void> {
+    return this.root.run('atomic', async (query) => {
+      const { rowCount } = await query(`DELETE FROM ${this.s}.projects WHERE id = $1`, [id]);
+      if (rowCount === 0) throw new NotFoundError(`Project ${id} not found`);
+      // The clock row first: it waits for the project's resource writers in flight.
+      for (const table of [
+        'resource_clocks',
+        'resource_compartments',
+        'resources',
+        'users',
+        'memberships',
+        'clients',
+        'export_jobs',
+      ]) {
+        await query(`DELETE FROM ${this.s}.${table} WHERE project_id = $1`, [id]);
+      }
+    });
+  }
+
+  listProjects(): Promise<ProjectRecord[]> {
+    return this.root.run('read', async (query) => {
+      const { rows } = await query<{ record: ProjectRecord }>(
+        `SELECT record FROM ${this.s}.projects ORDER BY created_at, id`,
+      );
+      return rows.map((r) => r.record);
+    });
+  }
+
+  listSigningKeys(): Promise<SigningKeyRecord[]> {
+    return this.root.run('read', async (query) => {
+      const { rows } = await query<{ record: SigningKeyRecord }>(
+        `SELECT record FROM ${this.s}.signing_keys ORDER BY created_at, kid`,
+      );
+      return rows.map((r) => r.record);
+    });
+  }
+
+  saveSigningKey(key: SigningKeyRecord): Promise<void> {
+    return this.root.run('write', async (query) => {
+      await query(
+        `INSERT INTO ${this.s}.signing_keys (kid, created_at, record) VALUES ($1, $2, $3)
+         ON CONFLICT (kid) DO UPDATE SET created_at = excluded.created_at, record = excluded.record`,
+        [key.kid, key.createdAt, JSON.stringify(key)],
+      );
+    });
+  }
+
+  useOnce(key: string, expiresAt: number): Promise<boolean> {
+    const purge = ++this.onceCalls % PURGE_EVERY === 0;
+    return this.root.run('write', async (query) => {
+      const now = Date.now();
+      if (purge) await query(`DELETE FROM ${this.s}.one_time_values WHERE expires_at <= $1`, [now]);
+      // A concurrent insert of the same key waits for the first one, then finds it unexpired.
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.one_time_values AS o (key, expires_at) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at WHERE o.expires_at <= $3`,
+        [key, Math.ceil(expiresAt), now],
+      );
+      return rowCount === 1;
+    });
+  }
+
+  createExportJob(job: NewExportJob): Promise<ExportJobRecord> {
+    const now = new Date().toISOString();
+    const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
+    return this.root.run('write', async (query) => {
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.export_jobs (project_id, id, status, created_at, version, record)
+         VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT DO NOTHING`,
+        [record.projectId, record.id, record.status, now, JSON.stringify(record)],
+      );
+      if (rowCount === 0) throw new ConflictError(`Export job ${record.id} exists`, { attribute: 'id' });
+      return record;
+    });
+  }
+
+  readExportJob(projectId: string, id: string): Promise<ExportJobRecord> {
+    return this.root.run('read', async (query) => {
+      const { rows } = await query<JobRow>(
+        `SELECT record FROM ${this.s}.export_jobs WHERE project_id = $1 AND id = $2`,
+        [projectId, id],
+      );
+      if (!rows[0]) throw new NotFoundError(`Export job ${id} not found`);
+      return rows[0].record;
+    });
+  }
+
+  updateExportJob(
+    projectId: string,
+    id: string,
+    changes: ExportJobChanges,
+    options?: { ifVersion?: number },
+  ): Promise<ExportJobRecord> {
+    return this.root.run('atomic', async (query) => {
+      const { rows } = await query<JobRow>(
+        `SELECT record FROM ${this.s}.export_jobs WHERE project_id = $1 AND id = $2 FOR UPDATE`,
+        [projectId, id],
+      );
+      const current = rows[0]?.record;
+      if (!current) throw new NotFoundError(`Export job ${id} not found`);
+      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
+        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
+      }
+      const record: ExportJobRecord = {
+        ...current,
+        ...structuredClone(changes),
+        id,
+        projectId,
+        updatedAt: new Date().toISOString(),
+        version: current.version + 1,
+      };
+      await query(
+        `UPDATE ${this.s}.export_jobs SET status = $3, version = $4, record = $5
+          WHERE project_id = $1 AND id = $2`,
+        [projectId, id, record.status, record.version, JSON.stringify(record)],
+      );
+      return record;
+    });
+  }
+
+  deleteExportJob(projectId: string, id: string): Promise<void> {
+    return this.root.run('write', async (query) => {
+      const { rowCount } = await query(
+        `DELETE FROM ${this.s}.export_jobs WHERE project_id = $1 AND id = $2`,
+        [projectId, id],
+      );
+      if (rowCount === 0) throw new NotFoundError(`Export job ${id} not found`);
+    });
+  }
+
+  listExportJobs(q?: { projectId?: string; status?: ExportJobStatus[] }): Promise<ExportJobRecord[]> {
+    return this.root.run('read', async (query) => {
+      const { rows } = await query<JobRow>(
+        `SELECT record FROM ${this.s}.export_jobs
+          WHERE ($1::text IS NULL OR project_id = $1) AND ($2::text[] IS NULL OR status = ANY($2::text[]))
+          ORDER BY created_at, id`,
+        [q?.projectId ?? null, q?.status ?? null],
+      );
+      return rows.map((r) => r.record);
+    });
+  }
+
+  exportSnapshot(projectId: string): Promise<ExportSnapshot> {
+    return this.root.run('atomic', async (query) => {
+      // Taking the project's clock lock waits for its resource writers in flight; every version
+      // committed so far then has a seq at most the sequence's last value, and every later one
+      // gets a greater seq.
+      const { rows } = await query<{ lu: string; now: string }>(
+        `INSERT INTO ${this.s}.resource_clocks AS c (project_id, lu)
+           VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+         ON CONFLICT (project_id) DO UPDATE SET lu = c.lu
+         RETURNING lu, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now`,
+        [projectId],
+      );
+      const { rows: seqRows } = await query<{ seq: string }>(
+        `SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS seq FROM ${this.s}.resource_seq`,
+      );
+      const snapshot: PostgresSnapshot = {
+        takenAt: isoMicros(Math.max(Number(rows[0]!.lu), Number(rows[0]!.now))),
+        adapter: 'postgres',
+        projectId,
+        seq: Number(seqRows[0]!.seq),
+      };
+      return snapshot;
+    });
+  }
+
+  releaseSnapshot(): Promise<void> {
+    // Every version is kept, so a snapshot pins nothing.
+    return Promise.resolve();
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.lifecycle.close();
+      if (this.ownsPool) await this.pool.end();
+    })();
+    return this.closing;
+  }
+}
+
+/**
+ * A store in PostgreSQL, for hosts that run several instances over one database: every instance
+ * sees every write, resource writes of a project are serialized by the database, and export
+ * workers reopen the store from `descriptor`. Tables are created in `schema` on open (the first
+ * call waits for that). Every version of every resource is kept (exports read consistent
+ * snapshots from them), so the resources table grows with the number of writes.
+ */
+export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+  const schema = options.schema ?? 'public';
+  if (typeof schema !== 'string' || schema.length === 0 || schema.length > 63) {
+    throw new TypeError('postgresStorage: schema must be a non-empty name of at most 63 characters');
+  }
+  const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
+  if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
+    throw new TypeError('postgresStorage: exportChunkBytes must be a positive integer');
+  }
+  const max = options.maxConnections ?? 10;
+  if (!Number.isInteger(max) || max < 2) {
+    throw new TypeError('postgresStorage: maxConnections must be an integer of at least 2');
+  }
+  const { connectionString } = options;
+  if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
+    throw new TypeError('postgresStorage: connectionString must be a non-empty string');
+  }
+  let pool = options.pool;
+  const ownsPool = pool === undefined;
+  if (!pool) {
+    pool = new pg.Pool({ ...(connectionString !== undefined ? { connectionString } : {}), max });
+    // A connection dropped while idle must not crash the process; the next query reports it.
+    pool.on('error', () => undefined);
+  }
+  const ready = migrate(pool, schema);
+  // Surfaced by the first call (and by every later one); not an unhandled rejection meanwhile.
+  ready.catch(() => undefined);
+  const descriptor: StorageDescriptor | undefined =
+    connectionString === undefined
+      ? undefined
+      : {
+          module: postgresExportReaderModule(),
+          exportName: 'openPostgresExportReader',
+          options: { connectionString, schema, exportChunkBytes: chunkBytes },
+        };
+  return new PostgresStorage(
+    pool,
+    ownsPool,
+    new Lifecycle(ready),
+    new AsyncLocalStorage(),
+    schema,
+    chunkBytes,
+    descriptor,
+  );
+}

@@ -1,0 +1,129 @@
+import type { Pool } from 'pg';
+
+/** `name` as a quoted SQL identifier. */
+export function quoteIdentifier(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** Unique indexes whose violation is a `ConflictError` on a known attribute. */
+export const UNIQUE_ATTRIBUTES: Readonly<Record<string, string>> = {
+  projects_pkey: 'id',
+  users_pkey: 'id',
+  users_user_name: 'userName',
+  users_external_id: 'externalId',
+  memberships_pkey: 'id',
+  clients_pkey: 'id',
+  export_jobs_pkey: 'id',
+  resources_current: 'id',
+};
+
+/**
+ * The tables, in schema `s` (quoted). Every statement is idempotent, so opening a store over an
+ * existing schema is a no-op. Ids sort with the "C" collation: code-unit order, as in the memory
+ * store, whatever the database's locale.
+ */
+function migrationStatements(s: string): string[] {
+  const id = 'text COLLATE "C" NOT NULL';
+  return [
+    `CREATE SCHEMA IF NOT EXISTS ${s}`,
+    `CREATE TABLE IF NOT EXISTS ${s}.projects (
+      id ${id} PRIMARY KEY,
+      created_at text NOT NULL,
+      record jsonb NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.users (
+      project_id ${id},
+      id ${id},
+      user_name_key text NOT NULL,
+      external_id text,
+      profile_id text NOT NULL,
+      created_at text NOT NULL,
+      version integer NOT NULL,
+      record jsonb NOT NULL,
+      CONSTRAINT users_pkey PRIMARY KEY (project_id, id))`,
+    // userName is unique case-insensitively: the key is lower-cased in JavaScript, like the other
+    // stores, so PostgreSQL's locale never changes what counts as the same name.
+    `CREATE UNIQUE INDEX IF NOT EXISTS users_user_name ON ${s}.users (project_id, user_name_key)`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS users_external_id ON ${s}.users (project_id, external_id)`,
+    `CREATE INDEX IF NOT EXISTS users_profile_id ON ${s}.users (project_id, profile_id)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.memberships (
+      project_id ${id},
+      id ${id},
+      user_id text,
+      client_id text,
+      created_at text NOT NULL,
+      record jsonb NOT NULL,
+      CONSTRAINT memberships_pkey PRIMARY KEY (project_id, id))`,
+    `CREATE TABLE IF NOT EXISTS ${s}.clients (
+      id ${id},
+      project_id text COLLATE "C",
+      created_at text NOT NULL,
+      record jsonb NOT NULL,
+      CONSTRAINT clients_pkey PRIMARY KEY (id))`,
+    `CREATE INDEX IF NOT EXISTS clients_project ON ${s}.clients (project_id)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.signing_keys (
+      kid ${id} PRIMARY KEY,
+      created_at text NOT NULL,
+      record jsonb NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.one_time_values (
+      key text PRIMARY KEY,
+      expires_at bigint NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.export_jobs (
+      project_id ${id},
+      id ${id},
+      status text NOT NULL,
+      created_at text NOT NULL,
+      version integer NOT NULL,
+      record jsonb NOT NULL,
+      CONSTRAINT export_jobs_pkey PRIMARY KEY (project_id, id))`,
+    // Every version of every resource, tombstones included, in one table: `seq` orders all
+    // commits; a version is current while `superseded_seq` is null.
+    `CREATE SEQUENCE IF NOT EXISTS ${s}.resource_seq`,
+    `CREATE TABLE IF NOT EXISTS ${s}.resources (
+      seq bigint PRIMARY KEY,
+      project_id ${id},
+      resource_type ${id},
+      id ${id},
+      version_id text NOT NULL,
+      lu bigint NOT NULL,
+      deleted boolean NOT NULL,
+      superseded_seq bigint,
+      body text)`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS resources_current
+      ON ${s}.resources (project_id, resource_type, id) WHERE superseded_seq IS NULL`,
+    `CREATE INDEX IF NOT EXISTS resources_live
+      ON ${s}.resources (project_id, resource_type, lu, id) WHERE superseded_seq IS NULL AND NOT deleted`,
+    `CREATE INDEX IF NOT EXISTS resources_history ON ${s}.resources (project_id, resource_type, seq)`,
+    // The patients in whose compartment each version is (one row per version and patient).
+    `CREATE TABLE IF NOT EXISTS ${s}.resource_compartments (
+      project_id ${id},
+      patient_id ${id},
+      resource_type ${id},
+      seq bigint NOT NULL,
+      PRIMARY KEY (project_id, patient_id, resource_type, seq))`,
+    // One row per project: the last `meta.lastUpdated` handed out (microseconds). Resource writers
+    // lock it until they commit, so versions of a project commit in `seq` order and an export
+    // snapshot (which takes the same lock) never misses a version committed later with a lower seq.
+    `CREATE TABLE IF NOT EXISTS ${s}.resource_clocks (
+      project_id ${id} PRIMARY KEY,
+      lu bigint NOT NULL)`,
+  ];
+}
+
+/**
+ * Creates the schema's tables when missing, in one transaction under an advisory lock so that
+ * several instances opening the same database at once do not race on `CREATE … IF NOT EXISTS`.
+ */
+export async function migrate(pool: Pool, schema: string): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
+    for (const statement of migrationStatements(quoteIdentifier(schema))) await client.query(statement);
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+}

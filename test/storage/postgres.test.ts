@@ -1,0 +1,194 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openPostgresExportReader } from '../../src/storage/postgres/export-reader.js';
+import { postgresStorage } from '../../src/storage/postgres/postgres-storage.js';
+import type { ExportReader, ExportSnapshot, Storage } from '../../src/storage/types.js';
+import { collect, collectNdjson, runStorageContract } from './contract.js';
+
+const url = process.env.FPK_TEST_POSTGRES_URL;
+
+function quote(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+if (!url) {
+  if (process.env.CI) {
+    describe('postgresStorage', () => {
+      it('needs a database in CI', () => {
+        throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
+      });
+    });
+  } else {
+    console.warn(
+      'Skipping the PostgreSQL storage tests: set FPK_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test)',
+    );
+    describe.skip('postgresStorage (FPK_TEST_POSTGRES_URL is not set)', () => {
+      it('runs the storage contract', () => undefined);
+    });
+  }
+} else {
+  const connectionString = url;
+  let admin: pg.Pool;
+  const schemas: string[] = [];
+
+  /** A fresh schema name, dropped when the file's tests end. */
+  function freshSchema(): string {
+    const schema = `fpk_test_${randomBytes(6).toString('hex')}`;
+    schemas.push(schema);
+    return schema;
+  }
+
+  async function dropSchema(schema: string): Promise<void> {
+    await admin.query(`DROP SCHEMA IF EXISTS ${quote(schema)} CASCADE`);
+  }
+
+  beforeAll(() => {
+    admin = new pg.Pool({ connectionString, max: 2 });
+  });
+  afterAll(async () => {
+    for (const schema of schemas) await dropSchema(schema);
+    await admin.end();
+  });
+
+  runStorageContract('postgres', () => {
+    const schema = freshSchema();
+    const storage = postgresStorage({ connectionString, schema });
+    return Promise.resolve({
+      storage,
+      cleanup: async () => {
+        await storage.close();
+        await dropSchema(schema);
+      },
+    });
+  });
+
+  describe('postgresStorage', () => {
+    it('two instances over one database see each other’s writes and keep the rules together', async () => {
+      const schema = freshSchema();
+      const a = postgresStorage({ connectionString, schema });
+      const b = postgresStorage({ connectionString, schema });
+      try {
+        const created = await a.createResource('p1', { resourceType: 'Patient', id: 'x', active: true });
+        expect(await b.readResource('p1', 'Patient', 'x')).toEqual(created);
+        await b.createUser('p1', {
+          projectId: 'p1',
+          userName: 'Alice',
+          userType: 'Practitioner',
+          profileId: 'pr',
+          active: true,
+          data: {},
+        });
+        await expect(
+          a.createUser('p1', {
+            projectId: 'p1',
+            userName: 'alice',
+            userType: 'Practitioner',
+            profileId: 'pr2',
+            active: true,
+            data: {},
+          }),
+        ).rejects.toMatchObject({ code: 'ERR_STORAGE_CONFLICT', attribute: 'userName' });
+        // Interleaved writes from both instances: distinct, increasing lastUpdated; no lost update.
+        const writes = await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            (i % 2 ? a : b).createResource('p1', { resourceType: 'Basic', id: `b${i}` }),
+          ),
+        );
+        expect(new Set(writes.map((w) => w.meta.lastUpdated)).size).toBe(20);
+        await b.updateResource('p1', { resourceType: 'Patient', id: 'x', active: false });
+        await expect(
+          a.updateResource('p1', { resourceType: 'Patient', id: 'x' }, { ifMatch: created.meta.versionId }),
+        ).rejects.toMatchObject({ code: 'ERR_STORAGE_PRECONDITION_FAILED' });
+        expect(await a.useOnce('jti', Date.now() + 60_000)).toBe(true);
+        expect(await b.useOnce('jti', Date.now() + 60_000)).toBe(false);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
+    it('a worker-side reader opened from the descriptor reads the snapshot', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema, exportChunkBytes: 64 });
+      let reader: ExportReader | undefined;
+      try {
+        for (let i = 0; i < 5; i++) {
+          await storage.createResource('p1', { resourceType: 'Patient', id: `p${i}` });
+        }
+        await storage.deleteResource('p1', 'Patient', 'p4');
+        const snapshot = JSON.parse(JSON.stringify(await storage.exportSnapshot('p1'))) as ExportSnapshot;
+        await storage.createResource('p1', { resourceType: 'Patient', id: 'late' });
+        await storage.updateResource('p1', { resourceType: 'Patient', id: 'p0', active: false });
+        const descriptor = storage.descriptor!;
+        expect(descriptor.exportName).toBe('openPostgresExportReader');
+        expect(descriptor.options).toMatchObject({ connectionString, schema });
+        const module = (await import(descriptor.module)) as Record<string, unknown>;
+        const open = module[descriptor.exportName] as typeof openPostgresExportReader;
+        reader = open(descriptor.options as unknown as Parameters<typeof openPostgresExportReader>[0]);
+        const chunks = await collect(reader.readResources('p1', snapshot, { resourceType: 'Patient' }));
+        // Small chunks: several of them, each whole lines.
+        expect(chunks.length).toBeGreaterThan(1);
+        const rows = await collectNdjson(
+          (async function* () {
+            yield* chunks;
+            await Promise.resolve();
+          })(),
+        );
+        expect(rows.map((r) => r.id)).toEqual(['p0', 'p1', 'p2', 'p3']);
+        expect(rows[0]!.active).toBeUndefined();
+        const deleted = await collect(reader.readDeleted('p1', snapshot, { resourceType: 'Patient' }));
+        expect(deleted.map((t) => t.id)).toEqual(['p4']);
+        // Stopping early releases the cursor's connection.
+        for await (const chunk of reader.readResources('p1', snapshot, { resourceType: 'Patient' })) {
+          expect(chunk.count).toBeGreaterThan(0);
+          break;
+        }
+        expect(
+          (await collectNdjson(reader.readResources('p1', snapshot, { resourceType: 'Patient' }))).length,
+        ).toBe(4);
+      } finally {
+        await reader?.close();
+        await storage.close();
+      }
+    });
+
+    it('uses a caller-owned pool without ending it and has no descriptor then', async () => {
+      const schema = freshSchema();
+      const pool = new pg.Pool({ connectionString, max: 3 });
+      const storage: Storage = postgresStorage({ pool, schema });
+      try {
+        expect(storage.descriptor).toBeUndefined();
+        await storage.createProject({ id: 'p1', name: 'P', strictMode: false });
+        await storage.close();
+        const { rows } = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${quote(schema)}.projects`,
+        );
+        expect(rows[0]!.n).toBe(1);
+      } finally {
+        await pool.end();
+      }
+    });
+
+    it('fails fast on a write through the store inside its own transaction', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        await expect(
+          storage.transaction(async (tx) => {
+            await tx.createResource('p1', { resourceType: 'Patient', id: 'a' });
+            await storage.createResource('p1', { resourceType: 'Patient', id: 'b' });
+          }),
+        ).rejects.toMatchObject({ code: 'ERR_STORAGE_IN_TRANSACTION' });
+        expect((await storage.searchResources('p1', 'Patient')).total).toBe(0);
+      } finally {
+        await storage.close();
+      }
+    });
+
+    it('rejects bad options early', () => {
+      expect(() => postgresStorage({ connectionString, schema: '' })).toThrow(TypeError);
+      expect(() => postgresStorage({ connectionString, exportChunkBytes: 0 })).toThrow(TypeError);
+    });
+  });
+}
