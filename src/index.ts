@@ -182,6 +182,12 @@ export type { FileStorageOptions } from './storage/file.js';
 export { openFileExportReader } from './storage/file-export-reader.js';
 export type { FileExportReaderOptions } from './storage/file-export-reader.js';
 
+// Storage adapter: PostgreSQL
+export { postgresStorage } from './storage/postgres/postgres-storage.js';
+export type { PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
+export { openPostgresExportReader } from './storage/postgres/export-reader.js';
+export type { PostgresExportReaderOptions } from './storage/postgres/export-reader.js';
+
 // SCIM 2.0 Users (RFC 7643/7644): router, filter parser/evaluator, PATCH engine, schemas
 export { scimRouter } from './scim/router.js';
 export type { ScimRouterOptions } from './scim/router.js';
