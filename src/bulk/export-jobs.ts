@@ -30,8 +30,6 @@ export interface ExportJobManagerOptions {
   exportDir: string;
   /** Split size of output files in bytes. */
   maxFileSize: number;
-  /** Running (accepted or in-progress) exports allowed per project. */
-  maxRunningPerProject: number;
   /** How long a finished job and its files are kept, ms. */
   retention: number;
   /** How often expired jobs are looked for, ms. */

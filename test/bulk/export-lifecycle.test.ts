@@ -197,7 +197,6 @@ describe('retention', () => {
       pool,
       exportDir,
       maxFileSize: 1 << 20,
-      maxRunningPerProject: 2,
       retention: 50,
       cleanupInterval: 1e9,
       onError: () => undefined,

@@ -289,6 +289,15 @@ describe('kick-off parameters', () => {
     expect(second.status).toBe(429);
     expect(second.headers['retry-after']).toMatch(/^\d+$/);
     expect(second.body.issue[0].code).toBe('throttled');
+    // Concurrent kick-offs cannot both pass the limit.
+    await storage.writeResources('proj-c', [
+      { op: 'update', resource: { resourceType: 'Patient', id: 'c1' } },
+    ]);
+    const other2 = token('proj-c');
+    const both = await Promise.all(
+      [1, 2, 3].map(() => request(app).get(`${BASE}/$export`).set('Authorization', other2)),
+    );
+    expect(both.map((r) => r.status).sort()).toEqual([202, 429, 429]);
     // Another project is not throttled.
     const other = await request(app).get(`${BASE}/$export`).set('Authorization', token('proj-b'));
     expect(other.status).toBe(202);
