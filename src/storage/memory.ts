@@ -82,15 +82,7 @@ class MemoryBackend implements EngineBackend {
       const index = log.versions.length;
       const prev = log.latest.get(entry.id) ?? -1;
       if (prev >= 0) log.versions[prev]!.superseded = index;
-      const json = JSON.stringify(
-        m.t === 'resource'
-          ? m.entry.body
-          : {
-              resourceType: entry.resourceType,
-              id: entry.id,
-              meta: { versionId: entry.versionId, lastUpdated: entry.lastUpdated },
-            },
-      );
+      const { json } = entry;
       log.versions.push({
         id: entry.id,
         json,

@@ -140,12 +140,12 @@ export class Engine {
   }
 
   private pinEntries(entries: readonly ResourceEntry[]): () => void {
-    const committed = entries.filter((e) => !e.body);
+    const committed = entries.filter((e) => e.json === undefined);
     return committed.length > 0 ? this.backend.pin(committed) : () => undefined;
   }
 
   private readBody(entry: ResourceEntry): Promise<StoredResource> {
-    if (entry.body) return Promise.resolve(structuredClone(entry.body));
+    if (entry.json !== undefined) return Promise.resolve(JSON.parse(entry.json) as StoredResource);
     return this.backend.readBody(entry);
   }
 

@@ -4,7 +4,6 @@ import type {
   MembershipRecord,
   ProjectRecord,
   SigningKeyRecord,
-  StoredResource,
   UserRecord,
 } from '../types.js';
 
@@ -26,8 +25,8 @@ export type Mutation =
   | { t: 'job'; record: ExportJobRecord }
   | { t: 'job-'; projectId: string; id: string }
   | { t: 'once'; key: string; expiresAt: number }
-  | { t: 'resource'; projectId: string; entry: ResourceEntry & { body: StoredResource } }
-  | { t: 'resource-'; projectId: string; entry: ResourceEntry };
+  | { t: 'resource'; projectId: string; entry: ResourceEntry & { json: string } }
+  | { t: 'resource-'; projectId: string; entry: ResourceEntry & { json: string } };
 
 /** The index entry of the current version (or tombstone) of one resource. */
 export interface ResourceEntry {
@@ -41,8 +40,12 @@ export interface ResourceEntry {
   deleted: boolean;
   /** Ids of the patients in whose compartment this version is (empty for tombstones). */
   patients: readonly string[];
-  /** The body, only on entries not yet committed (transaction and batch overlays). */
-  body?: StoredResource;
+  /**
+   * The version's JSON text (a tombstone's for deletes), only on entries not yet committed
+   * (transaction and batch overlays). Text, not an object: nobody can mutate it, it is what the
+   * adapters store, and the object handed to the caller is never shared with the store.
+   */
+  json?: string;
   /** Where the adapter keeps the committed body; opaque to the engine. */
   ref?: unknown;
 }

@@ -401,17 +401,24 @@ export class EngineOperations implements StorageOperations {
       }
       if (!live) return { op: 'delete' };
       const tick = w.now();
+      const versionId = nextVersion(live);
+      const tombstone = {
+        resourceType: live.resourceType,
+        id: live.id,
+        meta: { versionId, lastUpdated: tick.iso },
+      };
       w.emit({
         t: 'resource-',
         projectId,
         entry: {
           resourceType: live.resourceType,
           id: live.id,
-          versionId: nextVersion(live),
+          versionId,
           lu: tick.lu,
           lastUpdated: tick.iso,
           deleted: true,
           patients: [],
+          json: JSON.stringify(tombstone),
         },
       });
       return { op: 'delete' };
@@ -432,12 +439,23 @@ export class EngineOperations implements StorageOperations {
     }
     const tick = w.now();
     const versionId = nextVersion(current);
-    const body = structuredClone(input) as StoredResource;
-    body.id = id;
-    body.meta = { ...(body.meta ?? {}), versionId, lastUpdated: tick.iso };
-    // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
-    const { resourceType, id: _id, ...rest } = body;
-    const ordered = { resourceType, id, ...rest } as StoredResource;
+    const { resourceType, id: _id, meta, ...rest } = input;
+    if (meta !== undefined && (typeof meta !== 'object' || meta === null || Array.isArray(meta))) {
+      throw new InvalidRecordError('meta must be an object');
+    }
+    // `resourceType`, `id` and `meta` first in the stored JSON, as FHIR servers usually do.
+    const stored = {
+      resourceType,
+      id,
+      meta: { ...meta, versionId, lastUpdated: tick.iso },
+      ...rest,
+    } as StoredResource;
+    let json: string;
+    try {
+      json = JSON.stringify(stored);
+    } catch (error) {
+      throw new InvalidRecordError('The resource is not JSON', { cause: error });
+    }
     w.emit({
       t: 'resource',
       projectId,
@@ -448,11 +466,11 @@ export class EngineOperations implements StorageOperations {
         lu: tick.lu,
         lastUpdated: tick.iso,
         deleted: false,
-        patients: patientCompartmentIds(ordered),
-        body: ordered,
+        patients: patientCompartmentIds(stored),
+        json,
       },
     });
-    const result: WriteResult = { op: write.op, resource: structuredClone(ordered) };
+    const result: WriteResult = { op: write.op, resource: JSON.parse(json) as StoredResource };
     if (write.op === 'update') result.created = !live;
     return result;
   }

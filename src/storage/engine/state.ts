@@ -201,7 +201,7 @@ export class BaseState implements StateView {
         return;
       case 'resource':
       case 'resource-': {
-        const { body: _body, ...entry } = m.entry;
+        const { json: _json, ...entry } = m.entry;
         this.putEntry(m.projectId, { ...entry, ref });
         return;
       }

@@ -234,6 +234,7 @@ export class FileBackend implements EngineBackend {
     const projectDir = path.join(this.options.dir, 'projects', dirName);
     let maxLu = 0;
     const usersFile = path.join(projectDir, 'users.log');
+    await fs.rm(`${usersFile}.compact`, { force: true });
     if (fsSync.existsSync(usersFile)) {
       const log = await this.openLog(usersFile, { dirName, projectId }, false);
       this.userLogs.set(dirName, log);
@@ -252,6 +253,11 @@ export class FileBackend implements EngineBackend {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
     }
     for (const name of names) {
+      if (name.endsWith('.compact')) {
+        // A compaction interrupted before its rename: the log itself is intact.
+        await fs.rm(path.join(projectDir, 'resources', name), { force: true });
+        continue;
+      }
       const match = LOG_NAME.exec(name);
       if (!match) continue;
       const resourceType = match[1]!;
@@ -290,6 +296,7 @@ export class FileBackend implements EngineBackend {
   }
 
   private async loadOnce(base: BaseState, committed: number): Promise<void> {
+    await fs.rm(path.join(this.options.dir, 'once.log.compact'), { force: true });
     this.onceLog = await LogFile.open(path.join(this.options.dir, 'once.log'), {
       create: true,
       sync: this.options.sync,
@@ -454,15 +461,7 @@ export class FileBackend implements EngineBackend {
         case 'resource-': {
           const { entry } = m;
           const log = await this.resourceLog(m.projectId, entry.resourceType, dirty);
-          const json = JSON.stringify(
-            m.t === 'resource'
-              ? entry.body
-              : {
-                  resourceType: entry.resourceType,
-                  id: entry.id,
-                  meta: { versionId: entry.versionId, lastUpdated: entry.lastUpdated },
-                },
-          );
+          const { json } = entry;
           const key = `${m.projectId}\u0000${key2(entry.resourceType, entry.id)}`;
           const inBatch = latest.get(key);
           const committed = dropped.has(m.projectId)
