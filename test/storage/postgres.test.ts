@@ -1,6 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ExportPool } from '../../src/bulk/export-pool.js';
 import { openPostgresExportReader } from '../../src/storage/postgres/export-reader.js';
 import { postgresStorage } from '../../src/storage/postgres/postgres-storage.js';
 import type { ExportReader, ExportSnapshot, Storage } from '../../src/storage/types.js';
@@ -150,6 +154,46 @@ if (!url) {
       } finally {
         await reader?.close();
         await storage.close();
+      }
+    });
+
+    it('exports in a worker thread that reopens the store from its descriptor', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      const pool = new ExportPool({ maxThreads: 1 });
+      const outputDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-pg-export-'));
+      try {
+        await storage.createResource('p1', { resourceType: 'Patient', id: 'pa' });
+        await storage.createResource('p1', {
+          resourceType: 'Observation',
+          id: 'o1',
+          subject: { reference: 'Patient/pa' },
+        });
+        await storage.createResource('p2', { resourceType: 'Patient', id: 'other' });
+        const snapshot = await storage.exportSnapshot('p1');
+        await storage.createResource('p1', { resourceType: 'Patient', id: 'late' });
+        const result = await pool.run({
+          jobId: 'job-1',
+          projectId: 'p1',
+          params: { level: 'system', outputFormat: 'application/fhir+ndjson', lenient: false },
+          types: ['Patient', 'Observation'],
+          snapshot,
+          descriptor: storage.descriptor!,
+          outputDir,
+          maxFileSize: 1 << 20,
+          issues: [],
+        });
+        const ids = (type: string) =>
+          result.output
+            .filter((o) => o.type === type)
+            .flatMap((o) => fs.readFileSync(path.join(outputDir, o.file), 'utf8').trim().split('\n'))
+            .map((line) => (JSON.parse(line) as { id: string }).id);
+        expect(ids('Patient')).toEqual(['pa']);
+        expect(ids('Observation')).toEqual(['o1']);
+      } finally {
+        await pool.close();
+        await storage.close();
+        fs.rmSync(outputDir, { recursive: true, force: true });
       }
     });
 
