@@ -168,7 +168,7 @@ export async function poll(
   statusPath: string,
   intervalMs = 25,
   limitMs = 60_000,
-) {
+): Promise<request.Response> {
   const started = Date.now();
   for (;;) {
     const res = await request(app).get(statusPath).set('Authorization', auth);
