@@ -110,9 +110,22 @@ describe('fileStorage', () => {
     await storage.createResource('p1', { resourceType: 'Observation', id: 'o2' });
     await storage.deleteResource('p1', 'Observation', 'o2');
     const snapshot = await storage.exportSnapshot('p1');
+    // Snapshots survive a restart when an export job holds them; others are collected.
+    await storage.createExportJob({
+      id: 'job',
+      projectId: 'p1',
+      ownerId: 'c1',
+      status: 'in-progress',
+      request: 'http://x/$export',
+      transactionTime: snapshot.takenAt,
+      params: {},
+      snapshot,
+    });
+    const orphan = await storage.exportSnapshot('p1');
     await storage.close();
 
     storage = await openStore(dir);
+    expect(fs.existsSync(path.join(dir, orphan.dir as string))).toBe(false);
     expect((await storage.readProject('p1')).strictMode).toBe(true);
     expect((await storage.readUser('p1', alice.id)).active).toBe(false);
     expect(await storage.findUsers('p1', { userName: 'ALICE' })).toHaveLength(1);
@@ -146,8 +159,16 @@ describe('fileStorage', () => {
     await storage.close();
     // A lock left by a process that no longer exists.
     fs.writeFileSync(path.join(dir, 'lock'), '2147483646 stale-token\n');
-    const again = await openStore(dir);
+    let again = await openStore(dir);
     await again.createResource('p1', { resourceType: 'Patient' });
+    await again.close();
+    // A lock naming this very pid but another process incarnation (pid reused after a restart).
+    fs.writeFileSync(
+      path.join(dir, 'lock'),
+      `${process.pid} old-token 00000000-0000-0000-0000-000000000000/1\n`,
+    );
+    again = await openStore(dir);
+    expect((await again.searchResources('p1', 'Patient')).total).toBe(1);
   });
 
   it('repairs a torn tail of a resource log and of a users log', async () => {

@@ -131,6 +131,7 @@ export class FileBackend implements EngineBackend {
       await this.loadOnce(base, committed);
       clock.advanceTo(maxLu);
       await this.removeOrphans();
+      await this.removeUnusedSnapshots();
       await this.resetCommitLog(committed);
     } catch (error) {
       await this.close().catch(() => undefined);
@@ -315,6 +316,31 @@ export class FileBackend implements EngineBackend {
     for (const name of await fs.readdir(path.join(this.options.dir, 'projects'))) {
       if (!used.has(name))
         await fs.rm(path.join(this.options.dir, 'projects', name), { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Removes snapshot directories no export job refers to: taken by a kick-off that crashed
+   * before saving its job, or left by a job deleted without `releaseSnapshot`.
+   */
+  private async removeUnusedSnapshots(): Promise<void> {
+    const used = new Set<string>();
+    for (const byId of Object.values(this.db.data.jobs)) {
+      for (const job of Object.values(byId)) {
+        const dir = job.snapshot?.dir;
+        if (typeof dir === 'string') used.add(dir);
+      }
+    }
+    let names: string[] = [];
+    try {
+      names = await fs.readdir(path.join(this.options.dir, 'snapshots'));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+    for (const name of names) {
+      if (!used.has(`snapshots/${name}`)) {
+        await fs.rm(path.join(this.options.dir, 'snapshots', name), { recursive: true, force: true });
+      }
     }
   }
 

@@ -19,14 +19,41 @@ function processAlive(pid: number): boolean {
 }
 
 /**
- * Takes `<dir>/lock`: a file holding `<pid> <token>`, put in place atomically with `link` so it
+ * Who a pid is, beyond the number: boot id plus the process start time (Linux `/proc`), so a
+ * lock left by a killed process is not mistaken for a live one when its pid was reused (a
+ * restarted container often gets the same small pid). Empty where `/proc` is unavailable.
+ */
+function processIdentity(pid: number): string {
+  try {
+    const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces); start time is field 22.
+    const startTime = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    return startTime ? `${bootId}/${startTime}` : '';
+  } catch {
+    return '';
+  }
+}
+
+/** True when the lock's owner still runs: same pid alive and, when known, the same process. */
+function ownerAlive(content: string): boolean {
+  const [pidText, , identity] = content.trim().split(' ');
+  const pid = Number.parseInt(pidText ?? '', 10);
+  if (!processAlive(pid)) return false;
+  if (!identity) return true;
+  const current = processIdentity(pid);
+  return current === '' || current === identity;
+}
+
+/**
+ * Takes `<dir>/lock`: a file holding `<pid> <token> <identity>`, put in place atomically with `link` so it
  * is never seen half-written. A lock whose process is gone (kill -9) is taken over at once.
  */
 export function acquireLock(dir: string): DirLock {
   const file = path.join(dir, 'lock');
   const token = randomUUID();
   const temp = path.join(dir, `.lock-${token}`);
-  fs.writeFileSync(temp, `${process.pid} ${token}\n`);
+  fs.writeFileSync(temp, `${process.pid} ${token} ${processIdentity(process.pid)}\n`);
   try {
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
@@ -42,8 +69,8 @@ export function acquireLock(dir: string): DirLock {
         if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue;
         throw error;
       }
-      const pid = Number.parseInt(content.split(' ')[0] ?? '', 10);
-      if (processAlive(pid)) {
+      if (ownerAlive(content)) {
+        const pid = content.split(' ')[0] ?? '?';
         throw new StorageLockedError(`The storage directory ${dir} is in use by process ${pid}`);
       }
       try {
