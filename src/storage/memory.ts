@@ -1,3 +1,4 @@
+import { isoMicros } from './engine/clock.js';
 import { Engine, type EngineBackend } from './engine/engine.js';
 import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
@@ -27,7 +28,6 @@ interface Version {
   id: string;
   json: string;
   lu: number;
-  lastUpdated: string;
   deleted: boolean;
   /** Index of the version that replaced this one; -1 while current. */
   superseded: number;
@@ -87,7 +87,6 @@ class MemoryBackend implements EngineBackend {
         id: entry.id,
         json,
         lu: entry.lu,
-        lastUpdated: entry.lastUpdated,
         deleted: entry.deleted,
         superseded: -1,
         prev,
@@ -207,7 +206,7 @@ class MemoryExportReader implements ExportReader {
     for (let i = 0; i < end; i++) {
       const v = log.versions[i]!;
       if (!v.deleted || v.lu <= since || (v.superseded !== -1 && v.superseded < end)) continue;
-      yield { resourceType: options.resourceType, id: v.id, deletedAt: v.lastUpdated };
+      yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lu) };
     }
     await Promise.resolve();
   }

@@ -33,10 +33,8 @@ export interface ResourceEntry {
   resourceType: string;
   id: string;
   versionId: string;
-  /** `meta.lastUpdated` (or the delete time) in microseconds since the epoch. */
+  /** `meta.lastUpdated` (or the delete time) in microseconds since the epoch (`isoMicros` gives the instant). */
   lu: number;
-  /** `meta.lastUpdated` as a FHIR instant. */
-  lastUpdated: string;
   deleted: boolean;
   /** Ids of the patients in whose compartment this version is (empty for tombstones). */
   patients: readonly string[];

@@ -49,8 +49,8 @@ class ProjectData {
   readonly memberships = new Map<string, MembershipRecord>();
   readonly jobs = new Map<string, ExportJobRecord>();
   readonly resources = new Map<string, Map<string, ResourceEntry>>();
-  /** patient id -> `Type\0id` -> live entry. */
-  readonly compartment = new Map<string, Map<string, ResourceEntry>>();
+  /** patient id -> live entries in that patient's compartment. */
+  readonly compartment = new Map<string, Set<ResourceEntry>>();
 }
 
 /** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
@@ -212,19 +212,18 @@ export class BaseState implements StateView {
   putEntry(projectId: string, entry: ResourceEntry): void {
     const data = this.ensure(projectId);
     const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
-    const key = key2(entry.resourceType, entry.id);
     const previous = byId.get(entry.id);
-    if (previous) {
+    if (previous && !previous.deleted) {
       for (const patient of previous.patients) {
         const members = data.compartment.get(patient);
-        members?.delete(key);
+        members?.delete(previous);
         if (members?.size === 0) data.compartment.delete(patient);
       }
     }
     byId.set(entry.id, entry);
     if (!entry.deleted) {
       for (const patient of entry.patients)
-        getOrCreate(data.compartment, patient, () => new Map()).set(key, entry);
+        getOrCreate(data.compartment, patient, () => new Set()).add(entry);
     }
   }
 

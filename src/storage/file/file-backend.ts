@@ -285,7 +285,6 @@ export class FileBackend implements EngineBackend {
           id: body.id,
           versionId: body.meta.versionId,
           lu,
-          lastUpdated: body.meta.lastUpdated,
           deleted,
           patients: deleted ? [] : patientCompartmentIds(body),
           ref,
