@@ -2,7 +2,16 @@ import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { patientCompartmentIds } from '../fhir/compartment.js';
-import { HEADER_LENGTH, OP_DELETE, readLu, readOp, readSuperseded, scanRecords } from './file/record.js';
+import {
+  HEADER_LENGTH,
+  OP_AT,
+  OP_DELETE,
+  readLu,
+  readOp,
+  readSuperseded,
+  scanRecords,
+  SUPERSEDED_AT,
+} from './file/record.js';
 import { asFileSnapshot, type FileSnapshot } from './file/snapshot.js';
 import type {
   ExportReader,
@@ -26,6 +35,8 @@ export interface FileExportReaderOptions {
 
 const BLOCK = 1024 * 1024;
 const NEWLINE = 0x0a;
+/** Four ASCII '0' bytes read as a little-endian uint32. */
+const ZEROS = 0x30303030;
 
 async function readFully(handle: FileHandle, buf: Buffer, position: number): Promise<void> {
   let got = 0;
@@ -134,9 +145,14 @@ export class FileExportReader implements ExportReader {
       let start = 0;
       let nl = buf.indexOf(NEWLINE, filled);
       while (nl !== -1 && nl < stop) {
-        if (readOp(buf, start) !== OP_DELETE) {
-          const superseded = readSuperseded(buf, start);
-          if ((superseded === 0 || superseded >= end) && readLu(buf, start) > since) {
+        if (buf[start + OP_AT] !== OP_DELETE && (since < 0 || readLu(buf, start) > since)) {
+          // Most records are current: compare the field with "000000000000" before parsing it.
+          const at = start + SUPERSEDED_AT;
+          const current =
+            buf.readUInt32LE(at) === ZEROS &&
+            buf.readUInt32LE(at + 4) === ZEROS &&
+            buf.readUInt32LE(at + 8) === ZEROS;
+          if (current || readSuperseded(buf, start) >= end) {
             const full = chunks.add(buf, start + HEADER_LENGTH, nl + 1);
             if (full) yield full;
           }
