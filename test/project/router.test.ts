@@ -214,17 +214,27 @@ describe('POST /Project/$init', () => {
     expectOutcome(anonymous, 401, 'login');
     expect(anonymous.headers['www-authenticate']).toMatch(/^Bearer/);
     expectOutcome(await postJson(app, '/Project/$init', adminOf('p1'), params(NAME)), 403, 'forbidden');
+    // A user principal must exist and be active in its project (requirePrincipal checks it).
+    await storage.createProject({ id: 'p1', name: 'Home', strictMode: false });
+    const user = await storage.createUser('p1', {
+      projectId: 'p1',
+      userName: 'u1',
+      userType: 'Practitioner',
+      profileId: 'prac-1',
+      active: true,
+      data: {},
+    });
     expectOutcome(
       await postJson(
         app,
         '/Project/$init',
-        testToken({ projectId: 'p1', kind: 'user', id: 'u1' }),
+        testToken({ projectId: 'p1', kind: 'user', id: user.id }),
         params(NAME),
       ),
       403,
       'forbidden',
     );
-    expect(await storage.listProjects()).toEqual([]);
+    expect((await storage.listProjects()).map((p) => p.id)).toEqual(['p1']);
   });
 
   it('lets allowInit widen who may create projects; a user caller becomes the owner', async () => {
