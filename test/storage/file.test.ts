@@ -327,6 +327,23 @@ describe('fileStorage', () => {
     expect(tombstones.map((t) => t.id)).toEqual(['o19']);
   });
 
+  it('rewrites the users and one-time value logs once mostly dead', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir, { durability: 'write' });
+    const u = await storage.createUser('p1', user('busy'));
+    for (let i = 0; i < 1100; i++) await storage.updateUser('p1', u.id, { data: { i } });
+    expect(fs.statSync(usersLog(dir)).size).toBeLessThan(50_000);
+    expect(await storage.useOnce('live', Date.now() + 600_000)).toBe(true);
+    for (let i = 0; i < 2200; i++) await storage.useOnce(`old-${i}`, Date.now() - 1);
+    await storage.useOnce('trigger', Date.now() + 600_000);
+    expect(fs.statSync(path.join(dir, 'once.log')).size).toBeLessThan(50_000);
+    await storage.close();
+    storage = await openStore(dir);
+    expect((await storage.readUser('p1', u.id)).data).toEqual({ i: 1099 });
+    expect(await storage.useOnce('live', Date.now() + 600_000)).toBe(false);
+    expect(await storage.useOnce('old-5', Date.now() + 600_000)).toBe(true);
+  });
+
   it('removes a deleted project from disk and keeps re-created ones apart', async () => {
     const dir = tempDir();
     let storage = await openStore(dir);

@@ -127,6 +127,16 @@ export class BaseState implements StateView {
   once(key: string): number | undefined {
     return this.onceValues.get(key);
   }
+  /** Number of users of a project (constant time). */
+  userCount(projectId: string): number {
+    return this.get(projectId)?.users.size ?? 0;
+  }
+
+  /** Number of recorded one-time values, expired ones not yet purged included (constant time). */
+  onceCount(): number {
+    return this.onceValues.size;
+  }
+
   /** Every recorded one-time value (for adapters that persist them). */
   onceEntries(): Iterable<[string, number]> {
     return this.onceValues.entries();

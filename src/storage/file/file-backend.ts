@@ -677,14 +677,13 @@ export class FileBackend implements EngineBackend {
     this.touched.clear();
     for (const log of logs) {
       const meta = this.meta.get(log);
+      // Constant-time checks: this runs after every batch.
       if (log === this.onceLog) {
-        let live = 0;
-        for (const [, expiresAt] of base.onceEntries()) if (expiresAt > Date.now()) live += 1;
-        if (log.records > 2 * live + 1024) await this.rewriteOnce(base);
+        if (log.records > 2 * base.onceCount() + 1024) await this.rewriteOnce(base);
       } else if (meta && meta.resourceType === undefined) {
-        let users = 0;
-        for (const _ of base.users(meta.projectId)) users += 1;
-        if (log.records > 2 * users + 1024) await this.rewriteUsers(log, meta.projectId, base);
+        if (log.records > 2 * base.userCount(meta.projectId) + 1024) {
+          await this.rewriteUsers(log, meta.projectId, base);
+        }
       } else if (meta?.resourceType !== undefined) {
         const live = log.size - log.deadBytes;
         if (log.deadBytes >= this.options.compactionMinDeadBytes && log.deadBytes > live) {
