@@ -4,6 +4,7 @@ import type {
   NdjsonChunk,
   NewUser,
   Storage,
+  StorageOperations,
   StoredResource,
   Tombstone,
 } from '../../src/storage/types.js';
@@ -210,6 +211,15 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         await rejectsWith(storage.deleteUser('p1', a.id), NOT_FOUND);
         await rejectsWith(storage.updateUser('p1', a.id, { active: false }), NOT_FOUND);
         await storage.createUser('p1', newUser('alicia'));
+      });
+
+      it('lets exactly one of concurrent creates with the same userName win', async () => {
+        const results = await Promise.allSettled(
+          ['Zed', 'zed', 'ZED', 'zEd'].map((name) => storage.createUser('p1', newUser(name))),
+        );
+        expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+        for (const r of results) if (r.status === 'rejected') expect(code(r.reason)).toBe(CONFLICT);
+        expect(await storage.listUsers('p1')).toHaveLength(1);
       });
 
       it('lists users by createdAt then id and isolates projects', async () => {
@@ -687,6 +697,22 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         expect(await storage.findUsers('p1', { userName: 'alice' })).toHaveLength(1);
       });
 
+      it('refuses writes through the store inside a transaction and tx use after it ends', async () => {
+        let saved: StorageOperations | undefined;
+        await storage.transaction(async (tx) => {
+          saved = tx;
+          await expect(storage.createResource('p1', { resourceType: 'Patient' })).rejects.toMatchObject({
+            code: 'ERR_STORAGE_IN_TRANSACTION',
+          });
+          // Reads through the store are fine (they see committed data only).
+          expect((await storage.searchResources('p1', 'Patient')).total).toBe(0);
+        });
+        await rejectsWith(
+          saved!.createResource('p1', { resourceType: 'Patient' }),
+          'ERR_STORAGE_TRANSACTION_ENDED',
+        );
+      });
+
       it('a failed operation inside a transaction leaves no partial writes', async () => {
         await storage.createResource('p1', { resourceType: 'Patient', id: 'exists' });
         await storage.transaction(async (tx) => {
@@ -736,6 +762,8 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         const a = await seedForExport();
         const snapshot = await storage.exportSnapshot('p1');
         expect(Number.isNaN(Date.parse(snapshot.takenAt))).toBe(false);
+        // takenAt is after every version it includes.
+        expect(snapshot.takenAt >= a.meta.lastUpdated).toBe(true);
         // The snapshot is plain JSON.
         const plain = JSON.parse(JSON.stringify(snapshot)) as ExportSnapshot;
         await storage.updateResource('p1', {

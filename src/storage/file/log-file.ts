@@ -72,7 +72,10 @@ export class LogFile {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || !options.create) throw error;
       await fs.mkdir(path.dirname(file), { recursive: true });
       handle = await fs.open(file, 'wx+');
-      if (options.sync) await syncDir(path.dirname(file));
+      // The new entry, and directories `mkdir` may just have created (up to `projects/`).
+      if (options.sync) {
+        for (let dir = path.dirname(file), i = 0; i < 3; i++, dir = path.dirname(dir)) await syncDir(dir);
+      }
     }
     const log = new LogFile(file, new Segment(handle));
     log.size = (await handle.stat()).size;
