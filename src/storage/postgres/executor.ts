@@ -1,7 +1,7 @@
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
-import { ConflictError, StorageError } from '../errors.js';
+import { ConflictError, InvalidRecordError, StorageError } from '../errors.js';
 import { UNIQUE_ATTRIBUTES } from './schema.js';
 
 /**
@@ -53,6 +53,10 @@ export function mapPgError(error: unknown): unknown {
       ...(attribute !== undefined ? { attribute } : {}),
       cause: error,
     });
+  }
+  // Text PostgreSQL cannot store (a NUL character) or index (a key of several kilobytes).
+  if (code === '22021' || code === '22P05' || code === '54000') {
+    return new InvalidRecordError('The record holds a value PostgreSQL cannot store', { cause: error });
   }
   if (code === '40001' || code === '40P01') {
     return new ConflictError('A concurrent transaction changed the same records; retry', { cause: error });

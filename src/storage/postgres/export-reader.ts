@@ -70,19 +70,27 @@ export class PostgresExportReader implements ExportReader {
   ): AsyncIterable<NdjsonChunk> {
     const snap = asPostgresSnapshot(projectId, snapshot);
     const values: unknown[] = [projectId, options.resourceType, snap.seq, (options.since ?? -1e15) * 1000];
-    let narrow = '';
+    // Filters outside the fenced lookup, so that it stays a primary-key lookup.
+    const liveOf = (r: string): string =>
+      `${r}project_id = $1 AND ${r}resource_type = $2 AND ${r}seq <= $3
+       AND (${r}superseded_seq IS NULL OR ${r}superseded_seq > $3) AND NOT ${r}deleted AND ${r}lu > $4::float8`;
+    let sql = `SELECT body FROM ${this.s}.resources WHERE ${liveOf('')} ORDER BY seq`;
     if (options.patientIds) {
       values.push(options.patientIds);
-      // Group/Patient exports read only the versions ever in these compartments.
-      narrow = `AND seq IN (SELECT seq FROM ${this.s}.resource_compartments
-                             WHERE project_id = $1 AND resource_type = $2 AND seq <= $3
-                               AND patient_id = ANY($5::text[]))`;
+      // Group/Patient exports read only the versions ever in these compartments, patient by
+      // patient and version by version through the indexes (LATERAL, fenced with OFFSET 0).
+      sql = `SELECT r.body
+               FROM (SELECT DISTINCT c.seq
+                       FROM (SELECT DISTINCT * FROM unnest($5::text[])) AS p(patient_id)
+                       CROSS JOIN LATERAL (
+                         SELECT seq FROM ${this.s}.resource_compartments
+                          WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2
+                            AND seq <= $3 OFFSET 0) c) k
+               CROSS JOIN LATERAL (
+                 SELECT * FROM ${this.s}.resources WHERE seq = k.seq OFFSET 0) r
+              WHERE ${liveOf('r.')}
+              ORDER BY k.seq`;
     }
-    const sql = `SELECT body FROM ${this.s}.resources
-                  WHERE project_id = $1 AND resource_type = $2 AND seq <= $3
-                    AND (superseded_seq IS NULL OR superseded_seq > $3)
-                    AND NOT deleted AND lu > $4::float8 ${narrow}
-                  ORDER BY seq`;
     let lines: string[] = [];
     let bytes = 0;
     for await (const rows of this.stream<{ body: string }>(sql, values)) {

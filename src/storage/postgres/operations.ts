@@ -32,8 +32,15 @@ function records<T>(rows: RecordRow<T>[]): T[] {
   return rows.map((r) => r.record);
 }
 
+/** `\u0000` in JSON text, not preceded by an escaped backslash. */
+const ESCAPED_NUL = /(?:^|[^\\])(?:\\\\)*\\u0000/;
+
 function json(value: unknown): string {
-  return JSON.stringify(value);
+  const text = JSON.stringify(value);
+  // jsonb refuses NUL characters; failing here keeps an open transaction usable.
+  if (text.includes('\\u0000') && ESCAPED_NUL.test(text))
+    throw new InvalidRecordError('A record cannot hold NUL characters');
+  return text;
 }
 
 function checkUserName(userName: unknown): void {

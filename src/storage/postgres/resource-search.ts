@@ -17,33 +17,71 @@ function orderBy(sort: ResourceQuery['sort'], t: string): string {
 /** Bodies are read in slices of this many when `where` filters them in JavaScript. */
 const SLICE = 256;
 
-/** The WHERE clause (current, live versions narrowed by the query's SQL-side fields) and its values. */
+/**
+ * The current, live versions matching the query's SQL-side fields: what follows FROM (a FROM
+ * item `r` with columns `seq`, `id`, `lu`, possibly with its WHERE clause). Id and compartment lookups go key by key through LATERAL subqueries
+ * (fenced with OFFSET 0) so that they stay index lookups even before the planner has statistics.
+ */
 function candidates(
   s: string,
   projectId: string,
   resourceType: string,
   query: ResourceQuery,
-): { where: string; values: unknown[] } {
+): { from: string; values: unknown[] } {
   const values: unknown[] = [projectId, resourceType];
   const param = (value: unknown): string => {
     values.push(value);
     return `$${values.length}`;
   };
-  const clauses = ['project_id = $1', 'resource_type = $2', 'superseded_seq IS NULL', 'NOT deleted'];
-  if (query.ids) clauses.push(`id = ANY(${param(query.ids)}::text[])`);
+  // The conditions on a version, on columns prefixed with `r`.
+  const conditions: ((r: string) => string)[] = [
+    (r) =>
+      `${r}project_id = $1 AND ${r}resource_type = $2 AND ${r}superseded_seq IS NULL AND NOT ${r}deleted`,
+  ];
   const range = query.lastUpdated;
   // `lu` is in microseconds, the range in milliseconds.
-  if (range?.gt !== undefined) clauses.push(`lu > ${param(range.gt * 1000)}::float8`);
-  if (range?.ge !== undefined) clauses.push(`lu >= ${param(range.ge * 1000)}::float8`);
-  if (range?.lt !== undefined) clauses.push(`lu < ${param(range.lt * 1000)}::float8`);
-  if (range?.le !== undefined) clauses.push(`lu <= ${param(range.le * 1000)}::float8`);
-  if (query.compartment) {
-    clauses.push(
-      `seq IN (SELECT seq FROM ${s}.resource_compartments
-                WHERE project_id = $1 AND resource_type = $2 AND patient_id = ANY(${param(query.compartment)}::text[]))`,
-    );
+  for (const [op, value] of [
+    ['>', range?.gt],
+    ['>=', range?.ge],
+    ['<', range?.lt],
+    ['<=', range?.le],
+  ] as const) {
+    if (value === undefined) continue;
+    const p = param(value * 1000);
+    conditions.push((r) => `${r}lu ${op} ${p}::float8`);
   }
-  return { where: clauses.join(' AND '), values };
+  const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
+  if (query.compartment) {
+    if (query.ids) {
+      const ids = param(query.ids);
+      conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
+    }
+    const patients = param(query.compartment);
+    // Conditions outside the fenced lookups, so that they stay lookups by key.
+    return {
+      from: `(SELECT DISTINCT c.seq
+                FROM (SELECT DISTINCT * FROM unnest(${patients}::text[])) AS p(patient_id)
+                CROSS JOIN LATERAL (
+                  SELECT seq FROM ${s}.resource_compartments
+                   WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2 OFFSET 0) c) k
+             CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
+             WHERE ${live('r.')}`,
+      values,
+    };
+  }
+  if (query.ids) {
+    const ids = param(query.ids);
+    return {
+      from: `(SELECT DISTINCT * FROM unnest(${ids}::text[])) AS k(id)
+             CROSS JOIN LATERAL (
+               SELECT * FROM ${s}.resources
+                WHERE project_id = $1 AND resource_type = $2 AND id = k.id AND superseded_seq IS NULL
+               OFFSET 0) r
+             WHERE ${live('r.')}`,
+      values,
+    };
+  }
+  return { from: `(SELECT seq, id, lu FROM ${s}.resources WHERE ${live('')}) r`, values };
 }
 
 /**
@@ -58,13 +96,13 @@ export async function searchResources(
   resourceType: string,
   q: ResourceQuery,
 ): Promise<ResourcePage> {
-  const { where, values } = candidates(s, projectId, resourceType, q);
+  const { from, values } = candidates(s, projectId, resourceType, q);
   const offset = Math.max(0, q.offset ?? 0);
   const count = q.count === undefined ? null : Math.max(0, q.count);
   if (!q.where) {
     values.push(count, offset);
     const { rows } = await query<{ total: number; body: string | null }>(
-      `WITH m AS (SELECT seq, id, lu FROM ${s}.resources WHERE ${where})
+      `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${from})
        SELECT t.total, p.body
          FROM (SELECT count(*)::int AS total FROM m) t
          LEFT JOIN LATERAL (
@@ -80,7 +118,7 @@ export async function searchResources(
     };
   }
   const { rows: matches } = await query<{ seq: string }>(
-    `SELECT seq FROM ${s}.resources r WHERE ${where} ORDER BY ${orderBy(q.sort, 'r')}`,
+    `SELECT r.seq FROM ${from} ORDER BY ${orderBy(q.sort, 'r')}`,
     values,
   );
   const kept: StoredResource[] = [];

@@ -14,42 +14,73 @@ export function checkResourceType(resourceType: unknown): asserts resourceType i
 }
 
 export function checkId(id: unknown, what: string): asserts id is string {
-  if (typeof id !== 'string' || id.length === 0) throw new InvalidRecordError(`Invalid ${what} id`);
+  // PostgreSQL text cannot hold NUL characters.
+  if (typeof id !== 'string' || id.length === 0 || id.includes('\u0000')) {
+    throw new InvalidRecordError(`Invalid ${what} id`);
+  }
 }
 
-interface CurrentRow {
-  seq: string;
-  version_id: string;
+/** The current version of a resource while a batch is planned (from the table or the batch). */
+interface Current {
+  /** Its seq when it is a row of the table (not a version written by this batch). */
+  dbSeq?: string;
+  /** Index in `versions` when this batch wrote it. */
+  index?: number;
+  versionId: string;
   deleted: boolean;
-  next: string;
 }
 
-function nextVersion(previous: CurrentRow | undefined): string {
-  const n = previous ? Number.parseInt(previous.version_id, 10) : 0;
+interface NewVersion {
+  seq: string;
+  resourceType: string;
+  id: string;
+  versionId: string;
+  lu: number;
+  deleted: boolean;
+  body: string | null;
+  superseded: string | null;
+  patients: string[];
+}
+
+function nextVersion(previous: Current | undefined): string {
+  const n = previous ? Number.parseInt(previous.versionId, 10) : 0;
   return String(Number.isFinite(n) ? n + 1 : 1);
 }
 
-/**
- * Hands out `count` strictly increasing `meta.lastUpdated` instants (microseconds) for a project
- * from the database clock, and locks the project's clock row until the transaction ends: resource
- * writes of one project are serialized, whichever instance makes them.
- */
-async function tick(query: Query, s: string, projectId: string, count: number): Promise<number> {
-  const { rows } = await query<{ lu: string }>(
-    `INSERT INTO ${s}.resource_clocks AS c (project_id, lu)
-       VALUES ($1, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + $2 - 1)
-     ON CONFLICT (project_id) DO UPDATE SET lu = greatest(c.lu + $2, excluded.lu)
-     RETURNING lu`,
-    [projectId, count],
-    true,
-  );
-  return Number(rows[0]!.lu) - count + 1;
+function key(resourceType: string, id: string): string {
+  return `${resourceType}\u0000${id}`;
 }
 
 /**
- * Applies `writes` in order inside the caller's transaction (all-or-nothing is the caller's
- * transaction). Each write reads the current version `FOR UPDATE`, checks `ifMatch`, marks the
- * current version superseded and inserts the new version (or tombstone) with its compartment rows.
+ * Hands out `count` strictly increasing `meta.lastUpdated` instants (microseconds, starting from
+ * the database clock's millisecond like the other stores) and `count` seqs for a project, and
+ * locks the project's clock row until the transaction ends: resource writes of one project are
+ * serialized, whichever instance makes them.
+ */
+async function allocate(
+  query: Query,
+  s: string,
+  projectId: string,
+  count: number,
+): Promise<{ lu: number; seqs: string[] }> {
+  const { rows } = await query<{ lu: string; seqs: string[] }>(
+    `INSERT INTO ${s}.resource_clocks AS c (project_id, lu)
+       VALUES ($1, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + $2 - 1)
+     ON CONFLICT (project_id) DO UPDATE SET lu = greatest(c.lu + $2, excluded.lu)
+     RETURNING lu, (SELECT array_agg(nextval('${s}.resource_seq')) FROM generate_series(1, $2)) AS seqs`,
+    [projectId, count],
+    true,
+  );
+  const row = rows[0]!;
+  const seqs = row.seqs.map(BigInt).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return { lu: Number(row.lu) - count + 1, seqs: seqs.map(String) };
+}
+
+/**
+ * Applies `writes` in order inside the caller's transaction (which makes them all-or-nothing), in
+ * a fixed number of statements whatever the batch size: allocate instants and seqs, read the
+ * current versions `FOR UPDATE`, plan every write in memory (ids, `ifMatch`, version ids, bodies,
+ * compartments), then mark the replaced versions superseded and insert the new ones.
  */
 export async function applyResourceWrites(
   query: Query,
@@ -57,41 +88,58 @@ export async function applyResourceWrites(
   projectId: string,
   writes: readonly ResourceWrite[],
 ): Promise<WriteResult[]> {
-  for (const write of writes) {
-    if (write.op === 'delete') checkResourceType(write.resourceType);
-    else {
-      if (typeof write.resource !== 'object' || write.resource === null) {
-        throw new InvalidRecordError('A resource must be an object');
-      }
-      checkResourceType(write.resource.resourceType);
+  const targets = writes.map((write) => {
+    if (write.op === 'delete') {
+      checkResourceType(write.resourceType);
+      checkId(write.id, 'resource');
+      return { resourceType: write.resourceType, id: write.id };
     }
-  }
-  if (writes.length === 0) return [];
-  let lu = await tick(query, s, projectId, writes.length);
-  const results: WriteResult[] = [];
-  for (const write of writes) {
-    const resourceType = write.op === 'delete' ? write.resourceType : write.resource.resourceType;
-    const id: unknown =
-      write.op === 'delete'
-        ? write.id
-        : write.op === 'create'
-          ? (write.resource.id ?? randomUUID())
-          : write.resource.id;
+    if (typeof write.resource !== 'object' || write.resource === null) {
+      throw new InvalidRecordError('A resource must be an object');
+    }
+    checkResourceType(write.resource.resourceType);
+    const id: unknown = write.op === 'create' ? (write.resource.id ?? randomUUID()) : write.resource.id;
     checkId(id, 'resource');
-    const { rows } = await query<CurrentRow>(
-      `SELECT c.seq, c.version_id, c.deleted, nextval('${s}.resource_seq') AS next
-         FROM (SELECT 1) one
-         LEFT JOIN (SELECT seq, version_id, deleted FROM ${s}.resources
-                     WHERE project_id = $1 AND resource_type = $2 AND id = $3 AND superseded_seq IS NULL
-                     FOR UPDATE) c ON true`,
-      [projectId, resourceType, id],
-      true,
-    );
-    const row = rows[0]!;
-    const current = row.seq === null ? undefined : row;
-    const live = current && !current.deleted ? current : undefined;
+    return { resourceType: write.resource.resourceType, id };
+  });
+  if (writes.length === 0) return [];
+  const { lu: firstLu, seqs } = await allocate(query, s, projectId, writes.length);
+  const { rows } = await query<{
+    resource_type: string;
+    id: string;
+    seq: string;
+    version_id: string;
+    deleted: boolean;
+  }>(
+    // One index lookup per key, whatever the planner's statistics say (LATERAL with FOR UPDATE is
+    // never flattened into a join that could scan the project).
+    `SELECT k.resource_type, k.id, r.seq, r.version_id, r.deleted
+       FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[])) AS k(resource_type, id)
+       CROSS JOIN LATERAL (
+         SELECT seq, version_id, deleted FROM ${s}.resources
+          WHERE project_id = $1 AND resource_type = k.resource_type AND id = k.id AND superseded_seq IS NULL
+          FOR UPDATE) r`,
+    [projectId, targets.map((t) => t.resourceType), targets.map((t) => t.id)],
+    true,
+  );
+  const current = new Map<string, Current>();
+  for (const row of rows) {
+    current.set(key(row.resource_type, row.id), {
+      dbSeq: row.seq,
+      versionId: row.version_id,
+      deleted: row.deleted,
+    });
+  }
+  const versions: NewVersion[] = [];
+  const superseded: { old: string; next: string }[] = [];
+  const results: WriteResult[] = [];
+  writes.forEach((write, i) => {
+    const { resourceType, id } = targets[i]!;
+    const k = key(resourceType, id);
+    const previous = current.get(k);
+    const live = previous && !previous.deleted ? previous : undefined;
     const ifMatch = write.op === 'create' ? undefined : write.ifMatch;
-    if (ifMatch !== undefined && live?.version_id !== ifMatch) {
+    if (ifMatch !== undefined && live?.versionId !== ifMatch) {
       throw new PreconditionFailedError(`${resourceType}/${id} is not at version ${ifMatch}`);
     }
     if (write.op === 'create' && live) {
@@ -99,46 +147,81 @@ export async function applyResourceWrites(
     }
     if (write.op === 'delete' && !live) {
       results.push({ op: 'delete' });
-      continue;
+      return;
     }
-    const versionId = nextVersion(current);
-    const lastUpdated = isoMicros(lu);
+    const seq = seqs[versions.length]!;
+    const lu = firstLu + versions.length;
+    const versionId = nextVersion(previous);
     let body: string | null = null;
     let patients: string[] = [];
-    let stored: StoredResource | undefined;
-    if (write.op !== 'delete') {
-      const copy = structuredClone(write.resource) as StoredResource;
-      copy.id = id;
-      copy.meta = { ...(copy.meta ?? {}), versionId, lastUpdated };
-      // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
-      const { resourceType: type, id: _id, ...rest } = copy;
-      stored = { resourceType: type, id, ...rest };
-      body = JSON.stringify(stored);
-      patients = patientCompartmentIds(stored);
-    }
-    if (current) {
-      await query(
-        `UPDATE ${s}.resources SET superseded_seq = $1 WHERE seq = $2`,
-        [row.next, current.seq],
-        true,
-      );
-    }
-    await query(
-      `WITH version AS (
-         INSERT INTO ${s}.resources (seq, project_id, resource_type, id, version_id, lu, deleted, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8))
-       INSERT INTO ${s}.resource_compartments (project_id, patient_id, resource_type, seq)
-       SELECT DISTINCT $2, patient, $3, $1::bigint FROM unnest($9::text[]) AS patient`,
-      [row.next, projectId, resourceType, id, versionId, lu, write.op === 'delete', body, patients],
-      true,
-    );
-    lu += 1;
     if (write.op === 'delete') results.push({ op: 'delete' });
     else {
-      const result: WriteResult = { op: write.op, resource: stored! };
+      const copy = structuredClone(write.resource) as StoredResource;
+      copy.id = id;
+      copy.meta = { ...(copy.meta ?? {}), versionId, lastUpdated: isoMicros(lu) };
+      // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
+      const { resourceType: type, id: _id, ...rest } = copy;
+      const stored: StoredResource = { resourceType: type, id, ...rest };
+      body = JSON.stringify(stored);
+      patients = patientCompartmentIds(stored);
+      const result: WriteResult = { op: write.op, resource: stored };
       if (write.op === 'update') result.created = !live;
       results.push(result);
     }
+    if (previous?.dbSeq !== undefined) superseded.push({ old: previous.dbSeq, next: seq });
+    if (previous?.index !== undefined) versions[previous.index]!.superseded = seq;
+    current.set(k, { index: versions.length, versionId, deleted: write.op === 'delete' });
+    versions.push({
+      seq,
+      resourceType,
+      id,
+      versionId,
+      lu,
+      deleted: write.op === 'delete',
+      body,
+      superseded: null,
+      patients,
+    });
+  });
+  if (superseded.length > 0) {
+    // Before the inserts: the unique index on current versions must never see two.
+    await query(
+      `UPDATE ${s}.resources r SET superseded_seq = u.next
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(old, next)
+        WHERE r.seq = u.old`,
+      [superseded.map((x) => x.old), superseded.map((x) => x.next)],
+      true,
+    );
+  }
+  if (versions.length > 0) {
+    const members = versions.flatMap((v) => [...new Set(v.patients)].map((patient) => ({ patient, v })));
+    await query(
+      `WITH version AS (
+         INSERT INTO ${s}.resources
+           (seq, project_id, resource_type, id, version_id, lu, deleted, body, superseded_seq)
+         SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted, v.body, v.superseded_seq
+           FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::boolean[],
+                       $8::text[], $9::bigint[])
+             AS v(seq, resource_type, id, version_id, lu, deleted, body, superseded_seq))
+       INSERT INTO ${s}.resource_compartments (project_id, patient_id, resource_type, seq)
+       SELECT $1, m.patient, m.resource_type, m.seq
+         FROM unnest($10::text[], $11::text[], $12::bigint[]) AS m(patient, resource_type, seq)`,
+      [
+        projectId,
+        versions.map((v) => v.seq),
+        versions.map((v) => v.resourceType),
+        versions.map((v) => v.id),
+        versions.map((v) => v.versionId),
+        versions.map((v) => v.lu),
+        versions.map((v) => v.deleted),
+        versions.map((v) => v.body),
+        versions.map((v) => v.superseded),
+        members.map((m) => m.patient),
+        members.map((m) => m.v.resourceType),
+        members.map((m) => m.v.seq),
+      ],
+      true,
+    );
   }
   return results;
 }
