@@ -699,8 +699,13 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
 
       it('never hangs on a write through the store inside a transaction; tx is dead after it ends', async () => {
         let saved: StorageOperations | undefined;
+        let afterwards: Promise<StoredResource> | undefined;
         await storage.transaction(async (tx) => {
           saved = tx;
+          // Work started inside that writes after the transaction ended is an ordinary write.
+          afterwards = new Promise((resolve) => setTimeout(resolve, 20)).then(() =>
+            storage.createResource('p1', { resourceType: 'Patient', id: 'afterwards' }),
+          );
           // Adapters that serialize writers refuse it (ERR_STORAGE_IN_TRANSACTION); others may run it.
           const outcome = await storage.createResource('p1', { resourceType: 'Patient' }).then(
             () => 'ok',
@@ -713,6 +718,7 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
           (error: unknown) => code(error) ?? 'error',
         );
         expect(late).not.toBe('ok');
+        expect((await afterwards!).id).toBe('afterwards');
       });
 
       it('a failed operation inside a transaction leaves no partial writes', async () => {

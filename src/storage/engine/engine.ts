@@ -69,7 +69,8 @@ export class Engine {
   private readonly queue: (WriteJob | TransactionJob)[] = [];
   private draining: Promise<void> | undefined;
   private closed = false;
-  private readonly inTransaction = new AsyncLocalStorage<true>();
+  /** Marks code running inside a transaction function; `open` is cleared when it ends. */
+  private readonly inTransaction = new AsyncLocalStorage<{ open: boolean }>();
 
   constructor(private readonly backend: EngineBackend) {}
 
@@ -131,7 +132,8 @@ export class Engine {
   private assertNotInTransaction(): void {
     // A write through the store (not `tx`) inside a transaction function would wait for the
     // transaction forever: fail fast instead.
-    if (this.inTransaction.getStore()) {
+    // Only while the transaction runs: work it started that outlives it may write normally.
+    if (this.inTransaction.getStore()?.open) {
       throw new StorageError(
         'ERR_STORAGE_IN_TRANSACTION',
         'Inside a transaction, write through the transaction view (tx), not the store',
@@ -227,14 +229,17 @@ export class Engine {
       readBody: (entry) => this.readBody(entry),
     };
     let result: unknown;
+    const marker = { open: true };
     try {
-      result = await this.inTransaction.run(true, () => job.fn(ctx));
+      result = await this.inTransaction.run(marker, () => job.fn(ctx));
     } catch (error) {
       open = false;
+      marker.open = false;
       job.reject(error);
       return;
     }
     open = false;
+    marker.open = false;
     try {
       await this.commit(layer.mutations);
       job.resolve(result);
