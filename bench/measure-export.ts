@@ -9,6 +9,8 @@ export interface ExportRun {
   statusUrl: string;
   /** Kick-off to the `200` status answer (every file complete), ms. */
   ms: number;
+  /** Kick-off request to its `202` answer, ms. */
+  kickoffMs: number;
   resources: number;
   files: string[];
   bytes: number;
@@ -20,7 +22,7 @@ interface Manifest {
 
 /**
  * Kicks off `GET {fhirBase}{path}` (`/$export`, `/Group/{id}/$export`), polls the status URL every
- * `pollMs` until it answers `200`, and sizes the files the manifest lists (read from `exportDir`).
+ * `pollMs` (default 20) until it answers `200`, and sizes the files the manifest lists (read from `exportDir`).
  */
 export async function runHttpExport(options: {
   fhirBase: string;
@@ -29,10 +31,11 @@ export async function runHttpExport(options: {
   exportDir: string;
   pollMs?: number;
 }): Promise<ExportRun> {
-  const pollMs = options.pollMs ?? 50;
+  const pollMs = options.pollMs ?? 20;
   const headers = bearer(options.token, { accept: 'application/fhir+json', prefer: 'respond-async' });
   const start = now();
   const kickoff = await expectJson(202, `${options.fhirBase}${options.path}`, { headers });
+  const kickoffMs = now() - start;
   const statusUrl = kickoff.headers.get('content-location');
   if (!statusUrl) throw new Error('kick-off answered no Content-Location');
   let manifest: Manifest | undefined;
@@ -49,7 +52,7 @@ export async function runHttpExport(options: {
   );
   const bytes = files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
   const resources = manifest.output.reduce((sum, o) => sum + o.count, 0);
-  return { jobId, statusUrl, ms, resources, files, bytes };
+  return { jobId, statusUrl, ms, kickoffMs, resources, files, bytes };
 }
 
 /** Deletes a finished job and its files (`DELETE` on the status URL). */

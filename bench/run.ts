@@ -6,7 +6,9 @@
  *   --large           1,000,000 resources (2,513 patients); memory compared with N/5
  *   --reps R          repetitions of each main timing (default 3)
  *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
+ *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
  *   --store S         file (default) or memory
+ *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
  *   --no-synthea      skip the Synthea sample
  *   --no-memory       skip the second data size
  *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
@@ -29,7 +31,9 @@ const { values } = parseArgs({
     large: { type: 'boolean', default: false },
     reps: { type: 'string' },
     'scim-users': { type: 'string' },
+    'scim-requests': { type: 'string', default: '500,200,200' },
     store: { type: 'string', default: 'file' },
+    durability: { type: 'string', default: 'fsync' },
     'no-synthea': { type: 'boolean', default: false },
     'no-memory': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
@@ -45,8 +49,13 @@ function int(name: string, value: string | undefined, fallback: number): number 
 }
 
 if (values.store !== 'file' && values.store !== 'memory') throw new Error('--store must be file or memory');
+if (values.durability !== 'fsync' && values.durability !== 'write')
+  throw new Error('--durability must be fsync or write');
 const large = values.large;
 const patients = int('patients', values.patients, large ? Math.ceil(1_000_000 / RESOURCES_PER_PATIENT) : 250);
+const [lookups, creates, patches] = values['scim-requests']
+  .split(',')
+  .map((v, i) => int(['lookups', 'creates', 'patches'][i]!, v, 0));
 const outDir = path.dirname(values.out);
 fs.mkdirSync(outDir, { recursive: true });
 const options: BenchOptions = {
@@ -57,8 +66,9 @@ const options: BenchOptions = {
   fastReps: 5,
   uploadPatients: Math.min(patients, 25),
   scimUsers: int('scim-users', values['scim-users'], 100_000),
-  scimRequests: { lookups: 500, creates: 200, patches: 200 },
+  scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
   store: values.store,
+  durability: values.durability,
   synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
   seed: 42,
   workDir: os.tmpdir(),

@@ -13,6 +13,7 @@ import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
+import { fileStorage } from '../src/storage/file.js';
 import { memoryStorage } from '../src/storage/memory.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
 import { generatePatients } from './dataset.js';
@@ -26,23 +27,11 @@ import type {
   Request,
   Response,
   ServerInfo,
-  StoreKind,
   WorkerProbe,
 } from './server-protocol.js';
 import { readSynthea } from './synthea.js';
 
 const PROBE_WORKER = fileURLToPath(new URL('./export-worker-probe.mjs', import.meta.url));
-
-/** The file store when the package has it, else undefined. */
-async function fileStorageFactory(): Promise<
-  ((options: { dir: string }) => Storage | Promise<Storage>) | undefined
-> {
-  const kit = (await import('../src/index.js')) as Record<string, unknown>;
-  const factory = kit.fileStorage;
-  return typeof factory === 'function'
-    ? (factory as (options: { dir: string }) => Storage | Promise<Storage>)
-    : undefined;
-}
 
 function listen(server: http.Server): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -102,10 +91,9 @@ class BenchServer {
     return this.#storage;
   }
 
-  async open({ store, dir, exportDir, probeDir }: Commands['open']['args']): Promise<ServerInfo> {
-    const fileStorage = store === 'file' ? await fileStorageFactory() : undefined;
-    const used: StoreKind = fileStorage ? 'file' : 'memory';
-    this.#storage = fileStorage ? await fileStorage({ dir }) : memoryStorage();
+  async open({ store, dir, exportDir, probeDir, durability }: Commands['open']['args']): Promise<ServerInfo> {
+    this.#storage =
+      store === 'file' ? await fileStorage({ dir, ...(durability ? { durability } : {}) }) : memoryStorage();
     this.#probeDir = probeDir;
     process.env.FPK_BENCH_PROBE_DIR = probeDir;
     this.#platform = fhirPlatform({
@@ -129,7 +117,7 @@ class BenchServer {
     return {
       origin: this.#origin,
       plainOrigin,
-      store: used,
+      store,
       workerExports: Boolean(this.#storage.descriptor),
       pid: process.pid,
     };

@@ -17,7 +17,7 @@ export interface ServerInfo {
   origin: string;
   /** `http://127.0.0.1:<port>`: a plain Node `http` + `fs.createReadStream` file server (`GET /?path=`). */
   plainOrigin: string;
-  /** The store actually used (`file` may fall back to `memory` when the file store is missing). */
+  /** The store used. */
   store: StoreKind;
   /** True when the store reopens in worker threads (exports then run off the main thread). */
   workerExports: boolean;
@@ -50,7 +50,17 @@ export interface WorkerProbe {
 }
 
 export interface Commands {
-  open: { args: { store: StoreKind; dir: string; exportDir: string; probeDir: string }; result: ServerInfo };
+  open: {
+    args: {
+      store: StoreKind;
+      dir: string;
+      exportDir: string;
+      probeDir: string;
+      /** The file store's `durability` (`write` skips fsync: a diagnostic, not a product setting). */
+      durability?: 'fsync' | 'write';
+    };
+    result: ServerInfo;
+  };
   newProject: { args: { name: string; strict: boolean }; result: ProjectHandle };
   loadGenerated: {
     args: { projectId: string; patients: number; seed: number; batchSize: number };

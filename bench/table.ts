@@ -24,7 +24,7 @@ export function renderTable(results: BenchResults): string {
   return [
     `fhir-platform-kit benchmark, ${meta.date}`,
     `node ${meta.node}, ${meta.cpus} CPUs (${meta.cpuModel}), ${meta.platform}`,
-    `store: ${meta.store}${meta.workerExports ? ' (exports in worker threads)' : ' (exports in the main thread)'}; N = ${meta.patients} patients; ${meta.options.reps} reps (medians); took ${Math.round(meta.durationMs / 1000)} s`,
+    `store: ${meta.store}${meta.store === 'file' ? ` (durability ${meta.durability})` : ''}${meta.workerExports ? ' (exports in worker threads)' : ' (exports in the main thread)'}; N = ${meta.patients} patients; ${meta.options.reps} reps (medians); took ${Math.round(meta.durationMs / 1000)} s`,
     '',
     line(header),
     line(widths.map((w) => '-'.repeat(w))),
