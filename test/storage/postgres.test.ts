@@ -230,6 +230,40 @@ if (!url) {
       }
     });
 
+    it('refuses values PostgreSQL cannot store with InvalidRecordError, and the transaction goes on', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        await storage.transaction(async (tx) => {
+          await expect(
+            tx.createUser('p1', {
+              projectId: 'p1',
+              userName: 'nul',
+              userType: 'Patient',
+              profileId: 'pa',
+              active: true,
+              data: { displayName: 'a\u0000b' },
+            }),
+          ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+          await expect(
+            tx.createResource('p1', { resourceType: 'Patient', id: 'a\u0000b' }),
+          ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+          await tx.createResource('p1', { resourceType: 'Patient', id: 'ok', text: 'a\u0000b' });
+        });
+        expect((await storage.readResource('p1', 'Patient', 'ok')).text).toBe('a\u0000b');
+      } finally {
+        await storage.close();
+      }
+    });
+
+    it('reports an unreachable database on the first call, and still closes', async () => {
+      const storage = postgresStorage({ connectionString: 'postgres://postgres@127.0.0.1:1/none' });
+      await expect(storage.readProject('p1')).rejects.toThrow();
+      await expect(storage.readProject('p1')).rejects.toThrow();
+      await storage.close();
+      await expect(storage.readProject('p1')).rejects.toMatchObject({ code: 'ERR_STORAGE_CLOSED' });
+    });
+
     it('rejects bad options early', () => {
       expect(() => postgresStorage({ connectionString, schema: '' })).toThrow(TypeError);
       expect(() => postgresStorage({ connectionString, exportChunkBytes: 0 })).toThrow(TypeError);
