@@ -1,8 +1,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fileStorage } from '../../src/storage/file.js';
+import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
 import type { ExportReader, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from './contract.js';
@@ -342,6 +343,32 @@ describe('fileStorage', () => {
     expect((await storage.readUser('p1', u.id)).data).toEqual({ i: 1099 });
     expect(await storage.useOnce('live', Date.now() + 600_000)).toBe(false);
     expect(await storage.useOnce('old-5', Date.now() + 600_000)).toBe(true);
+  });
+
+  it('undoes a batch whose write fails and keeps working', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+    await storage.createResource('p1', { resourceType: 'Observation', id: 'o0' });
+    const append = vi.spyOn(LogFile.prototype, 'append').mockRejectedValueOnce(new Error('disk full'));
+    await expect(
+      storage.writeResources('p1', [
+        { op: 'create', resource: { resourceType: 'Patient', id: 'b' } },
+        { op: 'create', resource: { resourceType: 'Observation', id: 'c' } },
+      ]),
+    ).rejects.toThrow('disk full');
+    append.mockRestore();
+    await expect(storage.readResource('p1', 'Patient', 'b')).rejects.toMatchObject({
+      code: 'ERR_STORAGE_NOT_FOUND',
+    });
+    await storage.createResource('p1', { resourceType: 'Observation', id: 'd' });
+    await storage.close();
+    storage = await openStore(dir);
+    expect((await storage.searchResources('p1', 'Patient')).resources.map((r) => r.id)).toEqual(['a']);
+    expect((await storage.searchResources('p1', 'Observation')).resources.map((r) => r.id)).toEqual([
+      'o0',
+      'd',
+    ]);
   });
 
   it('removes a deleted project from disk and keeps re-created ones apart', async () => {

@@ -525,15 +525,24 @@ export class FileBackend implements EngineBackend {
         }),
       );
       if (this.options.sync) await Promise.all(batches.map((p) => p.log.sync()));
-      if (dirty.value) {
-        data.seq = seq;
-        await this.db.write();
-      } else {
-        await this.appendCommit(seq);
-      }
+      if (!dirty.value) await this.appendCommit(seq);
     } catch (error) {
+      // Not committed: undo. The seq is burned, so a commit.log record of this batch that did
+      // reach the disk can never vouch for the records of a later batch.
+      this.seq = seq;
       await this.rollback(starts, error);
       throw error;
+    }
+    if (dirty.value) {
+      data.seq = seq;
+      try {
+        await this.db.write();
+      } catch (error) {
+        // The rename may or may not have happened: the outcome is unknown until the next open,
+        // whose recovery settles it. Refuse further writes meanwhile.
+        this.broken = error instanceof Error ? error : new Error(String(error));
+        throw error;
+      }
     }
     this.seq = seq;
 
