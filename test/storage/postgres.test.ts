@@ -197,6 +197,29 @@ if (!url) {
       }
     });
 
+    it('takenAt is after every version in the snapshot and before every later one', async () => {
+      const schema = freshSchema();
+      const a = postgresStorage({ connectionString, schema });
+      const b = postgresStorage({ connectionString, schema });
+      try {
+        const before = await a.createResource('p1', { resourceType: 'Patient' });
+        const snapshot = await b.exportSnapshot('p1');
+        const after = await a.createResource('p1', { resourceType: 'Patient' });
+        expect(before.meta.lastUpdated <= snapshot.takenAt).toBe(true);
+        expect(after.meta.lastUpdated > snapshot.takenAt).toBe(true);
+        // An export with `_since` = takenAt (even cut to milliseconds) finds the later write.
+        const since = Date.parse(snapshot.takenAt);
+        const later = await b.exportSnapshot('p1');
+        const rows = await collectNdjson(
+          b.exportReader.readResources('p1', later, { resourceType: 'Patient', since }),
+        );
+        expect(rows.map((r) => r.id)).toContain(after.id);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
     it('uses a caller-owned pool without ending it and has no descriptor then', async () => {
       const schema = freshSchema();
       const pool = new pg.Pool({ connectionString, max: 3 });

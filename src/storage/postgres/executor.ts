@@ -92,6 +92,14 @@ function inTransactionError(): StorageError {
   );
 }
 
+/**
+ * Set in the async flow of a transaction function; `open` turns false when the transaction ends,
+ * so work that function started and that outlives it writes like any other caller.
+ */
+export interface TransactionMarker {
+  open: boolean;
+}
+
 /** Runs `fn` in BEGIN … COMMIT on a client of its own, rolling back on any failure. */
 export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
@@ -120,11 +128,11 @@ export class PoolExecutor implements Executor {
 
   constructor(
     private readonly pool: Pool,
-    private readonly transactionScope: AsyncLocalStorage<true>,
+    private readonly transactionScope: AsyncLocalStorage<TransactionMarker>,
   ) {}
 
   async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
-    if (kind !== 'read' && this.transactionScope.getStore()) throw inTransactionError();
+    if (kind !== 'read' && this.transactionScope.getStore()?.open) throw inTransactionError();
     try {
       if (kind !== 'atomic') return await fn(queryOn(this.pool, this.names));
       for (let attempt = 1; ; attempt++) {

@@ -26,6 +26,7 @@ import {
   type Executor,
   mapPgError,
   type Query,
+  type TransactionMarker,
   PoolExecutor,
   TransactionExecutor,
 } from './executor.js';
@@ -131,7 +132,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     private readonly pool: pg.Pool,
     private readonly ownsPool: boolean,
     private readonly lifecycle: Lifecycle,
-    private readonly scope: AsyncLocalStorage<true>,
+    private readonly scope: AsyncLocalStorage<TransactionMarker>,
     schema: string,
     chunkBytes: number,
     descriptor: StorageDescriptor | undefined,
@@ -147,7 +148,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
 
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
     return this.lifecycle.track(async () => {
-      if (this.scope.getStore()) {
+      if (this.scope.getStore()?.open) {
         throw new StorageError('ERR_STORAGE_IN_TRANSACTION', 'Transactions do not nest; use the tx view');
       }
       const client = await this.pool.connect();
@@ -155,7 +156,13 @@ class PostgresStorage extends PostgresOperations implements Storage {
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');
-        const result = await this.scope.run(true, () => fn(new PostgresOperations(exec, this.s)));
+        const marker: TransactionMarker = { open: true };
+        let result: T;
+        try {
+          result = await this.scope.run(marker, () => fn(new PostgresOperations(exec, this.s)));
+        } finally {
+          marker.open = false;
+        }
         await exec.end();
         await client.query('COMMIT');
         return result;
@@ -319,19 +326,20 @@ class PostgresStorage extends PostgresOperations implements Storage {
     return this.root.run('atomic', async (query) => {
       // Taking the project's clock lock waits for its resource writers in flight; every version
       // committed so far then has a seq at most the sequence's last value, and every later one
-      // gets a greater seq.
-      const { rows } = await query<{ lu: string; now: string }>(
+      // gets a greater seq. `takenAt` is a tick of the clock, like a write: every version in the
+      // snapshot is at or before it, every later one after it (so it is a safe next `_since`).
+      const { rows } = await query<{ lu: string }>(
         `INSERT INTO ${this.s}.resource_clocks AS c (project_id, lu)
-           VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-         ON CONFLICT (project_id) DO UPDATE SET lu = c.lu
-         RETURNING lu, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now`,
+           VALUES ($1, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000)
+         ON CONFLICT (project_id) DO UPDATE SET lu = greatest(c.lu + 1, excluded.lu)
+         RETURNING lu`,
         [projectId],
       );
       const { rows: seqRows } = await query<{ seq: string }>(
         `SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS seq FROM ${this.s}.resource_seq`,
       );
       const snapshot: PostgresSnapshot = {
-        takenAt: isoMicros(Math.max(Number(rows[0]!.lu), Number(rows[0]!.now))),
+        takenAt: isoMicros(Number(rows[0]!.lu)),
         adapter: 'postgres',
         projectId,
         seq: Number(seqRows[0]!.seq),
