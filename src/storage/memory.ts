@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { isoMicros } from './engine/clock.js';
 import { Engine, type EngineBackend } from './engine/engine.js';
+import type { BaseState } from './engine/state.js';
 import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
 import { key2, type Mutation, type ResourceEntry } from './engine/mutation.js';
@@ -40,6 +42,8 @@ interface Version {
 class TypeLog {
   readonly versions: Version[] = [];
   readonly latest = new Map<string, number>();
+  /** Number of superseded versions. */
+  dead = 0;
 }
 
 interface Ref {
@@ -50,6 +54,7 @@ interface Ref {
 interface MemorySnapshot extends ExportSnapshot {
   adapter: 'memory';
   projectId: string;
+  id: string;
   /** Number of versions per type at the snapshot. */
   ends: Record<string, number>;
 }
@@ -59,6 +64,9 @@ class MemoryBackend implements EngineBackend {
   readonly logs = new Map<string, Map<string, TypeLog>>();
   /** project -> patient -> `Type\0id` of every resource ever in that patient's compartment. */
   readonly everInCompartment = new Map<string, Map<string, Set<string>>>();
+  /** Ids of snapshots not released yet: while any exists, old versions are kept. */
+  readonly activeSnapshots = new Set<string>();
+  private readonly touched = new Set<TypeLog>();
 
   log(projectId: string, resourceType: string): TypeLog | undefined {
     return this.logs.get(projectId)?.get(resourceType);
@@ -81,7 +89,11 @@ class MemoryBackend implements EngineBackend {
       if (!log) byType.set(entry.resourceType, (log = new TypeLog()));
       const index = log.versions.length;
       const prev = log.latest.get(entry.id) ?? -1;
-      if (prev >= 0) log.versions[prev]!.superseded = index;
+      if (prev >= 0) {
+        log.versions[prev]!.superseded = index;
+        log.dead += 1;
+        this.touched.add(log);
+      }
       const { json } = entry;
       log.versions.push({
         id: entry.id,
@@ -107,6 +119,34 @@ class MemoryBackend implements EngineBackend {
 
   pin(): () => void {
     return () => undefined;
+  }
+
+  /**
+   * Drops superseded versions of a type once they outnumber the current ones (and 1,024), when
+   * no export snapshot is open: memory then follows the live data, not the number of writes.
+   */
+  maintain(base: BaseState): Promise<void> {
+    if (this.activeSnapshots.size === 0) {
+      for (const [projectId, byType] of this.logs) {
+        for (const [resourceType, log] of byType) {
+          if (!this.touched.has(log) || log.dead <= 1024 || log.dead <= log.versions.length - log.dead)
+            continue;
+          const fresh = new TypeLog();
+          for (const v of log.versions) {
+            if (v.superseded !== -1) continue;
+            fresh.latest.set(v.id, fresh.versions.length);
+            fresh.versions.push({ ...v, prev: -1 });
+          }
+          byType.set(resourceType, fresh);
+          for (const e of base.resources(projectId, resourceType)) {
+            if ((e.ref as Ref).log === log)
+              base.putEntry(projectId, { ...e, ref: { log: fresh, index: fresh.latest.get(e.id)! } });
+          }
+        }
+      }
+    }
+    this.touched.clear();
+    return Promise.resolve();
   }
 
   readBody(entry: ResourceEntry): Promise<StoredResource> {
@@ -234,12 +274,15 @@ class MemoryStorage extends EngineStorage {
     return this.engine.enqueueWrite((w): ExportSnapshot => {
       const ends: Record<string, number> = {};
       for (const [type, log] of this.backend.logs.get(projectId) ?? []) ends[type] = log.versions.length;
-      const snapshot: MemorySnapshot = { takenAt: w.now().iso, adapter: 'memory', projectId, ends };
+      const id = randomUUID();
+      this.backend.activeSnapshots.add(id);
+      const snapshot: MemorySnapshot = { takenAt: w.now().iso, adapter: 'memory', projectId, id, ends };
       return snapshot;
     });
   }
 
-  releaseSnapshot(): Promise<void> {
+  releaseSnapshot(snapshot: ExportSnapshot): Promise<void> {
+    if (typeof snapshot.id === 'string') this.backend.activeSnapshots.delete(snapshot.id);
     return Promise.resolve();
   }
 
@@ -250,9 +293,9 @@ class MemoryStorage extends EngineStorage {
 
 /**
  * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
- * their own persistence. It keeps every version of every resource (exports read a consistent
- * snapshot), so memory grows with the number of writes. Exports stream from the main thread
- * (`descriptor` is undefined).
+ * their own persistence. It keeps old versions while an export snapshot is open (exports read a
+ * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
+ * stream from the main thread (`descriptor` is undefined).
  */
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
