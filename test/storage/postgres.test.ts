@@ -220,6 +220,41 @@ if (!url) {
       }
     });
 
+    it('serializes read-modify-write transactions on one user (reads in a transaction lock the row)', async () => {
+      const schema = freshSchema();
+      const a = postgresStorage({ connectionString, schema });
+      const b = postgresStorage({ connectionString, schema });
+      try {
+        const user = await a.createUser('p1', {
+          projectId: 'p1',
+          userName: 'counter',
+          userType: 'Patient',
+          profileId: 'pa',
+          active: true,
+          data: { n: 0 },
+        });
+        await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            (i % 2 ? a : b).transaction(async (tx) => {
+              const current = await tx.readUser('p1', user.id);
+              await tx.updateUser(
+                'p1',
+                user.id,
+                { data: { n: (current.data.n as number) + 1 } },
+                { ifVersion: current.version },
+              );
+            }),
+          ),
+        );
+        const final = await a.readUser('p1', user.id);
+        expect(final.data.n).toBe(8);
+        expect(final.version).toBe(9);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
     it('uses a caller-owned pool without ending it and has no descriptor then', async () => {
       const schema = freshSchema();
       const pool = new pg.Pool({ connectionString, max: 3 });

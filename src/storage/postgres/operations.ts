@@ -59,7 +59,17 @@ export class PostgresOperations implements StorageOperations {
     protected readonly exec: Executor,
     /** The quoted schema name. */
     protected readonly s: string,
+    /**
+     * Inside a transaction, reads of a project, user or client lock the row until commit, so a
+     * read-modify-write (a SCIM PATCH) waits for a concurrent one instead of failing its
+     * `ifVersion`: what a transaction read stays true until it commits, as in the other stores.
+     */
+    private readonly lockReads = false,
   ) {}
+
+  private get forUpdate(): string {
+    return this.lockReads ? ' FOR UPDATE' : '';
+  }
 
   // Projects
 
@@ -81,7 +91,7 @@ export class PostgresOperations implements StorageOperations {
   readProject(id: string): Promise<ProjectRecord> {
     return this.exec.run('read', async (query) => {
       const { rows } = await query<RecordRow<ProjectRecord>>(
-        `SELECT record FROM ${this.s}.projects WHERE id = $1`,
+        `SELECT record FROM ${this.s}.projects WHERE id = $1${this.forUpdate}`,
         [id],
       );
       if (!rows[0]) throw new NotFoundError(`Project ${id} not found`);
@@ -169,7 +179,7 @@ export class PostgresOperations implements StorageOperations {
   readUser(projectId: string, id: string): Promise<UserRecord> {
     return this.exec.run('read', async (query) => {
       const { rows } = await query<RecordRow<UserRecord>>(
-        `SELECT record FROM ${this.s}.users WHERE project_id = $1 AND id = $2`,
+        `SELECT record FROM ${this.s}.users WHERE project_id = $1 AND id = $2${this.forUpdate}`,
         [projectId, id],
         true,
       );
@@ -332,7 +342,7 @@ export class PostgresOperations implements StorageOperations {
   readClient(clientId: string): Promise<ClientRecord> {
     return this.exec.run('read', async (query) => {
       const { rows } = await query<RecordRow<ClientRecord>>(
-        `SELECT record FROM ${this.s}.clients WHERE id = $1`,
+        `SELECT record FROM ${this.s}.clients WHERE id = $1${this.forUpdate}`,
         [clientId],
         true,
       );

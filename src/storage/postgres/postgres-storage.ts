@@ -159,7 +159,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         const marker: TransactionMarker = { open: true };
         let result: T;
         try {
-          result = await this.scope.run(marker, () => fn(new PostgresOperations(exec, this.s)));
+          result = await this.scope.run(marker, () => fn(new PostgresOperations(exec, this.s, true)));
         } finally {
           marker.open = false;
         }
