@@ -255,6 +255,31 @@ if (!url) {
       }
     });
 
+    it('conditional creates in concurrent transactions do not race (resource reads hold back writers)', async () => {
+      const schema = freshSchema();
+      const a = postgresStorage({ connectionString, schema });
+      const b = postgresStorage({ connectionString, schema });
+      try {
+        const created = await Promise.all(
+          Array.from({ length: 6 }, (_, i) =>
+            (i % 2 ? a : b).transaction(async (tx) => {
+              const found = await tx.searchResources('p1', 'Patient', {
+                where: (r) => r.gender === 'other',
+              });
+              if (found.total > 0) return false;
+              await tx.createResource('p1', { resourceType: 'Patient', gender: 'other' });
+              return true;
+            }),
+          ),
+        );
+        expect(created.filter(Boolean)).toHaveLength(1);
+        expect((await a.searchResources('p1', 'Patient')).total).toBe(1);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+
     it('uses a caller-owned pool without ending it and has no descriptor then', async () => {
       const schema = freshSchema();
       const pool = new pg.Pool({ connectionString, max: 3 });

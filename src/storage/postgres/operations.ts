@@ -21,7 +21,7 @@ import type {
   WriteResult,
 } from '../types.js';
 import type { Executor, Query } from './executor.js';
-import { applyResourceWrites, checkId } from './resource-writes.js';
+import { applyResourceWrites, checkId, lockProjectResources } from './resource-writes.js';
 import { searchResources } from './resource-search.js';
 
 interface RecordRow<T> {
@@ -62,10 +62,20 @@ export class PostgresOperations implements StorageOperations {
     /**
      * Inside a transaction, reads of a project, user or client lock the row until commit, so a
      * read-modify-write (a SCIM PATCH) waits for a concurrent one instead of failing its
-     * `ifVersion`: what a transaction read stays true until it commits, as in the other stores.
+     * `ifVersion`, and reading a project's resources holds back its resource writers: what a
+     * transaction read stays true until it commits, as in the other stores.
      */
     private readonly lockReads = false,
   ) {}
+
+  /** Projects whose resource writers this transaction holds back (see `lockProjectResources`). */
+  private readonly lockedProjects = new Set<string>();
+
+  private async lockResources(query: Query, projectId: string): Promise<void> {
+    if (!this.lockReads || this.lockedProjects.has(projectId)) return;
+    await lockProjectResources(query, this.s, projectId);
+    this.lockedProjects.add(projectId);
+  }
 
   private get forUpdate(): string {
     return this.lockReads ? ' FOR UPDATE' : '';
@@ -394,6 +404,7 @@ export class PostgresOperations implements StorageOperations {
 
   readResource(projectId: string, resourceType: string, id: string): Promise<StoredResource> {
     return this.exec.run('read', async (query) => {
+      await this.lockResources(query, projectId);
       const { rows } = await query<{ deleted: boolean; body: string | null }>(
         `SELECT deleted, body FROM ${this.s}.resources
           WHERE project_id = $1 AND resource_type = $2 AND id = $3 AND superseded_seq IS NULL`,
@@ -441,6 +452,9 @@ export class PostgresOperations implements StorageOperations {
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
-    return this.exec.run('read', (q) => searchResources(q, this.s, projectId, resourceType, query));
+    return this.exec.run('read', async (q) => {
+      await this.lockResources(q, projectId);
+      return searchResources(q, this.s, projectId, resourceType, query);
+    });
   }
 }

@@ -77,6 +77,20 @@ async function allocate(
 }
 
 /**
+ * Takes the project's clock lock without taking an instant: a transaction that reads resources
+ * holds back the project's resource writers until it ends, so what it read stays true (a
+ * conditional create cannot race another).
+ */
+export async function lockProjectResources(query: Query, s: string, projectId: string): Promise<void> {
+  await query(
+    `INSERT INTO ${s}.resource_clocks AS c (project_id, lu) VALUES ($1, 0)
+     ON CONFLICT (project_id) DO UPDATE SET lu = c.lu`,
+    [projectId],
+    true,
+  );
+}
+
+/**
  * Applies `writes` in order inside the caller's transaction (which makes them all-or-nothing), in
  * a fixed number of statements whatever the batch size: allocate instants and seqs, read the
  * current versions `FOR UPDATE`, plan every write in memory (ids, `ifMatch`, version ids, bodies,
