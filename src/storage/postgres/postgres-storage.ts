@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import pg from 'pg';
+import pg, { type Pool } from 'pg';
 import { isoMicros } from '../engine/clock.js';
 import {
   ConflictError,
@@ -49,7 +49,7 @@ export interface PostgresStorageOptions {
    * the store has no `descriptor` and exports stream from the main thread.
    * @default undefined (a pool created from `connectionString`)
    */
-  pool?: pg.Pool;
+  pool?: Pool;
   /**
    * Schema holding the store's tables, created on open when missing.
    * @default 'public'
