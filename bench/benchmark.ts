@@ -35,6 +35,8 @@ export interface BenchOptions {
   store: StoreKind;
   /** The file store's durability; `write` (no fsync) is a diagnostic. @default 'fsync' */
   durability?: 'fsync' | 'write';
+  /** Diagnostic: also measure the export worker's live memory after forced GCs. @default false */
+  probeGc?: boolean;
   /** Synthea bundle directory to load and export, when it exists; `false` skips it. */
   synthea: string | false;
   seed: number;
@@ -85,6 +87,9 @@ interface MemoryFigures {
   exportPeakRss: number;
   exportRssIncrease: number;
   workerIsolatePeak: number;
+  workerHeapUsedPeak: number;
+  workerLivePeak: number;
+  probes: (WorkerProbe | null)[];
   peakSource: MemorySample['peakSource'];
   exportMs: number[];
 }
@@ -162,6 +167,9 @@ async function loadAndExport(
       exportPeakRss,
       exportRssIncrease: Math.max(...peaks.map((p) => p.peakRss - p.rss)),
       workerIsolatePeak: Math.max(0, ...probes.map((p) => p?.peakIsolateBytes ?? 0)),
+      workerHeapUsedPeak: Math.max(0, ...probes.map((p) => p?.peakHeapUsed ?? 0)),
+      workerLivePeak: Math.max(0, ...probes.map((p) => p?.peakLiveBytes ?? 0)),
+      probes,
       peakSource: peaks[0]?.peakSource ?? 'sampled',
       exportMs: runs.map((r) => r.ms),
     },
@@ -209,6 +217,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       exportDir,
       probeDir,
       ...(options.durability ? { durability: options.durability } : {}),
+      ...(options.probeGc ? { probeGc: true } : {}),
       ...(options.profileDir ? { profileDir: options.profileDir } : {}),
     });
     let main: Awaited<ReturnType<typeof loadAndExport>>;
@@ -521,6 +530,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         exportDir: otherExports,
         probeDir,
         ...(options.durability ? { durability: options.durability } : {}),
+        ...(options.probeGc ? { probeGc: true } : {}),
       });
       try {
         memory.push(
@@ -547,6 +557,20 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         value: m.workerIsolatePeak / MB,
         unit: 'MiB',
       });
+      add({
+        key: `memory.${names[i]}.workerHeapUsedPeak`,
+        label: `Export worker heap used peak, ${at}`,
+        value: m.workerHeapUsedPeak / MB,
+        unit: 'MiB',
+      });
+      if (options.probeGc) {
+        add({
+          key: `memory.${names[i]}.workerLivePeak`,
+          label: `Export worker live memory peak (heap used + external after a forced GC), ${at}`,
+          value: m.workerLivePeak / MB,
+          unit: 'MiB',
+        });
+      }
       add({
         key: `memory.${names[i]}.exportRssIncrease`,
         label: `Server process RSS added by the export, ${at}`,
@@ -596,6 +620,17 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         target: '<= 1.2',
         pass: workerRatio <= 1.2,
       });
+      if (options.probeGc) {
+        const liveRatio = ratio(big.workerLivePeak, small.workerLivePeak);
+        add({
+          key: 'memory.workerLiveRatio',
+          label: 'Export worker live memory peak, 5N / N',
+          value: liveRatio,
+          unit: 'x',
+          target: '<= 1.2',
+          pass: liveRatio <= 1.2,
+        });
+      }
       const rssRatio = ratio(big.exportRssIncrease, small.exportRssIncrease);
       add({
         key: 'memory.exportRssRatio',

@@ -9,6 +9,7 @@
  *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
  *   --store S         file (default) or memory
  *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
+ *   --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
  *   --no-synthea      skip the Synthea sample
  *   --no-memory       skip the second data size
  *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
@@ -37,6 +38,7 @@ const { values } = parseArgs({
     'no-synthea': { type: 'boolean', default: false },
     'no-memory': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
+    'probe-gc': { type: 'boolean', default: false },
     out: { type: 'string', default: path.join(HERE, 'out', 'results.json') },
   },
 });
@@ -69,6 +71,7 @@ const options: BenchOptions = {
   scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
   store: values.store,
   durability: values.durability,
+  probeGc: values['probe-gc'],
   synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
   seed: 42,
   workDir: os.tmpdir(),

@@ -91,11 +91,19 @@ class BenchServer {
     return this.#storage;
   }
 
-  async open({ store, dir, exportDir, probeDir, durability }: Commands['open']['args']): Promise<ServerInfo> {
+  async open({
+    store,
+    dir,
+    exportDir,
+    probeDir,
+    durability,
+    probeGc,
+  }: Commands['open']['args']): Promise<ServerInfo> {
     this.#storage =
       store === 'file' ? await fileStorage({ dir, ...(durability ? { durability } : {}) }) : memoryStorage();
     this.#probeDir = probeDir;
     process.env.FPK_BENCH_PROBE_DIR = probeDir;
+    if (probeGc) process.env.FPK_BENCH_PROBE_GC = '1';
     this.#platform = fhirPlatform({
       storage: this.#storage,
       exportDir,

@@ -46,6 +46,8 @@ export interface WorkerProbe {
   peakHeapUsed: number;
   /** Peak process RSS seen from inside the worker (shared with the main thread). */
   peakProcessRss: number;
+  /** Peak `heapUsed + external` right after a forced full GC (only with `probeGc`; else 0). */
+  peakLiveBytes: number;
   samples: number;
 }
 
@@ -58,6 +60,8 @@ export interface Commands {
       probeDir: string;
       /** The file store's `durability` (`write` skips fsync: a diagnostic, not a product setting). */
       durability?: 'fsync' | 'write';
+      /** Also sample the export worker's live memory after forced GCs (slows exports a little). */
+      probeGc?: boolean;
     };
     result: ServerInfo;
   };

@@ -44,6 +44,7 @@ const KEYS = [
     [
       'resources',
       'workerIsolatePeak',
+      'workerHeapUsedPeak',
       'exportRssIncrease',
       'exportPeakRss',
       'rssAfterLoad',
