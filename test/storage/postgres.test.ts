@@ -339,6 +339,34 @@ if (!url) {
       }
     });
 
+    it('a transaction aborted by a failed statement does not pretend to commit', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        const failed = storage.transaction(async (tx) => {
+          await tx.createResource('p1', { resourceType: 'Patient', id: 'kept-out' });
+          // Too long for the userName index: the statement fails and PostgreSQL aborts the transaction.
+          await expect(
+            tx.createUser('p1', {
+              projectId: 'p1',
+              userName: randomBytes(6000).toString('base64'),
+              userType: 'Patient',
+              profileId: 'pa',
+              active: true,
+              data: {},
+            }),
+          ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+          await expect(tx.readProject('p1')).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+        });
+        await expect(failed).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+        await expect(storage.readResource('p1', 'Patient', 'kept-out')).rejects.toMatchObject({
+          code: 'ERR_STORAGE_NOT_FOUND',
+        });
+      } finally {
+        await storage.close();
+      }
+    });
+
     it('reports an unreachable database on the first call, and still closes', async () => {
       const storage = postgresStorage({ connectionString: 'postgres://postgres@127.0.0.1:1/none' });
       await expect(storage.readProject('p1')).rejects.toThrow();

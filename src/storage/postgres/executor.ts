@@ -157,6 +157,11 @@ export class TransactionExecutor implements Executor {
   private tail: Promise<unknown> = Promise.resolve();
   private active = true;
   private savepoints = 0;
+  /**
+   * The first statement failure outside a savepoint: PostgreSQL has aborted the transaction, so
+   * every later operation fails with it and the transaction cannot commit.
+   */
+  private failure: unknown;
 
   constructor(
     private readonly client: PoolClient,
@@ -169,6 +174,11 @@ export class TransactionExecutor implements Executor {
     return this.tail;
   }
 
+  /** Throws (mapped) the failure that aborted the transaction, if any. */
+  assertCommittable(): void {
+    if (this.failure !== undefined) throw mapPgError(this.failure);
+  }
+
   run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
     if (!this.active) {
       return Promise.reject(new StorageError('ERR_STORAGE_TRANSACTION_ENDED', 'The transaction has ended'));
@@ -179,18 +189,33 @@ export class TransactionExecutor implements Executor {
   }
 
   private async runNow<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
-    const query = queryOn(this.client, this.names);
+    this.assertCommittable();
+    const raw = queryOn(this.client, this.names);
     try {
-      if (kind !== 'atomic') return await fn(query);
+      if (kind !== 'atomic') {
+        const watched = (async (text: string, values?: unknown[], prepare?: boolean) => {
+          try {
+            return await raw(text, values, prepare);
+          } catch (error) {
+            this.failure ??= error;
+            throw error;
+          }
+        }) as Query;
+        return await fn(watched);
+      }
       const name = `fpk_sp_${++this.savepoints}`;
       await this.client.query(`SAVEPOINT ${name}`);
       try {
-        const result = await fn(query);
+        const result = await fn(raw);
         await this.client.query(`RELEASE SAVEPOINT ${name}`);
         return result;
       } catch (error) {
-        await this.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
-        await this.client.query(`RELEASE SAVEPOINT ${name}`);
+        try {
+          await this.client.query(`ROLLBACK TO SAVEPOINT ${name}`);
+          await this.client.query(`RELEASE SAVEPOINT ${name}`);
+        } catch (rollbackError) {
+          this.failure ??= rollbackError;
+        }
         throw error;
       }
     } catch (error) {

@@ -164,7 +164,12 @@ class PostgresStorage extends PostgresOperations implements Storage {
           marker.open = false;
         }
         await exec.end();
-        await client.query('COMMIT');
+        exec.assertCommittable();
+        const commit = await client.query('COMMIT');
+        // PostgreSQL answers COMMIT of an aborted transaction with a rollback, not an error.
+        if (commit.command === 'ROLLBACK') {
+          throw new StorageError('ERR_STORAGE_TRANSACTION_ABORTED', 'The transaction was rolled back');
+        }
         return result;
       } catch (error) {
         await exec.end();
