@@ -69,6 +69,19 @@ function encodeCommit(seq: number): Buffer {
   return Buffer.from(`${body} ${crc32(body).toString(16).padStart(8, '0')}\n`, 'latin1');
 }
 
+/** What `<Type>.log.idx` holds (see `readIndex`). */
+interface LogIndex {
+  format: 1;
+  /** Inode of the log file it describes. */
+  ino: string;
+  /** Log size it covers. */
+  size: number;
+  records: number;
+  deadBytes: number;
+  /** [id, versionId, lastUpdated µs, deleted 0/1, offset, jsonLength, compartment patients] */
+  entries: [string, string, number, 0 | 1, number, number, string[]][];
+}
+
 interface LogMeta {
   dirName: string;
   projectId: string;
@@ -100,6 +113,9 @@ export class FileBackend implements EngineBackend {
   private readonly meta = new Map<LogFile, LogMeta>();
   private readonly touched = new Set<LogFile>();
   private broken: Error | undefined;
+  /** The engine's committed state (for the index files written on close). */
+  private base: BaseState | undefined;
+  private opened = false;
 
   constructor(private readonly options: FileBackendOptions) {}
 
@@ -111,6 +127,7 @@ export class FileBackend implements EngineBackend {
 
   async open(base: BaseState, clock: Clock): Promise<void> {
     const { dir } = this.options;
+    this.base = base;
     await fs.mkdir(path.join(dir, 'projects'), { recursive: true });
     this.lock = acquireLock(dir);
     try {
@@ -133,6 +150,7 @@ export class FileBackend implements EngineBackend {
       await this.removeOrphans();
       await this.removeUnusedSnapshots();
       await this.resetCommitLog(committed);
+      this.opened = true;
     } catch (error) {
       await this.close().catch(() => undefined);
       throw error;
@@ -189,13 +207,24 @@ export class FileBackend implements EngineBackend {
     log: LogFile,
     committed: number,
     onRecord: (record: ScannedRecord, json: string) => string | undefined,
+    resume?: {
+      from: number;
+      records: number;
+      deadBytes: number;
+      latest: Map<string, { offset: number; length: number }>;
+    },
   ): Promise<void> {
+    // Versions already known from an index file: their on-disk mark is unknown (-1), so it is
+    // rewritten when a tail record supersedes them.
     const latest = new Map<string, { offset: number; onDisk: number; length: number }>();
+    for (const [key, { offset, length }] of resume?.latest ?? [])
+      latest.set(key, { offset, onDisk: -1, length });
     const fixes: { offset: number; by: number }[] = [];
-    let validEnd = 0;
-    let count = 0;
-    let dead = 0;
-    await log.scan(0, log.size, (record) => {
+    const from = resume?.from ?? 0;
+    let validEnd = from;
+    let count = resume?.records ?? 0;
+    let dead = resume?.deadBytes ?? 0;
+    await log.scan(from, log.size, (record) => {
       const { buf, start, end, offset } = record;
       if (!isValidRecord(buf, start, end) || readSeq(buf, start) > committed) return false;
       let key: string | undefined;
@@ -216,7 +245,7 @@ export class FileBackend implements EngineBackend {
       }
       return true;
     });
-    for (const { offset, onDisk } of latest.values()) if (onDisk !== 0) fixes.push({ offset, by: 0 });
+    for (const { offset, onDisk } of latest.values()) if (onDisk > 0) fixes.push({ offset, by: 0 });
     if (validEnd < log.size) {
       await log.truncate(validEnd);
       if (this.options.sync) await log.sync();
@@ -268,31 +297,110 @@ export class FileBackend implements EngineBackend {
         false,
       );
       getOrCreate(this.resourceLogs, dirName, () => new Map()).set(resourceType, log);
-      await this.recoverLog(log, committed, (record, json) => {
-        const { buf, start, end, offset } = record;
-        const body = JSON.parse(json) as StoredResource;
-        const deleted = readOp(buf, start) === OP_DELETE;
-        const lu = readLu(buf, start);
-        maxLu = Math.max(maxLu, lu);
-        const ref: FileRef = {
-          log,
-          segment: log.segment,
-          offset,
-          jsonLength: end - start - HEADER_LENGTH - 1,
-        };
-        base.putEntry(projectId, {
-          resourceType,
-          id: body.id,
-          versionId: body.meta.versionId,
-          lu,
-          deleted,
-          patients: deleted ? [] : patientCompartmentIds(body),
-          ref,
-        });
-        return body.id;
-      });
+      const index = await this.readIndex(log);
+      let resume: Parameters<FileBackend['recoverLog']>[3];
+      if (index) {
+        resume = { from: index.size, records: index.records, deadBytes: index.deadBytes, latest: new Map() };
+        for (const [id, versionId, lu, deleted, offset, jsonLength, patients] of index.entries) {
+          maxLu = Math.max(maxLu, lu);
+          const ref: FileRef = { log, segment: log.segment, offset, jsonLength };
+          base.putEntry(projectId, {
+            resourceType,
+            id,
+            versionId,
+            lu,
+            deleted: deleted === 1,
+            patients,
+            ref,
+          });
+          resume.latest.set(id, { offset, length: HEADER_LENGTH + jsonLength + 1 });
+        }
+      }
+      await this.recoverLog(
+        log,
+        committed,
+        (record, json) => {
+          const { buf, start, end, offset } = record;
+          const body = JSON.parse(json) as StoredResource;
+          const deleted = readOp(buf, start) === OP_DELETE;
+          const lu = readLu(buf, start);
+          maxLu = Math.max(maxLu, lu);
+          const ref: FileRef = {
+            log,
+            segment: log.segment,
+            offset,
+            jsonLength: end - start - HEADER_LENGTH - 1,
+          };
+          base.putEntry(projectId, {
+            resourceType,
+            id: body.id,
+            versionId: body.meta.versionId,
+            lu,
+            deleted,
+            patients: deleted ? [] : patientCompartmentIds(body),
+            ref,
+          });
+          return body.id;
+        },
+        resume,
+      );
+    }
+    if (names.some((name) => name.endsWith('.idx'))) {
+      // Consumed: an index only ever describes the state between a clean close and the next open,
+      // so it can never outlive a compaction (whose new file might even reuse the inode number).
+      for (const name of await fs.readdir(path.join(projectDir, 'resources'))) {
+        if (name.endsWith('.idx')) await fs.rm(path.join(projectDir, 'resources', name), { force: true });
+      }
+      // Even with durability 'write': an index coming back after a power loss would be wrong.
+      await syncDir(path.join(projectDir, 'resources'));
     }
     return maxLu;
+  }
+
+  /**
+   * The index file a clean close leaves next to a resource log (`<Type>.log.idx`): the index
+   * entries as of a log size, so opening parses only records appended after it (none after a
+   * clean shutdown). A cache: ignored, and the log scanned fully, unless it is for this very file
+   * (same inode, so not compacted since) and the file still reaches that size.
+   */
+  private async readIndex(log: LogFile): Promise<LogIndex | undefined> {
+    try {
+      const index = JSON.parse(await fs.readFile(`${log.file}.idx`, 'utf8')) as LogIndex;
+      const stat = await log.segment.handle.stat({ bigint: true });
+      if (index.format !== 1 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
+      if (!Array.isArray(index.entries)) return undefined;
+      return index;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async writeIndex(log: LogFile, meta: LogMeta): Promise<void> {
+    if (!this.base || meta.resourceType === undefined) return;
+    const entries: LogIndex['entries'] = [];
+    for (const e of this.base.resources(meta.projectId, meta.resourceType)) {
+      const ref = e.ref as FileRef;
+      if (ref.log !== log) return; // Not this log's entries (project re-created): no index.
+      entries.push([e.id, e.versionId, e.lu, e.deleted ? 1 : 0, ref.offset, ref.jsonLength, [...e.patients]]);
+    }
+    const stat = await log.segment.handle.stat({ bigint: true });
+    const index: LogIndex = {
+      format: 1,
+      ino: String(stat.ino),
+      size: log.size,
+      records: log.records,
+      deadBytes: log.deadBytes,
+      entries,
+    };
+    const file = `${log.file}.idx`;
+    const handle = await fs.open(`${file}.tmp`, 'w');
+    try {
+      await handle.writeFile(JSON.stringify(index));
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await fs.rename(`${file}.tmp`, file);
   }
 
   private async loadOnce(base: BaseState, committed: number): Promise<void> {
@@ -789,7 +897,13 @@ export class FileBackend implements EngineBackend {
     const logs = [...this.meta.keys()];
     if (this.onceLog) logs.push(this.onceLog);
     for (const log of logs) {
-      if (this.options.sync) await log.sync().catch(() => undefined);
+      const meta = this.meta.get(log);
+      // Only after a successful open: a failed open must not describe a half-loaded state.
+      const index = meta?.resourceType !== undefined && this.opened && !this.broken;
+      // The index skips scanning (and so re-checking) the records it covers: they and their
+      // superseded-at marks must be on disk first, whatever the durability.
+      if (this.options.sync || index) await log.sync().catch(() => undefined);
+      if (index && meta) await this.writeIndex(log, meta).catch(() => undefined);
       await log.close();
     }
     this.meta.clear();
