@@ -331,6 +331,7 @@ if (!url) {
           await expect(
             tx.createResource('p1', { resourceType: 'Patient', id: 'a\u0000b' }),
           ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+          await expect(tx.readUser('p1', 'a\u0000b')).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
           await tx.createResource('p1', { resourceType: 'Patient', id: 'ok', text: 'a\u0000b' });
         });
         expect((await storage.readResource('p1', 'Patient', 'ok')).text).toBe('a\u0000b');

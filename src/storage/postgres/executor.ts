@@ -78,9 +78,21 @@ export class StatementNames {
   }
 }
 
+function holdsNul(value: unknown): boolean {
+  if (typeof value === 'string') return value.includes('\u0000');
+  return Array.isArray(value) && value.some(holdsNul);
+}
+
 function queryOn(client: Pool | PoolClient, names: StatementNames): Query {
-  return <R extends QueryResultRow>(text: string, values?: unknown[], prepare?: boolean) =>
-    prepare ? client.query<R>({ name: names.of(text), text, values }) : client.query<R>(text, values);
+  return <R extends QueryResultRow>(text: string, values?: unknown[], prepare?: boolean) => {
+    // PostgreSQL text cannot hold NUL: refuse before sending, so an open transaction survives.
+    if (values?.some(holdsNul)) {
+      return Promise.reject(
+        new InvalidRecordError('A value holds a NUL character, which PostgreSQL cannot store'),
+      );
+    }
+    return prepare ? client.query<R>({ name: names.of(text), text, values }) : client.query<R>(text, values);
+  };
 }
 
 function inTransactionError(): StorageError {
@@ -197,7 +209,8 @@ export class TransactionExecutor implements Executor {
           try {
             return await raw(text, values, prepare);
           } catch (error) {
-            this.failure ??= error;
+            // Refused before sending (a StorageError): the transaction is intact.
+            if (!(error instanceof StorageError)) this.failure ??= error;
             throw error;
           }
         }) as Query;
