@@ -38,6 +38,7 @@ const KEYS = [
   'scim.create.p99',
   'scim.patch.median',
   'scim.patch.p99',
+  'export.floorWithUsers.ms',
   'memory.workerRatio',
   'memory.exportRssRatio',
   ...['N', '5N'].flatMap((n) =>
