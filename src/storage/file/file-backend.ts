@@ -1,11 +1,11 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import fsSync from 'node:fs';
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { Low } from 'lowdb';
-import { patientCompartmentIds } from '../../fhir/compartment.js';
+import { compartmentParams, patientCompartmentIds, patientCompartmentTypes } from '../../fhir/compartment.js';
 import type { Clock } from '../engine/clock.js';
 import type { EngineBackend } from '../engine/engine.js';
 import { getOrCreate } from '../engine/map-entry.js';
@@ -69,9 +69,24 @@ function encodeCommit(seq: number): Buffer {
   return Buffer.from(`${body} ${crc32(body).toString(16).padStart(8, '0')}\n`, 'latin1');
 }
 
+/**
+ * Identifies the compartment definition in use: index files store compartment patients, so one
+ * written by a version with another definition must not be used.
+ */
+function compartmentFingerprint(): string {
+  const definition = patientCompartmentTypes().map((type) => [type, compartmentParams(type)]);
+  return createHash('sha256')
+    .update(JSON.stringify(definition))
+    .update(patientCompartmentIds.toString())
+    .digest('hex')
+    .slice(0, 16);
+}
+
 /** What `<Type>.log.idx` holds (see `readIndex`). */
 interface LogIndex {
   format: 1;
+  /** `compartmentFingerprint()` of the writer. */
+  compartment: string;
   /** Inode of the log file it describes. */
   ino: string;
   /** Log size it covers. */
@@ -116,6 +131,7 @@ export class FileBackend implements EngineBackend {
   /** The engine's committed state (for the index files written on close). */
   private base: BaseState | undefined;
   private opened = false;
+  private readonly fingerprint = compartmentFingerprint();
 
   constructor(private readonly options: FileBackendOptions) {}
 
@@ -368,6 +384,7 @@ export class FileBackend implements EngineBackend {
       const index = JSON.parse(await fs.readFile(`${log.file}.idx`, 'utf8')) as LogIndex;
       const stat = await log.segment.handle.stat({ bigint: true });
       if (index.format !== 1 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
+      if (index.compartment !== this.fingerprint) return undefined;
       if (!Array.isArray(index.entries)) return undefined;
       return index;
     } catch {
@@ -386,6 +403,7 @@ export class FileBackend implements EngineBackend {
     const stat = await log.segment.handle.stat({ bigint: true });
     const index: LogIndex = {
       format: 1,
+      compartment: this.fingerprint,
       ino: String(stat.ino),
       size: log.size,
       records: log.records,
