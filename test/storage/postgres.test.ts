@@ -376,6 +376,42 @@ if (!url) {
       await expect(storage.readProject('p1')).rejects.toMatchObject({ code: 'ERR_STORAGE_CLOSED' });
     });
 
+    it('answers invalid records with a rejected promise, never a synchronous throw', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        const calls = [
+          () => storage.createProject({ id: '', name: 'x', strictMode: false }),
+          () =>
+            storage.createUser('p1', {
+              projectId: 'p1',
+              userName: '',
+              userType: 'Patient',
+              profileId: 'pa',
+              active: true,
+              data: {},
+            }),
+          () => storage.createMembership('p1', { projectId: 'p1', id: '', admin: false }),
+          () =>
+            storage.createClient({
+              id: '',
+              projectId: 'p1',
+              name: 'c',
+              scope: '',
+              admin: false,
+              superAdmin: false,
+            }),
+        ];
+        for (const call of calls) {
+          let promise: Promise<unknown> | undefined;
+          expect(() => (promise = call())).not.toThrow();
+          await expect(promise).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+        }
+      } finally {
+        await storage.close();
+      }
+    });
+
     it('rejects bad options early', () => {
       expect(() => postgresStorage({ connectionString, schema: '' })).toThrow(TypeError);
       expect(() => postgresStorage({ connectionString, exportChunkBytes: 0 })).toThrow(TypeError);

@@ -84,10 +84,15 @@ export class PostgresOperations implements StorageOperations {
   // Projects
 
   createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
-    checkId(project.id, 'project');
-    const now = new Date().toISOString();
-    const record: ProjectRecord = { ...structuredClone(project), createdAt: now, updatedAt: now, version: 1 };
     return this.exec.run('write', async (query) => {
+      checkId(project.id, 'project');
+      const now = new Date().toISOString();
+      const record: ProjectRecord = {
+        ...structuredClone(project),
+        createdAt: now,
+        updatedAt: now,
+        version: 1,
+      };
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.projects (id, created_at, record) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING`,
@@ -135,20 +140,20 @@ export class PostgresOperations implements StorageOperations {
   // Users
 
   createUser(projectId: string, user: NewUser): Promise<UserRecord> {
-    const id = user.id ?? randomUUID();
-    checkId(id, 'user');
-    checkUserName(user.userName);
-    const now = new Date().toISOString();
-    const record: UserRecord = {
-      ...structuredClone(user),
-      id,
-      projectId,
-      createdAt: now,
-      updatedAt: now,
-      version: 1,
-    };
-    if (record.externalId === undefined) delete record.externalId;
     return this.exec.run('write', async (query) => {
+      const id = user.id ?? randomUUID();
+      checkId(id, 'user');
+      checkUserName(user.userName);
+      const now = new Date().toISOString();
+      const record: UserRecord = {
+        ...structuredClone(user),
+        id,
+        projectId,
+        createdAt: now,
+        updatedAt: now,
+        version: 1,
+      };
+      if (record.externalId === undefined) delete record.externalId;
       // DO NOTHING rather than an error: inside a transaction, a failed statement would abort it.
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.users
@@ -283,15 +288,15 @@ export class PostgresOperations implements StorageOperations {
   // Memberships
 
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
-    const id = membership.id ?? randomUUID();
-    checkId(id, 'membership');
-    const record: MembershipRecord = {
-      ...structuredClone(membership),
-      id,
-      projectId,
-      createdAt: new Date().toISOString(),
-    };
     return this.exec.run('write', async (query) => {
+      const id = membership.id ?? randomUUID();
+      checkId(id, 'membership');
+      const record: MembershipRecord = {
+        ...structuredClone(membership),
+        id,
+        projectId,
+        createdAt: new Date().toISOString(),
+      };
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.memberships (project_id, id, user_id, client_id, created_at, record)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
@@ -330,15 +335,15 @@ export class PostgresOperations implements StorageOperations {
   // Clients
 
   createClient(client: NewClient): Promise<ClientRecord> {
-    checkId(client.id, 'client');
-    const now = new Date().toISOString();
-    const record: ClientRecord = {
-      ...structuredClone(client),
-      revoked: client.revoked ?? false,
-      createdAt: now,
-      updatedAt: now,
-    };
     return this.exec.run('write', async (query) => {
+      checkId(client.id, 'client');
+      const now = new Date().toISOString();
+      const record: ClientRecord = {
+        ...structuredClone(client),
+        revoked: client.revoked ?? false,
+        createdAt: now,
+        updatedAt: now,
+      };
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.clients (id, project_id, created_at, record) VALUES ($1, $2, $3, $4)
          ON CONFLICT DO NOTHING`,

@@ -248,9 +248,9 @@ class PostgresStorage extends PostgresOperations implements Storage {
   }
 
   createExportJob(job: NewExportJob): Promise<ExportJobRecord> {
-    const now = new Date().toISOString();
-    const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
     return this.root.run('write', async (query) => {
+      const now = new Date().toISOString();
+      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.export_jobs (project_id, id, status, created_at, version, record)
          VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT DO NOTHING`,
