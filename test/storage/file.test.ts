@@ -513,6 +513,36 @@ describe('fileStorage', () => {
     await reader.close();
   });
 
+  it('reads a small compartment by position and a large one in one pass', async () => {
+    const dir = tempDir();
+    const storage = await openStore(dir, { durability: 'write' });
+    const writes = [];
+    for (let i = 0; i < 200; i++) {
+      writes.push({
+        op: 'create' as const,
+        resource: { resourceType: 'Observation', id: `o${i}`, subject: { reference: `Patient/p${i % 50}` } },
+      });
+    }
+    await storage.writeResources('p1', writes);
+    const small = await storage.exportSnapshot('p1', { patientIds: ['p7'] });
+    await storage.updateResource('p1', {
+      resourceType: 'Observation',
+      id: 'o7',
+      subject: { reference: 'Patient/p8' },
+    });
+    const ofP7 = await collectNdjson(
+      storage.exportReader.readResources('p1', small, { resourceType: 'Observation', patientIds: ['p7'] }),
+    );
+    expect(ofP7.map((r) => r.id)).toEqual(['o7', 'o57', 'o107', 'o157']);
+    const most = Array.from({ length: 40 }, (_, i) => `p${i}`);
+    const large = await storage.exportSnapshot('p1', { patientIds: most });
+    const rows = await collectNdjson(
+      storage.exportReader.readResources('p1', large, { resourceType: 'Observation', patientIds: most }),
+    );
+    expect(rows).toHaveLength(160);
+    expect(rows.find((r) => r.id === 'o7')!.subject).toEqual({ reference: 'Patient/p8' });
+  });
+
   it('exports large stores in chunks of whole lines', async () => {
     const dir = tempDir();
     const storage = await openStore(dir, { durability: 'write' });
