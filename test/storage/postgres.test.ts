@@ -321,13 +321,23 @@ if (!url) {
           await expect(
             tx.createUser('p1', {
               projectId: 'p1',
-              userName: 'nul',
+              userName: 'a\u0000b',
               userType: 'Patient',
               profileId: 'pa',
               active: true,
-              data: { displayName: 'a\u0000b' },
+              data: {},
             }),
           ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });
+          // Inside record data, a NUL is fine.
+          const user = await tx.createUser('p1', {
+            projectId: 'p1',
+            userName: 'nul',
+            userType: 'Patient',
+            profileId: 'pa',
+            active: true,
+            data: { displayName: 'a\u0000b' },
+          });
+          expect((await tx.readUser('p1', user.id)).data.displayName).toBe('a\u0000b');
           await expect(
             tx.createResource('p1', { resourceType: 'Patient', id: 'a\u0000b' }),
           ).rejects.toMatchObject({ code: 'ERR_STORAGE_INVALID' });

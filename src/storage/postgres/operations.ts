@@ -32,15 +32,8 @@ function records<T>(rows: RecordRow<T>[]): T[] {
   return rows.map((r) => r.record);
 }
 
-/** `\u0000` in JSON text, not preceded by an escaped backslash. */
-const ESCAPED_NUL = /(?:^|[^\\])(?:\\\\)*\\u0000/;
-
 function json(value: unknown): string {
-  const text = JSON.stringify(value);
-  // jsonb refuses NUL characters; failing here keeps an open transaction usable.
-  if (text.includes('\\u0000') && ESCAPED_NUL.test(text))
-    throw new InvalidRecordError('A record cannot hold NUL characters');
-  return text;
+  return JSON.stringify(value);
 }
 
 function checkUserName(userName: unknown): void {
@@ -51,7 +44,7 @@ function checkUserName(userName: unknown): void {
 
 /**
  * The `StorageOperations` of the PostgreSQL store, written once against an `Executor` (the pool,
- * or one open transaction). Records are kept as `jsonb` next to the columns their lookups and
+ * or one open transaction). Records are kept as `json` (their text as written) next to the columns their lookups and
  * uniqueness rules need.
  */
 export class PostgresOperations implements StorageOperations {

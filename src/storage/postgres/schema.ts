@@ -26,10 +26,14 @@ function migrationStatements(s: string): string[] {
   const id = 'text COLLATE "C" NOT NULL';
   return [
     `CREATE SCHEMA IF NOT EXISTS ${s}`,
+    // Applied versions, for the ALTERs of later releases.
+    `CREATE TABLE IF NOT EXISTS ${s}.schema_migrations (
+      version integer PRIMARY KEY,
+      applied_at timestamptz NOT NULL DEFAULT now())`,
     `CREATE TABLE IF NOT EXISTS ${s}.projects (
       id ${id} PRIMARY KEY,
       created_at text NOT NULL,
-      record jsonb NOT NULL)`,
+      record json NOT NULL)`,
     `CREATE TABLE IF NOT EXISTS ${s}.users (
       project_id ${id},
       id ${id},
@@ -38,7 +42,7 @@ function migrationStatements(s: string): string[] {
       profile_id text NOT NULL,
       created_at text NOT NULL,
       version integer NOT NULL,
-      record jsonb NOT NULL,
+      record json NOT NULL,
       CONSTRAINT users_pkey PRIMARY KEY (project_id, id))`,
     // userName is unique case-insensitively: the key is lower-cased in JavaScript, like the other
     // stores, so PostgreSQL's locale never changes what counts as the same name.
@@ -51,19 +55,19 @@ function migrationStatements(s: string): string[] {
       user_id text,
       client_id text,
       created_at text NOT NULL,
-      record jsonb NOT NULL,
+      record json NOT NULL,
       CONSTRAINT memberships_pkey PRIMARY KEY (project_id, id))`,
     `CREATE TABLE IF NOT EXISTS ${s}.clients (
       id ${id},
       project_id text COLLATE "C",
       created_at text NOT NULL,
-      record jsonb NOT NULL,
+      record json NOT NULL,
       CONSTRAINT clients_pkey PRIMARY KEY (id))`,
     `CREATE INDEX IF NOT EXISTS clients_project ON ${s}.clients (project_id)`,
     `CREATE TABLE IF NOT EXISTS ${s}.signing_keys (
       kid ${id} PRIMARY KEY,
       created_at text NOT NULL,
-      record jsonb NOT NULL)`,
+      record json NOT NULL)`,
     `CREATE TABLE IF NOT EXISTS ${s}.one_time_values (
       key text PRIMARY KEY,
       expires_at bigint NOT NULL)`,
@@ -73,7 +77,7 @@ function migrationStatements(s: string): string[] {
       status text NOT NULL,
       created_at text NOT NULL,
       version integer NOT NULL,
-      record jsonb NOT NULL,
+      record json NOT NULL,
       CONSTRAINT export_jobs_pkey PRIMARY KEY (project_id, id))`,
     // Every version of every resource, tombstones included, in one table: `seq` orders all
     // commits; a version is current while `superseded_seq` is null.
@@ -118,7 +122,9 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
-    for (const statement of migrationStatements(quoteIdentifier(schema))) await client.query(statement);
+    const s = quoteIdentifier(schema);
+    for (const statement of migrationStatements(s)) await client.query(statement);
+    await client.query(`INSERT INTO ${s}.schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING`);
     await client.query('COMMIT');
   } catch (error) {
     await client.query('ROLLBACK').catch(() => undefined);
