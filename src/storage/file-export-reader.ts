@@ -9,7 +9,6 @@ import {
   readLu,
   readOp,
   readSuperseded,
-  scanRecords,
   SUPERSEDED_AT,
 } from './file/record.js';
 import { asFileSnapshot, type FileSnapshot } from './file/snapshot.js';
@@ -44,6 +43,54 @@ async function readFully(handle: FileHandle, buf: Buffer, position: number): Pro
     const { bytesRead } = await handle.read(buf, got, buf.length - got, position + got);
     if (bytesRead === 0) throw new Error('Unexpected end of a snapshot file');
     got += bytesRead;
+  }
+}
+
+/**
+ * Reads `[0, end)` of a file in large blocks and yields, per block, the complete lines it holds:
+ * `buf[0, stop)`, `offset` being the file offset of `buf[0]`. The buffer is reused once the
+ * consumer asks for the next block.
+ */
+async function* lineBlocks(
+  handle: FileHandle,
+  end: number,
+): AsyncIterable<{ buf: Buffer; stop: number; offset: number }> {
+  let buf = Buffer.allocUnsafe(BLOCK);
+  let filled = 0;
+  let position = 0;
+  while (position < end) {
+    if (filled === buf.length) {
+      const bigger = Buffer.allocUnsafe(buf.length * 2);
+      buf.copy(bigger, 0, 0, filled);
+      buf = bigger;
+    }
+    const { bytesRead } = await handle.read(
+      buf,
+      filled,
+      Math.min(buf.length - filled, end - position),
+      position,
+    );
+    if (bytesRead <= 0) return;
+    position += bytesRead;
+    const total = filled + bytesRead;
+    const lastNewline = buf.lastIndexOf(NEWLINE, total - 1);
+    if (lastNewline < 0) {
+      filled = total;
+      continue;
+    }
+    yield { buf, stop: lastNewline + 1, offset: position - total };
+    buf.copy(buf, 0, lastNewline + 1, total);
+    filled = total - lastNewline - 1;
+  }
+}
+
+/** Calls `visit(start, end)` for each line of `buf[0, stop)` (`end` just past its newline). */
+function forEachLine(buf: Buffer, stop: number, visit: (start: number, end: number) => void): void {
+  let start = 0;
+  while (start < stop) {
+    const nl = buf.indexOf(NEWLINE, start);
+    visit(start, nl + 1);
+    start = nl + 1;
   }
 }
 
@@ -219,22 +266,19 @@ export class FileExportReader implements ExportReader {
       }
     } else {
       // No positions for these patients: a full pass, parsing only the candidates.
-      const pending: NdjsonChunk[] = [];
-      await scanRecords(
-        async (buf, position) => (await handle.read(buf, 0, buf.length, position)).bytesRead,
-        0,
-        end,
-        ({ buf, start, end: recordEnd }) => {
+      for await (const { buf, stop } of lineBlocks(handle, end)) {
+        const ready: NdjsonChunk[] = [];
+        forEachLine(buf, stop, (start, recordEnd) => {
           if (readOp(buf, start) === OP_DELETE) return;
           const superseded = readSuperseded(buf, start);
           if (superseded !== 0 && superseded < end) return;
           if (readLu(buf, start) <= since) return;
           if (!inCompartment(buf.subarray(start + HEADER_LENGTH, recordEnd - 1))) return;
           const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
-          if (full) pending.push(full);
-        },
-      );
-      yield* pending;
+          if (full) ready.push(full);
+        });
+        yield* ready;
+      }
     }
     const last = chunks.take();
     if (last) yield last;
@@ -250,24 +294,22 @@ export class FileExportReader implements ExportReader {
     if (!type || type.end === 0) return;
     const since = options.since === undefined ? -1 : options.since * 1000;
     const handle = await fs.open(this.file(snap, type.file), 'r');
-    const found: Tombstone[] = [];
     try {
-      await scanRecords(
-        async (buf, position) => (await handle.read(buf, 0, buf.length, position)).bytesRead,
-        0,
-        type.end,
-        ({ buf, start, end }) => {
+      // Block by block, so memory stays bounded however many deletions there are.
+      for await (const { buf, stop } of lineBlocks(handle, type.end)) {
+        const found: Tombstone[] = [];
+        forEachLine(buf, stop, (start, end) => {
           if (readOp(buf, start) !== OP_DELETE || readLu(buf, start) <= since) return;
           const superseded = readSuperseded(buf, start);
           if (superseded !== 0 && superseded < type.end) return;
           const tomb = JSON.parse(buf.toString('utf8', start + HEADER_LENGTH, end - 1)) as StoredResource;
           found.push({ resourceType: options.resourceType, id: tomb.id, deletedAt: tomb.meta.lastUpdated });
-        },
-      );
+        });
+        yield* found;
+      }
     } finally {
       await handle.close();
     }
-    yield* found;
   }
 
   close(): Promise<void> {
