@@ -280,6 +280,39 @@ if (!url) {
       }
     });
 
+    it('a transaction holds back resource writers of its project only', async () => {
+      const schema = freshSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let inside!: () => void;
+        const entered = new Promise<void>((resolve) => (inside = resolve));
+        const tx = storage.transaction(async (t) => {
+          await t.createResource('p1', { resourceType: 'Patient', id: 'in-tx' });
+          inside();
+          await gate;
+        });
+        await entered;
+        // Another project writes at once; the same project waits for the transaction.
+        await storage.createResource('p2', { resourceType: 'Patient', id: 'other' });
+        let sameDone = false;
+        const same = storage.createResource('p1', { resourceType: 'Patient', id: 'after' }).then((r) => {
+          sameDone = true;
+          return r;
+        });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        expect(sameDone).toBe(false);
+        release();
+        await tx;
+        const after = await same;
+        const inTx = await storage.readResource('p1', 'Patient', 'in-tx');
+        expect(after.meta.lastUpdated > inTx.meta.lastUpdated).toBe(true);
+      } finally {
+        await storage.close();
+      }
+    });
+
     it('uses a caller-owned pool without ending it and has no descriptor then', async () => {
       const schema = freshSchema();
       const pool = new pg.Pool({ connectionString, max: 3 });
