@@ -3,7 +3,13 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import path from 'node:path';
 import express from 'express';
-import { fhirPlatform, fileStorage, provisionSuperAdminClient, type Storage } from '../../src/index.js';
+import {
+  fhirPlatform,
+  fileStorage,
+  postgresStorage,
+  provisionSuperAdminClient,
+  type Storage,
+} from '../../src/index.js';
 import type { StandaloneConfig } from './config.js';
 
 /** A running standalone server. */
@@ -20,10 +26,13 @@ export interface Standalone {
 
 /**
  * Starts the standalone server: every router mounted at the default paths on the embedded file store
- * under `config.dataDir` (`store/` for the data, `exports/` for bulk export files).
+ * under `config.dataDir` (`store/` for the data, `exports/` for bulk export files), or on PostgreSQL
+ * when `config.databaseUrl` is set (export files still go under `config.dataDir`).
  */
 export async function startStandalone(config: StandaloneConfig): Promise<Standalone> {
-  const storage = await fileStorage({ dir: path.join(config.dataDir, 'store') });
+  const storage = config.databaseUrl
+    ? postgresStorage({ connectionString: config.databaseUrl })
+    : await fileStorage({ dir: path.join(config.dataDir, 'store') });
   try {
     const admin = await provisionSuperAdminClient(storage, {
       ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
@@ -48,7 +57,9 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
       server,
       baseUrl,
       storage,
-      ...(admin.clientSecret ? { generatedSuperAdmin: { clientId: admin.clientId, clientSecret: admin.clientSecret } } : {}),
+      ...(admin.clientSecret
+        ? { generatedSuperAdmin: { clientId: admin.clientId, clientSecret: admin.clientSecret } }
+        : {}),
       close: () =>
         (closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -6,11 +6,16 @@ export interface StandaloneConfig {
   host: string;
   baseUrl: string;
   dataDir: string;
+  /** PostgreSQL connection string: when set, the store is PostgreSQL instead of the file store. */
+  databaseUrl?: string;
   superAdminClientId?: string;
   superAdminClientSecret?: string;
 }
 
-/** Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `SUPER_ADMIN_CLIENT_ID`, `SUPER_ADMIN_CLIENT_SECRET`. */
+/**
+ * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID` and
+ * `SUPER_ADMIN_CLIENT_SECRET`.
+ */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
   const port = Number(portText);
@@ -34,6 +39,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     host,
     baseUrl,
     dataDir: path.resolve(env.DATA_DIR || './data'),
+    ...(env.DATABASE_URL ? { databaseUrl: env.DATABASE_URL } : {}),
     ...(clientId ? { superAdminClientId: clientId, superAdminClientSecret: clientSecret } : {}),
   };
 }
