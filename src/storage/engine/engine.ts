@@ -173,14 +173,14 @@ export class Engine {
       const jobs: WriteJob[] = [];
       while (this.queue[0]?.kind === 'write') jobs.push(this.queue.shift() as WriteJob);
       const batch = new Layer(this.base);
+      const context = this.writeContext(batch);
       const accepted: { job: WriteJob; result: unknown }[] = [];
       for (const job of jobs) {
-        const op = new Layer(batch);
+        const mark = batch.mutations.length;
         try {
-          const result = job.plan(this.writeContext(op));
-          batch.absorb(op);
-          accepted.push({ job, result });
+          accepted.push({ job, result: job.plan(context) });
         } catch (error) {
+          batch.rollbackTo(mark);
           job.reject(error);
         }
       }
@@ -208,6 +208,7 @@ export class Engine {
 
   private async runTransaction(job: TransactionJob): Promise<void> {
     const layer = new Layer(this.base);
+    const context = this.writeContext(layer);
     let open = true;
     const assertActive = (): void => {
       if (!open) throw new StorageError('ERR_STORAGE_TRANSACTION_ENDED', 'The transaction has ended');
@@ -220,10 +221,13 @@ export class Engine {
       // eslint-disable-next-line @typescript-eslint/require-await -- async turns a throw into a rejection
       write: async <T>(plan: (w: WriteContext) => T): Promise<T> => {
         assertActive();
-        const op = new Layer(layer);
-        const result = plan(this.writeContext(op));
-        layer.absorb(op);
-        return result;
+        const mark = layer.mutations.length;
+        try {
+          return plan(context);
+        } catch (error) {
+          layer.rollbackTo(mark);
+          throw error;
+        }
       },
       pin: (entries) => this.pinEntries(entries),
       readBody: (entry) => this.readBody(entry),

@@ -263,8 +263,8 @@ function scopedSet<V>(map: Scoped<V>, scope: string, id: string, value: V | null
 }
 
 /**
- * Pending writes on top of another view (a batch, a transaction, or one operation inside them).
- * Lookups see the layer's own changes first; `mutations` lists them in order for the commit.
+ * Pending writes on top of another view (a batch or a transaction). Lookups see the layer's own
+ * changes first; `mutations` lists them in order for the commit.
  */
 export class Layer implements StateView {
   readonly mutations: Mutation[] = [];
@@ -477,8 +477,25 @@ export class Layer implements StateView {
     }
   }
 
-  /** Takes over every mutation of a child layer (an operation that succeeded). */
-  absorb(child: Layer): void {
-    for (const m of child.mutations) this.apply(m);
+  /**
+   * Forgets every mutation after the first `count` (an operation that failed part-way). Rebuilds
+   * the layer, so it costs the layer's size: cheaper overall than a child layer per operation,
+   * as failures are rare.
+   */
+  rollbackTo(count: number): void {
+    if (count >= this.mutations.length) return;
+    const kept = this.mutations.slice(0, count);
+    this.mutations.length = 0;
+    this.projectRecords.clear();
+    this.dropped.clear();
+    this.userRecords.clear();
+    this.userIndex.clear();
+    this.membershipRecords.clear();
+    this.jobRecords.clear();
+    this.clientRecords.clear();
+    this.keyRecords.clear();
+    this.onceValues.clear();
+    this.resourceEntries.clear();
+    for (const m of kept) this.apply(m);
   }
 }
