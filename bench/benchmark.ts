@@ -24,6 +24,8 @@ export interface BenchOptions {
   reps: number;
   /** Repetitions of the export at the memory comparison's other size. */
   otherReps: number;
+  /** Percent of the patients in the exported Group. @default 1 */
+  groupPercent?: number;
   /** Repetitions of the small, fast timings (group export, downloads). */
   fastReps: number;
   /** Patients of the NDJSON file uploaded over HTTP (each rep into a fresh project). */
@@ -293,7 +295,10 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       });
 
       // Group export of 1% of the patients.
-      const group = await server.call('createGroup', { projectId: main.projectId, percent: 1 });
+      const group = await server.call('createGroup', {
+        projectId: main.projectId,
+        percent: options.groupPercent ?? 1,
+      });
       const groupRuns: ExportRun[] = [];
       for (let rep = 0; rep < options.fastReps; rep++) {
         log(`group export ${rep + 1}/${options.fastReps} (${group.members} patients)`);
@@ -310,7 +315,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       samples.groupExportMs = groupRuns.map((r) => r.ms);
       add({
         key: 'export.group.members',
-        label: 'Group export: member patients (1%)',
+        label: `Group export: member patients (${options.groupPercent ?? 1}%)`,
         value: group.members,
         unit: 'patients',
       });
@@ -563,12 +568,15 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       memory.sort((a, b) => a.patients - b.patients);
     }
     samples.memory = memory;
+    // Keys name the smaller size N and the 5x larger one 5N; with --large the labels say N/5 and N.
     const names = memory.length === 2 ? ['N', '5N'] : ['N'];
+    const shown = options.memoryFactor < 1 ? ['N/5', 'N'] : names;
+    const pair = `${shown[1]} / ${shown[0]}`;
     memory.forEach((m, i) => {
-      const at = `${names[i]} = ${m.resources} resources`;
+      const at = `${shown[i]} = ${m.resources} resources`;
       add({
         key: `memory.${names[i]}.resources`,
-        label: `Memory at ${names[i]}: resources`,
+        label: `Memory at ${shown[i]}: resources`,
         value: m.resources,
         unit: 'resources',
       });
@@ -635,7 +643,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         small.workerIsolatePeak > 0 ? big.workerIsolatePeak / small.workerIsolatePeak : Number.NaN;
       add({
         key: 'memory.workerRatio',
-        label: 'Export worker isolate peak, 5N / N',
+        label: `Export worker isolate peak, ${pair}`,
         value: workerRatio,
         unit: 'x',
         target: '<= 1.2',
@@ -645,7 +653,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         const liveRatio = ratio(big.workerLivePeak, small.workerLivePeak);
         add({
           key: 'memory.workerLiveRatio',
-          label: 'Export worker live memory peak, 5N / N',
+          label: `Export worker live memory peak, ${pair}`,
           value: liveRatio,
           unit: 'x',
           target: '<= 1.2',
@@ -655,7 +663,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       const rssRatio = ratio(big.exportRssIncrease, small.exportRssIncrease);
       add({
         key: 'memory.exportRssRatio',
-        label: 'Server RSS added by the export, 5N / N',
+        label: `Server RSS added by the export, ${pair}`,
         value: rssRatio,
         unit: 'x',
         target: '<= 1.2',

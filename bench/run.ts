@@ -10,6 +10,7 @@
  *   --store S         file (default) or memory
  *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
  *   --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
+ *   --group-percent P percent of the patients in the exported Group (default 1)
  *   --no-synthea      skip the Synthea sample
  *   --no-memory       skip the second data size
  *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
@@ -39,6 +40,7 @@ const { values } = parseArgs({
     'no-memory': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'probe-gc': { type: 'boolean', default: false },
+    'group-percent': { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'results.json') },
   },
 });
@@ -72,6 +74,7 @@ const options: BenchOptions = {
   store: values.store,
   durability: values.durability,
   probeGc: values['probe-gc'],
+  groupPercent: int('group-percent', values['group-percent'], 1) || 1,
   synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
   seed: 42,
   workDir: os.tmpdir(),
