@@ -11,6 +11,7 @@ const fixture = fileURLToPath(new URL('./fixtures/kill-writer.ts', import.meta.u
 const ROUNDS = Number(process.env.KILL_TEST_ROUNDS ?? 20);
 
 interface Acked {
+  pairs: Set<string>;
   resources: Set<string>;
   users: Set<string>;
   counters: Map<string, number>;
@@ -35,6 +36,7 @@ function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
       writes += 1;
       if (message.type === 'resource') acked.resources.add(message.id!);
       if (message.type === 'user') acked.users.add(message.id!);
+      if (message.type === 'pair') acked.pairs.add(message.id!);
       if (message.type === 'counter')
         acked.counters.set(message.id!, Math.max(acked.counters.get(message.id!) ?? 0, message.n!));
     });
@@ -51,7 +53,7 @@ describe('fileStorage under kill -9', () => {
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   it(`keeps every acknowledged write exactly once over ${ROUNDS} kills`, async () => {
-    const acked: Acked = { resources: new Set(), users: new Set(), counters: new Map() };
+    const acked: Acked = { pairs: new Set(), resources: new Set(), users: new Set(), counters: new Map() };
     let lastAcked = 0;
     for (let round = 0; round < ROUNDS; round++) {
       await runAndKill(dir, round, acked);
@@ -71,6 +73,11 @@ describe('fileStorage under kill -9', () => {
         const names = new Set(users.map((u) => u.userName));
         expect(names.size).toBe(users.length);
         for (const id of acked.users) expect(names.has(id), `user ${id}`).toBe(true);
+        // Transactions: acknowledged ones are there, and none survived half-way.
+        const patients = new Set((await storage.searchResources('p1', 'Patient')).resources.map((r) => r.id));
+        const pairUsers = new Set([...names].filter((n) => n.startsWith('tx-')));
+        expect([...patients].sort()).toEqual([...pairUsers].sort());
+        for (const id of acked.pairs) expect(patients.has(id), `pair ${id}`).toBe(true);
         for (const [id, n] of acked.counters) {
           expect((await storage.readResource('p1', 'Basic', id)).n as number).toBeGreaterThanOrEqual(n);
         }
