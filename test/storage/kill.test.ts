@@ -89,5 +89,6 @@ describe('fileStorage under kill -9', () => {
     }
     // The writers really wrote something in most rounds.
     expect(lastAcked).toBeGreaterThan(ROUNDS * 20);
+    expect(acked.pairs.size).toBeGreaterThan(ROUNDS);
   }, 120_000);
 });
