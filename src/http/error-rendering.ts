@@ -3,6 +3,7 @@ import type { ErrorRequestHandler, Response } from 'express';
 import { FhirError, HttpError, OAuthError, ScimError } from './http-error.js';
 import {
   ConflictError,
+  InvalidRecordError,
   NotFoundError,
   PreconditionFailedError,
   StorageClosedError,
@@ -37,6 +38,9 @@ export function toHttpError(error: unknown): HttpError {
   if (error instanceof ConflictError) return new HttpError(409, 'ERR_CONFLICT', error.message, { cause: error });
   if (error instanceof PreconditionFailedError) {
     return new HttpError(412, 'ERR_PRECONDITION_FAILED', error.message, { cause: error });
+  }
+  if (error instanceof InvalidRecordError) {
+    return new HttpError(400, 'ERR_INVALID_RECORD', error.message, { cause: error });
   }
   if (error instanceof StorageClosedError) {
     return new HttpError(503, 'ERR_UNAVAILABLE', 'The service is shutting down', { cause: error });

@@ -5,7 +5,7 @@ import { fhirErrorHandler, oauthErrorHandler, scimErrorHandler } from '../../src
 import { FhirError, OAuthError, ScimError } from '../../src/http/http-error.js';
 import { jsonBody } from '../../src/http/body.js';
 import { asyncHandler } from '../../src/http/async-handler.js';
-import { NotFoundError, ConflictError } from '../../src/storage/errors.js';
+import { NotFoundError, ConflictError, InvalidRecordError } from '../../src/storage/errors.js';
 
 function app(handler: express.ErrorRequestHandler, thrower: () => Promise<never>) {
   const a = express();
@@ -43,6 +43,11 @@ describe('error rendering', () => {
     );
     expect(notFound.status).toBe(404);
     expect(notFound.body.issue[0].code).toBe('not-found');
+    const invalid = await request(
+      app(fhirErrorHandler(silent), () => Promise.reject(new InvalidRecordError('bad id'))),
+    ).get('/mount/x');
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.issue[0].code).toBe('invalid');
     const internal = await request(app(fhirErrorHandler(silent), () => Promise.reject(new Error('secret')))).get(
       '/mount/x',
     );
