@@ -27,6 +27,7 @@ import {
   userToScim,
   type ScimUserFields,
 } from './user-mapping.js';
+import { byCreatedThenId } from '../storage/record-order.js';
 
 export interface ScimUserServiceConfig {
   storage: Storage;
@@ -275,17 +276,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
           }
           for (const user of users) found.set(user.id, user);
         }
-        return [...found.values()].sort((a, b) =>
-          a.createdAt < b.createdAt
-            ? -1
-            : a.createdAt > b.createdAt
-              ? 1
-              : a.id < b.id
-                ? -1
-                : a.id > b.id
-                  ? 1
-                  : 0,
-        );
+        return [...found.values()].sort(byCreatedThenId);
       });
       const matching = predicate
         ? candidates.filter((u) => predicate(userFilterView(u, locationOf(u.id))))

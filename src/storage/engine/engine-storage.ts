@@ -15,18 +15,7 @@ import type {
 } from '../types.js';
 import type { Engine } from './engine.js';
 import { EngineOperations } from './operations.js';
-
-function byCreatedThenId<T extends { createdAt: string; id: string }>(a: T, b: T): number {
-  return a.createdAt < b.createdAt
-    ? -1
-    : a.createdAt > b.createdAt
-      ? 1
-      : a.id < b.id
-        ? -1
-        : a.id > b.id
-          ? 1
-          : 0;
-}
+import { byCreatedThenId } from '../record-order.js';
 
 /** The server-wide part of `Storage` on top of the engine; adapters add exports and `close`. */
 export abstract class EngineStorage extends EngineOperations implements Storage {

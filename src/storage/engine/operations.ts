@@ -24,23 +24,12 @@ import type {
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
+import { byCreatedThenId } from '../record-order.js';
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
-}
-
-function byCreatedThenId<T extends { createdAt: string; id: string }>(a: T, b: T): number {
-  return a.createdAt < b.createdAt
-    ? -1
-    : a.createdAt > b.createdAt
-      ? 1
-      : a.id < b.id
-        ? -1
-        : a.id > b.id
-          ? 1
-          : 0;
 }
 
 function checkResourceType(resourceType: unknown): asserts resourceType is string {
