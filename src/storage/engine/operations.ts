@@ -25,6 +25,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
 import { byCreatedThenId } from '../record-order.js';
+import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 
@@ -347,31 +348,16 @@ export class EngineOperations implements StorageOperations {
     }
   }
 
-  async updateResource(
+  updateResource(
     projectId: string,
     resource: FhirResource & { id: string },
     options?: WriteOptions,
   ): Promise<{ resource: StoredResource; created: boolean }> {
-    const [result] = await this.writeResources(projectId, [
-      { op: 'update', resource, ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}) },
-    ]);
-    return { resource: result!.resource!, created: result!.created ?? false };
+    return updateThroughBatch((writes) => this.writeResources(projectId, writes), resource, options);
   }
 
-  async deleteResource(
-    projectId: string,
-    resourceType: string,
-    id: string,
-    options?: WriteOptions,
-  ): Promise<void> {
-    await this.writeResources(projectId, [
-      {
-        op: 'delete',
-        resourceType,
-        id,
-        ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}),
-      },
-    ]);
+  deleteResource(projectId: string, resourceType: string, id: string, options?: WriteOptions): Promise<void> {
+    return deleteThroughBatch((writes) => this.writeResources(projectId, writes), resourceType, id, options);
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {

@@ -23,6 +23,7 @@ import type {
 import type { Executor, Query } from './executor.js';
 import { applyResourceWrites, checkId, lockProjectResources } from './resource-writes.js';
 import { searchResources } from './resource-search.js';
+import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
 interface RecordRow<T> {
   record: T;
@@ -418,31 +419,16 @@ export class PostgresOperations implements StorageOperations {
     });
   }
 
-  async updateResource(
+  updateResource(
     projectId: string,
     resource: FhirResource & { id: string },
     options?: WriteOptions,
   ): Promise<{ resource: StoredResource; created: boolean }> {
-    const [result] = await this.writeResources(projectId, [
-      { op: 'update', resource, ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}) },
-    ]);
-    return { resource: result!.resource!, created: result!.created ?? false };
+    return updateThroughBatch((writes) => this.writeResources(projectId, writes), resource, options);
   }
 
-  async deleteResource(
-    projectId: string,
-    resourceType: string,
-    id: string,
-    options?: WriteOptions,
-  ): Promise<void> {
-    await this.writeResources(projectId, [
-      {
-        op: 'delete',
-        resourceType,
-        id,
-        ...(options?.ifMatch !== undefined ? { ifMatch: options.ifMatch } : {}),
-      },
-    ]);
+  deleteResource(projectId: string, resourceType: string, id: string, options?: WriteOptions): Promise<void> {
+    return deleteThroughBatch((writes) => this.writeResources(projectId, writes), resourceType, id, options);
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
