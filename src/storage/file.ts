@@ -72,9 +72,10 @@ class FileStorage extends EngineStorage {
 
 /**
  * The embedded default store: everything in one directory, durable and crash-safe, with
- * per-write cost independent of the store's size. Directory data (projects, clients, memberships,
- * keys, export jobs) lives in a lowdb JSON file; users, one-time values and FHIR resources live
- * in append-only logs with an in-memory index; exports copy log bytes straight into NDJSON.
+ * per-write cost independent of the store's size. The small, rarely written directory data
+ * (projects, clients, keys) lives in a lowdb JSON file; users, memberships, export jobs, one-time
+ * values and FHIR resources live in append-only logs with an in-memory index; exports copy log
+ * bytes straight into NDJSON.
  * Opening repairs a torn tail left by a crash. See docs/storage.md.
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.

@@ -690,10 +690,11 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         await entered;
         expect(await storage.findUsers('p1', { userName: 'alice' })).toEqual([]);
         // A write outside waits for the transaction and then sees its result.
-        const outside = storage.createUser('p1', newUser('alice'));
+        // The rejection handler is attached at once: the write may fail before `tx` resumes us.
+        const outside = rejectsWith(storage.createUser('p1', newUser('alice')), CONFLICT);
         release();
         await tx;
-        await rejectsWith(outside, CONFLICT);
+        await outside;
         expect(await storage.findUsers('p1', { userName: 'alice' })).toHaveLength(1);
       });
 

@@ -31,6 +31,24 @@ function code(error: unknown): string | undefined {
   return (error as { code?: string }).code;
 }
 
+/** The `<kind>.log` record log of the only project directory. */
+function recordLog(dir: string, kind: string): string {
+  const [project] = fs.readdirSync(path.join(dir, 'projects'));
+  return path.join(dir, 'projects', project!, `${kind}.log`);
+}
+
+function exportJob(id: string) {
+  return {
+    id,
+    projectId: 'p1',
+    ownerId: 'test',
+    status: 'in-progress' as const,
+    request: 'http://localhost/$export',
+    transactionTime: '2026-01-01T00:00:00.000Z',
+    params: {},
+  };
+}
+
 /** Every file under `dir/projects/<project dir>/resources` named `<type>.log`. */
 function logFile(dir: string, type: string): string {
   for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
@@ -412,6 +430,64 @@ describe('fileStorage', () => {
     expect((await storage.readUser('p1', u.id)).data).toEqual({ i: 1099 });
     expect(await storage.useOnce('live', Date.now() + 600_000)).toBe(false);
     expect(await storage.useOnce('old-5', Date.now() + 600_000)).toBe(true);
+  });
+
+  it('keeps memberships and export jobs in per-project logs, and rewrites them once mostly dead', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir, { durability: 'write' });
+    const u = await storage.createUser('p1', user('member'));
+    const m = await storage.createMembership('p1', { projectId: 'p1', userId: u.id, admin: false });
+    const gone = await storage.createMembership('p1', { projectId: 'p1', userId: u.id, admin: true });
+    await storage.deleteMembership('p1', gone.id);
+    await storage.createExportJob(exportJob('busy'));
+    for (let i = 0; i < 1100; i++) await storage.updateExportJob('p1', 'busy', { progress: { i } });
+    const directory = JSON.parse(fs.readFileSync(path.join(dir, 'directory.json'), 'utf8')) as object;
+    expect(directory).not.toHaveProperty('memberships');
+    expect(directory).not.toHaveProperty('jobs');
+    expect(fs.statSync(recordLog(dir, 'jobs')).size).toBeLessThan(200_000);
+    await storage.close();
+    storage = await openStore(dir);
+    expect(await storage.listMemberships('p1')).toEqual([m]);
+    expect((await storage.readExportJob('p1', 'busy')).progress).toEqual({ i: 1099 });
+  });
+
+  it('moves memberships and export jobs out of a directory.json written by an older version', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir);
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'kept' });
+    const u = await storage.createUser('p1', user('member'));
+    await storage.close();
+    // The older layout: memberships and jobs inside directory.json, no logs of them.
+    const file = path.join(dir, 'directory.json');
+    const directory = JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, unknown>;
+    const membership = {
+      id: 'm1',
+      projectId: 'p1',
+      userId: u.id,
+      admin: true,
+      createdAt: '2026-01-01T00:00:00.000Z',
+    };
+    const job = {
+      ...exportJob('old'),
+      createdAt: '2026-01-01T00:00:00.000Z',
+      updatedAt: '2026-01-01T00:00:00.000Z',
+      version: 1,
+    };
+    directory.memberships = { p1: { m1: membership }, p2: {} };
+    directory.jobs = { p1: { old: job } };
+    fs.writeFileSync(file, JSON.stringify(directory));
+    storage = await openStore(dir);
+    expect(await storage.listMemberships('p1')).toEqual([membership]);
+    expect(await storage.readExportJob('p1', 'old')).toEqual(job);
+    const migrated = JSON.parse(fs.readFileSync(file, 'utf8')) as object;
+    expect(migrated).not.toHaveProperty('memberships');
+    expect(migrated).not.toHaveProperty('jobs');
+    await storage.createMembership('p1', { id: 'm2', projectId: 'p1', userId: u.id, admin: false });
+    await storage.close();
+    storage = await openStore(dir);
+    expect((await storage.listMemberships('p1')).map((m) => m.id).sort()).toEqual(['m1', 'm2']);
+    expect((await storage.readExportJob('p1', 'old')).version).toBe(1);
+    expect((await storage.readResource('p1', 'Patient', 'kept')).id).toBe('kept');
   });
 
   it('undoes a batch whose write fails and keeps working', async () => {

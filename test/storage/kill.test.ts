@@ -15,6 +15,8 @@ interface Acked {
   resources: Set<string>;
   users: Set<string>;
   counters: Map<string, number>;
+  members: Set<string>;
+  jobs: Map<string, number>;
 }
 
 /** Runs the writer until it has acknowledged writes for a random while, then SIGKILLs it. */
@@ -37,6 +39,9 @@ function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
       if (message.type === 'resource') acked.resources.add(message.id!);
       if (message.type === 'user') acked.users.add(message.id!);
       if (message.type === 'pair') acked.pairs.add(message.id!);
+      if (message.type === 'member') acked.members.add(message.id!);
+      if (message.type === 'job')
+        acked.jobs.set(message.id!, Math.max(acked.jobs.get(message.id!) ?? 0, message.n!));
       if (message.type === 'counter')
         acked.counters.set(message.id!, Math.max(acked.counters.get(message.id!) ?? 0, message.n!));
     });
@@ -53,7 +58,14 @@ describe('fileStorage under kill -9', () => {
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   it(`keeps every acknowledged write exactly once over ${ROUNDS} kills`, async () => {
-    const acked: Acked = { pairs: new Set(), resources: new Set(), users: new Set(), counters: new Map() };
+    const acked: Acked = {
+      pairs: new Set(),
+      resources: new Set(),
+      users: new Set(),
+      counters: new Map(),
+      members: new Set(),
+      jobs: new Map(),
+    };
     let lastAcked = 0;
     for (let round = 0; round < ROUNDS; round++) {
       await runAndKill(dir, round, acked);
@@ -81,6 +93,18 @@ describe('fileStorage under kill -9', () => {
         for (const [id, n] of acked.counters) {
           expect((await storage.readResource('p1', 'Basic', id)).n as number).toBeGreaterThanOrEqual(n);
         }
+        // Memberships: each exactly once, always with its user (same batch).
+        const memberships = await storage.listMemberships('p1');
+        const memberIds = memberships.map((m) => m.id);
+        expect(new Set(memberIds).size).toBe(memberIds.length);
+        const byUserId = new Set(users.map((u) => u.id));
+        for (const m of memberships) expect(byUserId.has(m.userId!), `member ${m.id}`).toBe(true);
+        expect([...names].filter((n) => n.startsWith('m-')).sort()).toEqual([...memberIds].sort());
+        for (const id of acked.members) expect(memberIds.includes(id), `member ${id}`).toBe(true);
+        for (const [id, n] of acked.jobs) {
+          const job = await storage.readExportJob('p1', id);
+          expect(job.progress?.n as number).toBeGreaterThanOrEqual(n);
+        }
         await storage.releaseSnapshot(snapshot);
       } finally {
         await storage.close();
@@ -90,5 +114,7 @@ describe('fileStorage under kill -9', () => {
     // The writers really wrote something in most rounds.
     expect(lastAcked).toBeGreaterThan(ROUNDS * 20);
     expect(acked.pairs.size).toBeGreaterThan(ROUNDS);
+    expect(acked.members.size).toBeGreaterThan(ROUNDS);
+    expect(acked.jobs.size).toBeGreaterThan(0);
   }, 120_000);
 });

@@ -38,7 +38,10 @@ import {
 } from './record.js';
 import type { FileSnapshot } from './snapshot.js';
 
-/** The directory data kept in `directory.json` (lowdb). */
+/**
+ * The directory data kept in `directory.json` (lowdb): only small, rarely written records. Records
+ * written often, or many per project (users, memberships, export jobs), go to per-project logs.
+ */
 interface DirectoryData {
   /** Sequence number of the last batch that wrote this file. */
   seq: number;
@@ -46,14 +49,20 @@ interface DirectoryData {
   /** project id -> its directory name under `projects/` (a fresh name per incarnation). */
   projectDirs: Record<string, string>;
   clients: Record<string, ClientRecord>;
-  memberships: Record<string, Record<string, MembershipRecord>>;
   keys: Record<string, SigningKeyRecord>;
-  jobs: Record<string, Record<string, ExportJobRecord>>;
+  /** Stores written before memberships had their own log: moved to the logs on open. */
+  memberships?: Record<string, Record<string, MembershipRecord>>;
+  /** Stores written before export jobs had their own log: moved to the logs on open. */
+  jobs?: Record<string, Record<string, ExportJobRecord>>;
 }
 
 function emptyDirectory(): DirectoryData {
-  return { seq: 0, projects: {}, projectDirs: {}, clients: {}, memberships: {}, keys: {}, jobs: {} };
+  return { seq: 0, projects: {}, projectDirs: {}, clients: {}, keys: {} };
 }
+
+/** The per-project logs of directory records (`<kind>.log` in the project's directory). */
+type RecordKind = 'users' | 'memberships' | 'jobs';
+const RECORD_KINDS: readonly RecordKind[] = ['users', 'memberships', 'jobs'];
 
 export interface FileBackendOptions {
   dir: string;
@@ -102,6 +111,10 @@ interface LogMeta {
   projectId: string;
   /** Set for resource logs. */
   resourceType?: string;
+  /** Set for record logs. */
+  kind?: RecordKind;
+  /** Record logs: the record count at which to check whether a rewrite is due. */
+  checkAt?: number;
 }
 
 interface Pending {
@@ -123,8 +136,10 @@ export class FileBackend implements EngineBackend {
   private onceLog!: LogFile;
   /** dirName -> resource type -> log. */
   private readonly resourceLogs = new Map<string, Map<string, LogFile>>();
-  /** dirName -> users log. */
-  private readonly userLogs = new Map<string, LogFile>();
+  /** dirName -> kind -> record log (users, memberships, export jobs). */
+  private readonly recordLogs = new Map<string, Map<RecordKind, LogFile>>();
+  /** Set for one batch: write directory.json even when no mutation changed it (migration). */
+  private forceDirectoryWrite = false;
   private readonly meta = new Map<LogFile, LogMeta>();
   private readonly touched = new Set<LogFile>();
   private broken: Error | undefined;
@@ -163,9 +178,10 @@ export class FileBackend implements EngineBackend {
       }
       await this.loadOnce(base, committed);
       clock.advanceTo(maxLu);
+      await this.migrateDirectory(base);
       await this.removeOrphans();
-      await this.removeUnusedSnapshots();
-      await this.resetCommitLog(committed);
+      await this.removeUnusedSnapshots(base);
+      await this.resetCommitLog(this.seq);
       this.opened = true;
     } catch (error) {
       await this.close().catch(() => undefined);
@@ -177,12 +193,38 @@ export class FileBackend implements EngineBackend {
     const data = this.db.data;
     for (const record of Object.values(data.projects)) base.apply({ t: 'project', record });
     for (const record of Object.values(data.clients)) base.apply({ t: 'client', record });
-    for (const [projectId, byId] of Object.entries(data.memberships)) {
+    for (const [projectId, byId] of Object.entries(data.memberships ?? {})) {
       for (const record of Object.values(byId)) base.apply({ t: 'membership', projectId, record });
     }
     for (const record of Object.values(data.keys)) base.apply({ t: 'key', record });
-    for (const byId of Object.values(data.jobs))
+    for (const byId of Object.values(data.jobs ?? {}))
       for (const record of Object.values(byId)) base.apply({ t: 'job', record });
+  }
+
+  /**
+   * A store written before memberships and export jobs had their own logs keeps them in
+   * directory.json: one batch appends them to the logs and rewrites directory.json without them.
+   * The directory write commits the batch, so a crash before it leaves the old layout intact
+   * (the appended records are then uncommitted and cut on the next open).
+   */
+  private async migrateDirectory(base: BaseState): Promise<void> {
+    const data = this.db.data;
+    if (data.memberships === undefined && data.jobs === undefined) return;
+    const mutations: Mutation[] = [];
+    for (const [projectId, byId] of Object.entries(data.memberships ?? {})) {
+      for (const record of Object.values(byId)) mutations.push({ t: 'membership', projectId, record });
+    }
+    for (const byId of Object.values(data.jobs ?? {})) {
+      for (const record of Object.values(byId)) mutations.push({ t: 'job', record });
+    }
+    delete data.memberships;
+    delete data.jobs;
+    this.forceDirectoryWrite = true;
+    try {
+      await this.persist(mutations, base);
+    } finally {
+      this.forceDirectoryWrite = false;
+    }
   }
 
   /** The last committed batch in commit.log (a torn last record is ignored). */
@@ -279,16 +321,15 @@ export class FileBackend implements EngineBackend {
   ): Promise<number> {
     const projectDir = path.join(this.options.dir, 'projects', dirName);
     let maxLu = 0;
-    const usersFile = path.join(projectDir, 'users.log');
-    await fs.rm(`${usersFile}.compact`, { force: true });
-    if (fsSync.existsSync(usersFile)) {
-      const log = await this.openLog(usersFile, { dirName, projectId }, false);
-      this.userLogs.set(dirName, log);
-      await this.recoverLog(log, committed, (_record, json) => {
-        const value = JSON.parse(json) as UserRecord;
-        if (readOp(_record.buf, _record.start) === OP_DELETE)
-          base.apply({ t: 'user-', projectId, id: value.id });
-        else base.apply({ t: 'user', projectId, record: value });
+    for (const kind of RECORD_KINDS) {
+      const file = path.join(projectDir, `${kind}.log`);
+      await fs.rm(`${file}.compact`, { force: true });
+      if (!fsSync.existsSync(file)) continue;
+      const log = await this.openLog(file, { dirName, projectId, kind }, false);
+      getOrCreate(this.recordLogs, dirName, () => new Map()).set(kind, log);
+      await this.recoverLog(log, committed, (record, json) => {
+        const value = JSON.parse(json) as { id: string };
+        base.apply(recordMutation(kind, projectId, value, readOp(record.buf, record.start) === OP_DELETE));
         return value.id;
       });
     }
@@ -448,13 +489,11 @@ export class FileBackend implements EngineBackend {
    * Removes snapshot directories no export job refers to: taken by a kick-off that crashed
    * before saving its job, or left by a job deleted without `releaseSnapshot`.
    */
-  private async removeUnusedSnapshots(): Promise<void> {
+  private async removeUnusedSnapshots(base: BaseState): Promise<void> {
     const used = new Set<string>();
-    for (const byId of Object.values(this.db.data.jobs)) {
-      for (const job of Object.values(byId)) {
-        const dir = job.snapshot?.dir;
-        if (typeof dir === 'string') used.add(dir);
-      }
+    for (const job of base.jobs()) {
+      const dir = job.snapshot?.dir;
+      if (typeof dir === 'string') used.add(dir);
     }
     let names: string[] = [];
     try {
@@ -487,16 +526,17 @@ export class FileBackend implements EngineBackend {
     return dirName;
   }
 
-  private async userLog(projectId: string, dirty: { value: boolean }): Promise<LogFile> {
+  private async recordLog(projectId: string, kind: RecordKind, dirty: { value: boolean }): Promise<LogFile> {
     const dirName = this.projectDir(projectId, dirty);
-    let log = this.userLogs.get(dirName);
+    const byKind = getOrCreate(this.recordLogs, dirName, () => new Map());
+    let log = byKind.get(kind);
     if (!log) {
       log = await this.openLog(
-        path.join(this.options.dir, 'projects', dirName, 'users.log'),
-        { dirName, projectId },
+        path.join(this.options.dir, 'projects', dirName, `${kind}.log`),
+        { dirName, projectId, kind },
         true,
       );
-      this.userLogs.set(dirName, log);
+      byKind.set(kind, log);
     }
     return log;
   }
@@ -529,7 +569,7 @@ export class FileBackend implements EngineBackend {
       });
     const seq = this.seq + 1;
     const data = this.db.data;
-    const dirty = { value: false };
+    const dirty = { value: this.forceDirectoryWrite };
     const pending = new Map<LogFile, Pending>();
     const refs: unknown[] = new Array<unknown>(mutations.length);
     /** Resource key -> its latest record in this batch. */
@@ -560,8 +600,6 @@ export class FileBackend implements EngineBackend {
           break;
         case 'project-': {
           delete data.projects[m.id];
-          delete data.memberships[m.id];
-          delete data.jobs[m.id];
           for (const [id, c] of Object.entries(data.clients))
             if (c.projectId === m.id) delete data.clients[id];
           const dirName = data.projectDirs[m.id];
@@ -573,12 +611,16 @@ export class FileBackend implements EngineBackend {
           break;
         }
         case 'membership':
-          (data.memberships[m.projectId] ??= {})[m.record.id] = m.record;
-          dirty.value = true;
+          add(
+            await this.recordLog(m.projectId, 'memberships', dirty),
+            encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
+          );
           break;
         case 'membership-':
-          delete data.memberships[m.projectId]?.[m.id];
-          dirty.value = true;
+          add(
+            await this.recordLog(m.projectId, 'memberships', dirty),
+            encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
+          );
           break;
         case 'client':
           data.clients[m.record.id] = m.record;
@@ -589,22 +631,29 @@ export class FileBackend implements EngineBackend {
           dirty.value = true;
           break;
         case 'job':
-          (data.jobs[m.record.projectId] ??= {})[m.record.id] = m.record;
-          dirty.value = true;
+          add(
+            await this.recordLog(m.record.projectId, 'jobs', dirty),
+            encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
+          );
           break;
         case 'job-':
-          delete data.jobs[m.projectId]?.[m.id];
-          dirty.value = true;
+          add(
+            await this.recordLog(m.projectId, 'jobs', dirty),
+            encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
+          );
           break;
         case 'once':
           add(this.onceLog, encodeRecord(seq, 0, 'U', JSON.stringify({ k: m.key, e: m.expiresAt })));
           break;
         case 'user':
-          add(await this.userLog(m.projectId, dirty), encodeRecord(seq, 0, 'U', JSON.stringify(m.record)));
+          add(
+            await this.recordLog(m.projectId, 'users', dirty),
+            encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
+          );
           break;
         case 'user-':
           add(
-            await this.userLog(m.projectId, dirty),
+            await this.recordLog(m.projectId, 'users', dirty),
             encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
           );
           break;
@@ -727,11 +776,12 @@ export class FileBackend implements EngineBackend {
   }
 
   private async dropProjectDir(dirName: string): Promise<void> {
-    const logs = [...(this.resourceLogs.get(dirName)?.values() ?? [])];
-    const users = this.userLogs.get(dirName);
-    if (users) logs.push(users);
+    const logs = [
+      ...(this.resourceLogs.get(dirName)?.values() ?? []),
+      ...(this.recordLogs.get(dirName)?.values() ?? []),
+    ];
     this.resourceLogs.delete(dirName);
-    this.userLogs.delete(dirName);
+    this.recordLogs.delete(dirName);
     for (const log of logs) {
       this.meta.delete(log);
       this.touched.delete(log);
@@ -815,9 +865,13 @@ export class FileBackend implements EngineBackend {
       // Constant-time checks: this runs after every batch.
       if (log === this.onceLog) {
         if (log.records > 2 * base.onceCount() + 1024) await this.rewriteOnce(base);
-      } else if (meta && meta.resourceType === undefined) {
-        if (log.records > 2 * base.userCount(meta.projectId) + 1024) {
-          await this.rewriteUsers(log, meta.projectId, base);
+      } else if (meta?.kind !== undefined) {
+        // Counting live memberships or jobs is linear, so it runs only when the log has grown
+        // past the last count's threshold: amortised constant time per record.
+        if (log.records > (meta.checkAt ?? 0)) {
+          const live = [...liveRecords(base, meta.kind, meta.projectId)];
+          if (log.records > 2 * live.length + 1024) await this.rewriteRecords(log, live);
+          meta.checkAt = 2 * live.length + 1024;
         }
       } else if (meta?.resourceType !== undefined) {
         const live = log.size - log.deadBytes;
@@ -865,10 +919,10 @@ export class FileBackend implements EngineBackend {
     this.onceLog.records = records.length;
   }
 
-  private async rewriteUsers(log: LogFile, projectId: string, base: BaseState): Promise<void> {
+  /** Rewrites a record log with only the current records. */
+  private async rewriteRecords(log: LogFile, live: readonly { id: string }[]): Promise<void> {
     const records: Buffer[] = [];
-    for (const user of base.users(projectId))
-      records.push(encodeRecord(this.seq, 0, 'U', JSON.stringify(user)));
+    for (const record of live) records.push(encodeRecord(this.seq, 0, 'U', JSON.stringify(record)));
     const { temp, size } = await this.writeTemp(log.file, records);
     await log.replaceWith(temp, size, this.options.sync);
     log.records = records.length;
@@ -928,5 +982,36 @@ export class FileBackend implements EngineBackend {
     await this.commitLog?.close().catch(() => undefined);
     if (this.lock) releaseLock(this.lock);
     this.lock = undefined;
+  }
+}
+
+/** The mutation a record log's record replays. */
+function recordMutation(kind: RecordKind, projectId: string, value: { id: string }, deleted: boolean): Mutation {
+  switch (kind) {
+    case 'users':
+      return deleted
+        ? { t: 'user-', projectId, id: value.id }
+        : { t: 'user', projectId, record: value as UserRecord };
+    case 'memberships':
+      return deleted
+        ? { t: 'membership-', projectId, id: value.id }
+        : { t: 'membership', projectId, record: value as MembershipRecord };
+    case 'jobs':
+      return deleted ? { t: 'job-', projectId, id: value.id } : { t: 'job', record: value as ExportJobRecord };
+  }
+}
+
+/** The current records a record log must hold. */
+function* liveRecords(base: BaseState, kind: RecordKind, projectId: string): Iterable<{ id: string }> {
+  switch (kind) {
+    case 'users':
+      yield* base.users(projectId);
+      break;
+    case 'memberships':
+      yield* base.memberships(projectId);
+      break;
+    case 'jobs':
+      for (const job of base.jobs()) if (job.projectId === projectId) yield job;
+      break;
   }
 }
