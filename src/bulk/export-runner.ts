@@ -104,7 +104,10 @@ export async function runExport(
     if (params.level === 'patient' && !patientIds) {
       // Every patient of the snapshot: the Patient level exports all their compartments.
       const ids: string[] = [];
-      for await (const chunk of reader.readResources(projectId, snapshot, { resourceType: 'Patient' })) {
+      for await (const chunk of reader.readResources(projectId, snapshot, {
+        resourceType: 'Patient',
+        reuseChunks: true,
+      })) {
         checkAborted();
         for (const line of lines(toText(chunk.data))) ids.push((JSON.parse(line) as { id: string }).id);
       }
@@ -124,14 +127,19 @@ export async function runExport(
       const transform = kept || typeFilters ? { kept, typeFilters } : undefined;
 
       if (!compartmentLevel || (oldIds && oldIds.length > 0)) {
-        const base: ExportReadOptions = { resourceType };
+        // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
+        const base: ExportReadOptions = { resourceType, reuseChunks: true };
         if (params.sinceMs !== undefined) base.since = params.sinceMs;
         if (compartmentLevel) base.patientIds = oldIds;
         const skip = newIds.length > 0 ? new Set<string>() : undefined;
         if (newIds.length > 0) {
           // Members added after _since: their whole compartments, whatever their lastUpdated.
           await copy(
-            reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }),
+            reader.readResources(projectId, snapshot, {
+              resourceType,
+              patientIds: newIds,
+              reuseChunks: true,
+            }),
             transform,
             skip,
             true,
@@ -146,7 +154,7 @@ export async function runExport(
         }
       } else if (newIds.length > 0) {
         await copy(
-          reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds }),
+          reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds, reuseChunks: true }),
           transform,
           undefined,
           false,

@@ -33,16 +33,44 @@ export interface FileExportReaderOptions {
 }
 
 const BLOCK = 1024 * 1024;
+/** `positions.json`: per type, `[offset, jsonLength]` of the saved compartments' records. */
+type Positions = Record<string, [number, number][]>;
+/**
+ * Compartment reads: records at most this far apart are read in one block with the gap between
+ * them (reading a few KiB too many costs less than another read call).
+ */
+const MAX_GAP = 64 * 1024;
 const NEWLINE = 0x0a;
 /** Four ASCII '0' bytes read as a little-endian uint32. */
 const ZEROS = 0x30303030;
+/** Free buffers a reader keeps for reuse (more only while reads run concurrently). */
+const POOL_SIZE = 4;
 
-async function readFully(handle: FileHandle, buf: Buffer, position: number): Promise<void> {
+async function readFully(handle: FileHandle, buf: Buffer, length: number, position: number): Promise<void> {
   let got = 0;
-  while (got < buf.length) {
-    const { bytesRead } = await handle.read(buf, got, buf.length - got, position + got);
+  while (got < length) {
+    const { bytesRead } = await handle.read(buf, got, length - got, position + got);
     if (bytesRead === 0) throw new Error('Unexpected end of a snapshot file');
     got += bytesRead;
+  }
+}
+
+/**
+ * Buffers of one size, reused across the reads of one reader, so an export allocates its read
+ * and chunk buffers once instead of once per MiB (external memory that V8 frees lazily).
+ */
+class BufferPool {
+  private readonly free: Buffer[] = [];
+
+  constructor(readonly size: number) {}
+
+  take(): Buffer {
+    return this.free.pop() ?? Buffer.allocUnsafe(this.size);
+  }
+
+  /** Gives back a buffer taken from this pool (others, e.g. grown ones, are dropped). */
+  give(buf: Buffer): void {
+    if (buf.length === this.size && this.free.length < POOL_SIZE) this.free.push(buf);
   }
 }
 
@@ -54,33 +82,39 @@ async function readFully(handle: FileHandle, buf: Buffer, position: number): Pro
 async function* lineBlocks(
   handle: FileHandle,
   end: number,
+  pool: BufferPool,
 ): AsyncIterable<{ buf: Buffer; stop: number; offset: number }> {
-  let buf = Buffer.allocUnsafe(BLOCK);
-  let filled = 0;
-  let position = 0;
-  while (position < end) {
-    if (filled === buf.length) {
-      const bigger = Buffer.allocUnsafe(buf.length * 2);
-      buf.copy(bigger, 0, 0, filled);
-      buf = bigger;
+  const pooled = pool.take();
+  let buf = pooled;
+  try {
+    let filled = 0;
+    let position = 0;
+    while (position < end) {
+      if (filled === buf.length) {
+        const bigger = Buffer.allocUnsafe(buf.length * 2);
+        buf.copy(bigger, 0, 0, filled);
+        buf = bigger;
+      }
+      const { bytesRead } = await handle.read(
+        buf,
+        filled,
+        Math.min(buf.length - filled, end - position),
+        position,
+      );
+      if (bytesRead <= 0) return;
+      position += bytesRead;
+      const total = filled + bytesRead;
+      const lastNewline = buf.lastIndexOf(NEWLINE, total - 1);
+      if (lastNewline < 0) {
+        filled = total;
+        continue;
+      }
+      yield { buf, stop: lastNewline + 1, offset: position - total };
+      buf.copy(buf, 0, lastNewline + 1, total);
+      filled = total - lastNewline - 1;
     }
-    const { bytesRead } = await handle.read(
-      buf,
-      filled,
-      Math.min(buf.length - filled, end - position),
-      position,
-    );
-    if (bytesRead <= 0) return;
-    position += bytesRead;
-    const total = filled + bytesRead;
-    const lastNewline = buf.lastIndexOf(NEWLINE, total - 1);
-    if (lastNewline < 0) {
-      filled = total;
-      continue;
-    }
-    yield { buf, stop: lastNewline + 1, offset: position - total };
-    buf.copy(buf, 0, lastNewline + 1, total);
-    filled = total - lastNewline - 1;
+  } finally {
+    pool.give(pooled);
   }
 }
 
@@ -94,14 +128,32 @@ function forEachLine(buf: Buffer, stop: number, visit: (start: number, end: numb
   }
 }
 
-/** Collects NDJSON lines into chunk buffers of about `size` bytes. */
+/**
+ * Collects NDJSON lines into chunk buffers of about `size` bytes. With `reuse`, it alternates
+ * between two pooled buffers: a yielded chunk stays intact until the consumer asks for the next
+ * one, which is all `ExportReadOptions.reuseChunks` promises. Call `release()` when done.
+ */
 class ChunkBuilder {
   private out: Buffer;
+  /** With `reuse`: the buffer of the chunk last taken (the consumer's until it asks for more). */
+  private spare: Buffer | undefined;
   private length = 0;
   private count = 0;
+  private readonly size: number;
 
-  constructor(private readonly size: number) {
-    this.out = Buffer.allocUnsafe(size);
+  constructor(
+    private readonly pool: BufferPool,
+    private readonly reuse: boolean,
+  ) {
+    this.size = pool.size;
+    this.out = reuse ? pool.take() : Buffer.allocUnsafe(this.size);
+  }
+
+  release(): void {
+    if (!this.reuse) return;
+    this.pool.give(this.out);
+    if (this.spare) this.pool.give(this.spare);
+    this.spare = undefined;
   }
 
   /** Adds `src[start, end)` (one line with its newline); returns a full chunk when one is ready. */
@@ -121,8 +173,15 @@ class ChunkBuilder {
   take(): NdjsonChunk | undefined {
     if (this.count === 0) return undefined;
     const chunk = { data: this.out.subarray(0, this.length), count: this.count };
-    // The yielded buffer now belongs to the consumer: never write into it again.
-    this.out = Buffer.allocUnsafe(this.size);
+    if (this.reuse) {
+      // The consumer has finished with the spare's chunk: it asked for this one.
+      const next = this.spare ?? this.pool.take();
+      this.spare = this.out;
+      this.out = next;
+    } else {
+      // The yielded buffer now belongs to the consumer: never write into it again.
+      this.out = Buffer.allocUnsafe(this.size);
+    }
     this.length = 0;
     this.count = 0;
     return chunk;
@@ -138,13 +197,37 @@ class ChunkBuilder {
  */
 export class FileExportReader implements ExportReader {
   private readonly chunkBytes: number;
+  private readonly blocks = new BufferPool(BLOCK);
+  private readonly chunkPool: BufferPool;
+  /** The positions file last read (one job's reader reads the same one for every type). */
+  private positionsCache: { file: string; positions: Promise<Positions> } | undefined;
 
   constructor(private readonly options: FileExportReaderOptions) {
     this.chunkBytes = options.chunkBytes ?? 1024 * 1024;
+    this.chunkPool = new BufferPool(this.chunkBytes);
   }
 
   private file(snapshot: FileSnapshot, name: string): string {
     return path.join(this.options.dir, snapshot.dir, name);
+  }
+
+  /** The snapshot's saved compartment positions, read and parsed once per reader and snapshot. */
+  private positions(snap: FileSnapshot): Promise<Positions> {
+    const file = this.file(snap, snap.positions!);
+    if (this.positionsCache?.file !== file) {
+      const positions = fs.readFile(file, 'utf8').then((text) => {
+        const parsed = JSON.parse(text) as Positions;
+        // Sorted when written; sorting again costs little and makes block reads safe regardless.
+        for (const list of Object.values(parsed)) list.sort((a, b) => a[0] - b[0]);
+        return parsed;
+      });
+      // A failed read is not cached.
+      positions.catch(() => {
+        if (this.positionsCache?.positions === positions) this.positionsCache = undefined;
+      });
+      this.positionsCache = { file, positions };
+    }
+    return this.positionsCache.positions;
   }
 
   async *readResources(
@@ -157,13 +240,23 @@ export class FileExportReader implements ExportReader {
     if (!type || type.end === 0) return;
     const since = options.since === undefined ? -1 : options.since * 1000;
     const handle = await fs.open(this.file(snap, type.file), 'r');
+    const chunks = new ChunkBuilder(this.chunkPool, options.reuseChunks === true);
     try {
       if (options.patientIds) {
-        yield* this.compartment(snap, handle, type.end, options.resourceType, options.patientIds, since);
+        yield* this.compartment(
+          snap,
+          handle,
+          type.end,
+          options.resourceType,
+          options.patientIds,
+          since,
+          chunks,
+        );
       } else {
-        yield* this.scan(handle, type.end, since);
+        yield* this.scan(handle, type.end, since, chunks);
       }
     } finally {
+      chunks.release();
       await handle.close();
     }
   }
@@ -173,53 +266,58 @@ export class FileExportReader implements ExportReader {
     handle: FileHandle,
     end: number,
     since: number,
+    chunks: ChunkBuilder,
     only?: ReadonlySet<number>,
   ): AsyncIterable<NdjsonChunk> {
-    const chunks = new ChunkBuilder(this.chunkBytes);
-    let buf = Buffer.allocUnsafe(BLOCK);
-    let filled = 0;
-    let position = 0;
-    while (position < end) {
-      if (filled === buf.length) {
-        const bigger = Buffer.allocUnsafe(buf.length * 2);
-        buf.copy(bigger, 0, 0, filled);
-        buf = bigger;
-      }
-      const { bytesRead } = await handle.read(
-        buf,
-        filled,
-        Math.min(buf.length - filled, end - position),
-        position,
-      );
-      if (bytesRead <= 0) break;
-      position += bytesRead;
-      const stop = filled + bytesRead;
-      /** File offset of `buf[0]`. */
-      const bufOffset = position - stop;
-      let start = 0;
-      let nl = buf.indexOf(NEWLINE, filled);
-      while (nl !== -1 && nl < stop) {
-        if (
-          buf[start + OP_AT] !== OP_DELETE &&
-          (since < 0 || readLu(buf, start) > since) &&
-          (!only || only.has(bufOffset + start))
-        ) {
-          // Most records are current: compare the field with "000000000000" before parsing it.
-          const at = start + SUPERSEDED_AT;
-          const current =
-            buf.readUInt32LE(at) === ZEROS &&
-            buf.readUInt32LE(at + 4) === ZEROS &&
-            buf.readUInt32LE(at + 8) === ZEROS;
-          if (current || readSuperseded(buf, start) >= end) {
-            const full = chunks.add(buf, start + HEADER_LENGTH, nl + 1);
-            if (full) yield full;
-          }
+    const pooled = this.blocks.take();
+    let buf = pooled;
+    try {
+      let filled = 0;
+      let position = 0;
+      while (position < end) {
+        if (filled === buf.length) {
+          const bigger = Buffer.allocUnsafe(buf.length * 2);
+          buf.copy(bigger, 0, 0, filled);
+          buf = bigger;
         }
-        start = nl + 1;
-        nl = buf.indexOf(NEWLINE, start);
+        const { bytesRead } = await handle.read(
+          buf,
+          filled,
+          Math.min(buf.length - filled, end - position),
+          position,
+        );
+        if (bytesRead <= 0) break;
+        position += bytesRead;
+        const stop = filled + bytesRead;
+        /** File offset of `buf[0]`. */
+        const bufOffset = position - stop;
+        let start = 0;
+        let nl = buf.indexOf(NEWLINE, filled);
+        while (nl !== -1 && nl < stop) {
+          if (
+            buf[start + OP_AT] !== OP_DELETE &&
+            (since < 0 || readLu(buf, start) > since) &&
+            (!only || only.has(bufOffset + start))
+          ) {
+            // Most records are current: compare the field with "000000000000" before parsing it.
+            const at = start + SUPERSEDED_AT;
+            const current =
+              buf.readUInt32LE(at) === ZEROS &&
+              buf.readUInt32LE(at + 4) === ZEROS &&
+              buf.readUInt32LE(at + 8) === ZEROS;
+            if (current || readSuperseded(buf, start) >= end) {
+              const full = chunks.add(buf, start + HEADER_LENGTH, nl + 1);
+              if (full) yield full;
+            }
+          }
+          start = nl + 1;
+          nl = buf.indexOf(NEWLINE, start);
+        }
+        buf.copy(buf, 0, start, stop);
+        filled = stop - start;
       }
-      buf.copy(buf, 0, start, stop);
-      filled = stop - start;
+    } finally {
+      this.blocks.give(pooled);
     }
     const last = chunks.take();
     if (last) yield last;
@@ -233,51 +331,78 @@ export class FileExportReader implements ExportReader {
     resourceType: string,
     patientIds: string[],
     since: number,
+    chunks: ChunkBuilder,
   ): AsyncIterable<NdjsonChunk> {
     const wanted = new Set(patientIds);
     const recorded = snap.positions && snap.patientIds ? new Set(snap.patientIds) : undefined;
-    const chunks = new ChunkBuilder(this.chunkBytes);
-    const inCompartment = (json: Buffer): boolean =>
-      patientCompartmentIds(JSON.parse(json.toString('utf8')) as StoredResource).some((p) => wanted.has(p));
+    const inCompartment = (buf: Buffer, start: number, end: number): boolean =>
+      patientCompartmentIds(JSON.parse(buf.toString('utf8', start, end)) as StoredResource).some((p) =>
+        wanted.has(p),
+      );
     if (recorded && patientIds.every((p) => recorded.has(p))) {
       // Positions saved at the snapshot: cost follows the compartment, not the store.
       const exact = recorded.size === wanted.size;
-      const positions = JSON.parse(await fs.readFile(this.file(snap, snap.positions!), 'utf8')) as Record<
-        string,
-        [number, number][]
-      >;
-      const list = positions[resourceType] ?? [];
+      const list = (await this.positions(snap))[resourceType] ?? [];
       let bytes = 0;
       for (const [, jsonLength] of list) bytes += HEADER_LENGTH + jsonLength + 1;
       if (exact && bytes > end / 4) {
         // A large share of the log (a Patient export of most patients): one sequential pass
         // keeping those offsets beats a read per record.
-        yield* this.scan(handle, end, since, new Set(list.map(([offset]) => offset)));
+        yield* this.scan(handle, end, since, chunks, new Set(list.map(([offset]) => offset)));
         return;
       }
-      for (const [offset, jsonLength] of list) {
-        if (offset >= end) continue;
-        const record = Buffer.allocUnsafe(HEADER_LENGTH + jsonLength + 1);
-        await readFully(handle, record, offset);
-        if (readLu(record, 0) <= since) continue;
-        if (!exact && !inCompartment(record.subarray(HEADER_LENGTH, record.length - 1))) continue;
-        const full = chunks.add(record, HEADER_LENGTH, record.length);
-        if (full) yield full;
+      // Neighbouring records (a patient's resources were mostly written together) are read in
+      // blocks of up to BLOCK bytes, in file order.
+      const pooled = this.blocks.take();
+      try {
+        let i = 0;
+        while (i < list.length) {
+          const [first, firstLength] = list[i]!;
+          if (first >= end) break;
+          let runEnd = first + HEADER_LENGTH + firstLength + 1;
+          let j = i + 1;
+          for (; j < list.length; j++) {
+            const [offset, jsonLength] = list[j]!;
+            const recordEnd = offset + HEADER_LENGTH + jsonLength + 1;
+            if (offset >= end || offset - runEnd > MAX_GAP || recordEnd - first > BLOCK) break;
+            runEnd = Math.max(runEnd, recordEnd);
+          }
+          const length = runEnd - first;
+          // A record larger than a block gets a buffer of its own.
+          const buf = length <= pooled.length ? pooled : Buffer.allocUnsafe(length);
+          await readFully(handle, buf, length, first);
+          for (let k = i; k < j; k++) {
+            const [offset, jsonLength] = list[k]!;
+            const start = offset - first;
+            const recordEnd = start + HEADER_LENGTH + jsonLength + 1;
+            if (readLu(buf, start) <= since) continue;
+            if (!exact && !inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)) continue;
+            const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
+            if (full) yield full;
+          }
+          i = j;
+        }
+      } finally {
+        this.blocks.give(pooled);
       }
     } else {
       // No positions for these patients: a full pass, parsing only the candidates.
-      for await (const { buf, stop } of lineBlocks(handle, end)) {
-        const ready: NdjsonChunk[] = [];
-        forEachLine(buf, stop, (start, recordEnd) => {
-          if (readOp(buf, start) === OP_DELETE) return;
+      for await (const { buf, stop } of lineBlocks(handle, end, this.blocks)) {
+        let start = 0;
+        while (start < stop) {
+          const recordEnd = buf.indexOf(NEWLINE, start) + 1;
           const superseded = readSuperseded(buf, start);
-          if (superseded !== 0 && superseded < end) return;
-          if (readLu(buf, start) <= since) return;
-          if (!inCompartment(buf.subarray(start + HEADER_LENGTH, recordEnd - 1))) return;
-          const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
-          if (full) ready.push(full);
-        });
-        yield* ready;
+          if (
+            readOp(buf, start) !== OP_DELETE &&
+            (superseded === 0 || superseded >= end) &&
+            readLu(buf, start) > since &&
+            inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)
+          ) {
+            const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
+            if (full) yield full;
+          }
+          start = recordEnd;
+        }
       }
     }
     const last = chunks.take();
@@ -296,7 +421,7 @@ export class FileExportReader implements ExportReader {
     const handle = await fs.open(this.file(snap, type.file), 'r');
     try {
       // Block by block, so memory stays bounded however many deletions there are.
-      for await (const { buf, stop } of lineBlocks(handle, type.end)) {
+      for await (const { buf, stop } of lineBlocks(handle, type.end, this.blocks)) {
         const found: Tombstone[] = [];
         forEachLine(buf, stop, (start, end) => {
           if (readOp(buf, start) !== OP_DELETE || readLu(buf, start) <= since) return;
@@ -313,6 +438,7 @@ export class FileExportReader implements ExportReader {
   }
 
   close(): Promise<void> {
+    this.positionsCache = undefined;
     return Promise.resolve();
   }
 }

@@ -248,6 +248,13 @@ export interface ExportReadOptions {
   since?: number;
   /** Only resources in the compartment of these patients (Patient resources themselves included). */
   patientIds?: string[];
+  /**
+   * The caller is done with each chunk's `data` before it asks for the next chunk, so the adapter
+   * may write the next chunk into the same memory (the export runner does this to keep its memory
+   * flat). Adapters may ignore it.
+   * @default false
+   */
+  reuseChunks?: boolean;
 }
 
 /**

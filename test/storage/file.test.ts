@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { openFileExportReader } from '../../src/storage/file-export-reader.js';
 import { fileStorage } from '../../src/storage/file.js';
 import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
@@ -617,6 +618,66 @@ describe('fileStorage', () => {
     );
     expect(rows).toHaveLength(160);
     expect(rows.find((r) => r.id === 'o7')!.subject).toEqual({ reference: 'Patient/p8' });
+  });
+
+  it('reads compartments in merged blocks, in file order, and reuses chunk buffers when asked', async () => {
+    const dir = tempDir();
+    const storage = await openStore(dir, { durability: 'write' });
+    const writes = [];
+    for (let i = 0; i < 3000; i++) {
+      // Mostly 2 KB records, some of 100 KB (gaps too wide to read over) and one over 1 MiB.
+      const size = i === 700 ? 1_100_000 : i % 97 === 0 ? 100_000 : 2_000;
+      writes.push({
+        op: 'create' as const,
+        resource: {
+          resourceType: 'Observation',
+          id: `o${i}`,
+          subject: { reference: `Patient/p${i % 10}` },
+          note: [{ text: 'x'.repeat(size) }],
+        },
+      });
+    }
+    await storage.writeResources('p1', writes);
+    const expected = (patients: string[]) =>
+      writes
+        .map((w) => w.resource)
+        .filter((r) => patients.includes(r.subject.reference.slice('Patient/'.length)))
+        .map((r) => r.id);
+    const reader = openFileExportReader({ dir, chunkBytes: 64 * 1024 });
+    const exact = await storage.exportSnapshot('p1', { patientIds: ['p0'] });
+    const wider = await storage.exportSnapshot('p1', { patientIds: ['p0', 'p3'] });
+    const none = await storage.exportSnapshot('p1');
+    for (const [snapshot, reuseChunks] of [
+      [exact, true],
+      [exact, false],
+      [wider, true],
+      [none, true],
+    ] as const) {
+      const buffers = new Set<ArrayBufferLike>();
+      const ids: string[] = [];
+      const read = reader.readResources('p1', snapshot, {
+        resourceType: 'Observation',
+        patientIds: ['p0'],
+        reuseChunks,
+      });
+      for await (const chunk of read) {
+        buffers.add((chunk.data as Uint8Array).buffer);
+        // Decoded before the next chunk is asked for, as `reuseChunks` requires.
+        const text = Buffer.from(chunk.data).toString('utf8');
+        const lines = text.split('\n').slice(0, -1);
+        expect(lines).toHaveLength(chunk.count);
+        for (const line of lines) ids.push((JSON.parse(line) as { id: string }).id);
+      }
+      expect(ids).toEqual(expected(['p0']));
+      if (reuseChunks) expect(buffers.size).toBeLessThanOrEqual(3);
+      else expect(buffers.size).toBeGreaterThan(3);
+    }
+    // Both patients of the wider snapshot, by position.
+    const both = await collectNdjson(
+      reader.readResources('p1', wider, { resourceType: 'Observation', patientIds: ['p0', 'p3'] }),
+    );
+    expect(both.map((r) => r.id)).toEqual(expected(['p0', 'p3']));
+    await reader.close();
   });
 
   it('exports large stores in chunks of whole lines', async () => {
