@@ -837,12 +837,13 @@ export class FileBackend implements EngineBackend {
     if (options.patientIds) {
       const patientIds = [...new Set(options.patientIds)].sort();
       const positions: Record<string, [number, number][]> = {};
-      const seen = new Set<string>();
+      // A resource in several of these compartments is one entry object in each: identity is
+      // enough to list it once (and much cheaper than building a key string per entry).
+      const seen = new Set<ResourceEntry>();
       for (const patient of patientIds) {
         for (const e of base.compartment(projectId, patient)) {
-          const k = key2(e.resourceType, e.id);
-          if (seen.has(k)) continue;
-          seen.add(k);
+          if (seen.has(e)) continue;
+          seen.add(e);
           const ref = e.ref as FileRef;
           (positions[e.resourceType] ??= []).push([ref.offset, ref.jsonLength]);
         }
