@@ -623,7 +623,10 @@ describe('fileStorage', () => {
   it('reads compartments in merged blocks, in file order, and reuses chunk buffers when asked', async () => {
     const dir = tempDir();
     const storage = await openStore(dir, { durability: 'write' });
-    const writes = [];
+    const writes: {
+      op: 'create';
+      resource: { resourceType: string; id: string; subject: { reference: string }; note: { text: string }[] };
+    }[] = [];
     for (let i = 0; i < 3000; i++) {
       // Mostly 2 KB records, some of 100 KB (gaps too wide to read over) and one over 1 MiB.
       const size = i === 700 ? 1_100_000 : i % 97 === 0 ? 100_000 : 2_000;
