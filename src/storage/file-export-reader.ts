@@ -269,55 +269,28 @@ export class FileExportReader implements ExportReader {
     chunks: ChunkBuilder,
     only?: ReadonlySet<number>,
   ): AsyncIterable<NdjsonChunk> {
-    const pooled = this.blocks.take();
-    let buf = pooled;
-    try {
-      let filled = 0;
-      let position = 0;
-      while (position < end) {
-        if (filled === buf.length) {
-          const bigger = Buffer.allocUnsafe(buf.length * 2);
-          buf.copy(bigger, 0, 0, filled);
-          buf = bigger;
-        }
-        const { bytesRead } = await handle.read(
-          buf,
-          filled,
-          Math.min(buf.length - filled, end - position),
-          position,
-        );
-        if (bytesRead <= 0) break;
-        position += bytesRead;
-        const stop = filled + bytesRead;
-        /** File offset of `buf[0]`. */
-        const bufOffset = position - stop;
-        let start = 0;
-        let nl = buf.indexOf(NEWLINE, filled);
-        while (nl !== -1 && nl < stop) {
-          if (
-            buf[start + OP_AT] !== OP_DELETE &&
-            (since < 0 || readLu(buf, start) > since) &&
-            (!only || only.has(bufOffset + start))
-          ) {
-            // Most records are current: compare the field with "000000000000" before parsing it.
-            const at = start + SUPERSEDED_AT;
-            const current =
-              buf.readUInt32LE(at) === ZEROS &&
-              buf.readUInt32LE(at + 4) === ZEROS &&
-              buf.readUInt32LE(at + 8) === ZEROS;
-            if (current || readSuperseded(buf, start) >= end) {
-              const full = chunks.add(buf, start + HEADER_LENGTH, nl + 1);
-              if (full) yield full;
-            }
+    for await (const { buf, stop, offset } of lineBlocks(handle, end, this.blocks)) {
+      let start = 0;
+      while (start < stop) {
+        const nl = buf.indexOf(NEWLINE, start);
+        if (
+          buf[start + OP_AT] !== OP_DELETE &&
+          (since < 0 || readLu(buf, start) > since) &&
+          (!only || only.has(offset + start))
+        ) {
+          // Most records are current: compare the field with "000000000000" before parsing it.
+          const at = start + SUPERSEDED_AT;
+          const current =
+            buf.readUInt32LE(at) === ZEROS &&
+            buf.readUInt32LE(at + 4) === ZEROS &&
+            buf.readUInt32LE(at + 8) === ZEROS;
+          if (current || readSuperseded(buf, start) >= end) {
+            const full = chunks.add(buf, start + HEADER_LENGTH, nl + 1);
+            if (full) yield full;
           }
-          start = nl + 1;
-          nl = buf.indexOf(NEWLINE, start);
         }
-        buf.copy(buf, 0, start, stop);
-        filled = stop - start;
+        start = nl + 1;
       }
-    } finally {
-      this.blocks.give(pooled);
     }
     const last = chunks.take();
     if (last) yield last;
