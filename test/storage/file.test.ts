@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -189,6 +191,34 @@ describe('fileStorage', () => {
     );
     again = await openStore(dir);
     expect((await again.searchResources('p1', 'Patient')).total).toBe(1);
+  });
+
+  it('takes over a lock whose process was killed but not yet reaped (a zombie)', async () => {
+    const dir = tempDir();
+    await (await openStore(dir)).close();
+    // `sh` starts a short child, prints its pid, then becomes `sleep 30`, which never reaps it:
+    // the child stays a zombie, still answering signal 0, until the sleeper is killed.
+    const parent = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const [line] = (await once(parent.stdout!, 'data')) as [Buffer];
+      const zombie = Number.parseInt(line.toString(), 10);
+      // Fields after the command name: state is the first, start time the twentieth.
+      const fields = () => {
+        const stat = fs.readFileSync(`/proc/${zombie}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      };
+      await vi.waitFor(() => expect(fields()[0]).toBe('Z'));
+      const start = fields()[19];
+      const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+      fs.writeFileSync(path.join(dir, 'lock'), `${zombie} dead-token ${bootId}/${start}\n`);
+      const again = await openStore(dir);
+      await again.createResource('p1', { resourceType: 'Patient' });
+      await again.close();
+    } finally {
+      parent.kill('SIGKILL');
+    }
   });
 
   it('repairs a torn tail of a resource log and of a users log', async () => {
@@ -625,7 +655,12 @@ describe('fileStorage', () => {
     const storage = await openStore(dir, { durability: 'write' });
     const writes: {
       op: 'create';
-      resource: { resourceType: string; id: string; subject: { reference: string }; note: { text: string }[] };
+      resource: {
+        resourceType: string;
+        id: string;
+        subject: { reference: string };
+        note: { text: string }[];
+      };
     }[] = [];
     for (let i = 0; i < 3000; i++) {
       // Mostly 2 KB records, some of 100 KB (gaps too wide to read over) and one over 1 MiB.

@@ -8,14 +8,31 @@ export interface DirLock {
   token: string;
 }
 
+/**
+ * The Linux scheduler state of a process (`/proc/<pid>/stat` field 3: `R`, `S`, `Z`, ...), or
+ * undefined where `/proc` does not tell.
+ */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
+  }
+}
+
 function processAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
-    return true;
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
+  // A killed process that its parent has not reaped yet (a zombie, `Z`, or dying, `X`) still
+  // answers signal 0 for a while after kill -9; it holds no file open and writes nothing more.
+  const state = processState(pid);
+  return state !== 'Z' && state !== 'X';
 }
 
 /**
