@@ -12,6 +12,8 @@ export {
 } from './http/error-rendering.js';
 export type { ErrorLogger } from './http/error-rendering.js';
 export { asyncHandler } from './http/async-handler.js';
+export { protectServer, notFoundHandler } from './http/server-limits.js';
+export type { ServerLimits } from './http/server-limits.js';
 export { absoluteUrl, requestUrl } from './http/base-url.js';
 export { requirePrincipal, getPrincipal, unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';

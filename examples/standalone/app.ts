@@ -1,11 +1,14 @@
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import express from 'express';
 import {
+  fhirErrorHandler,
   fhirPlatform,
   fileStorage,
+  notFoundHandler,
+  protectServer,
   postgresStorage,
   provisionSuperAdminClient,
   type Storage,
@@ -47,7 +50,13 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);
-    const server = app.listen(config.port, config.host);
+    // Anything the platform does not route answers JSON, never Express's HTML pages.
+    app.use(notFoundHandler());
+    app.use(fhirErrorHandler());
+    // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
+    // for every 2 s (Node's default is 30 s).
+    const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app));
+    server.listen(config.port, config.host);
     await once(server, 'listening');
     await platform.ready;
     const port = (server.address() as AddressInfo).port;

@@ -80,6 +80,26 @@ describe('standalone server', () => {
     }
   });
 
+  it('answers JSON for unrouted paths and oversized URLs, and bounds slow requests', async () => {
+    const standalone = await startStandalone(
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+    );
+    try {
+      const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
+      const unrouted = await fetch(`${base}/no/such/path`);
+      expect(unrouted.status).toBe(404);
+      expect(unrouted.headers.get('content-type')).toMatch(/json/);
+      expect(((await unrouted.json()) as { resourceType: string }).resourceType).toBe('OperationOutcome');
+      const long = await fetch(`${base}/fhir/R4/Patient?name=${'x'.repeat(20_000)}`);
+      expect(long.status).toBe(431);
+      expect(((await long.json()) as { resourceType: string }).resourceType).toBe('OperationOutcome');
+      expect(standalone.server.headersTimeout).toBeLessThanOrEqual(60_000);
+      expect(standalone.server.requestTimeout).toBeLessThanOrEqual(120_000);
+    } finally {
+      await standalone.close();
+    }
+  });
+
   it('runs as `npm start` does and shuts down cleanly on SIGTERM', async () => {
     const dataDir = tempDir();
     const port = await freePort();

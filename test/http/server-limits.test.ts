@@ -1,0 +1,133 @@
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import net from 'node:net';
+import express from 'express';
+import { afterEach, describe, expect, it } from 'vitest';
+import { notFoundHandler, protectServer } from '../../src/http/server-limits.js';
+
+const servers: Server[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+async function listen(app: express.Express, limits?: Parameters<typeof protectServer>[1]): Promise<number> {
+  const server = protectServer(app.listen(0, '127.0.0.1'), limits);
+  servers.push(server);
+  await once(server, 'listening');
+  return (server.address() as net.AddressInfo).port;
+}
+
+/** Sends raw bytes and collects the whole answer until the server closes the connection. */
+function rawRequest(port: number, request: Buffer | string): Promise<{ text: string; error?: string }> {
+  return new Promise((resolve) => {
+    let text = '';
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+    socket.on('error', (error: NodeJS.ErrnoException) => resolve({ text, error: error.code ?? 'error' }));
+    socket.on('close', () => resolve({ text }));
+  });
+}
+
+function parse(answer: { text: string; error?: string }) {
+  expect(answer.error).toBeUndefined();
+  const [head, body] = answer.text.split('\r\n\r\n', 2) as [string, string];
+  const status = Number(head.split(' ')[1]);
+  const contentType = /content-type:\s*([^\r\n;]+)/i.exec(head)?.[1];
+  return {
+    status,
+    contentType,
+    body: JSON.parse(body) as { resourceType: string; issue: { code: string }[] },
+  };
+}
+
+function app(): express.Express {
+  const app = express();
+  app.get('/ok', (_req, res) => res.json({ ok: true }));
+  app.use(notFoundHandler());
+  return app;
+}
+
+describe('protectServer', () => {
+  it('answers parser errors with an OperationOutcome instead of an empty body or a reset', async () => {
+    const port = await listen(app());
+    const cases: [string, Buffer | string, number][] = [
+      ['a 20 KB request line', `GET /${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, 431],
+      ['a 100 KB path', `GET /${'a'.repeat(100_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, 431],
+      ['oversized headers', `GET /ok HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`, 431],
+      [
+        'a raw 0xFF byte in the path',
+        Buffer.concat([
+          Buffer.from('GET /a'),
+          Buffer.from([0xff]),
+          Buffer.from(' HTTP/1.1\r\nHost: x\r\n\r\n'),
+        ]),
+        400,
+      ],
+      ['garbage instead of HTTP', 'HELLO THERE\r\n\r\n', 400],
+    ];
+    for (const [name, request, status] of cases) {
+      const answer = parse(await rawRequest(port, request));
+      expect({ name, status: answer.status }).toEqual({ name, status });
+      expect(answer.contentType).toBe('application/fhir+json');
+      expect(answer.body.resourceType).toBe('OperationOutcome');
+    }
+    // The server still serves normal requests.
+    const ok = await fetch(`http://127.0.0.1:${port}/ok`);
+    expect(ok.status).toBe(200);
+  });
+
+  it('sets header, request and keep-alive timeouts, and validates them', () => {
+    const server = protectServer(express().listen(0, '127.0.0.1'));
+    servers.push(server);
+    expect(server.headersTimeout).toBe(20_000);
+    expect(server.requestTimeout).toBe(120_000);
+    expect(server.keepAliveTimeout).toBe(5_000);
+    const tuned = protectServer(express().listen(0, '127.0.0.1'), {
+      requestTimeout: 10_000,
+      headersTimeout: 60_000,
+    });
+    servers.push(tuned);
+    expect(tuned.requestTimeout).toBe(10_000);
+    expect(tuned.headersTimeout).toBe(10_000);
+    expect(() => protectServer(express().listen(0), { keepAliveTimeout: -1 })).toThrow(TypeError);
+  });
+
+  it('answers a request whose headers never complete, once the headers timeout passes', async () => {
+    // Node looks for expired requests every `connectionsCheckingInterval` (30 s unless set when
+    // the server is created): a short one here so the test does not wait.
+    const server = protectServer(createServer({ connectionsCheckingInterval: 50 }, app()), {
+      headersTimeout: 200,
+      requestTimeout: 200,
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    const answer = await new Promise<string>((resolve) => {
+      let text = '';
+      const socket = net.connect(port, '127.0.0.1', () => {
+        socket.write('GET /ok HTTP/1.1\r\nHost: x\r\n');
+      });
+      socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
+      socket.on('error', () => resolve(text));
+      socket.on('close', () => resolve(text));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer).toContain('"OperationOutcome"');
+  });
+});
+
+describe('notFoundHandler', () => {
+  it('answers unrouted paths with a 404 OperationOutcome', async () => {
+    const port = await listen(app());
+    const res = await fetch(`http://127.0.0.1:${port}/nowhere?x=1`, { method: 'POST' });
+    expect(res.status).toBe(404);
+    expect(res.headers.get('content-type')).toMatch(/^application\/fhir\+json/);
+    const body = (await res.json()) as { resourceType: string; issue: { code: string }[] };
+    expect(body.resourceType).toBe('OperationOutcome');
+    expect(body.issue[0]!.code).toBe('not-found');
+  });
+});
