@@ -135,6 +135,13 @@ describe('token endpoint and bearerAuth', () => {
     }
   });
 
+  it('refuses an assertion issued an hour in the future with 401 invalid_client', async () => {
+    const iat = Math.floor(Date.now() / 1000) + 3600;
+    const assertion = await signAssertion(es384, { clientId: 'jwt-client', aud: TOKEN_URL, claims: { iat } });
+    const res = await request(app).post('/oauth2/token').type('form').send(assertionForm(assertion));
+    expect([res.status, res.body.error]).toEqual([401, 'invalid_client']);
+  });
+
   it('refuses a replayed jti', async () => {
     const assertion = await signAssertion(es384, { clientId: 'jwt-client', aud: TOKEN_URL });
     expect(
