@@ -364,13 +364,13 @@ describe('token endpoint with a jwks_uri', () => {
 });
 
 describe('failed authentication limits', () => {
-  it('blocks a client id after repeated failures, without blocking others or successful clients', async () => {
+  it('blocks a client id from an address after repeated failures, without blocking others or successful clients', async () => {
     const storage = fakeStorage();
     storage.addProject('p1');
     await storage.createClient(newClient('secret-client', { secretHash }));
     await storage.createClient(newClient('jwt-client', { jwks: { keys: [{ ...es384.publicJwk }] } }));
     const app = authApp(storage, {
-      token: { rateLimit: { maxFailuresPerClient: 3, maxFailuresPerAddress: 100, windowSeconds: 60 } },
+      token: { rateLimit: { maxFailuresPerClientAddress: 3, maxFailuresPerAddress: 100, windowSeconds: 60 } },
     });
     const attempt = (secret: string) =>
       request(app)
@@ -395,7 +395,7 @@ describe('failed authentication limits', () => {
   it('blocks an address after repeated failures', async () => {
     const storage = fakeStorage();
     const app = authApp(storage, {
-      token: { rateLimit: { maxFailuresPerClient: 100, maxFailuresPerAddress: 3, windowSeconds: 60 } },
+      token: { rateLimit: { maxFailuresPerClientAddress: 100, maxFailuresPerAddress: 3, windowSeconds: 60 } },
     });
     const statuses: number[] = [];
     for (let i = 0; i < 5; i += 1) {
