@@ -40,7 +40,11 @@ export {
   AccessTokenError,
   ACCESS_TOKEN_TYPE,
 } from './auth/access-token.js';
-export type { AccessTokenClaims, IssueAccessTokenInput, VerifyAccessTokenOptions } from './auth/access-token.js';
+export type {
+  AccessTokenClaims,
+  IssueAccessTokenInput,
+  VerifyAccessTokenOptions,
+} from './auth/access-token.js';
 export {
   verifyClientAssertion,
   ClientAssertionError,
@@ -52,7 +56,7 @@ export { CLIENT_AUTH_METHODS } from './auth/client-authentication.js';
 export type { ClientAuthMethod } from './auth/client-authentication.js';
 export { clientJwks, isFetchableJwksUri } from './auth/client-jwks.js';
 export type { ClientJwks, ClientJwksOptions } from './auth/client-jwks.js';
-export type { FailureLimitOptions } from './auth/failure-limiter.js';
+export type { FailureLimitOptions, FailureLimiter, FailureLimitAttempt } from './auth/failure-limiter.js';
 export { generateClientSecret, hashClientSecret, verifyClientSecret } from './auth/client-secret.js';
 export { ensureSuperAdminClient, provisionSuperAdminClient } from './auth/super-admin.js';
 export type { SuperAdminCredentials } from './auth/super-admin.js';

@@ -8,7 +8,13 @@ import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './acce
 import { parseBasicAuthorization } from './client-authentication.js';
 import { allowedScopes } from './client-scopes.js';
 import { verifyClientSecret } from './client-secret.js';
-import { failureLimiter, type FailureLimitOptions } from './failure-limiter.js';
+import {
+  FailureLimitError,
+  failureLimiter,
+  resolveFailureLimitOptions,
+  type FailureLimitAttempt,
+  type FailureLimitOptions,
+} from './failure-limiter.js';
 import { defaultIssuer } from './issuer.js';
 import type { Authenticate, Principal } from './principal.js';
 import { intersectScopes, splitScopes } from './scopes.js';
@@ -71,8 +77,10 @@ export interface BearerAuthOptions {
    */
   basicCacheSeconds?: number;
   /**
-   * Limits on failed Basic authentications (per client id and per address); `false` disables.
-   * @default { maxFailuresPerClient: 10, maxFailuresPerAddress: 30, windowSeconds: 300 }
+   * Limits on failed Basic authentications (per client id and address, and per address) and on
+   * secret checks running at once, as the token endpoint's; `false` disables them all. Used only
+   * with `allowBasic`. See `FailureLimitOptions`.
+   * @default { maxFailuresPerClientAddress: 10, maxFailuresPerAddress: 30, windowSeconds: 300, maxConcurrentSecretChecks: 4, maxQueuedSecretChecks: 64 }
    */
   rateLimit?: FailureLimitOptions | false;
   /** Clock (epoch ms), for tests. @default Date.now */
@@ -98,7 +106,10 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
   const basicCacheMs = (options.basicCacheSeconds ?? 300) * 1000;
   // key: sha256(client id, secret, stored hash) -> expiry; a changed secret hash misses the cache.
   const basicCache = new Map<string, number>();
-  const limiter = failureLimiter(options.allowBasic ? options.rateLimit : false);
+  const rateLimit = options.rateLimit ?? {};
+  // Validated even when Basic is off, so a bad option fails at start-up either way.
+  if (rateLimit !== false) resolveFailureLimitOptions(rateLimit, 'bearerAuth');
+  const limiter = failureLimiter(options.allowBasic ? rateLimit : false, { owner: 'bearerAuth', now });
 
   async function activeClient(
     clientId: string,
@@ -158,19 +169,38 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
     return principalOf(client, intersectScopes(granted, allowedScopes(client)));
   }
 
+  /** The limiter's refusals: 429 over a failure limit, 503 when too many secret checks are queued. */
+  function limitError(error: FailureLimitError): HttpError {
+    const headers = { 'Retry-After': String(error.retryAfterSeconds) };
+    return error.reason === 'busy'
+      ? new HttpError(503, 'ERR_SECRET_CHECKS_BUSY', error.message, { headers, cause: error })
+      : new HttpError(429, 'ERR_TOO_MANY_FAILURES', error.message, { headers, cause: error });
+  }
+
   async function fromBasic(id: string, secret: string, address: string): Promise<Principal> {
-    const wait = await limiter.blockedFor(id, address);
-    if (wait > 0) {
-      throw new HttpError(429, 'ERR_TOO_MANY_FAILURES', 'Too many failed authentications; try again later', {
-        headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
-      });
+    let attempt: FailureLimitAttempt;
+    try {
+      attempt = await limiter.begin(address, id);
+    } catch (error) {
+      throw error instanceof FailureLimitError ? limitError(error) : error;
     }
-    const refuse = (message: string) => {
-      void limiter.recordFailure(id, address);
-      return new HttpError(401, 'ERR_UNAUTHORIZED', message, {
+    let failed = false;
+    try {
+      return await checkBasic(id, secret);
+    } catch (error) {
+      if (error instanceof FailureLimitError) throw limitError(error);
+      failed = error instanceof HttpError && error.status === 401;
+      throw error;
+    } finally {
+      attempt.end(failed);
+    }
+  }
+
+  async function checkBasic(id: string, secret: string): Promise<Principal> {
+    const refuse = (message: string) =>
+      new HttpError(401, 'ERR_UNAUTHORIZED', message, {
         headers: { 'WWW-Authenticate': 'Basic realm="fhir-platform-kit", Bearer realm="fhir-platform-kit"' },
       });
-    };
     let client: ClientRecord;
     try {
       client = await activeClient(id, (message) => new HttpError(401, 'ERR_UNAUTHORIZED', message));
@@ -179,12 +209,12 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       throw error;
     }
     if (!client.secretHash) throw refuse('Invalid client credentials');
-    const cacheKey = createHash('sha256')
-      .update(`${id}\0${secret}\0${client.secretHash}`)
-      .digest('base64url');
+    const secretHash = client.secretHash;
+    const cacheKey = createHash('sha256').update(`${id}\0${secret}\0${secretHash}`).digest('base64url');
     const cachedUntil = basicCache.get(cacheKey);
     if (cachedUntil === undefined || cachedUntil <= now()) {
-      if (!(await verifyClientSecret(secret, client.secretHash))) throw refuse('Invalid client credentials');
+      if (!(await limiter.checkSecret(() => verifyClientSecret(secret, secretHash))))
+        throw refuse('Invalid client credentials');
       basicCache.delete(cacheKey);
       if (basicCache.size >= BASIC_CACHE_MAX) {
         const oldest = basicCache.keys().next();

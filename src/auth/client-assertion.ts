@@ -34,6 +34,7 @@ export type ClientAssertionFailure =
   | 'signature'
   | 'audience'
   | 'expired'
+  | 'not-yet-valid'
   | 'lifetime'
   | 'jti'
   | 'replay'
@@ -104,6 +105,7 @@ function mapJoseError(error: unknown): never {
     if (error.claim === 'iss' || error.claim === 'sub')
       fail('issuer-subject', 'client_assertion iss/sub mismatch', error);
     if (error.claim === 'jti') fail('jti', 'client_assertion needs a jti', error);
+    if (error.claim === 'nbf') fail('not-yet-valid', 'client_assertion nbf is in the future', error);
     fail('claims', `client_assertion claim "${error.claim}" is not acceptable`, error);
   }
   if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) {
@@ -123,7 +125,8 @@ function mapJoseError(error: unknown): never {
 /**
  * Verifies a `private_key_jwt` client assertion (RFC 7523 §3, SMART Backend Services
  * "Authenticating to the token endpoint"): `iss` = `sub` = client id, `aud` = the token URL, `exp`
- * present and at most `maxLifetime` ahead, `jti` present and never seen before while unexpired, an
+ * present and at most `maxLifetime` ahead, `iat` and `nbf` (when present) not in the future beyond
+ * `clockTolerance`, `jti` present and never seen before while unexpired, an
  * allowed asymmetric `alg`, a `jku` header only when equal to the registered `jwks_uri`, and a
  * valid signature by a registered key chosen by `kid` and key type. Throws `ClientAssertionError`.
  */
@@ -174,6 +177,10 @@ export async function verifyClientAssertion(
     }
   }
 
+  // jose checks `iat` only against a maximum age: an assertion "issued" in the future is refused here.
+  if (typeof payload.iat === 'number' && payload.iat > now / 1000 + options.clockTolerance) {
+    fail('not-yet-valid', 'client_assertion iat is in the future');
+  }
   const exp = payload.exp as number;
   if (exp - now / 1000 > options.maxLifetime + options.clockTolerance) {
     fail('lifetime', `client_assertion exp is more than ${options.maxLifetime} s ahead`);

@@ -128,6 +128,8 @@ export interface AuthenticateClientContext {
   clockTolerance: number;
   /** Authentication methods enabled. */
   methods: readonly ClientAuthMethod[];
+  /** Checks a secret against a stored hash (the token endpoint caps how many run at once). @default verifyClientSecret */
+  verifySecret?: (secret: string, hash: string) => Promise<boolean>;
   /** Clock (epoch ms). @default Date.now() */
   now?: number;
 }
@@ -172,7 +174,8 @@ export async function authenticateClient(
       throw error;
     }
   } else {
-    const ok = await verifyClientSecret(credentials.secret, client?.secretHash ?? DUMMY_HASH);
+    const verify = context.verifySecret ?? verifyClientSecret;
+    const ok = await verify(credentials.secret, client?.secretHash ?? DUMMY_HASH);
     if (!client || !client.secretHash || !ok) throw invalidClient('Invalid client credentials', basic);
   }
 

@@ -1,70 +1,299 @@
-import { RateLimiterMemory, type RateLimiterRes } from 'rate-limiter-flexible';
+import { concurrencyGate, GateFullError } from './concurrency-gate.js';
 
+/**
+ * Limits on failed client authentications (`tokenRouter({ rateLimit })`, `bearerAuth({ rateLimit })`
+ * for HTTP Basic). Failures are counted per remote address, and secret failures also per client id
+ * *and* address, so nobody can lock a client out from another address. A valid credential from an
+ * address that has not failed is never refused (see docs/auth.md).
+ */
 export interface FailureLimitOptions {
   /**
-   * Failed authentications allowed per client id within `windowSeconds`; then that client id is
-   * refused until the window ends. Successful authentications never count.
+   * Failed client-secret checks allowed for one client id from one address within `windowSeconds`;
+   * then that client id is refused from that address (429) until the window ends. `private_key_jwt`
+   * attempts are not counted here, only per address.
    * @default 10
    */
-  maxFailuresPerClient?: number;
+  maxFailuresPerClientAddress?: number;
   /**
-   * Failed authentications allowed per remote address within `windowSeconds`.
+   * Failed authentications of any kind allowed per remote address within `windowSeconds`; then
+   * every authentication from that address is refused (429) until the window ends.
    * @default 30
    */
   maxFailuresPerAddress?: number;
   /**
-   * Length of the counting window, seconds.
+   * Length of the counting window, seconds; it starts at the first failure counted.
    * @default 300
    */
   windowSeconds?: number;
+  /**
+   * Client-secret checks (scrypt, ~16 MiB and tens of ms of CPU each) running at once, per router.
+   * @default 4
+   */
+  maxConcurrentSecretChecks?: number;
+  /**
+   * Secret checks waiting for a free slot, per router; one more is answered 503 at once.
+   * @default 64
+   */
+  maxQueuedSecretChecks?: number;
+}
+
+/** Why the limiter refused a request: over a failure limit (429), or too many secret checks queued (503). */
+export type FailureLimitReason = 'too-many-failures' | 'busy';
+
+/** A refusal by the failure limiter; each router renders it in its own protocol, with `Retry-After`. */
+export class FailureLimitError extends Error {
+  readonly reason: FailureLimitReason;
+  /** Seconds until a new attempt may succeed (`Retry-After`). */
+  readonly retryAfterSeconds: number;
+  constructor(reason: FailureLimitReason, retryAfterMs: number) {
+    super(
+      reason === 'busy'
+        ? 'Too many client secret checks in progress; try again shortly'
+        : 'Too many failed authentications; try again later',
+    );
+    this.name = 'FailureLimitError';
+    this.reason = reason;
+    this.retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
+  }
+}
+
+/** An authentication attempt admitted by `FailureLimiter.begin`. */
+export interface FailureLimitAttempt {
+  /**
+   * Ends the attempt: a failure is counted; anything else (success, or an error that is no
+   * authentication failure) gives its place back. Only the first call counts.
+   */
+  end(failed: boolean): void;
 }
 
 /**
- * Counts failed client authentications per client id and per address, in memory (one counter set
- * per mount). Only failures are counted, so a legitimate client fetching many tokens quickly is
- * never slowed down.
+ * Counts failed client authentications in memory (one counter set per router). Checking and
+ * counting are one step: an attempt holds a place in its counters while it is checked, so parallel
+ * attempts cannot pass the limit; when the only places left are held by attempts still being
+ * checked, a new attempt waits for them instead of being refused. Successes never count.
  */
 export interface FailureLimiter {
-  /** Milliseconds until the caller may try again, or 0 when it is not blocked. */
-  blockedFor(clientId: string | undefined, address: string): Promise<number>;
-  /** Records a failed authentication. */
-  recordFailure(clientId: string | undefined, address: string): Promise<void>;
+  /**
+   * Admits an attempt from `address`, counted per address, and per client id and address when
+   * `clientId` is given (client secrets). Rejects with `FailureLimitError` ('too-many-failures')
+   * when a limit is reached.
+   */
+  begin(address: string, clientId?: string): Promise<FailureLimitAttempt>;
+  /**
+   * Counts a failure that had no usable credentials (so no attempt was begun) against `address`.
+   * Throws `FailureLimitError` ('too-many-failures') instead when the address is already over its limit.
+   */
+  recordFailure(address: string): void;
+  /**
+   * Runs a client-secret check within the concurrency cap; rejects with `FailureLimitError`
+   * ('busy') at once when the cap and the queue are full.
+   */
+  checkSecret(check: () => Promise<boolean>): Promise<boolean>;
 }
 
-function remainingBlock(res: RateLimiterRes | null, max: number): number {
-  return res && res.consumedPoints >= max ? Math.max(1, res.msBeforeNext) : 0;
+/** `FailureLimitOptions` with every default applied. */
+export type ResolvedFailureLimitOptions = Required<FailureLimitOptions>;
+
+export const DEFAULT_FAILURE_LIMITS: Readonly<ResolvedFailureLimitOptions> = Object.freeze({
+  maxFailuresPerClientAddress: 10,
+  maxFailuresPerAddress: 30,
+  windowSeconds: 300,
+  maxConcurrentSecretChecks: 4,
+  maxQueuedSecretChecks: 64,
+});
+
+/** Applies defaults and validates; `owner` prefixes the `TypeError` messages. */
+export function resolveFailureLimitOptions(
+  options: FailureLimitOptions,
+  owner = 'rateLimit',
+): ResolvedFailureLimitOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`${owner}: rateLimit must be an options object or false`);
+  }
+  if ('maxFailuresPerClient' in options) {
+    throw new TypeError(
+      `${owner}: rateLimit.maxFailuresPerClient is replaced by maxFailuresPerClientAddress ` +
+        '(failures are counted per client id and address)',
+    );
+  }
+  const resolved = { ...DEFAULT_FAILURE_LIMITS };
+  for (const name of Object.keys(DEFAULT_FAILURE_LIMITS) as (keyof ResolvedFailureLimitOptions)[]) {
+    const value = options[name];
+    if (value === undefined) continue;
+    const least = name === 'maxQueuedSecretChecks' ? 0 : 1;
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
+      throw new TypeError(
+        `${owner}: rateLimit.${name} must be ${least === 0 ? 'a non-negative' : 'a positive'} integer`,
+      );
+    }
+    resolved[name] = value;
+  }
+  return resolved;
 }
 
-/** Creates a failure limiter; `false` disables limiting. */
-export function failureLimiter(options: FailureLimitOptions | false = {}): FailureLimiter {
-  if (options === false) {
-    return { blockedFor: () => Promise.resolve(0), recordFailure: () => Promise.resolve() };
+interface Counter {
+  failures: number;
+  /** When `failures` goes back to 0 (epoch ms); meaningful while failures > 0. */
+  resetAt: number;
+  /** Attempts admitted and not ended. */
+  pending: number;
+  /** Attempts waiting for a pending one to end. */
+  waiters: (() => void)[];
+}
+
+interface Held {
+  map: Map<string, Counter>;
+  key: string;
+  max: number;
+  counter: Counter;
+}
+
+const UNLIMITED: FailureLimiter = {
+  begin: () => Promise.resolve({ end: () => undefined }),
+  recordFailure: () => undefined,
+  checkSecret: (check) => check(),
+};
+
+// Idle counters are dropped when their attempts end; expired ones are swept every this many new counters.
+const SWEEP_EVERY = 1024;
+
+/** Creates a failure limiter; `false` disables limiting and the secret-check cap. */
+export function failureLimiter(
+  options: FailureLimitOptions | false = {},
+  context: { owner?: string; now?: () => number } = {},
+): FailureLimiter {
+  if (options === false) return UNLIMITED;
+  const limits = resolveFailureLimitOptions(options, context.owner);
+  const now = context.now ?? Date.now;
+  const windowMs = limits.windowSeconds * 1000;
+  const byAddress = new Map<string, Counter>();
+  const byClientAddress = new Map<string, Counter>();
+  const gate = concurrencyGate(limits.maxConcurrentSecretChecks, limits.maxQueuedSecretChecks);
+  let created = 0;
+
+  function idle(counter: Counter, time: number): boolean {
+    return (
+      counter.pending === 0 &&
+      counter.waiters.length === 0 &&
+      (counter.failures === 0 || counter.resetAt <= time)
+    );
   }
-  const perClient = options.maxFailuresPerClient ?? 10;
-  const perAddress = options.maxFailuresPerAddress ?? 30;
-  const duration = options.windowSeconds ?? 300;
-  for (const [name, value] of Object.entries({ perClient, perAddress, duration })) {
-    if (!Number.isInteger(value) || value < 1)
-      throw new TypeError(`rateLimit: ${name} must be a positive integer`);
+
+  function sweepNow(time: number): void {
+    for (const map of [byAddress, byClientAddress]) {
+      for (const [key, counter] of map) if (idle(counter, time)) map.delete(key);
+    }
   }
-  const clients = new RateLimiterMemory({ points: perClient, duration, keyPrefix: 'client' });
-  const addresses = new RateLimiterMemory({ points: perAddress, duration, keyPrefix: 'address' });
+
+  function counterFor(map: Map<string, Counter>, key: string, time: number): Counter {
+    let counter = map.get(key);
+    if (!counter) {
+      counter = { failures: 0, resetAt: 0, pending: 0, waiters: [] };
+      map.set(key, counter);
+      created += 1;
+    } else if (counter.failures > 0 && counter.resetAt <= time) {
+      counter.failures = 0;
+    }
+    return counter;
+  }
+
+  function blockedMs(held: Held, time: number): number {
+    return held.counter.failures >= held.max ? held.counter.resetAt - time : 0;
+  }
+
+  function countFailure(counter: Counter, time: number): void {
+    if (counter.failures === 0 || counter.resetAt <= time) {
+      counter.failures = 0;
+      counter.resetAt = time + windowMs;
+    }
+    counter.failures += 1;
+  }
+
+  function dropIfIdle(held: Held, time: number): void {
+    if (idle(held.counter, time) && held.map.get(held.key) === held.counter) held.map.delete(held.key);
+  }
+
+  function holdAll(address: string, clientId: string | undefined, time: number): Held[] {
+    // Sweep before taking counters, so a sweep never drops one this call holds.
+    if (created >= SWEEP_EVERY) {
+      created = 0;
+      sweepNow(time);
+    }
+    const held: Held[] = [
+      {
+        map: byAddress,
+        key: address,
+        max: limits.maxFailuresPerAddress,
+        counter: counterFor(byAddress, address, time),
+      },
+    ];
+    if (clientId !== undefined) {
+      // An address never contains a line break, so this key is unambiguous.
+      const key = `${address}\n${clientId}`;
+      held.push({
+        map: byClientAddress,
+        key,
+        max: limits.maxFailuresPerClientAddress,
+        counter: counterFor(byClientAddress, key, time),
+      });
+    }
+    return held;
+  }
+
+  function attempt(held: Held[]): FailureLimitAttempt {
+    let ended = false;
+    return {
+      end(failed) {
+        if (ended) return;
+        ended = true;
+        const time = now();
+        for (const h of held) {
+          h.counter.pending -= 1;
+          if (failed) countFailure(h.counter, time);
+          const waiters = h.counter.waiters;
+          h.counter.waiters = [];
+          for (const wake of waiters) wake();
+          dropIfIdle(h, time);
+        }
+      },
+    };
+  }
 
   return {
-    async blockedFor(clientId, address) {
-      const [byClient, byAddress] = await Promise.all([
-        clientId === undefined ? null : clients.get(clientId),
-        addresses.get(address),
-      ]);
-      return Math.max(remainingBlock(byClient, perClient), remainingBlock(byAddress, perAddress));
+    async begin(address, clientId) {
+      for (;;) {
+        const time = now();
+        const held = holdAll(address, clientId, time);
+        const wait = Math.max(...held.map((h) => blockedMs(h, time)));
+        if (wait > 0) {
+          for (const h of held) dropIfIdle(h, time);
+          throw new FailureLimitError('too-many-failures', wait);
+        }
+        // Places held by attempts still being checked: wait for one to end, then look again.
+        const full = held.find((h) => h.counter.failures + h.counter.pending >= h.max);
+        if (!full) {
+          for (const h of held) h.counter.pending += 1;
+          return attempt(held);
+        }
+        await new Promise<void>((resolve) => full.counter.waiters.push(resolve));
+      }
     },
-    async recordFailure(clientId, address) {
-      // consume() rejects once the limit is passed; the count is kept all the same.
-      const ignore = () => undefined;
-      await Promise.all([
-        clientId === undefined ? undefined : clients.consume(clientId).catch(ignore),
-        addresses.consume(address).catch(ignore),
-      ]);
+
+    recordFailure(address) {
+      const time = now();
+      const [held] = holdAll(address, undefined, time) as [Held];
+      const wait = blockedMs(held, time);
+      if (wait > 0) throw new FailureLimitError('too-many-failures', wait);
+      countFailure(held.counter, time);
+    },
+
+    async checkSecret(check) {
+      try {
+        return await gate.run(check);
+      } catch (error) {
+        if (error instanceof GateFullError) throw new FailureLimitError('busy', 1000);
+        throw error;
+      }
     },
   };
 }

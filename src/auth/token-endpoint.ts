@@ -6,11 +6,13 @@ import {
   formParam,
   parseClientCredentials,
   type ClientAuthMethod,
+  type ClientCredentials,
   type FormParams,
 } from './client-authentication.js';
 import type { ClientJwks } from './client-jwks.js';
 import { allowedScopes } from './client-scopes.js';
-import type { FailureLimiter } from './failure-limiter.js';
+import { verifyClientSecret } from './client-secret.js';
+import { FailureLimitError, type FailureLimiter } from './failure-limiter.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
 
@@ -64,19 +66,28 @@ function grantedScopes(client: ClientRecord, requested: string | undefined): str
   return granted;
 }
 
-async function refuseIfBlocked(limiter: FailureLimiter, clientId: string | undefined, address: string) {
-  const wait = await limiter.blockedFor(clientId, address);
-  if (wait > 0) {
-    throw new OAuthError(429, 'slow_down', 'Too many failed authentications; try again later', {
-      headers: { 'Retry-After': String(Math.ceil(wait / 1000)) },
-    });
+/** The limiter's refusals as OAuth errors: 429 `slow_down`, or 503 `temporarily_unavailable` when busy. */
+function limitError(error: FailureLimitError): OAuthError {
+  const headers = { 'Retry-After': String(error.retryAfterSeconds) };
+  return error.reason === 'busy'
+    ? new OAuthError(503, 'temporarily_unavailable', error.message, { headers, cause: error })
+    : new OAuthError(429, 'slow_down', error.message, { headers, cause: error });
+}
+
+async function admit(limiter: FailureLimiter, address: string, clientId: string | undefined) {
+  try {
+    return await limiter.begin(address, clientId);
+  } catch (error) {
+    throw error instanceof FailureLimitError ? limitError(error) : error;
   }
 }
 
 /**
  * Answers a `client_credentials` token request (RFC 6749 §4.4, SMART Backend Services): authenticates
  * the client, grants requested ∩ allowed scopes and signs an access token. Throws `OAuthError`.
- * Failed authentications are counted per client id and address; a caller over the limit gets 429.
+ * Failed authentications are counted per address, and secret failures per client id and address
+ * too (`FailureLimiter`); a caller over a limit gets 429 `slow_down`, and a secret check that finds
+ * the concurrency cap and its queue full gets 503 `temporarily_unavailable`, both with `Retry-After`.
  */
 export async function handleTokenRequest(
   request: TokenRequest,
@@ -90,12 +101,33 @@ export async function handleTokenRequest(
   }
   const scope = formParam(params, 'scope');
 
-  let clientId: string | undefined;
+  let credentials: ClientCredentials;
+  try {
+    credentials = parseClientCredentials(params, request.authorization);
+  } catch (error) {
+    // No usable credentials: counted against the address only.
+    if (error instanceof OAuthError && error.error === 'invalid_client') {
+      try {
+        config.limiter.recordFailure(request.address);
+      } catch (limited) {
+        if (limited instanceof FailureLimitError) throw limitError(limited);
+        throw limited;
+      }
+    }
+    throw error;
+  }
+
+  // Secrets can be guessed, so their failures also count per client id and address; a signed
+  // assertion cannot, so private_key_jwt counts against the address only.
+  const secretMethod = credentials.method !== 'private_key_jwt';
+  const attempt = await admit(
+    config.limiter,
+    request.address,
+    secretMethod ? credentials.clientId : undefined,
+  );
+  let failed = false;
   let client: ClientRecord;
   try {
-    const credentials = parseClientCredentials(params, request.authorization);
-    clientId = credentials.clientId;
-    await refuseIfBlocked(config.limiter, clientId, request.address);
     client = await authenticateClient(credentials, {
       storage: config.storage,
       keysFor: (c) => config.jwks.keysFor(c),
@@ -104,15 +136,15 @@ export async function handleTokenRequest(
       maxAssertionLifetime: config.maxAssertionLifetime,
       clockTolerance: config.clockTolerance,
       methods: config.methods,
+      verifySecret: (secret, hash) => config.limiter.checkSecret(() => verifyClientSecret(secret, hash)),
       now: config.now(),
     });
   } catch (error) {
-    if (error instanceof OAuthError && error.error === 'invalid_client') {
-      await config.limiter.recordFailure(clientId, request.address);
-      // Requests without usable credentials are held back per address too.
-      if (clientId === undefined) await refuseIfBlocked(config.limiter, undefined, request.address);
-    }
+    if (error instanceof FailureLimitError) throw limitError(error);
+    failed = error instanceof OAuthError && error.error === 'invalid_client';
     throw error;
+  } finally {
+    attempt.end(failed);
   }
 
   const scopes = grantedScopes(client, scope);

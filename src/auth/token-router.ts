@@ -75,8 +75,9 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
    */
   jwks?: ClientJwksOptions;
   /**
-   * Limits on failed client authentications (per client id and per address); `false` disables.
-   * @default { maxFailuresPerClient: 10, maxFailuresPerAddress: 30, windowSeconds: 300 }
+   * Limits on failed client authentications (per client id and address, and per address) and on
+   * client-secret checks running at once; `false` disables them all. See `FailureLimitOptions`.
+   * @default { maxFailuresPerClientAddress: 10, maxFailuresPerAddress: 30, windowSeconds: 300, maxConcurrentSecretChecks: 4, maxQueuedSecretChecks: 64 }
    */
   rateLimit?: FailureLimitOptions | false;
   /** Clock (epoch ms), for tests. @default Date.now */
@@ -110,7 +111,7 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
     storage: options.storage,
     keys: options.signingKeys ?? createSigningKeys(options.storage, options.signingKeyOptions),
     jwks: clientJwks(options.jwks),
-    limiter: failureLimiter(options.rateLimit),
+    limiter: failureLimiter(options.rateLimit, { owner: 'tokenRouter', now: options.now ?? Date.now }),
     methods,
     algorithms,
     maxAssertionLifetime: positive('maxAssertionLifetime', options.maxAssertionLifetime ?? 300),

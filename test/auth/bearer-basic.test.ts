@@ -46,7 +46,7 @@ describe('bearerAuth with HTTP Basic (SCIM provisioning clients)', () => {
     const app = authApp(storage, {
       bearer: {
         allowBasic: true,
-        rateLimit: { maxFailuresPerClient: 2, maxFailuresPerAddress: 50, windowSeconds: 60 },
+        rateLimit: { maxFailuresPerClientAddress: 2, maxFailuresPerAddress: 50, windowSeconds: 60 },
       },
     });
     expect((await request(app).get('/fhir/R4/Patient').auth('okta', 'bad')).status).toBe(401);

@@ -101,6 +101,27 @@ describe('client assertion verification (private_key_jwt)', () => {
     expect(await reason(verifyClientAssertion(none, options(c)))).toBe('claims');
   });
 
+  it('refuses iat or nbf in the future beyond the clock tolerance', async () => {
+    const c = client([es384]);
+    const now = Math.floor(Date.now() / 1000);
+    const sign = (claims: Record<string, unknown>) =>
+      signAssertion(es384, { clientId: CLIENT_ID, aud: TOKEN_URL, claims });
+    expect(await reason(verifyClientAssertion(await sign({ iat: now + 3600 }), options(c)))).toBe(
+      'not-yet-valid',
+    );
+    expect(await reason(verifyClientAssertion(await sign({ iat: now + 60 }), options(c)))).toBe(
+      'not-yet-valid',
+    );
+    expect(await reason(verifyClientAssertion(await sign({ nbf: now + 60 }), options(c)))).toBe(
+      'not-yet-valid',
+    );
+    // Within the 5 s tolerance, and in the past: accepted.
+    expect(await reason(verifyClientAssertion(await sign({ iat: now + 3, nbf: now + 3 }), options(c)))).toBe(
+      'accepted',
+    );
+    expect(await reason(verifyClientAssertion(await sign({ iat: now - 30 }), options(c)))).toBe('accepted');
+  });
+
   it('refuses a missing or replayed jti', async () => {
     const c = client([es384]);
     const noJti = await signAssertion(es384, { clientId: CLIENT_ID, aud: TOKEN_URL, jti: null });

@@ -31,6 +31,8 @@ export interface AssertionOptions {
   iss?: string;
   sub?: string;
   header?: Record<string, unknown>;
+  /** Extra claims (`iat`, `nbf`, …), set last. */
+  claims?: Record<string, unknown>;
 }
 
 /** A SMART Backend Services client assertion signed with `key`. */
@@ -46,6 +48,7 @@ export async function signAssertion(
   };
   if (options.expiresIn !== null) payload.exp = now + (options.expiresIn ?? 120);
   if (options.jti !== null) payload.jti = options.jti ?? randomUUID();
+  Object.assign(payload, options.claims);
   return new SignJWT(payload)
     .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT', ...options.header })
     .sign(key.privateKey);

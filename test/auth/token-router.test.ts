@@ -135,6 +135,13 @@ describe('token endpoint and bearerAuth', () => {
     }
   });
 
+  it('refuses an assertion issued an hour in the future with 401 invalid_client', async () => {
+    const iat = Math.floor(Date.now() / 1000) + 3600;
+    const assertion = await signAssertion(es384, { clientId: 'jwt-client', aud: TOKEN_URL, claims: { iat } });
+    const res = await request(app).post('/oauth2/token').type('form').send(assertionForm(assertion));
+    expect([res.status, res.body.error]).toEqual([401, 'invalid_client']);
+  });
+
   it('refuses a replayed jti', async () => {
     const assertion = await signAssertion(es384, { clientId: 'jwt-client', aud: TOKEN_URL });
     expect(
@@ -357,13 +364,13 @@ describe('token endpoint with a jwks_uri', () => {
 });
 
 describe('failed authentication limits', () => {
-  it('blocks a client id after repeated failures, without blocking others or successful clients', async () => {
+  it('blocks a client id from an address after repeated failures, without blocking others or successful clients', async () => {
     const storage = fakeStorage();
     storage.addProject('p1');
     await storage.createClient(newClient('secret-client', { secretHash }));
     await storage.createClient(newClient('jwt-client', { jwks: { keys: [{ ...es384.publicJwk }] } }));
     const app = authApp(storage, {
-      token: { rateLimit: { maxFailuresPerClient: 3, maxFailuresPerAddress: 100, windowSeconds: 60 } },
+      token: { rateLimit: { maxFailuresPerClientAddress: 3, maxFailuresPerAddress: 100, windowSeconds: 60 } },
     });
     const attempt = (secret: string) =>
       request(app)
@@ -388,7 +395,7 @@ describe('failed authentication limits', () => {
   it('blocks an address after repeated failures', async () => {
     const storage = fakeStorage();
     const app = authApp(storage, {
-      token: { rateLimit: { maxFailuresPerClient: 100, maxFailuresPerAddress: 3, windowSeconds: 60 } },
+      token: { rateLimit: { maxFailuresPerClientAddress: 100, maxFailuresPerAddress: 3, windowSeconds: 60 } },
     });
     const statuses: number[] = [];
     for (let i = 0; i < 5; i += 1) {
