@@ -70,7 +70,11 @@ const REMOVE = { recursive: true, force: true, maxRetries: 3, retryDelay: 50 } a
 async function dirBytes(dir: string): Promise<number> {
   const names = await readdir(dir).catch(() => [] as string[]);
   let total = 0;
-  for (const name of names) total += await stat(path.join(dir, name)).then((s) => s.size, () => 0);
+  for (const name of names)
+    total += await stat(path.join(dir, name)).then(
+      (s) => s.size,
+      () => 0,
+    );
   return total;
 }
 
@@ -102,7 +106,7 @@ export class ExportJobManager {
     return path.join(this.#o.exportDir, jobId);
   }
 
-  /** Resumes interrupted jobs and starts the retention timer. */
+  /** Starts the retention timer, resumes interrupted jobs and removes leftovers (see `sweep`). */
   async start(): Promise<void> {
     this.#timer = setInterval(() => {
       void this.sweep();
@@ -115,7 +119,7 @@ export class ExportJobManager {
       if (!this.#running.has(job.id)) this.#launch(job);
     }
     // Leftovers of jobs removed while this router was down.
-    void this.sweep();
+    await this.sweep();
   }
 
   /**

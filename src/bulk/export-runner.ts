@@ -79,7 +79,8 @@ export async function runExport(
     const now = Date.now();
     if (onProgress && (force || now - lastReport >= interval)) {
       lastReport = now;
-      onProgress({ ...progress, bytes: budget.used });
+      progress.bytes = budget.used;
+      onProgress({ ...progress });
     }
   };
   const checkAborted = (): void => {

@@ -47,8 +47,8 @@ export interface ExportProgress {
   resources: number;
   typesDone: number;
   typesTotal: number;
-  /** Bytes written to the job's files so far. */
-  bytes: number;
+  /** Bytes written to the job's files so far (counted against `maxProjectExportSize`). */
+  bytes?: number;
 }
 
 /** One manifest entry as written (relative file name; the router builds the URL). */
@@ -63,8 +63,11 @@ export interface ExportTaskResult {
   output: ExportOutputFile[];
   deleted: ExportOutputFile[];
   error: ExportOutputFile[];
-  /** Bytes of all the files written. */
-  bytes: number;
+  /**
+   * Bytes of all the files written (counted against `maxProjectExportSize`; when absent, the
+   * job's files are measured on disk).
+   */
+  bytes?: number;
   /**
    * The export stopped because it would have written more than `maxExportSize` bytes: the lists
    * are empty and the files written so far are to be removed. Returned rather than thrown so that

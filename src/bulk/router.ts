@@ -102,7 +102,7 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
 
 /** The router, with its lifecycle. */
 export type BulkExportRouter = Router & {
-  /** Settles once interrupted jobs have been restarted. */
+  /** Settles once interrupted jobs have been restarted and leftover files swept. */
   readonly ready: Promise<void>;
   /** Stops the retention timer, the running jobs (they resume at next start) and an owned pool. */
   close(): Promise<void>;
@@ -203,14 +203,16 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
   const retention = positive('retention', options.retention, 6 * HOUR);
   const cleanupInterval = positive('cleanupInterval', options.cleanupInterval, 60_000);
+  const maxFileSize = positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
+  const maxExportSize = limit('maxExportSize', options.maxExportSize, 4 * GIB);
   const ownsPool = !(options.pool instanceof ExportPool);
   const pool = options.pool instanceof ExportPool ? options.pool : new ExportPool(options.pool);
   const jobs = new ExportJobManager({
     storage,
     pool,
     exportDir,
-    maxFileSize: positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024),
-    maxExportSize: limit('maxExportSize', options.maxExportSize, 4 * GIB),
+    maxFileSize,
+    maxExportSize,
     retention,
     cleanupInterval,
     taskHook: options.taskHook,
@@ -231,12 +233,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       return;
     }
     if (free < minFreeSpace) {
-      throw new FhirError(
-        503,
-        'transient',
-        'Not enough free disk space for exports; retry later',
-        { headers: { 'Retry-After': String(Math.ceil(cleanupInterval / 1000)) } },
-      );
+      throw new FhirError(503, 'transient', 'Not enough free disk space for exports; retry later', {
+        headers: { 'Retry-After': String(Math.ceil(cleanupInterval / 1000)) },
+      });
     }
   };
 
