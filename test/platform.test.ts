@@ -198,5 +198,9 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
   it('validates its options early', () => {
     expect(() => fhirPlatform({ storage, paths: { fhir: 'fhir/' }, exportDir: dir })).toThrow(TypeError);
     expect(() => fhirPlatform({ storage })).toThrow(TypeError);
+    // Bulk options reach the bulk router (and are validated there).
+    expect(() => fhirPlatform({ storage, exportDir: dir, bulk: { maxKickoffsPerHour: 0 } })).toThrow(
+      TypeError,
+    );
   });
 });

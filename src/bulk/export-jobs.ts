@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { operationOutcome } from '../http/error-rendering.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -30,6 +30,8 @@ export interface ExportJobManagerOptions {
   exportDir: string;
   /** Split size of output files in bytes. */
   maxFileSize: number;
+  /** A job fails (`too-costly`) before its files would exceed this many bytes. @default Infinity */
+  maxExportSize?: number;
   /** How long a finished job and its files are kept, ms. */
   retention: number;
   /** How often expired jobs are looked for, ms. */
@@ -45,6 +47,35 @@ const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** True when `id` has the shape of a job id (guards every path built from it). */
 export function isJobId(id: string): boolean {
   return JOB_ID.test(id);
+}
+
+/** What a project's export jobs hold, for the kick-off limits. */
+export interface ExportUsage {
+  /** Jobs accepted or in progress. */
+  running: number;
+  /**
+   * Bytes of the project's export files: completed jobs not yet expired, plus what running jobs
+   * have written so far (failed and cancelled jobs have none).
+   */
+  bytes: number;
+  /** Epoch ms of the earliest expiry among the completed jobs counted in `bytes`. */
+  nextExpiry?: number;
+  /** Creation times (epoch ms, ascending) of the project's jobs created at or after `since`. */
+  createdSince: number[];
+}
+
+const REMOVE = { recursive: true, force: true, maxRetries: 3, retryDelay: 50 } as const;
+
+/** Sum of the sizes of the files in `dir` (0 when it does not exist). */
+async function dirBytes(dir: string): Promise<number> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  let total = 0;
+  for (const name of names)
+    total += await stat(path.join(dir, name)).then(
+      (s) => s.size,
+      () => 0,
+    );
+  return total;
 }
 
 interface RunningJob {
@@ -75,7 +106,7 @@ export class ExportJobManager {
     return path.join(this.#o.exportDir, jobId);
   }
 
-  /** Resumes interrupted jobs and starts the retention timer. */
+  /** Starts the retention timer, resumes interrupted jobs and removes leftovers (see `sweep`). */
   async start(): Promise<void> {
     this.#timer = setInterval(() => {
       void this.sweep();
@@ -87,12 +118,36 @@ export class ExportJobManager {
       if (!this.#owns(job)) continue;
       if (!this.#running.has(job.id)) this.#launch(job);
     }
+    // Leftovers of jobs removed while this router was down.
+    await this.sweep();
   }
 
-  /** Running exports of a project (from storage, so every instance counts). */
-  async runningCount(projectId: string): Promise<number> {
-    const jobs = await this.#o.storage.listExportJobs({ projectId, status: ['accepted', 'in-progress'] });
-    return jobs.length;
+  /**
+   * What the project's jobs hold (from storage, so every instance counts; a job running here
+   * counts its bytes as of now, others as of their last persisted progress).
+   */
+  async usage(projectId: string, since: number): Promise<ExportUsage> {
+    const now = Date.now();
+    const usage: ExportUsage = { running: 0, bytes: 0, createdSince: [] };
+    for (const job of await this.#o.storage.listExportJobs({ projectId })) {
+      const created = Date.parse(job.createdAt);
+      if (created >= since) usage.createdSince.push(created);
+      if (job.status === 'accepted' || job.status === 'in-progress') {
+        usage.running += 1;
+        const progress = this.progressOf(job);
+        usage.bytes += typeof progress?.bytes === 'number' ? progress.bytes : 0;
+      } else if (job.status === 'completed') {
+        const expiry = job.expiresAt === undefined ? undefined : Date.parse(job.expiresAt);
+        if (expiry !== undefined && expiry <= now) continue;
+        const bytes = (job.result as Partial<ExportTaskResult> | undefined)?.bytes;
+        // Jobs completed before sizes were recorded: measure their files.
+        usage.bytes += typeof bytes === 'number' ? bytes : await dirBytes(this.#dirOf(job));
+        if (expiry !== undefined && (usage.nextExpiry === undefined || expiry < usage.nextExpiry))
+          usage.nextExpiry = expiry;
+      }
+    }
+    usage.createdSince.sort((a, b) => a - b);
+    return usage;
   }
 
   /** Creates and starts a job; `transactionTime` is the snapshot time. */
@@ -147,14 +202,18 @@ export class ExportJobManager {
     return job;
   }
 
-  /** Cancels (or deletes, once complete) a job: stops it, removes its files and its record. */
+  /**
+   * Cancels (or deletes, once complete) a job: stops it, removes its files (from the directory of
+   * the router that created it) and its record.
+   */
   async cancel(job: ExportJobRecord): Promise<void> {
     const running = this.#running.get(job.id);
     if (running) {
       running.controller.abort(new Error('Export cancelled'));
       await running.done;
     }
-    await rm(this.jobDir(job.id), { recursive: true, force: true });
+    // Retries: a terminated worker thread may still be closing a file in the directory.
+    await rm(this.#dirOf(job), REMOVE);
     await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
       if (!(error instanceof NotFoundError)) throw error;
     });
@@ -178,7 +237,11 @@ export class ExportJobManager {
     };
   }
 
-  /** Removes expired jobs and their files, except those with a download in flight. */
+  /**
+   * Removes expired jobs and their files, except those with a download in flight, and the
+   * directories of jobs that no longer exist (cancelled through another process or router,
+   * or lost with a memory store's restart).
+   */
   sweep(): Promise<void> {
     this.#sweeping ??= this.#sweep().finally(() => {
       this.#sweeping = undefined;
@@ -188,16 +251,26 @@ export class ExportJobManager {
 
   async #sweep(): Promise<void> {
     try {
+      // Directories first: a job's record exists before its directory, so a directory listed here
+      // without a record in the list below belongs to no job.
+      const dirs = (await readdir(this.#o.exportDir).catch(() => [] as string[])).filter(isJobId);
       const now = Date.now();
-      const jobs = await this.#o.storage.listExportJobs({ status: ['completed', 'failed', 'cancelled'] });
+      const jobs = await this.#o.storage.listExportJobs();
       for (const job of jobs) {
         if (this.#closing) return;
+        if (job.status === 'accepted' || job.status === 'in-progress') continue;
         if (!this.#owns(job) || job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
         if (this.#downloads.has(job.id) || this.#running.has(job.id)) continue;
-        await rm(this.jobDir(job.id), { recursive: true, force: true });
+        await rm(this.jobDir(job.id), REMOVE);
         await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
           if (!(error instanceof NotFoundError)) throw error;
         });
+      }
+      const known = new Set(jobs.map((job) => job.id));
+      for (const id of dirs) {
+        if (this.#closing) return;
+        if (known.has(id) || this.#running.has(id) || this.#downloads.has(id)) continue;
+        await rm(this.jobDir(id), REMOVE);
       }
     } catch (error) {
       if (!this.#closing) this.#o.onError(error);
@@ -206,6 +279,13 @@ export class ExportJobManager {
 
   #owns(job: ExportJobRecord): boolean {
     return (job.params as Partial<ExportPlan>).exportDir === this.#o.exportDir;
+  }
+
+  /** The job's directory under the export directory of the router that created it. */
+  #dirOf(job: ExportJobRecord): string {
+    const dir = this.jobDir(job.id);
+    const own = (job.params as Partial<ExportPlan>).exportDir;
+    return typeof own === 'string' && path.isAbsolute(own) ? path.join(own, job.id) : dir;
   }
 
   #launch(job: ExportJobRecord): void {
@@ -243,6 +323,8 @@ export class ExportJobManager {
         maxFileSize: this.#o.maxFileSize,
         issues: plan.issues,
       };
+      const { maxExportSize } = this.#o;
+      if (maxExportSize !== undefined && Number.isFinite(maxExportSize)) task.maxExportSize = maxExportSize;
       if (plan.patientIds) task.patientIds = plan.patientIds;
       if (plan.newPatientIds) task.newPatientIds = plan.newPatientIds;
       if (storage.descriptor) task.descriptor = storage.descriptor;
@@ -262,6 +344,18 @@ export class ExportJobManager {
       });
       if (signal.aborted) throw new Error('Export stopped');
       await persisting;
+      if (result.tooLarge) {
+        await this.#fail(
+          job,
+          dir,
+          operationOutcome(
+            'fatal',
+            'too-costly',
+            `The export would exceed ${String(this.#o.maxExportSize)} bytes; export less (_type, _since, _typeFilter)`,
+          ),
+        );
+        return;
+      }
       await storage.updateExportJob(job.projectId, job.id, {
         status: 'completed',
         result: result as unknown as Record<string, unknown>,
@@ -278,22 +372,27 @@ export class ExportJobManager {
         if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
         return;
       }
-      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-      const outcome = operationOutcome(
-        'fatal',
-        'exception',
-        'The export failed and was stopped; start a new export',
+      await this.#fail(
+        job,
+        dir,
+        operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export'),
       );
-      await storage
-        .updateExportJob(job.projectId, job.id, {
-          status: 'failed',
-          failure: outcome,
-          expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
-        })
-        .catch(() => undefined);
-      if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
       this.#o.onError(error);
     }
+  }
+
+  /** Ends a job as failed: no file is left behind; the record keeps the outcome until expiry. */
+  async #fail(job: ExportJobRecord, dir: string, outcome: Record<string, unknown>): Promise<void> {
+    const { storage } = this.#o;
+    await rm(dir, REMOVE).catch(() => undefined);
+    await storage
+      .updateExportJob(job.projectId, job.id, {
+        status: 'failed',
+        failure: outcome,
+        expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
+      })
+      .catch(() => undefined);
+    if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
   }
 
   /** Stops the timer and every running job (which stays `in-progress` and resumes at next start). */

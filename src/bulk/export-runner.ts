@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ExportReadOptions, ExportReader, FhirResource, StoredResource } from '../storage/types.js';
+import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
 import { elementsFor, projectElements } from './elements.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
@@ -71,12 +72,14 @@ export async function runExport(
   const { params, snapshot, projectId } = task;
   const { signal, onProgress } = options;
   const interval = options.progressInterval ?? 250;
-  const progress: ExportProgress = { resources: 0, typesDone: 0, typesTotal: task.types.length };
+  const budget = new ByteBudget(task.maxExportSize);
+  const progress: ExportProgress = { resources: 0, typesDone: 0, typesTotal: task.types.length, bytes: 0 };
   let lastReport = 0;
   const report = (force: boolean): void => {
     const now = Date.now();
     if (onProgress && (force || now - lastReport >= interval)) {
       lastReport = now;
+      progress.bytes = budget.used;
       onProgress({ ...progress });
     }
   };
@@ -84,10 +87,10 @@ export async function runExport(
     if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('Export cancelled');
   };
   const filters = compileTypeFilters(params.typeFilters ?? []);
-  const result: ExportTaskResult = { output: [], deleted: [], error: [] };
+  const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
   const writers: NdjsonFileWriter[] = [];
   const newWriter = (prefix: string): NdjsonFileWriter => {
-    const writer = new NdjsonFileWriter(task.outputDir, prefix, task.maxFileSize);
+    const writer = new NdjsonFileWriter(task.outputDir, prefix, task.maxFileSize, budget);
     writers.push(writer);
     return writer;
   };
@@ -212,9 +215,13 @@ export async function runExport(
       for (const f of await deletedWriter.finish())
         result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
     }
+    result.bytes = budget.used;
     return result;
   } catch (error) {
     await Promise.all(writers.map((w) => w.abort()));
+    if (error instanceof ExportTooLargeError) {
+      return { output: [], deleted: [], error: [], bytes: budget.used, tooLarge: true };
+    }
     throw error;
   }
 }

@@ -29,6 +29,11 @@ export interface ExportTask {
   outputDir: string;
   /** Files are split before they would exceed this many bytes. */
   maxFileSize: number;
+  /**
+   * The export stops (result `tooLarge`) before its files would exceed this many bytes in all.
+   * Absent: no limit.
+   */
+  maxExportSize?: number;
   /** Problems ignored at kick-off (lenient handling), written to the error file. */
   issues: KickoffIssue[];
   /** Receives {@link ExportProgress} messages. */
@@ -42,6 +47,8 @@ export interface ExportProgress {
   resources: number;
   typesDone: number;
   typesTotal: number;
+  /** Bytes written to the job's files so far (counted against `maxProjectExportSize`). */
+  bytes?: number;
 }
 
 /** One manifest entry as written (relative file name; the router builds the URL). */
@@ -56,4 +63,15 @@ export interface ExportTaskResult {
   output: ExportOutputFile[];
   deleted: ExportOutputFile[];
   error: ExportOutputFile[];
+  /**
+   * Bytes of all the files written (counted against `maxProjectExportSize`; when absent, the
+   * job's files are measured on disk).
+   */
+  bytes?: number;
+  /**
+   * The export stopped because it would have written more than `maxExportSize` bytes: the lists
+   * are empty and the files written so far are to be removed. Returned rather than thrown so that
+   * it crosses the worker boundary unchanged.
+   */
+  tooLarge?: true;
 }

@@ -1,5 +1,6 @@
 import { open, rename, rm, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
+import type { ByteBudget } from './byte-budget.js';
 
 /** One finished output file. */
 export interface WrittenFile {
@@ -34,16 +35,19 @@ export class NdjsonFileWriter {
   readonly #dir: string;
   readonly #prefix: string;
   readonly #maxFileSize: number;
+  readonly #budget: ByteBudget | undefined;
   #handle: FileHandle | undefined;
   #name = '';
   #size = 0;
   #count = 0;
   readonly #files: WrittenFile[] = [];
 
-  constructor(dir: string, prefix: string, maxFileSize: number) {
+  /** `budget`, when given, counts every byte written and stops the export at its limit. */
+  constructor(dir: string, prefix: string, maxFileSize: number, budget?: ByteBudget) {
     this.#dir = dir;
     this.#prefix = prefix;
     this.#maxFileSize = Math.max(1, maxFileSize);
+    this.#budget = budget;
   }
 
   /** Files completed so far. */
@@ -55,6 +59,7 @@ export class NdjsonFileWriter {
   async write(data: string | Uint8Array, count: number): Promise<void> {
     if (count === 0) return;
     const length = typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
+    this.#budget?.take(length);
     if (this.#size + length <= this.#maxFileSize || (this.#size === 0 && count === 1)) {
       await this.#append(data, count, length);
       return;

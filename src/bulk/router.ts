@@ -1,4 +1,5 @@
 import { createReadStream } from 'node:fs';
+import { mkdir, statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -34,6 +35,39 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    */
   maxFileSize?: number;
   /**
+   * Hard cap on the files of one export, in bytes: an export that would write more stops, fails
+   * with an OperationOutcome `too-costly` and its files are removed. `Infinity` disables it.
+   * @default 4294967296 (4 GiB)
+   */
+  maxExportSize?: number;
+  /**
+   * Bytes of export files a project may keep: completed exports not yet expired or deleted, plus
+   * what its running exports have written so far. While the project is at or over it, a kick-off
+   * answers 429 (`too-costly`, `Retry-After` = until the earliest of its exports expires); a running
+   * export is not stopped by it (see `maxExportSize`). `Infinity` disables it.
+   * @default 1073741824 (1 GiB)
+   */
+  maxProjectExportSize?: number;
+  /**
+   * Export kick-offs a project may make in any 60-minute window (accepted ones count, even when
+   * cancelled since); one more answers 429 (`throttled`, `Retry-After` = until one leaves the
+   * window). `Infinity` disables it.
+   * @default 30
+   */
+  maxKickoffsPerHour?: number;
+  /**
+   * Free bytes the file system of `exportDir` must have for a kick-off to be accepted; below it
+   * kick-offs answer 503 (`transient`, `Retry-After` = `cleanupInterval`). `0` disables the check.
+   * @default 1073741824 (1 GiB)
+   */
+  minFreeSpace?: number;
+  /**
+   * How free space is measured: bytes available to this process on the file system of `dir`
+   * (the export directory). Replace it to test or to measure a quota of your own.
+   * @default `fs.promises.statfs(dir)`: `bavail * bsize`
+   */
+  freeSpaceProbe?: (dir: string) => number | Promise<number>;
+  /**
    * Running (accepted or in-progress) exports allowed per project; one more answers 429.
    * @default 2
    */
@@ -68,7 +102,7 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
 
 /** The router, with its lifecycle. */
 export type BulkExportRouter = Router & {
-  /** Settles once interrupted jobs have been restarted. */
+  /** Settles once interrupted jobs have been restarted and leftover files swept. */
   readonly ready: Promise<void>;
   /** Stops the retention timer, the running jobs (they resume at next start) and an owned pool. */
   close(): Promise<void>;
@@ -97,6 +131,28 @@ function positive(name: string, value: number | undefined, fallback: number): nu
   if (!Number.isFinite(value) || value <= 0)
     throw new TypeError(`bulkExportRouter: ${name} must be a positive number`);
   return value;
+}
+
+/** A size or count limit: a positive number, or `Infinity` for none. */
+function limit(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || Number.isNaN(value) || value <= 0)
+    throw new TypeError(`bulkExportRouter: ${name} must be a positive number or Infinity`);
+  return value;
+}
+
+/** Bytes available to this process on the file system holding `dir`. */
+async function statfsFreeSpace(dir: string): Promise<number> {
+  const stats = await statfs(dir);
+  return stats.bavail * stats.bsize;
+}
+
+const HOUR = 60 * 60 * 1000;
+const GIB = 1024 * 1024 * 1024;
+
+/** Whole seconds until `at` (epoch ms), at least 1. */
+function secondsUntil(at: number, now: number): string {
+  return String(Math.max(1, Math.ceil((at - now) / 1000)));
 }
 
 function header(req: Request, name: string): string | undefined {
@@ -136,19 +192,95 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const onError = options.onError ?? defaultErrorLogger;
   const retryAfter = String(Math.ceil(positive('retryAfter', options.retryAfter, 1)));
   const maxRunning = positive('maxRunningExports', options.maxRunningExports, 2);
+  const maxProjectBytes = limit('maxProjectExportSize', options.maxProjectExportSize, GIB);
+  const maxKickoffs = limit('maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
+  const minFreeSpace = options.minFreeSpace ?? GIB;
+  if (typeof minFreeSpace !== 'number' || !Number.isFinite(minFreeSpace) || minFreeSpace < 0)
+    throw new TypeError('bulkExportRouter: minFreeSpace must be a finite number >= 0');
+  if (options.freeSpaceProbe !== undefined && typeof options.freeSpaceProbe !== 'function')
+    throw new TypeError('bulkExportRouter: freeSpaceProbe must be a function');
+  const freeSpaceProbe = options.freeSpaceProbe ?? statfsFreeSpace;
+  const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
+  const retention = positive('retention', options.retention, 6 * HOUR);
+  const cleanupInterval = positive('cleanupInterval', options.cleanupInterval, 60_000);
+  const maxFileSize = positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
+  const maxExportSize = limit('maxExportSize', options.maxExportSize, 4 * GIB);
   const ownsPool = !(options.pool instanceof ExportPool);
   const pool = options.pool instanceof ExportPool ? options.pool : new ExportPool(options.pool);
   const jobs = new ExportJobManager({
     storage,
     pool,
-    exportDir: path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports')),
-    maxFileSize: positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024),
-    retention: positive('retention', options.retention, 6 * 60 * 60 * 1000),
-    cleanupInterval: positive('cleanupInterval', options.cleanupInterval, 60_000),
+    exportDir,
+    maxFileSize,
+    maxExportSize,
+    retention,
+    cleanupInterval,
     taskHook: options.taskHook,
     onError,
   });
   const ready = jobs.start().catch(onError);
+
+  /** Refuses a kick-off while the export directory's file system is short of space. */
+  const checkFreeSpace = async (): Promise<void> => {
+    if (minFreeSpace === 0) return;
+    let free: number;
+    try {
+      await mkdir(exportDir, { recursive: true });
+      free = await freeSpaceProbe(exportDir);
+    } catch (error) {
+      // Unknown free space (statfs unsupported, …) does not block exports.
+      onError(error);
+      return;
+    }
+    if (free < minFreeSpace) {
+      throw new FhirError(503, 'transient', 'Not enough free disk space for exports; retry later', {
+        headers: { 'Retry-After': String(Math.ceil(cleanupInterval / 1000)) },
+      });
+    }
+  };
+
+  /** Kick-offs accepted by this router per project (epoch ms, ascending), over the last hour. */
+  const recentKickoffs = new Map<string, number[]>();
+  const kickoffsSince = (projectId: string, since: number): number[] => {
+    const times = (recentKickoffs.get(projectId) ?? []).filter((t) => t >= since);
+    if (times.length > 0) recentKickoffs.set(projectId, times);
+    else recentKickoffs.delete(projectId);
+    return times;
+  };
+
+  /** The kick-off limits of a project, checked in order; throws the 429 of the first reached. */
+  const checkLimits = async (projectId: string): Promise<void> => {
+    const now = Date.now();
+    const usage = await jobs.usage(projectId, now - HOUR);
+    if (usage.running >= maxRunning) {
+      throw new FhirError(429, 'throttled', 'Too many exports are running for this project; retry later', {
+        headers: { 'Retry-After': retryAfter },
+      });
+    }
+    // Accepted kick-offs are counted here (they stay counted when cancelled and deleted) and in
+    // storage (jobs created by other processes).
+    let until: number | undefined;
+    for (const times of [kickoffsSince(projectId, now - HOUR), usage.createdSince]) {
+      if (times.length < maxKickoffs) continue;
+      const leaves = (times[times.length - maxKickoffs] ?? now) + HOUR;
+      until = Math.max(until ?? 0, leaves);
+    }
+    if (until !== undefined) {
+      throw new FhirError(429, 'throttled', 'Too many export kick-offs for this project in the last hour', {
+        headers: { 'Retry-After': secondsUntil(until, now) },
+      });
+    }
+    if (usage.bytes >= maxProjectBytes) {
+      // Running exports finish, then expire after `retention`.
+      const frees = usage.nextExpiry ?? now + retention;
+      throw new FhirError(
+        429,
+        'too-costly',
+        'The export files of this project exceed its quota; delete finished exports or retry later',
+        { headers: { 'Retry-After': secondsUntil(frees + cleanupInterval, now) } },
+      );
+    }
+  };
 
   const kickoffs = new Map<string, Promise<unknown>>();
   const serialized = <T>(projectId: string, fn: () => Promise<T>): Promise<T> => {
@@ -197,20 +329,19 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
           throw new FhirError(404, 'not-found', `Group/${groupId} does not exist`);
         throw error;
       }
+      await checkFreeSpace();
       // Count and create one kick-off at a time per project, so concurrent kick-offs cannot
-      // both pass the limit (in this process).
+      // both pass the limits (in this process).
       const job = await serialized(projectId, async () => {
-        if ((await jobs.runningCount(projectId)) >= maxRunning) {
-          throw new FhirError(
-            429,
-            'throttled',
-            'Too many exports are running for this project; retry later',
-            {
-              headers: { 'Retry-After': retryAfter },
-            },
-          );
-        }
-        return jobs.kickoff({ projectId, ownerId: principal.id, request: requestUrl(req, baseUrl), plan });
+        await checkLimits(projectId);
+        const created = await jobs.kickoff({
+          projectId,
+          ownerId: principal.id,
+          request: requestUrl(req, baseUrl),
+          plan,
+        });
+        recentKickoffs.set(projectId, [...kickoffsSince(projectId, Date.now() - HOUR), Date.now()]);
+        return created;
       });
       res
         .status(202)
