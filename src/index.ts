@@ -89,6 +89,7 @@ export type {
   StoredResource,
   ProjectRecord,
   ProfileType,
+  ProjectScimSettings,
   UserRecord,
   NewUser,
   UserChanges,
