@@ -93,6 +93,7 @@ export type {
   StoredResource,
   ProjectRecord,
   ProfileType,
+  ProjectScimSettings,
   UserRecord,
   NewUser,
   UserChanges,

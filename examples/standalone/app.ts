@@ -46,6 +46,10 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
       baseUrl: config.baseUrl,
       exportDir: path.join(config.dataDir, 'exports'),
       scimBasicAuth: true,
+      scim: {
+        echoUserName: config.scimEchoUserName,
+        ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
+      },
     });
     const app = express();
     app.disable('x-powered-by');

@@ -1,4 +1,7 @@
 import path from 'node:path';
+import type { ProfileType } from '../../src/index.js';
+
+const PROFILE_TYPES: readonly ProfileType[] = ['Patient', 'Practitioner', 'RelatedPerson'];
 
 /** The standalone server's settings, read from the environment once at start. */
 export interface StandaloneConfig {
@@ -10,11 +13,15 @@ export interface StandaloneConfig {
   databaseUrl?: string;
   superAdminClientId?: string;
   superAdminClientSecret?: string;
+  /** SCIM `defaultUserType`: the profile type of a user created without `userType`. */
+  scimDefaultUserType?: ProfileType;
+  /** SCIM `echoUserName`: answer the `userName` the identity provider sent. */
+  scimEchoUserName: boolean;
 }
 
 /**
- * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID` and
- * `SUPER_ADMIN_CLIENT_SECRET`.
+ * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID`,
+ * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE` and `SCIM_ECHO_USER_NAME`.
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
@@ -34,6 +41,17 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
   if (Boolean(clientId) !== Boolean(clientSecret)) {
     throw new Error('Set both SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET, or neither');
   }
+  const typeText = env.SCIM_DEFAULT_USER_TYPE?.trim() || undefined;
+  const scimDefaultUserType = typeText
+    ? PROFILE_TYPES.find((t) => t.toLowerCase() === typeText.toLowerCase())
+    : undefined;
+  if (typeText && !scimDefaultUserType) {
+    throw new Error(`SCIM_DEFAULT_USER_TYPE must be one of ${PROFILE_TYPES.join(', ')}, got "${typeText}"`);
+  }
+  const echoText = env.SCIM_ECHO_USER_NAME?.trim().toLowerCase() || 'false';
+  if (echoText !== 'true' && echoText !== 'false') {
+    throw new Error(`SCIM_ECHO_USER_NAME must be true or false, got "${env.SCIM_ECHO_USER_NAME}"`);
+  }
   return {
     port,
     host,
@@ -41,5 +59,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     dataDir: path.resolve(env.DATA_DIR || './data'),
     ...(env.DATABASE_URL ? { databaseUrl: env.DATABASE_URL } : {}),
     ...(clientId ? { superAdminClientId: clientId, superAdminClientSecret: clientSecret } : {}),
+    ...(scimDefaultUserType ? { scimDefaultUserType } : {}),
+    scimEchoUserName: echoText === 'true',
   };
 }

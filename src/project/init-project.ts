@@ -6,11 +6,13 @@ import { randomUUID } from 'node:crypto';
 import type {
   MembershipRecord,
   ProjectRecord,
+  ProjectScimSettings,
   Storage,
   StoredResource,
   UserRecord,
 } from '../storage/types.js';
 import { invalidParameter, readParameters } from './parameters.js';
+import { readScimSettings, SETTINGS_PARAMETERS } from './project-settings.js';
 
 /** The input parameters of `$init`. */
 export const INIT_PARAMETERS = {
@@ -18,6 +20,7 @@ export const INIT_PARAMETERS = {
   ownerEmail: { type: 'string' },
   ownerGivenName: { type: 'string' },
   ownerFamilyName: { type: 'string' },
+  ...SETTINGS_PARAMETERS,
 } as const;
 
 /** What `$init` was asked to create. */
@@ -27,6 +30,8 @@ export interface InitProjectInput {
   ownerEmail?: string;
   ownerGivenName?: string;
   ownerFamilyName?: string;
+  /** The project's SCIM settings (`scimDefaultUserType`, `scimEchoUserName`), when any is given. */
+  scim?: ProjectScimSettings;
 }
 
 /** Longest accepted project or person name, in characters. */
@@ -70,6 +75,8 @@ export function parseInitParameters(body: unknown): InitProjectInput {
       throw invalidParameter(read.ownerEmail.expression, "'ownerEmail' is not an e-mail address");
     input.ownerEmail = email;
   }
+  const scim = readScimSettings(read);
+  if (Object.keys(scim).length > 0) input.scim = scim;
   return input;
 }
 
@@ -128,7 +135,12 @@ export async function initProject(
   const formatted = [givenName, familyName].filter((part) => part !== undefined).join(' ');
 
   return storage.transaction(async (tx) => {
-    const created = await tx.createProject({ id: randomUUID(), name: input.name, strictMode: true });
+    const created = await tx.createProject({
+      id: randomUUID(),
+      name: input.name,
+      strictMode: true,
+      ...(input.scim ? { scim: input.scim } : {}),
+    });
     // The same shapes the SCIM mapping writes for a user's profile (an official name, the primary
     // e-mail ranked first), so SCIM reads and updates of the admin user stay consistent.
     const humanName = {

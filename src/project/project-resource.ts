@@ -1,4 +1,4 @@
-import type { ProjectRecord } from '../storage/types.js';
+import type { ProjectRecord, ProjectScimSettings } from '../storage/types.js';
 
 /** The `Project` resource the project operations answer (a custom, non-R4 resource type). */
 export interface ProjectResource {
@@ -9,6 +9,8 @@ export interface ProjectResource {
   strictMode: boolean;
   /** The project's first admin (`User/<id>`). */
   owner?: { reference: string };
+  /** The project's own SCIM settings (see `Project/{id}/$settings`), when it has any. */
+  scim?: ProjectScimSettings;
   meta: { versionId: string; lastUpdated: string };
 }
 
@@ -21,6 +23,7 @@ export function projectResource(project: ProjectRecord): ProjectResource {
     ...(project.description !== undefined ? { description: project.description } : {}),
     strictMode: project.strictMode,
     ...(project.ownerUserId !== undefined ? { owner: { reference: `User/${project.ownerUserId}` } } : {}),
+    ...(project.scim && Object.keys(project.scim).length > 0 ? { scim: { ...project.scim } } : {}),
     meta: { versionId: String(project.version), lastUpdated: project.updatedAt },
   };
 }

@@ -31,6 +31,7 @@ import {
 import { invalidParameter, readParameters } from './parameters.js';
 import { projectAdminAccess, superAdminOnly } from './project-access.js';
 import { projectResource } from './project-resource.js';
+import { parseSettingsParameters, updateProjectSettings } from './project-settings.js';
 
 /** Options of `projectRouter`. */
 export interface ProjectRouterOptions extends CommonRouterOptions {
@@ -80,6 +81,7 @@ const INIT_PATH = new RegExp(`^/Project/${OP('init')}/?$`);
 const PROJECT_PATH = new RegExp(`^/Project/${ID}/?$`);
 const NEW_CLIENT_PATH = new RegExp(`^/Project/${ID}/${OP('new-client')}/?$`);
 const REVOKE_CLIENT_PATH = new RegExp(`^/Project/${ID}/${OP('revoke-client')}/?$`);
+const SETTINGS_PATH = new RegExp(`^/Project/${ID}/${OP('settings')}/?$`);
 const CLIENTS_PATH = new RegExp(`^/Project/${ID}/ClientApplication/?$`);
 const CLIENT_PATH = new RegExp(`^/Project/${ID}/ClientApplication/${ID}/?$`);
 const ANY_PROJECT_PATH = /^\/Project(?:\/.*)?$/;
@@ -147,6 +149,8 @@ function pathId(req: Request, index: number): string {
  * - `GET /Project/{id}/ClientApplication[/{clientId}]`: lists (searchset Bundle) or reads clients.
  * - `POST /Project/{id}/$revoke-client` or `DELETE /Project/{id}/ClientApplication/{clientId}`:
  *   revokes a client.
+ * - `POST /Project/{id}/$settings`: changes the project's settings (its SCIM `defaultUserType` and
+ *   `echoUserName`); answers the project (200).
  *
  * Errors are FHIR `OperationOutcome`s (`application/fhir+json`).
  */
@@ -291,6 +295,26 @@ export function projectRouter(options: ProjectRouterOptions): Router {
       const project = await administeredProject(res, pathId(req, 0));
       const { clientId } = readParameters(req.body, REVOKE_PARAMETERS);
       send(res, 200, clientApplicationResource(await revoke(project.id, clientId.value)));
+    }),
+  );
+
+  router.all(
+    SETTINGS_PATH,
+    onlyMethods('POST'),
+    authenticated,
+    body,
+    asyncHandler(async (req, res) => {
+      const project = await administeredProject(res, pathId(req, 0));
+      const change = parseSettingsParameters(req.body);
+      let updated: ProjectRecord;
+      try {
+        updated = await updateProjectSettings(storage, project.id, change);
+      } catch (error) {
+        if (error instanceof NotFoundError) throw notFound('Project');
+        throw error;
+      }
+      res.setHeader('ETag', `W/"${updated.version}"`);
+      send(res, 200, projectResource(updated));
     }),
   );
 

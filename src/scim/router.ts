@@ -6,13 +6,15 @@ import { jsonBody } from '../http/body.js';
 import { scimErrorHandler } from '../http/error-rendering.js';
 import { ScimError } from '../http/http-error.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
+import type { ProfileType } from '../storage/types.js';
 import { parseAttributeList, projectScimAttributes } from './attributes.js';
 import { schemaResources, serviceProviderConfig, userResourceType } from './discovery.js';
 import { isPlainObject } from './json-access.js';
 import { readListQuery } from './list-query.js';
-import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS } from './schema.js';
+import { projectScimSettings } from './project-settings.js';
+import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { userEtag, userToScim } from './user-mapping.js';
-import { entityTagMatches, parseEntityTags, scimUserService } from './user-service.js';
+import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
 
 /** Options of `scimRouter`. */
 export interface ScimRouterOptions extends CommonRouterOptions {
@@ -24,10 +26,20 @@ export interface ScimRouterOptions extends CommonRouterOptions {
   maxResults?: number;
   /**
    * Answer `userName` with the name the client provided instead of the id of the linked FHIR
-   * profile resource, for identity providers that demand an echo.
+   * profile resource, for identity providers that demand an echo (Entra ID, its SCIM validator).
+   * With it, creates and replaces must carry a `userName` (RFC 7643 §4.1.1), else 400
+   * `invalidValue`. A project's own setting (`Project/{id}/$settings`) wins.
    * @default false
    */
   echoUserName?: boolean;
+  /**
+   * Profile type (`Patient`, `Practitioner` or `RelatedPerson`) of a user created without
+   * `userType`, so identity providers need no custom attribute mapping; with it, a PUT without
+   * `userType` keeps the user's type. Unset, `userType` is required (400 `invalidValue`). A
+   * project's own setting (`Project/{id}/$settings`) wins.
+   * @default undefined
+   */
+  defaultUserType?: ProfileType;
   /**
    * Largest request body, bytes or a size string; larger bodies answer 413.
    * @default '1mb'
@@ -97,7 +109,7 @@ function listResponse(
  * SCIM 2.0 Users API (RFC 7643, RFC 7644) for identity providers such as Okta and Microsoft
  * Entra ID; mount it at `/scim/v2`. Callers must be project admins (or super admins acting in a
  * project); users are provisioned into the caller's project, each linked to a FHIR profile resource
- * (`Patient`, `Practitioner` or `RelatedPerson`, per `userType`) created with it.
+ * (`Patient`, `Practitioner` or `RelatedPerson`, per `userType` or `defaultUserType`) created with it.
  *
  * Routes: `/Users` (GET search, POST create), `/Users/{id}` (GET, PUT, PATCH, DELETE),
  * `/Users/.search` and `/.search` (POST), `/ServiceProviderConfig`, `/ResourceTypes[/{id}]`,
@@ -109,7 +121,14 @@ export function scimRouter(options: ScimRouterOptions): Router {
     throw new TypeError('scimRouter: options.authenticate is required');
   const maxResults = positiveInteger(options.maxResults, 'maxResults', 200);
   const schemas = USER_RESOURCE_SCHEMAS;
+  if (options.echoUserName !== undefined && typeof options.echoUserName !== 'boolean')
+    throw new TypeError('scimRouter: echoUserName must be a boolean');
   const echoUserName = options.echoUserName ?? false;
+  const defaultUserType = options.defaultUserType;
+  if (defaultUserType !== undefined && !USER_TYPES.includes(defaultUserType)) {
+    throw new TypeError(`scimRouter: defaultUserType must be one of ${USER_TYPES.join(', ')}`);
+  }
+  const routerSettings: ScimUserSettings = { echoUserName, ...(defaultUserType ? { defaultUserType } : {}) };
   const service = scimUserService({
     storage: options.storage,
     schemas,
@@ -120,6 +139,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
   const body = jsonBody({ types: [SCIM_JSON, 'application/json'], limit: options.bodyLimit ?? '1mb' });
   const url = (req: Request, path: string) => absoluteUrl(req, path, options.baseUrl);
   const userUrl = (req: Request, id: string) => url(req, `/Users/${encodeURIComponent(id)}`);
+  const settingsOf = (projectId: string) => projectScimSettings(options.storage, projectId, routerSettings);
 
   const router = express.Router();
   router.use(requirePrincipal(options.authenticate, options.storage));
@@ -139,8 +159,12 @@ export function scimRouter(options: ScimRouterOptions): Router {
     res: Response,
     status: number,
     record: Parameters<typeof userToScim>[0],
+    settings: ScimUserSettings,
   ) => {
-    const doc = userToScim(record, { location: userUrl(req, record.id), echoUserName });
+    const doc = userToScim(record, {
+      location: userUrl(req, record.id),
+      echoUserName: settings.echoUserName,
+    });
     const selection = {
       attributes: parseAttributeList(req.query.attributes),
       excludedAttributes: parseAttributeList(req.query.excludedAttributes),
@@ -153,7 +177,9 @@ export function scimRouter(options: ScimRouterOptions): Router {
   const search = (params: (req: Request) => Record<string, unknown>) =>
     asyncHandler(async (req, res) => {
       const query = readListQuery(params(req), schemas, maxResults);
-      const result = await service.search(projectOf(res), query, (id) => userUrl(req, id));
+      const projectId = projectOf(res);
+      const settings = await settingsOf(projectId);
+      const result = await service.search(projectId, query, (id) => userUrl(req, id), settings);
       send(res, 200, listResponse(result.resources, result.totalResults, query.startIndex));
     });
   const searchBody = (req: Request): Record<string, unknown> => {
@@ -169,8 +195,9 @@ export function scimRouter(options: ScimRouterOptions): Router {
     .post(
       body,
       asyncHandler(async (req, res) => {
-        const record = await service.create(projectOf(res), req.body);
-        sendUser(req, res, 201, record);
+        const settings = await settingsOf(projectOf(res));
+        const record = await service.create(projectOf(res), req.body, settings);
+        sendUser(req, res, 201, record, settings);
       }),
     )
     .all(methodNotAllowed('GET, POST'));
@@ -180,6 +207,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
     .route(USER)
     .get(
       asyncHandler(async (req, res) => {
+        const settings = await settingsOf(projectOf(res));
         const record = await service.read(projectOf(res), req.params[0]!);
         const ifNoneMatch = parseEntityTags(req.get('if-none-match'));
         if (ifNoneMatch && entityTagMatches(ifNoneMatch, record.version)) {
@@ -187,22 +215,37 @@ export function scimRouter(options: ScimRouterOptions): Router {
           res.status(304).end();
           return;
         }
-        sendUser(req, res, 200, record);
+        sendUser(req, res, 200, record, settings);
       }),
     )
     .put(
       body,
       asyncHandler(async (req, res) => {
-        const record = await service.replace(projectOf(res), req.params[0]!, req.body, ifMatch(req));
-        sendUser(req, res, 200, record);
+        const settings = await settingsOf(projectOf(res));
+        const record = await service.replace(
+          projectOf(res),
+          req.params[0]!,
+          req.body,
+          ifMatch(req),
+          settings,
+        );
+        sendUser(req, res, 200, record, settings);
       }),
     )
     .patch(
       body,
       asyncHandler(async (req, res) => {
         const id = req.params[0]!;
-        const record = await service.patch(projectOf(res), id, req.body, userUrl(req, id), ifMatch(req));
-        sendUser(req, res, 200, record);
+        const settings = await settingsOf(projectOf(res));
+        const record = await service.patch(
+          projectOf(res),
+          id,
+          req.body,
+          userUrl(req, id),
+          ifMatch(req),
+          settings,
+        );
+        sendUser(req, res, 200, record, settings);
       }),
     )
     .delete(

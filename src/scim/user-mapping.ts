@@ -39,15 +39,19 @@ function canonicalUserType(value: unknown): ProfileType | undefined {
 
 /**
  * Reads a SCIM User body (POST, PUT, or a PATCH result) into record fields: values normalized to
- * the schema, unknown and readOnly attributes dropped. 400 `invalidValue` for a missing or
- * unknown `userType` or a malformed value.
+ * the schema, unknown and readOnly attributes dropped. A body without `userType` (absent, null or
+ * blank) takes `fallbackUserType`. 400 `invalidValue` for a missing (without fallback) or unknown
+ * `userType` or a malformed value.
  */
 export function scimUserFields(
   body: unknown,
   schemas: ScimResourceSchemas = USER_RESOURCE_SCHEMAS,
+  fallbackUserType?: ProfileType,
 ): ScimUserFields {
   const normalized = normalizeResource(body, schemas);
-  const userType = canonicalUserType(normalized.userType);
+  const given = normalized.userType;
+  const absent = given === undefined || (typeof given === 'string' && given.trim() === '');
+  const userType = absent && fallbackUserType ? fallbackUserType : canonicalUserType(given);
   if (!userType) {
     throw new ScimError(400, 'invalidValue', `userType must be one of ${USER_TYPES.join(', ')}`);
   }

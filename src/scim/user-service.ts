@@ -11,7 +11,14 @@ import {
   PreconditionFailedError,
   StorageError,
 } from '../storage/errors.js';
-import type { FhirResource, Storage, StorageOperations, UserChanges, UserRecord } from '../storage/types.js';
+import type {
+  FhirResource,
+  ProfileType,
+  Storage,
+  StorageOperations,
+  UserChanges,
+  UserRecord,
+} from '../storage/types.js';
 import { projectScimAttributes } from './attributes.js';
 import { compileScimFilter, planScimLookup } from './filter-evaluator.js';
 import type { ScimListQuery } from './list-query.js';
@@ -32,10 +39,25 @@ import { byCreatedThenId } from '../storage/record-order.js';
 export interface ScimUserServiceConfig {
   storage: Storage;
   schemas: ScimResourceSchemas;
+  /** The default of `ScimUserSettings.echoUserName` when a call passes no settings. */
   echoUserName: boolean;
   maxOperations: number;
   /** Attempts of a write that lost a race, when the client sent no If-Match. */
   maxAttempts: number;
+}
+
+/** How one request treats `userType` and `userName`: the project's settings over the router's options. */
+export interface ScimUserSettings {
+  /**
+   * Profile type of a create without `userType`; with it, a replace without `userType` keeps the
+   * user's type. Without it, `userType` is required.
+   */
+  defaultUserType?: ProfileType;
+  /**
+   * Answers carry the stored `userName` instead of the profile id, and creates and replaces must
+   * carry a `userName` (RFC 7643 §4.1.1): the client owns the name.
+   */
+  echoUserName: boolean;
 }
 
 /** Parsed `If-Match` / `If-None-Match`: `*`, or the versions listed. */
@@ -93,6 +115,16 @@ function sameFields(current: UserRecord, changes: Omit<UserChanges, 'profileId'>
 /** The SCIM User operations of one router. */
 export function scimUserService(config: ScimUserServiceConfig) {
   const { storage, schemas } = config;
+  const defaults: ScimUserSettings = { echoUserName: config.echoUserName };
+
+  /** The fields of a create or replace body; `fallback` stands in for an absent `userType`. */
+  function fieldsOf(body: unknown, settings: ScimUserSettings, fallback?: ProfileType): ScimUserFields {
+    const fields = scimUserFields(body, schemas, fallback);
+    if (settings.echoUserName && fields.userName === undefined) {
+      throw new ScimError(400, 'invalidValue', 'userName is required');
+    }
+    return fields;
+  }
 
   async function guard<T>(fn: () => Promise<T>): Promise<T> {
     try {
@@ -162,8 +194,8 @@ export function scimUserService(config: ScimUserServiceConfig) {
   }
 
   return {
-    create(projectId: string, body: unknown): Promise<UserRecord> {
-      const fields = scimUserFields(body, schemas);
+    create(projectId: string, body: unknown, settings = defaults): Promise<UserRecord> {
+      const fields = fieldsOf(body, settings, settings.defaultUserType);
       return guard(() =>
         storage.transaction(async (tx) => {
           const profile = await tx.createResource(projectId, profileResource(fields.userType, fields.data));
@@ -191,8 +223,16 @@ export function scimUserService(config: ScimUserServiceConfig) {
       return guard(() => storage.readUser(projectId, id));
     },
 
-    replace(projectId: string, id: string, body: unknown, ifMatch?: EntityTagCondition): Promise<UserRecord> {
-      const fields = scimUserFields(body, schemas);
+    replace(
+      projectId: string,
+      id: string,
+      body: unknown,
+      ifMatch?: EntityTagCondition,
+      settings = defaults,
+    ): Promise<UserRecord> {
+      // Checked before any read (400 before 404); read again below with the user's own type as
+      // the fallback for an absent userType.
+      fieldsOf(body, settings, settings.defaultUserType);
       const bodyId = (body as Record<string, unknown>).id;
       if (bodyId !== undefined && bodyId !== id) {
         throw new ScimError(400, 'mutability', 'The id in the body differs from the id in the path');
@@ -202,7 +242,8 @@ export function scimUserService(config: ScimUserServiceConfig) {
           storage.transaction(async (tx) => {
             const current = await tx.readUser(projectId, id);
             checkIfMatch(ifMatch, current);
-            return write(tx, projectId, current, fields);
+            const fallback = settings.defaultUserType ? current.userType : undefined;
+            return write(tx, projectId, current, fieldsOf(body, settings, fallback));
           }),
         ),
       );
@@ -214,6 +255,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
       body: unknown,
       location: string,
       ifMatch?: EntityTagCondition,
+      settings = defaults,
     ): Promise<UserRecord> {
       return guard(() =>
         withRetry(ifMatch !== undefined, () =>
@@ -224,8 +266,8 @@ export function scimUserService(config: ScimUserServiceConfig) {
               schemas,
               maxOperations: config.maxOperations,
             });
-            const fields = scimUserFields(patched, schemas);
-            return write(tx, projectId, current, fields);
+            const fallback = settings.defaultUserType ? current.userType : undefined;
+            return write(tx, projectId, current, scimUserFields(patched, schemas, fallback));
           }),
         ),
       );
@@ -250,6 +292,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
       projectId: string,
       query: ScimListQuery,
       locationOf: (id: string) => string,
+      settings = defaults,
     ): Promise<ScimSearchResult> {
       const predicate = query.filter ? compileScimFilter(query.filter, schemas) : undefined;
       const plan = query.filter ? planScimLookup(query.filter, schemas.core.id) : undefined;
@@ -282,7 +325,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
         ? candidates.filter((u) => predicate(userFilterView(u, locationOf(u.id))))
         : candidates;
       const render = (u: UserRecord) =>
-        userToScim(u, { location: locationOf(u.id), echoUserName: config.echoUserName });
+        userToScim(u, { location: locationOf(u.id), echoUserName: settings.echoUserName });
       const from = query.startIndex - 1;
       // Without sortBy the storage order is the order: render only the page.
       const page = query.sortBy

@@ -39,6 +39,8 @@ export interface ProjectRecord {
   strictMode: boolean;
   /** Id of the user who owns the project (its first admin). */
   ownerUserId?: string;
+  /** The project's SCIM settings; each one absent follows the `scimRouter` option. */
+  scim?: ProjectScimSettings;
   createdAt: string;
   updatedAt: string;
   /** Incremented on every change; the ETag of the record. */
@@ -46,6 +48,14 @@ export interface ProjectRecord {
 }
 
 export type ProfileType = 'Patient' | 'Practitioner' | 'RelatedPerson';
+
+/** Per-project overrides of the `scimRouter` options of the same names. */
+export interface ProjectScimSettings {
+  /** Profile type of a user created without `userType`. */
+  defaultUserType?: ProfileType;
+  /** Answer `userName` with the name the client sent instead of the profile id. */
+  echoUserName?: boolean;
+}
 
 export interface UserRecord {
   id: string;
@@ -300,7 +310,7 @@ export interface StorageOperations {
   readProject(id: string): Promise<ProjectRecord>;
   updateProject(
     id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
   ): Promise<ProjectRecord>;
 
   // Users (unique per project: userName case-insensitively, externalId exactly)

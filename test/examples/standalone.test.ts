@@ -52,6 +52,20 @@ describe('standalone server configuration', () => {
     expect(() => readConfig({ BASE_URL: 'not a url' })).toThrow(/BASE_URL/);
     expect(() => readConfig({ SUPER_ADMIN_CLIENT_ID: 'x' })).toThrow(/SUPER_ADMIN/);
   });
+
+  it('reads the SCIM settings for identity providers', () => {
+    expect(readConfig({})).toMatchObject({ scimEchoUserName: false });
+    expect(readConfig({}).scimDefaultUserType).toBeUndefined();
+    expect(
+      readConfig({ SCIM_DEFAULT_USER_TYPE: 'relatedperson', SCIM_ECHO_USER_NAME: 'TRUE' }),
+    ).toMatchObject({
+      scimDefaultUserType: 'RelatedPerson',
+      scimEchoUserName: true,
+    });
+    expect(readConfig({ SCIM_ECHO_USER_NAME: 'false' }).scimEchoUserName).toBe(false);
+    expect(() => readConfig({ SCIM_DEFAULT_USER_TYPE: 'Doctor' })).toThrow(/SCIM_DEFAULT_USER_TYPE/);
+    expect(() => readConfig({ SCIM_ECHO_USER_NAME: 'yes' })).toThrow(/SCIM_ECHO_USER_NAME/);
+  });
 });
 
 describe('standalone server', () => {
@@ -95,6 +109,57 @@ describe('standalone server', () => {
       expect(((await long.json()) as { resourceType: string }).resourceType).toBe('OperationOutcome');
       expect(standalone.server.headersTimeout).toBeLessThanOrEqual(60_000);
       expect(standalone.server.requestTimeout).toBeLessThanOrEqual(120_000);
+    } finally {
+      await standalone.close();
+    }
+  });
+
+  it('provisions SCIM users without userType and echoes userName with the SCIM_* settings', async () => {
+    const standalone = await startStandalone(
+      readConfig({
+        PORT: '0',
+        HOST: '127.0.0.1',
+        DATA_DIR: tempDir(),
+        SCIM_DEFAULT_USER_TYPE: 'Practitioner',
+        SCIM_ECHO_USER_NAME: 'true',
+      }),
+    );
+    try {
+      const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
+      const basic = (id: string, secret: string) =>
+        `Basic ${Buffer.from(`${id}:${secret}`).toString('base64')}`;
+      const tokenRes = await fetch(`${base}/oauth2/token`, {
+        method: 'POST',
+        headers: {
+          Authorization: basic('super-admin', standalone.generatedSuperAdmin!.clientSecret),
+          'Content-Type': 'application/x-www-form-urlencoded',
+        },
+        body: 'grant_type=client_credentials',
+      });
+      const { access_token: token } = (await tokenRes.json()) as { access_token: string };
+      const operation = async (path: string, parameter: unknown[]) => {
+        const res = await fetch(`${base}/fhir/R4${path}`, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/fhir+json' },
+          body: JSON.stringify({ resourceType: 'Parameters', parameter }),
+        });
+        expect(res.status).toBe(201);
+        return (await res.json()) as { id: string; secret: string };
+      };
+      const project = await operation('/Project/$init', [{ name: 'name', valueString: 'IdP' }]);
+      const client = await operation(`/Project/${project.id}/$new-client`, [
+        { name: 'name', valueString: 'Entra' },
+        { name: 'admin', valueBoolean: true },
+      ]);
+      const created = await fetch(`${base}/scim/v2/Users`, {
+        method: 'POST',
+        headers: { Authorization: basic(client.id, client.secret), 'Content-Type': 'application/scim+json' },
+        body: JSON.stringify({ userName: 'ann@idp.example', name: { givenName: 'Ann' } }),
+      });
+      expect(created.status).toBe(201);
+      const user = (await created.json()) as { id: string; userName: string; userType: string };
+      expect(user).toMatchObject({ userName: 'ann@idp.example', userType: 'Practitioner' });
+      expect((await standalone.storage.readUser(project.id, user.id)).userType).toBe('Practitioner');
     } finally {
       await standalone.close();
     }

@@ -103,6 +103,23 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         expect((await storage.listProjects()).map((p) => p.id)).toEqual(['p2']);
       });
 
+      it('keeps SCIM settings on create, replaces them on update', async () => {
+        const created = await storage.createProject({
+          id: 'p1',
+          name: 'One',
+          strictMode: false,
+          scim: { defaultUserType: 'Patient', echoUserName: true },
+        });
+        expect(created.scim).toEqual({ defaultUserType: 'Patient', echoUserName: true });
+        expect((await storage.readProject('p1')).scim).toEqual(created.scim);
+        const updated = await storage.updateProject('p1', { scim: { echoUserName: false } });
+        expect(updated).toMatchObject({ version: 2, scim: { echoUserName: false } });
+        expect((await storage.readProject('p1')).scim).toEqual({ echoUserName: false });
+        // Other changes leave the settings alone.
+        await storage.updateProject('p1', { name: 'Uno' });
+        expect((await storage.listProjects())[0]!.scim).toEqual({ echoUserName: false });
+      });
+
       it('deleting a project removes everything in it and nothing else', async () => {
         for (const id of ['p1', 'p2']) {
           await storage.createProject({ id, name: id, strictMode: false });

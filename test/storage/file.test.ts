@@ -97,6 +97,7 @@ describe('fileStorage', () => {
     const dir = tempDir();
     let storage = await openStore(dir);
     await storage.createProject({ id: 'p1', name: 'One', strictMode: true });
+    await storage.updateProject('p1', { scim: { defaultUserType: 'Practitioner', echoUserName: true } });
     const alice = await storage.createUser('p1', { ...user('Alice'), externalId: 'e-1' });
     await storage.updateUser('p1', alice.id, { active: false });
     const bob = await storage.createUser('p1', user('bob'));
@@ -149,6 +150,10 @@ describe('fileStorage', () => {
     storage = await openStore(dir);
     expect(fs.existsSync(path.join(dir, orphan.dir as string))).toBe(false);
     expect((await storage.readProject('p1')).strictMode).toBe(true);
+    expect((await storage.readProject('p1')).scim).toEqual({
+      defaultUserType: 'Practitioner',
+      echoUserName: true,
+    });
     expect((await storage.readUser('p1', alice.id)).active).toBe(false);
     expect(await storage.findUsers('p1', { userName: 'ALICE' })).toHaveLength(1);
     expect(await storage.findUsers('p1', { externalId: 'e-1' })).toHaveLength(1);
@@ -202,7 +207,7 @@ describe('fileStorage', () => {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
-      const [line] = (await once(parent.stdout!, 'data')) as [Buffer];
+      const [line] = (await once(parent.stdout, 'data')) as [Buffer];
       const zombie = Number.parseInt(line.toString(), 10);
       // Fields after the command name: state is the first, start time the twentieth.
       const fields = () => {

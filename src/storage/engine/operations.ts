@@ -109,7 +109,7 @@ export class EngineOperations implements StorageOperations {
 
   updateProject(
     id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
   ): Promise<ProjectRecord> {
     return this.ctx.write((w) => {
       const current = w.view.project(id);

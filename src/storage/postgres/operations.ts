@@ -110,7 +110,7 @@ export class PostgresOperations implements StorageOperations {
 
   updateProject(
     id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId'>>,
+    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
   ): Promise<ProjectRecord> {
     return this.exec.run('atomic', async (query) => {
       const { rows } = await query<RecordRow<ProjectRecord>>(

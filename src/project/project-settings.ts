@@ -1,0 +1,89 @@
+/**
+ * A project's own settings (today: how its SCIM API treats identity providers), given to
+ * `Project/$init` and changed later with `Project/{id}/$settings`. See docs/project-init.md.
+ */
+import { USER_TYPES } from '../scim/schema.js';
+import type { ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
+import { invalidParameter, readParameters, type ParameterValue } from './parameters.js';
+
+/** The settings parameters, shared by `$init` and `$settings`. */
+export const SETTINGS_PARAMETERS = {
+  scimDefaultUserType: { type: ['code', 'string'] },
+  scimEchoUserName: { type: 'boolean' },
+} as const;
+
+/** The input parameters of `$settings`: the settings, and `reset` naming settings to clear. */
+export const SETTINGS_OPERATION_PARAMETERS = {
+  ...SETTINGS_PARAMETERS,
+  reset: { type: ['code', 'string'], repeats: true },
+} as const;
+
+type SettingName = keyof typeof SETTINGS_PARAMETERS;
+
+/** Where each setting lives in `ProjectScimSettings`. */
+const SCIM_KEYS: Record<SettingName, keyof ProjectScimSettings> = {
+  scimDefaultUserType: 'defaultUserType',
+  scimEchoUserName: 'echoUserName',
+};
+
+/** The SCIM settings among read parameters; 400 for a `scimDefaultUserType` that is no profile type. */
+export function readScimSettings(read: {
+  scimDefaultUserType?: ParameterValue<string> | undefined;
+  scimEchoUserName?: ParameterValue<boolean> | undefined;
+}): ProjectScimSettings {
+  const settings: ProjectScimSettings = {};
+  const type = read.scimDefaultUserType;
+  if (type) {
+    const found = USER_TYPES.find((t) => t === type.value);
+    if (!found) {
+      throw invalidParameter(
+        type.expression,
+        `'scimDefaultUserType' must be one of ${USER_TYPES.join(', ')}`,
+      );
+    }
+    settings.defaultUserType = found;
+  }
+  if (read.scimEchoUserName) settings.echoUserName = read.scimEchoUserName.value;
+  return settings;
+}
+
+/** What a `$settings` call asks for. */
+export interface SettingsChange {
+  /** Settings to set. */
+  scim: ProjectScimSettings;
+  /** Settings to clear (they follow the router option again). */
+  reset: (keyof ProjectScimSettings)[];
+}
+
+/** Reads and checks the `$settings` `Parameters` body (400 with an `expression` for every problem). */
+export function parseSettingsParameters(body: unknown): SettingsChange {
+  const read = readParameters(body, SETTINGS_OPERATION_PARAMETERS);
+  const change: SettingsChange = { scim: readScimSettings(read), reset: [] };
+  for (const item of read.reset) {
+    if (!Object.hasOwn(SCIM_KEYS, item.value)) {
+      const names = Object.keys(SCIM_KEYS).join(', ');
+      throw invalidParameter(item.expression, `'reset' must name a setting: ${names}`);
+    }
+    const name = item.value as SettingName;
+    if (read[name]) throw invalidParameter(item.expression, `'${name}' is both set and reset`);
+    change.reset.push(SCIM_KEYS[name]);
+  }
+  return change;
+}
+
+/**
+ * Applies `change` to the project's settings in one transaction, so concurrent calls never lose
+ * each other's settings. Settings the change does not name are kept.
+ */
+export function updateProjectSettings(
+  storage: Storage,
+  projectId: string,
+  change: SettingsChange,
+): Promise<ProjectRecord> {
+  return storage.transaction(async (tx) => {
+    const current = await tx.readProject(projectId);
+    const scim: ProjectScimSettings = { ...current.scim, ...change.scim };
+    for (const key of change.reset) delete scim[key];
+    return tx.updateProject(projectId, { scim });
+  });
+}
