@@ -78,7 +78,8 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
       .set('Content-Type', FHIR_JSON)
       .send(JSON.stringify(parameters({ name: 'backend', scope: 'system/*.*', admin: true })));
     expect(client.status).toBe(201);
-    const projectToken = await token(client.body.id, client.body.secret, 'system/*.*');
+    // SCIM needs the administration scope: a token asked for `system/*.*` alone is no admin token.
+    const projectToken = await token(client.body.id, client.body.secret, 'project:admin system/*.*');
 
     const user = await request(app)
       .post('/scim/v2/Users')
