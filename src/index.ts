@@ -73,6 +73,7 @@ export { parseResourceScope, splitScopes, scopesAllow, intersectScopes } from '.
 export type { ResourceScope, ScopeAction } from './auth/scopes.js';
 export { canAccess } from './auth/access.js';
 export { allowedScopes } from './auth/client-scopes.js';
+export { PROJECT_ADMIN_SCOPE, PLATFORM_ADMIN_SCOPE, adminRights } from './auth/admin-scopes.js';
 export type { ResourceAction } from './auth/access.js';
 
 // Storage

@@ -78,7 +78,8 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
       .set('Content-Type', FHIR_JSON)
       .send(JSON.stringify(parameters({ name: 'backend', scope: 'system/*.*', admin: true })));
     expect(client.status).toBe(201);
-    const projectToken = await token(client.body.id, client.body.secret, 'system/*.*');
+    // SCIM needs the administration scope: a token asked for `system/*.*` alone is no admin token.
+    const projectToken = await token(client.body.id, client.body.secret, 'project:admin system/*.*');
 
     const user = await request(app)
       .post('/scim/v2/Users')
@@ -193,6 +194,85 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
     expect(fhir401.status).toBe(401);
     expect(fhir401.body.resourceType).toBe('OperationOutcome');
     expect(fhir401.headers['www-authenticate']).toMatch(/^Bearer/);
+  });
+
+  it('holds a narrowed admin token to its scope: no data writes, no SCIM, no $new-client, no $init', async () => {
+    await provisionSuperAdminClient(storage, { clientId: 'root', clientSecret: 'root-secret' });
+    const rootToken = await token('root', 'root-secret');
+    const init = (auth: string, name: string) =>
+      request(app)
+        .post('/fhir/R4/Project/$init')
+        .set('Authorization', `Bearer ${auth}`)
+        .set('Content-Type', FHIR_JSON)
+        .send(JSON.stringify(parameters({ name })));
+    const projectId = (await init(rootToken, 'Acme')).body.id as string;
+    const registered = await request(app)
+      .post(`/fhir/R4/Project/${projectId}/$new-client`)
+      .set('Authorization', `Bearer ${rootToken}`)
+      .set('Content-Type', FHIR_JSON)
+      .send(JSON.stringify(parameters({ name: 'admin', admin: true })));
+    expect(registered.status).toBe(201);
+    const { id, secret } = registered.body as { id: string; secret: string };
+
+    const as = (auth: string) => ({
+      postFhir: (type: string, body: object) =>
+        request(app)
+          .post(`/fhir/R4/${type}`)
+          .set('Authorization', `Bearer ${auth}`)
+          .set('Content-Type', FHIR_JSON)
+          .send(JSON.stringify(body)),
+      getPatients: () => request(app).get('/fhir/R4/Patient').set('Authorization', `Bearer ${auth}`),
+      postUser: (userName: string) =>
+        request(app)
+          .post('/scim/v2/Users')
+          .set('Authorization', `Bearer ${auth}`)
+          .set('Content-Type', 'application/scim+json')
+          .send({
+            schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+            userType: 'Practitioner',
+            userName,
+          }),
+      deleteUser: (userId: string) =>
+        request(app).delete(`/scim/v2/Users/${userId}`).set('Authorization', `Bearer ${auth}`),
+      newClient: () =>
+        request(app)
+          .post(`/fhir/R4/Project/${projectId}/$new-client`)
+          .set('Authorization', `Bearer ${auth}`)
+          .set('Content-Type', FHIR_JSON)
+          .send(JSON.stringify(parameters({ name: 'minted', admin: true }))),
+    });
+    const observation = { resourceType: 'Observation', status: 'final', code: { text: 'x' } };
+
+    const full = as(await token(id, secret));
+    const victim = await full.postUser('victim@acme.example');
+    expect(victim.status).toBe(201);
+
+    const narrowToken = await request(app)
+      .post('/oauth2/token')
+      .auth(id, secret)
+      .type('form')
+      .send({ grant_type: 'client_credentials', scope: 'system/Patient.read' });
+    expect(narrowToken.body.scope).toBe('system/Patient.read');
+    const narrow = as(narrowToken.body.access_token as string);
+    expect((await narrow.postFhir('Observation', observation)).status).toBe(403);
+    expect((await narrow.postFhir('Patient', { resourceType: 'Patient' })).status).toBe(403);
+    expect((await narrow.getPatients()).status).toBe(200);
+    const scimCreate = await narrow.postUser('intruder@acme.example');
+    expect(scimCreate.status).toBe(403);
+    expect(scimCreate.body.schemas).toEqual(['urn:ietf:params:scim:api:messages:2.0:Error']);
+    expect((await narrow.deleteUser(victim.body.id as string)).status).toBe(403);
+    expect((await narrow.newClient()).status).toBe(403);
+    const narrowRoot = await token('root', 'root-secret', 'system/Patient.read');
+    expect((await init(narrowRoot, 'Rogue')).status).toBe(403);
+
+    // The same clients without a scope parameter can do all of it.
+    expect((await full.postFhir('Observation', observation)).status).toBe(201);
+    expect((await full.postFhir('Patient', { resourceType: 'Patient' })).status).toBe(201);
+    expect((await full.getPatients()).status).toBe(200);
+    expect((await full.deleteUser(victim.body.id as string)).status).toBe(204);
+    expect((await full.newClient()).status).toBe(201);
+    expect((await init(rootToken, 'Second')).status).toBe(201);
+    expect((await storage.listProjects()).map((p) => p.name).sort()).toEqual(['Acme', 'Second']);
   });
 
   it('validates its options early', () => {

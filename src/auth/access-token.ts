@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import type { ClientRecord } from '../storage/types.js';
+import { PLATFORM_ADMIN_SCOPE, PROJECT_ADMIN_SCOPE, adminRights } from './admin-scopes.js';
 import type { Principal } from './principal.js';
+import { splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
 
 /** JWT `typ` of access tokens (RFC 9068 §2.1). */
@@ -22,7 +24,9 @@ export interface AccessTokenClaims extends JWTPayload {
   /** The client's project (null for a super admin). */
   project_id: string | null;
   principal_kind: Principal['kind'];
+  /** Project-admin rights: true exactly when `scope` holds `project:admin`. */
   admin: boolean;
+  /** Super-admin rights: true exactly when `scope` holds `platform:admin`. */
   super_admin: boolean;
 }
 
@@ -57,6 +61,8 @@ export async function issueAccessToken(
   const key = await keys.current();
   const iat = Math.floor((input.now ?? Date.now()) / 1000);
   const lifetime = Math.floor(input.lifetime);
+  // A role counts only with its administration scope, so a narrowed token is no admin token.
+  const rights = adminRights(input.client, input.scopes);
   const claims: AccessTokenClaims = {
     iss: input.issuer,
     sub: input.client.id,
@@ -68,8 +74,8 @@ export async function issueAccessToken(
     scope: input.scopes.join(' '),
     project_id: input.client.projectId,
     principal_kind: clientPrincipalKind(input.client),
-    admin: input.client.admin,
-    super_admin: input.client.superAdmin,
+    admin: rights.admin,
+    super_admin: rights.superAdmin,
   };
   const token = await new SignJWT(claims)
     .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ACCESS_TOKEN_TYPE })
@@ -101,7 +107,9 @@ export class AccessTokenError extends Error {
 /**
  * Verifies an access token of this server: signature by a known server key (picked by `kid`), `alg`
  * in the allow-list and equal to the key's, `typ`, `iss`, `aud`, `exp`, and the claims this server
- * writes. Throws `AccessTokenError`.
+ * writes. The `admin` and `super_admin` claims must agree with the administration scopes in `scope`
+ * (a claim no scope backs is refused, as is a token issued before the scopes existed). Throws
+ * `AccessTokenError`.
  */
 export async function verifyAccessToken(
   keys: SigningKeys,
@@ -140,6 +148,13 @@ export async function verifyAccessToken(
       typeof payload.super_admin !== 'boolean'
     ) {
       throw new AccessTokenError('invalid', 'The token claims are malformed');
+    }
+    const scopes = splitScopes(payload.scope);
+    if (
+      payload.admin !== scopes.includes(PROJECT_ADMIN_SCOPE) ||
+      payload.super_admin !== scopes.includes(PLATFORM_ADMIN_SCOPE)
+    ) {
+      throw new AccessTokenError('invalid', 'The token role claims do not match its scope');
     }
     return payload as AccessTokenClaims;
   } catch (error) {

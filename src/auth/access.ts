@@ -14,10 +14,13 @@ const ACTION_LETTER: Record<ResourceAction, ScopeAction> = {
 
 /**
  * The one access decision every FHIR-facing router asks: may `principal` perform `action` on
- * resources of `resourceType` in its own project? Super admins and project admins may do anything in
- * the project they act in; other principals need a scope that covers the type and action.
+ * resources of `resourceType` in its own project? The principal's SMART scopes decide, for admins too
+ * (an admin token narrowed to `system/Patient.read` only reads Patients). One exception, for
+ * principals a host builds itself: an admin or super admin with no scopes at all may do anything in
+ * the project it acts in. `bearerAuth` never produces one (its admins carry `project:admin`).
+ * See docs/auth.md "Scopes".
  */
 export function canAccess(principal: Principal, resourceType: string, action: ResourceAction): boolean {
-  if (principal.superAdmin || principal.admin) return true;
+  if ((principal.superAdmin || principal.admin) && principal.scopes.length === 0) return true;
   return scopesAllow(principal.scopes, resourceType, ACTION_LETTER[action]);
 }

@@ -5,6 +5,7 @@ import { HttpError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
+import { adminRights } from './admin-scopes.js';
 import { parseBasicAuthorization } from './client-authentication.js';
 import { allowedScopes } from './client-scopes.js';
 import { verifyClientSecret } from './client-secret.js';
@@ -93,7 +94,9 @@ const BASIC_CACHE_MAX = 1000;
  * An `Authenticate` for access tokens issued by `tokenRouter` (`Authorization: Bearer <jwt>`,
  * RFC 6750): checks the signature by a current server key, `alg`, `typ`, `iss`, `aud` and `exp`,
  * then reads the client on every request so a revoked or deleted client (or a deleted project) stops
- * at once. Granted scopes are re-intersected with the client's current ones. No credentials resolve
+ * at once. Granted scopes are re-intersected with the client's current ones, and the principal is an
+ * admin (or super admin) only when the client still is one and the token carries `project:admin`
+ * (`platform:admin`). Basic credentials act with every scope the client may have. No credentials resolve
  * `undefined` (401); a bad token throws 401 `invalid_token`.
  */
 export function bearerAuth(options: BearerAuthOptions): Authenticate {
@@ -136,14 +139,14 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
     return client;
   }
 
+  /** The client's role counts only when `scopes` carry its administration scope (and it still holds it). */
   function principalOf(client: ClientRecord, scopes: string[]): Principal {
     return {
       projectId: client.projectId,
       kind: clientPrincipalKind(client),
       id: client.id,
       scopes,
-      admin: client.admin,
-      superAdmin: client.superAdmin,
+      ...adminRights(client, scopes),
     };
   }
 

@@ -54,6 +54,10 @@ export interface TokenEndpointConfig {
   now: () => number;
 }
 
+/**
+ * Requested ∩ allowed. An admin client's allowed scopes include `project:admin` (the super admin's
+ * `platform:admin`): a request that names other scopes only gets a token without the role.
+ */
 function grantedScopes(client: ClientRecord, requested: string | undefined): string[] {
   const allowed = allowedScopes(client);
   // No scope requested: grant what the client may have (RFC 6749 §3.3 lets the server pick a default).
@@ -148,7 +152,8 @@ export async function handleTokenRequest(
   }
 
   const scopes = grantedScopes(client, scope);
-  if (scopes.length === 0 && !client.admin && !client.superAdmin) {
+  // Admins may always have `system/*.*` and their administration scope, so only others end up here.
+  if (scopes.length === 0) {
     throw new OAuthError(400, 'unauthorized_client', 'The client may be granted no scope');
   }
   const own = client.accessTokenLifetime;

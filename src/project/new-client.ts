@@ -3,6 +3,7 @@
  * project. See docs/project-init.md.
  */
 import { randomUUID } from 'node:crypto';
+import { isAdminScope } from '../auth/admin-scopes.js';
 import { generateClientSecret, hashClientSecret } from '../auth/client-secret.js';
 import { parseResourceScope } from '../auth/scopes.js';
 import type { ClientRecord, MembershipRecord, Storage } from '../storage/types.js';
@@ -52,8 +53,9 @@ const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 /**
  * Checks a space-separated scope string (RFC 6749 §3.3). SMART resource scopes (`system/…`,
  * `user/…`) must be ones this server can grant (`system/Observation.rs`, `system/*.read`); patient
- * scopes and v2 scopes with a query are refused since they are never granted. Returns the
- * normalised scope, or the problem.
+ * scopes and v2 scopes with a query are refused since they are never granted, and so are the
+ * administration scopes (`project:admin` comes with `admin: true`). Returns the normalised scope, or
+ * the problem.
  */
 export function checkClientScope(
   scope: string,
@@ -63,6 +65,9 @@ export function checkClientScope(
   const tokens = scope.trim().split(/ +/);
   for (const token of tokens) {
     if (!SCOPE_TOKEN.test(token)) return { ok: false, problem: `holds an invalid scope token '${token}'` };
+    if (isAdminScope(token)) {
+      return { ok: false, problem: `holds '${token}', which only an admin role gives (use admin: true)` };
+    }
     if (/^(system|user|patient)\//.test(token) && !parseResourceScope(token)) {
       return { ok: false, problem: `holds a resource scope this server cannot grant: '${token}'` };
     }

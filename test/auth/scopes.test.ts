@@ -29,9 +29,34 @@ describe('SMART scopes', () => {
     expect(intersectScopes(['openid', 'foo'], ['openid'])).toEqual(['openid']);
   });
 
-  it('lets admins do anything and others only what scopes allow', () => {
+  it('reads administration scopes as plain scope tokens, never as resource scopes', () => {
+    for (const text of ['project:admin', 'platform:admin', 'project:', ':admin', 'system/', 'a/b/c.d', '*']) {
+      expect(parseResourceScope(text)).toBeUndefined();
+    }
+    expect(scopesAllow(['project:admin', 'platform:admin'], 'Patient', 'r')).toBe(false);
+    expect(intersectScopes(['project:admin', 'system/*.rs'], ['system/*.*', 'project:admin'])).toEqual([
+      'project:admin',
+      'system/*.rs',
+    ]);
+    expect(intersectScopes(['platform:admin'], ['system/*.*', 'project:admin'])).toEqual([]);
+  });
+
+  it('decides data access by scopes, for admins too', () => {
     const base = { projectId: 'p', kind: 'client' as const, id: 'c', superAdmin: false };
-    expect(canAccess({ ...base, scopes: [], admin: true }, 'Patient', 'delete')).toBe(true);
+    const narrowAdmin = { ...base, admin: true, scopes: ['project:admin', 'system/Patient.rs'] };
+    expect(canAccess(narrowAdmin, 'Patient', 'read')).toBe(true);
+    expect(canAccess(narrowAdmin, 'Patient', 'delete')).toBe(false);
+    expect(canAccess(narrowAdmin, 'Observation', 'create')).toBe(false);
+    expect(canAccess({ ...base, admin: true, scopes: ['project:admin'] }, 'Patient', 'read')).toBe(false);
+    expect(
+      canAccess({ ...base, superAdmin: true, admin: false, scopes: ['platform:admin'] }, 'Patient', 'read'),
+    ).toBe(false);
+    expect(
+      canAccess({ ...base, admin: true, scopes: ['system/*.*', 'project:admin'] }, 'Patient', 'delete'),
+    ).toBe(true);
+    // A host-built admin principal with no scopes at all keeps the whole project (docs/auth.md).
+    expect(canAccess({ ...base, kind: 'user', scopes: [], admin: true }, 'Patient', 'delete')).toBe(true);
+    expect(canAccess({ ...base, scopes: [], admin: false }, 'Patient', 'read')).toBe(false);
     expect(canAccess({ ...base, scopes: ['system/Patient.rs'], admin: false }, 'Patient', 'delete')).toBe(
       false,
     );

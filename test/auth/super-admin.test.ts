@@ -48,7 +48,7 @@ describe('super-admin client', () => {
       .type('form')
       .send({ grant_type: 'client_credentials' });
     expect(token.status).toBe(200);
-    expect(token.body.scope).toBe('system/*.*');
+    expect(token.body.scope).toBe('system/*.* platform:admin');
     // A generic SMART client asking for a narrower scope gets it.
     const narrow = await request(app)
       .post('/oauth2/token')
