@@ -13,6 +13,7 @@ export {
 export type { ErrorLogger } from './http/error-rendering.js';
 export { asyncHandler } from './http/async-handler.js';
 export { absoluteUrl, requestUrl } from './http/base-url.js';
+export { DEFAULT_MAX_JSON_DEPTH } from './http/json-depth.js';
 export { requirePrincipal, getPrincipal, unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';
 

@@ -75,7 +75,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
-  const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: config.bodyLimit });
+  const body = jsonBody({
+    types: [FHIR_JSON, 'application/json'],
+    limit: config.bodyLimit,
+    maxDepth: config.maxJsonDepth,
+  });
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
 
@@ -148,6 +152,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
   const upload = ndjsonUploadHandler(contextOf, {
     ...config.upload,
+    maxJsonDepth: config.maxJsonDepth,
     ...(config.onError ? { onError: config.onError } : {}),
   });
   router
