@@ -23,6 +23,7 @@ import {
   updateResource,
   type FhirContext,
 } from './interactions.js';
+import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, fhirOutcomeErrorHandler, outcomeOf } from './outcome.js';
 import { parsePrefer } from './prefer.js';
@@ -119,7 +120,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           throw error;
         });
         if (!(await project).strictMode) return;
-        const issues = await config.validator(resource);
+        // Checked here, not left to the validator: the default one does not see these names.
+        const inherited = inheritedNameIssues(resource);
+        const issues = inherited.length > 0 ? inherited : await config.validator(resource);
         if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
           throw new FhirOutcomeError(400, issues);
       },
