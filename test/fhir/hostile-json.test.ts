@@ -147,6 +147,55 @@ describe('keys named like Object.prototype properties', () => {
   });
 });
 
+describe('inherited names elsewhere in FHIR input', () => {
+  it('are plain strings as Bundle fullUrls, references and search parameters', async () => {
+    const bundle = JSON.stringify({
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        {
+          fullUrl: '__proto__',
+          resource: { resourceType: 'Patient' },
+          request: { method: 'POST', url: 'Patient' },
+        },
+        {
+          fullUrl: 'constructor',
+          resource: { resourceType: 'Patient' },
+          request: { method: 'POST', url: 'Patient' },
+        },
+        {
+          resource: {
+            resourceType: 'Observation',
+            status: 'final',
+            code: { text: 't' },
+            subject: { reference: '__proto__' },
+            performer: [{ reference: 'constructor' }, { reference: 'toString' }],
+          },
+          request: { method: 'POST', url: 'Observation' },
+        },
+      ],
+    });
+    const res = await send(t.app, 'post', '', bundle, 'lenient');
+    expect(res.status).toBe(200);
+    const [first, second, third] = res.body.entry as { response: { location: string } }[];
+    const idOf = (entry: { response: { location: string } } | undefined) =>
+      entry!.response.location.split('/').slice(0, 2).join('/');
+    const observation = await t.storage.readResource('lenient', 'Observation', idOf(third).split('/')[1]!);
+    expect(observation.subject).toEqual({ reference: idOf(first) });
+    expect(observation.performer).toEqual([{ reference: idOf(second) }, { reference: 'toString' }]);
+
+    const search = (query: string, prefer?: string) => {
+      const req = request(t.app).get(`${BASE}/Patient?${query}`).set('Authorization', auth('lenient'));
+      return prefer ? req.set('Prefer', prefer) : req;
+    };
+    const lenient = await search('constructor=x&__proto__=y&toString=z');
+    expect(lenient.status).toBe(200);
+    expect(lenient.body.total).toBe(2);
+    expectOutcome(await search('constructor=x', 'handling=strict'), 400, 'invalid');
+    expectOutcome(await search('__proto__=x', 'handling=strict'), 400, 'invalid');
+  });
+});
+
 describe('JSON nesting depth', () => {
   it('answers 400 OperationOutcome, not 500, for a Patient with extensions nested 5,000 deep', async () => {
     for (const project of ['strict', 'lenient']) {

@@ -35,9 +35,7 @@ describe('jsonNestingExceeds', () => {
 
   it('agrees with the depth of the parsed value for any JSON text', () => {
     const depthOf = (value: unknown): number =>
-      value !== null && typeof value === 'object'
-        ? 1 + Math.max(0, ...Object.values(value).map(depthOf))
-        : 0;
+      value !== null && typeof value === 'object' ? 1 + Math.max(0, ...Object.values(value).map(depthOf)) : 0;
     fc.assert(
       fc.property(fc.json({ depthSize: 'large' }), fc.integer({ min: 0, max: 12 }), (text, max) => {
         const expected = depthOf(JSON.parse(text)) > max;
