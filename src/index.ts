@@ -15,6 +15,7 @@ export { asyncHandler } from './http/async-handler.js';
 export { protectServer, notFoundHandler } from './http/server-limits.js';
 export type { ServerLimits } from './http/server-limits.js';
 export { absoluteUrl, requestUrl } from './http/base-url.js';
+export { DEFAULT_MAX_JSON_DEPTH } from './http/json-depth.js';
 export { requirePrincipal, getPrincipal, unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
 import type { ClientRecord } from '../storage/types.js';
 import { PLATFORM_ADMIN_SCOPE, PROJECT_ADMIN_SCOPE, adminRights } from './admin-scopes.js';
+import { jwtNestingExceeds } from './jwt-nesting.js';
 import type { Principal } from './principal.js';
 import { splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
@@ -116,6 +117,7 @@ export async function verifyAccessToken(
   token: string,
   options: VerifyAccessTokenOptions,
 ): Promise<AccessTokenClaims> {
+  if (jwtNestingExceeds(token)) throw new AccessTokenError('malformed', 'The token nests JSON too deeply');
   let kid: string | undefined;
   let alg: string | undefined;
   try {

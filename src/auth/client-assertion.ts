@@ -9,6 +9,7 @@ import {
   type JWTVerifyOptions,
 } from 'jose';
 import type { ClientRecord } from '../storage/types.js';
+import { jwtNestingExceeds } from './jwt-nesting.js';
 
 /** `client_assertion_type` of `private_key_jwt` (RFC 7523 §2.2). */
 export const JWT_BEARER_ASSERTION_TYPE = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
@@ -55,6 +56,8 @@ export class ClientAssertionError extends Error {
  * check, to look the client up. Throws `ClientAssertionError` for a malformed assertion.
  */
 export function claimedClientId(assertion: string): string {
+  if (jwtNestingExceeds(assertion))
+    throw new ClientAssertionError('malformed', 'client_assertion nests too deeply');
   let payload: JWTPayload;
   try {
     payload = decodeJwt(assertion);

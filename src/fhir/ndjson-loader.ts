@@ -1,6 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
+import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import { authorize, type FhirContext } from './interactions.js';
 import { errorOutcome, type OutcomeIssue } from './outcome.js';
@@ -12,6 +13,12 @@ export interface NdjsonLoadOptions {
   batchSize?: number;
   /** Longest line accepted, in characters; a longer line is reported and skipped. @default 16777216 */
   maxLineLength?: number;
+  /**
+   * Deepest nesting of objects and arrays accepted in a line; a deeper line is reported and skipped
+   * (`fhirRouter` passes its `maxJsonDepth`).
+   * @default 100
+   */
+  maxJsonDepth?: number;
   /** Most error issues reported per file (the count of failed lines stays exact). @default 1000 */
   maxIssues?: number;
   /** Receives the errors of lines that fail with a 5xx status (storage failures). @default writes to stderr */
@@ -53,6 +60,7 @@ export async function loadNdjson(
   const batchSize = Math.max(1, options.batchSize ?? 500);
   const maxLineLength = options.maxLineLength ?? 16 * 1024 * 1024;
   const maxIssues = options.maxIssues ?? 1000;
+  const maxJsonDepth = options.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH;
   const report: NdjsonFileReport = { file, lines: 0, loaded: 0, failed: 0, issues: [] };
   let pending: Pending[] = [];
 
@@ -98,6 +106,9 @@ export async function loadNdjson(
     if (trimmed.trim() === '') return;
     report.lines++;
     try {
+      if (jsonNestingExceeds(trimmed, maxJsonDepth)) {
+        throw new FhirError(400, 'structure', `The line nests JSON deeper than ${maxJsonDepth} levels`);
+      }
       let parsed: unknown;
       try {
         parsed = JSON.parse(trimmed);

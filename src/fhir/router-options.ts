@@ -1,3 +1,4 @@
+import { resolveMaxJsonDepth } from '../http/json-depth.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
@@ -11,6 +12,13 @@ export interface FhirRouterOptions extends CommonRouterOptions {
    * @default '16mb'
    */
   bodyLimit?: number | string;
+  /**
+   * Deepest nesting of objects and arrays accepted in a JSON body (a resource or a Bundle) and in
+   * each line of an NDJSON upload; deeper JSON answers 400 (or is a rejected line), checked on the
+   * raw text before parsing.
+   * @default 100
+   */
+  maxJsonDepth?: number;
   /** Page size of a search without `_count`. @default 20 */
   defaultCount?: number;
   /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
@@ -70,6 +78,7 @@ export function resolveFhirRouterOptions(
   return {
     ...options,
     bodyLimit: options.bodyLimit ?? '16mb',
+    maxJsonDepth: resolveMaxJsonDepth('fhirRouter', options.maxJsonDepth),
     defaultCount,
     maxCount,
     maxBundleEntries: positiveInteger('maxBundleEntries', options.maxBundleEntries, 10_000),

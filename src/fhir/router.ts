@@ -23,6 +23,7 @@ import {
   updateResource,
   type FhirContext,
 } from './interactions.js';
+import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, fhirOutcomeErrorHandler, outcomeOf } from './outcome.js';
 import { parsePrefer } from './prefer.js';
@@ -75,7 +76,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
-  const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: config.bodyLimit });
+  const body = jsonBody({
+    types: [FHIR_JSON, 'application/json'],
+    limit: config.bodyLimit,
+    maxDepth: config.maxJsonDepth,
+  });
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
 
@@ -115,7 +120,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           throw error;
         });
         if (!(await project).strictMode) return;
-        const issues = await config.validator(resource);
+        // Checked here, not left to the validator: the default one does not see these names.
+        const inherited = inheritedNameIssues(resource);
+        const issues = inherited.length > 0 ? inherited : await config.validator(resource);
         if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
           throw new FhirOutcomeError(400, issues);
       },
@@ -148,6 +155,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
   const upload = ndjsonUploadHandler(contextOf, {
     ...config.upload,
+    maxJsonDepth: config.maxJsonDepth,
     ...(config.onError ? { onError: config.onError } : {}),
   });
   router

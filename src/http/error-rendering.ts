@@ -145,7 +145,7 @@ export function fhirErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRe
 function scimTypeFor(error: HttpError): string | undefined {
   if (error instanceof ScimError) return error.scimType;
   if (error.status === 409) return 'uniqueness';
-  if (error.code === 'ERR_INVALID_JSON') return 'invalidSyntax';
+  if (error.code === 'ERR_INVALID_JSON' || error.code === 'ERR_JSON_TOO_DEEP') return 'invalidSyntax';
   return undefined;
 }
 

@@ -204,7 +204,7 @@ export function readParameters<const D extends ParameterDefinitions>(
     const valueKeys = Object.keys(entry).filter((key) => !ITEM_ELEMENTS.has(key));
     const expected = accepted.map((type) => VALUE_KEY[type]).join(' or ');
     for (const key of ['resource', 'part']) {
-      if (key in entry)
+      if (Object.hasOwn(entry, key))
         throw invalidParameter(`${at}.${key}`, `Parameter '${name}' takes a ${expected}, not a ${key}`);
     }
     if (valueKeys.length === 0) throw invalidParameter(at, `Parameter '${name}' must have a ${expected}`);

@@ -1,4 +1,5 @@
 import { createPublicKey, type JsonWebKey } from 'node:crypto';
+import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../http/json-depth.js';
 
 /** Most keys a registered JWKS may hold. */
 export const MAX_JWKS_KEYS = 20;
@@ -36,6 +37,8 @@ export type PublicJwksResult = { ok: true; jwks: PublicJwks } | { ok: false; pro
  * a SMART Backend Service").
  */
 export function parsePublicJwks(text: string): PublicJwksResult {
+  // Stored with the client and cloned by storage: a deep document would overflow the stack there.
+  if (jsonNestingExceeds(text, DEFAULT_MAX_JSON_DEPTH)) return { ok: false, problem: 'is nested too deeply' };
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -57,7 +60,7 @@ export function parsePublicJwks(text: string): PublicJwksResult {
     if (typeof jwk.kty !== 'string' || !ASYMMETRIC_KEY_TYPES.has(jwk.kty)) {
       return { ok: false, problem: `${at} is not an RSA, EC or OKP key` };
     }
-    const secret = PRIVATE_MEMBERS.find((member) => member in jwk);
+    const secret = PRIVATE_MEMBERS.find((member) => Object.hasOwn(jwk, member));
     if (secret) return { ok: false, problem: `${at} holds private key material ('${secret}')` };
     if (jwk.alg !== undefined && (typeof jwk.alg !== 'string' || !ASYMMETRIC_ALGS.has(jwk.alg))) {
       return { ok: false, problem: `${at} has an unsupported 'alg'` };

@@ -250,11 +250,11 @@ export interface ScimLookup {
   value: string;
 }
 
-const INDEXED: Record<string, ScimLookup['attribute']> = {
-  id: 'id',
-  username: 'userName',
-  externalid: 'externalId',
-};
+const INDEXED: ReadonlyMap<string, ScimLookup['attribute']> = new Map([
+  ['id', 'id'],
+  ['username', 'userName'],
+  ['externalid', 'externalId'],
+]);
 
 /**
  * Finds index lookups whose union holds every resource the filter can match: `userName eq "x"`,
@@ -269,7 +269,7 @@ export function planScimLookup(filter: ScimFilter, coreSchemaId: string): ScimLo
       if (operator !== 'eq' || typeof value !== 'string' || path.subAttribute !== undefined) return undefined;
       if (path.schema !== undefined && path.schema.toLowerCase() !== coreSchemaId.toLowerCase())
         return undefined;
-      const attribute = INDEXED[path.attribute.toLowerCase()];
+      const attribute = INDEXED.get(path.attribute.toLowerCase());
       return attribute ? [{ attribute, value }] : undefined;
     }
     case 'and':

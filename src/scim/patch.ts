@@ -268,11 +268,10 @@ class PatchRun {
         const element = seed;
         if (sub)
           setOwn(element, sub.name, normalizeAttributeValue(sub, rawValue, `${definition.name}.${sub.name}`));
-        else
-          Object.assign(
-            element,
-            normalizeElement(definition, rawValue) as Record<string, unknown> | undefined,
-          );
+        else {
+          const incoming = (normalizeElement(definition, rawValue) ?? {}) as Record<string, unknown>;
+          for (const [key, item] of Object.entries(incoming)) setOwn(element, key, item);
+        }
         list.push(element);
         enforceSinglePrimary(list, [element]);
       } else {

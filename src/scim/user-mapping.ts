@@ -8,7 +8,7 @@
  */
 import { ScimError } from '../http/http-error.js';
 import type { FhirResource, ProfileType, UserRecord } from '../storage/types.js';
-import { isPlainObject } from './json-access.js';
+import { isPlainObject, setOwn } from './json-access.js';
 import { normalizeResource } from './normalize.js';
 import {
   CORE_USER_SCHEMA_ID,
@@ -58,7 +58,7 @@ export function scimUserFields(
   const userName = typeof normalized.userName === 'string' ? normalized.userName.trim() : undefined;
   const externalId = typeof normalized.externalId === 'string' ? normalized.externalId : undefined;
   const data: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(normalized)) if (!OWN_FIELDS.has(key)) data[key] = value;
+  for (const [key, value] of Object.entries(normalized)) if (!OWN_FIELDS.has(key)) setOwn(data, key, value);
   return {
     ...(userName ? { userName } : {}),
     ...(externalId !== undefined && externalId !== '' ? { externalId } : {}),

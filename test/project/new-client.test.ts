@@ -70,6 +70,13 @@ describe('parsePublicJwks', () => {
       'too many keys',
       JSON.stringify({ keys: Array.from({ length: 21 }, () => keyPair('ed25519').publicJwk) }),
     ],
+    [
+      'a key member nested 5,000 deep',
+      JSON.stringify({ keys: [{ ...keyPair('ec').publicJwk, x5c: 'DEEP' }] }).replace(
+        '"DEEP"',
+        `${'['.repeat(5000)}${']'.repeat(5000)}`,
+      ),
+    ],
   ])('refuses %s', (_label, text) => {
     expect(parsePublicJwks(text).ok).toBe(false);
   });

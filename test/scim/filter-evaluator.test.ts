@@ -137,4 +137,15 @@ describe('planScimLookup', () => {
     expect(plan('not (userName eq "a")')).toBeUndefined();
     expect(plan('name.givenName eq "a"')).toBeUndefined();
   });
+  it('plans no lookup for attributes named like Object.prototype properties', () => {
+    for (const name of ['constructor', 'toString', 'valueOf', 'hasOwnProperty', 'isPrototypeOf']) {
+      expect(plan(`${name} eq "a"`)).toBeUndefined();
+    }
+    expect(
+      planScimLookup(
+        { type: 'compare', path: { attribute: '__proto__' }, operator: 'eq', value: 'a' },
+        CORE_USER_SCHEMA_ID,
+      ),
+    ).toBeUndefined();
+  });
 });
