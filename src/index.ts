@@ -102,6 +102,7 @@ export type {
   NewExportJob,
   ExportJobChanges,
   InstantRange,
+  IdentifierToken,
   ResourceQuery,
   ResourcePage,
   WriteOptions,
