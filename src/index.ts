@@ -111,6 +111,7 @@ export type {
   NewExportJob,
   ExportJobChanges,
   InstantRange,
+  IdentifierToken,
   ResourceQuery,
   ResourcePage,
   WriteOptions,

@@ -2,6 +2,7 @@ import { patientCompartmentIds } from '../fhir/compartment.js';
 import { isResourceType } from '../fhir/resource-types.js';
 import { parseSearchParams } from '../fhir/search.js';
 import { FhirError } from '../http/http-error.js';
+import { matchesIdentifier } from '../storage/identifier-keys.js';
 import type { ResourceQuery, StoredResource } from '../storage/types.js';
 
 /** A compiled `_typeFilter`: the type it applies to and a test on each resource of that type. */
@@ -71,6 +72,7 @@ export function matchesQuery(resource: StoredResource, query: ResourceQuery): bo
     const ids = patientCompartmentIds(resource);
     if (!query.compartment.some((id) => ids.includes(id))) return false;
   }
+  if (query.identifier && !matchesIdentifier(resource, query.identifier)) return false;
   if (query.where && !query.where(resource)) return false;
   return true;
 }

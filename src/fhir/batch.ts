@@ -10,12 +10,13 @@ import type {
 } from '../storage/types.js';
 import {
   authorize,
+  checkDeleteTarget,
   conditionalMatches,
   readResource,
   searchResources,
   type FhirContext,
 } from './interactions.js';
-import { errorOutcome, type OperationOutcome } from './outcome.js';
+import { errorOutcome, normaliseFhirError, type OperationOutcome } from './outcome.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
 import { isResourceType } from './resource-types.js';
 import type { ParseSearchOptions } from './search.js';
@@ -258,6 +259,8 @@ async function runGet(
 async function planWrite(ctx: FhirContext, entry: Entry): Promise<ResourceWrite> {
   if (entry.method === 'DELETE') {
     authorize(ctx, entry.type, 'delete');
+    // Same rules as a plain DELETE: an unknown id (or another project's) is a 404.
+    await checkDeleteTarget(ctx, entry.type, entry.id!, entry.ifMatch);
     return {
       op: 'delete',
       resourceType: entry.type,
@@ -390,7 +393,11 @@ async function processTransaction(
     return responses;
   };
 
-  const needsTransaction = entries.some((e) => e.ifNoneExist !== undefined || e.method === 'GET');
+  // Reads (conditional creates, GETs, the existence check of DELETEs) must see the state the writes
+  // apply to.
+  const needsTransaction = entries.some(
+    (e) => e.ifNoneExist !== undefined || e.method === 'GET' || e.method === 'DELETE',
+  );
   const responses = needsTransaction ? await storage.transaction(run) : await run(ctx.storage);
   return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
 }
@@ -404,8 +411,12 @@ async function at<T>(index: number, work: Promise<T>): Promise<T> {
   }
 }
 
-/** Adds the failing entry's position to an error's expression (so the client knows which one failed). */
-function relabel(error: unknown, index: number): unknown {
+/**
+ * Adds the failing entry's position to an error's expression (so the client knows which one failed),
+ * storage errors (an unknown id: 404) included.
+ */
+function relabel(raw: unknown, index: number): unknown {
+  const error = normaliseFhirError(raw);
   if (error instanceof FhirError && error.expression === undefined) {
     return new FhirError(error.status, error.issueCode, error.message, {
       expression: [`Bundle.entry[${index}]`],
@@ -413,7 +424,7 @@ function relabel(error: unknown, index: number): unknown {
       cause: error,
     });
   }
-  return error;
+  return raw;
 }
 
 async function processBatch(
@@ -462,14 +473,6 @@ async function runBatchEntry(
     if (matches.length > 1)
       throw new FhirError(412, 'duplicate', 'ifNoneExist matches more than one resource');
     if (matches[0]) return responseOf('200 OK', matches[0], options);
-  }
-  if (entry.method === 'DELETE') {
-    // Same rules as a plain DELETE: unknown ids are 404.
-    authorize(ctx, entry.type, 'delete');
-    await ctx.storage.readResource(ctx.projectId, entry.type, entry.id!).catch((error: unknown) => {
-      if ((error as { deleted?: boolean }).deleted === true && entry.ifMatch === undefined) return undefined;
-      throw error;
-    });
   }
   if (entry.resource) rewriteReferences(entry.resource, references);
   const write = await planWrite(ctx, entry);

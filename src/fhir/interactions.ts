@@ -136,8 +136,29 @@ export async function updateResource(
 }
 
 /**
+ * The existence rule of every DELETE (plain, batch and transaction entries alike), checked before
+ * the write: an id that never existed in the caller's project (an id of another project included)
+ * is a 404; an already deleted resource may be deleted again (204, nothing changes), except with
+ * `ifMatch`, which no version matches any more: 410. Throws the storage `NotFoundError`.
+ * @see https://hl7.org/fhir/R4/http.html#delete
+ */
+export async function checkDeleteTarget(
+  ctx: FhirContext,
+  type: string,
+  id: string,
+  ifMatch: string | undefined,
+): Promise<void> {
+  try {
+    await ctx.storage.readResource(ctx.projectId, type, id);
+  } catch (error) {
+    if (error instanceof NotFoundError && error.deleted && ifMatch === undefined) return;
+    throw error;
+  }
+}
+
+/**
  * `DELETE [base]/[type]/[id]`. Deleting a resource that is already deleted succeeds (idempotent);
- * an id that never existed is a 404.
+ * an id that never existed is a 404 (see {@link checkDeleteTarget}).
  * @see https://hl7.org/fhir/R4/http.html#delete
  */
 export async function deleteResource(
@@ -149,13 +170,7 @@ export async function deleteResource(
   checkType(type);
   checkId(id);
   authorize(ctx, type, 'delete');
-  try {
-    // Read first: an id that never existed is a 404, an already deleted one succeeds.
-    await ctx.storage.readResource(ctx.projectId, type, id);
-  } catch (error) {
-    if (error instanceof NotFoundError && error.deleted && options.ifMatch === undefined) return;
-    throw error;
-  }
+  await checkDeleteTarget(ctx, type, id, options.ifMatch);
   await ctx.storage.deleteResource(
     ctx.projectId,
     type,

@@ -1,5 +1,6 @@
 import { FhirError } from '../http/http-error.js';
-import type { InstantRange, ResourceQuery, StoredResource } from '../storage/types.js';
+import { matchesIdentifier } from '../storage/identifier-keys.js';
+import type { IdentifierToken, InstantRange, ResourceQuery, StoredResource } from '../storage/types.js';
 import {
   patientIdOfReference,
   patientIdsForParam,
@@ -104,11 +105,6 @@ function parseReferenceValue(param: string, raw: string): ReferenceTarget {
 }
 
 /** One `identifier` token: `system|value`, `|value` (no system), `system|` (any value), `value`. */
-interface IdentifierToken {
-  system?: string | null;
-  value?: string;
-}
-
 function parseIdentifierToken(raw: string): IdentifierToken {
   // A backslash escapes `|` and `,` in token values (FHIR search escaping).
   const bar = raw.search(/(?<!\\)\|/);
@@ -117,24 +113,6 @@ function parseIdentifierToken(raw: string): IdentifierToken {
   const system = unescape(raw.slice(0, bar));
   const value = unescape(raw.slice(bar + 1));
   return { system: system === '' ? null : system, ...(value === '' ? {} : { value }) };
-}
-
-function identifierPredicate(tokens: IdentifierToken[]): (resource: StoredResource) => boolean {
-  return (resource) => {
-    const raw = resource.identifier;
-    const list: unknown[] = Array.isArray(raw) ? raw : raw === undefined ? [] : [raw];
-    for (const item of list) {
-      if (item === null || typeof item !== 'object') continue;
-      const { system, value } = item as { system?: unknown; value?: unknown };
-      for (const t of tokens) {
-        if (t.value !== undefined && value !== t.value) continue;
-        if (t.system === null && system !== undefined) continue;
-        if (typeof t.system === 'string' && system !== t.system) continue;
-        return true;
-      }
-    }
-    return false;
-  };
 }
 
 /** Builds the membership test of one reference parameter (its values are ORed). */
@@ -157,9 +135,11 @@ function referencePredicate(
 }
 
 /**
- * Turns the search parameters of a type-level search (`GET /{type}?…`, or one `_typeFilter` query of a
- * bulk export) into a storage query. Supported: `_id` (comma list), `identifier` (token), `_lastUpdated` (`eq` `gt` `ge`
- * `lt` `le`, partial dates as ranges), `_sort` (`_lastUpdated`, `_id`, either descending with `-`),
+ * Turns the search parameters of a type-level search (`GET /{type}?…`, or one `_typeFilter` query
+ * of a bulk export) into a storage query. Supported: `_id` (comma list), `identifier` (token; the
+ * first such parameter becomes `query.identifier`, answered by the store's identifier index),
+ * `_lastUpdated` (`eq` `gt` `ge` `lt` `le`, partial dates as ranges), `_sort` (`_lastUpdated`,
+ * `_id`, either descending with `-`),
  * `_count`, `_offset`, `_summary=count`, and every reference parameter that places the type in a
  * patient's compartment (`patient`, `subject`, `performer`, …: see `patientSearchParams`), valued
  * `Patient/123`, `123` (a patient id) or an absolute URL; commas OR values, repeats AND them.
@@ -228,7 +208,9 @@ export function parseSearchParams(
       if (tokens.some((t) => t.value === undefined && t.system === undefined)) {
         throw invalid('identifier', 'identifier needs a system, a value or both');
       }
-      predicates.push(identifierPredicate(tokens));
+      // The first one through the store's identifier index; repeats (AND) test each candidate.
+      if (query.identifier === undefined) query.identifier = tokens;
+      else predicates.push((resource) => matchesIdentifier(resource, tokens));
       applied.push([rawName, value]);
     } else if (NO_OP_PARAMS.has(name)) {
       continue;

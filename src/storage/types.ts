@@ -186,12 +186,30 @@ export interface InstantRange {
   le?: number;
 }
 
+/**
+ * One value of a token search on `identifier` (`system|value`, `|value`, `system|`, `value`): an
+ * identifier element matches when each given part is equal. FHIR R4 token search.
+ * @see https://hl7.org/fhir/R4/search.html#token
+ */
+export interface IdentifierToken {
+  /** The element's `system`; `null`: only elements without a `system`; absent: any system. */
+  system?: string | null;
+  /** The element's `value`; absent: any value. */
+  value?: string;
+}
+
 export interface ResourceQuery {
   /** Only these ids. */
   ids?: string[];
   lastUpdated?: InstantRange;
   /** Only resources in the compartment of one of these patients (ids, not references). */
   compartment?: string[];
+  /**
+   * Only resources with an `identifier` element (the top-level `identifier`, one object or an
+   * array) matching one of these tokens. Answered through an index kept on write; a token with
+   * neither `system` nor `value` matches nothing.
+   */
+  identifier?: IdentifierToken[];
   /**
    * A further test on each candidate (already narrowed by the fields above). Runs in the
    * caller's thread; adapters call it on a private copy.

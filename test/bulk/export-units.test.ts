@@ -108,6 +108,33 @@ describe('_typeFilter', () => {
     expect(test(obs('b', 'q'))).toBe(false);
     expect(filters.get('Condition')).toHaveLength(1);
   });
+
+  it('applies identifier tokens (which search answers through the store index)', () => {
+    const filters = compileTypeFilters([
+      'Observation?identifier=urn:lab|1,|free',
+      'Observation?identifier=urn:x|',
+    ]);
+    const obs = (identifier: unknown) =>
+      ({
+        resourceType: 'Observation',
+        id: 'o',
+        meta: { versionId: '1', lastUpdated: '2024-01-01T00:00:00Z' },
+        identifier,
+      }) as StoredResource;
+    const test = (r: StoredResource) => filters.get('Observation')!.some((f) => f.matches(r));
+    expect(test(obs([{ system: 'urn:lab', value: '1' }]))).toBe(true);
+    expect(test(obs([{ system: 'urn:lab', value: '2' }, { value: 'free' }]))).toBe(true);
+    expect(test(obs({ system: 'urn:x', value: '9' }))).toBe(true);
+    expect(
+      test(
+        obs([
+          { system: 'urn:lab', value: '2' },
+          { system: 'urn:y', value: 'free' },
+        ]),
+      ),
+    ).toBe(false);
+    expect(test(obs(undefined))).toBe(false);
+  });
 });
 
 describe('resolveGroupMembers', () => {

@@ -572,6 +572,60 @@ describe('batch and transaction', () => {
     expectOutcome(await request(t.app).get(`${BASE}/Patient/${other.id}`).set('Authorization', auth()), 410);
   });
 
+  it("fails a transaction whose DELETE names an unknown id or another project's: 404, nothing written", async () => {
+    const elsewhere = await create(patient(), auth('p2'));
+    for (const id of ['missing', elsewhere.id]) {
+      const res = await request(t.app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(
+          transaction([
+            { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+            { request: { method: 'DELETE', url: `Patient/${id}` } },
+          ]),
+        );
+      expectOutcome(res, 404, 'not-found');
+      expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1]']);
+      expect((await t.storage.searchResources('p1', 'Patient')).total).toBe(0);
+    }
+    expect((await t.storage.readResource('p2', 'Patient', elsewhere.id)).id).toBe(elsewhere.id);
+  });
+
+  it('answers DELETE alike plainly, in a batch and in a transaction', async () => {
+    const gone = await create(patient());
+    expect(
+      (await request(t.app).delete(`${BASE}/Patient/${gone.id}`).set('Authorization', auth())).status,
+    ).toBe(204);
+    const elsewhere = await create(patient(), auth('p2'));
+    // [url, If-Match, expected status]: unknown ids and other projects' are 404; deleting a deleted
+    // resource again is 204, but 410 with If-Match (no version left to match).
+    const cases: [string, string | undefined, number][] = [
+      ['Patient/missing', undefined, 404],
+      ['Patient/missing', 'W/"1"', 404],
+      [`Patient/${elsewhere.id}`, undefined, 404],
+      [`Patient/${gone.id}`, undefined, 204],
+      [`Patient/${gone.id}`, 'W/"2"', 410],
+    ];
+    for (const [url, ifMatch, status] of cases) {
+      let plain = request(t.app).delete(`${BASE}/${url}`).set('Authorization', auth());
+      if (ifMatch) plain = plain.set('If-Match', ifMatch);
+      expect((await plain).status, `plain ${url} ${ifMatch}`).toBe(status);
+      const entry = { request: { method: 'DELETE', url, ...(ifMatch ? { ifMatch } : {}) } };
+      const batch = await request(t.app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(transaction([entry], 'batch'));
+      expect(batch.body.entry[0].response.status.slice(0, 3), `batch ${url} ${ifMatch}`).toBe(String(status));
+      const tx = await request(t.app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(transaction([entry]));
+      if (status === 204) expect(tx.body.entry[0].response.status.slice(0, 3)).toBe('204');
+      else expectOutcome(tx, status, status === 404 ? 'not-found' : 'deleted');
+    }
+    expect((await t.storage.readResource('p2', 'Patient', elsewhere.id)).meta.versionId).toBe('1');
+  });
+
   it('processes batch entries independently', async () => {
     const res = await request(t.app)
       .post(BASE)

@@ -173,6 +173,24 @@ describe('parseSearchParams', () => {
     );
   });
 
+  it('passes the first identifier parameter to the store index and ANDs repeats with a where test', () => {
+    const one = parseSearchParams('Observation', p('identifier=urn:lab|1,|free,urn:x|,plain,a\\|b|c\\,d'));
+    expect(one.query.identifier).toEqual([
+      { system: 'urn:lab', value: '1' },
+      { system: null, value: 'free' },
+      { system: 'urn:x' },
+      { value: 'plain' },
+      { system: 'a|b', value: 'c,d' },
+    ]);
+    expect(one.query.where).toBeUndefined();
+    expect(one.applied).toEqual([['identifier', 'urn:lab|1,|free,urn:x|,plain,a\\|b|c\\,d']]);
+    const two = parseSearchParams('Observation', p('identifier=urn:lab|1&identifier=urn:mrn|'));
+    expect(two.query.identifier).toEqual([{ system: 'urn:lab', value: '1' }]);
+    const where = two.query.where!;
+    expect(where(stored({ identifier: [{ system: 'urn:mrn', value: '7' }] }))).toBe(true);
+    expect(where(stored({ identifier: [{ system: 'urn:lab', value: '1' }] }))).toBe(false);
+  });
+
   it('ignores unknown parameters leniently and rejects them strictly', () => {
     const lenient = parseSearchParams(
       'Observation',

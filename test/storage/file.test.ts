@@ -8,7 +8,7 @@ import { openFileExportReader } from '../../src/storage/file-export-reader.js';
 import { fileStorage } from '../../src/storage/file.js';
 import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
-import type { ExportReader, Storage } from '../../src/storage/types.js';
+import type { ExportReader, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from './contract.js';
 
 const dirs: string[] = [];
@@ -362,6 +362,93 @@ describe('fileStorage', () => {
       value: 3,
     });
     expect(resource.meta.versionId).toBe('3');
+  });
+
+  it('keeps the identifier index across reopen: from the index file, from a scan, never from an older index format', async () => {
+    const dir = tempDir();
+    let storage = await openStore(dir, { compactionMinDeadBytes: 0 });
+    await storage.writeResources('p1', [
+      {
+        op: 'create',
+        resource: { resourceType: 'Observation', id: 'a', identifier: [{ system: 'urn:lab', value: '1' }] },
+      },
+      {
+        op: 'create',
+        resource: {
+          resourceType: 'Observation',
+          id: 'b',
+          identifier: [{ system: 'urn:lab', value: '2' }, { value: 'free' }],
+        },
+      },
+      {
+        op: 'create',
+        resource: { resourceType: 'Observation', id: 'c', identifier: { system: 'urn:x', value: '1' } },
+      },
+    ]);
+    // Updates that change the identifiers, then a delete; compaction (min 0) rewrites the log meanwhile.
+    for (const value of ['5', '6', '7', '8', '9']) {
+      await storage.updateResource('p1', {
+        resourceType: 'Observation',
+        id: 'a',
+        identifier: [{ system: 'urn:lab', value }],
+      });
+    }
+    await storage.deleteResource('p1', 'Observation', 'c');
+    const expected = {
+      'urn:lab|1': [],
+      'urn:lab|9': ['a'],
+      'urn:lab|': ['a', 'b'],
+      '1': [],
+      free: ['b'],
+      '|free': ['b'],
+    };
+    const tokens: Record<string, IdentifierToken> = {
+      'urn:lab|1': { system: 'urn:lab', value: '1' },
+      'urn:lab|9': { system: 'urn:lab', value: '9' },
+      'urn:lab|': { system: 'urn:lab' },
+      '1': { value: '1' },
+      free: { value: 'free' },
+      '|free': { system: null, value: 'free' },
+    };
+    const found = async () => {
+      const out: Record<string, string[]> = {};
+      for (const [name, token] of Object.entries(tokens)) {
+        const page = await storage.searchResources('p1', 'Observation', { identifier: [token], sort: '_id' });
+        out[name] = page.resources.map((r) => r.id);
+      }
+      return out;
+    };
+    expect(await found()).toEqual(expected);
+    const log = logFile(dir, 'Observation');
+    // Compacted: fewer records than the 9 written.
+    expect(fs.readFileSync(log, 'utf8').split('\n').length - 1).toBeLessThan(9);
+    await storage.close();
+    const index = JSON.parse(fs.readFileSync(`${log}.idx`, 'utf8')) as {
+      format: number;
+      entries: unknown[][];
+    };
+    expect(index.format).toBe(2);
+    // From the index file (a clean close).
+    storage = await openStore(dir);
+    expect(await found()).toEqual(expected);
+    await storage.close();
+    // An index of the previous format (no identifier keys in its entries) is not used: the log is scanned.
+    const old = JSON.parse(fs.readFileSync(`${log}.idx`, 'utf8')) as { format: number; entries: unknown[][] };
+    old.format = 1;
+    for (const entry of old.entries) entry.length = 7;
+    fs.writeFileSync(`${log}.idx`, JSON.stringify(old));
+    storage = await openStore(dir);
+    expect(await found()).toEqual(expected);
+    // After a crash (no index file): a scan, and writes after reopening keep the index right.
+    await storage.updateResource('p1', {
+      resourceType: 'Observation',
+      id: 'b',
+      identifier: [{ value: 'free' }],
+    });
+    await storage.close();
+    fs.rmSync(`${log}.idx`);
+    storage = await openStore(dir);
+    expect(await found()).toEqual({ ...expected, 'urn:lab|': ['a'] });
   });
 
   it('recomputes wrong superseded-at marks on open', async () => {

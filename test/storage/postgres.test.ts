@@ -3,11 +3,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ExportPool } from '../../src/bulk/export-pool.js';
 import { openPostgresExportReader } from '../../src/storage/postgres/export-reader.js';
 import { postgresStorage } from '../../src/storage/postgres/postgres-storage.js';
-import type { ExportReader, ExportSnapshot, Storage } from '../../src/storage/types.js';
+import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from './contract.js';
 
 const url = process.env.FPK_TEST_POSTGRES_URL;
@@ -109,6 +109,94 @@ if (!url) {
       } finally {
         await a.close();
         await b.close();
+      }
+    });
+
+    it('migration 2 indexes the identifiers of resources written before it', async () => {
+      const schema = freshSchema();
+      let storage = postgresStorage({ connectionString, schema });
+      try {
+        const writes = [];
+        for (let i = 0; i < 2500; i++) {
+          writes.push({
+            op: 'create' as const,
+            resource: {
+              resourceType: 'Observation',
+              id: `o${i}`,
+              identifier: [{ system: 'urn:lab', value: `${i}` }],
+            },
+          });
+        }
+        await storage.writeResources('p1', writes);
+        await storage.updateResource('p1', {
+          resourceType: 'Observation',
+          id: 'o1',
+          identifier: [{ system: 'urn:lab', value: 'new' }],
+        });
+        await storage.deleteResource('p1', 'Observation', 'o2');
+        await storage.createResource('p2', { resourceType: 'Patient', id: 'x', identifier: { value: '3' } });
+        await storage.close();
+        // Back to a schema at version 1: the table exists (created empty) but nothing is indexed.
+        const s = quote(schema);
+        await admin.query(`DELETE FROM ${s}.resource_identifiers`);
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 2`);
+        storage = postgresStorage({ connectionString, schema });
+        const ids = async (projectId: string, type: string, token: IdentifierToken) =>
+          (
+            await storage.searchResources(projectId, type, { identifier: [token], sort: '_id' })
+          ).resources.map((r) => r.id);
+        expect(await ids('p1', 'Observation', { system: 'urn:lab', value: '1' })).toEqual([]);
+        expect(await ids('p1', 'Observation', { system: 'urn:lab', value: 'new' })).toEqual(['o1']);
+        expect(await ids('p1', 'Observation', { value: '2' })).toEqual([]);
+        expect(await ids('p1', 'Observation', { value: '2499' })).toEqual(['o2499']);
+        expect(await ids('p2', 'Patient', { value: '3' })).toEqual(['x']);
+        expect(
+          (await storage.searchResources('p1', 'Observation', { identifier: [{ system: 'urn:lab' }] })).total,
+        ).toBe(2499);
+        const { rows } = await admin.query<{ version: number }>(
+          `SELECT version FROM ${s}.schema_migrations ORDER BY version`,
+        );
+        expect(rows.map((r) => r.version)).toEqual([1, 2]);
+        // Only current, live versions are indexed.
+        const { rows: count } = await admin.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${s}.resource_identifiers WHERE key LIKE 't%'`,
+        );
+        expect(count[0]!.n).toBe(2499);
+
+        // The search is an index lookup, not a scan of the resources (EXPLAIN of the statement the
+        // store runs, with its parameters, on the analyzed tables).
+        await admin.query(`ANALYZE ${s}.resources`);
+        await admin.query(`ANALYZE ${s}.resource_identifiers`);
+        const query = vi.spyOn(pg.Client.prototype, 'query');
+        let statement: { text: string; values: unknown[] } | undefined;
+        try {
+          expect(await ids('p1', 'Observation', { system: 'urn:lab', value: '77' })).toEqual(['o77']);
+          for (const [arg, values] of query.mock.calls as unknown as [unknown, unknown[]][]) {
+            const config =
+              typeof arg === 'string' ? { text: arg, values } : (arg as { text: string; values: unknown[] });
+            if (config.text.includes('resource_identifiers'))
+              statement = { text: config.text, values: config.values };
+          }
+        } finally {
+          query.mockRestore();
+        }
+        expect(statement).toBeDefined();
+        const { rows: plan } = await admin.query<{ 'QUERY PLAN': unknown }>(
+          `EXPLAIN (FORMAT JSON) ${statement!.text}`,
+          statement!.values,
+        );
+        const nodes: { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string }[] = [];
+        const walk = (node: Record<string, unknown>) => {
+          nodes.push(node as (typeof nodes)[number]);
+          for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+        };
+        walk((plan[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+        expect(
+          nodes.some((n) => n['Relation Name'] === 'resource_identifiers' && /Index/.test(n['Node Type'])),
+        ).toBe(true);
+        expect(nodes.filter((n) => n['Node Type'] === 'Seq Scan')).toEqual([]);
+      } finally {
+        await storage.close();
       }
     });
 

@@ -38,6 +38,8 @@ export interface ResourceEntry {
   deleted: boolean;
   /** Ids of the patients in whose compartment this version is (empty for tombstones). */
   patients: readonly string[];
+  /** `identifierKeys` of this version (empty for tombstones). */
+  identifiers: readonly string[];
   /**
    * The version's JSON text (a tombstone's for deletes), only on entries not yet committed
    * (transaction and batch overlays). Text, not an object: nobody can mutate it, it is what the

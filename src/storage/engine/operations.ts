@@ -24,6 +24,7 @@ import type {
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
+import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
@@ -392,6 +393,7 @@ export class EngineOperations implements StorageOperations {
           lu: tick.lu,
           deleted: true,
           patients: [],
+          identifiers: [],
           json: JSON.stringify(tombstone),
         },
       });
@@ -430,6 +432,8 @@ export class EngineOperations implements StorageOperations {
     } catch (error) {
       throw new InvalidRecordError('The resource is not JSON', { cause: error });
     }
+    // Keys of the JSON as stored (what a search by scanning the bodies would see).
+    const copy = JSON.parse(json) as StoredResource;
     w.emit({
       t: 'resource',
       projectId,
@@ -440,10 +444,11 @@ export class EngineOperations implements StorageOperations {
         lu: tick.lu,
         deleted: false,
         patients: patientCompartmentIds(stored),
+        identifiers: identifierKeys(copy),
         json,
       },
     });
-    const result: WriteResult = { op: write.op, resource: JSON.parse(json) as StoredResource };
+    const result: WriteResult = { op: write.op, resource: copy };
     if (write.op === 'update') result.created = !live;
     return result;
   }
@@ -454,11 +459,17 @@ export class EngineOperations implements StorageOperations {
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
     const view = this.ctx.view();
+    const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
     let candidates: Iterable<ResourceEntry>;
     if (query.ids) {
       candidates = query.ids
         .map((id) => view.resource(projectId, resourceType, id))
         .filter((e): e is ResourceEntry => e !== undefined);
+    } else if (keys) {
+      const seen = new Map<string, ResourceEntry>();
+      for (const key of keys)
+        for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
+      candidates = seen.values();
     } else if (query.compartment) {
       const seen = new Map<string, ResourceEntry>();
       for (const patient of query.compartment) {
@@ -476,6 +487,7 @@ export class EngineOperations implements StorageOperations {
       if (e.deleted || !inRange(e.lu, query.lastUpdated)) continue;
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
       if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
+      if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
       seenIds.add(e.id);
       matches.push(e);
     }

@@ -33,6 +33,8 @@ export interface StateView {
   resources(projectId: string, resourceType: string): Iterable<ResourceEntry>;
   /** Live entries in the compartment of a patient. */
   compartment(projectId: string, patientId: string): Iterable<ResourceEntry>;
+  /** Live entries of a type with an identifier index key (see `identifierKeys`). */
+  identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry>;
 }
 
 export function userIndexValue(user: UserRecord, index: UserIndex): string | undefined {
@@ -51,6 +53,8 @@ class ProjectData {
   readonly resources = new Map<string, Map<string, ResourceEntry>>();
   /** patient id -> live entries in that patient's compartment. */
   readonly compartment = new Map<string, Set<ResourceEntry>>();
+  /** type -> identifier key -> live entries with that key. */
+  readonly identifiers = new Map<string, Map<string, Set<ResourceEntry>>>();
 }
 
 /** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
@@ -150,6 +154,9 @@ export class BaseState implements StateView {
   compartment(projectId: string, patientId: string): Iterable<ResourceEntry> {
     return this.get(projectId)?.compartment.get(patientId)?.values() ?? [];
   }
+  identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry> {
+    return this.get(projectId)?.identifiers.get(resourceType)?.get(key)?.values() ?? [];
+  }
 
   /** Drops expired one-time values once the map has doubled since the last purge. */
   purgeOnce(now: number): void {
@@ -223,17 +230,24 @@ export class BaseState implements StateView {
     const data = this.ensure(projectId);
     const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
     const previous = byId.get(entry.id);
+    const byKey = getOrCreate(data.identifiers, entry.resourceType, () => new Map());
     if (previous && !previous.deleted) {
       for (const patient of previous.patients) {
         const members = data.compartment.get(patient);
         members?.delete(previous);
         if (members?.size === 0) data.compartment.delete(patient);
       }
+      for (const key of previous.identifiers) {
+        const members = byKey.get(key);
+        members?.delete(previous);
+        if (members?.size === 0) byKey.delete(key);
+      }
     }
     byId.set(entry.id, entry);
     if (!entry.deleted) {
       for (const patient of entry.patients)
         getOrCreate(data.compartment, patient, () => new Set()).add(entry);
+      for (const key of entry.identifiers) getOrCreate(byKey, key, () => new Set()).add(entry);
     }
   }
 
@@ -407,6 +421,13 @@ export class Layer implements StateView {
         for (const e of byId.values()) if (!e.deleted && e.patients.includes(patientId)) yield e;
       }
     }
+  }
+  *identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry> {
+    const own = this.resourceEntries.get(projectId)?.get(resourceType);
+    if (this.visible(projectId)) {
+      for (const e of this.parent.identified(projectId, resourceType, key)) if (!own?.has(e.id)) yield e;
+    }
+    if (own) for (const e of own.values()) if (!e.deleted && e.identifiers.includes(key)) yield e;
   }
 
   private *scopedList<V>(

@@ -12,6 +12,7 @@ import { getOrCreate } from '../engine/map-entry.js';
 import { key2, type Mutation, type ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import { StorageError } from '../errors.js';
+import { IDENTIFIER_KEYS_VERSION, identifierKeys } from '../identifier-keys.js';
 import type {
   ClientRecord,
   ExportJobRecord,
@@ -79,22 +80,25 @@ function encodeCommit(seq: number): Buffer {
 }
 
 /**
- * Identifies the compartment definition in use: index files store compartment patients, so one
- * written by a version with another definition must not be used.
+ * Identifies the compartment definition and the identifier keys in use: index files store
+ * compartment patients and identifier keys, so one written by a version that computes either
+ * differently must not be used.
  */
-function compartmentFingerprint(): string {
+function indexFingerprint(): string {
   const definition = patientCompartmentTypes().map((type) => [type, compartmentParams(type)]);
   return createHash('sha256')
     .update(JSON.stringify(definition))
     .update(patientCompartmentIds.toString())
+    .update(`identifier keys ${IDENTIFIER_KEYS_VERSION}`)
     .digest('hex')
     .slice(0, 16);
 }
 
 /** What `<Type>.log.idx` holds (see `readIndex`). */
 interface LogIndex {
-  format: 1;
-  /** `compartmentFingerprint()` of the writer. */
+  /** 2 since entries hold identifier keys (a format 1 index is ignored: the log is scanned). */
+  format: 2;
+  /** `indexFingerprint()` of the writer. */
   compartment: string;
   /** Inode of the log file it describes. */
   ino: string;
@@ -102,8 +106,8 @@ interface LogIndex {
   size: number;
   records: number;
   deadBytes: number;
-  /** [id, versionId, lastUpdated µs, deleted 0/1, offset, jsonLength, compartment patients] */
-  entries: [string, string, number, 0 | 1, number, number, string[]][];
+  /** [id, versionId, lastUpdated µs, deleted 0/1, offset, jsonLength, compartment patients, identifier keys] */
+  entries: [string, string, number, 0 | 1, number, number, string[], string[]][];
 }
 
 interface LogMeta {
@@ -146,7 +150,7 @@ export class FileBackend implements EngineBackend {
   /** The engine's committed state (for the index files written on close). */
   private base: BaseState | undefined;
   private opened = false;
-  private readonly fingerprint = compartmentFingerprint();
+  private readonly fingerprint = indexFingerprint();
 
   constructor(private readonly options: FileBackendOptions) {}
 
@@ -358,7 +362,7 @@ export class FileBackend implements EngineBackend {
       let resume: Parameters<FileBackend['recoverLog']>[3];
       if (index) {
         resume = { from: index.size, records: index.records, deadBytes: index.deadBytes, latest: new Map() };
-        for (const [id, versionId, lu, deleted, offset, jsonLength, patients] of index.entries) {
+        for (const [id, versionId, lu, deleted, offset, jsonLength, patients, identifiers] of index.entries) {
           maxLu = Math.max(maxLu, lu);
           const ref: FileRef = { log, segment: log.segment, offset, jsonLength };
           base.putEntry(projectId, {
@@ -368,6 +372,7 @@ export class FileBackend implements EngineBackend {
             lu,
             deleted: deleted === 1,
             patients,
+            identifiers,
             ref,
           });
           resume.latest.set(id, { offset, length: HEADER_LENGTH + jsonLength + 1 });
@@ -395,6 +400,7 @@ export class FileBackend implements EngineBackend {
             lu,
             deleted,
             patients: deleted ? [] : patientCompartmentIds(body),
+            identifiers: deleted ? [] : identifierKeys(body),
             ref,
           });
           return body.id;
@@ -424,7 +430,7 @@ export class FileBackend implements EngineBackend {
     try {
       const index = JSON.parse(await fs.readFile(`${log.file}.idx`, 'utf8')) as LogIndex;
       const stat = await log.segment.handle.stat({ bigint: true });
-      if (index.format !== 1 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
+      if (index.format !== 2 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
       if (index.compartment !== this.fingerprint) return undefined;
       if (!Array.isArray(index.entries)) return undefined;
       return index;
@@ -439,11 +445,20 @@ export class FileBackend implements EngineBackend {
     for (const e of this.base.resources(meta.projectId, meta.resourceType)) {
       const ref = e.ref as FileRef;
       if (ref.log !== log) return; // Not this log's entries (project re-created): no index.
-      entries.push([e.id, e.versionId, e.lu, e.deleted ? 1 : 0, ref.offset, ref.jsonLength, [...e.patients]]);
+      entries.push([
+        e.id,
+        e.versionId,
+        e.lu,
+        e.deleted ? 1 : 0,
+        ref.offset,
+        ref.jsonLength,
+        [...e.patients],
+        [...e.identifiers],
+      ]);
     }
     const stat = await log.segment.handle.stat({ bigint: true });
     const index: LogIndex = {
-      format: 1,
+      format: 2,
       compartment: this.fingerprint,
       ino: String(stat.ino),
       size: log.size,

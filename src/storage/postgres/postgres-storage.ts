@@ -193,6 +193,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
       for (const table of [
         'resource_clocks',
         'resource_compartments',
+        'resource_identifiers',
         'resources',
         'users',
         'memberships',

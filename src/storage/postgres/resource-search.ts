@@ -1,5 +1,7 @@
 import type { ResourcePage, ResourceQuery, StoredResource } from '../types.js';
+import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
+import { pgIdentifierKey } from './schema.js';
 
 function orderBy(sort: ResourceQuery['sort'], t: string): string {
   switch (sort ?? '_lastUpdated') {
@@ -19,8 +21,10 @@ const SLICE = 256;
 
 /**
  * The current, live versions matching the query's SQL-side fields: what follows FROM (a FROM
- * item `r` with columns `seq`, `id`, `lu`, possibly with its WHERE clause). Id and compartment lookups go key by key through LATERAL subqueries
- * (fenced with OFFSET 0) so that they stay index lookups even before the planner has statistics.
+ * item `r` with columns `seq`, `id`, `lu`, possibly with its WHERE clause). Identifier, compartment
+ * and id lookups go key by key through LATERAL subqueries (fenced with OFFSET 0) so that they stay
+ * index lookups even before the planner has statistics; the first of them present drives the
+ * search and the others are conditions on its rows.
  */
 function candidates(
   s: string,
@@ -51,16 +55,31 @@ function candidates(
     conditions.push((r) => `${r}lu ${op} ${p}::float8`);
   }
   const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
-  if (query.compartment) {
-    if (query.ids) {
-      const ids = param(query.ids);
-      conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
-    }
-    const patients = param(query.compartment);
-    // Conditions outside the fenced lookups, so that they stay lookups by key.
+  const keys = query.identifier
+    ? param([...new Set(identifierTokenKeys(query.identifier).map(pgIdentifierKey))])
+    : undefined;
+  const patients = query.compartment ? param([...new Set(query.compartment)]) : undefined;
+  const ids = query.ids ? param([...new Set(query.ids)]) : undefined;
+  // Conditions outside the fenced lookups, so that those stay lookups by key.
+  if (keys !== undefined) {
+    if (patients !== undefined) conditions.push((r) => inCompartments(s, r, patients));
+    if (ids !== undefined) conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
+    return {
+      from: `(SELECT DISTINCT i.seq
+                FROM unnest(${keys}::text[]) AS q(key)
+                CROSS JOIN LATERAL (
+                  SELECT seq FROM ${s}.resource_identifiers
+                   WHERE project_id = $1 AND resource_type = $2 AND key = q.key OFFSET 0) i) k
+             CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
+             WHERE ${live('r.')}`,
+      values,
+    };
+  }
+  if (patients !== undefined) {
+    if (ids !== undefined) conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
     return {
       from: `(SELECT DISTINCT c.seq
-                FROM (SELECT DISTINCT * FROM unnest(${patients}::text[])) AS p(patient_id)
+                FROM unnest(${patients}::text[]) AS p(patient_id)
                 CROSS JOIN LATERAL (
                   SELECT seq FROM ${s}.resource_compartments
                    WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2 OFFSET 0) c) k
@@ -69,10 +88,9 @@ function candidates(
       values,
     };
   }
-  if (query.ids) {
-    const ids = param(query.ids);
+  if (ids !== undefined) {
     return {
-      from: `(SELECT DISTINCT * FROM unnest(${ids}::text[])) AS k(id)
+      from: `unnest(${ids}::text[]) AS k(id)
              CROSS JOIN LATERAL (
                SELECT * FROM ${s}.resources
                 WHERE project_id = $1 AND resource_type = $2 AND id = k.id AND superseded_seq IS NULL
@@ -82,6 +100,13 @@ function candidates(
     };
   }
   return { from: `(SELECT seq, id, lu FROM ${s}.resources WHERE ${live('')}) r`, values };
+}
+
+/** The version `${r}seq` is in the compartment of one of the patients in parameter `patients`. */
+function inCompartments(s: string, r: string, patients: string): string {
+  return `EXISTS (SELECT 1 FROM ${s}.resource_compartments c
+                   WHERE c.project_id = $1 AND c.patient_id = ANY(${patients}::text[])
+                     AND c.resource_type = $2 AND c.seq = ${r}seq)`;
 }
 
 /**

@@ -4,6 +4,7 @@ import { isoMicros } from '../engine/clock.js';
 import { ConflictError, InvalidRecordError, PreconditionFailedError } from '../errors.js';
 import type { ResourceWrite, StoredResource, WriteResult } from '../types.js';
 import type { Query } from './executor.js';
+import { identifierRows } from './schema.js';
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 
@@ -40,6 +41,8 @@ interface NewVersion {
   body: string | null;
   superseded: string | null;
   patients: string[];
+  /** The stored JSON, parsed again (what a search by scanning the bodies would see). */
+  parsed?: StoredResource;
 }
 
 function nextVersion(previous: Current | undefined): string {
@@ -168,6 +171,7 @@ export async function applyResourceWrites(
     const versionId = nextVersion(previous);
     let body: string | null = null;
     let patients: string[] = [];
+    let parsed: StoredResource | undefined;
     if (write.op === 'delete') results.push({ op: 'delete' });
     else {
       const copy = structuredClone(write.resource) as StoredResource;
@@ -178,6 +182,8 @@ export async function applyResourceWrites(
       const stored: StoredResource = { resourceType: type, id, ...rest };
       body = JSON.stringify(stored);
       patients = patientCompartmentIds(stored);
+      // Only a body with identifiers needs parsing back (for identifier keys of the JSON as stored).
+      if (stored.identifier !== undefined) parsed = JSON.parse(body) as StoredResource;
       const result: WriteResult = { op: write.op, resource: stored };
       if (write.op === 'update') result.created = !live;
       results.push(result);
@@ -195,12 +201,16 @@ export async function applyResourceWrites(
       body,
       superseded: null,
       patients,
+      ...(parsed ? { parsed } : {}),
     });
   });
   if (superseded.length > 0) {
-    // Before the inserts: the unique index on current versions must never see two.
+    // Before the inserts: the unique index on current versions must never see two. The identifier
+    // index holds current versions only.
     await query(
-      `UPDATE ${s}.resources r SET superseded_seq = u.next
+      `WITH dropped AS (
+         DELETE FROM ${s}.resource_identifiers WHERE seq = ANY($1::bigint[]))
+       UPDATE ${s}.resources r SET superseded_seq = u.next
          FROM unnest($1::bigint[], $2::bigint[]) AS u(old, next)
         WHERE r.seq = u.old`,
       [superseded.map((x) => x.old), superseded.map((x) => x.next)],
@@ -209,6 +219,11 @@ export async function applyResourceWrites(
   }
   if (versions.length > 0) {
     const members = versions.flatMap((v) => [...new Set(v.patients)].map((patient) => ({ patient, v })));
+    const identifiers = identifierRows(
+      versions.flatMap((v) =>
+        v.parsed && v.superseded === null ? [[v.seq, v.resourceType, v.parsed] as const] : [],
+      ),
+    );
     await query(
       `WITH version AS (
          INSERT INTO ${s}.resources
@@ -216,7 +231,11 @@ export async function applyResourceWrites(
          SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted, v.body, v.superseded_seq
            FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::boolean[],
                        $8::text[], $9::bigint[])
-             AS v(seq, resource_type, id, version_id, lu, deleted, body, superseded_seq))
+             AS v(seq, resource_type, id, version_id, lu, deleted, body, superseded_seq)),
+       identifier AS (
+         INSERT INTO ${s}.resource_identifiers (project_id, resource_type, key, seq)
+         SELECT $1, i.resource_type, i.key, i.seq
+           FROM unnest($13::text[], $14::text[], $15::bigint[]) AS i(resource_type, key, seq))
        INSERT INTO ${s}.resource_compartments (project_id, patient_id, resource_type, seq)
        SELECT $1, m.patient, m.resource_type, m.seq
          FROM unnest($10::text[], $11::text[], $12::bigint[]) AS m(patient, resource_type, seq)`,
@@ -233,6 +252,9 @@ export async function applyResourceWrites(
         members.map((m) => m.patient),
         members.map((m) => m.v.resourceType),
         members.map((m) => m.v.seq),
+        identifiers.types,
+        identifiers.keys,
+        identifiers.seqs,
       ],
       true,
     );

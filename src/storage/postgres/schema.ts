@@ -1,4 +1,7 @@
-import type { Pool } from 'pg';
+import { createHash } from 'node:crypto';
+import type { Pool, PoolClient } from 'pg';
+import { identifierKeys } from '../identifier-keys.js';
+import type { StoredResource } from '../types.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -104,6 +107,15 @@ function migrationStatements(s: string): string[] {
       resource_type ${id},
       seq bigint NOT NULL,
       PRIMARY KEY (project_id, patient_id, resource_type, seq))`,
+    // The identifier index keys (`identifierKeys`) of each current, live version: rows are
+    // inserted with the version and deleted when it is superseded (migration 2).
+    `CREATE TABLE IF NOT EXISTS ${s}.resource_identifiers (
+      project_id ${id},
+      resource_type ${id},
+      key text COLLATE "C" NOT NULL,
+      seq bigint NOT NULL,
+      PRIMARY KEY (project_id, resource_type, key, seq))`,
+    `CREATE INDEX IF NOT EXISTS resource_identifiers_seq ON ${s}.resource_identifiers (seq)`,
     // One row per project: the last `meta.lastUpdated` handed out (microseconds). Resource writers
     // lock it until they commit, so versions of a project commit in `seq` order and an export
     // snapshot (which takes the same lock) never misses a version committed later with a lower seq.
@@ -114,8 +126,70 @@ function migrationStatements(s: string): string[] {
 }
 
 /**
- * Creates the schema's tables when missing, in one transaction under an advisory lock so that
- * several instances opening the same database at once do not race on `CREATE … IF NOT EXISTS`.
+ * An identifier key as stored in `resource_identifiers`: itself, or a digest (prefixed `#`, which
+ * no key starts with) when PostgreSQL could not store or index it (a NUL character, or longer
+ * than a B-tree entry may be).
+ */
+export function pgIdentifierKey(key: string): string {
+  if (!key.includes('\u0000') && Buffer.byteLength(key) <= 1024) return key;
+  return `#${createHash('sha256').update(key).digest('base64')}`;
+}
+
+/** Rows of `resource_identifiers` for the versions `[seq, resource type, body]` given. */
+export function identifierRows(versions: Iterable<readonly [string, string, StoredResource]>): {
+  types: string[];
+  keys: string[];
+  seqs: string[];
+} {
+  const rows = { types: [] as string[], keys: [] as string[], seqs: [] as string[] };
+  for (const [seq, resourceType, body] of versions) {
+    for (const key of new Set(identifierKeys(body).map(pgIdentifierKey))) {
+      rows.types.push(resourceType);
+      rows.keys.push(key);
+      rows.seqs.push(seq);
+    }
+  }
+  return rows;
+}
+
+/**
+ * Migration 2: fills `resource_identifiers` for the live versions written before it existed, in
+ * slices by `seq` (bodies are JSON text as written, so `"identifier"` appears in every body that has
+ * one; the test is only a shortcut, `identifierKeys` decides).
+ */
+async function backfillIdentifiers(client: PoolClient, s: string): Promise<void> {
+  let after = '0';
+  for (;;) {
+    const { rows } = await client.query<{
+      seq: string;
+      project_id: string;
+      resource_type: string;
+      body: string;
+    }>(
+      `SELECT seq, project_id, resource_type, body FROM ${s}.resources
+        WHERE seq > $1 AND superseded_seq IS NULL AND NOT deleted AND strpos(body, '"identifier"') > 0
+        ORDER BY seq LIMIT 1000`,
+      [after],
+    );
+    if (rows.length === 0) return;
+    after = rows[rows.length - 1]!.seq;
+    const projects = new Map(rows.map((r) => [r.seq, r.project_id]));
+    const found = identifierRows(
+      rows.map((r) => [r.seq, r.resource_type, JSON.parse(r.body) as StoredResource] as const),
+    );
+    await client.query(
+      `INSERT INTO ${s}.resource_identifiers (project_id, resource_type, key, seq)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) ON CONFLICT DO NOTHING`,
+      [found.seqs.map((seq) => projects.get(seq)!), found.types, found.keys, found.seqs],
+    );
+  }
+}
+
+/**
+ * Creates the schema's tables when missing and applies the migrations not yet recorded in
+ * `schema_migrations` (2: fill `resource_identifiers`), in one transaction under an advisory lock
+ * so that several instances opening the same database at once do not race on `CREATE … IF NOT
+ * EXISTS` nor run a migration twice.
  */
 export async function migrate(pool: Pool, schema: string): Promise<void> {
   const client = await pool.connect();
@@ -124,7 +198,11 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
     const s = quoteIdentifier(schema);
     for (const statement of migrationStatements(s)) await client.query(statement);
-    await client.query(`INSERT INTO ${s}.schema_migrations (version) VALUES (1) ON CONFLICT DO NOTHING`);
+    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.schema_migrations`);
+    const applied = new Set(rows.map((r) => r.version));
+    // A schema created by this version has no resources yet: the backfill finds nothing.
+    if (!applied.has(2)) await backfillIdentifiers(client, s);
+    await client.query(`INSERT INTO ${s}.schema_migrations (version) VALUES (1), (2) ON CONFLICT DO NOTHING`);
     await client.query('COMMIT');
   } catch (error) {
     await client.query('ROLLBACK').catch(() => undefined);
