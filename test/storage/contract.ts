@@ -255,17 +255,17 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
         expect(await storage.listUsers('p2')).toEqual([]);
       });
 
-      it('looks up userName in well under a millisecond with many users', async () => {
+      // Lookup speed is measured by `npm run bench` (SCIM userName eq at 100k users), not timed here.
+      it('looks up userName case-insensitively among many users', async () => {
         await storage.transaction(async (tx) => {
           for (let i = 0; i < 20_000; i++)
             await tx.createUser('p1', newUser(`user${i}`, { externalId: `x${i}` }));
         });
-        const started = performance.now();
         for (let i = 0; i < 1000; i++) {
-          const found = await storage.findUsers('p1', { userName: `USER${(i * 17) % 20_000}` });
-          expect(found).toHaveLength(1);
+          const n = (i * 17) % 20_000;
+          const found = await storage.findUsers('p1', { userName: `USER${n}` });
+          expect(found.map((u) => u.userName)).toEqual([`user${n}`]);
         }
-        expect((performance.now() - started) / 1000).toBeLessThan(1);
       });
     });
 
