@@ -1,3 +1,4 @@
+import { isResourceType } from '../fhir/resource-types.js';
 import { OAuthError } from '../http/http-error.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { issueAccessToken } from './access-token.js';
@@ -58,6 +59,26 @@ export interface TokenEndpointConfig {
  * Requested ∩ allowed. An admin client's allowed scopes include `project:admin` (the super admin's
  * `platform:admin`): a request that names other scopes only gets a token without the role.
  */
+// A SMART resource scope's context and resource type, whatever its permission part.
+const SMART_SCOPE_TYPE = /^(?:system|user|patient)\/([^.]*)\./;
+
+/**
+ * Checks a `scope` parameter before anything is granted: present but empty, or naming a resource
+ * type FHIR R4 does not define (`system/Foo.read`), is `invalid_scope` (RFC 6749 §5.2) rather
+ * than silently narrowed away.
+ */
+function checkRequestedScope(params: FormParams): void {
+  const raw = params.scope;
+  if (raw === undefined || Array.isArray(raw)) return;
+  if (splitScopes(raw).length === 0) throw new OAuthError(400, 'invalid_scope', 'scope is empty');
+  for (const scope of splitScopes(raw)) {
+    const type = SMART_SCOPE_TYPE.exec(scope)?.[1];
+    if (type !== undefined && type !== '*' && !isResourceType(type)) {
+      throw new OAuthError(400, 'invalid_scope', `Unknown resource type in scope ${scope}`);
+    }
+  }
+}
+
 function grantedScopes(client: ClientRecord, requested: string | undefined): string[] {
   const allowed = allowedScopes(client);
   // No scope requested: grant what the client may have (RFC 6749 §3.3 lets the server pick a default).
@@ -104,6 +125,7 @@ export async function handleTokenRequest(
     throw new OAuthError(400, 'unsupported_grant_type', 'Only grant_type=client_credentials is supported');
   }
   const scope = formParam(params, 'scope');
+  checkRequestedScope(params);
 
   let credentials: ClientCredentials;
   try {

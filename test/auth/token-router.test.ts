@@ -100,6 +100,19 @@ describe('token endpoint and bearerAuth', () => {
     expect(none.body.error).toBe('invalid_scope');
   });
 
+  it('refuses an empty scope and scopes naming unknown resource types with invalid_scope', async () => {
+    for (const scope of ['', '   ', 'system/Foo.read', 'system/Foo.rs', 'system/Patient.rs system/Foo.rs']) {
+      const res = await tokenFor('jwt-client', es384, { scope });
+      expect({ scope, status: res.status, error: res.body.error }).toEqual({
+        scope,
+        status: 400,
+        error: 'invalid_scope',
+      });
+    }
+    // Known types, `*`, and scopes that are no resource scopes stay as they were.
+    expect((await tokenFor('jwt-client', es384, { scope: 'system/*.rs launch' })).status).toBe(200);
+  });
+
   it('honours a client-specific token lifetime', async () => {
     await storage.updateClient('jwt-client', { accessTokenLifetime: 3600 });
     expect((await tokenFor()).body.expires_in).toBe(3600);
