@@ -50,6 +50,7 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
         echoUserName: config.scimEchoUserName,
         ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
       },
+      bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
     });
     const app = express();
     app.disable('x-powered-by');

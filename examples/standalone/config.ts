@@ -17,11 +17,14 @@ export interface StandaloneConfig {
   scimDefaultUserType?: ProfileType;
   /** SCIM `echoUserName`: answer the `userName` the identity provider sent. */
   scimEchoUserName: boolean;
+  /** Bulk kick-offs without `Accept` or `Prefer: respond-async` answer 400 (`requireAsyncHeaders`). */
+  bulkRequireAsyncHeaders: boolean;
 }
 
 /**
  * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID`,
- * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE` and `SCIM_ECHO_USER_NAME`.
+ * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE`, `SCIM_ECHO_USER_NAME` and
+ * `BULK_REQUIRE_ASYNC_HEADERS`.
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
@@ -52,6 +55,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
   if (echoText !== 'true' && echoText !== 'false') {
     throw new Error(`SCIM_ECHO_USER_NAME must be true or false, got "${env.SCIM_ECHO_USER_NAME}"`);
   }
+  const requireAsync = env.BULK_REQUIRE_ASYNC_HEADERS?.trim().toLowerCase() || 'false';
+  if (requireAsync !== 'true' && requireAsync !== 'false') {
+    throw new Error(
+      `BULK_REQUIRE_ASYNC_HEADERS must be true or false, got "${env.BULK_REQUIRE_ASYNC_HEADERS}"`,
+    );
+  }
   return {
     port,
     host,
@@ -61,5 +70,6 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     ...(clientId ? { superAdminClientId: clientId, superAdminClientSecret: clientSecret } : {}),
     ...(scimDefaultUserType ? { scimDefaultUserType } : {}),
     scimEchoUserName: echoText === 'true',
+    bulkRequireAsyncHeaders: requireAsync === 'true',
   };
 }

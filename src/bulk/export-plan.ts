@@ -19,9 +19,13 @@ export function canExport(principal: Principal, resourceType: string): boolean {
  * `_type`, to the patient compartment at Patient and Group level, and to what the caller's scopes
  * cover), and the patients of a Group or of the `patient` parameter.
  *
- * Errors: 403 when the scopes cover none of the types (or, unless lenient, one that `_type` names);
- * 404 for an unknown Group; 400 (unless lenient) for a `patient` that does not exist or is not in
- * the Group, and for a `_type` outside the patient compartment at Patient and Group level.
+ * Bulk Data 2.0.0 asks for an error only when nothing of what was asked can be exported, so these
+ * are reported in the manifest's `error` files and the rest is exported: a `_type` outside the
+ * patient compartment at Patient and Group level (400 when every `_type` is outside it, unless
+ * lenient), a `patient` that does not exist or is not in the Group.
+ *
+ * Errors: 403 when the scopes cover none of the types (or, unless lenient, one that `_type` names,
+ * or Provenance when `includeAssociatedData` is given); 404 for an unknown Group.
  */
 export async function planExport(
   storage: Pick<StorageOperations, 'readResource'>,
@@ -39,13 +43,24 @@ export async function planExport(
 
   const compartmentTypes =
     params.level === 'system' ? undefined : new Set(['Patient', ...patientCompartmentTypes()]);
+  /** Reported in the error files, whatever the handling: the export goes on without it. */
+  const report = (code: string, parameter: string, text: string): void => {
+    allIssues.push({ severity: 'warning', code, text, expression: [parameter] });
+  };
+
   let types: string[];
   if (params.types) {
     types = [];
+    const outside = compartmentTypes ? params.types.filter((type) => !compartmentTypes.has(type)) : [];
+    if (!lenient && outside.length > 0 && outside.length === params.types.length) {
+      throw new FhirError(400, 'not-supported', `${outside.join(', ')}: not in the patient compartment`, {
+        expression: ['_type'],
+      });
+    }
+    for (const type of outside) report('not-supported', '_type', `${type} is not in the patient compartment`);
     for (const type of params.types) {
-      if (compartmentTypes && !compartmentTypes.has(type)) {
-        reject(400, 'not-supported', '_type', `${type} is not in the patient compartment`);
-      } else if (!canExport(principal, type)) {
+      if (outside.includes(type)) continue;
+      if (!canExport(principal, type)) {
         reject(403, 'forbidden', '_type', `The access token does not cover ${type}`);
       } else types.push(type);
     }
@@ -56,6 +71,11 @@ export async function planExport(
   }
 
   const plan: ExportPlan = { params, types, issues: allIssues };
+  if (params.associatedData && !canExport(principal, 'Provenance')) {
+    reject(403, 'forbidden', 'includeAssociatedData', 'The access token does not cover Provenance');
+    const { associatedData: _dropped, ...rest } = params;
+    plan.params = rest;
+  }
   if (params.level === 'group') {
     if (params.groupId === undefined) throw new FhirError(400, 'invalid', 'A Group export needs a Group id');
     const members = await resolveGroupMembers(storage, projectId, params.groupId, params.sinceMs);
@@ -65,7 +85,7 @@ export async function planExport(
       const wanted: string[] = [];
       for (const id of params.patients) {
         if (inGroup.has(id)) wanted.push(id);
-        else reject(400, 'invalid', 'patient', `Patient/${id} is not a member of the Group`);
+        else report('not-found', 'patient', `Patient/${id} is not a member of the Group`);
       }
       patientIds = wanted;
     }
@@ -81,7 +101,7 @@ export async function planExport(
         found.push(id);
       } catch (error) {
         if (!(error instanceof NotFoundError)) throw error;
-        reject(400, 'invalid', 'patient', `Patient/${id} does not exist`);
+        report('not-found', 'patient', `Patient/${id} does not exist`);
       }
     }
     plan.patientIds = found;

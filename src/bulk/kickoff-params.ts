@@ -8,8 +8,22 @@ export type ExportLevel = 'system' | 'patient' | 'group';
 /** Output formats the server accepts for `_outputFormat`; all mean FHIR NDJSON. */
 export const NDJSON_FORMATS: readonly string[] = ['application/fhir+ndjson', 'application/ndjson', 'ndjson'];
 
-/** Values of `includeAssociatedData` defined by the IG (none is supported by this server). */
-const ASSOCIATED_DATA_VALUES = new Set(['LatestProvenanceResources', 'RelevantProvenanceResources']);
+/**
+ * Values of `includeAssociatedData` defined by the IG (CodeSystem `include-associated-data`), all
+ * supported: Provenance resources whose `target` is an exported resource.
+ */
+export type AssociatedData = 'LatestProvenanceResources' | 'RelevantProvenanceResources';
+
+const ASSOCIATED_DATA_VALUES: ReadonlySet<string> = new Set<AssociatedData>([
+  'LatestProvenanceResources',
+  'RelevantProvenanceResources',
+]);
+
+/**
+ * How far in the future `_since` may lie (ms) before it is refused: allows for the client's clock
+ * running a little ahead of the server's.
+ */
+export const SINCE_CLOCK_SKEW_MS = 5000;
 
 /** One `OperationOutcome.issue` reporting an ignored parameter under `handling=lenient`. */
 export interface KickoffIssue {
@@ -40,6 +54,8 @@ export interface ExportParams {
   typeFilters?: string[];
   /** `patient` (POST only): Patient ids. */
   patients?: string[];
+  /** `includeAssociatedData`: the values given, each once (several may be given). */
+  associatedData?: AssociatedData[];
   /** `Prefer: handling=lenient`. */
   lenient: boolean;
 }
@@ -57,6 +73,10 @@ export interface KickoffInput {
   prefer?: string;
   /** The `Accept` header. */
   accept?: string;
+  /** Refuse a kick-off without `Accept` or without `Prefer: respond-async` (a router option). */
+  requireAsyncHeaders?: boolean;
+  /** The current time (epoch ms), for the `_since` check. @default Date.now() */
+  now?: number;
 }
 
 export interface KickoffParseResult {
@@ -75,9 +95,11 @@ const ELEMENT_NAME = /^[a-z][A-Za-z0-9]*(\[x\])?$/;
 export function parsePrefer(header: string | undefined): {
   handling?: 'lenient' | 'strict';
   invalid?: string;
+  respondAsync?: true;
 } {
   let handling: 'lenient' | 'strict' | undefined;
   let invalid: string | undefined;
+  let respondAsync: true | undefined;
   for (const part of (header ?? '').split(',')) {
     const token = part.split(';')[0]!.trim();
     if (token === '') continue;
@@ -93,9 +115,9 @@ export function parsePrefer(header: string | undefined): {
     if (name === 'handling') {
       if (value === 'lenient' || value === 'strict') handling = value;
       else invalid = `handling=${value}`;
-    }
+    } else if (name === 'respond-async') respondAsync = true;
   }
-  return { handling, invalid };
+  return { handling, invalid, respondAsync };
 }
 
 function acceptable(accept: string | undefined): boolean {
@@ -169,12 +191,22 @@ function commaList(values: string[]): string[] {
 /**
  * Parses and validates a kick-off request (Bulk Data 2.0.0 "Query Parameters"). Unsupported or
  * invalid values throw a 400 `FhirError`, except under `Prefer: handling=lenient`, where they are
- * dropped and returned as `issues`.
+ * dropped and returned as `issues`. Always a 400, whatever the handling: a `_since` more than
+ * {@link SINCE_CLOCK_SKEW_MS} in the future, an invalid `Prefer`, and (with `requireAsyncHeaders`)
+ * a missing `Accept` or `Prefer: respond-async`.
  */
 export function parseKickoff(input: KickoffInput): KickoffParseResult {
   const prefer = parsePrefer(input.prefer);
   if (prefer.invalid) throw new FhirError(400, 'invalid', `Unsupported preference ${prefer.invalid}`);
   const lenient = prefer.handling === 'lenient';
+  if (input.requireAsyncHeaders) {
+    // Bulk Data 2.0.0 "Headers": both are required of the client; refused only when the router
+    // is configured so, since common clients send neither.
+    if (input.accept === undefined || input.accept.trim() === '')
+      throw new FhirError(400, 'required', 'The Accept header is required', { expression: ['Accept'] });
+    if (!prefer.respondAsync)
+      throw new FhirError(400, 'required', 'Prefer: respond-async is required', { expression: ['Prefer'] });
+  }
   const issues: KickoffIssue[] = [];
   /** Throws in strict mode; records the issue in lenient mode. */
   const reject = (parameter: string, text: string, code = 'not-supported'): void => {
@@ -208,7 +240,11 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         const ms = Date.parse(value);
         if (!INSTANT.test(value) || Number.isNaN(ms))
           reject('_since', '_since must be a FHIR instant', 'invalid');
-        else {
+        else if (ms > (input.now ?? Date.now()) + SINCE_CLOCK_SKEW_MS) {
+          // Refused even under lenient handling: dropping it would turn an incremental export into
+          // a full one, and keeping it would answer an empty export that looks like a success.
+          throw invalid('_since', '_since must not be in the future');
+        } else {
           params.since = value;
           params.sinceMs = ms;
         }
@@ -270,15 +306,21 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         break;
       }
       case 'includeAssociatedData': {
+        const values: AssociatedData[] = [];
         for (const value of commaList(list)) {
-          const known = ASSOCIATED_DATA_VALUES.has(value) || value.startsWith('_');
-          reject(
-            'includeAssociatedData',
-            known
-              ? `includeAssociatedData=${value} is not supported`
-              : `Unknown includeAssociatedData ${value}`,
-          );
+          if (ASSOCIATED_DATA_VALUES.has(value)) {
+            if (!values.includes(value as AssociatedData)) values.push(value as AssociatedData);
+          } else {
+            // `_`-prefixed values are server-defined (none here); anything else is unknown.
+            reject(
+              'includeAssociatedData',
+              value.startsWith('_')
+                ? `includeAssociatedData=${value} is not supported`
+                : `Unknown includeAssociatedData ${value}`,
+            );
+          }
         }
+        if (values.length > 0) params.associatedData = values;
         break;
       }
       default:

@@ -94,6 +94,13 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    */
   pool?: ExportPool | ExportPoolOptions;
   /**
+   * Refuse (`400`) a kick-off without an `Accept` header or without `Prefer: respond-async`, which
+   * Bulk Data 2.0.0 requires of clients. Off by default: the IG lets a server accept such requests,
+   * and common clients send neither.
+   * @default false
+   */
+  requireAsyncHeaders?: boolean;
+  /**
    * Test hook: transforms each task before it runs (e.g. `{ ...task, crash: 'exit' }`).
    * @default undefined
    */
@@ -205,6 +212,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const cleanupInterval = positive('cleanupInterval', options.cleanupInterval, 60_000);
   const maxFileSize = positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
   const maxExportSize = limit('maxExportSize', options.maxExportSize, 4 * GIB);
+  const requireAsyncHeaders = options.requireAsyncHeaders ?? false;
+  if (typeof requireAsyncHeaders !== 'boolean')
+    throw new TypeError('bulkExportRouter: requireAsyncHeaders must be a boolean');
   const ownsPool = !(options.pool instanceof ExportPool);
   const pool = options.pool instanceof ExportPool ? options.pool : new ExportPool(options.pool);
   const jobs = new ExportJobManager({
@@ -320,6 +330,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
         body: req.body as unknown,
         prefer: header(req, 'prefer'),
         accept: header(req, 'accept'),
+        requireAsyncHeaders,
       });
       let plan;
       try {

@@ -186,7 +186,7 @@ describe('kick-off parameters', () => {
     await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Nope?_id=1')}`);
   });
 
-  it('patient: POST only, Patient and Group level, must exist / be a member', async () => {
+  it('patient: POST only, Patient and Group level; unknown ones are reported, not refused', async () => {
     const { app, auth } = await setup();
     await expect400(app, auth, '/Patient/$export?patient=Patient/p1');
     const post = (target: string, refs: string[], prefer = 'respond-async') =>
@@ -202,8 +202,32 @@ describe('kick-off parameters', () => {
           }),
         );
     expect((await post('/$export', ['Patient/p1'])).status).toBe(400);
-    expect((await post('/Patient/$export', ['Patient/nobody'])).status).toBe(400);
-    expect((await post('/Group/g1/$export', ['Patient/p2'])).status).toBe(400);
+    // A patient that does not exist (Patient level) or is not a member (Group level): the export
+    // runs for the others and the error file names it.
+    const patients = (refs: string[]) => ({
+      method: 'post' as const,
+      body: {
+        resourceType: 'Parameters',
+        parameter: refs.map((r) => ({ name: 'patient', valueReference: { reference: r } })),
+      },
+    });
+    for (const [target, refs, unknown, exported] of [
+      ['/Patient/$export?_type=Patient', ['Patient/nobody', 'Patient/p2'], 'Patient/nobody', ['Patient/p2']],
+      ['/Group/g1/$export?_type=Patient', ['Patient/p2', 'Patient/p3'], 'Patient/p2', ['Patient/p3']],
+      ['/Patient/$export?_type=Patient', ['Patient/nobody'], 'Patient/nobody', []],
+    ] as const) {
+      const m = await exportManifest(app, auth, target, patients([...refs]));
+      expect(keysOf(await downloadAll(app, auth, m))).toEqual(exported);
+      expect(m.error).toHaveLength(1);
+      const outcomes = await download(app, auth, m.error[0]!.url);
+      expect(outcomes).toHaveLength(1);
+      const issue = (
+        outcomes[0]!.issue as { code: string; expression: string[]; details: { text: string } }[]
+      )[0]!;
+      expect(issue.code).toBe('not-found');
+      expect(issue.expression).toEqual(['patient']);
+      expect(issue.details.text).toContain(unknown);
+    }
     const m = await exportManifest(app, auth, '/Group/g1/$export?_type=Patient,Observation', {
       method: 'post',
       body: {
@@ -233,9 +257,9 @@ describe('kick-off parameters', () => {
     expect(wrongType.status).toBe(415);
   });
 
-  it('includeAssociatedData: unsupported values 400', async () => {
+  it('includeAssociatedData: unknown values 400', async () => {
     const { app, auth } = await setup();
-    await expect400(app, auth, '/$export?includeAssociatedData=LatestProvenanceResources');
+    await expect400(app, auth, '/$export?includeAssociatedData=LatestProvenanceResources,Nope');
     await expect400(app, auth, '/$export?includeAssociatedData=_custom');
   });
 
@@ -250,7 +274,7 @@ describe('kick-off parameters', () => {
     const m = await exportManifest(
       app,
       auth,
-      '/$export?_type=Patient,NotAType&_outputFormat=csv&includeAssociatedData=LatestProvenanceResources&_typeFilter=Observation%3Fcode%3D1&_foo=1',
+      '/$export?_type=Patient,NotAType&_outputFormat=csv&includeAssociatedData=NotAValue&_typeFilter=Observation%3Fcode%3D1&_foo=1',
       { prefer: 'respond-async, handling=lenient' },
     );
     expect(m.output.map((o) => o.type)).toEqual(['Patient']);

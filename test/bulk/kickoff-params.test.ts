@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { parseKickoff, parsePrefer, type KickoffInput } from '../../src/bulk/kickoff-params.js';
+import {
+  parseKickoff,
+  parsePrefer,
+  SINCE_CLOCK_SKEW_MS,
+  type KickoffInput,
+} from '../../src/bulk/kickoff-params.js';
 import { FhirError } from '../../src/http/http-error.js';
 
 const input = (query: Record<string, unknown>, extra: Partial<KickoffInput> = {}): KickoffInput => ({
@@ -20,8 +25,11 @@ function status(fn: () => unknown): number | undefined {
 
 describe('parsePrefer', () => {
   it('reads handling from a comma list and ignores other preferences', () => {
-    expect(parsePrefer('respond-async, handling=lenient')).toEqual({ handling: 'lenient' });
-    expect(parsePrefer('handling=strict,respond-async')).toEqual({ handling: 'strict' });
+    expect(parsePrefer('respond-async, handling=lenient')).toEqual({
+      handling: 'lenient',
+      respondAsync: true,
+    });
+    expect(parsePrefer('handling=strict,respond-async')).toEqual({ handling: 'strict', respondAsync: true });
     expect(parsePrefer('return=minimal')).toEqual({});
     expect(parsePrefer(undefined)).toEqual({});
     expect(parsePrefer('handling=maybe').invalid).toBe('handling=maybe');
@@ -53,6 +61,81 @@ describe('parseKickoff', () => {
     expect(
       status(() => parseKickoff(input({ _since: ['2024-01-02T03:04:05Z', '2024-01-02T03:04:05Z'] }))),
     ).toBe(400);
+  });
+
+  it('_since in the future is a 400, even under lenient handling; a small clock skew is allowed', () => {
+    const now = Date.parse('2030-01-01T00:00:00Z');
+    const at = (offsetMs: number) => new Date(now + offsetMs).toISOString();
+    for (const prefer of [undefined, 'handling=lenient', 'respond-async, handling=strict']) {
+      expect(status(() => parseKickoff(input({ _since: '2057-01-01T00:00:00+05:00' }, { prefer })))).toBe(
+        400,
+      );
+      expect(
+        status(() => parseKickoff(input({ _since: at(SINCE_CLOCK_SKEW_MS + 1000) }, { now, prefer }))),
+      ).toBe(400);
+    }
+    let error: unknown;
+    try {
+      parseKickoff(input({ _since: at(60_000) }, { now, prefer: 'handling=lenient' }));
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(FhirError);
+    expect((error as FhirError).issueCode).toBe('invalid');
+    expect((error as FhirError).expression).toEqual(['_since']);
+    expect(parseKickoff(input({ _since: at(SINCE_CLOCK_SKEW_MS - 1000) }, { now })).params.sinceMs).toBe(
+      now + SINCE_CLOCK_SKEW_MS - 1000,
+    );
+    expect(parseKickoff(input({ _since: at(-1000) }, { now })).params.sinceMs).toBe(now - 1000);
+    // POST: the same check on a Parameters body.
+    const body = { resourceType: 'Parameters', parameter: [{ name: '_since', valueInstant: at(3_600_000) }] };
+    expect(
+      status(() => parseKickoff(input({}, { level: 'group', groupId: 'g', method: 'POST', body, now }))),
+    ).toBe(400);
+  });
+
+  it('includeAssociatedData: both IG values, comma-separated or repeated, each once', () => {
+    const { params, issues } = parseKickoff(
+      input({
+        includeAssociatedData: [
+          'LatestProvenanceResources,RelevantProvenanceResources',
+          'LatestProvenanceResources',
+        ],
+      }),
+    );
+    expect(params.associatedData).toEqual(['LatestProvenanceResources', 'RelevantProvenanceResources']);
+    expect(issues).toEqual([]);
+    expect(
+      status(() => parseKickoff(input({ includeAssociatedData: 'LatestProvenanceResources,Nope' }))),
+    ).toBe(400);
+    expect(status(() => parseKickoff(input({ includeAssociatedData: '_custom' })))).toBe(400);
+    const lenient = parseKickoff(
+      input({ includeAssociatedData: 'Nope,RelevantProvenanceResources' }, { prefer: 'handling=lenient' }),
+    );
+    expect(lenient.params.associatedData).toEqual(['RelevantProvenanceResources']);
+    expect(lenient.issues.map((i) => [i.code, i.expression[0]])).toEqual([
+      ['not-supported', 'includeAssociatedData'],
+    ]);
+  });
+
+  it('requireAsyncHeaders: Accept and Prefer: respond-async are required, whatever the handling', () => {
+    const code = (extra: Partial<KickoffInput>): string | undefined => {
+      try {
+        parseKickoff(input({}, { requireAsyncHeaders: true, ...extra }));
+        return undefined;
+      } catch (error) {
+        return `${(error as FhirError).status} ${(error as FhirError).issueCode} ${(error as FhirError).expression?.join()}`;
+      }
+    };
+    expect(code({ accept: 'application/fhir+json', prefer: 'respond-async' })).toBeUndefined();
+    expect(
+      code({ accept: 'application/fhir+json', prefer: 'handling=lenient, respond-async' }),
+    ).toBeUndefined();
+    expect(code({ accept: 'application/fhir+json' })).toBe('400 required Prefer');
+    expect(code({ accept: 'application/fhir+json', prefer: 'handling=lenient' })).toBe('400 required Prefer');
+    expect(code({ prefer: 'respond-async' })).toBe('400 required Accept');
+    // Off (the default): neither is needed.
+    expect(status(() => parseKickoff(input({})))).toBeUndefined();
   });
 
   it('POST Parameters: values of any string type and references', () => {
@@ -98,7 +181,7 @@ describe('parseKickoff', () => {
       _type: 'Nope',
       _elements: 'a.b.c',
       _typeFilter: 'Observation?unknown-param=1',
-      includeAssociatedData: 'RelevantProvenanceResources',
+      includeAssociatedData: 'AllTheThings',
       _bogus: 'x',
     };
     for (const [name, value] of Object.entries(bad)) {

@@ -51,6 +51,10 @@ describe('standalone server configuration', () => {
     expect(() => readConfig({ PORT: 'abc' })).toThrow(/PORT/);
     expect(() => readConfig({ BASE_URL: 'not a url' })).toThrow(/BASE_URL/);
     expect(() => readConfig({ SUPER_ADMIN_CLIENT_ID: 'x' })).toThrow(/SUPER_ADMIN/);
+    expect(config.bulkRequireAsyncHeaders).toBe(false);
+    expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'true' }).bulkRequireAsyncHeaders).toBe(true);
+    expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'false' }).bulkRequireAsyncHeaders).toBe(false);
+    expect(() => readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'yes' })).toThrow(/BULK_REQUIRE_ASYNC_HEADERS/);
   });
 
   it('reads the SCIM settings for identity providers', () => {
