@@ -1,46 +1,81 @@
 import type { FhirResource } from '../storage/types.js';
 
-const SUBSETTED = {
-  system: 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue',
-  code: 'SUBSETTED',
-  display: 'subsetted',
-};
+const SUBSETTED_SYSTEM = 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue';
+const SUBSETTED = { system: SUBSETTED_SYSTEM, code: 'SUBSETTED', display: 'subsetted' };
 
-/**
- * The element names `_elements` keeps for `resourceType`, or undefined when no entry applies to it
- * (then the resource is exported whole). Entries are `Type.element` or `element` (any type).
- */
-export function elementsFor(resourceType: string, elements: readonly string[]): Set<string> | undefined {
-  const kept = new Set<string>();
-  for (const entry of elements) {
-    const dot = entry.indexOf('.');
-    if (dot < 0) kept.add(entry);
-    else if (entry.slice(0, dot) === resourceType) kept.add(entry.slice(dot + 1));
-  }
-  return kept.size > 0 ? kept : undefined;
+/** What `_elements` keeps of the resources of one type. */
+export interface ElementSelection {
+  /** Top-level element names kept (besides `resourceType`, `id` and `meta`, always kept). */
+  names: ReadonlySet<string>;
+  /** Choice elements by their stem (`value` for `value[x]`): every `valueXxx` is kept. */
+  choices: readonly string[];
 }
 
 /**
- * Bulk Data `_elements`: keeps `resourceType`, `id`, `meta` and the listed top-level elements, and
- * tags the result `SUBSETTED` so that it is never mistaken for the full resource.
+ * What Bulk Data 2.0.0 `_elements` keeps of a resource of `resourceType`: the unqualified entries
+ * (`status`), the entries qualified with this type (`Observation.code`) and the type's mandatory
+ * elements (`mandatory`, min cardinality ≥ 1). Every type gets a selection: the IG asks the server
+ * to "omit unlisted, non-mandatory elements from the resources returned", so a type no entry
+ * names keeps its mandatory elements only.
  */
-export function projectElements(resource: FhirResource, kept: ReadonlySet<string>): FhirResource {
+export function elementsFor(
+  resourceType: string,
+  elements: readonly string[],
+  mandatory: readonly string[] = [],
+): ElementSelection {
+  const names = new Set<string>();
+  const choices: string[] = [];
+  const add = (name: string): void => {
+    if (!name.endsWith('[x]')) names.add(name);
+    else if (!choices.includes(name.slice(0, -3))) choices.push(name.slice(0, -3));
+  };
+  for (const entry of elements) {
+    const dot = entry.indexOf('.');
+    if (dot < 0) add(entry);
+    else if (entry.slice(0, dot) === resourceType) add(entry.slice(dot + 1));
+  }
+  for (const name of mandatory) add(name);
+  return { names, choices };
+}
+
+/** True when `name` is `stem` followed by a type name (`valueQuantity` for `value`). */
+function isChoiceOf(name: string, stem: string): boolean {
+  if (name.length <= stem.length || !name.startsWith(stem)) return false;
+  const next = name.charCodeAt(stem.length);
+  return next >= 65 && next <= 90; // A-Z
+}
+
+/**
+ * Bulk Data `_elements`: keeps `resourceType`, `id`, `meta` and the selected top-level elements
+ * (with their `_element` primitive extensions), and adds the `SUBSETTED` tag to `meta.tag` (after
+ * the existing tags, once) so that the result is never mistaken for the full resource.
+ */
+export function projectElements(resource: FhirResource, selection: ElementSelection): FhirResource {
+  const meta = { ...(resource.meta ?? {}) };
+  const tags: unknown[] = Array.isArray(meta.tag) ? [...(meta.tag as unknown[])] : [];
+  const tagged = tags.some((tag) => {
+    const t = tag as { system?: unknown; code?: unknown } | null;
+    return t?.system === SUBSETTED_SYSTEM && t.code === 'SUBSETTED';
+  });
+  if (!tagged) tags.push(SUBSETTED);
+  meta.tag = tags;
+
   const out: FhirResource = { resourceType: resource.resourceType };
   for (const [key, value] of Object.entries(resource)) {
-    if (key === 'resourceType' || key === 'meta') continue;
-    const base = key.replace(/^_/, '');
+    if (key === 'resourceType') continue;
+    if (key === 'meta') {
+      out.meta = meta; // where it was (stored resources have it right after id)
+      continue;
+    }
+    const base = key.charCodeAt(0) === 95 /* _ */ ? key.slice(1) : key;
     if (
-      key === 'id' ||
-      kept.has(base) ||
-      [...kept].some((k) => k.endsWith('[x]') && base.startsWith(k.slice(0, -3)))
+      base === 'id' ||
+      selection.names.has(base) ||
+      (selection.choices.length > 0 && selection.choices.some((stem) => isChoiceOf(base, stem)))
     ) {
       out[key] = value;
     }
   }
-  const meta = { ...(resource.meta ?? {}) };
-  const tags = Array.isArray(meta.tag) ? [...(meta.tag as unknown[])] : [];
-  tags.push(SUBSETTED);
-  meta.tag = tags;
-  out.meta = meta;
+  out.meta ??= meta;
   return out;
 }

@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { ExportReadOptions, ExportReader, FhirResource, StoredResource } from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
-import { elementsFor, projectElements } from './elements.js';
+import { elementsFor, projectElements, type ElementSelection } from './elements.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import { loadMandatoryElements } from './mandatory-elements.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
+import { chunkText, ndjsonLines } from './ndjson-lines.js';
+import { AssociatedProvenance } from './provenance.js';
 import { compileTypeFilters, type CompiledTypeFilter } from './type-filter.js';
 
 /** Options of {@link runExport} besides the task. */
@@ -16,22 +19,8 @@ export interface RunExportOptions {
   progressInterval?: number;
 }
 
-const decoder = new TextDecoder();
 /** Transformed lines are written in batches of about this many characters. */
 const BATCH_CHARS = 256 * 1024;
-
-function toText(data: string | Uint8Array): string {
-  return typeof data === 'string' ? data : decoder.decode(data);
-}
-
-function* lines(text: string): Generator<string> {
-  let start = 0;
-  for (let end = text.indexOf('\n'); end >= 0; end = text.indexOf('\n', start)) {
-    if (end > start) yield text.slice(start, end);
-    start = end + 1;
-  }
-  if (start < text.length) yield text.slice(start);
-}
 
 function deletionBundle(resourceType: string, id: string): string {
   return `${JSON.stringify({
@@ -62,7 +51,10 @@ function issueOutcome(issue: ExportTask['issues'][number]): string {
  * a worker thread (`export-worker.ts`) and, for stores without a descriptor, in the main thread.
  *
  * Lines are copied as read unless `_elements` or `_typeFilter` apply to the type, in which case each
- * line is parsed. Bulk Data 2.0.0 "Bulk Data Output File Organization": one type per file.
+ * line is parsed. With `includeAssociatedData`, the ids of copied lines are recorded (read from the
+ * line's start, without parsing) and the associated Provenance are added last (see
+ * {@link AssociatedProvenance}). Bulk Data 2.0.0 "Bulk Data Output File Organization": one type per
+ * file.
  */
 export async function runExport(
   reader: ExportReader,
@@ -87,6 +79,9 @@ export async function runExport(
     if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('Export cancelled');
   };
   const filters = compileTypeFilters(params.typeFilters ?? []);
+  const mandatory = params.elements ? await loadMandatoryElements() : undefined;
+  const selectionOf = (resourceType: string): ElementSelection | undefined =>
+    params.elements ? elementsFor(resourceType, params.elements, mandatory?.get(resourceType)) : undefined;
   const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
   const writers: NdjsonFileWriter[] = [];
   const newWriter = (prefix: string): NdjsonFileWriter => {
@@ -103,6 +98,18 @@ export async function runExport(
         result.error.push({ type: 'OperationOutcome', file: f.file, count: f.count });
     }
 
+    // Without any Provenance in the snapshot there is nothing to associate: no id is recorded.
+    const associated =
+      params.associatedData && (await hasAny(reader, projectId, snapshot, 'Provenance'))
+        ? new AssociatedProvenance(params.associatedData)
+        : undefined;
+    // Provenance exported for `_type` goes last, so that associated ones join its file.
+    const types =
+      associated && task.types.includes('Provenance')
+        ? [...task.types.filter((t) => t !== 'Provenance'), 'Provenance']
+        : task.types;
+    let provenanceWriter: NdjsonFileWriter | undefined;
+
     let patientIds = task.patientIds;
     if (params.level === 'patient' && !patientIds) {
       // Every patient of the snapshot: the Patient level exports all their compartments.
@@ -112,7 +119,8 @@ export async function runExport(
         reuseChunks: true,
       })) {
         checkAborted();
-        for (const line of lines(toText(chunk.data))) ids.push((JSON.parse(line) as { id: string }).id);
+        for (const line of ndjsonLines(chunkText(chunk.data)))
+          ids.push((JSON.parse(line) as { id: string }).id);
       }
       patientIds = ids;
     }
@@ -122,10 +130,10 @@ export async function runExport(
 
     const deletedWriter = params.sinceMs !== undefined ? newWriter('deleted') : undefined;
 
-    for (const resourceType of task.types) {
+    for (const resourceType of types) {
       checkAborted();
       const writer = newWriter(resourceType);
-      const kept = params.elements ? elementsFor(resourceType, params.elements) : undefined;
+      const kept = selectionOf(resourceType);
       const typeFilters = filters.get(resourceType);
       const transform = kept || typeFilters ? { kept, typeFilters } : undefined;
 
@@ -164,14 +172,17 @@ export async function runExport(
         );
       }
 
-      for (const f of await writer.finish())
-        result.output.push({ type: resourceType, file: f.file, count: f.count });
+      if (associated && resourceType === 'Provenance') provenanceWriter = writer;
+      else {
+        for (const f of await writer.finish())
+          result.output.push({ type: resourceType, file: f.file, count: f.count });
+      }
       progress.typesDone += 1;
       report(true);
 
       async function copy(
         chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
-        how: { kept?: Set<string>; typeFilters?: CompiledTypeFilter[] } | undefined,
+        how: { kept?: ElementSelection; typeFilters?: CompiledTypeFilter[] } | undefined,
         seen: Set<string> | undefined,
         remember: boolean,
       ): Promise<void> {
@@ -179,18 +190,20 @@ export async function runExport(
           checkAborted();
           if (!how && !seen) {
             // The hot path: whole lines copied without parsing.
+            associated?.noteChunk(resourceType, chunk.data);
             await writer.write(chunk.data, chunk.count);
             progress.resources += chunk.count;
           } else {
             let batch = '';
             let count = 0;
-            for (const line of lines(toText(chunk.data))) {
+            for (const line of ndjsonLines(chunkText(chunk.data))) {
               const resource = JSON.parse(line) as StoredResource;
               if (seen) {
                 if (remember) seen.add(resource.id);
                 else if (seen.has(resource.id)) continue;
               }
               if (how?.typeFilters && !how.typeFilters.some((f) => f.matches(resource))) continue;
+              associated?.note(resourceType, resource.id);
               const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
               batch += how?.kept ? `${JSON.stringify(out)}\n` : `${line}\n`;
               count += 1;
@@ -211,6 +224,35 @@ export async function runExport(
       }
     }
 
+    if (associated) {
+      // One pass over the snapshot's Provenance (two for Latest), whatever the export level: in
+      // R4 a Provenance is in a patient's compartment only when it targets the Patient itself.
+      const writer = provenanceWriter ?? newWriter('Provenance');
+      const kept = selectionOf('Provenance');
+      let batch = '';
+      let count = 0;
+      const read = () =>
+        reader.readResources(projectId, snapshot, { resourceType: 'Provenance', reuseChunks: true });
+      for await (const { line, resource } of associated.select(read, checkAborted)) {
+        batch += kept ? `${JSON.stringify(projectElements(resource, kept))}\n` : `${line}\n`;
+        count += 1;
+        if (batch.length >= BATCH_CHARS) {
+          await writer.write(batch, count);
+          progress.resources += count;
+          batch = '';
+          count = 0;
+          report(false);
+        }
+      }
+      if (count > 0) {
+        await writer.write(batch, count);
+        progress.resources += count;
+      }
+      for (const f of await writer.finish())
+        result.output.push({ type: 'Provenance', file: f.file, count: f.count });
+      report(true);
+    }
+
     if (deletedWriter) {
       for (const f of await deletedWriter.finish())
         result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
@@ -224,4 +266,17 @@ export async function runExport(
     }
     throw error;
   }
+}
+
+/** True when the snapshot holds at least one resource of `resourceType`. */
+async function hasAny(
+  reader: ExportReader,
+  projectId: string,
+  snapshot: ExportTask['snapshot'],
+  resourceType: string,
+): Promise<boolean> {
+  for await (const chunk of reader.readResources(projectId, snapshot, { resourceType, reuseChunks: true })) {
+    if (chunk.count > 0) return true;
+  }
+  return false;
 }

@@ -159,8 +159,9 @@ describe('kick-off parameters', () => {
       expect(Object.keys(p).sort()).toEqual(['id', 'meta', 'name', 'resourceType']);
       expect((p.meta as { tag: { code: string }[] }).tag.map((t) => t.code)).toContain('SUBSETTED');
     }
+    // Observation.code is mandatory (1..1): kept although not listed.
     for (const o of byType.get('Observation')!)
-      expect(Object.keys(o).sort()).toEqual(['id', 'meta', 'resourceType', 'status']);
+      expect(Object.keys(o).sort()).toEqual(['code', 'id', 'meta', 'resourceType', 'status']);
     await expect400(app, auth, '/$export?_elements=Foo.bar');
     await expect400(app, auth, '/$export?_elements=name.given');
   });

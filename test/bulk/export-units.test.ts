@@ -8,6 +8,7 @@ import {
 } from '../../src/bulk/capability.js';
 import { elementsFor, projectElements } from '../../src/bulk/elements.js';
 import { resolveGroupMembers } from '../../src/bulk/group-members.js';
+import { loadMandatoryElements, mandatoryElementsOf } from '../../src/bulk/mandatory-elements.js';
 import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
 import { compileTypeFilters } from '../../src/bulk/type-filter.js';
 import { NotFoundError } from '../../src/storage/errors.js';
@@ -63,8 +64,12 @@ describe('NdjsonFileWriter', () => {
 
 describe('_elements', () => {
   it('applies typed and untyped entries, keeps id/meta, tags SUBSETTED', () => {
-    expect(elementsFor('Patient', ['Patient.name', 'status'])).toEqual(new Set(['name', 'status']));
-    expect(elementsFor('Observation', ['Patient.name'])).toBeUndefined();
+    const patient = elementsFor('Patient', ['Patient.name', 'status']);
+    expect([...patient.names].sort()).toEqual(['name', 'status']);
+    // A type no entry names keeps the unqualified entries and its mandatory elements only.
+    const observation = elementsFor('Observation', ['Patient.name', 'id'], ['status', 'code']);
+    expect([...observation.names].sort()).toEqual(['code', 'id', 'status']);
+    expect(elementsFor('Observation', ['Patient.name']).names.size).toBe(0);
     const r = {
       resourceType: 'Observation',
       id: '1',
@@ -74,7 +79,7 @@ describe('_elements', () => {
       _status: { id: 'e' },
       code: {},
     };
-    const out = projectElements(r, new Set(['status', 'value[x]']));
+    const out = projectElements(r, elementsFor('Observation', ['status', 'value[x]']));
     expect(Object.keys(out).sort()).toEqual([
       '_status',
       'id',
@@ -85,6 +90,56 @@ describe('_elements', () => {
     ]);
     expect((out.meta as { tag: { code: string }[] }).tag.map((t) => t.code)).toEqual(['x', 'SUBSETTED']);
     expect(r.meta.tag).toHaveLength(1);
+    // Already tagged: not twice.
+    const again = projectElements(out, elementsFor('Observation', ['status']));
+    expect((again.meta as { tag: unknown[] }).tag).toHaveLength(2);
+    // Mandatory choice elements keep every variant.
+    const request = projectElements(
+      { resourceType: 'MedicationRequest', id: 'm', medicationCodeableConcept: { text: 'a' }, note: [] },
+      elementsFor('MedicationRequest', ['id'], ['medication[x]']),
+    );
+    expect(Object.keys(request).sort()).toEqual(['id', 'medicationCodeableConcept', 'meta', 'resourceType']);
+  });
+
+  it('mandatory elements come from the R4 StructureDefinitions', async () => {
+    const table = await loadMandatoryElements();
+    expect(table.get('Observation')).toEqual(['status', 'code']);
+    expect(table.get('Provenance')).toEqual(['target', 'recorded', 'agent']);
+    expect(table.get('MedicationRequest')).toEqual(
+      expect.arrayContaining(['status', 'intent', 'medication[x]', 'subject']),
+    );
+    expect(table.get('Patient')).toEqual([]);
+    expect(await loadMandatoryElements()).toBe(table);
+    expect(
+      mandatoryElementsOf({
+        entry: [
+          {
+            resource: {
+              resourceType: 'StructureDefinition',
+              kind: 'resource',
+              type: 'X',
+              snapshot: {
+                element: [
+                  { path: 'X', min: 1 },
+                  { path: 'X.a', min: 1 },
+                  { path: 'X.b', min: 0 },
+                  { path: 'X.a.c', min: 1 },
+                ],
+              },
+            },
+          },
+          {
+            resource: {
+              resourceType: 'StructureDefinition',
+              kind: 'resource',
+              derivation: 'constraint',
+              type: 'Y',
+            },
+          },
+          { resource: { resourceType: 'StructureDefinition', kind: 'complex-type', type: 'Z' } },
+        ],
+      }),
+    ).toEqual(new Map([['X', ['a']]]));
   });
 });
 
