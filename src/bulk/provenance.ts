@@ -44,12 +44,12 @@ function recordedAt(provenance: StoredResource): number {
  * Feed it every exported resource (`note`, `noteChunk`), then `select` reads the Provenance of
  * the snapshot: once for Relevant, twice for Latest (first to find the latest per resource, then
  * to copy them), so that memory holds references and ids, never Provenance resources.
- * Memory: a Set of the `Type/id` of every exported resource other than Provenance.
+ * Memory: the ids of every exported resource other than Provenance (Sets by type).
  */
 export class AssociatedProvenance {
   readonly latestOnly: boolean;
-  /** `Type/id` of every exported resource other than Provenance. */
-  readonly #exported = new Set<string>();
+  /** Ids of every exported resource other than Provenance, by type. */
+  readonly #exported = new Map<string, Set<string>>();
   /** Provenance already in the export's own output (`_type` included Provenance). */
   readonly #written = new Set<string>();
   readonly #prefixes = new Map<string, { text: string; bytes: Buffer }>();
@@ -60,13 +60,25 @@ export class AssociatedProvenance {
 
   /** Number of exported resources recorded (Provenance aside). */
   get exportedCount(): number {
-    return this.#exported.size;
+    let count = 0;
+    for (const ids of this.#exported.values()) count += ids.size;
+    return count;
+  }
+
+  /** The set `note` adds ids of `resourceType` to. */
+  #idsOf(resourceType: string): Set<string> {
+    if (resourceType === 'Provenance') return this.#written;
+    let ids = this.#exported.get(resourceType);
+    if (!ids) {
+      ids = new Set();
+      this.#exported.set(resourceType, ids);
+    }
+    return ids;
   }
 
   /** Records one exported resource. */
   note(resourceType: string, id: string): void {
-    if (resourceType === 'Provenance') this.#written.add(id);
-    else this.#exported.add(`${resourceType}/${id}`);
+    this.#idsOf(resourceType).add(id);
   }
 
   /**
@@ -74,6 +86,7 @@ export class AssociatedProvenance {
    * (`{"resourceType":"…","id":"…"`, how the stores write it) without parsing; other lines are parsed.
    */
   noteChunk(resourceType: string, data: string | Uint8Array): void {
+    const ids = this.#idsOf(resourceType);
     let prefix = this.#prefixes.get(resourceType);
     if (!prefix) {
       const text = idPrefix(resourceType);
@@ -85,7 +98,7 @@ export class AssociatedProvenance {
       while (start < data.length) {
         let end = data.indexOf('\n', start);
         if (end < 0) end = data.length;
-        if (end > start) this.note(resourceType, idOfLine(data, start, end, prefix.text));
+        if (end > start) ids.add(idOfLine(data, start, end, prefix.text));
         start = end + 1;
       }
       return;
@@ -97,16 +110,20 @@ export class AssociatedProvenance {
       let end = buf.indexOf(0x0a, start);
       if (end < 0) end = buf.length;
       if (end > start) {
-        let id: string | undefined;
         const from = start + p.length;
+        let id: string | undefined;
         if (end > from && buf.compare(p, 0, p.length, start, from) === 0) {
-          const close = buf.indexOf(0x22, from);
-          // Stored ids are [A-Za-z0-9-.]: an escape means "parse the line".
-          if (close > from && close < end && !buf.subarray(from, close).includes(0x5c)) {
-            id = buf.toString('latin1', from, close);
+          // Stored ids are [A-Za-z0-9-.]{1,64}: anything else (an escape, non-ASCII) is parsed.
+          let close = from;
+          const limit = Math.min(end, from + 65);
+          while (close < limit) {
+            const c = buf[close]!;
+            if (c === 0x22 || c === 0x5c || c >= 0x80) break;
+            close += 1;
           }
+          if (close > from && close < limit && buf[close] === 0x22) id = buf.toString('latin1', from, close);
         }
-        this.note(resourceType, id ?? (JSON.parse(buf.toString('utf8', start, end)) as { id: string }).id);
+        ids.add(id ?? (JSON.parse(buf.toString('utf8', start, end)) as { id: string }).id);
       }
       start = end + 1;
     }
@@ -123,8 +140,10 @@ export class AssociatedProvenance {
     for (const target of targets) {
       const reference = (target as { reference?: unknown } | null)?.reference;
       if (typeof reference !== 'string') continue;
-      const key = referenceKey(reference);
-      if (key !== undefined && this.#exported.has(key) && !keys.includes(key)) keys.push(key);
+      const match = REFERENCE.exec(reference);
+      if (!match || !this.#exported.get(match[1]!)?.has(match[2]!)) continue;
+      const key = `${match[1]}/${match[2]}`;
+      if (!keys.includes(key)) keys.push(key);
     }
     return keys;
   }
@@ -137,7 +156,7 @@ export class AssociatedProvenance {
     read: () => AsyncIterable<NdjsonChunk>,
     checkAborted: () => void = () => undefined,
   ): AsyncGenerator<{ line: string; resource: StoredResource }> {
-    if (this.#exported.size === 0) return;
+    if (this.exportedCount === 0) return;
     let chosen: Set<string> | undefined;
     if (this.latestOnly) {
       const best = new Map<string, { id: string; at: number }>();
