@@ -84,6 +84,29 @@ export async function runExport(
     params.elements ? elementsFor(resourceType, params.elements, mandatory?.get(resourceType)) : undefined;
   const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
   const writers: NdjsonFileWriter[] = [];
+  /** Collects NDJSON lines for `writer` and writes them in batches of about `BATCH_CHARS`. */
+  const lineBatch = (writer: NdjsonFileWriter) => {
+    let batch = '';
+    let count = 0;
+    const flush = async (): Promise<void> => {
+      if (count === 0) return;
+      await writer.write(batch, count);
+      progress.resources += count;
+      batch = '';
+      count = 0;
+    };
+    return {
+      /** Adds a line (without its newline); true when that wrote a batch. */
+      add: async (line: string): Promise<boolean> => {
+        batch += `${line}\n`;
+        count += 1;
+        if (batch.length < BATCH_CHARS) return false;
+        await flush();
+        return true;
+      },
+      flush,
+    };
+  };
   const newWriter = (prefix: string): NdjsonFileWriter => {
     const writer = new NdjsonFileWriter(task.outputDir, prefix, task.maxFileSize, budget);
     writers.push(writer);
@@ -194,8 +217,7 @@ export async function runExport(
             await writer.write(chunk.data, chunk.count);
             progress.resources += chunk.count;
           } else {
-            let batch = '';
-            let count = 0;
+            const lines = lineBatch(writer);
             for (const line of ndjsonLines(chunkText(chunk.data))) {
               const resource = JSON.parse(line) as StoredResource;
               if (seen) {
@@ -205,19 +227,9 @@ export async function runExport(
               if (how?.typeFilters && !how.typeFilters.some((f) => f.matches(resource))) continue;
               associated?.note(resourceType, resource.id);
               const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
-              batch += how?.kept ? `${JSON.stringify(out)}\n` : `${line}\n`;
-              count += 1;
-              if (batch.length >= BATCH_CHARS) {
-                await writer.write(batch, count);
-                progress.resources += count;
-                batch = '';
-                count = 0;
-              }
+              await lines.add(how?.kept ? JSON.stringify(out) : line);
             }
-            if (count > 0) {
-              await writer.write(batch, count);
-              progress.resources += count;
-            }
+            await lines.flush();
           }
           report(false);
         }
@@ -229,25 +241,13 @@ export async function runExport(
       // R4 a Provenance is in a patient's compartment only when it targets the Patient itself.
       const writer = provenanceWriter ?? newWriter('Provenance');
       const kept = selectionOf('Provenance');
-      let batch = '';
-      let count = 0;
+      const lines = lineBatch(writer);
       const read = () =>
         reader.readResources(projectId, snapshot, { resourceType: 'Provenance', reuseChunks: true });
       for await (const { line, resource } of associated.select(read, checkAborted)) {
-        batch += kept ? `${JSON.stringify(projectElements(resource, kept))}\n` : `${line}\n`;
-        count += 1;
-        if (batch.length >= BATCH_CHARS) {
-          await writer.write(batch, count);
-          progress.resources += count;
-          batch = '';
-          count = 0;
-          report(false);
-        }
+        if (await lines.add(kept ? JSON.stringify(projectElements(resource, kept)) : line)) report(false);
       }
-      if (count > 0) {
-        await writer.write(batch, count);
-        progress.resources += count;
-      }
+      await lines.flush();
       for (const f of await writer.finish())
         result.output.push({ type: 'Provenance', file: f.file, count: f.count });
       report(true);
