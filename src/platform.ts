@@ -109,6 +109,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     baseUrl,
     tokenEndpoint: paths.token,
     jwksEndpoint: paths.jwks,
+    relativeToMount: true,
   });
   router.get('/.well-known/smart-configuration', smartConfig);
   router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
@@ -137,13 +138,16 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
         {
           // The token URL is absolute; without a configured origin it follows the request's.
           customize: (statement) => {
+            // `implementation.url` is the FHIR base as requested (origin, the host's mount path,
+            // then paths.fhir): the token URL shares everything before paths.fhir.
             const implementation = statement.implementation as { url?: string } | undefined;
-            const origin = baseUrl ?? (implementation?.url ? new URL(implementation.url).origin : '');
+            const fhirBase = implementation?.url ?? baseUrl ?? '';
+            const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
             const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
             if (rest[0])
               rest[0].security = {
                 ...(rest[0].security as object),
-                ...smartSecurity(`${origin}${tokenPath}`),
+                ...smartSecurity(`${root}${tokenPath}`),
               };
             return statement;
           },

@@ -31,6 +31,14 @@ export interface SmartConfigurationOptions {
    */
   jwksEndpoint?: string;
   /**
+   * Resolve relative `tokenEndpoint` and `jwksEndpoint` paths under the mount path of the router
+   * this handler is on (`req.baseUrl`) rather than on the bare origin: set it when the handler and
+   * the token router are mounted by one parent router that the host may mount under a prefix
+   * (`fhirPlatform` does).
+   * @default false
+   */
+  relativeToMount?: boolean;
+  /**
    * `issuer`; omitted when unset (SMART requires it only with `sso-openid-connect`).
    * @default undefined
    */
@@ -52,9 +60,10 @@ export interface SmartConfigurationOptions {
   scopesSupported?: string[];
 }
 
-function resolve(req: Request, baseUrl: string | undefined, target: string): string {
+function resolve(req: Request, options: SmartConfigurationOptions, target: string): string {
   if (/^https?:\/\//i.test(target)) return target;
-  return `${defaultIssuer(req, baseUrl)}${target.startsWith('/') ? '' : '/'}${target}`;
+  const prefix = options.relativeToMount ? req.baseUrl : '';
+  return `${defaultIssuer(req, options.baseUrl)}${prefix}${target.startsWith('/') ? '' : '/'}${target}`;
 }
 
 /**
@@ -75,8 +84,8 @@ export function smartConfiguration(
   capabilities.push('permission-v1', 'permission-v2');
   return {
     ...(options.issuer ? { issuer: options.issuer } : {}),
-    ...(options.jwksEndpoint ? { jwks_uri: resolve(req, options.baseUrl, options.jwksEndpoint) } : {}),
-    token_endpoint: resolve(req, options.baseUrl, options.tokenEndpoint ?? '/oauth2/token'),
+    ...(options.jwksEndpoint ? { jwks_uri: resolve(req, options, options.jwksEndpoint) } : {}),
+    token_endpoint: resolve(req, options, options.tokenEndpoint ?? '/oauth2/token'),
     grant_types_supported: ['client_credentials'],
     token_endpoint_auth_methods_supported: methods,
     token_endpoint_auth_signing_alg_values_supported: options.assertionAlgorithms ?? [
