@@ -9,7 +9,13 @@ import { absoluteUrl, requestUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler, operationOutcome } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import { booleanOption, nonNegativeNumber, optionalFunction, positiveNumber } from '../http/options.js';
+import {
+  booleanOption,
+  nonNegativeNumber,
+  optionalFunction,
+  positiveLimit,
+  positiveNumber,
+} from '../http/options.js';
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -154,28 +160,20 @@ export function resolveBulkExportRouterOptions(
 ): ResolvedBulkExportRouterOptions {
   const retryAfter = positiveNumber(OWNER, 'retryAfter', options.retryAfter, 1);
   const maxRunningExports = positiveNumber(OWNER, 'maxRunningExports', options.maxRunningExports, 2);
-  const infinite = { allowInfinity: true };
-  const maxProjectExportSize = positiveNumber(
+  const maxProjectExportSize = positiveLimit(
     OWNER,
     'maxProjectExportSize',
     options.maxProjectExportSize,
     GIB,
-    infinite,
   );
-  const maxKickoffsPerHour = positiveNumber(
-    OWNER,
-    'maxKickoffsPerHour',
-    options.maxKickoffsPerHour,
-    30,
-    infinite,
-  );
+  const maxKickoffsPerHour = positiveLimit(OWNER, 'maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
   const minFreeSpace = nonNegativeNumber(OWNER, 'minFreeSpace', options.minFreeSpace ?? GIB, GIB);
   const freeSpaceProbe = optionalFunction(OWNER, 'freeSpaceProbe', options.freeSpaceProbe, statfsFreeSpace);
   const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
   const retention = positiveNumber(OWNER, 'retention', options.retention, 6 * HOUR);
   const cleanupInterval = positiveNumber(OWNER, 'cleanupInterval', options.cleanupInterval, 60_000);
   const maxFileSize = positiveNumber(OWNER, 'maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
-  const maxExportSize = positiveNumber(OWNER, 'maxExportSize', options.maxExportSize, 4 * GIB, infinite);
+  const maxExportSize = positiveLimit(OWNER, 'maxExportSize', options.maxExportSize, 4 * GIB);
   const requireAsyncHeaders = booleanOption(
     OWNER,
     'requireAsyncHeaders',

@@ -69,23 +69,31 @@ export function positiveInteger(
 }
 
 /**
- * A finite number > 0 (or also `Infinity`, with `allowInfinity`), or `fallback` when `value` is
- * undefined.
+ * A finite number > 0, or `fallback` when `value` is undefined (without `fallback`, `value` is
+ * required).
  */
 export function positiveNumber(
   owner: string,
   name: string,
   value: number | undefined,
   fallback?: number,
-  { allowInfinity = false }: { allowInfinity?: boolean } = {},
 ): number {
   if (value === undefined && fallback !== undefined) return fallback;
-  if (allowInfinity) {
-    if (typeof value !== 'number' || Number.isNaN(value) || value <= 0)
-      optionError(owner, name, `${name} must be a positive number or Infinity`);
-  } else if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0)
     optionError(owner, name, `${name} must be a positive number`);
-  }
+  return value;
+}
+
+/** A size or count limit: a number > 0, `Infinity` for none, or `fallback` when `value` is undefined. */
+export function positiveLimit(
+  owner: string,
+  name: string,
+  value: number | undefined,
+  fallback: number,
+): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || Number.isNaN(value) || value <= 0)
+    optionError(owner, name, `${name} must be a positive number or Infinity`);
   return value;
 }
 
