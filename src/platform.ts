@@ -12,6 +12,7 @@ import type { FhirRouterOptions } from './fhir/router-options.js';
 import { projectRouter, type ProjectRouterOptions } from './project/router.js';
 import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
+import { optionError, requireStorage } from './http/options.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError'>>;
@@ -66,8 +67,10 @@ const DEFAULT_PATHS = { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/toke
 
 function normalisePath(name: string, value: string): string {
   if (!value.startsWith('/') || value.endsWith('/')) {
-    throw new TypeError(
-      `fhirPlatform: paths.${name} must start with "/" and not end with "/" (got "${value}")`,
+    optionError(
+      'fhirPlatform',
+      `paths.${name}`,
+      `paths.${name} must start with "/" and not end with "/" (got "${value}")`,
     );
   }
   return value;
@@ -80,12 +83,12 @@ function normalisePath(name: string, value: string): string {
  * `fhirRouter`).
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
-  if (!options?.storage) throw new TypeError('fhirPlatform: storage is required');
+  requireStorage('fhirPlatform', options);
   const { storage, baseUrl, onError } = options;
   const paths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   if (options.bulk !== false && !options.exportDir && !options.bulk?.exportDir) {
-    throw new TypeError('fhirPlatform: exportDir is required (or bulk: false)');
+    optionError('fhirPlatform', 'exportDir', 'exportDir is required (or bulk: false)');
   }
 
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.

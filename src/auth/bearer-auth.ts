@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Request } from 'express';
 import { unauthorized } from '../http/authenticate.js';
 import { HttpError } from '../http/http-error.js';
+import { requireStorage } from '../http/options.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
@@ -100,7 +101,7 @@ const BASIC_CACHE_MAX = 1000;
  * `undefined` (401); a bad token throws 401 `invalid_token`.
  */
 export function bearerAuth(options: BearerAuthOptions): Authenticate {
-  if (!options?.storage) throw new TypeError('bearerAuth: storage is required');
+  requireStorage('bearerAuth', options);
   const { storage } = options;
   const keys = options.signingKeys ?? createSigningKeys(storage, options.signingKeyOptions);
   const algorithms = options.algorithms ?? [...SIGNING_ALGORITHMS];

@@ -1,3 +1,4 @@
+import { optionError } from '../http/options.js';
 import { concurrencyGate, GateFullError } from './concurrency-gate.js';
 
 /**
@@ -108,11 +109,13 @@ export function resolveFailureLimitOptions(
   owner = 'rateLimit',
 ): ResolvedFailureLimitOptions {
   if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`${owner}: rateLimit must be an options object or false`);
+    optionError(owner, 'rateLimit', 'rateLimit must be an options object or false');
   }
   if ('maxFailuresPerClient' in options) {
-    throw new TypeError(
-      `${owner}: rateLimit.maxFailuresPerClient is replaced by maxFailuresPerClientAddress ` +
+    optionError(
+      owner,
+      'rateLimit.maxFailuresPerClient',
+      'rateLimit.maxFailuresPerClient is replaced by maxFailuresPerClientAddress ' +
         '(failures are counted per client id and address)',
     );
   }
@@ -122,8 +125,10 @@ export function resolveFailureLimitOptions(
     if (value === undefined) continue;
     const least = name === 'maxQueuedSecretChecks' ? 0 : 1;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
-      throw new TypeError(
-        `${owner}: rateLimit.${name} must be ${least === 0 ? 'a non-negative' : 'a positive'} integer`,
+      optionError(
+        owner,
+        `rateLimit.${name}`,
+        `rateLimit.${name} must be ${least === 0 ? 'a non-negative' : 'a positive'} integer`,
       );
     }
     resolved[name] = value;

@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
+import { requireStorage } from '../http/options.js';
 import type { Storage } from '../storage/types.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './signing-keys.js';
 
@@ -19,7 +20,7 @@ export interface JwksHandlerOptions {
  * servers that check tokens themselves. Mount it with `app.get('/oauth2/jwks', handler)`.
  */
 export function jwksHandler(options: JwksHandlerOptions): RequestHandler {
-  if (!options?.storage) throw new TypeError('jwksHandler: storage is required');
+  requireStorage('jwksHandler', options);
   const keys = options.signingKeys ?? createSigningKeys(options.storage);
   return asyncHandler(async (_req, res) => {
     const jwks = await keys.jwks();

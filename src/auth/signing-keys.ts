@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
+import { optionError } from '../http/options.js';
 import type { SigningKeyRecord, Storage } from '../storage/types.js';
 
 /** Algorithms the server signs access tokens with. */
@@ -69,10 +70,10 @@ function isAlgorithm(alg: string): alg is SigningAlgorithm {
 export function signingKeys(storage: Storage, options: SigningKeysOptions = {}): SigningKeys {
   const algorithm = options.algorithm ?? 'ES256';
   if (!isAlgorithm(algorithm))
-    throw new TypeError(`signingKeys: algorithm must be one of ${SIGNING_ALGORITHMS.join(', ')}`);
+    optionError('signingKeys', 'algorithm', `algorithm must be one of ${SIGNING_ALGORITHMS.join(', ')}`);
   const retention = options.retention ?? 90 * 24 * 3600;
   if (!Number.isFinite(retention) || retention < 0)
-    throw new TypeError('signingKeys: retention must be >= 0 seconds');
+    optionError('signingKeys', 'retention', 'retention must be >= 0 seconds');
   const refreshMs = (options.refreshInterval ?? 60) * 1000;
   const now = options.now ?? Date.now;
 

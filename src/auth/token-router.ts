@@ -3,6 +3,7 @@ import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
 import { OAuthError } from '../http/http-error.js';
+import { optionError, positiveNumber, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
@@ -84,26 +85,28 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
   now?: () => number;
 }
 
-function positive(name: string, value: number): number {
-  if (!Number.isFinite(value) || value <= 0)
-    throw new TypeError(`tokenRouter: ${name} must be a positive number`);
-  return value;
-}
+const OWNER = 'tokenRouter';
 
 /** Resolves and validates `TokenRouterOptions` once. */
 export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEndpointConfig {
-  if (!options?.storage) throw new TypeError('tokenRouter: storage is required');
+  requireStorage(OWNER, options);
   const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
   for (const m of methods) {
     if (!CLIENT_AUTH_METHODS.includes(m))
-      throw new TypeError(`tokenRouter: unknown auth method ${String(m)}`);
+      optionError(OWNER, 'authMethods', `unknown auth method ${String(m)}`);
   }
   const algorithms = options.assertionAlgorithms ?? [...CLIENT_ASSERTION_ALGORITHMS];
   for (const alg of algorithms) {
-    if (isSymmetricOrNone(alg)) throw new TypeError(`tokenRouter: assertion algorithm ${alg} is not allowed`);
+    if (isSymmetricOrNone(alg))
+      optionError(OWNER, 'assertionAlgorithms', `assertion algorithm ${alg} is not allowed`);
   }
-  const accessTokenLifetime = positive('accessTokenLifetime', options.accessTokenLifetime ?? 300);
-  const maxAccessTokenLifetime = positive(
+  const accessTokenLifetime = positiveNumber(
+    OWNER,
+    'accessTokenLifetime',
+    options.accessTokenLifetime ?? 300,
+  );
+  const maxAccessTokenLifetime = positiveNumber(
+    OWNER,
     'maxAccessTokenLifetime',
     options.maxAccessTokenLifetime ?? 90 * 24 * 3600,
   );
@@ -114,7 +117,7 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
     limiter: failureLimiter(options.rateLimit, { owner: 'tokenRouter', now: options.now ?? Date.now }),
     methods,
     algorithms,
-    maxAssertionLifetime: positive('maxAssertionLifetime', options.maxAssertionLifetime ?? 300),
+    maxAssertionLifetime: positiveNumber(OWNER, 'maxAssertionLifetime', options.maxAssertionLifetime ?? 300),
     clockTolerance: options.clockTolerance ?? 5,
     accessTokenLifetime,
     maxAccessTokenLifetime,

@@ -6,6 +6,7 @@ import { NotFoundError } from '../storage/errors.js';
 import type { ExportJobRecord, Storage } from '../storage/types.js';
 import type { ExportPool } from './export-pool.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { KickoffLimits } from './kickoff-limits.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
 
 /** What a job runs, persisted as `ExportJobRecord.params` so that a restart can run it again. */
@@ -36,6 +37,8 @@ export interface ExportJobManagerOptions {
   retention: number;
   /** How often expired jobs are looked for, ms. */
   cleanupInterval: number;
+  /** Limits every kick-off must pass. @default none */
+  limits?: KickoffLimits;
   /** Test hook: transforms each task before it runs. */
   taskHook?: (task: ExportTask) => ExportTask;
   /** Receives unexpected failures (a job failing is not one). */
@@ -78,6 +81,15 @@ async function dirBytes(dir: string): Promise<number> {
   return total;
 }
 
+/** What a kick-off asks for. */
+export interface KickoffInput {
+  projectId: string;
+  ownerId: string;
+  /** The kick-off request URL (the manifest's `request`). */
+  request: string;
+  plan: ExportPlan;
+}
+
 interface RunningJob {
   controller: AbortController;
   done: Promise<void>;
@@ -92,6 +104,8 @@ export class ExportJobManager {
   readonly #o: ExportJobManagerOptions;
   readonly #running = new Map<string, RunningJob>();
   readonly #downloads = new Map<string, number>();
+  /** Per project: the kick-off in progress, which the next one waits for. */
+  readonly #kickoffs = new Map<string, Promise<unknown>>();
   #timer: NodeJS.Timeout | undefined;
   #closing = false;
   #sweeping: Promise<void> | undefined;
@@ -150,13 +164,34 @@ export class ExportJobManager {
     return usage;
   }
 
-  /** Creates and starts a job; `transactionTime` is the snapshot time. */
-  async kickoff(input: {
-    projectId: string;
-    ownerId: string;
-    request: string;
-    plan: ExportPlan;
-  }): Promise<ExportJobRecord> {
+  /**
+   * Creates and starts a job once it passes the limits; `transactionTime` is the snapshot time.
+   * Kick-offs of one project are counted and created one at a time, so that concurrent kick-offs
+   * cannot both pass the limits (in this process).
+   */
+  async kickoff(input: KickoffInput): Promise<ExportJobRecord> {
+    const { limits } = this.#o;
+    await limits?.checkFreeSpace();
+    return this.#serialized(input.projectId, async () => {
+      await limits?.check(input.projectId, (since) => this.usage(input.projectId, since));
+      const created = await this.#create(input);
+      limits?.record(input.projectId);
+      return created;
+    });
+  }
+
+  #serialized<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.#kickoffs.get(projectId) ?? Promise.resolve();
+    const next = previous.then(fn, fn);
+    const settled = next.catch(() => undefined);
+    this.#kickoffs.set(projectId, settled);
+    void settled.then(() => {
+      if (this.#kickoffs.get(projectId) === settled) this.#kickoffs.delete(projectId);
+    });
+    return next;
+  }
+
+  async #create(input: KickoffInput): Promise<ExportJobRecord> {
     const { storage } = this.#o;
     const snapshot = await storage.exportSnapshot(
       input.projectId,

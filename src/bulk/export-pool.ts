@@ -1,5 +1,6 @@
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { optionError } from '../http/options.js';
 import type { ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
@@ -50,7 +51,7 @@ export class ExportPool {
       options.maxThreads !== undefined &&
       !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)
     ) {
-      throw new TypeError('ExportPool: maxThreads must be a positive integer');
+      optionError('ExportPool', 'maxThreads', 'maxThreads must be a positive integer');
     }
     this.#options = options;
   }

@@ -1,9 +1,6 @@
-import { createReadStream } from 'node:fs';
-import { mkdir, statfs } from 'node:fs/promises';
+import { statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { pipeline } from 'node:stream/promises';
-import { createGzip } from 'node:zlib';
 import { Router, type NextFunction, type Request, type RequestHandler } from 'express';
 import { isValidId } from '../fhir/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
@@ -12,14 +9,24 @@ import { absoluteUrl, requestUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler, operationOutcome } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
+import {
+  booleanOption,
+  nonNegativeNumber,
+  optionalFunction,
+  positiveLimit,
+  positiveNumber,
+} from '../http/options.js';
+import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { NotFoundError } from '../storage/errors.js';
+import { findExportFile, sendExportFile } from './downloads.js';
 import { ExportJobManager } from './export-jobs.js';
-import { canExport, planExport } from './export-plan.js';
+import { planExport } from './export-plan.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
 import type { ExportTask } from './export-task.js';
+import { KickoffLimits } from './kickoff-limits.js';
 import { parseKickoff, type ExportLevel } from './kickoff-params.js';
-import { buildManifest, findJobFile } from './manifest.js';
+import { buildManifest } from './manifest.js';
 
 /** Options of {@link bulkExportRouter}. */
 export interface BulkExportRouterOptions extends CommonRouterOptions {
@@ -131,23 +138,6 @@ function segment(req: Request, index: number): string | undefined {
   return decodeParam(req.path.split('/')[index]);
 }
 
-const FILE_NAME = /^[A-Za-z]+-[0-9]+\.ndjson$/;
-
-function positive(name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isFinite(value) || value <= 0)
-    throw new TypeError(`bulkExportRouter: ${name} must be a positive number`);
-  return value;
-}
-
-/** A size or count limit: a positive number, or `Infinity` for none. */
-function limit(name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || Number.isNaN(value) || value <= 0)
-    throw new TypeError(`bulkExportRouter: ${name} must be a positive number or Infinity`);
-  return value;
-}
-
 /** Bytes available to this process on the file system holding `dir`. */
 async function statfsFreeSpace(dir: string): Promise<number> {
   const stats = await statfs(dir);
@@ -156,10 +146,56 @@ async function statfsFreeSpace(dir: string): Promise<number> {
 
 const HOUR = 60 * 60 * 1000;
 const GIB = 1024 * 1024 * 1024;
+const OWNER = 'bulkExportRouter';
 
-/** Whole seconds until `at` (epoch ms), at least 1. */
-function secondsUntil(at: number, now: number): string {
-  return String(Math.max(1, Math.ceil((at - now) / 1000)));
+/** Options with every default filled in. */
+export interface ResolvedBulkExportRouterOptions
+  extends
+    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook'>>,
+    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook'> {}
+
+/** Fills in defaults and fails fast on bad options. */
+export function resolveBulkExportRouterOptions(
+  options: BulkExportRouterOptions,
+): ResolvedBulkExportRouterOptions {
+  const retryAfter = positiveNumber(OWNER, 'retryAfter', options.retryAfter, 1);
+  const maxRunningExports = positiveNumber(OWNER, 'maxRunningExports', options.maxRunningExports, 2);
+  const maxProjectExportSize = positiveLimit(
+    OWNER,
+    'maxProjectExportSize',
+    options.maxProjectExportSize,
+    GIB,
+  );
+  const maxKickoffsPerHour = positiveLimit(OWNER, 'maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
+  const minFreeSpace = nonNegativeNumber(OWNER, 'minFreeSpace', options.minFreeSpace ?? GIB, GIB);
+  const freeSpaceProbe = optionalFunction(OWNER, 'freeSpaceProbe', options.freeSpaceProbe, statfsFreeSpace);
+  const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
+  const retention = positiveNumber(OWNER, 'retention', options.retention, 6 * HOUR);
+  const cleanupInterval = positiveNumber(OWNER, 'cleanupInterval', options.cleanupInterval, 60_000);
+  const maxFileSize = positiveNumber(OWNER, 'maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
+  const maxExportSize = positiveLimit(OWNER, 'maxExportSize', options.maxExportSize, 4 * GIB);
+  const requireAsyncHeaders = booleanOption(
+    OWNER,
+    'requireAsyncHeaders',
+    options.requireAsyncHeaders ?? false,
+    false,
+  );
+  return {
+    ...options,
+    onError: options.onError ?? defaultErrorLogger,
+    retryAfter,
+    maxRunningExports,
+    maxProjectExportSize,
+    maxKickoffsPerHour,
+    minFreeSpace,
+    freeSpaceProbe,
+    exportDir,
+    retention,
+    cleanupInterval,
+    maxFileSize,
+    maxExportSize,
+    requireAsyncHeaders,
+  };
 }
 
 function header(req: Request, name: string): string | undefined {
@@ -176,8 +212,8 @@ function decodeParam(value: string | undefined): string | undefined {
   }
 }
 
-function information(text: string): string {
-  return JSON.stringify(operationOutcome('information', 'informational', text));
+function information(text: string): Record<string, unknown> {
+  return operationOutcome('information', 'informational', text);
 }
 
 /**
@@ -195,119 +231,40 @@ function information(text: string): string {
  * created. Call `close()` when the host shuts down.
  */
 export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRouter {
-  const { storage, authenticate, baseUrl } = options;
-  const onError = options.onError ?? defaultErrorLogger;
-  const retryAfter = String(Math.ceil(positive('retryAfter', options.retryAfter, 1)));
-  const maxRunning = positive('maxRunningExports', options.maxRunningExports, 2);
-  const maxProjectBytes = limit('maxProjectExportSize', options.maxProjectExportSize, GIB);
-  const maxKickoffs = limit('maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
-  const minFreeSpace = options.minFreeSpace ?? GIB;
-  if (typeof minFreeSpace !== 'number' || !Number.isFinite(minFreeSpace) || minFreeSpace < 0)
-    throw new TypeError('bulkExportRouter: minFreeSpace must be a finite number >= 0');
-  if (options.freeSpaceProbe !== undefined && typeof options.freeSpaceProbe !== 'function')
-    throw new TypeError('bulkExportRouter: freeSpaceProbe must be a function');
-  const freeSpaceProbe = options.freeSpaceProbe ?? statfsFreeSpace;
-  const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
-  const retention = positive('retention', options.retention, 6 * HOUR);
-  const cleanupInterval = positive('cleanupInterval', options.cleanupInterval, 60_000);
-  const maxFileSize = positive('maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
-  const maxExportSize = limit('maxExportSize', options.maxExportSize, 4 * GIB);
-  const requireAsyncHeaders = options.requireAsyncHeaders ?? false;
-  if (typeof requireAsyncHeaders !== 'boolean')
-    throw new TypeError('bulkExportRouter: requireAsyncHeaders must be a boolean');
-  const ownsPool = !(options.pool instanceof ExportPool);
-  const pool = options.pool instanceof ExportPool ? options.pool : new ExportPool(options.pool);
+  const config = resolveBulkExportRouterOptions(options);
+  const { storage, authenticate, baseUrl, onError, exportDir, requireAsyncHeaders } = config;
+  const retryAfter = String(Math.ceil(config.retryAfter));
+  const ownsPool = !(config.pool instanceof ExportPool);
+  const pool = config.pool instanceof ExportPool ? config.pool : new ExportPool(config.pool);
   const jobs = new ExportJobManager({
     storage,
     pool,
     exportDir,
-    maxFileSize,
-    maxExportSize,
-    retention,
-    cleanupInterval,
-    taskHook: options.taskHook,
+    maxFileSize: config.maxFileSize,
+    maxExportSize: config.maxExportSize,
+    retention: config.retention,
+    cleanupInterval: config.cleanupInterval,
+    limits: new KickoffLimits({
+      exportDir,
+      maxRunning: config.maxRunningExports,
+      maxKickoffs: config.maxKickoffsPerHour,
+      maxProjectBytes: config.maxProjectExportSize,
+      minFreeSpace: config.minFreeSpace,
+      freeSpaceProbe: config.freeSpaceProbe,
+      retention: config.retention,
+      cleanupInterval: config.cleanupInterval,
+      retryAfter,
+      onError,
+    }),
+    taskHook: config.taskHook,
     onError,
   });
   const ready = jobs.start().catch(onError);
 
-  /** Refuses a kick-off while the export directory's file system is short of space. */
-  const checkFreeSpace = async (): Promise<void> => {
-    if (minFreeSpace === 0) return;
-    let free: number;
-    try {
-      await mkdir(exportDir, { recursive: true });
-      free = await freeSpaceProbe(exportDir);
-    } catch (error) {
-      // Unknown free space (statfs unsupported, …) does not block exports.
-      onError(error);
-      return;
-    }
-    if (free < minFreeSpace) {
-      throw new FhirError(503, 'transient', 'Not enough free disk space for exports; retry later', {
-        headers: { 'Retry-After': String(Math.ceil(cleanupInterval / 1000)) },
-      });
-    }
-  };
-
-  /** Kick-offs accepted by this router per project (epoch ms, ascending), over the last hour. */
-  const recentKickoffs = new Map<string, number[]>();
-  const kickoffsSince = (projectId: string, since: number): number[] => {
-    const times = (recentKickoffs.get(projectId) ?? []).filter((t) => t >= since);
-    if (times.length > 0) recentKickoffs.set(projectId, times);
-    else recentKickoffs.delete(projectId);
-    return times;
-  };
-
-  /** The kick-off limits of a project, checked in order; throws the 429 of the first reached. */
-  const checkLimits = async (projectId: string): Promise<void> => {
-    const now = Date.now();
-    const usage = await jobs.usage(projectId, now - HOUR);
-    if (usage.running >= maxRunning) {
-      throw new FhirError(429, 'throttled', 'Too many exports are running for this project; retry later', {
-        headers: { 'Retry-After': retryAfter },
-      });
-    }
-    // Accepted kick-offs are counted here (they stay counted when cancelled and deleted) and in
-    // storage (jobs created by other processes).
-    let until: number | undefined;
-    for (const times of [kickoffsSince(projectId, now - HOUR), usage.createdSince]) {
-      if (times.length < maxKickoffs) continue;
-      const leaves = (times[times.length - maxKickoffs] ?? now) + HOUR;
-      until = Math.max(until ?? 0, leaves);
-    }
-    if (until !== undefined) {
-      throw new FhirError(429, 'throttled', 'Too many export kick-offs for this project in the last hour', {
-        headers: { 'Retry-After': secondsUntil(until, now) },
-      });
-    }
-    if (usage.bytes >= maxProjectBytes) {
-      // Running exports finish, then expire after `retention`.
-      const frees = usage.nextExpiry ?? now + retention;
-      throw new FhirError(
-        429,
-        'too-costly',
-        'The export files of this project exceed its quota; delete finished exports or retry later',
-        { headers: { 'Retry-After': secondsUntil(frees + cleanupInterval, now) } },
-      );
-    }
-  };
-
-  const kickoffs = new Map<string, Promise<unknown>>();
-  const serialized = <T>(projectId: string, fn: () => Promise<T>): Promise<T> => {
-    const previous = kickoffs.get(projectId) ?? Promise.resolve();
-    const next = previous.then(fn, fn);
-    const settled = next.catch(() => undefined);
-    kickoffs.set(projectId, settled);
-    void settled.then(() => {
-      if (kickoffs.get(projectId) === settled) kickoffs.delete(projectId);
-    });
-    return next;
-  };
-
   const router = Router();
   const auth = requirePrincipal(authenticate, storage);
   const errors = fhirErrorHandler(onError);
-  const body = jsonBody({ types: ['application/fhir+json', 'application/json'] });
+  const body = jsonBody({ types: [FHIR_JSON, 'application/json'] });
   const route = (method: 'get' | 'post' | 'delete', pattern: RegExp, ...handlers: RequestHandler[]): void => {
     router[method](pattern, auth, ...handlers, errors);
   };
@@ -340,25 +297,15 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
           throw new FhirError(404, 'not-found', `Group/${groupId} does not exist`);
         throw error;
       }
-      await checkFreeSpace();
-      // Count and create one kick-off at a time per project, so concurrent kick-offs cannot
-      // both pass the limits (in this process).
-      const job = await serialized(projectId, async () => {
-        await checkLimits(projectId);
-        const created = await jobs.kickoff({
-          projectId,
-          ownerId: principal.id,
-          request: requestUrl(req, baseUrl),
-          plan,
-        });
-        recentKickoffs.set(projectId, [...kickoffsSince(projectId, Date.now() - HOUR), Date.now()]);
-        return created;
+      // Free space, then the per-project limits, checked by the job manager.
+      const job = await jobs.kickoff({
+        projectId,
+        ownerId: principal.id,
+        request: requestUrl(req, baseUrl),
+        plan,
       });
-      res
-        .status(202)
-        .set('Content-Location', absoluteUrl(req, `/$export-status/${job.id}`, baseUrl))
-        .type('application/fhir+json')
-        .send(information('Export accepted'));
+      res.set('Content-Location', absoluteUrl(req, `/$export-status/${job.id}`, baseUrl));
+      sendFhir(res, 202, information('Export accepted'));
     });
 
   for (const level of ['system', 'patient', 'group'] as const) {
@@ -384,10 +331,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
         return;
       }
       if (job.status === 'failed') {
-        res
-          .status(500)
-          .type('application/fhir+json')
-          .send(JSON.stringify(job.failure ?? operationOutcome('fatal', 'exception', 'The export failed')));
+        sendFhir(res, 500, job.failure ?? operationOutcome('fatal', 'exception', 'The export failed'));
         return;
       }
       const manifest = buildManifest(job, (file) =>
@@ -405,7 +349,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const principal = getPrincipal(res);
       const job = await jobs.visibleJob(requireProjectId(principal), principal.id, jobParam(req));
       await jobs.cancel(job);
-      res.status(202).type('application/fhir+json').send(information('Export cancelled and removed'));
+      sendFhir(res, 202, information('Export cancelled and removed'));
     }),
   );
 
@@ -415,40 +359,8 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     asyncHandler(async (req, res, next: NextFunction) => {
       const principal = getPrincipal(res);
       const file = segment(req, 3) ?? '';
-      const job = await jobs.visibleJob(requireProjectId(principal), undefined, jobParam(req));
-      // Only a name listed in the job's manifest is ever joined to the job directory.
-      const entry = job.status === 'completed' && FILE_NAME.test(file) ? findJobFile(job, file) : undefined;
-      if (!entry) throw new NotFoundError('No such export file');
-      const allowed =
-        entry.kind === 'output'
-          ? canExport(principal, entry.type)
-          : principal.id === job.ownerId || canExport(principal, entry.type);
-      if (!allowed) throw new FhirError(403, 'forbidden', `The access token does not cover ${entry.type}`);
-      const dir = jobs.jobDir(job.id);
-      const end = jobs.beginDownload(job.id);
-      res.on('close', end);
-      res.type('application/fhir+ndjson').set('Cache-Control', 'private, no-store');
-      // gzip is applied to whole-file downloads only; a Range request is answered uncompressed, so
-      // that byte offsets always refer to the stored file.
-      if (req.headers.range === undefined && req.acceptsEncodings('gzip', 'identity') === 'gzip') {
-        const stream = createReadStream(path.join(dir, file));
-        await new Promise<void>((resolve, reject) => {
-          stream.once('open', () => resolve());
-          stream.once('error', reject);
-        }).catch(() => {
-          end();
-          throw new NotFoundError('No such export file');
-        });
-        res.status(200).set('Content-Encoding', 'gzip').set('Vary', 'Accept-Encoding');
-        await pipeline(stream, createGzip(), res).catch(() => undefined);
-        return;
-      }
-      res.set('Vary', 'Accept-Encoding');
-      res.sendFile(file, { root: dir, dotfiles: 'deny', cacheControl: false }, (error?: Error) => {
-        if (!error || res.headersSent) return;
-        end();
-        next(new NotFoundError('No such export file'));
-      });
+      const found = await findExportFile(jobs, principal, jobParam(req), file);
+      await sendExportFile(req, res, next, jobs, found);
     }),
   );
 

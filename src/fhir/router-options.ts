@@ -1,4 +1,5 @@
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
+import { optionError, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
@@ -56,32 +57,26 @@ export interface ResolvedFhirRouterOptions
     Required<Omit<FhirRouterOptions, 'baseUrl' | 'onError' | 'software'>>,
     Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software'> {}
 
-function positiveInteger(name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value < 1)
-    throw new TypeError(`fhirRouter: ${name} must be a positive integer`);
-  return value;
-}
+const OWNER = 'fhirRouter';
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveFhirRouterOptions(
   options: FhirRouterOptions,
   defaultValidator: () => ResourceValidator,
 ): ResolvedFhirRouterOptions {
-  if (!options || typeof options !== 'object') throw new TypeError('fhirRouter: options are required');
-  if (!options.storage) throw new TypeError('fhirRouter: storage is required');
-  if (typeof options.authenticate !== 'function')
-    throw new TypeError('fhirRouter: authenticate must be a function');
-  const maxCount = positiveInteger('maxCount', options.maxCount, 1000);
-  const defaultCount = positiveInteger('defaultCount', options.defaultCount, 20);
-  if (defaultCount > maxCount) throw new TypeError('fhirRouter: defaultCount must not exceed maxCount');
+  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
+  requireStorage(OWNER, options);
+  requireFunction(OWNER, 'authenticate', options.authenticate, 'must be a function');
+  const maxCount = positiveInteger(OWNER, 'maxCount', options.maxCount, 1000);
+  const defaultCount = positiveInteger(OWNER, 'defaultCount', options.defaultCount, 20);
+  if (defaultCount > maxCount) optionError(OWNER, 'defaultCount', 'defaultCount must not exceed maxCount');
   return {
     ...options,
     bodyLimit: options.bodyLimit ?? '16mb',
-    maxJsonDepth: resolveMaxJsonDepth('fhirRouter', options.maxJsonDepth),
+    maxJsonDepth: resolveMaxJsonDepth(OWNER, options.maxJsonDepth),
     defaultCount,
     maxCount,
-    maxBundleEntries: positiveInteger('maxBundleEntries', options.maxBundleEntries, 10_000),
+    maxBundleEntries: positiveInteger(OWNER, 'maxBundleEntries', options.maxBundleEntries, 10_000),
     upload: { ...(options.upload ?? {}) },
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),

@@ -10,6 +10,7 @@ import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authen
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { FhirError } from '../http/http-error.js';
+import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import { processBundle } from './batch.js';
@@ -32,20 +33,6 @@ import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-optio
 import { buildSearchBundle } from './search-bundle.js';
 import { r4StructureValidator } from './structure-validator.js';
 import { etagOf, parseIfMatch } from './versioning.js';
-
-const FHIR_JSON = 'application/fhir+json';
-
-function methodNotAllowed(allow: string): RequestHandler {
-  return (_req, _res, next) => {
-    next(
-      new FhirError(405, 'not-supported', 'Method not allowed on this URL', { headers: { Allow: allow } }),
-    );
-  };
-}
-
-function sendResource(res: Response, status: number, body: unknown): void {
-  res.status(status).type(FHIR_JSON).send(JSON.stringify(body));
-}
 
 function setVersionHeaders(res: Response, resource: StoredResource): void {
   res.setHeader('ETag', etagOf(resource.meta.versionId));
@@ -148,7 +135,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         contributions: config.capabilities,
         ...(config.software ? { software: config.software } : {}),
       });
-      sendResource(res, 200, statement);
+      sendFhir(res, 200, statement);
     })
     .all(methodNotAllowed('GET'));
 
@@ -176,7 +163,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           search: { ...searchOptions, strict: prefer.handling === 'strict' },
           ...(config.onError ? { onError: config.onError } : {}),
         });
-        sendResource(res, 200, response);
+        sendFhir(res, 200, response);
       }),
     )
     .all(methodNotAllowed('POST'));
@@ -195,7 +182,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           ...searchOptions,
           strict: prefer.handling === 'strict',
         });
-        sendResource(res, 200, buildSearchBundle(base(req), type, result));
+        sendFhir(res, 200, buildSearchBundle(base(req), type, result));
       }),
     )
     .post(
@@ -226,7 +213,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           stringParam(req.params.id),
         );
         setVersionHeaders(res, resource);
-        sendResource(res, 200, resource);
+        sendFhir(res, 200, resource);
       }),
     )
     .put(
@@ -275,7 +262,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           stringParam(req.params.vid),
         );
         setVersionHeaders(res, resource);
-        sendResource(res, 200, resource);
+        sendFhir(res, 200, resource);
       }),
     )
     .all(guard, methodNotAllowed('GET'));
@@ -291,13 +278,13 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       res.status(status).end();
     } else if (prefer.return === 'OperationOutcome') {
       const text = status === 201 ? 'Created' : 'OK';
-      sendResource(
+      sendFhir(
         res,
         status,
         outcomeOf([{ severity: 'information', code: 'informational', details: { text } }]),
       );
     } else {
-      sendResource(res, status, resource);
+      sendFhir(res, status, resource);
     }
   }
 

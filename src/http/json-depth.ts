@@ -5,6 +5,8 @@
  * documents out: one pass, no recursion, no allocation.
  */
 
+import { positiveInteger } from './options.js';
+
 /**
  * Deepest nesting of objects and arrays accepted in a request's JSON (a body, an NDJSON line, a JWT
  * header or payload). `{}` is depth 1, `{"a":[{}]}` depth 3. FHIR resources rarely go past 20
@@ -77,8 +79,5 @@ function escapedInBytes(bytes: Uint8Array, start: number, at: number): boolean {
 
 /** Checks a `maxJsonDepth` option: a positive integer, or the default when absent. */
 export function resolveMaxJsonDepth(owner: string, value: number | undefined): number {
-  if (value === undefined) return DEFAULT_MAX_JSON_DEPTH;
-  if (!Number.isInteger(value) || value < 1)
-    throw new TypeError(`${owner}: maxJsonDepth must be a positive integer`);
-  return value;
+  return positiveInteger(owner, 'maxJsonDepth', value, DEFAULT_MAX_JSON_DEPTH);
 }

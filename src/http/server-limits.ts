@@ -2,6 +2,7 @@ import { STATUS_CODES, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { RequestHandler } from 'express';
 import { operationOutcome } from './error-rendering.js';
+import { optionError } from './options.js';
 
 /** Connection limits of {@link protectServer}; every value is in milliseconds. */
 export interface ServerLimits {
@@ -66,7 +67,7 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
     const value = limits[key];
     if (value === undefined) continue;
     if (!Number.isInteger(value) || value <= 0) {
-      throw new TypeError(`protectServer: ${key} must be a positive integer of milliseconds`);
+      optionError('protectServer', key, `${key} must be a positive integer of milliseconds`);
     }
     resolved[key] = value;
   }

@@ -1,10 +1,4 @@
-import express, {
-  type ErrorRequestHandler,
-  type Request,
-  type RequestHandler,
-  type Response,
-  type Router,
-} from 'express';
+import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
 import type { Principal } from '../auth/principal.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
@@ -12,26 +6,13 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
+import { optionalFunction, optionError, requireFunction, requireStorage } from '../http/options.js';
+import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
-import { NotFoundError } from '../storage/errors.js';
-import type { ClientRecord, ProjectRecord, Storage } from '../storage/types.js';
-import { clientApplicationResource } from './client-application.js';
-import {
-  initProject,
-  ownerDefaultsFromUser,
-  parseInitParameters,
-  type OwnerDefaults,
-} from './init-project.js';
-import {
-  checkClientScope,
-  parseNewClientParameters,
-  registerClient,
-  type NewClientRules,
-} from './new-client.js';
-import { invalidParameter, readParameters } from './parameters.js';
-import { projectAdminAccess, superAdminOnly } from './project-access.js';
-import { projectResource } from './project-resource.js';
-import { parseSettingsParameters, updateProjectSettings } from './project-settings.js';
+import { checkClientScope, type NewClientRules } from './new-client.js';
+import { invalidParameter } from './parameters.js';
+import { superAdminOnly } from './project-access.js';
+import { projectService } from './project-service.js';
 
 /** Options of `projectRouter`. */
 export interface ProjectRouterOptions extends CommonRouterOptions {
@@ -71,8 +52,6 @@ export interface ProjectRouterOptions extends CommonRouterOptions {
   bodyLimit?: number | string;
 }
 
-const FHIR_JSON = 'application/fhir+json';
-
 // RegExp routes: Express 4 reads `$` in a route string as a regex anchor, and `req.path` keeps
 // `%24` undecoded, so both spellings are matched explicitly.
 const OP = (name: string) => `(?:\\$|%24)${name}`;
@@ -86,50 +65,52 @@ const CLIENTS_PATH = new RegExp(`^/Project/${ID}/ClientApplication/?$`);
 const CLIENT_PATH = new RegExp(`^/Project/${ID}/ClientApplication/${ID}/?$`);
 const ANY_PROJECT_PATH = /^\/Project(?:\/.*)?$/;
 
-const REVOKE_PARAMETERS = { clientId: { type: ['string', 'id'], required: true } } as const;
+/** Options with every default filled in. */
+export interface ResolvedProjectRouterOptions extends ProjectRouterOptions {
+  allowInit: (principal: Principal) => boolean;
+  bodyLimit: number | string;
+  /** What `$new-client` accepts. */
+  rules: NewClientRules;
+}
 
-function resolveRules(options: ProjectRouterOptions): NewClientRules {
-  if (!options?.storage) throw new TypeError('projectRouter: storage is required');
-  if (typeof options.authenticate !== 'function')
-    throw new TypeError('projectRouter: authenticate is required');
-  if (options.allowInit !== undefined && typeof options.allowInit !== 'function') {
-    throw new TypeError('projectRouter: allowInit must be a function');
-  }
+const OWNER = 'projectRouter';
+
+/** Fills in defaults and fails fast on bad options. */
+export function resolveProjectRouterOptions(options: ProjectRouterOptions): ResolvedProjectRouterOptions {
+  requireStorage(OWNER, options);
+  requireFunction(OWNER, 'authenticate', options.authenticate);
+  const allowInit = optionalFunction(OWNER, 'allowInit', options.allowInit, superAdminOnly);
   const min = options.minAccessTokenLifetime ?? 60;
   const max = options.maxAccessTokenLifetime ?? 86_400;
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || min > max) {
-    throw new TypeError(
-      'projectRouter: minAccessTokenLifetime and maxAccessTokenLifetime must be integers, 1 <= min <= max',
+    optionError(
+      OWNER,
+      'minAccessTokenLifetime',
+      'minAccessTokenLifetime and maxAccessTokenLifetime must be integers, 1 <= min <= max',
     );
   }
   const scope = checkClientScope(options.defaultClientScope ?? 'system/*.*');
-  if (!scope.ok) throw new TypeError(`projectRouter: defaultClientScope ${scope.problem}`);
+  if (!scope.ok) optionError(OWNER, 'defaultClientScope', `defaultClientScope ${scope.problem}`);
   return {
-    defaultScope: scope.scope,
-    minAccessTokenLifetime: min,
-    maxAccessTokenLifetime: max,
-    allowHttpJwksUri: options.allowHttpJwksUri ?? false,
+    ...options,
+    allowInit,
+    bodyLimit: options.bodyLimit ?? '1mb',
+    rules: {
+      defaultScope: scope.scope,
+      minAccessTokenLifetime: min,
+      maxAccessTokenLifetime: max,
+      allowHttpJwksUri: options.allowHttpJwksUri ?? false,
+    },
   };
 }
 
-/** Answers 405 (with `Allow`) unless the request uses one of `methods`. */
+/** Passes requests using one of `methods`; answers 405 (with `Allow`) to the others. */
 function onlyMethods(...methods: string[]): RequestHandler {
-  return (req, _res, next) => {
+  const refuse = methodNotAllowed(methods.join(', '));
+  return (req, res, next) => {
     if (methods.includes(req.method)) return next();
-    next(
-      new FhirError(405, 'not-supported', `Method ${req.method} is not supported here`, {
-        headers: { Allow: methods.join(', ') },
-      }),
-    );
+    refuse(req, res, next);
   };
-}
-
-function send(res: Response, status: number, body: unknown): void {
-  res.status(status).type(FHIR_JSON).send(JSON.stringify(body));
-}
-
-function notFound(what: string): FhirError {
-  return new FhirError(404, 'not-found', `${what} not found`);
 }
 
 /** The id in the path (Express decodes RegExp captures). */
@@ -155,44 +136,12 @@ function pathId(req: Request, index: number): string {
  * Errors are FHIR `OperationOutcome`s (`application/fhir+json`).
  */
 export function projectRouter(options: ProjectRouterOptions): Router {
-  const storage: Storage = options.storage;
-  const rules = resolveRules(options);
-  const allowInit = options.allowInit ?? superAdminOnly;
-  const authenticated = requirePrincipal(options.authenticate, options.storage);
-  const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: options.bodyLimit ?? '1mb' });
+  const config = resolveProjectRouterOptions(options);
+  const service = projectService(config);
+  const authenticated = requirePrincipal(config.authenticate, config.storage);
+  const body = jsonBody({ types: [FHIR_JSON, 'application/json'], limit: config.bodyLimit });
+  const url = (req: Request, path: string) => absoluteUrl(req, path, config.baseUrl);
   const router = express.Router();
-
-  /** Loads the project `id` when the caller may administer it; 404 or 403 otherwise. */
-  async function administeredProject(
-    res: Response,
-    id: string,
-    hideFromMembers = false,
-  ): Promise<ProjectRecord> {
-    const access = projectAdminAccess(getPrincipal(res), id);
-    if (access === 'hidden' || (access === 'forbidden' && hideFromMembers)) throw notFound('Project');
-    if (access === 'forbidden') throw new FhirError(403, 'forbidden', 'Only the project admins may do this');
-    try {
-      return await storage.readProject(id);
-    } catch (error) {
-      if (error instanceof NotFoundError) throw notFound('Project');
-      throw error;
-    }
-  }
-
-  async function projectClient(projectId: string, clientId: string): Promise<ClientRecord> {
-    try {
-      const client = await storage.readClient(clientId);
-      if (client.projectId === projectId) return client;
-    } catch (error) {
-      if (!(error instanceof NotFoundError)) throw error;
-    }
-    throw notFound('ClientApplication');
-  }
-
-  async function revoke(projectId: string, clientId: string): Promise<ClientRecord> {
-    const client = await projectClient(projectId, clientId);
-    return client.revoked ? client : storage.updateClient(client.id, { revoked: true });
-  }
 
   router.all(
     INIT_PATH,
@@ -200,21 +149,10 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     authenticated,
     body,
     asyncHandler(async (req, res) => {
-      const principal = getPrincipal(res);
-      if (!allowInit(principal)) throw new FhirError(403, 'forbidden', 'The caller may not create projects');
-      const input = parseInitParameters(req.body);
-      let defaults: OwnerDefaults = {};
-      if (principal.kind === 'user' && principal.projectId) {
-        try {
-          defaults = ownerDefaultsFromUser(await storage.readUser(principal.projectId, principal.id));
-        } catch (error) {
-          if (!(error instanceof NotFoundError)) throw error;
-        }
-      }
-      const { project } = await initProject(storage, input, defaults);
-      res.setHeader('Location', absoluteUrl(req, `/Project/${project.id}`, options.baseUrl));
-      res.setHeader('ETag', `W/"${project.version}"`);
-      send(res, 201, projectResource(project));
+      const project = await service.init(getPrincipal(res), req.body);
+      res.setHeader('Location', url(req, `/Project/${project.id}`));
+      res.setHeader('ETag', `W/"${project.meta.versionId}"`);
+      sendFhir(res, 201, project);
     }),
   );
 
@@ -223,9 +161,9 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     onlyMethods('GET', 'HEAD'),
     authenticated,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0), true);
-      res.setHeader('ETag', `W/"${project.version}"`);
-      send(res, 200, projectResource(project));
+      const project = await service.read(getPrincipal(res), pathId(req, 0));
+      res.setHeader('ETag', `W/"${project.meta.versionId}"`);
+      sendFhir(res, 200, project);
     }),
   );
 
@@ -235,16 +173,12 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     authenticated,
     body,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0));
-      const input = parseNewClientParameters(req.body, rules);
-      const { client, secret } = await registerClient(storage, project.id, input);
-      res.setHeader(
-        'Location',
-        absoluteUrl(req, `/Project/${project.id}/ClientApplication/${client.id}`, options.baseUrl),
-      );
+      const projectId = pathId(req, 0);
+      const client = await service.newClient(getPrincipal(res), projectId, req.body);
+      res.setHeader('Location', url(req, `/Project/${projectId}/ClientApplication/${client.id}`));
       // The answer holds a secret: keep it out of every cache (RFC 9111 §5.2.2.5).
       res.setHeader('Cache-Control', 'no-store');
-      send(res, 201, clientApplicationResource(client, secret));
+      sendFhir(res, 201, client);
     }),
   );
 
@@ -253,20 +187,9 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     onlyMethods('GET', 'HEAD'),
     authenticated,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0));
-      const clients = await storage.listClients(project.id);
-      const base = absoluteUrl(req, `/Project/${project.id}/ClientApplication`, options.baseUrl);
-      send(res, 200, {
-        resourceType: 'Bundle',
-        type: 'searchset',
-        total: clients.length,
-        link: [{ relation: 'self', url: base }],
-        entry: clients.map((client) => ({
-          fullUrl: `${base}/${client.id}`,
-          resource: clientApplicationResource(client),
-          search: { mode: 'match' },
-        })),
-      });
+      const projectId = pathId(req, 0);
+      const self = url(req, `/Project/${projectId}/ClientApplication`);
+      sendFhir(res, 200, await service.listClients(getPrincipal(res), projectId, self));
     }),
   );
 
@@ -275,14 +198,13 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     onlyMethods('GET', 'HEAD', 'DELETE'),
     authenticated,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0));
-      const clientId = pathId(req, 1);
+      const principal = getPrincipal(res);
       if (req.method === 'DELETE') {
-        await revoke(project.id, clientId);
+        await service.revokeClient(principal, pathId(req, 0), pathId(req, 1));
         res.status(204).end();
         return;
       }
-      send(res, 200, clientApplicationResource(await projectClient(project.id, clientId)));
+      sendFhir(res, 200, await service.readClient(principal, pathId(req, 0), pathId(req, 1)));
     }),
   );
 
@@ -292,9 +214,7 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     authenticated,
     body,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0));
-      const { clientId } = readParameters(req.body, REVOKE_PARAMETERS);
-      send(res, 200, clientApplicationResource(await revoke(project.id, clientId.value)));
+      sendFhir(res, 200, await service.revokeClientByParameters(getPrincipal(res), pathId(req, 0), req.body));
     }),
   );
 
@@ -304,17 +224,9 @@ export function projectRouter(options: ProjectRouterOptions): Router {
     authenticated,
     body,
     asyncHandler(async (req, res) => {
-      const project = await administeredProject(res, pathId(req, 0));
-      const change = parseSettingsParameters(req.body);
-      let updated: ProjectRecord;
-      try {
-        updated = await updateProjectSettings(storage, project.id, change);
-      } catch (error) {
-        if (error instanceof NotFoundError) throw notFound('Project');
-        throw error;
-      }
-      res.setHeader('ETag', `W/"${updated.version}"`);
-      send(res, 200, projectResource(updated));
+      const updated = await service.changeSettings(getPrincipal(res), pathId(req, 0), req.body);
+      res.setHeader('ETag', `W/"${updated.meta.versionId}"`);
+      sendFhir(res, 200, updated);
     }),
   );
 
@@ -333,6 +245,6 @@ export function projectRouter(options: ProjectRouterOptions): Router {
       return next(new FhirError(400, 'invalid', 'The path holds a malformed %-escape'));
     next(err);
   };
-  router.use(requestErrors, fhirErrorHandler(options.onError));
+  router.use(requestErrors, fhirErrorHandler(config.onError));
   return router;
 }

@@ -5,6 +5,8 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { scimErrorHandler } from '../http/error-rendering.js';
 import { ScimError } from '../http/http-error.js';
+import { booleanOption, oneOf, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
+import { SCIM_JSON, methodNotAllowed, sendScim } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import type { ProfileType } from '../storage/types.js';
 import { parseAttributeList, projectScimAttributes } from './attributes.js';
@@ -63,7 +65,6 @@ export interface ScimRouterOptions extends CommonRouterOptions {
   documentationUri?: string;
 }
 
-const SCIM_JSON = 'application/scim+json';
 const USERS = /^\/Users\/?$/;
 const USERS_SEARCH = /^\/Users\/\.search\/?$/;
 const ROOT_SEARCH = /^\/\.search\/?$/;
@@ -73,23 +74,6 @@ const RESOURCE_TYPES = /^\/ResourceTypes\/?$/;
 const RESOURCE_TYPE = /^\/ResourceTypes\/([^/]+)\/?$/;
 const SCHEMAS = /^\/Schemas\/?$/;
 const SCHEMA = /^\/Schemas\/([^/]+)\/?$/;
-
-function positiveInteger(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 1)
-    throw new TypeError(`scimRouter: ${name} must be a positive integer`);
-  return value;
-}
-
-function send(res: Response, status: number, body: unknown): void {
-  res.status(status).type(SCIM_JSON).send(JSON.stringify(body));
-}
-
-function methodNotAllowed(allow: string): RequestHandler {
-  return (_req, _res, next) => {
-    next(new ScimError(405, undefined, 'Method not allowed', { headers: { Allow: allow } }));
-  };
-}
 
 function listResponse(
   resources: unknown[],
@@ -105,6 +89,42 @@ function listResponse(
   };
 }
 
+/** Options with every default filled in. */
+export type ResolvedScimRouterOptions = ScimRouterOptions &
+  Required<
+    Pick<
+      ScimRouterOptions,
+      'maxResults' | 'echoUserName' | 'bodyLimit' | 'maxPatchOperations' | 'maxWriteAttempts'
+    >
+  >;
+
+const OWNER = 'scimRouter';
+// SCIM counts are safe integers.
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
+/** Fills in defaults and fails fast on bad options. */
+export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedScimRouterOptions {
+  requireStorage(OWNER, options, 'options.storage');
+  requireFunction(OWNER, 'options.authenticate', options.authenticate);
+  const maxResults = positiveInteger(OWNER, 'maxResults', options.maxResults, 200, MAX_SAFE);
+  const echoUserName = booleanOption(OWNER, 'echoUserName', options.echoUserName, false);
+  oneOf(OWNER, 'defaultUserType', options.defaultUserType, USER_TYPES);
+  return {
+    ...options,
+    maxResults,
+    echoUserName,
+    bodyLimit: options.bodyLimit ?? '1mb',
+    maxPatchOperations: positiveInteger(
+      OWNER,
+      'maxPatchOperations',
+      options.maxPatchOperations,
+      1000,
+      MAX_SAFE,
+    ),
+    maxWriteAttempts: positiveInteger(OWNER, 'maxWriteAttempts', options.maxWriteAttempts, 5, MAX_SAFE),
+  };
+}
+
 /**
  * SCIM 2.0 Users API (RFC 7643, RFC 7644) for identity providers such as Okta and Microsoft
  * Entra ID; mount it at `/scim/v2`. Callers must be project admins (or super admins acting in a
@@ -116,33 +136,24 @@ function listResponse(
  * `/Schemas[/{id}]`. Errors are SCIM Error JSON; every answer is `application/scim+json`.
  */
 export function scimRouter(options: ScimRouterOptions): Router {
-  if (!options?.storage) throw new TypeError('scimRouter: options.storage is required');
-  if (typeof options.authenticate !== 'function')
-    throw new TypeError('scimRouter: options.authenticate is required');
-  const maxResults = positiveInteger(options.maxResults, 'maxResults', 200);
+  const config = resolveScimRouterOptions(options);
+  const { maxResults, echoUserName, defaultUserType } = config;
   const schemas = USER_RESOURCE_SCHEMAS;
-  if (options.echoUserName !== undefined && typeof options.echoUserName !== 'boolean')
-    throw new TypeError('scimRouter: echoUserName must be a boolean');
-  const echoUserName = options.echoUserName ?? false;
-  const defaultUserType = options.defaultUserType;
-  if (defaultUserType !== undefined && !USER_TYPES.includes(defaultUserType)) {
-    throw new TypeError(`scimRouter: defaultUserType must be one of ${USER_TYPES.join(', ')}`);
-  }
   const routerSettings: ScimUserSettings = { echoUserName, ...(defaultUserType ? { defaultUserType } : {}) };
   const service = scimUserService({
-    storage: options.storage,
+    storage: config.storage,
     schemas,
     echoUserName,
-    maxOperations: positiveInteger(options.maxPatchOperations, 'maxPatchOperations', 1000),
-    maxAttempts: positiveInteger(options.maxWriteAttempts, 'maxWriteAttempts', 5),
+    maxOperations: config.maxPatchOperations,
+    maxAttempts: config.maxWriteAttempts,
   });
-  const body = jsonBody({ types: [SCIM_JSON, 'application/json'], limit: options.bodyLimit ?? '1mb' });
-  const url = (req: Request, path: string) => absoluteUrl(req, path, options.baseUrl);
+  const body = jsonBody({ types: [SCIM_JSON, 'application/json'], limit: config.bodyLimit });
+  const url = (req: Request, path: string) => absoluteUrl(req, path, config.baseUrl);
   const userUrl = (req: Request, id: string) => url(req, `/Users/${encodeURIComponent(id)}`);
-  const settingsOf = (projectId: string) => projectScimSettings(options.storage, projectId, routerSettings);
+  const settingsOf = (projectId: string) => projectScimSettings(config.storage, projectId, routerSettings);
 
   const router = express.Router();
-  router.use(requirePrincipal(options.authenticate, options.storage));
+  router.use(requirePrincipal(config.authenticate, config.storage));
   router.use((_req, res, next) => {
     const principal = getPrincipal(res);
     if (!principal.projectId || !(principal.admin || principal.superAdmin)) {
@@ -171,7 +182,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
     };
     res.setHeader('ETag', userEtag(record));
     if (status === 201) res.setHeader('Location', userUrl(req, record.id));
-    send(res, status, projectScimAttributes(doc, selection, schemas));
+    sendScim(res, status, projectScimAttributes(doc, selection, schemas));
   };
 
   const search = (params: (req: Request) => Record<string, unknown>) =>
@@ -180,7 +191,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
       const projectId = projectOf(res);
       const settings = await settingsOf(projectId);
       const result = await service.search(projectId, query, (id) => userUrl(req, id), settings);
-      send(res, 200, listResponse(result.resources, result.totalResults, query.startIndex));
+      sendScim(res, 200, listResponse(result.resources, result.totalResults, query.startIndex));
     });
   const searchBody = (req: Request): Record<string, unknown> => {
     if (!isPlainObject(req.body))
@@ -200,9 +211,9 @@ export function scimRouter(options: ScimRouterOptions): Router {
         sendUser(req, res, 201, record, settings);
       }),
     )
-    .all(methodNotAllowed('GET, POST'));
-  router.route(USERS_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST'));
-  router.route(ROOT_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST'));
+    .all(methodNotAllowed('GET, POST', 'scim'));
+  router.route(USERS_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST', 'scim'));
+  router.route(ROOT_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST', 'scim'));
   router
     .route(USER)
     .get(
@@ -254,7 +265,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
         res.status(204).end();
       }),
     )
-    .all(methodNotAllowed('GET, PUT, PATCH, DELETE'));
+    .all(methodNotAllowed('GET, PUT, PATCH, DELETE', 'scim'));
 
   // Discovery (RFC 7644 §4): a filter on these endpoints is 403.
   const noFilter: RequestHandler = (req, _res, next) => {
@@ -265,40 +276,40 @@ export function scimRouter(options: ScimRouterOptions): Router {
   router
     .route(SPC)
     .get(noFilter, (req, res) => {
-      send(
+      sendScim(
         res,
         200,
         serviceProviderConfig(
-          { maxResults, ...(options.documentationUri ? { documentationUri: options.documentationUri } : {}) },
+          { maxResults, ...(config.documentationUri ? { documentationUri: config.documentationUri } : {}) },
           url(req, '/ServiceProviderConfig'),
         ),
       );
     })
-    .all(methodNotAllowed('GET'));
+    .all(methodNotAllowed('GET', 'scim'));
   const resourceTypes = (req: Request) => [userResourceType(schemas, url(req, '/ResourceTypes/User'))];
   router
     .route(RESOURCE_TYPES)
     .get(noFilter, (req, res) => {
       const all = resourceTypes(req);
-      send(res, 200, listResponse(all, all.length, 1));
+      sendScim(res, 200, listResponse(all, all.length, 1));
     })
-    .all(methodNotAllowed('GET'));
+    .all(methodNotAllowed('GET', 'scim'));
   router
     .route(RESOURCE_TYPE)
     .get(noFilter, (req, res, next) => {
       const found = resourceTypes(req).find((t) => t.id === req.params[0]);
-      if (found) send(res, 200, found);
+      if (found) sendScim(res, 200, found);
       else next(new ScimError(404, undefined, 'Unknown resource type'));
     })
-    .all(methodNotAllowed('GET'));
+    .all(methodNotAllowed('GET', 'scim'));
   const allSchemas = (req: Request) => schemaResources(schemas, (id) => url(req, `/Schemas/${id}`));
   router
     .route(SCHEMAS)
     .get(noFilter, (req, res) => {
       const all = allSchemas(req);
-      send(res, 200, listResponse(all, all.length, 1));
+      sendScim(res, 200, listResponse(all, all.length, 1));
     })
-    .all(methodNotAllowed('GET'));
+    .all(methodNotAllowed('GET', 'scim'));
   router
     .route(SCHEMA)
     .get(noFilter, (req, res, next) => {
@@ -306,14 +317,14 @@ export function scimRouter(options: ScimRouterOptions): Router {
       const found = allSchemas(req).find(
         (s) => typeof s.id === 'string' && s.id.toLowerCase() === id.toLowerCase(),
       );
-      if (found) send(res, 200, found);
+      if (found) sendScim(res, 200, found);
       else next(new ScimError(404, undefined, 'Unknown schema'));
     })
-    .all(methodNotAllowed('GET'));
+    .all(methodNotAllowed('GET', 'scim'));
 
   router.use((_req, _res, next) => {
     next(new ScimError(404, undefined, 'Not found'));
   });
-  router.use(scimErrorHandler(options.onError));
+  router.use(scimErrorHandler(config.onError));
   return router;
 }

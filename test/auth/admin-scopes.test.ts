@@ -5,9 +5,9 @@ import { ACCESS_TOKEN_TYPE } from '../../src/auth/access-token.js';
 import { allowedScopes } from '../../src/auth/client-scopes.js';
 import { hashClientSecret } from '../../src/auth/client-secret.js';
 import { signingKeys, type SigningKeys } from '../../src/auth/signing-keys.js';
-import type { ClientRecord, NewClient } from '../../src/storage/types.js';
+import type { ClientRecord, NewClient, Storage } from '../../src/storage/types.js';
 import { authApp } from './auth-app.js';
-import { fakeStorage, type FakeStorage } from './fake-storage.js';
+import { storageWithProjects } from './auth-storage.js';
 
 const SECRET = 'admin-scope-secret';
 let secretHash: string;
@@ -30,13 +30,12 @@ beforeAll(async () => {
 });
 
 describe('administration scopes on tokens and principals', () => {
-  let storage: FakeStorage;
+  let storage: Storage;
   let keys: SigningKeys;
   let app: ReturnType<typeof authApp>;
 
   beforeEach(async () => {
-    storage = fakeStorage();
-    storage.addProject('p1');
+    storage = await storageWithProjects('p1');
     await storage.createClient(client('admin', { admin: true }));
     await storage.createClient(client('plain'));
     // A host wrote admin scopes into a non-admin client's registration: they must not count.

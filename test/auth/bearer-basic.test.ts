@@ -1,14 +1,14 @@
 import request from 'supertest';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { hashClientSecret } from '../../src/auth/client-secret.js';
+import type { Storage } from '../../src/storage/types.js';
 import { authApp } from './auth-app.js';
-import { fakeStorage, type FakeStorage } from './fake-storage.js';
+import { storageWithProjects } from './auth-storage.js';
 
 describe('bearerAuth with HTTP Basic (SCIM provisioning clients)', () => {
-  let storage: FakeStorage;
+  let storage: Storage;
   beforeAll(async () => {
-    storage = fakeStorage();
-    storage.addProject('p1');
+    storage = await storageWithProjects('p1');
     await storage.createClient({
       id: 'okta',
       projectId: 'p1',

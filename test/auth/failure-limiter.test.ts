@@ -7,10 +7,11 @@ import { hashClientSecret } from '../../src/auth/client-secret.js';
 import { failureLimiter, FailureLimitError } from '../../src/auth/failure-limiter.js';
 import { tokenRouter } from '../../src/auth/token-router.js';
 import { bearerAuth } from '../../src/auth/bearer-auth.js';
-import type { NewClient } from '../../src/storage/types.js';
+import type { NewClient, Storage } from '../../src/storage/types.js';
+import { expectOAuthError } from '../helpers/protocol-errors.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { clientKey, signAssertion, type ClientKey } from './client-keys.js';
-import { fakeStorage, type FakeStorage } from './fake-storage.js';
+import { storageWithProjects } from './auth-storage.js';
 
 // Every secret check goes through this wrapper of the real one, which counts checks in flight and
 // can hold them until the test releases them.
@@ -52,9 +53,8 @@ function newClient(id: string, extra: Partial<NewClient> = {}): NewClient {
   return { id, projectId: 'p1', name: id, scope: 'system/*.rs', admin: false, superAdmin: false, ...extra };
 }
 
-async function clients(): Promise<FakeStorage> {
-  const storage = fakeStorage();
-  storage.addProject('p1');
+async function clients(): Promise<Storage> {
+  const storage = await storageWithProjects('p1');
   await storage.createClient(newClient('secret-client', { secretHash }));
   await storage.createClient(newClient('jwt-client', { jwks: { keys: [{ ...es384.publicJwk }] } }));
   return storage;
@@ -99,8 +99,7 @@ function statusCounts(responses: { status: number }[]): Record<number, number> {
 }
 
 function expectSlowDown(res: request.Response): void {
-  expect(res.status).toBe(429);
-  expect(res.body.error).toBe('slow_down');
+  expectOAuthError(res, 429, 'slow_down');
   expect(Number(res.headers['retry-after'])).toBeGreaterThan(0);
 }
 

@@ -10,9 +10,10 @@ import {
 } from '../../src/auth/client-assertion.js';
 import { jwtNestingExceeds } from '../../src/auth/jwt-nesting.js';
 import type { SigningKeys } from '../../src/auth/signing-keys.js';
+import type { Storage } from '../../src/storage/types.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { clientKey, type ClientKey } from './client-keys.js';
-import { fakeStorage, type FakeStorage } from './fake-storage.js';
+import { storageWithProjects } from './auth-storage.js';
 
 const deep = (depth: number) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
 const b64 = (text: string) => Buffer.from(text).toString('base64url');
@@ -45,11 +46,10 @@ describe('jwtNestingExceeds', () => {
 });
 
 describe('deeply nested JWTs', () => {
-  let storage: FakeStorage;
+  let storage: Storage;
   let app: ReturnType<typeof authApp>;
   beforeEach(async () => {
-    storage = fakeStorage();
-    storage.addProject('p1');
+    storage = await storageWithProjects('p1');
     await storage.createClient({
       id: 'jwt-client',
       projectId: 'p1',

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { issueAccessToken, verifyAccessToken, AccessTokenError } from '../../src/auth/access-token.js';
 import { signingKeys } from '../../src/auth/signing-keys.js';
 import type { ClientRecord } from '../../src/storage/types.js';
-import { fakeStorage } from './fake-storage.js';
+import { memoryStorage } from '../../src/storage/memory.js';
 
 const client: ClientRecord = {
   id: 'c1',
@@ -36,7 +36,7 @@ async function issue(keys: ReturnType<typeof signingKeys>, lifetime = 300) {
 
 describe('signing keys', () => {
   it('generates one key on first use, saves it, and shares it with other instances', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     const keys = signingKeys(storage);
     const [a, b] = await Promise.all([keys.current(), keys.current()]);
     expect(a.kid).toBe(b.kid);
@@ -50,13 +50,13 @@ describe('signing keys', () => {
   });
 
   it('signs RS256 when asked', async () => {
-    const keys = signingKeys(fakeStorage(), { algorithm: 'RS256' });
+    const keys = signingKeys(memoryStorage(), { algorithm: 'RS256' });
     expect((await keys.current()).alg).toBe('RS256');
-    expect(() => signingKeys(fakeStorage(), { algorithm: 'HS256' as never })).toThrow(TypeError);
+    expect(() => signingKeys(memoryStorage(), { algorithm: 'HS256' as never })).toThrow(TypeError);
   });
 
   it('keeps a rotated key verifying until its retention ends', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     let now = Date.now();
     const keys = signingKeys(storage, { retention: 600, now: () => now });
     const before = await issue(keys);
@@ -79,11 +79,12 @@ describe('signing keys', () => {
   });
 
   it('refuses tokens signed by an unknown key or with a disallowed alg', async () => {
-    const token = await issue(signingKeys(fakeStorage()));
-    await expect(verifyAccessToken(signingKeys(fakeStorage()), token, verifyOptions)).rejects.toMatchObject({
+    const token = await issue(signingKeys(memoryStorage()));
+    const elsewhere = signingKeys(memoryStorage());
+    await expect(verifyAccessToken(elsewhere, token, verifyOptions)).rejects.toMatchObject({
       reason: 'unknown-key',
     });
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     const keys = signingKeys(storage);
     const own = await issue(keys);
     await expect(

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { smartConfigurationHandler, smartSecurity } from '../../src/auth/smart-configuration.js';
 import { jwksHandler } from '../../src/auth/jwks-handler.js';
 import { signingKeys } from '../../src/auth/signing-keys.js';
-import { fakeStorage } from './fake-storage.js';
+import { memoryStorage } from '../../src/storage/memory.js';
 
 describe('SMART discovery', () => {
   it('serves the SMART configuration under the FHIR base and at the root', async () => {
@@ -60,7 +60,7 @@ describe('SMART discovery', () => {
   });
 
   it('publishes the public signing keys only', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     const keys = signingKeys(storage);
     await keys.current();
     const app = express();

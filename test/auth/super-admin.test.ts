@@ -1,25 +1,26 @@
 import request from 'supertest';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ensureSuperAdminClient, provisionSuperAdminClient } from '../../src/auth/super-admin.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
+import { memoryStorage } from '../../src/storage/memory.js';
 import { authApp } from './auth-app.js';
-import { fakeStorage } from './fake-storage.js';
 
 describe('super-admin client', () => {
   it('creates, then updates only what changed', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
+    const updateClient = vi.spyOn(storage, 'updateClient');
     const created = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 's3cret' });
     expect(created).toMatchObject({ id: 'root', projectId: null, superAdmin: true, revoked: false });
     expect(created.secretHash).not.toContain('s3cret');
     const again = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 's3cret' });
     expect(again.secretHash).toBe(created.secretHash);
-    expect(storage.calls.get('updateClient') ?? 0).toBe(0);
+    expect(updateClient).not.toHaveBeenCalled();
     const changed = await ensureSuperAdminClient(storage, { clientId: 'root', clientSecret: 'other' });
     expect(await verifyClientSecret('other', changed.secretHash!)).toBe(true);
   });
 
   it('refuses to turn a project client into the super admin', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     await storage.createClient({
       id: 'c',
       projectId: 'p',
@@ -34,7 +35,7 @@ describe('super-admin client', () => {
   });
 
   it('generates credentials once, and they get a super-admin token', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     const first = await provisionSuperAdminClient(storage);
     expect(first.created).toBe(true);
     expect(first.clientSecret).toBeTruthy();

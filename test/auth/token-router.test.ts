@@ -7,9 +7,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
 import { hashClientSecret } from '../../src/auth/client-secret.js';
-import type { NewClient } from '../../src/storage/types.js';
+import type { NewClient, Storage } from '../../src/storage/types.js';
+import { memoryStorage } from '../../src/storage/memory.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
-import { fakeStorage, type FakeStorage } from './fake-storage.js';
+import { storageWithProjects } from './auth-storage.js';
 import { clientKey, signAssertion, unsecuredAssertion, type ClientKey } from './client-keys.js';
 
 const SECRET = 'correct horse battery staple';
@@ -40,12 +41,10 @@ beforeAll(async () => {
 });
 
 describe('token endpoint and bearerAuth', () => {
-  let storage: FakeStorage;
+  let storage: Storage;
   let app: ReturnType<typeof authApp>;
   beforeEach(async () => {
-    storage = fakeStorage();
-    storage.addProject('p1');
-    storage.addProject('p2');
+    storage = await storageWithProjects('p1', 'p2');
     await storage.createClient(newClient('jwt-client', { jwks: { keys: [{ ...es384.publicJwk }] } }));
     await storage.createClient(
       newClient('rs-client', { jwks: { keys: [{ ...rs384.publicJwk }] }, scope: 'system/*.*' }),
@@ -222,7 +221,7 @@ describe('token endpoint and bearerAuth', () => {
         .type('form')
         .send({ grant_type: 'client_credentials', client_id: 'secret-client', client_secret: SECRET })
     ).body.access_token as string;
-    storage.removeProject('p1');
+    await storage.deleteProject('p1');
     const gone = await request(app)
       .post('/oauth2/token')
       .type('form')
@@ -353,8 +352,7 @@ describe('token endpoint with a jwks_uri', () => {
   });
 
   it('fetches the client JWKS once, honours a matching jku, and times out on a dead server', async () => {
-    const storage = fakeStorage();
-    storage.addProject('p1');
+    const storage = await storageWithProjects('p1');
     await storage.createClient(newClient('remote', { jwksUri: `${jwksUrl}/jwks.json` }));
     await storage.createClient(newClient('slow', { jwksUri: `${jwksUrl}/slow.json` }));
     const app = authApp(storage, { token: { jwks: { timeout: 300 } } });
@@ -378,8 +376,7 @@ describe('token endpoint with a jwks_uri', () => {
 
 describe('failed authentication limits', () => {
   it('blocks a client id from an address after repeated failures, without blocking others or successful clients', async () => {
-    const storage = fakeStorage();
-    storage.addProject('p1');
+    const storage = await storageWithProjects('p1');
     await storage.createClient(newClient('secret-client', { secretHash }));
     await storage.createClient(newClient('jwt-client', { jwks: { keys: [{ ...es384.publicJwk }] } }));
     const app = authApp(storage, {
@@ -406,7 +403,7 @@ describe('failed authentication limits', () => {
   });
 
   it('blocks an address after repeated failures', async () => {
-    const storage = fakeStorage();
+    const storage = memoryStorage();
     const app = authApp(storage, {
       token: { rateLimit: { maxFailuresPerClientAddress: 100, maxFailuresPerAddress: 3, windowSeconds: 60 } },
     });

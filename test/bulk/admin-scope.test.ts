@@ -1,5 +1,6 @@
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { poll } from '../helpers/bulk-export.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 
 const FHIR = '/fhir/R4';
@@ -43,13 +44,9 @@ describe('bulk export with real tokens: admins are held to their read scopes', (
       .set('Prefer', 'respond-async');
 
   async function manifest(auth: string, statusPath: string) {
-    for (let i = 0; i < 200; i++) {
-      const status = await request(ctx.app).get(statusPath).set('Authorization', auth);
-      if (status.status === 200) return status.body as { output: { type: string; url: string }[] };
-      expect(status.status).toBe(202);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error('The export did not complete');
+    const status = await poll(ctx.app, auth, statusPath);
+    expect(status.status).toBe(200);
+    return status.body as { output: { type: string; url: string }[] };
   }
 
   it('refuses an export the token has no read scope for', async () => {

@@ -3,11 +3,20 @@ import { createRequire } from 'node:module';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import express from 'express';
 import request from 'supertest';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Storage } from '../../src/storage/types.js';
+import {
+  BASE,
+  downloadAll,
+  expectMatchesStore,
+  exportManifest,
+  seed,
+  tempDir,
+  token,
+} from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, downloadAll, expectMatchesStore, exportManifest, seed, tempDir, token } from './helpers.js';
 
 const DIST = fileURLToPath(new URL('../../dist/', import.meta.url));
 const MISSING =
@@ -24,16 +33,11 @@ interface DistModule {
   fileStorage: (options: { dir: string; durability?: 'write' }) => Promise<Storage>;
 }
 
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
-
 /** A full Patient-level export through the built router, on the fixture store and on the built fileStorage. */
 async function flow(mod: DistModule): Promise<void> {
   await flowOn(mod, fixtureStorage({ dir: tempDir() }));
   const file = await mod.fileStorage({ dir: tempDir(), durability: 'write' });
-  closers.unshift(() => file.close());
+  afterTest(() => file.close());
   // The built store's descriptor points at the built package, which the built worker imports.
   expect(file.descriptor?.module).toMatch(/\/dist\/index\.c?js$/);
   await flowOn(mod, file);
@@ -48,7 +52,7 @@ async function flowOn(mod: DistModule, storage: Storage): Promise<void> {
     exportDir: tempDir('bulk-out-'),
     onError: () => undefined,
   });
-  closers.push(() => router.close());
+  afterTest(() => router.close());
   const app = express();
   app.use(BASE, router);
   const auth = token('proj-a');

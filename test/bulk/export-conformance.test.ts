@@ -1,6 +1,6 @@
 import express from 'express';
 import request from 'supertest';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import { fhirPlatform } from '../../src/platform.js';
 import { fileStorage } from '../../src/storage/file.js';
@@ -10,22 +10,17 @@ import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
   BASE,
-  createApp,
+  bulkTestApp,
   download,
   downloadAll,
   exportManifest,
   keysOf,
   sampleResources,
-  seed,
   tempDir,
   token,
   type Manifest,
-} from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
+} from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 
 const provenance = (id: string, recorded: string, ...targets: string[]): FhirResource => ({
   resourceType: 'Provenance',
@@ -60,11 +55,8 @@ async function setup(
   makeStorage: () => Promise<Storage> = () => Promise.resolve(fixtureStorage({ dir: tempDir() })),
 ) {
   const storage = await makeStorage();
-  closers.unshift(() => storage.close());
-  await seed(storage, conformanceResources());
-  const { app, router } = createApp(storage);
-  closers.push(() => router.close());
-  return { storage, app, auth: token('proj-a') };
+  afterTest(() => storage.close());
+  return bulkTestApp({ storage, seed: conformanceResources() });
 }
 
 type App = Parameters<typeof request>[0];
@@ -316,13 +308,7 @@ describe('includeAssociatedData values', () => {
 
 describe('requireAsyncHeaders', () => {
   async function appWith(requireAsyncHeaders?: boolean) {
-    const storage = fixtureStorage({ dir: tempDir() });
-    await seed(storage);
-    const { app, router } = createApp(
-      storage,
-      requireAsyncHeaders === undefined ? {} : { requireAsyncHeaders },
-    );
-    closers.push(() => router.close());
+    const { app } = await bulkTestApp(requireAsyncHeaders === undefined ? {} : { requireAsyncHeaders });
     return app;
   }
 
@@ -373,7 +359,7 @@ describe('requireAsyncHeaders', () => {
       exportDir: tempDir(),
       bulk: { requireAsyncHeaders: true },
     });
-    closers.push(() => platform.close());
+    afterTest(() => platform.close());
     const app = express().use(platform.router);
     const res = await request(app)
       .get(`${BASE}/$export`)

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { fileStorage } from '../../src/storage/file.js';
 import { memoryStorage } from '../../src/storage/memory.js';
@@ -6,21 +6,15 @@ import type { Storage } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
   BASE,
-  createApp,
+  bulkTestApp,
   download,
   downloadAll,
   expectMatchesStore,
   exportManifest,
   keysOf,
-  seed,
   tempDir,
-  token,
-} from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
+} from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 
 const stores: [string, () => Promise<Storage>][] = [
   ['fixture store, worker threads', () => Promise.resolve(fixtureStorage({ dir: tempDir() }))],
@@ -35,11 +29,8 @@ const stores: [string, () => Promise<Storage>][] = [
 describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
   async function setup(options = {}) {
     const storage = await makeStorage();
-    closers.unshift(() => storage.close());
-    await seed(storage);
-    const { app, router } = createApp(storage, options);
-    closers.push(() => router.close());
-    return { storage, app, auth: `${token('proj-a')}` };
+    afterTest(() => storage.close());
+    return bulkTestApp({ ...options, storage });
   }
 
   it('system level: every resource of the project, each file checked line by line', async () => {
@@ -183,12 +174,7 @@ describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
   });
 
   it('splits files at maxFileSize', async () => {
-    const storage = await makeStorage();
-    closers.unshift(() => storage.close());
-    await seed(storage);
-    const { app, router } = createApp(storage, { maxFileSize: 150 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { app, auth } = await setup({ maxFileSize: 150 });
     const manifest = await exportManifest(app, auth, '/$export?_type=Observation');
     expect(manifest.output.length).toBeGreaterThan(1);
     expect(manifest.output.every((o) => o.type === 'Observation')).toBe(true);

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { ExportJobManager } from '../../src/bulk/export-jobs.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
@@ -9,6 +9,7 @@ import type { FhirResource } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
   BASE,
+  bulkTestApp,
   createApp,
   downloadAll,
   expectMatchesStore,
@@ -19,12 +20,10 @@ import {
   seed,
   tempDir,
   token,
-} from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
+  waitForProgress,
+} from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -40,16 +39,6 @@ function manyResources(n: number): FhirResource[] {
   return [...sampleResources(), ...extra];
 }
 
-async function waitForRunning(app: Parameters<typeof request>[0], auth: string, statusPath: string) {
-  for (let i = 0; i < 200; i++) {
-    const res = await request(app).get(statusPath).set('Authorization', auth);
-    expect(res.status).toBe(202);
-    if (/^[1-9]\d* resources/.test(res.headers['x-progress'] as string)) return;
-    await sleep(20);
-  }
-  throw new Error('export never made progress');
-}
-
 describe('cancel', () => {
   it.each([
     ['worker thread', true],
@@ -57,14 +46,12 @@ describe('cancel', () => {
   ])(
     'DELETE stops a running export (%s) without waiting for it, removes its files, then 404',
     async (_n, descriptor) => {
-      const exportDir = tempDir('bulk-out-');
-      const storage = fixtureStorage({ dir: tempDir(), delayMs: 50, chunkLines: 1, descriptor });
-      await seed(storage, manyResources(200));
-      const { app, router } = createApp(storage, { exportDir });
-      closers.push(() => router.close());
-      const auth = token('proj-a');
+      const { storage, app, auth, exportDir } = await bulkTestApp({
+        storage: fixtureStorage({ dir: tempDir(), delayMs: 50, chunkLines: 1, descriptor }),
+        seed: manyResources(200),
+      });
       const statusPath = await kickoff(app, auth, '/$export?_type=Observation');
-      await waitForRunning(app, auth, statusPath);
+      await waitForProgress(app, auth, statusPath);
       const jobId = statusPath.split('/').pop()!;
       expect(fs.existsSync(path.join(exportDir, jobId))).toBe(true);
       const started = Date.now();
@@ -87,12 +74,7 @@ describe('cancel', () => {
   );
 
   it('DELETE of a completed export removes its files', async () => {
-    const exportDir = tempDir('bulk-out-');
-    const storage = fixtureStorage({ dir: tempDir() });
-    await seed(storage);
-    const { app, router } = createApp(storage, { exportDir });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { storage, app, auth, exportDir } = await bulkTestApp();
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     const done = await poll(app, auth, statusPath);
     const fileUrl = JSON.parse(done.text).output[0].url as string;
@@ -112,7 +94,7 @@ describe('restart', () => {
     const one = createApp(first, { exportDir });
     const auth = token('proj-a');
     const statusPath = await kickoff(one.app, auth, '/$export?_type=Patient,Observation');
-    await waitForRunning(one.app, auth, statusPath);
+    await waitForProgress(one.app, auth, statusPath);
     await one.router.close();
     const [job] = [...first.state.jobs.values()];
     expect(job!.status).toBe('in-progress');
@@ -122,8 +104,7 @@ describe('restart', () => {
     ]);
 
     const second = fixtureStorage({ dir }, first.state);
-    const two = createApp(second, { exportDir });
-    closers.push(() => two.router.close());
+    const two = await bulkTestApp({ storage: second, seed: false, exportDir });
     await two.router.ready;
     const done = await poll(two.app, auth, statusPath);
     expect(done.status).toBe(200);
@@ -146,19 +127,11 @@ describe('worker crash', () => {
   it.each(['exit', 'throw'] as const)(
     'a worker that %ss fails its job with an OperationOutcome; the pool goes on',
     async (crash) => {
-      const storage = fixtureStorage({ dir: tempDir() });
-      await seed(storage);
       let tasks = 0;
       const taskHook = (task: ExportTask): ExportTask => (++tasks === 1 ? { ...task, crash } : task);
-      const { app, router } = createApp(storage, { taskHook });
-      closers.push(() => router.close());
-      const auth = token('proj-a');
+      const { storage, app, auth } = await bulkTestApp({ taskHook });
       const failedPath = await kickoff(app, auth, '/$export?_type=Patient');
-      const failed = await poll(app, auth, failedPath);
-      expect(failed.status).toBe(500);
-      expect(failed.headers['content-type']).toMatch(/^application\/fhir\+json/);
-      expect(failed.body.resourceType).toBe('OperationOutcome');
-      expect(failed.body.issue[0].code).toBe('exception');
+      expectOperationOutcome(await poll(app, auth, failedPath), 500, 'exception');
       expect(storage.state.snapshots.size).toBe(0);
       const okPath = await kickoff(app, auth, '/$export?_type=Patient');
       const ok = await poll(app, auth, okPath);
@@ -169,12 +142,7 @@ describe('worker crash', () => {
 
 describe('retention', () => {
   it('files and job records expire and are cleaned up', async () => {
-    const exportDir = tempDir('bulk-out-');
-    const storage = fixtureStorage({ dir: tempDir() });
-    await seed(storage);
-    const { app, router } = createApp(storage, { exportDir, retention: 300, cleanupInterval: 50 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { storage, app, auth, exportDir } = await bulkTestApp({ retention: 300, cleanupInterval: 50 });
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     const done = await poll(app, auth, statusPath);
     expect(done.status).toBe(200);
@@ -202,7 +170,7 @@ describe('retention', () => {
       cleanupInterval: 1e9,
       onError: () => undefined,
     });
-    closers.push(async () => {
+    afterTest(async () => {
       await jobs.close();
       await pool.close();
     });

@@ -1,29 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import type { ExportTask } from '../../src/bulk/export-task.js';
 import { memoryStorage } from '../../src/storage/memory.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, createApp, kickoff, poll, seed, tempDir, token } from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
+import { BASE, bulkTestApp, kickoff, poll, tempDir, token, waitForProgress } from '../helpers/bulk-export.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 type App = Parameters<typeof request>[0];
-
-function start(options: Parameters<typeof createApp>[1] = {}) {
-  const storage = fixtureStorage({ dir: tempDir() });
-  const exportDir = options.exportDir ?? tempDir('bulk-out-');
-  const { app, router } = createApp(storage, { ...options, exportDir });
-  closers.push(() => router.close());
-  return { storage, app, router, exportDir };
-}
 
 function kickoffRequest(app: App, auth: string, target = '/$export?_type=Patient') {
   return request(app).get(`${BASE}${target}`).set('Authorization', auth).set('Prefer', 'respond-async');
@@ -31,19 +19,14 @@ function kickoffRequest(app: App, auth: string, target = '/$export?_type=Patient
 
 /** Checks a refused kick-off: status, OperationOutcome issue code and a `Retry-After` in seconds. */
 function expectRefused(res: request.Response, status: number, code: string): number {
-  expect(res.status, JSON.stringify(res.body)).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  expect(res.body.issue[0].code).toBe(code);
+  expectOperationOutcome(res, status, code);
   expect(res.headers['retry-after']).toMatch(/^[1-9]\d*$/);
   return Number(res.headers['retry-after']);
 }
 
 describe('kick-offs per hour', () => {
   it('one more than maxKickoffsPerHour is 429 throttled with Retry-After, even after cancelling', async () => {
-    const { storage, app } = start({ maxKickoffsPerHour: 2, maxRunningExports: 10 });
-    await seed(storage);
-    const auth = token('proj-a');
+    const { storage, app, auth } = await bulkTestApp({ maxKickoffsPerHour: 2, maxRunningExports: 10 });
     const first = await kickoff(app, auth, '/$export?_type=Patient');
     // A cancelled (deleted) export still counts: cancelling must not reopen the window.
     expect((await request(app).delete(first).set('Authorization', auth)).status).toBe(202);
@@ -60,9 +43,7 @@ describe('kick-offs per hour', () => {
 
 describe('bytes kept per project', () => {
   it('a project at maxProjectExportSize gets 429 too-costly; another project is unaffected; DELETE frees it', async () => {
-    const { storage, app } = start({ maxProjectExportSize: 100 });
-    await seed(storage);
-    const auth = token('proj-a');
+    const { app, auth } = await bulkTestApp({ maxProjectExportSize: 100 });
     // Under quota at kick-off: the export runs to completion, and leaves the project over quota.
     const done = await kickoff(app, auth, '/$export?_type=Patient,Observation');
     expect((await poll(app, auth, done)).status).toBe(200);
@@ -77,25 +58,21 @@ describe('bytes kept per project', () => {
   });
 
   it('what a running export has written counts; the export itself goes on', async () => {
-    const storage = fixtureStorage({ dir: tempDir(), delayMs: 30, chunkLines: 1 });
     const observations = Array.from({ length: 100 }, (_, i) => ({
       resourceType: 'Observation',
       id: `x${i}`,
       status: 'final',
       code: { text: 'x' },
     }));
-    await seed(storage, observations);
-    const { app, router } = createApp(storage, { maxProjectExportSize: 300, maxRunningExports: 5 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { app, auth } = await bulkTestApp({
+      storage: fixtureStorage({ dir: tempDir(), delayMs: 30, chunkLines: 1 }),
+      seed: observations,
+      maxProjectExportSize: 300,
+      maxRunningExports: 5,
+    });
     const running = await kickoff(app, auth, '/$export?_type=Observation');
     // Each Observation line is over 100 bytes: wait until at least 3 are written.
-    for (;;) {
-      const res = await request(app).get(running).set('Authorization', auth);
-      expect(res.status).toBe(202);
-      if (Number(/^(\d+) resources/.exec(res.headers['x-progress'] as string)?.[1] ?? 0) >= 3) break;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await waitForProgress(app, auth, running, 3, { limitMs: Infinity });
     expectRefused(await kickoffRequest(app, auth), 429, 'too-costly');
     const status = await request(app).get(running).set('Authorization', auth);
     expect(status.status).toBe(202);
@@ -109,13 +86,12 @@ describe('one export over maxExportSize', () => {
     ['worker thread', true],
     ['main thread', false],
   ])('fails with too-costly and leaves no file (%s)', async (_name, descriptor) => {
-    const exportDir = tempDir('bulk-out-');
-    const storage = fixtureStorage({ dir: tempDir(), descriptor });
-    await seed(storage);
     // Small files, so that several are complete before the cap is reached.
-    const { app, router } = createApp(storage, { exportDir, maxFileSize: 150, maxExportSize: 600 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { storage, app, auth, exportDir } = await bulkTestApp({
+      storage: fixtureStorage({ dir: tempDir(), descriptor }),
+      maxFileSize: 150,
+      maxExportSize: 600,
+    });
     const statusPath = await kickoff(app, auth, '/$export');
     const failed = await poll(app, auth, statusPath);
     expect(failed.status).toBe(500);
@@ -130,29 +106,18 @@ describe('one export over maxExportSize', () => {
 
 describe('files of failed, cancelled and removed jobs', () => {
   it('a job whose worker crashes leaves no file', async () => {
-    const exportDir = tempDir('bulk-out-');
-    const storage = fixtureStorage({ dir: tempDir() });
-    await seed(storage);
     const taskHook = (task: ExportTask): ExportTask => ({ ...task, crash: 'throw' });
-    const { app, router } = createApp(storage, { exportDir, taskHook });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { app, auth, exportDir } = await bulkTestApp({ taskHook });
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     expect((await poll(app, auth, statusPath)).status).toBe(500);
     expect(fs.readdirSync(exportDir)).toEqual([]);
   });
 
   it('DELETE through another router on the same store removes the files where they were written', async () => {
-    const storage = fixtureStorage({ dir: tempDir() });
-    await seed(storage);
     const dirA = tempDir('bulk-out-a-');
-    const a = createApp(storage, { exportDir: dirA });
-    const b = createApp(storage, { exportDir: tempDir('bulk-out-b-') });
-    closers.push(
-      () => a.router.close(),
-      () => b.router.close(),
-    );
-    const auth = token('proj-a');
+    const a = await bulkTestApp({ exportDir: dirA });
+    const b = await bulkTestApp({ storage: a.storage, seed: false, exportDir: tempDir('bulk-out-b-') });
+    const { auth } = a;
     const statusPath = await kickoff(a.app, auth, '/$export?_type=Patient');
     expect((await poll(a.app, auth, statusPath)).status).toBe(200);
     expect(fs.readdirSync(dirA)).toHaveLength(1);
@@ -167,7 +132,7 @@ describe('files of failed, cancelled and removed jobs', () => {
     fs.writeFileSync(path.join(orphan, 'Patient-1.ndjson'), '{"resourceType":"Patient"}\n');
     // Not a job directory: left alone.
     fs.mkdirSync(path.join(exportDir, 'other'));
-    const { router } = start({ exportDir });
+    const { router } = await bulkTestApp({ seed: false, exportDir });
     await router.ready;
     expect(fs.readdirSync(exportDir)).toEqual(['other']);
   });
@@ -177,15 +142,13 @@ describe('free disk space', () => {
   it('below minFreeSpace a kick-off is 503 transient with Retry-After, and creates nothing', async () => {
     let free = 10 * 1024 * 1024;
     const probed: string[] = [];
-    const { storage, app, exportDir } = start({
+    const { storage, app, auth, exportDir } = await bulkTestApp({
       minFreeSpace: 64 * 1024 * 1024,
       freeSpaceProbe: (dir) => {
         probed.push(dir);
         return free;
       },
     });
-    await seed(storage);
-    const auth = token('proj-a');
     expectRefused(await kickoffRequest(app, auth), 503, 'transient');
     expect(probed).toEqual([exportDir]);
     expect(storage.state.jobs.size).toBe(0);

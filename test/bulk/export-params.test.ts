@@ -1,30 +1,17 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
   BASE,
-  createApp,
+  bulkTestApp,
   download,
   downloadAll,
   exportManifest,
   keysOf,
-  seed,
   tempDir,
   token,
-} from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
-
-async function setup(options = {}) {
-  const storage = fixtureStorage({ dir: tempDir() });
-  await seed(storage);
-  const { app, router } = createApp(storage, options);
-  closers.push(() => router.close());
-  return { storage, app, auth: token('proj-a') };
-}
+} from '../helpers/bulk-export.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 async function expect400(
   app: Parameters<typeof request>[0],
@@ -33,15 +20,13 @@ async function expect400(
   headers: Record<string, string> = {},
 ) {
   const res = await request(app).get(`${BASE}${target}`).set('Authorization', auth).set(headers);
-  expect(res.status).toBe(400);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
+  expectOperationOutcome(res, 400);
   return res;
 }
 
 describe('kick-off parameters', () => {
   it('_outputFormat: the three NDJSON spellings, anything else 400', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     for (const format of ['application/fhir+ndjson', 'application/ndjson', 'ndjson']) {
       const m = await exportManifest(
         app,
@@ -54,7 +39,7 @@ describe('kick-off parameters', () => {
   });
 
   it('_type: comma lists and repeats merge; unknown types 400', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const m = await exportManifest(app, auth, '/$export?_type=Patient,Condition&_type=Organization');
     expect(m.output.map((o) => o.type).sort()).toEqual(['Condition', 'Organization', 'Patient']);
     await expect400(app, auth, '/$export?_type=Patient,NotAType');
@@ -64,7 +49,7 @@ describe('kick-off parameters', () => {
   });
 
   it('_since: only resources changed after it, deletions as transaction Bundles', async () => {
-    const { storage, app, auth } = await setup();
+    const { storage, app, auth } = await bulkTestApp();
     await new Promise((resolve) => setTimeout(resolve, 5));
     // The fixture clock stamps writes strictly after its last value.
     const since = new Date(storage.state.clock).toISOString();
@@ -106,7 +91,7 @@ describe('kick-off parameters', () => {
   });
 
   it('_since at Group level: members added after it get their whole compartment', async () => {
-    const { storage, app, auth } = await setup();
+    const { storage, app, auth } = await bulkTestApp();
     await new Promise((resolve) => setTimeout(resolve, 5));
     const since = new Date(storage.state.clock).toISOString();
     await new Promise((resolve) => setTimeout(resolve, 5));
@@ -148,7 +133,7 @@ describe('kick-off parameters', () => {
   });
 
   it('_elements keeps the listed elements and tags SUBSETTED', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const m = await exportManifest(
       app,
       auth,
@@ -167,7 +152,7 @@ describe('kick-off parameters', () => {
   });
 
   it('_typeFilter: filters its type only; several filters are ORed; unsupported 400', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const filters = [
       `Observation?${new URLSearchParams({ subject: 'Patient/p1' }).toString()}`,
       `Observation?_id=o3`,
@@ -188,7 +173,7 @@ describe('kick-off parameters', () => {
   });
 
   it('patient: POST only, Patient and Group level; unknown ones are reported, not refused', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     await expect400(app, auth, '/Patient/$export?patient=Patient/p1');
     const post = (target: string, refs: string[], prefer = 'respond-async') =>
       request(app)
@@ -259,19 +244,19 @@ describe('kick-off parameters', () => {
   });
 
   it('includeAssociatedData: unknown values 400', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     await expect400(app, auth, '/$export?includeAssociatedData=LatestProvenanceResources,Nope');
     await expect400(app, auth, '/$export?includeAssociatedData=_custom');
   });
 
   it('unknown parameters and Prefer handling values 400', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     await expect400(app, auth, '/$export?_foo=1');
     await expect400(app, auth, '/$export', { Prefer: 'respond-async, handling=sloppy' });
   });
 
   it('handling=lenient: problems are ignored and reported in the error files', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const m = await exportManifest(
       app,
       auth,
@@ -289,7 +274,7 @@ describe('kick-off parameters', () => {
   });
 
   it('an unknown Group is 404, an invalid Group id too', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const res = await request(app).get(`${BASE}/Group/nope/$export`).set('Authorization', auth);
     expect(res.status).toBe(404);
     expect(res.body.resourceType).toBe('OperationOutcome');
@@ -303,11 +288,10 @@ describe('kick-off parameters', () => {
   });
 
   it('429 with Retry-After when too many exports run for the project', async () => {
-    const storage = fixtureStorage({ dir: tempDir(), delayMs: 200 });
-    await seed(storage);
-    const { app, router } = createApp(storage, { maxRunningExports: 1 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { app, auth, storage } = await bulkTestApp({
+      storage: fixtureStorage({ dir: tempDir(), delayMs: 200 }),
+      maxRunningExports: 1,
+    });
     const first = await request(app).get(`${BASE}/$export`).set('Authorization', auth);
     expect(first.status).toBe(202);
     const second = await request(app).get(`${BASE}/$export`).set('Authorization', auth);

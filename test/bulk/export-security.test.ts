@@ -1,21 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { gunzipSync } from 'node:zlib';
-import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, createApp, exportManifest, kickoff, pathOf, poll, seed, tempDir, token } from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
-
-async function setup() {
-  const storage = fixtureStorage({ dir: tempDir() });
-  await seed(storage);
-  const { app, router } = createApp(storage);
-  closers.push(() => router.close());
-  return { storage, app, auth: token('proj-a') };
-}
+import { BASE, bulkTestApp, exportManifest, kickoff, pathOf, poll, token } from '../helpers/bulk-export.js';
 
 function rawGet(app: Parameters<typeof request>[0], path: string, auth: string) {
   return request(app)
@@ -31,7 +17,7 @@ function rawGet(app: Parameters<typeof request>[0], path: string, auth: string) 
 
 describe('bulk export authorization', () => {
   it('401 without a token, 403 outside a project', async () => {
-    const { app } = await setup();
+    const { app } = await bulkTestApp();
     for (const path of [
       '/$export',
       '/Patient/$export',
@@ -51,7 +37,7 @@ describe('bulk export authorization', () => {
   });
 
   it('exports only the types the token covers; 403 for a named type it does not', async () => {
-    const { app } = await setup();
+    const { app } = await bulkTestApp();
     const narrow = token('proj-a', { scopes: ['system/Patient.read', 'system/Observation.rs'] });
     const m = await exportManifest(app, narrow, '/$export');
     expect(m.output.map((o) => o.type).sort()).toEqual(['Observation', 'Patient']);
@@ -70,7 +56,7 @@ describe('bulk export authorization', () => {
   });
 
   it('status and files are invisible to other projects and principals', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     const done = await poll(app, auth, statusPath);
     expect(done.status).toBe(200);
@@ -90,7 +76,7 @@ describe('bulk export authorization', () => {
   });
 
   it('no path outside the export directory is ever served', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const m = await exportManifest(app, auth, '/$export?_type=Patient');
     const fileUrl = pathOf(m.output[0]!.url);
     const jobId = fileUrl.split('/')[4]!;
@@ -118,7 +104,7 @@ describe('bulk export authorization', () => {
 
 describe('downloads', () => {
   it('gzip when accepted, identity otherwise, Range for resuming', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     const m = await exportManifest(app, auth, '/$export?_type=Patient');
     const path = pathOf(m.output[0]!.url);
     const plain = await rawGet(app, path, auth).set('Accept-Encoding', 'identity');
@@ -147,7 +133,7 @@ describe('downloads', () => {
   });
 
   it('status of an unknown job is 404 with an OperationOutcome', async () => {
-    const { app, auth } = await setup();
+    const { app, auth } = await bulkTestApp();
     for (const id of ['00000000-0000-0000-0000-000000000000', 'not-a-job', '..%2F..']) {
       const res = await request(app).get(`${BASE}/$export-status/${id}`).set('Authorization', auth);
       expect(res.status).toBe(404);

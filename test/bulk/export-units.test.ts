@@ -13,7 +13,7 @@ import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
 import { compileTypeFilters } from '../../src/bulk/type-filter.js';
 import { NotFoundError } from '../../src/storage/errors.js';
 import type { StoredResource } from '../../src/storage/types.js';
-import { tempDir } from './helpers.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const line = (i: number) =>
   `${JSON.stringify({ resourceType: 'Basic', id: `b${i}`, pad: 'x'.repeat(i % 7) })}\n`;

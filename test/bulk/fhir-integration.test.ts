@@ -1,17 +1,13 @@
 import express from 'express';
 import request from 'supertest';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { bulkExportCapability } from '../../src/bulk/capability.js';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import { fhirRouter } from '../../src/fhir/router.js';
+import { BASE, exportManifest, seed, tempDir, token } from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, exportManifest, seed, tempDir, token } from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
 
 describe('next to the FHIR router', () => {
   it('shares the FHIR base and contributes to the CapabilityStatement', async () => {
@@ -23,7 +19,7 @@ describe('next to the FHIR router', () => {
       exportDir: tempDir('bulk-out-'),
       onError: () => undefined,
     });
-    closers.push(() => bulk.close());
+    afterTest(() => bulk.close());
     const app = express();
     app.use(BASE, bulk);
     app.use(

@@ -1,9 +1,10 @@
 import fs from 'node:fs';
 import request from 'supertest';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fileStorage } from '../../src/storage/file.js';
 import type { FhirResource } from '../../src/storage/types.js';
 import {
+  bulkTestApp,
   createApp,
   downloadAll,
   expectMatchesStore,
@@ -13,12 +14,8 @@ import {
   seed,
   tempDir,
   token,
-} from './helpers.js';
-
-const closers: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  while (closers.length) await closers.pop()!();
-});
+} from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 
 function withObservations(n: number): FhirResource[] {
   const extra = Array.from({ length: n }, (_, i) => ({
@@ -61,9 +58,8 @@ describe('fileStorage: restart and cancel', () => {
     expect(['accepted', 'in-progress']).toContain(interrupted.status);
 
     const second = await fileStorage({ dir, durability: 'write' });
-    closers.push(() => second.close());
-    const two = createApp(second, { exportDir, maxFileSize: 64 * 1024 });
-    closers.push(() => two.router.close());
+    afterTest(() => second.close());
+    const two = await bulkTestApp({ storage: second, seed: false, exportDir, maxFileSize: 64 * 1024 });
     await two.router.ready;
     const done = await poll(two.app, auth, statusPath);
     expect(done.status).toBe(200);
@@ -89,12 +85,8 @@ describe('fileStorage: restart and cancel', () => {
 
   it('cancel removes the files of a running export; status then 404', async () => {
     const storage = await fileStorage({ dir: tempDir(), durability: 'write' });
-    closers.push(() => storage.close());
-    await seed(storage, withObservations(3000));
-    const exportDir = tempDir('bulk-out-');
-    const { app, router } = createApp(storage, { exportDir });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    afterTest(() => storage.close());
+    const { app, auth, exportDir } = await bulkTestApp({ storage, seed: withObservations(3000) });
     const statusPath = await kickoff(app, auth, '/$export');
     const del = await request(app).delete(statusPath).set('Authorization', auth);
     expect(del.status).toBe(202);

@@ -2,10 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import request from 'supertest';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/storage/file.js';
-import { createApp, kickoff, pathOf, tempDir, token, type Manifest } from './helpers.js';
+import { bulkTestApp, kickoff, pathOf, poll, tempDir, type Manifest } from '../helpers/bulk-export.js';
+import { afterTest } from '../helpers/cleanup.js';
 
 const DATA = fileURLToPath(new URL('../../../shared/data/synthea-r4-100/', import.meta.url));
 const present = fs.existsSync(DATA);
@@ -42,15 +43,10 @@ function loadSynthea(): FhirResource[] {
   );
 }
 
-const closers: (() => Promise<void>)[] = [];
-afterAll(async () => {
-  while (closers.length) await closers.pop()!();
-});
-
 describe.skipIf(!present)('Synthea sample (../shared/data/synthea-r4-100)', () => {
   it('a client polling every second completes system and Group exports', { timeout: 180_000 }, async () => {
     const storage = await fileStorage({ dir: tempDir(), durability: 'write' });
-    closers.unshift(() => storage.close());
+    afterTest(() => storage.close());
     const resources = loadSynthea();
     for (let i = 0; i < resources.length; i += 2000) {
       await storage.writeResources(
@@ -60,19 +56,14 @@ describe.skipIf(!present)('Synthea sample (../shared/data/synthea-r4-100)', () =
           .map((resource) => ({ op: 'update', resource: resource as FhirResource & { id: string } })),
       );
     }
-    const { app, router } = createApp(storage, { maxFileSize: 8 * 1024 * 1024 });
-    closers.push(() => router.close());
-    const auth = token('proj-a');
+    const { app, auth } = await bulkTestApp({ storage, seed: false, maxFileSize: 8 * 1024 * 1024 });
 
     /** As the reference clients do: poll every second until the status is no longer 202. */
     async function run(target: string): Promise<Manifest> {
       const statusPath = await kickoff(app, auth, target);
-      for (;;) {
-        const res = await request(app).get(statusPath).set('Authorization', auth);
-        if (res.status === 200) return JSON.parse(res.text) as Manifest;
-        expect(res.status).toBe(202);
-        await new Promise((resolve) => setTimeout(resolve, 1000));
-      }
+      const res = await poll(app, auth, statusPath, 1000, Infinity);
+      expect(res.status).toBe(200);
+      return JSON.parse(res.text) as Manifest;
     }
 
     async function check(manifest: Manifest): Promise<Map<string, number>> {

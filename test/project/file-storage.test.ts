@@ -9,7 +9,7 @@ import { NotFoundError } from '../../src/storage/errors.js';
 import { fileStorage } from '../../src/storage/file.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
-import { failingUserCreation } from './failing-storage.js';
+import { failUserCreation } from './fail-user-creation.js';
 
 const BASE = '/api/fhir/R4';
 const SUPER = testToken({ projectId: null, kind: 'super-admin', id: 'root', superAdmin: true });
@@ -74,8 +74,8 @@ describe('Project/$init on the file store', () => {
   it('leaves nothing behind when a step after the project fails, even after a restart', async () => {
     const dir = tempDir();
     const base = await store(dir);
-    const { storage, createdProjects } = failingUserCreation(base);
-    const res = await request(app(storage))
+    const { createdProjects } = failUserCreation(base);
+    const res = await request(app(base))
       .post(`${BASE}/Project/$init`)
       .set('Authorization', SUPER)
       .type('application/fhir+json')

@@ -9,7 +9,7 @@ import { NotFoundError } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/storage/memory.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
-import { failingUserCreation } from './failing-storage.js';
+import { failUserCreation } from './fail-user-creation.js';
 
 const BASE = '/api/fhir/R4';
 const FHIR_JSON = 'application/fhir+json';
@@ -276,9 +276,9 @@ describe('POST /Project/$init', () => {
 
   it('leaves no project, user, profile or membership behind when a later step fails', async () => {
     const base = memoryStorage();
-    const { storage: failing, createdProjects: created } = failingUserCreation(base);
+    const { createdProjects: created } = failUserCreation(base);
     const errors: unknown[] = [];
-    const { app } = setup({ onError: (e) => errors.push(e) }, failing);
+    const { app } = setup({ onError: (e) => errors.push(e) }, base);
     const res = await postJson(app, '/Project/$init', SUPER, params(NAME));
     expectOutcome(res, 500, 'exception');
     expect(JSON.stringify(res.body)).not.toContain('injected');

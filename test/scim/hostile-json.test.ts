@@ -1,20 +1,12 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PATCH_OP_SCHEMA_ID } from '../../src/scim/schema.js';
+import { expectScimError } from '../helpers/protocol-errors.js';
 import { createScimApp, MOUNT, SCIM } from './scim-app.js';
 
 const CORE = 'urn:ietf:params:scim:schemas:core:2.0:User';
 const ENTERPRISE = 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User';
-const ERROR = 'urn:ietf:params:scim:api:messages:2.0:Error';
 const HOSTILE = ['__proto__', 'constructor', 'toString', 'valueOf', 'hasOwnProperty', 'prototype'];
-
-function expectScimError(res: request.Response, status: number, scimType?: string) {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/application\/scim\+json/);
-  expect(res.body.schemas).toEqual([ERROR]);
-  expect(res.body.status).toBe(String(status));
-  if (scimType) expect(res.body.scimType).toBe(scimType);
-}
 
 /** A User body as raw JSON text with `extra` members spliced in (so `__proto__` stays a key). */
 function userJson(extra = '', name = '"givenName":"Alice"'): string {

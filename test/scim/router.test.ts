@@ -2,10 +2,10 @@ import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { ENTERPRISE_USER_SCHEMA_ID, PATCH_OP_SCHEMA_ID } from '../../src/scim/schema.js';
 import { testToken } from '../helpers/test-auth.js';
+import { expectScimError } from '../helpers/protocol-errors.js';
 import { createScimApp, MOUNT, SCIM } from './scim-app.js';
 
 const CORE = 'urn:ietf:params:scim:schemas:core:2.0:User';
-const ERROR = 'urn:ietf:params:scim:api:messages:2.0:Error';
 
 function newUser(overrides: Record<string, unknown> = {}) {
   return {
@@ -17,14 +17,6 @@ function newUser(overrides: Record<string, unknown> = {}) {
     emails: [{ value: 'alice@example.org', type: 'work', primary: true }],
     ...overrides,
   };
-}
-
-function expectScimError(res: request.Response, status: number, scimType?: string) {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/application\/scim\+json/);
-  expect(res.body.schemas).toEqual([ERROR]);
-  expect(res.body.status).toBe(String(status));
-  if (scimType) expect(res.body.scimType).toBe(scimType);
 }
 
 async function setup(options = {}) {

@@ -1,28 +1,23 @@
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
-import { afterAll, expect } from 'vitest';
-import { bulkExportRouter, type BulkExportRouterOptions } from '../../src/bulk/router.js';
+import { expect } from 'vitest';
+import {
+  bulkExportRouter,
+  type BulkExportRouter,
+  type BulkExportRouterOptions,
+} from '../../src/bulk/router.js';
 import type { Principal } from '../../src/auth/principal.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { fixtureStorage } from '../bulk/fixtures/fixture-storage.js';
+import { afterTest } from './cleanup.js';
+import { tempDir } from './temp-dir.js';
+import { testAuthenticate, testToken } from './test-auth.js';
+
+export { tempDir } from './temp-dir.js';
 
 export const BASE = '/fhir/R4';
 
-const tempDirs: string[] = [];
-// Registered while the importing test file is collected: runs after that file's tests.
-afterAll(() => {
-  for (const dir of tempDirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
-});
-
-/** A fresh temporary directory, removed after the test file. */
-export function tempDir(prefix = 'bulk-'): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  tempDirs.push(dir);
-  return dir;
-}
+type App = Parameters<typeof request>[0];
 
 export function token(projectId: string | null, extra: Partial<Principal> = {}): string {
   return testToken({ projectId, ...extra });
@@ -43,6 +38,42 @@ export function createApp(storage: Storage, options: Partial<BulkExportRouterOpt
     res.status(418).json({ fellThrough: true });
   });
   return { app, router };
+}
+
+export type FixtureStorage = ReturnType<typeof fixtureStorage>;
+
+/** Options of {@link bulkTestApp}: the router's, plus the store and what to seed it with. */
+export interface BulkTestAppOptions<S extends Storage> extends Partial<BulkExportRouterOptions> {
+  /** The store; its owner closes it. @default a fixture store in a temporary directory */
+  storage?: S;
+  /** What {@link seed} writes into `proj-a`, or `false` for nothing. @default sampleResources() */
+  seed?: FhirResource[] | false;
+}
+
+export interface BulkTestApp<S extends Storage> {
+  storage: S;
+  app: express.Express;
+  router: BulkExportRouter;
+  /** Where the router writes its files. */
+  exportDir: string;
+  /** A token of `proj-a` with `system/*.*`. */
+  auth: string;
+}
+
+/**
+ * The usual bulk test setup: a store (seeded), the app of {@link createApp} (files in a temporary
+ * directory unless `exportDir` is given), its router closed after the test, and a token of `proj-a`.
+ */
+export async function bulkTestApp<S extends Storage = FixtureStorage>(
+  options: BulkTestAppOptions<S> = {},
+): Promise<BulkTestApp<S>> {
+  const { storage: given, seed: resources, ...routerOptions } = options;
+  const storage = given ?? (fixtureStorage({ dir: tempDir() }) as Storage as S);
+  if (resources !== false) await seed(storage, resources);
+  const exportDir = routerOptions.exportDir ?? tempDir('bulk-out-');
+  const { app, router } = createApp(storage, { ...routerOptions, exportDir });
+  afterTest(() => router.close());
+  return { storage, app, router, exportDir, auth: token('proj-a') };
 }
 
 const ref = (type: string, id: string) => ({ reference: `${type}/${id}` });
@@ -161,9 +192,12 @@ export async function kickoff(
   return pathOf(location);
 }
 
-/** Polls the status URL until it is no longer 202; returns the final response. */
+/**
+ * Polls the status URL until it is no longer 202 (each 202 must carry `X-Progress` and a
+ * `Retry-After` in seconds); returns the final response.
+ */
 export async function poll(
-  app: express.Express,
+  app: App,
   auth: string,
   statusPath: string,
   intervalMs = 25,
@@ -176,6 +210,24 @@ export async function poll(
     expect(res.headers['x-progress']).toBeTruthy();
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
     if (Date.now() - started > limitMs) throw new Error('export did not finish');
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+/** Polls a running export (every status 202) until its `X-Progress` counts at least `resources`. */
+export async function waitForProgress(
+  app: App,
+  auth: string,
+  statusPath: string,
+  resources = 1,
+  { intervalMs = 20, limitMs = 30_000 } = {},
+): Promise<void> {
+  const started = Date.now();
+  for (;;) {
+    const res = await request(app).get(statusPath).set('Authorization', auth);
+    expect(res.status).toBe(202);
+    if (Number(/^(\d+) resources/.exec(res.headers['x-progress'] as string)?.[1] ?? 0) >= resources) return;
+    if (Date.now() - started > limitMs) throw new Error('export never made progress');
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
