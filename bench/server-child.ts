@@ -13,7 +13,7 @@ import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
-import { fileStorage } from '../src/storage/file.js';
+import { fileStorage } from '../src/storage/file/file-storage.js';
 import { memoryStorage } from '../src/storage/memory.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
 import { generatePatients } from './dataset.js';

@@ -187,10 +187,10 @@ export { InvalidRecordError } from './storage/errors.js';
 export type { ExportSnapshotOptions } from './storage/types.js';
 export { memoryStorage } from './storage/memory.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
-export { fileStorage } from './storage/file.js';
-export type { FileStorageOptions } from './storage/file.js';
-export { openFileExportReader } from './storage/file-export-reader.js';
-export type { FileExportReaderOptions } from './storage/file-export-reader.js';
+export { fileStorage } from './storage/file/file-storage.js';
+export type { FileStorageOptions } from './storage/file/file-storage.js';
+export { openFileExportReader } from './storage/file/export-reader.js';
+export type { FileExportReaderOptions } from './storage/file/export-reader.js';
 
 // Storage adapter: PostgreSQL
 export { postgresStorage } from './storage/postgres/postgres-storage.js';

@@ -1,18 +1,18 @@
-import path from 'node:path';
-import { Engine } from './engine/engine.js';
-import { EngineStorage } from './engine/engine-storage.js';
-import { FileBackend } from './file/file-backend.js';
-import { fileExportReaderModule } from './file/reader-module.js';
-import { asFileSnapshot } from './file/snapshot.js';
-import { FileExportReader } from './file-export-reader.js';
 import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Engine } from '../engine/engine.js';
+import { EngineStorage } from '../engine/engine-storage.js';
+import { FileBackend } from './file-backend.js';
+import { fileExportReaderModule } from './reader-module.js';
+import { asFileSnapshot } from './snapshot.js';
+import { FileExportReader } from './export-reader.js';
 import type {
   ExportReader,
   ExportSnapshot,
   ExportSnapshotOptions,
   Storage,
   StorageDescriptor,
-} from './types.js';
+} from '../types.js';
 
 /** Options of {@link fileStorage}. */
 export interface FileStorageOptions {

@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { patientCompartmentIds } from '../fhir/compartment.js';
+import { patientCompartmentIds } from '../../fhir/compartment.js';
 import {
   HEADER_LENGTH,
   OP_AT,
@@ -10,8 +10,8 @@ import {
   readOp,
   readSuperseded,
   SUPERSEDED_AT,
-} from './file/record.js';
-import { asFileSnapshot, type FileSnapshot } from './file/snapshot.js';
+} from './record.js';
+import { asFileSnapshot, type FileSnapshot } from './snapshot.js';
 import type {
   ExportReader,
   ExportReadOptions,
@@ -19,7 +19,7 @@ import type {
   NdjsonChunk,
   StoredResource,
   Tombstone,
-} from './types.js';
+} from '../types.js';
 
 /** Options of {@link openFileExportReader} (the `options` of a file store's descriptor). */
 export interface FileExportReaderOptions {
