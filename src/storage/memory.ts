@@ -4,7 +4,7 @@ import { Engine, type EngineBackend } from './engine/engine.js';
 import type { BaseState } from './engine/state.js';
 import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
-import { key2, type Mutation, type ResourceEntry } from './engine/mutation.js';
+import { pairKey, type Mutation, type ResourceEntry } from './engine/mutation.js';
 import { InvalidRecordError } from './errors.js';
 import type {
   ExportReader,
@@ -29,7 +29,7 @@ export interface MemoryStorageOptions {
 interface Version {
   id: string;
   json: string;
-  lu: number;
+  lastUpdatedMicros: number;
   deleted: boolean;
   /** Index of the version that replaced this one; -1 while current. */
   superseded: number;
@@ -75,11 +75,11 @@ class MemoryBackend implements EngineBackend {
   persist(mutations: readonly Mutation[]): Promise<unknown[]> {
     const refs: unknown[] = [];
     for (const m of mutations) {
-      if (m.t === 'project-') {
+      if (m.kind === 'project-delete') {
         this.logs.delete(m.id);
         this.everInCompartment.delete(m.id);
       }
-      if (m.t !== 'resource' && m.t !== 'resource-') {
+      if (m.kind !== 'resource-put' && m.kind !== 'resource-delete') {
         refs.push(undefined);
         continue;
       }
@@ -98,7 +98,7 @@ class MemoryBackend implements EngineBackend {
       log.versions.push({
         id: entry.id,
         json,
-        lu: entry.lu,
+        lastUpdatedMicros: entry.lastUpdatedMicros,
         deleted: entry.deleted,
         superseded: -1,
         prev,
@@ -109,7 +109,7 @@ class MemoryBackend implements EngineBackend {
         const byPatient = getOrCreate(this.everInCompartment, m.projectId, () => new Map());
         for (const patient of entry.patients) {
           const keys = getOrCreate(byPatient, patient, () => new Set());
-          keys.add(key2(entry.resourceType, entry.id));
+          keys.add(pairKey(entry.resourceType, entry.id));
         }
       }
       refs.push({ log, index } satisfies Ref);
@@ -185,7 +185,7 @@ class MemoryExportReader implements ExportReader {
     let lines: string[] = [];
     let bytes = 0;
     for (const version of this.versionsAt(projectId, log, end, options)) {
-      if (version.lu <= since) continue;
+      if (version.lastUpdatedMicros <= since) continue;
       lines.push(version.json, '\n');
       bytes += version.json.length + 1;
       if (bytes >= this.chunkBytes) {
@@ -245,8 +245,8 @@ class MemoryExportReader implements ExportReader {
     const since = options.since === undefined ? -Infinity : options.since * 1000;
     for (let i = 0; i < end; i++) {
       const v = log.versions[i]!;
-      if (!v.deleted || v.lu <= since || (v.superseded !== -1 && v.superseded < end)) continue;
-      yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lu) };
+      if (!v.deleted || v.lastUpdatedMicros <= since || (v.superseded !== -1 && v.superseded < end)) continue;
+      yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lastUpdatedMicros) };
     }
     await Promise.resolve();
   }

@@ -36,7 +36,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   deleteProject(id: string): Promise<void> {
     return this.engine.enqueueWrite((w) => {
       if (!w.view.project(id)) throw new NotFoundError(`Project ${id} not found`);
-      w.emit({ t: 'project-', id });
+      w.emit({ kind: 'project-delete', id });
     });
   }
 
@@ -54,7 +54,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
 
   saveSigningKey(key: SigningKeyRecord): Promise<void> {
     return this.engine.enqueueWrite((w) => {
-      w.emit({ t: 'key', record: structuredClone(key) });
+      w.emit({ kind: 'signing-key-put', record: structuredClone(key) });
     });
   }
 
@@ -64,7 +64,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       const existing = w.view.once(key);
       if (existing !== undefined && existing > Date.now()) return false;
-      w.emit({ t: 'once', key, expiresAt });
+      w.emit({ kind: 'one-time-value-put', key, expiresAt });
       return true;
     });
   }
@@ -75,7 +75,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
         throw new ConflictError(`Export job ${job.id} exists`, { attribute: 'id' });
       const now = new Date(w.now().ms).toISOString();
       const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
-      w.emit({ t: 'job', record });
+      w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });
   }
@@ -106,7 +106,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
         updatedAt: new Date(w.now().ms).toISOString(),
         version: current.version + 1,
       };
-      w.emit({ t: 'job', record });
+      w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });
   }
@@ -114,7 +114,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   deleteExportJob(projectId: string, id: string): Promise<void> {
     return this.engine.enqueueWrite((w) => {
       if (!w.view.job(projectId, id)) throw new NotFoundError(`Export job ${id} not found`);
-      w.emit({ t: 'job-', projectId, id });
+      w.emit({ kind: 'export-job-delete', projectId, id });
     });
   }
 

@@ -49,13 +49,13 @@ function nextVersion(previous: ResourceEntry | undefined): string {
   return String(Number.isFinite(n) ? n + 1 : 1);
 }
 
-function inRange(lu: number, range: ResourceQuery['lastUpdated']): boolean {
+function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
   if (!range) return true;
-  // `lu` is in microseconds, the range in milliseconds.
-  if (range.gt !== undefined && !(lu > range.gt * 1000)) return false;
-  if (range.ge !== undefined && !(lu >= range.ge * 1000)) return false;
-  if (range.lt !== undefined && !(lu < range.lt * 1000)) return false;
-  if (range.le !== undefined && !(lu <= range.le * 1000)) return false;
+  // `micros` is in microseconds, the range in milliseconds.
+  if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
+  if (range.ge !== undefined && !(micros >= range.ge * 1000)) return false;
+  if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
+  if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
   return true;
 }
 
@@ -69,9 +69,9 @@ function compareEntries(
     case '-_id':
       return (a, b) => byId(b, a);
     case '-_lastUpdated':
-      return (a, b) => b.lu - a.lu || byId(a, b);
+      return (a, b) => b.lastUpdatedMicros - a.lastUpdatedMicros || byId(a, b);
     case '_lastUpdated':
-      return (a, b) => a.lu - b.lu || byId(a, b);
+      return (a, b) => a.lastUpdatedMicros - b.lastUpdatedMicros || byId(a, b);
   }
 }
 
@@ -97,7 +97,7 @@ export class EngineOperations implements StorageOperations {
         updatedAt: now,
         version: 1,
       };
-      w.emit({ t: 'project', record });
+      w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
   }
@@ -122,7 +122,7 @@ export class EngineOperations implements StorageOperations {
         updatedAt: isoNow(w),
         version: current.version + 1,
       };
-      w.emit({ t: 'project', record });
+      w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
   }
@@ -148,7 +148,7 @@ export class EngineOperations implements StorageOperations {
         version: 1,
       };
       if (record.externalId === undefined) delete record.externalId;
-      w.emit({ t: 'user', projectId, record });
+      w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -178,7 +178,7 @@ export class EngineOperations implements StorageOperations {
       }
       this.checkUserUnique(w.view, projectId, id, record.userName, record.externalId);
       Object.assign(record, { id, projectId, updatedAt: isoNow(w), version: current.version + 1 });
-      w.emit({ t: 'user', projectId, record });
+      w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -186,7 +186,7 @@ export class EngineOperations implements StorageOperations {
   deleteUser(projectId: string, id: string): Promise<void> {
     return this.ctx.write((w) => {
       if (!w.view.user(projectId, id)) throw new NotFoundError(`User ${id} not found`);
-      w.emit({ t: 'user-', projectId, id });
+      w.emit({ kind: 'user-delete', projectId, id });
     });
   }
 
@@ -256,7 +256,7 @@ export class EngineOperations implements StorageOperations {
         projectId,
         createdAt: isoNow(w),
       };
-      w.emit({ t: 'membership', projectId, record });
+      w.emit({ kind: 'membership-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -276,7 +276,7 @@ export class EngineOperations implements StorageOperations {
   deleteMembership(projectId: string, id: string): Promise<void> {
     return this.ctx.write((w) => {
       if (!w.view.membership(projectId, id)) throw new NotFoundError(`Membership ${id} not found`);
-      w.emit({ t: 'membership-', projectId, id });
+      w.emit({ kind: 'membership-delete', projectId, id });
     });
   }
 
@@ -294,7 +294,7 @@ export class EngineOperations implements StorageOperations {
         createdAt: now,
         updatedAt: now,
       };
-      w.emit({ t: 'client', record });
+      w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
   }
@@ -325,7 +325,7 @@ export class EngineOperations implements StorageOperations {
       for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
         if (changes[key] === undefined) delete record[key];
       }
-      w.emit({ t: 'client', record });
+      w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
   }
@@ -384,13 +384,13 @@ export class EngineOperations implements StorageOperations {
         meta: { versionId, lastUpdated: tick.iso },
       };
       w.emit({
-        t: 'resource-',
+        kind: 'resource-delete',
         projectId,
         entry: {
           resourceType: live.resourceType,
           id: live.id,
           versionId,
-          lu: tick.lu,
+          lastUpdatedMicros: tick.micros,
           deleted: true,
           patients: [],
           identifiers: [],
@@ -435,13 +435,13 @@ export class EngineOperations implements StorageOperations {
     // Keys of the JSON as stored (what a search by scanning the bodies would see).
     const copy = JSON.parse(json) as StoredResource;
     w.emit({
-      t: 'resource',
+      kind: 'resource-put',
       projectId,
       entry: {
         resourceType,
         id,
         versionId,
-        lu: tick.lu,
+        lastUpdatedMicros: tick.micros,
         deleted: false,
         patients: patientCompartmentIds(stored),
         identifiers: identifierKeys(copy),
@@ -484,7 +484,7 @@ export class EngineOperations implements StorageOperations {
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
-      if (e.deleted || !inRange(e.lu, query.lastUpdated)) continue;
+      if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
       if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;

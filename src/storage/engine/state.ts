@@ -6,8 +6,9 @@ import type {
   SigningKeyRecord,
   UserRecord,
 } from '../types.js';
+import { assertNever } from '../assert-never.js';
 import { getOrCreate } from './map-entry.js';
-import { key2, type Mutation, type ResourceEntry } from './mutation.js';
+import { pairKey, type Mutation, type ResourceEntry } from './mutation.js';
 
 /** A user attribute with an index: `name` is the lower-cased `userName`. */
 export type UserIndex = 'name' | 'externalId' | 'profileId';
@@ -167,17 +168,17 @@ export class BaseState implements StateView {
 
   /** Applies a committed mutation; `ref` is the adapter's locator for resource bodies. */
   apply(m: Mutation, ref?: unknown): void {
-    switch (m.t) {
-      case 'project':
+    switch (m.kind) {
+      case 'project-put':
         this.projectRecords.set(m.record.id, m.record);
         return;
-      case 'project-':
+      case 'project-delete':
         this.projectRecords.delete(m.id);
         this.data.delete(m.id);
         for (const [id, client] of this.clientRecords)
           if (client.projectId === m.id) this.clientRecords.delete(id);
         return;
-      case 'user': {
+      case 'user-put': {
         const data = this.ensure(m.projectId);
         this.unindexUser(data, m.record.id);
         data.users.set(m.record.id, m.record);
@@ -187,7 +188,7 @@ export class BaseState implements StateView {
         ids.add(m.record.id);
         return;
       }
-      case 'user-': {
+      case 'user-delete': {
         const data = this.get(m.projectId);
         if (data) {
           this.unindexUser(data, m.id);
@@ -195,33 +196,35 @@ export class BaseState implements StateView {
         }
         return;
       }
-      case 'membership':
+      case 'membership-put':
         this.ensure(m.projectId).memberships.set(m.record.id, m.record);
         return;
-      case 'membership-':
+      case 'membership-delete':
         this.get(m.projectId)?.memberships.delete(m.id);
         return;
-      case 'client':
+      case 'client-put':
         this.clientRecords.set(m.record.id, m.record);
         return;
-      case 'key':
+      case 'signing-key-put':
         this.keyRecords.set(m.record.kid, m.record);
         return;
-      case 'job':
+      case 'export-job-put':
         this.ensure(m.record.projectId).jobs.set(m.record.id, m.record);
         return;
-      case 'job-':
+      case 'export-job-delete':
         this.get(m.projectId)?.jobs.delete(m.id);
         return;
-      case 'once':
+      case 'one-time-value-put':
         this.onceValues.set(m.key, m.expiresAt);
         return;
-      case 'resource':
-      case 'resource-': {
+      case 'resource-put':
+      case 'resource-delete': {
         const { json: _json, ...entry } = m.entry;
         this.putEntry(m.projectId, { ...entry, ref });
         return;
       }
+      default:
+        assertNever(m);
     }
   }
 
@@ -305,7 +308,7 @@ export class Layer implements StateView {
     for (const index of ['name', 'externalId', 'profileId'] as const) {
       const value = userIndexValue(user, index);
       if (value === undefined) continue;
-      const k = key2(index, value);
+      const k = pairKey(index, value);
       let ids = byKey.get(k);
       if (add) {
         if (!ids) byKey.set(k, (ids = new Set()));
@@ -337,7 +340,7 @@ export class Layer implements StateView {
   }
   userIds(projectId: string, index: UserIndex, value: string): string[] {
     const own = this.userRecords.get(projectId);
-    const out: string[] = [...(this.userIndex.get(projectId)?.get(key2(index, value)) ?? [])];
+    const out: string[] = [...(this.userIndex.get(projectId)?.get(pairKey(index, value)) ?? [])];
     if (this.visible(projectId)) {
       for (const id of this.parent.userIds(projectId, index, value)) if (!own?.has(id)) out.push(id);
     }
@@ -444,11 +447,11 @@ export class Layer implements StateView {
   /** Records a mutation; later lookups through this layer see it. */
   apply(m: Mutation): void {
     this.mutations.push(m);
-    switch (m.t) {
-      case 'project':
+    switch (m.kind) {
+      case 'project-put':
         this.projectRecords.set(m.record.id, m.record);
         return;
-      case 'project-':
+      case 'project-delete':
         this.projectRecords.set(m.id, null);
         this.dropped.add(m.id);
         this.userRecords.delete(m.id);
@@ -458,43 +461,45 @@ export class Layer implements StateView {
         this.resourceEntries.delete(m.id);
         for (const [id, c] of this.clientRecords) if (c.projectId === m.id) this.clientRecords.delete(id);
         return;
-      case 'user':
+      case 'user-put':
         this.indexUser(m.projectId, scopedGet(this.userRecords, m.projectId, m.record.id), false);
         scopedSet(this.userRecords, m.projectId, m.record.id, m.record);
         this.indexUser(m.projectId, m.record, true);
         return;
-      case 'user-':
+      case 'user-delete':
         this.indexUser(m.projectId, scopedGet(this.userRecords, m.projectId, m.id), false);
         scopedSet(this.userRecords, m.projectId, m.id, null);
         return;
-      case 'membership':
+      case 'membership-put':
         scopedSet(this.membershipRecords, m.projectId, m.record.id, m.record);
         return;
-      case 'membership-':
+      case 'membership-delete':
         scopedSet(this.membershipRecords, m.projectId, m.id, null);
         return;
-      case 'client':
+      case 'client-put':
         this.clientRecords.set(m.record.id, m.record);
         return;
-      case 'key':
+      case 'signing-key-put':
         this.keyRecords.set(m.record.kid, m.record);
         return;
-      case 'job':
+      case 'export-job-put':
         scopedSet(this.jobRecords, m.record.projectId, m.record.id, m.record);
         return;
-      case 'job-':
+      case 'export-job-delete':
         scopedSet(this.jobRecords, m.projectId, m.id, null);
         return;
-      case 'once':
+      case 'one-time-value-put':
         this.onceValues.set(m.key, m.expiresAt);
         return;
-      case 'resource':
-      case 'resource-': {
+      case 'resource-put':
+      case 'resource-delete': {
         const byType = getOrCreate(this.resourceEntries, m.projectId, () => new Map());
         const byId = getOrCreate(byType, m.entry.resourceType, () => new Map());
         byId.set(m.entry.id, m.entry);
         return;
       }
+      default:
+        assertNever(m);
     }
   }
 

@@ -6,7 +6,7 @@ import {
   HEADER_LENGTH,
   OP_AT,
   OP_DELETE,
-  readLu,
+  readLastUpdated,
   readOp,
   readSuperseded,
   SUPERSEDED_AT,
@@ -275,7 +275,7 @@ export class FileExportReader implements ExportReader {
         const nl = buf.indexOf(NEWLINE, start);
         if (
           buf[start + OP_AT] !== OP_DELETE &&
-          (since < 0 || readLu(buf, start) > since) &&
+          (since < 0 || readLastUpdated(buf, start) > since) &&
           (!only || only.has(offset + start))
         ) {
           // Most records are current: compare the field with "000000000000" before parsing it.
@@ -348,7 +348,7 @@ export class FileExportReader implements ExportReader {
             const [offset, jsonLength] = list[k]!;
             const start = offset - first;
             const recordEnd = start + HEADER_LENGTH + jsonLength + 1;
-            if (readLu(buf, start) <= since) continue;
+            if (readLastUpdated(buf, start) <= since) continue;
             if (!exact && !inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)) continue;
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
             if (full) yield full;
@@ -368,7 +368,7 @@ export class FileExportReader implements ExportReader {
           if (
             readOp(buf, start) !== OP_DELETE &&
             (superseded === 0 || superseded >= end) &&
-            readLu(buf, start) > since &&
+            readLastUpdated(buf, start) > since &&
             inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)
           ) {
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
@@ -397,7 +397,7 @@ export class FileExportReader implements ExportReader {
       for await (const { buf, stop } of lineBlocks(handle, type.end, this.blocks)) {
         const found: Tombstone[] = [];
         forEachLine(buf, stop, (start, end) => {
-          if (readOp(buf, start) !== OP_DELETE || readLu(buf, start) <= since) return;
+          if (readOp(buf, start) !== OP_DELETE || readLastUpdated(buf, start) <= since) return;
           const superseded = readSuperseded(buf, start);
           if (superseded !== 0 && superseded < type.end) return;
           const tomb = JSON.parse(buf.toString('utf8', start + HEADER_LENGTH, end - 1)) as StoredResource;

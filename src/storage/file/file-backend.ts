@@ -6,10 +6,11 @@ import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { Low } from 'lowdb';
 import { compartmentParams, patientCompartmentIds, patientCompartmentTypes } from '../../fhir/compartment.js';
+import { assertNever } from '../assert-never.js';
 import type { Clock } from '../engine/clock.js';
 import type { EngineBackend } from '../engine/engine.js';
 import { getOrCreate } from '../engine/map-entry.js';
-import { key2, type Mutation, type ResourceEntry } from '../engine/mutation.js';
+import { pairKey, type Mutation, type ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import { StorageError } from '../errors.js';
 import { IDENTIFIER_KEYS_VERSION, identifierKeys } from '../identifier-keys.js';
@@ -30,7 +31,7 @@ import {
   encodeRecord,
   HEADER_LENGTH,
   isValidRecord,
-  readLu,
+  readLastUpdated,
   readOp,
   readSeq,
   readSuperseded,
@@ -176,12 +177,15 @@ export class FileBackend implements EngineBackend {
       const committed = Math.max(this.db.data.seq, await this.lastCommitted());
       this.seq = committed;
       this.loadDirectory(base);
-      let maxLu = 0;
+      let maxLastUpdated = 0;
       for (const [projectId, dirName] of Object.entries(this.db.data.projectDirs)) {
-        maxLu = Math.max(maxLu, await this.loadProject(base, projectId, dirName, committed));
+        maxLastUpdated = Math.max(
+          maxLastUpdated,
+          await this.loadProject(base, projectId, dirName, committed),
+        );
       }
       await this.loadOnce(base, committed);
-      clock.advanceTo(maxLu);
+      clock.advanceTo(maxLastUpdated);
       await this.migrateDirectory(base);
       await this.removeOrphans();
       await this.removeUnusedSnapshots(base);
@@ -195,14 +199,14 @@ export class FileBackend implements EngineBackend {
 
   private loadDirectory(base: BaseState): void {
     const data = this.db.data;
-    for (const record of Object.values(data.projects)) base.apply({ t: 'project', record });
-    for (const record of Object.values(data.clients)) base.apply({ t: 'client', record });
+    for (const record of Object.values(data.projects)) base.apply({ kind: 'project-put', record });
+    for (const record of Object.values(data.clients)) base.apply({ kind: 'client-put', record });
     for (const [projectId, byId] of Object.entries(data.memberships ?? {})) {
-      for (const record of Object.values(byId)) base.apply({ t: 'membership', projectId, record });
+      for (const record of Object.values(byId)) base.apply({ kind: 'membership-put', projectId, record });
     }
-    for (const record of Object.values(data.keys)) base.apply({ t: 'key', record });
+    for (const record of Object.values(data.keys)) base.apply({ kind: 'signing-key-put', record });
     for (const byId of Object.values(data.jobs ?? {}))
-      for (const record of Object.values(byId)) base.apply({ t: 'job', record });
+      for (const record of Object.values(byId)) base.apply({ kind: 'export-job-put', record });
   }
 
   /**
@@ -216,10 +220,10 @@ export class FileBackend implements EngineBackend {
     if (data.memberships === undefined && data.jobs === undefined) return;
     const mutations: Mutation[] = [];
     for (const [projectId, byId] of Object.entries(data.memberships ?? {})) {
-      for (const record of Object.values(byId)) mutations.push({ t: 'membership', projectId, record });
+      for (const record of Object.values(byId)) mutations.push({ kind: 'membership-put', projectId, record });
     }
     for (const byId of Object.values(data.jobs ?? {})) {
-      for (const record of Object.values(byId)) mutations.push({ t: 'job', record });
+      for (const record of Object.values(byId)) mutations.push({ kind: 'export-job-put', record });
     }
     delete data.memberships;
     delete data.jobs;
@@ -324,7 +328,7 @@ export class FileBackend implements EngineBackend {
     committed: number,
   ): Promise<number> {
     const projectDir = path.join(this.options.dir, 'projects', dirName);
-    let maxLu = 0;
+    let maxLastUpdated = 0;
     for (const kind of RECORD_KINDS) {
       const file = path.join(projectDir, `${kind}.log`);
       await fs.rm(`${file}.compact`, { force: true });
@@ -362,14 +366,23 @@ export class FileBackend implements EngineBackend {
       let resume: Parameters<FileBackend['recoverLog']>[3];
       if (index) {
         resume = { from: index.size, records: index.records, deadBytes: index.deadBytes, latest: new Map() };
-        for (const [id, versionId, lu, deleted, offset, jsonLength, patients, identifiers] of index.entries) {
-          maxLu = Math.max(maxLu, lu);
+        for (const [
+          id,
+          versionId,
+          lastUpdatedMicros,
+          deleted,
+          offset,
+          jsonLength,
+          patients,
+          identifiers,
+        ] of index.entries) {
+          maxLastUpdated = Math.max(maxLastUpdated, lastUpdatedMicros);
           const ref: FileRef = { log, segment: log.segment, offset, jsonLength };
           base.putEntry(projectId, {
             resourceType,
             id,
             versionId,
-            lu,
+            lastUpdatedMicros,
             deleted: deleted === 1,
             patients,
             identifiers,
@@ -385,8 +398,8 @@ export class FileBackend implements EngineBackend {
           const { buf, start, end, offset } = record;
           const body = JSON.parse(json) as StoredResource;
           const deleted = readOp(buf, start) === OP_DELETE;
-          const lu = readLu(buf, start);
-          maxLu = Math.max(maxLu, lu);
+          const lastUpdatedMicros = readLastUpdated(buf, start);
+          maxLastUpdated = Math.max(maxLastUpdated, lastUpdatedMicros);
           const ref: FileRef = {
             log,
             segment: log.segment,
@@ -397,7 +410,7 @@ export class FileBackend implements EngineBackend {
             resourceType,
             id: body.id,
             versionId: body.meta.versionId,
-            lu,
+            lastUpdatedMicros,
             deleted,
             patients: deleted ? [] : patientCompartmentIds(body),
             identifiers: deleted ? [] : identifierKeys(body),
@@ -417,7 +430,7 @@ export class FileBackend implements EngineBackend {
       // Even with durability 'write': an index coming back after a power loss would be wrong.
       await syncDir(path.join(projectDir, 'resources'));
     }
-    return maxLu;
+    return maxLastUpdated;
   }
 
   /**
@@ -448,7 +461,7 @@ export class FileBackend implements EngineBackend {
       entries.push([
         e.id,
         e.versionId,
-        e.lu,
+        e.lastUpdatedMicros,
         e.deleted ? 1 : 0,
         ref.offset,
         ref.jsonLength,
@@ -486,7 +499,7 @@ export class FileBackend implements EngineBackend {
     const now = Date.now();
     await this.recoverLog(this.onceLog, committed, (_record, json) => {
       const { k, e } = JSON.parse(json) as { k: string; e: number };
-      if (e > now) base.apply({ t: 'once', key: k, expiresAt: e });
+      if (e > now) base.apply({ kind: 'one-time-value-put', key: k, expiresAt: e });
       return k;
     });
   }
@@ -608,12 +621,12 @@ export class FileBackend implements EngineBackend {
     };
 
     for (const [i, m] of mutations.entries()) {
-      switch (m.t) {
-        case 'project':
+      switch (m.kind) {
+        case 'project-put':
           data.projects[m.record.id] = m.record;
           dirty.value = true;
           break;
-        case 'project-': {
+        case 'project-delete': {
           delete data.projects[m.id];
           for (const [id, c] of Object.entries(data.clients))
             if (c.projectId === m.id) delete data.clients[id];
@@ -625,65 +638,65 @@ export class FileBackend implements EngineBackend {
           dirty.value = true;
           break;
         }
-        case 'membership':
+        case 'membership-put':
           add(
             await this.recordLog(m.projectId, 'memberships', dirty),
             encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
           );
           break;
-        case 'membership-':
+        case 'membership-delete':
           add(
             await this.recordLog(m.projectId, 'memberships', dirty),
             encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
           );
           break;
-        case 'client':
+        case 'client-put':
           data.clients[m.record.id] = m.record;
           dirty.value = true;
           break;
-        case 'key':
+        case 'signing-key-put':
           data.keys[m.record.kid] = m.record;
           dirty.value = true;
           break;
-        case 'job':
+        case 'export-job-put':
           add(
             await this.recordLog(m.record.projectId, 'jobs', dirty),
             encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
           );
           break;
-        case 'job-':
+        case 'export-job-delete':
           add(
             await this.recordLog(m.projectId, 'jobs', dirty),
             encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
           );
           break;
-        case 'once':
+        case 'one-time-value-put':
           add(this.onceLog, encodeRecord(seq, 0, 'U', JSON.stringify({ k: m.key, e: m.expiresAt })));
           break;
-        case 'user':
+        case 'user-put':
           add(
             await this.recordLog(m.projectId, 'users', dirty),
             encodeRecord(seq, 0, 'U', JSON.stringify(m.record)),
           );
           break;
-        case 'user-':
+        case 'user-delete':
           add(
             await this.recordLog(m.projectId, 'users', dirty),
             encodeRecord(seq, 0, 'D', JSON.stringify({ id: m.id })),
           );
           break;
-        case 'resource':
-        case 'resource-': {
+        case 'resource-put':
+        case 'resource-delete': {
           const { entry } = m;
           const log = await this.resourceLog(m.projectId, entry.resourceType, dirty);
           const { json } = entry;
-          const key = `${m.projectId}\u0000${key2(entry.resourceType, entry.id)}`;
+          const key = `${m.projectId}\u0000${pairKey(entry.resourceType, entry.id)}`;
           const inBatch = latest.get(key);
           const committed = dropped.has(m.projectId)
             ? undefined
             : base.resource(m.projectId, entry.resourceType, entry.id);
-          const op = m.t === 'resource-' ? 'D' : inBatch || committed ? 'U' : 'C';
-          const record = encodeRecord(seq, entry.lu, op, json);
+          const op = m.kind === 'resource-delete' ? 'D' : inBatch || committed ? 'U' : 'C';
+          const record = encodeRecord(seq, entry.lastUpdatedMicros, op, json);
           const offsetInBatch = add(log, record);
           if (inBatch) {
             marks.push({
@@ -702,6 +715,8 @@ export class FileBackend implements EngineBackend {
           refs[i] = { log, offsetInBatch, jsonLength: record.length - HEADER_LENGTH - 1 };
           break;
         }
+        default:
+          assertNever(m);
       }
     }
 
@@ -1002,18 +1017,25 @@ export class FileBackend implements EngineBackend {
 }
 
 /** The mutation a record log's record replays. */
-function recordMutation(kind: RecordKind, projectId: string, value: { id: string }, deleted: boolean): Mutation {
+function recordMutation(
+  kind: RecordKind,
+  projectId: string,
+  value: { id: string },
+  deleted: boolean,
+): Mutation {
   switch (kind) {
     case 'users':
       return deleted
-        ? { t: 'user-', projectId, id: value.id }
-        : { t: 'user', projectId, record: value as UserRecord };
+        ? { kind: 'user-delete', projectId, id: value.id }
+        : { kind: 'user-put', projectId, record: value as UserRecord };
     case 'memberships':
       return deleted
-        ? { t: 'membership-', projectId, id: value.id }
-        : { t: 'membership', projectId, record: value as MembershipRecord };
+        ? { kind: 'membership-delete', projectId, id: value.id }
+        : { kind: 'membership-put', projectId, record: value as MembershipRecord };
     case 'jobs':
-      return deleted ? { t: 'job-', projectId, id: value.id } : { t: 'job', record: value as ExportJobRecord };
+      return deleted
+        ? { kind: 'export-job-delete', projectId, id: value.id }
+        : { kind: 'export-job-put', record: value as ExportJobRecord };
   }
 }
 
