@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import { ConflictError, NotFoundError } from '../errors.js';
 import type {
   ExportJobChanges,
   ExportJobRecord,
@@ -16,6 +16,7 @@ import type {
 import type { Engine } from './engine.js';
 import { EngineOperations } from './operations.js';
 import { byCreatedThenId } from '../record-order.js';
+import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 
 /** The server-wide part of `Storage` on top of the engine; adapters add exports and `close`. */
 export abstract class EngineStorage extends EngineOperations implements Storage {
@@ -73,8 +74,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       if (w.view.job(job.projectId, job.id))
         throw new ConflictError(`Export job ${job.id} exists`, { attribute: 'id' });
-      const now = new Date(w.now().ms).toISOString();
-      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
+      const record = newExportJobRecord(job, new Date(w.now().ms).toISOString());
       w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });
@@ -95,17 +95,14 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       const current = w.view.job(projectId, id);
       if (!current) throw new NotFoundError(`Export job ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
-      }
-      const record: ExportJobRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
+      checkIfVersion('Export job', id, current.version, options?.ifVersion);
+      const record = updatedExportJobRecord(
+        current,
         projectId,
-        updatedAt: new Date(w.now().ms).toISOString(),
-        version: current.version + 1,
-      };
+        id,
+        changes,
+        new Date(w.now().ms).toISOString(),
+      );
       w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });

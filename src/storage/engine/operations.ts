@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { patientCompartmentIds } from '../../fhir/compartment.js';
-import { ConflictError, InvalidRecordError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   ClientChanges,
   ClientRecord,
@@ -26,27 +25,30 @@ import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
+import {
+  checkId,
+  checkIfVersion,
+  checkResourceType,
+  checkResourceWrite,
+  checkUserName,
+  finishUserUpdate,
+  mergeUserChanges,
+  newClientRecord,
+  newMembershipRecord,
+  newProjectRecord,
+  newRecordId,
+  newUserRecord,
+  nextVersionId,
+  updatedClientRecord,
+  updatedProjectRecord,
+  writtenResourceKey,
+  type NewProject,
+  type ProjectChanges,
+} from '../record-rules.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
-
-const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
-}
-
-function checkResourceType(resourceType: unknown): asserts resourceType is string {
-  if (typeof resourceType !== 'string' || !RESOURCE_TYPE.test(resourceType)) {
-    throw new InvalidRecordError(`Invalid resource type ${JSON.stringify(resourceType)}`);
-  }
-}
-
-function checkId(id: unknown, what: string): asserts id is string {
-  if (typeof id !== 'string' || id.length === 0) throw new InvalidRecordError(`Invalid ${what} id`);
-}
-
-function nextVersion(previous: ResourceEntry | undefined): string {
-  const n = previous ? Number.parseInt(previous.versionId, 10) : 0;
-  return String(Number.isFinite(n) ? n + 1 : 1);
 }
 
 function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
@@ -85,18 +87,12 @@ export class EngineOperations implements StorageOperations {
 
   // Projects
 
-  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
+  createProject(project: NewProject): Promise<ProjectRecord> {
     return this.ctx.write((w) => {
       checkId(project.id, 'project');
       if (w.view.project(project.id))
         throw new ConflictError(`Project ${project.id} exists`, { attribute: 'id' });
-      const now = isoNow(w);
-      const record: ProjectRecord = {
-        ...structuredClone(project),
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
+      const record = newProjectRecord(project, isoNow(w));
       w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
@@ -108,20 +104,11 @@ export class EngineOperations implements StorageOperations {
     return Promise.resolve(structuredClone(record));
   }
 
-  updateProject(
-    id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
-  ): Promise<ProjectRecord> {
+  updateProject(id: string, changes: ProjectChanges): Promise<ProjectRecord> {
     return this.ctx.write((w) => {
       const current = w.view.project(id);
       if (!current) throw new NotFoundError(`Project ${id} not found`);
-      const record: ProjectRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
-        updatedAt: isoNow(w),
-        version: current.version + 1,
-      };
+      const record = updatedProjectRecord(current, id, changes, isoNow(w));
       w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
@@ -131,23 +118,12 @@ export class EngineOperations implements StorageOperations {
 
   createUser(projectId: string, user: NewUser): Promise<UserRecord> {
     return this.ctx.write((w) => {
-      const id = user.id ?? randomUUID();
+      const id = newRecordId(user.id);
       checkId(id, 'user');
-      if (typeof user.userName !== 'string' || user.userName.length === 0) {
-        throw new InvalidRecordError('A user needs a userName');
-      }
+      checkUserName(user.userName);
       if (w.view.user(projectId, id)) throw new ConflictError(`User ${id} exists`, { attribute: 'id' });
       this.checkUserUnique(w.view, projectId, id, user.userName, user.externalId);
-      const now = isoNow(w);
-      const record: UserRecord = {
-        ...structuredClone(user),
-        id,
-        projectId,
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
-      if (record.externalId === undefined) delete record.externalId;
+      const record = newUserRecord(projectId, id, user, isoNow(w));
       w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
@@ -168,16 +144,10 @@ export class EngineOperations implements StorageOperations {
     return this.ctx.write((w) => {
       const current = w.view.user(projectId, id);
       if (!current) throw new NotFoundError(`User ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`User ${id} is at version ${current.version}`);
-      }
-      const record: UserRecord = { ...current, ...structuredClone(changes) };
-      if ('externalId' in changes && changes.externalId === undefined) delete record.externalId;
-      if (typeof record.userName !== 'string' || record.userName.length === 0) {
-        throw new InvalidRecordError('A user needs a userName');
-      }
+      checkIfVersion('User', id, current.version, options?.ifVersion);
+      const record = mergeUserChanges(current, changes);
       this.checkUserUnique(w.view, projectId, id, record.userName, record.externalId);
-      Object.assign(record, { id, projectId, updatedAt: isoNow(w), version: current.version + 1 });
+      finishUserUpdate(record, projectId, id, current.version, isoNow(w));
       w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
@@ -246,16 +216,11 @@ export class EngineOperations implements StorageOperations {
 
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
     return this.ctx.write((w) => {
-      const id = membership.id ?? randomUUID();
+      const id = newRecordId(membership.id);
       checkId(id, 'membership');
       if (w.view.membership(projectId, id))
         throw new ConflictError(`Membership ${id} exists`, { attribute: 'id' });
-      const record: MembershipRecord = {
-        ...structuredClone(membership),
-        id,
-        projectId,
-        createdAt: isoNow(w),
-      };
+      const record = newMembershipRecord(projectId, id, membership, isoNow(w));
       w.emit({ kind: 'membership-put', projectId, record });
       return structuredClone(record);
     });
@@ -287,13 +252,7 @@ export class EngineOperations implements StorageOperations {
       checkId(client.id, 'client');
       if (w.view.client(client.id))
         throw new ConflictError(`Client ${client.id} exists`, { attribute: 'id' });
-      const now = isoNow(w);
-      const record: ClientRecord = {
-        ...structuredClone(client),
-        revoked: client.revoked ?? false,
-        createdAt: now,
-        updatedAt: now,
-      };
+      const record = newClientRecord(client, isoNow(w));
       w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
@@ -314,17 +273,7 @@ export class EngineOperations implements StorageOperations {
     return this.ctx.write((w) => {
       const current = w.view.client(clientId);
       if (!current) throw new NotFoundError(`Client ${clientId} not found`);
-      const record: ClientRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id: current.id,
-        projectId: current.projectId,
-        createdAt: current.createdAt,
-        updatedAt: isoNow(w),
-      };
-      for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
-        if (changes[key] === undefined) delete record[key];
-      }
+      const record = updatedClientRecord(current, changes, isoNow(w));
       w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
@@ -370,14 +319,10 @@ export class EngineOperations implements StorageOperations {
       checkResourceType(write.resourceType);
       const current = w.view.resource(projectId, write.resourceType, write.id);
       const live = current && !current.deleted ? current : undefined;
-      if (write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
-        throw new PreconditionFailedError(
-          `${write.resourceType}/${write.id} is not at version ${write.ifMatch}`,
-        );
-      }
+      checkResourceWrite('delete', write.resourceType, write.id, write.ifMatch, live?.versionId);
       if (!live) return { op: 'delete' };
       const tick = w.now();
-      const versionId = nextVersion(live);
+      const versionId = nextVersionId(live.versionId);
       const tombstone = {
         resourceType: live.resourceType,
         id: live.id,
@@ -399,22 +344,13 @@ export class EngineOperations implements StorageOperations {
       });
       return { op: 'delete' };
     }
-    const input = write.resource;
-    if (typeof input !== 'object' || input === null)
-      throw new InvalidRecordError('A resource must be an object');
-    checkResourceType(input.resourceType);
-    const id: unknown = write.op === 'create' ? (input.id ?? randomUUID()) : input.id;
-    checkId(id, 'resource');
+    const { resource: input, id } = writtenResourceKey(write);
     const current = w.view.resource(projectId, input.resourceType, id);
     const live = current && !current.deleted ? current : undefined;
-    if (write.op === 'create' && live) {
-      throw new ConflictError(`${input.resourceType}/${id} exists`, { attribute: 'id' });
-    }
-    if (write.op === 'update' && write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
-      throw new PreconditionFailedError(`${input.resourceType}/${id} is not at version ${write.ifMatch}`);
-    }
+    const ifMatch = write.op === 'update' ? write.ifMatch : undefined;
+    checkResourceWrite(write.op, input.resourceType, id, ifMatch, live?.versionId);
     const tick = w.now();
-    const versionId = nextVersion(current);
+    const versionId = nextVersionId(current?.versionId);
     const { resourceType, id: _id, meta, ...rest } = input;
     if (meta !== undefined && (typeof meta !== 'object' || meta === null || Array.isArray(meta))) {
       throw new InvalidRecordError('meta must be an object');

@@ -1,13 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg, { type Pool } from 'pg';
 import { isoMicros } from '../engine/clock.js';
-import {
-  ConflictError,
-  NotFoundError,
-  PreconditionFailedError,
-  StorageClosedError,
-  StorageError,
-} from '../errors.js';
+import { ConflictError, NotFoundError, StorageClosedError, StorageError } from '../errors.js';
 import type {
   ExportJobChanges,
   ExportJobRecord,
@@ -34,6 +28,7 @@ import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js'
 import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
 import { migrate, quoteIdentifier } from './schema.js';
+import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 
 /** Options of {@link postgresStorage}. */
 export interface PostgresStorageOptions {
@@ -251,7 +246,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
   createExportJob(job: NewExportJob): Promise<ExportJobRecord> {
     return this.root.run('write', async (query) => {
       const now = new Date().toISOString();
-      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
+      const record = newExportJobRecord(job, now);
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.export_jobs (project_id, id, status, created_at, version, record)
          VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT DO NOTHING`,
@@ -286,17 +281,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
       );
       const current = rows[0]?.record;
       if (!current) throw new NotFoundError(`Export job ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
-      }
-      const record: ExportJobRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
-        projectId,
-        updatedAt: new Date().toISOString(),
-        version: current.version + 1,
-      };
+      checkIfVersion('Export job', id, current.version, options?.ifVersion);
+      const record = updatedExportJobRecord(current, projectId, id, changes, new Date().toISOString());
       await query(
         `UPDATE ${this.s}.export_jobs SET status = $3, version = $4, record = $5
           WHERE project_id = $1 AND id = $2`,
