@@ -6,24 +6,31 @@ import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
 import { pairKey, type Mutation, type ResourceEntry } from './engine/mutation.js';
 import { InvalidRecordError } from './errors.js';
+import { checkPatientCompartment, type WithCompartment } from './patient-compartment.js';
 import type {
   ExportReader,
   ExportReadOptions,
   ExportSnapshot,
   NdjsonChunk,
+  PatientCompartment,
   Storage,
   StorageDescriptor,
   StoredResource,
   Tombstone,
 } from './types.js';
 
-/** Options of {@link memoryStorage}. */
+/** Options of `memoryStorage`. */
 export interface MemoryStorageOptions {
   /**
    * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
    * @default 1048576
    */
   exportChunkBytes?: number;
+  /**
+   * The patient compartment resources are indexed by.
+   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
+   */
+  compartment?: PatientCompartment;
 }
 
 interface Version {
@@ -264,8 +271,9 @@ class MemoryStorage extends EngineStorage {
     engine: Engine,
     private readonly backend: MemoryBackend,
     chunkBytes: number,
+    compartment: PatientCompartment,
   ) {
-    super(engine);
+    super(engine, compartment);
     this.exportReader = new MemoryExportReader(backend, chunkBytes);
   }
 
@@ -291,17 +299,13 @@ class MemoryStorage extends EngineStorage {
   }
 }
 
-/**
- * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
- * their own persistence. It keeps old versions while an export snapshot is open (exports read a
- * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
- * stream from the main thread (`descriptor` is undefined).
- */
-export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
+/** The memory store (see `memoryStorage` in `src/stores.ts`, which fills in the compartment). */
+export function createMemoryStorage(options: WithCompartment<MemoryStorageOptions>): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
     throw new TypeError('memoryStorage: exportChunkBytes must be a positive integer');
   }
+  checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend();
-  return new MemoryStorage(new Engine(backend), backend, chunkBytes);
+  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment);
 }

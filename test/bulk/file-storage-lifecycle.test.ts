@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fileStorage } from '../../src/storage/file/file-storage.js';
+import { fileStorage } from '../../src/stores.js';
 import type { FhirResource } from '../../src/storage/types.js';
 import {
   createApp,

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
-import { fileStorage } from '../../src/storage/file/file-storage.js';
+import { fileStorage } from '../../src/stores.js';
 import { createApp, kickoff, pathOf, tempDir, token, type Manifest } from './helpers.js';
 
 const DATA = fileURLToPath(new URL('../../../shared/data/synthea-r4-100/', import.meta.url));

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fileStorage } from '../../src/storage/file/file-storage.js';
+import { fileStorage } from '../../src/stores.js';
 import type { ExportSnapshot, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson } from './contract.js';
 

@@ -7,6 +7,7 @@ import type {
   ExportSnapshot,
   ExportSnapshotOptions,
   NewExportJob,
+  PatientCompartment,
   ProjectRecord,
   SigningKeyRecord,
   Storage,
@@ -26,12 +27,15 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   abstract releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
   abstract close(): Promise<void>;
 
-  constructor(protected readonly engine: Engine) {
-    super(engine.root);
+  constructor(
+    protected readonly engine: Engine,
+    compartment: PatientCompartment,
+  ) {
+    super(engine.root, compartment);
   }
 
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
-    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx)));
+    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx, this.compartment)));
   }
 
   deleteProject(id: string): Promise<void> {

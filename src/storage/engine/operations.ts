@@ -1,8 +1,8 @@
-import { patientCompartmentIds } from '../../fhir/compartment.js';
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   ClientChanges,
   ClientRecord,
+  PatientCompartment,
   FhirResource,
   MembershipRecord,
   NewClient,
@@ -83,7 +83,10 @@ function compareEntries(
  * mutations; the engine commits them.
  */
 export class EngineOperations implements StorageOperations {
-  constructor(protected readonly ctx: OpContext) {}
+  constructor(
+    protected readonly ctx: OpContext,
+    protected readonly compartment: PatientCompartment,
+  ) {}
 
   // Projects
 
@@ -379,7 +382,7 @@ export class EngineOperations implements StorageOperations {
         versionId,
         lastUpdatedMicros: tick.micros,
         deleted: false,
-        patients: patientCompartmentIds(stored),
+        patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(copy),
         json,
       },

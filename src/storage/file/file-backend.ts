@@ -4,7 +4,7 @@ import type { Clock } from '../engine/clock.js';
 import type { EngineBackend } from '../engine/engine.js';
 import type { Mutation, ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
-import type { ExportSnapshotOptions, StoredResource } from '../types.js';
+import type { ExportSnapshotOptions, PatientCompartment, StoredResource } from '../types.js';
 import { CommitLog } from './commit-log.js';
 import { compactTouchedLogs } from './compaction.js';
 import { takeLegacyRecords } from './directory.js';
@@ -20,6 +20,7 @@ export interface FileBackendOptions {
   dir: string;
   sync: boolean;
   compactionMinDeadBytes: number;
+  compartment: PatientCompartment;
 }
 
 /**
@@ -36,10 +37,11 @@ export class FileBackend implements EngineBackend {
   /** The engine's committed state (for the index files written on close). */
   private base: BaseState | undefined;
   private opened = false;
-  private readonly fingerprint = indexFingerprint();
+  private readonly fingerprint: string;
 
   constructor(private readonly options: FileBackendOptions) {
     this.files = new StoreFiles(options.dir, options.sync);
+    this.fingerprint = indexFingerprint(options.compartment);
   }
 
   get dir(): string {
@@ -63,7 +65,9 @@ export class FileBackend implements EngineBackend {
       const committed = Math.max(this.files.directory.data.seq, await this.commitLog.lastCommitted());
       this.commit = new GroupCommit(this.files, this.commitLog);
       this.commit.seq = committed;
-      clock.advanceTo(await recoverStore(this.files, base, committed, this.fingerprint));
+      const { compartment } = this.options;
+      const { files, fingerprint } = this;
+      clock.advanceTo(await recoverStore({ files, base, committed, compartment, fingerprint }));
       await this.migrateDirectory(base);
       await removeOrphanProjectDirs(this.files);
       await removeUnusedSnapshots(this.files, base);

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
-import { compartmentParams, patientCompartmentIds, patientCompartmentTypes } from '../../fhir/compartment.js';
 import type { BaseState } from '../engine/state.js';
+import type { PatientCompartment } from '../types.js';
 import { IDENTIFIER_KEYS_VERSION } from '../identifier-keys.js';
 import type { FileRef, LogFile } from './log-file.js';
 import type { LogMeta } from './store-files.js';
@@ -11,14 +11,17 @@ import type { LogMeta } from './store-files.js';
  * compartment patients and identifier keys, so one written by a version that computes either
  * differently must not be used.
  */
-export function indexFingerprint(): string {
-  const definition = patientCompartmentTypes().map((type) => [type, compartmentParams(type)]);
-  return createHash('sha256')
-    .update(JSON.stringify(definition))
-    .update(patientCompartmentIds.toString())
-    .update(`identifier keys ${IDENTIFIER_KEYS_VERSION}`)
-    .digest('hex')
-    .slice(0, 16);
+export function indexFingerprint(compartment: PatientCompartment): string {
+  const definition = compartment.types.map((type) => [type, compartment.params(type)]);
+  return (
+    createHash('sha256')
+      .update(JSON.stringify(definition))
+      // The function's source: an index written by a version that computes differently is not used.
+      .update(compartment.patientIds.toString())
+      .update(`identifier keys ${IDENTIFIER_KEYS_VERSION}`)
+      .digest('hex')
+      .slice(0, 16)
+  );
 }
 
 /** What `<Type>.log.idx` holds (see `readIndex`). The field names are the format on disk. */

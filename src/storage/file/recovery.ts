@@ -1,11 +1,10 @@
 import fsSync from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { patientCompartmentIds } from '../../fhir/compartment.js';
 import { getOrCreate } from '../engine/map-entry.js';
 import type { BaseState } from '../engine/state.js';
 import { identifierKeys } from '../identifier-keys.js';
-import type { StoredResource } from '../types.js';
+import type { PatientCompartment, StoredResource } from '../types.js';
 import { directoryMutations } from './directory.js';
 import { syncDir } from './durable-json-file.js';
 import { readIndex } from './log-index.js';
@@ -34,24 +33,31 @@ interface Resume {
   latest: Map<string, { offset: number; length: number }>;
 }
 
+/** What opening a store works with. */
+export interface Recovery {
+  files: StoreFiles;
+  /** The engine state to load into. */
+  base: BaseState;
+  /** The last committed batch: records of later batches are an uncommitted tail. */
+  committed: number;
+  compartment: PatientCompartment;
+  /** `indexFingerprint(compartment)`: index files written with another are not used. */
+  fingerprint: string;
+}
+
 /**
  * Loads the committed state of the store into `base` (the directory, every project's logs, the
  * one-time values), repairing what a crash left: see docs/storage.md, "Recovery on open".
  * Returns the latest `lastUpdated` (µs) found, for the clock.
  */
-export async function recoverStore(
-  files: StoreFiles,
-  base: BaseState,
-  committed: number,
-  fingerprint: string,
-): Promise<number> {
+export async function recoverStore(recovery: Recovery): Promise<number> {
+  const { files, base } = recovery;
   for (const m of directoryMutations(files.directory.data)) base.apply(m);
   let maxLastUpdated = 0;
   for (const [projectId, dirName] of Object.entries(files.directory.data.projectDirs)) {
-    const projectMax = await loadProject(files, base, projectId, dirName, committed, fingerprint);
-    maxLastUpdated = Math.max(maxLastUpdated, projectMax);
+    maxLastUpdated = Math.max(maxLastUpdated, await loadProject(recovery, projectId, dirName));
   }
-  await loadOnce(files, base, committed);
+  await loadOnce(recovery);
   return maxLastUpdated;
 }
 
@@ -108,14 +114,8 @@ async function recoverLog(
 }
 
 /** Loads one project's record logs and resource logs; returns its latest `lastUpdated` (µs). */
-async function loadProject(
-  files: StoreFiles,
-  base: BaseState,
-  projectId: string,
-  dirName: string,
-  committed: number,
-  fingerprint: string,
-): Promise<number> {
+async function loadProject(recovery: Recovery, projectId: string, dirName: string): Promise<number> {
+  const { files, base, committed } = recovery;
   for (const name of RECORD_LOG_NAMES) {
     const file = files.projectPath(dirName, `${name}.log`);
     await fs.rm(`${file}.compact`, { force: true });
@@ -152,15 +152,7 @@ async function loadProject(
       false,
     );
     getOrCreate(files.resourceLogs, dirName, () => new Map()).set(resourceType, log);
-    const logMax = await loadResourceLog(
-      log,
-      base,
-      projectId,
-      resourceType,
-      committed,
-      files.sync,
-      fingerprint,
-    );
+    const logMax = await loadResourceLog(recovery, log, projectId, resourceType);
     maxLastUpdated = Math.max(maxLastUpdated, logMax);
   }
   if (names.some((name) => name.endsWith('.idx'))) {
@@ -180,16 +172,14 @@ async function loadProject(
  * records after it. Returns the latest `lastUpdated` (µs).
  */
 async function loadResourceLog(
+  recovery: Recovery,
   log: LogFile,
-  base: BaseState,
   projectId: string,
   resourceType: string,
-  committed: number,
-  sync: boolean,
-  fingerprint: string,
 ): Promise<number> {
+  const { base, compartment } = recovery;
   let maxLastUpdated = 0;
-  const index = await readIndex(log, fingerprint);
+  const index = await readIndex(log, recovery.fingerprint);
   let resume: Resume | undefined;
   if (index) {
     resume = { from: index.size, records: index.records, deadBytes: index.deadBytes, latest: new Map() };
@@ -220,8 +210,8 @@ async function loadResourceLog(
   }
   await recoverLog(
     log,
-    committed,
-    sync,
+    recovery.committed,
+    recovery.files.sync,
     (record, json) => {
       const { buf, start, end, offset } = record;
       const body = JSON.parse(json) as StoredResource;
@@ -235,7 +225,7 @@ async function loadResourceLog(
         versionId: body.meta.versionId,
         lastUpdatedMicros,
         deleted,
-        patients: deleted ? [] : patientCompartmentIds(body),
+        patients: deleted ? [] : compartment.patientIds(body),
         identifiers: deleted ? [] : identifierKeys(body),
         ref,
       });
@@ -246,7 +236,7 @@ async function loadResourceLog(
   return maxLastUpdated;
 }
 
-async function loadOnce(files: StoreFiles, base: BaseState, committed: number): Promise<void> {
+async function loadOnce({ files, base, committed }: Recovery): Promise<void> {
   const file = path.join(files.dir, 'once.log');
   await fs.rm(`${file}.compact`, { force: true });
   files.onceLog = await LogFile.open(file, { create: true, sync: files.sync });

@@ -7,6 +7,7 @@ import type {
   NewClient,
   NewMembership,
   NewUser,
+  PatientCompartment,
   ProjectRecord,
   ResourcePage,
   ResourceQuery,
@@ -61,6 +62,7 @@ export class PostgresOperations implements StorageOperations {
     protected readonly exec: Executor,
     /** The quoted schema name. */
     protected readonly s: string,
+    protected readonly compartment: PatientCompartment,
     /**
      * Inside a transaction, reads of a project, user or client lock the row until commit, so a
      * read-modify-write (a SCIM PATCH) waits for a concurrent one instead of failing its
@@ -394,7 +396,9 @@ export class PostgresOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    return this.exec.run('atomic', (query) => applyResourceWrites(query, this.s, projectId, writes));
+    return this.exec.run('atomic', (query) =>
+      applyResourceWrites(query, this.s, this.compartment, projectId, writes),
+    );
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {

@@ -1,7 +1,6 @@
-import { patientCompartmentIds } from '../../fhir/compartment.js';
 import { isoMicros } from '../engine/clock.js';
 import { InvalidRecordError } from '../errors.js';
-import type { ResourceWrite, StoredResource, WriteResult } from '../types.js';
+import type { PatientCompartment, ResourceWrite, StoredResource, WriteResult } from '../types.js';
 import {
   checkId,
   checkResourceType,
@@ -94,6 +93,7 @@ export async function lockProjectResources(query: Query, s: string, projectId: s
 export async function applyResourceWrites(
   query: Query,
   s: string,
+  compartment: PatientCompartment,
   projectId: string,
   writes: readonly ResourceWrite[],
 ): Promise<WriteResult[]> {
@@ -164,7 +164,7 @@ export async function applyResourceWrites(
       const { resourceType: type, id: _id, ...rest } = copy;
       const stored: StoredResource = { resourceType: type, id, ...rest };
       body = JSON.stringify(stored);
-      patients = patientCompartmentIds(stored);
+      patients = compartment.patientIds(stored);
       // Only a body with identifiers needs parsing back (for identifier keys of the JSON as stored).
       if (stored.identifier !== undefined) parsed = JSON.parse(body) as StoredResource;
       const result: WriteResult = { op: write.op, resource: stored };
