@@ -141,6 +141,7 @@ export {
   patientCompartmentTypes,
   compartmentParams,
   patientSearchParams,
+  R4_PATIENT_COMPARTMENT,
 } from './fhir/compartment.js';
 export { isResourceType, isValidId, R4_RESOURCE_TYPES } from './fhir/resource-types.js';
 export { r4StructureValidator } from './fhir/structure-validator.js';
@@ -182,18 +183,15 @@ export {
 export { fhirPlatform } from './platform.js';
 export type { FhirPlatform, FhirPlatformOptions } from './platform.js';
 
-// Storage adapters (memory, file)
+// Storage adapters (memory, file), with the FHIR R4 patient compartment by default
 export { InvalidRecordError } from './storage/errors.js';
-export type { ExportSnapshotOptions } from './storage/types.js';
-export { memoryStorage } from './storage/memory.js';
+export type { ExportSnapshotOptions, PatientCompartment } from './storage/types.js';
+export { memoryStorage, fileStorage, openFileExportReader, postgresStorage } from './stores.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
-export { fileStorage } from './storage/file.js';
-export type { FileStorageOptions } from './storage/file.js';
-export { openFileExportReader } from './storage/file-export-reader.js';
-export type { FileExportReaderOptions } from './storage/file-export-reader.js';
+export type { FileStorageOptions } from './storage/file/file-storage.js';
+export type { FileExportReaderOptions } from './storage/file/export-reader.js';
 
 // Storage adapter: PostgreSQL
-export { postgresStorage } from './storage/postgres/postgres-storage.js';
 export type { PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 export { openPostgresExportReader } from './storage/postgres/export-reader.js';
 export type { PostgresExportReaderOptions } from './storage/postgres/export-reader.js';

@@ -6,7 +6,7 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
-import { memoryStorage } from '../src/storage/memory.js';
+import { memoryStorage } from '../src/stores.js';
 import { FHIR_JSON, parameters, ROOT_ID, ROOT_SECRET, SCIM_JSON } from './helpers/platform-app.js';
 
 const ORIGIN = 'https://fhir.example.org';

@@ -1,4 +1,4 @@
-import type { FhirResource } from '../storage/types.js';
+import type { FhirResource, PatientCompartment } from '../storage/types.js';
 
 /**
  * The FHIR R4 Patient compartment.
@@ -227,6 +227,16 @@ export function patientCompartmentTypes(): string[] {
 export function compartmentParams(resourceType: string): string[] {
   return [...(COMPILED.get(resourceType)?.compartmentParams ?? [])];
 }
+
+/**
+ * The FHIR R4 Patient compartment as storage takes it (`PatientCompartment`): the default of
+ * `fileStorage`, `memoryStorage` and `postgresStorage`.
+ */
+export const R4_PATIENT_COMPARTMENT: PatientCompartment = Object.freeze({
+  types: COMPARTMENT_TYPES,
+  params: compartmentParams,
+  patientIds: patientCompartmentIds,
+});
 
 /**
  * Every search parameter of `resourceType` that selects by a reference to a Patient: the

@@ -4,32 +4,39 @@ import { Engine, type EngineBackend } from './engine/engine.js';
 import type { BaseState } from './engine/state.js';
 import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
-import { key2, type Mutation, type ResourceEntry } from './engine/mutation.js';
+import { pairKey, type Mutation, type ResourceEntry } from './engine/mutation.js';
 import { InvalidRecordError } from './errors.js';
+import { checkPatientCompartment, type WithCompartment } from './patient-compartment.js';
 import type {
   ExportReader,
   ExportReadOptions,
   ExportSnapshot,
   NdjsonChunk,
+  PatientCompartment,
   Storage,
   StorageDescriptor,
   StoredResource,
   Tombstone,
 } from './types.js';
 
-/** Options of {@link memoryStorage}. */
+/** Options of `memoryStorage`. */
 export interface MemoryStorageOptions {
   /**
    * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
    * @default 1048576
    */
   exportChunkBytes?: number;
+  /**
+   * The patient compartment resources are indexed by.
+   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
+   */
+  compartment?: PatientCompartment;
 }
 
 interface Version {
   id: string;
   json: string;
-  lu: number;
+  lastUpdatedMicros: number;
   deleted: boolean;
   /** Index of the version that replaced this one; -1 while current. */
   superseded: number;
@@ -75,11 +82,11 @@ class MemoryBackend implements EngineBackend {
   persist(mutations: readonly Mutation[]): Promise<unknown[]> {
     const refs: unknown[] = [];
     for (const m of mutations) {
-      if (m.t === 'project-') {
+      if (m.kind === 'project-delete') {
         this.logs.delete(m.id);
         this.everInCompartment.delete(m.id);
       }
-      if (m.t !== 'resource' && m.t !== 'resource-') {
+      if (m.kind !== 'resource-put' && m.kind !== 'resource-delete') {
         refs.push(undefined);
         continue;
       }
@@ -98,7 +105,7 @@ class MemoryBackend implements EngineBackend {
       log.versions.push({
         id: entry.id,
         json,
-        lu: entry.lu,
+        lastUpdatedMicros: entry.lastUpdatedMicros,
         deleted: entry.deleted,
         superseded: -1,
         prev,
@@ -109,7 +116,7 @@ class MemoryBackend implements EngineBackend {
         const byPatient = getOrCreate(this.everInCompartment, m.projectId, () => new Map());
         for (const patient of entry.patients) {
           const keys = getOrCreate(byPatient, patient, () => new Set());
-          keys.add(key2(entry.resourceType, entry.id));
+          keys.add(pairKey(entry.resourceType, entry.id));
         }
       }
       refs.push({ log, index } satisfies Ref);
@@ -185,7 +192,7 @@ class MemoryExportReader implements ExportReader {
     let lines: string[] = [];
     let bytes = 0;
     for (const version of this.versionsAt(projectId, log, end, options)) {
-      if (version.lu <= since) continue;
+      if (version.lastUpdatedMicros <= since) continue;
       lines.push(version.json, '\n');
       bytes += version.json.length + 1;
       if (bytes >= this.chunkBytes) {
@@ -245,8 +252,8 @@ class MemoryExportReader implements ExportReader {
     const since = options.since === undefined ? -Infinity : options.since * 1000;
     for (let i = 0; i < end; i++) {
       const v = log.versions[i]!;
-      if (!v.deleted || v.lu <= since || (v.superseded !== -1 && v.superseded < end)) continue;
-      yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lu) };
+      if (!v.deleted || v.lastUpdatedMicros <= since || (v.superseded !== -1 && v.superseded < end)) continue;
+      yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lastUpdatedMicros) };
     }
     await Promise.resolve();
   }
@@ -264,8 +271,9 @@ class MemoryStorage extends EngineStorage {
     engine: Engine,
     private readonly backend: MemoryBackend,
     chunkBytes: number,
+    compartment: PatientCompartment,
   ) {
-    super(engine);
+    super(engine, compartment);
     this.exportReader = new MemoryExportReader(backend, chunkBytes);
   }
 
@@ -291,17 +299,13 @@ class MemoryStorage extends EngineStorage {
   }
 }
 
-/**
- * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
- * their own persistence. It keeps old versions while an export snapshot is open (exports read a
- * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
- * stream from the main thread (`descriptor` is undefined).
- */
-export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
+/** The memory store (see `memoryStorage` in `src/stores.ts`, which fills in the compartment). */
+export function createMemoryStorage(options: WithCompartment<MemoryStorageOptions>): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
     throw new TypeError('memoryStorage: exportChunkBytes must be a positive integer');
   }
+  checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend();
-  return new MemoryStorage(new Engine(backend), backend, chunkBytes);
+  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment);
 }

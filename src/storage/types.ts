@@ -31,6 +31,25 @@ export interface StoredResource extends FhirResource {
   meta: FhirMeta & { versionId: string; lastUpdated: string };
 }
 
+/**
+ * What storage needs of the patient compartment: which patients' compartments each version is in,
+ * kept in an index on write (compartment search, Patient and Group exports). Storage does not
+ * define it: the package's `fileStorage`, `memoryStorage` and `postgresStorage` pass
+ * `R4_PATIENT_COMPARTMENT` (FHIR R4 CompartmentDefinition "Patient") unless told otherwise.
+ * Plain, immutable and free of side effects.
+ */
+export interface PatientCompartment {
+  /** The resource types that may be in a patient's compartment. */
+  readonly types: readonly string[];
+  /** The compartment parameters (inclusion criteria) of a type; empty when never in it. */
+  params(resourceType: string): readonly string[];
+  /**
+   * Ids of the patients in whose compartment `resource` is (a Patient is in its own), without
+   * duplicates. Runs on every write: keep it cheap.
+   */
+  patientIds(resource: FhirResource): string[];
+}
+
 export interface ProjectRecord {
   id: string;
   name: string;

@@ -1,4 +1,4 @@
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 
 /** A memory store holding the projects `ids` (each named after its id), as the auth tests start. */

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { issueAccessToken, verifyAccessToken, AccessTokenError } from '../../src/auth/access-token.js';
 import { signingKeys } from '../../src/auth/signing-keys.js';
 import type { ClientRecord } from '../../src/storage/types.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 
 const client: ClientRecord = {
   id: 'c1',

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { smartConfigurationHandler, smartSecurity } from '../../src/auth/smart-configuration.js';
 import { jwksHandler } from '../../src/auth/jwks-handler.js';
 import { signingKeys } from '../../src/auth/signing-keys.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 
 describe('SMART discovery', () => {
   it('serves the SMART configuration under the FHIR base and at the root', async () => {

@@ -2,7 +2,7 @@ import request from 'supertest';
 import { describe, expect, it, vi } from 'vitest';
 import { ensureSuperAdminClient, provisionSuperAdminClient } from '../../src/auth/super-admin.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { authApp } from './auth-app.js';
 
 describe('super-admin client', () => {

@@ -8,7 +8,7 @@ import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
 import { hashClientSecret } from '../../src/auth/client-secret.js';
 import type { NewClient, Storage } from '../../src/storage/types.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { storageWithProjects } from './auth-storage.js';
 import { clientKey, signAssertion, unsecuredAssertion, type ClientKey } from './client-keys.js';

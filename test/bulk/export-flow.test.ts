@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import request from 'supertest';
-import { fileStorage } from '../../src/storage/file.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {

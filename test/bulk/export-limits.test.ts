@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import type { ExportTask } from '../../src/bulk/export-task.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import { BASE, bulkTestApp, kickoff, poll, tempDir, token, waitForProgress } from '../helpers/bulk-export.js';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
-import { fileStorage } from '../../src/storage/file.js';
+import { fileStorage } from '../../src/stores.js';
 import type { FhirResource } from '../../src/storage/types.js';
 import {
   bulkTestApp,

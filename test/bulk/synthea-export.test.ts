@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
-import { fileStorage } from '../../src/storage/file.js';
+import { fileStorage } from '../../src/stores.js';
 import { bulkTestApp, kickoff, pathOf, poll, tempDir, type Manifest } from '../helpers/bulk-export.js';
 import { afterTest } from '../helpers/cleanup.js';
 

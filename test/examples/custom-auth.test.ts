@@ -5,7 +5,7 @@ import path from 'node:path';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createHostApp, hostToken } from '../../examples/custom-auth/app.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FhirContext } from '../../src/fhir/interactions.js';
 import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
 
 let storage: Storage;

@@ -5,7 +5,7 @@ import path from 'node:path';
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { fileStorage } from '../../src/storage/file.js';
+import { fileStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
 import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 

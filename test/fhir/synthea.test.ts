@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 

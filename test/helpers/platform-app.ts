@@ -6,7 +6,7 @@ import request from 'supertest';
 import { expect } from 'vitest';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 
 export const FHIR_JSON = 'application/fhir+json';

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { requirePrincipal, getPrincipal } from '../../src/http/authenticate.js';
 import { fhirErrorHandler } from '../../src/http/error-rendering.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 describe('requirePrincipal', () => {

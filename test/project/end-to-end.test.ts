@@ -6,7 +6,7 @@ import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
 import { signingKeys } from '../../src/auth/signing-keys.js';
 import { tokenRouter } from '../../src/auth/token-router.js';
 import { projectRouter } from '../../src/project/router.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 
 const FHIR = '/api/fhir/R4';
 const TOKEN = '/api/oauth2/token';

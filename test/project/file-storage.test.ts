@@ -6,7 +6,7 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { projectRouter } from '../../src/project/router.js';
 import { NotFoundError } from '../../src/storage/errors.js';
-import { fileStorage } from '../../src/storage/file.js';
+import { fileStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { failUserCreation } from './fail-user-creation.js';

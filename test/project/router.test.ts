@@ -6,7 +6,7 @@ import type { Principal } from '../../src/auth/principal.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { projectRouter, type ProjectRouterOptions } from '../../src/project/router.js';
 import { NotFoundError } from '../../src/storage/errors.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { failUserCreation } from './fail-user-creation.js';

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { projectRouter } from '../../src/project/router.js';
 import { scimRouter } from '../../src/scim/router.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 const FHIR = '/api/fhir/R4';

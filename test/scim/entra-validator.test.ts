@@ -266,7 +266,7 @@ describe('scimRouter: identity provider settings', () => {
 
   it('validates defaultUserType and echoUserName when the router is created', async () => {
     const { scimRouter } = await import('../../src/scim/router.js');
-    const { memoryStorage } = await import('../../src/storage/memory.js');
+    const { memoryStorage } = await import('../../src/stores.js');
     const make = (extra: Record<string, unknown>) => () =>
       scimRouter({ storage: memoryStorage(), authenticate: () => undefined, ...extra });
     expect(make({ defaultUserType: 'Doctor' })).toThrow(/defaultUserType/);

@@ -412,7 +412,7 @@ describe('scimRouter: protocol', () => {
 
   it('validates options early', async () => {
     const { scimRouter } = await import('../../src/scim/router.js');
-    const { memoryStorage } = await import('../../src/storage/memory.js');
+    const { memoryStorage } = await import('../../src/stores.js');
     expect(() =>
       scimRouter({ storage: memoryStorage(), authenticate: () => undefined, maxResults: 0 }),
     ).toThrow(TypeError);

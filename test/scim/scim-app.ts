@@ -1,6 +1,6 @@
 import express from 'express';
 import { scimRouter, type ScimRouterOptions } from '../../src/scim/router.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 

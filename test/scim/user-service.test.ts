@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { parseScimFilter } from '../../src/scim/filter-parser.js';
 import { USER_RESOURCE_SCHEMAS } from '../../src/scim/schema.js';
 import { scimUserService } from '../../src/scim/user-service.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 
 async function service(echoUserName = false) {
   const storage = memoryStorage();

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { fileStorage } from '../../src/storage/file.js';
+import { fileStorage } from '../../src/stores.js';
 import { collectNdjson } from './contract.js';
 
 const fixture = fileURLToPath(new URL('./fixtures/kill-writer.ts', import.meta.url));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { memoryStorage } from '../../src/stores.js';
 import { collectNdjson, runStorageContract } from './contract.js';
 
 runStorageContract('memoryStorage', () => {

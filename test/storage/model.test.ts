@@ -6,8 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { fileStorage } from '../../src/storage/file.js';
-import { memoryStorage } from '../../src/storage/memory.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
 
 type Op =

@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ExportPool } from '../../src/bulk/export-pool.js';
 import { openPostgresExportReader } from '../../src/storage/postgres/export-reader.js';
-import { postgresStorage } from '../../src/storage/postgres/postgres-storage.js';
+import { postgresStorage } from '../../src/stores.js';
 import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from './contract.js';
 

@@ -1,16 +1,16 @@
 /** A time from the store's clock: microseconds since the epoch and the matching FHIR instant. */
 export interface Tick {
   /** Microseconds since the epoch. */
-  lu: number;
+  micros: number;
   /** FHIR instant with microsecond precision (always 6 fraction digits, so strings sort). */
   iso: string;
   /** Milliseconds since the epoch. */
   ms: number;
 }
 
-export function isoMicros(lu: number): string {
-  const ms = Math.floor(lu / 1000);
-  return `${new Date(ms).toISOString().slice(0, 23)}${String(lu % 1000).padStart(3, '0')}Z`;
+export function isoMicros(micros: number): string {
+  const ms = Math.floor(micros / 1000);
+  return `${new Date(ms).toISOString().slice(0, 23)}${String(micros % 1000).padStart(3, '0')}Z`;
 }
 
 /**
@@ -21,14 +21,14 @@ export function isoMicros(lu: number): string {
 export class Clock {
   private last = 0;
 
-  /** Never hand out an instant at or before `lu` (used after reopening a store). */
-  advanceTo(lu: number): void {
-    if (lu > this.last) this.last = lu;
+  /** Never hand out an instant at or before `micros` (used after reopening a store). */
+  advanceTo(micros: number): void {
+    if (micros > this.last) this.last = micros;
   }
 
   next(): Tick {
-    const lu = Math.max(Date.now() * 1000, this.last + 1);
-    this.last = lu;
-    return { lu, iso: isoMicros(lu), ms: Math.floor(lu / 1000) };
+    const micros = Math.max(Date.now() * 1000, this.last + 1);
+    this.last = micros;
+    return { micros, iso: isoMicros(micros), ms: Math.floor(micros / 1000) };
   }
 }

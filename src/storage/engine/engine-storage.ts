@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import { ConflictError, NotFoundError } from '../errors.js';
 import type {
   ExportJobChanges,
   ExportJobRecord,
@@ -7,6 +7,7 @@ import type {
   ExportSnapshot,
   ExportSnapshotOptions,
   NewExportJob,
+  PatientCompartment,
   ProjectRecord,
   SigningKeyRecord,
   Storage,
@@ -16,6 +17,7 @@ import type {
 import type { Engine } from './engine.js';
 import { EngineOperations } from './operations.js';
 import { byCreatedThenId } from '../record-order.js';
+import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 
 /** The server-wide part of `Storage` on top of the engine; adapters add exports and `close`. */
 export abstract class EngineStorage extends EngineOperations implements Storage {
@@ -25,18 +27,21 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   abstract releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
   abstract close(): Promise<void>;
 
-  constructor(protected readonly engine: Engine) {
-    super(engine.root);
+  constructor(
+    protected readonly engine: Engine,
+    compartment: PatientCompartment,
+  ) {
+    super(engine.root, compartment);
   }
 
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
-    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx)));
+    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx, this.compartment)));
   }
 
   deleteProject(id: string): Promise<void> {
     return this.engine.enqueueWrite((w) => {
       if (!w.view.project(id)) throw new NotFoundError(`Project ${id} not found`);
-      w.emit({ t: 'project-', id });
+      w.emit({ kind: 'project-delete', id });
     });
   }
 
@@ -54,7 +59,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
 
   saveSigningKey(key: SigningKeyRecord): Promise<void> {
     return this.engine.enqueueWrite((w) => {
-      w.emit({ t: 'key', record: structuredClone(key) });
+      w.emit({ kind: 'signing-key-put', record: structuredClone(key) });
     });
   }
 
@@ -64,7 +69,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       const existing = w.view.once(key);
       if (existing !== undefined && existing > Date.now()) return false;
-      w.emit({ t: 'once', key, expiresAt });
+      w.emit({ kind: 'one-time-value-put', key, expiresAt });
       return true;
     });
   }
@@ -73,9 +78,8 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       if (w.view.job(job.projectId, job.id))
         throw new ConflictError(`Export job ${job.id} exists`, { attribute: 'id' });
-      const now = new Date(w.now().ms).toISOString();
-      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
-      w.emit({ t: 'job', record });
+      const record = newExportJobRecord(job, new Date(w.now().ms).toISOString());
+      w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });
   }
@@ -95,18 +99,15 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     return this.engine.enqueueWrite((w) => {
       const current = w.view.job(projectId, id);
       if (!current) throw new NotFoundError(`Export job ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
-      }
-      const record: ExportJobRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
+      checkIfVersion('Export job', id, current.version, options?.ifVersion);
+      const record = updatedExportJobRecord(
+        current,
         projectId,
-        updatedAt: new Date(w.now().ms).toISOString(),
-        version: current.version + 1,
-      };
-      w.emit({ t: 'job', record });
+        id,
+        changes,
+        new Date(w.now().ms).toISOString(),
+      );
+      w.emit({ kind: 'export-job-put', record });
       return structuredClone(record);
     });
   }
@@ -114,7 +115,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   deleteExportJob(projectId: string, id: string): Promise<void> {
     return this.engine.enqueueWrite((w) => {
       if (!w.view.job(projectId, id)) throw new NotFoundError(`Export job ${id} not found`);
-      w.emit({ t: 'job-', projectId, id });
+      w.emit({ kind: 'export-job-delete', projectId, id });
     });
   }
 

@@ -3,7 +3,8 @@ import { StorageClosedError, StorageError } from '../errors.js';
 import type { StoredResource } from '../types.js';
 import { Clock, type Tick } from './clock.js';
 import type { Mutation, ResourceEntry } from './mutation.js';
-import { BaseState, Layer, type StateView } from './state.js';
+import { Layer } from './layer.js';
+import { BaseState, type StateView } from './state.js';
 
 /** What an adapter plugs into the engine: where committed batches and resource bodies live. */
 export interface EngineBackend {

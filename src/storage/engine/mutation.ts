@@ -10,23 +10,25 @@ import type {
 /**
  * One change of a committed batch. Every write of every adapter built on the engine is a list of
  * these: the engine validates them against the current state, the adapter persists them, then
- * the engine applies them to its in-memory state.
+ * the engine applies them to its in-memory state. A `…-put` inserts or replaces the record with
+ * that id; a `…-delete` removes it. Every `switch` over `kind` ends in `assertNever`, so a new
+ * kind does not compile until each place handles it (see docs/storage.md, "Adding a record kind").
  */
 export type Mutation =
-  | { t: 'project'; record: ProjectRecord }
+  | { kind: 'project-put'; record: ProjectRecord }
   /** Removes the project record and everything scoped to it (users, resources, clients, …). */
-  | { t: 'project-'; id: string }
-  | { t: 'user'; projectId: string; record: UserRecord }
-  | { t: 'user-'; projectId: string; id: string }
-  | { t: 'membership'; projectId: string; record: MembershipRecord }
-  | { t: 'membership-'; projectId: string; id: string }
-  | { t: 'client'; record: ClientRecord }
-  | { t: 'key'; record: SigningKeyRecord }
-  | { t: 'job'; record: ExportJobRecord }
-  | { t: 'job-'; projectId: string; id: string }
-  | { t: 'once'; key: string; expiresAt: number }
-  | { t: 'resource'; projectId: string; entry: ResourceEntry & { json: string } }
-  | { t: 'resource-'; projectId: string; entry: ResourceEntry & { json: string } };
+  | { kind: 'project-delete'; id: string }
+  | { kind: 'user-put'; projectId: string; record: UserRecord }
+  | { kind: 'user-delete'; projectId: string; id: string }
+  | { kind: 'membership-put'; projectId: string; record: MembershipRecord }
+  | { kind: 'membership-delete'; projectId: string; id: string }
+  | { kind: 'client-put'; record: ClientRecord }
+  | { kind: 'signing-key-put'; record: SigningKeyRecord }
+  | { kind: 'export-job-put'; record: ExportJobRecord }
+  | { kind: 'export-job-delete'; projectId: string; id: string }
+  | { kind: 'one-time-value-put'; key: string; expiresAt: number }
+  | { kind: 'resource-put'; projectId: string; entry: ResourceEntry & { json: string } }
+  | { kind: 'resource-delete'; projectId: string; entry: ResourceEntry & { json: string } };
 
 /** The index entry of the current version (or tombstone) of one resource. */
 export interface ResourceEntry {
@@ -34,7 +36,7 @@ export interface ResourceEntry {
   id: string;
   versionId: string;
   /** `meta.lastUpdated` (or the delete time) in microseconds since the epoch (`isoMicros` gives the instant). */
-  lu: number;
+  lastUpdatedMicros: number;
   deleted: boolean;
   /** Ids of the patients in whose compartment this version is (empty for tombstones). */
   patients: readonly string[];
@@ -50,6 +52,7 @@ export interface ResourceEntry {
   ref?: unknown;
 }
 
-export function key2(a: string, b: string): string {
-  return `${a}\u0000${b}`;
+/** One map key for a pair of strings (`type` and `id`, say), unambiguous as the first never holds NUL. */
+export function pairKey(first: string, second: string): string {
+  return `${first}\u0000${second}`;
 }

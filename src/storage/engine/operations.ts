@@ -1,9 +1,8 @@
-import { randomUUID } from 'node:crypto';
-import { patientCompartmentIds } from '../../fhir/compartment.js';
-import { ConflictError, InvalidRecordError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   ClientChanges,
   ClientRecord,
+  PatientCompartment,
   FhirResource,
   MembershipRecord,
   NewClient,
@@ -26,36 +25,39 @@ import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
+import {
+  checkId,
+  checkIfVersion,
+  checkResourceType,
+  checkResourceWrite,
+  checkUserName,
+  finishUserUpdate,
+  mergeUserChanges,
+  newClientRecord,
+  newMembershipRecord,
+  newProjectRecord,
+  newRecordId,
+  newUserRecord,
+  nextVersionId,
+  updatedClientRecord,
+  updatedProjectRecord,
+  writtenResourceKey,
+  type NewProject,
+  type ProjectChanges,
+} from '../record-rules.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
-
-const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
 }
 
-function checkResourceType(resourceType: unknown): asserts resourceType is string {
-  if (typeof resourceType !== 'string' || !RESOURCE_TYPE.test(resourceType)) {
-    throw new InvalidRecordError(`Invalid resource type ${JSON.stringify(resourceType)}`);
-  }
-}
-
-function checkId(id: unknown, what: string): asserts id is string {
-  if (typeof id !== 'string' || id.length === 0) throw new InvalidRecordError(`Invalid ${what} id`);
-}
-
-function nextVersion(previous: ResourceEntry | undefined): string {
-  const n = previous ? Number.parseInt(previous.versionId, 10) : 0;
-  return String(Number.isFinite(n) ? n + 1 : 1);
-}
-
-function inRange(lu: number, range: ResourceQuery['lastUpdated']): boolean {
+function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
   if (!range) return true;
-  // `lu` is in microseconds, the range in milliseconds.
-  if (range.gt !== undefined && !(lu > range.gt * 1000)) return false;
-  if (range.ge !== undefined && !(lu >= range.ge * 1000)) return false;
-  if (range.lt !== undefined && !(lu < range.lt * 1000)) return false;
-  if (range.le !== undefined && !(lu <= range.le * 1000)) return false;
+  // `micros` is in microseconds, the range in milliseconds.
+  if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
+  if (range.ge !== undefined && !(micros >= range.ge * 1000)) return false;
+  if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
+  if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
   return true;
 }
 
@@ -69,9 +71,9 @@ function compareEntries(
     case '-_id':
       return (a, b) => byId(b, a);
     case '-_lastUpdated':
-      return (a, b) => b.lu - a.lu || byId(a, b);
+      return (a, b) => b.lastUpdatedMicros - a.lastUpdatedMicros || byId(a, b);
     case '_lastUpdated':
-      return (a, b) => a.lu - b.lu || byId(a, b);
+      return (a, b) => a.lastUpdatedMicros - b.lastUpdatedMicros || byId(a, b);
   }
 }
 
@@ -81,23 +83,20 @@ function compareEntries(
  * mutations; the engine commits them.
  */
 export class EngineOperations implements StorageOperations {
-  constructor(protected readonly ctx: OpContext) {}
+  constructor(
+    protected readonly ctx: OpContext,
+    protected readonly compartment: PatientCompartment,
+  ) {}
 
   // Projects
 
-  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
+  createProject(project: NewProject): Promise<ProjectRecord> {
     return this.ctx.write((w) => {
       checkId(project.id, 'project');
       if (w.view.project(project.id))
         throw new ConflictError(`Project ${project.id} exists`, { attribute: 'id' });
-      const now = isoNow(w);
-      const record: ProjectRecord = {
-        ...structuredClone(project),
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
-      w.emit({ t: 'project', record });
+      const record = newProjectRecord(project, isoNow(w));
+      w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
   }
@@ -108,21 +107,12 @@ export class EngineOperations implements StorageOperations {
     return Promise.resolve(structuredClone(record));
   }
 
-  updateProject(
-    id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
-  ): Promise<ProjectRecord> {
+  updateProject(id: string, changes: ProjectChanges): Promise<ProjectRecord> {
     return this.ctx.write((w) => {
       const current = w.view.project(id);
       if (!current) throw new NotFoundError(`Project ${id} not found`);
-      const record: ProjectRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
-        updatedAt: isoNow(w),
-        version: current.version + 1,
-      };
-      w.emit({ t: 'project', record });
+      const record = updatedProjectRecord(current, id, changes, isoNow(w));
+      w.emit({ kind: 'project-put', record });
       return structuredClone(record);
     });
   }
@@ -131,24 +121,13 @@ export class EngineOperations implements StorageOperations {
 
   createUser(projectId: string, user: NewUser): Promise<UserRecord> {
     return this.ctx.write((w) => {
-      const id = user.id ?? randomUUID();
+      const id = newRecordId(user.id);
       checkId(id, 'user');
-      if (typeof user.userName !== 'string' || user.userName.length === 0) {
-        throw new InvalidRecordError('A user needs a userName');
-      }
+      checkUserName(user.userName);
       if (w.view.user(projectId, id)) throw new ConflictError(`User ${id} exists`, { attribute: 'id' });
       this.checkUserUnique(w.view, projectId, id, user.userName, user.externalId);
-      const now = isoNow(w);
-      const record: UserRecord = {
-        ...structuredClone(user),
-        id,
-        projectId,
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
-      if (record.externalId === undefined) delete record.externalId;
-      w.emit({ t: 'user', projectId, record });
+      const record = newUserRecord(projectId, id, user, isoNow(w));
+      w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -168,17 +147,11 @@ export class EngineOperations implements StorageOperations {
     return this.ctx.write((w) => {
       const current = w.view.user(projectId, id);
       if (!current) throw new NotFoundError(`User ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`User ${id} is at version ${current.version}`);
-      }
-      const record: UserRecord = { ...current, ...structuredClone(changes) };
-      if ('externalId' in changes && changes.externalId === undefined) delete record.externalId;
-      if (typeof record.userName !== 'string' || record.userName.length === 0) {
-        throw new InvalidRecordError('A user needs a userName');
-      }
+      checkIfVersion('User', id, current.version, options?.ifVersion);
+      const record = mergeUserChanges(current, changes);
       this.checkUserUnique(w.view, projectId, id, record.userName, record.externalId);
-      Object.assign(record, { id, projectId, updatedAt: isoNow(w), version: current.version + 1 });
-      w.emit({ t: 'user', projectId, record });
+      finishUserUpdate(record, projectId, id, current.version, isoNow(w));
+      w.emit({ kind: 'user-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -186,7 +159,7 @@ export class EngineOperations implements StorageOperations {
   deleteUser(projectId: string, id: string): Promise<void> {
     return this.ctx.write((w) => {
       if (!w.view.user(projectId, id)) throw new NotFoundError(`User ${id} not found`);
-      w.emit({ t: 'user-', projectId, id });
+      w.emit({ kind: 'user-delete', projectId, id });
     });
   }
 
@@ -246,17 +219,12 @@ export class EngineOperations implements StorageOperations {
 
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
     return this.ctx.write((w) => {
-      const id = membership.id ?? randomUUID();
+      const id = newRecordId(membership.id);
       checkId(id, 'membership');
       if (w.view.membership(projectId, id))
         throw new ConflictError(`Membership ${id} exists`, { attribute: 'id' });
-      const record: MembershipRecord = {
-        ...structuredClone(membership),
-        id,
-        projectId,
-        createdAt: isoNow(w),
-      };
-      w.emit({ t: 'membership', projectId, record });
+      const record = newMembershipRecord(projectId, id, membership, isoNow(w));
+      w.emit({ kind: 'membership-put', projectId, record });
       return structuredClone(record);
     });
   }
@@ -276,7 +244,7 @@ export class EngineOperations implements StorageOperations {
   deleteMembership(projectId: string, id: string): Promise<void> {
     return this.ctx.write((w) => {
       if (!w.view.membership(projectId, id)) throw new NotFoundError(`Membership ${id} not found`);
-      w.emit({ t: 'membership-', projectId, id });
+      w.emit({ kind: 'membership-delete', projectId, id });
     });
   }
 
@@ -287,14 +255,8 @@ export class EngineOperations implements StorageOperations {
       checkId(client.id, 'client');
       if (w.view.client(client.id))
         throw new ConflictError(`Client ${client.id} exists`, { attribute: 'id' });
-      const now = isoNow(w);
-      const record: ClientRecord = {
-        ...structuredClone(client),
-        revoked: client.revoked ?? false,
-        createdAt: now,
-        updatedAt: now,
-      };
-      w.emit({ t: 'client', record });
+      const record = newClientRecord(client, isoNow(w));
+      w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
   }
@@ -314,18 +276,8 @@ export class EngineOperations implements StorageOperations {
     return this.ctx.write((w) => {
       const current = w.view.client(clientId);
       if (!current) throw new NotFoundError(`Client ${clientId} not found`);
-      const record: ClientRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id: current.id,
-        projectId: current.projectId,
-        createdAt: current.createdAt,
-        updatedAt: isoNow(w),
-      };
-      for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
-        if (changes[key] === undefined) delete record[key];
-      }
-      w.emit({ t: 'client', record });
+      const record = updatedClientRecord(current, changes, isoNow(w));
+      w.emit({ kind: 'client-put', record });
       return structuredClone(record);
     });
   }
@@ -370,27 +322,23 @@ export class EngineOperations implements StorageOperations {
       checkResourceType(write.resourceType);
       const current = w.view.resource(projectId, write.resourceType, write.id);
       const live = current && !current.deleted ? current : undefined;
-      if (write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
-        throw new PreconditionFailedError(
-          `${write.resourceType}/${write.id} is not at version ${write.ifMatch}`,
-        );
-      }
+      checkResourceWrite('delete', write.resourceType, write.id, write.ifMatch, live?.versionId);
       if (!live) return { op: 'delete' };
       const tick = w.now();
-      const versionId = nextVersion(live);
+      const versionId = nextVersionId(live.versionId);
       const tombstone = {
         resourceType: live.resourceType,
         id: live.id,
         meta: { versionId, lastUpdated: tick.iso },
       };
       w.emit({
-        t: 'resource-',
+        kind: 'resource-delete',
         projectId,
         entry: {
           resourceType: live.resourceType,
           id: live.id,
           versionId,
-          lu: tick.lu,
+          lastUpdatedMicros: tick.micros,
           deleted: true,
           patients: [],
           identifiers: [],
@@ -399,22 +347,13 @@ export class EngineOperations implements StorageOperations {
       });
       return { op: 'delete' };
     }
-    const input = write.resource;
-    if (typeof input !== 'object' || input === null)
-      throw new InvalidRecordError('A resource must be an object');
-    checkResourceType(input.resourceType);
-    const id: unknown = write.op === 'create' ? (input.id ?? randomUUID()) : input.id;
-    checkId(id, 'resource');
+    const { resource: input, id } = writtenResourceKey(write);
     const current = w.view.resource(projectId, input.resourceType, id);
     const live = current && !current.deleted ? current : undefined;
-    if (write.op === 'create' && live) {
-      throw new ConflictError(`${input.resourceType}/${id} exists`, { attribute: 'id' });
-    }
-    if (write.op === 'update' && write.ifMatch !== undefined && live?.versionId !== write.ifMatch) {
-      throw new PreconditionFailedError(`${input.resourceType}/${id} is not at version ${write.ifMatch}`);
-    }
+    const ifMatch = write.op === 'update' ? write.ifMatch : undefined;
+    checkResourceWrite(write.op, input.resourceType, id, ifMatch, live?.versionId);
     const tick = w.now();
-    const versionId = nextVersion(current);
+    const versionId = nextVersionId(current?.versionId);
     const { resourceType, id: _id, meta, ...rest } = input;
     if (meta !== undefined && (typeof meta !== 'object' || meta === null || Array.isArray(meta))) {
       throw new InvalidRecordError('meta must be an object');
@@ -435,15 +374,15 @@ export class EngineOperations implements StorageOperations {
     // Keys of the JSON as stored (what a search by scanning the bodies would see).
     const copy = JSON.parse(json) as StoredResource;
     w.emit({
-      t: 'resource',
+      kind: 'resource-put',
       projectId,
       entry: {
         resourceType,
         id,
         versionId,
-        lu: tick.lu,
+        lastUpdatedMicros: tick.micros,
         deleted: false,
-        patients: patientCompartmentIds(stored),
+        patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(copy),
         json,
       },
@@ -484,7 +423,7 @@ export class EngineOperations implements StorageOperations {
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
-      if (e.deleted || !inRange(e.lu, query.lastUpdated)) continue;
+      if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
       if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;

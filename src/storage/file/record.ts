@@ -14,11 +14,11 @@ import { crc32 } from 'node:zlib';
 export const HEADER_LENGTH = 51;
 export const SEQ_AT = 9;
 export const SUPERSEDED_AT = 22;
-export const LU_AT = 35;
+export const LAST_UPDATED_AT = 35;
 export const OP_AT = 49;
 const SEQ_WIDTH = 12;
 const SUPERSEDED_WIDTH = 12;
-const LU_WIDTH = 13;
+const LAST_UPDATED_WIDTH = 13;
 const NEWLINE = 0x0a;
 
 export type RecordOp = 'C' | 'U' | 'D';
@@ -27,11 +27,11 @@ function hex(value: number, width: number): string {
   return value.toString(16).padStart(width, '0');
 }
 
-export function encodeRecord(seq: number, lu: number, op: RecordOp, json: string): Buffer {
+export function encodeRecord(seq: number, lastUpdatedMicros: number, op: RecordOp, json: string): Buffer {
   const jsonLength = Buffer.byteLength(json);
   const buf = Buffer.allocUnsafe(HEADER_LENGTH + jsonLength + 1);
   buf.write(
-    `00000000 ${hex(seq, SEQ_WIDTH)} ${'0'.repeat(SUPERSEDED_WIDTH)} ${hex(lu, LU_WIDTH)} ${op} `,
+    `00000000 ${hex(seq, SEQ_WIDTH)} ${'0'.repeat(SUPERSEDED_WIDTH)} ${hex(lastUpdatedMicros, LAST_UPDATED_WIDTH)} ${op} `,
     0,
     'latin1',
   );
@@ -44,7 +44,7 @@ export function encodeRecord(seq: number, lu: number, op: RecordOp, json: string
 /** CRC of the record in `buf[start, end)` (`end` just past its newline). */
 export function recordCrc(buf: Buffer, start: number, end: number): number {
   const first = crc32(buf.subarray(start + SEQ_AT, start + SEQ_AT + SEQ_WIDTH));
-  return crc32(buf.subarray(start + LU_AT, end - 1), first);
+  return crc32(buf.subarray(start + LAST_UPDATED_AT, end - 1), first);
 }
 
 /** Parses `width` lowercase hex digits; -1 when any is not a hex digit. */
@@ -67,8 +67,8 @@ export function readSeq(buf: Buffer, start: number): number {
 export function readSuperseded(buf: Buffer, start: number): number {
   return readHex(buf, start + SUPERSEDED_AT, SUPERSEDED_WIDTH);
 }
-export function readLu(buf: Buffer, start: number): number {
-  return readHex(buf, start + LU_AT, LU_WIDTH);
+export function readLastUpdated(buf: Buffer, start: number): number {
+  return readHex(buf, start + LAST_UPDATED_AT, LAST_UPDATED_WIDTH);
 }
 export function readOp(buf: Buffer, start: number): number {
   return buf[start + OP_AT]!;

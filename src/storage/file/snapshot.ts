@@ -1,5 +1,12 @@
-import type { ExportSnapshot } from '../types.js';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ResourceEntry } from '../engine/mutation.js';
+import type { BaseState } from '../engine/state.js';
 import { InvalidRecordError } from '../errors.js';
+import type { ExportSnapshot, ExportSnapshotOptions } from '../types.js';
+import type { FileRef } from './log-file.js';
+import type { StoreFiles } from './store-files.js';
 
 /** The file store's export snapshot (plain JSON, stored in the export job). */
 export interface FileSnapshot extends ExportSnapshot {
@@ -32,4 +39,54 @@ export function asFileSnapshot(projectId: string, snapshot: ExportSnapshot): Fil
     (s.positions === undefined || s.positions === 'positions.json');
   if (!ok) throw new InvalidRecordError('Not a file storage snapshot of this project');
   return s as FileSnapshot;
+}
+
+/**
+ * Takes a snapshot of a project (see docs/storage.md, "Exports"). Runs in the writer between
+ * batches, so each log's size is exactly its committed end: links each type's log and records
+ * that end; with `patientIds`, also saves where those patients' compartment resources are.
+ */
+export function takeSnapshot(
+  files: StoreFiles,
+  projectId: string,
+  takenAt: string,
+  base: BaseState,
+  options: ExportSnapshotOptions = {},
+): FileSnapshot {
+  const id = randomUUID();
+  const rel = `snapshots/${id}`;
+  const snapDir = path.join(files.dir, rel);
+  fs.mkdirSync(snapDir, { recursive: true });
+  const types: FileSnapshot['types'] = {};
+  for (const [resourceType, log] of files.resourceLogsOf(projectId)) {
+    const file = `${resourceType}.log`;
+    try {
+      fs.linkSync(log.file, path.join(snapDir, file));
+    } catch {
+      // No hard links on this file system: a copy is a frozen, equally valid view.
+      fs.copyFileSync(log.file, path.join(snapDir, file));
+    }
+    types[resourceType] = { file, end: log.size };
+  }
+  const snapshot: FileSnapshot = { takenAt, adapter: 'file', projectId, dir: rel, types };
+  if (options.patientIds) {
+    const patientIds = [...new Set(options.patientIds)].sort();
+    const positions: Record<string, [number, number][]> = {};
+    // A resource in several of these compartments is one entry object in each: identity is
+    // enough to list it once (and much cheaper than building a key string per entry).
+    const seen = new Set<ResourceEntry>();
+    for (const patient of patientIds) {
+      for (const e of base.compartment(projectId, patient)) {
+        if (seen.has(e)) continue;
+        seen.add(e);
+        const ref = e.ref as FileRef;
+        (positions[e.resourceType] ??= []).push([ref.offset, ref.jsonLength]);
+      }
+    }
+    for (const list of Object.values(positions)) list.sort((a, b) => a[0] - b[0]);
+    fs.writeFileSync(path.join(snapDir, 'positions.json'), JSON.stringify(positions));
+    snapshot.patientIds = patientIds;
+    snapshot.positions = 'positions.json';
+  }
+  return snapshot;
 }

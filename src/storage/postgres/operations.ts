@@ -1,5 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { ConflictError, InvalidRecordError, NotFoundError, PreconditionFailedError } from '../errors.js';
+import { ConflictError, NotFoundError } from '../errors.js';
 import type {
   ClientChanges,
   ClientRecord,
@@ -8,6 +7,7 @@ import type {
   NewClient,
   NewMembership,
   NewUser,
+  PatientCompartment,
   ProjectRecord,
   ResourcePage,
   ResourceQuery,
@@ -21,8 +21,23 @@ import type {
   WriteResult,
 } from '../types.js';
 import type { Executor, Query } from './executor.js';
-import { applyResourceWrites, checkId, lockProjectResources } from './resource-writes.js';
+import { applyResourceWrites, checkStorableId, lockProjectResources } from './resource-writes.js';
 import { searchResources } from './resource-search.js';
+import {
+  checkIfVersion,
+  checkUserName,
+  finishUserUpdate,
+  mergeUserChanges,
+  newClientRecord,
+  newMembershipRecord,
+  newProjectRecord,
+  newRecordId,
+  newUserRecord,
+  updatedClientRecord,
+  updatedProjectRecord,
+  type NewProject,
+  type ProjectChanges,
+} from '../record-rules.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
 interface RecordRow<T> {
@@ -37,12 +52,6 @@ function json(value: unknown): string {
   return JSON.stringify(value);
 }
 
-function checkUserName(userName: unknown): void {
-  if (typeof userName !== 'string' || userName.length === 0) {
-    throw new InvalidRecordError('A user needs a userName');
-  }
-}
-
 /**
  * The `StorageOperations` of the PostgreSQL store, written once against an `Executor` (the pool,
  * or one open transaction). Records are kept as `json` (their text as written) next to the columns their lookups and
@@ -53,6 +62,7 @@ export class PostgresOperations implements StorageOperations {
     protected readonly exec: Executor,
     /** The quoted schema name. */
     protected readonly s: string,
+    protected readonly compartment: PatientCompartment,
     /**
      * Inside a transaction, reads of a project, user or client lock the row until commit, so a
      * read-modify-write (a SCIM PATCH) waits for a concurrent one instead of failing its
@@ -77,16 +87,11 @@ export class PostgresOperations implements StorageOperations {
 
   // Projects
 
-  createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord> {
+  createProject(project: NewProject): Promise<ProjectRecord> {
     return this.exec.run('write', async (query) => {
-      checkId(project.id, 'project');
+      checkStorableId(project.id, 'project');
       const now = new Date().toISOString();
-      const record: ProjectRecord = {
-        ...structuredClone(project),
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
+      const record = newProjectRecord(project, now);
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.projects (id, created_at, record) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING`,
@@ -108,10 +113,7 @@ export class PostgresOperations implements StorageOperations {
     });
   }
 
-  updateProject(
-    id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim'>>,
-  ): Promise<ProjectRecord> {
+  updateProject(id: string, changes: ProjectChanges): Promise<ProjectRecord> {
     return this.exec.run('atomic', async (query) => {
       const { rows } = await query<RecordRow<ProjectRecord>>(
         `SELECT record FROM ${this.s}.projects WHERE id = $1 FOR UPDATE`,
@@ -119,13 +121,7 @@ export class PostgresOperations implements StorageOperations {
       );
       const current = rows[0]?.record;
       if (!current) throw new NotFoundError(`Project ${id} not found`);
-      const record: ProjectRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
-        updatedAt: new Date().toISOString(),
-        version: current.version + 1,
-      };
+      const record = updatedProjectRecord(current, id, changes, new Date().toISOString());
       await query(`UPDATE ${this.s}.projects SET record = $2 WHERE id = $1`, [id, json(record)]);
       return record;
     });
@@ -135,19 +131,11 @@ export class PostgresOperations implements StorageOperations {
 
   createUser(projectId: string, user: NewUser): Promise<UserRecord> {
     return this.exec.run('write', async (query) => {
-      const id = user.id ?? randomUUID();
-      checkId(id, 'user');
+      const id = newRecordId(user.id);
+      checkStorableId(id, 'user');
       checkUserName(user.userName);
       const now = new Date().toISOString();
-      const record: UserRecord = {
-        ...structuredClone(user),
-        id,
-        projectId,
-        createdAt: now,
-        updatedAt: now,
-        version: 1,
-      };
-      if (record.externalId === undefined) delete record.externalId;
+      const record = newUserRecord(projectId, id, user, now);
       // DO NOTHING rather than an error: inside a transaction, a failed statement would abort it.
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.users
@@ -210,18 +198,14 @@ export class PostgresOperations implements StorageOperations {
       );
       const current = rows[0]?.record;
       if (!current) throw new NotFoundError(`User ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`User ${id} is at version ${current.version}`);
-      }
-      const record: UserRecord = { ...current, ...structuredClone(changes) };
-      if ('externalId' in changes && changes.externalId === undefined) delete record.externalId;
-      checkUserName(record.userName);
-      Object.assign(record, {
-        id,
+      checkIfVersion('User', id, current.version, options?.ifVersion);
+      const record = finishUserUpdate(
+        mergeUserChanges(current, changes),
         projectId,
-        updatedAt: new Date().toISOString(),
-        version: current.version + 1,
-      });
+        id,
+        current.version,
+        new Date().toISOString(),
+      );
       await query(
         `UPDATE ${this.s}.users
             SET user_name_key = $3, external_id = $4, profile_id = $5, version = $6, record = $7
@@ -283,14 +267,9 @@ export class PostgresOperations implements StorageOperations {
 
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord> {
     return this.exec.run('write', async (query) => {
-      const id = membership.id ?? randomUUID();
-      checkId(id, 'membership');
-      const record: MembershipRecord = {
-        ...structuredClone(membership),
-        id,
-        projectId,
-        createdAt: new Date().toISOString(),
-      };
+      const id = newRecordId(membership.id);
+      checkStorableId(id, 'membership');
+      const record = newMembershipRecord(projectId, id, membership, new Date().toISOString());
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.memberships (project_id, id, user_id, client_id, created_at, record)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
@@ -330,14 +309,9 @@ export class PostgresOperations implements StorageOperations {
 
   createClient(client: NewClient): Promise<ClientRecord> {
     return this.exec.run('write', async (query) => {
-      checkId(client.id, 'client');
+      checkStorableId(client.id, 'client');
       const now = new Date().toISOString();
-      const record: ClientRecord = {
-        ...structuredClone(client),
-        revoked: client.revoked ?? false,
-        createdAt: now,
-        updatedAt: now,
-      };
+      const record = newClientRecord(client, now);
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.clients (id, project_id, created_at, record) VALUES ($1, $2, $3, $4)
          ON CONFLICT DO NOTHING`,
@@ -378,17 +352,7 @@ export class PostgresOperations implements StorageOperations {
       );
       const current = rows[0]?.record;
       if (!current) throw new NotFoundError(`Client ${clientId} not found`);
-      const record: ClientRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id: current.id,
-        projectId: current.projectId,
-        createdAt: current.createdAt,
-        updatedAt: new Date().toISOString(),
-      };
-      for (const key of Object.keys(changes) as (keyof ClientChanges)[]) {
-        if (changes[key] === undefined) delete record[key];
-      }
+      const record = updatedClientRecord(current, changes, new Date().toISOString());
       await query(`UPDATE ${this.s}.clients SET record = $2 WHERE id = $1`, [clientId, json(record)]);
       return record;
     });
@@ -432,7 +396,9 @@ export class PostgresOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    return this.exec.run('atomic', (query) => applyResourceWrites(query, this.s, projectId, writes));
+    return this.exec.run('atomic', (query) =>
+      applyResourceWrites(query, this.s, this.compartment, projectId, writes),
+    );
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {

@@ -1,13 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg, { type Pool } from 'pg';
 import { isoMicros } from '../engine/clock.js';
-import {
-  ConflictError,
-  NotFoundError,
-  PreconditionFailedError,
-  StorageClosedError,
-  StorageError,
-} from '../errors.js';
+import { ConflictError, NotFoundError, StorageClosedError, StorageError } from '../errors.js';
 import type {
   ExportJobChanges,
   ExportJobRecord,
@@ -15,6 +9,7 @@ import type {
   ExportReader,
   ExportSnapshot,
   NewExportJob,
+  PatientCompartment,
   ProjectRecord,
   SigningKeyRecord,
   Storage,
@@ -34,8 +29,10 @@ import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js'
 import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
 import { migrate, quoteIdentifier } from './schema.js';
+import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
+import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 
-/** Options of {@link postgresStorage}. */
+/** Options of `postgresStorage`. */
 export interface PostgresStorageOptions {
   /**
    * libpq connection string (`postgres://user:password@host:5432/db`). The store creates its own
@@ -65,6 +62,11 @@ export interface PostgresStorageOptions {
    * @default 1048576
    */
   exportChunkBytes?: number;
+  /**
+   * The patient compartment resources are indexed by (on write: export workers read the index).
+   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
+   */
+  compartment?: PatientCompartment;
 }
 
 interface JobRow {
@@ -136,9 +138,10 @@ class PostgresStorage extends PostgresOperations implements Storage {
     schema: string,
     chunkBytes: number,
     descriptor: StorageDescriptor | undefined,
+    compartment: PatientCompartment,
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
-    super(root, quoteIdentifier(schema));
+    super(root, quoteIdentifier(schema), compartment);
     this.root = root;
     this.descriptor = descriptor;
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
@@ -159,7 +162,9 @@ class PostgresStorage extends PostgresOperations implements Storage {
         const marker: TransactionMarker = { open: true };
         let result: T;
         try {
-          result = await this.scope.run(marker, () => fn(new PostgresOperations(exec, this.s, true)));
+          result = await this.scope.run(marker, () =>
+            fn(new PostgresOperations(exec, this.s, this.compartment, true)),
+          );
         } finally {
           marker.open = false;
         }
@@ -251,7 +256,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
   createExportJob(job: NewExportJob): Promise<ExportJobRecord> {
     return this.root.run('write', async (query) => {
       const now = new Date().toISOString();
-      const record: ExportJobRecord = { ...structuredClone(job), createdAt: now, updatedAt: now, version: 1 };
+      const record = newExportJobRecord(job, now);
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.export_jobs (project_id, id, status, created_at, version, record)
          VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT DO NOTHING`,
@@ -286,17 +291,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
       );
       const current = rows[0]?.record;
       if (!current) throw new NotFoundError(`Export job ${id} not found`);
-      if (options?.ifVersion !== undefined && options.ifVersion !== current.version) {
-        throw new PreconditionFailedError(`Export job ${id} is at version ${current.version}`);
-      }
-      const record: ExportJobRecord = {
-        ...current,
-        ...structuredClone(changes),
-        id,
-        projectId,
-        updatedAt: new Date().toISOString(),
-        version: current.version + 1,
-      };
+      checkIfVersion('Export job', id, current.version, options?.ifVersion);
+      const record = updatedExportJobRecord(current, projectId, id, changes, new Date().toISOString());
       await query(
         `UPDATE ${this.s}.export_jobs SET status = $3, version = $4, record = $5
           WHERE project_id = $1 AND id = $2`,
@@ -368,14 +364,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
   }
 }
 
-/**
- * A store in PostgreSQL, for hosts that run several instances over one database: every instance
- * sees every write, resource writes of a project are serialized by the database, and export
- * workers reopen the store from `descriptor`. Tables are created in `schema` on open (the first
- * call waits for that). Every version of every resource is kept (exports read consistent
- * snapshots from them), so the resources table grows with the number of writes.
- */
-export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+/** The PostgreSQL store (see `postgresStorage` in `src/stores.ts`, which fills in the compartment). */
+export function createPostgresStorage(options: WithCompartment<PostgresStorageOptions>): Storage {
   const schema = options.schema ?? 'public';
   if (typeof schema !== 'string' || schema.length === 0 || schema.length > 63) {
     throw new TypeError('postgresStorage: schema must be a non-empty name of at most 63 characters');
@@ -392,6 +382,7 @@ export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
   if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
     throw new TypeError('postgresStorage: connectionString must be a non-empty string');
   }
+  checkPatientCompartment(options.compartment, 'postgresStorage');
   let pool = options.pool;
   const ownsPool = pool === undefined;
   if (!pool) {
@@ -418,5 +409,6 @@ export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
     schema,
     chunkBytes,
     descriptor,
+    options.compartment,
   );
 }

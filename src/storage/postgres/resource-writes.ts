@@ -1,24 +1,20 @@
-import { randomUUID } from 'node:crypto';
-import { patientCompartmentIds } from '../../fhir/compartment.js';
 import { isoMicros } from '../engine/clock.js';
-import { ConflictError, InvalidRecordError, PreconditionFailedError } from '../errors.js';
-import type { ResourceWrite, StoredResource, WriteResult } from '../types.js';
+import { InvalidRecordError } from '../errors.js';
+import type { PatientCompartment, ResourceWrite, StoredResource, WriteResult } from '../types.js';
+import {
+  checkId,
+  checkResourceType,
+  checkResourceWrite,
+  nextVersionId,
+  writtenResourceKey,
+} from '../record-rules.js';
 import type { Query } from './executor.js';
 import { identifierRows } from './schema.js';
 
-const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
-
-export function checkResourceType(resourceType: unknown): asserts resourceType is string {
-  if (typeof resourceType !== 'string' || !RESOURCE_TYPE.test(resourceType)) {
-    throw new InvalidRecordError(`Invalid resource type ${JSON.stringify(resourceType)}`);
-  }
-}
-
-export function checkId(id: unknown, what: string): asserts id is string {
-  // PostgreSQL text cannot hold NUL characters.
-  if (typeof id !== 'string' || id.length === 0 || id.includes('\u0000')) {
-    throw new InvalidRecordError(`Invalid ${what} id`);
-  }
+/** `checkId`, plus what PostgreSQL text cannot hold: a NUL character. */
+export function checkStorableId(id: unknown, what: string): asserts id is string {
+  checkId(id, what);
+  if (id.includes('\u0000')) throw new InvalidRecordError(`Invalid ${what} id`);
 }
 
 /** The current version of a resource while a batch is planned (from the table or the batch). */
@@ -43,11 +39,6 @@ interface NewVersion {
   patients: string[];
   /** The stored JSON, parsed again (what a search by scanning the bodies would see). */
   parsed?: StoredResource;
-}
-
-function nextVersion(previous: Current | undefined): string {
-  const n = previous ? Number.parseInt(previous.versionId, 10) : 0;
-  return String(Number.isFinite(n) ? n + 1 : 1);
 }
 
 function key(resourceType: string, id: string): string {
@@ -102,22 +93,19 @@ export async function lockProjectResources(query: Query, s: string, projectId: s
 export async function applyResourceWrites(
   query: Query,
   s: string,
+  compartment: PatientCompartment,
   projectId: string,
   writes: readonly ResourceWrite[],
 ): Promise<WriteResult[]> {
   const targets = writes.map((write) => {
     if (write.op === 'delete') {
       checkResourceType(write.resourceType);
-      checkId(write.id, 'resource');
+      checkStorableId(write.id, 'resource');
       return { resourceType: write.resourceType, id: write.id };
     }
-    if (typeof write.resource !== 'object' || write.resource === null) {
-      throw new InvalidRecordError('A resource must be an object');
-    }
-    checkResourceType(write.resource.resourceType);
-    const id: unknown = write.op === 'create' ? (write.resource.id ?? randomUUID()) : write.resource.id;
-    checkId(id, 'resource');
-    return { resourceType: write.resource.resourceType, id };
+    const { resourceType, id } = writtenResourceKey(write);
+    checkStorableId(id, 'resource');
+    return { resourceType, id };
   });
   if (writes.length === 0) return [];
   const { lu: firstLu, seqs } = await allocate(query, s, projectId, writes.length);
@@ -156,19 +144,14 @@ export async function applyResourceWrites(
     const previous = current.get(k);
     const live = previous && !previous.deleted ? previous : undefined;
     const ifMatch = write.op === 'create' ? undefined : write.ifMatch;
-    if (ifMatch !== undefined && live?.versionId !== ifMatch) {
-      throw new PreconditionFailedError(`${resourceType}/${id} is not at version ${ifMatch}`);
-    }
-    if (write.op === 'create' && live) {
-      throw new ConflictError(`${resourceType}/${id} exists`, { attribute: 'id' });
-    }
+    checkResourceWrite(write.op, resourceType, id, ifMatch, live?.versionId);
     if (write.op === 'delete' && !live) {
       results.push({ op: 'delete' });
       return;
     }
     const seq = seqs[versions.length]!;
     const lu = firstLu + versions.length;
-    const versionId = nextVersion(previous);
+    const versionId = nextVersionId(previous?.versionId);
     let body: string | null = null;
     let patients: string[] = [];
     let parsed: StoredResource | undefined;
@@ -181,7 +164,7 @@ export async function applyResourceWrites(
       const { resourceType: type, id: _id, ...rest } = copy;
       const stored: StoredResource = { resourceType: type, id, ...rest };
       body = JSON.stringify(stored);
-      patients = patientCompartmentIds(stored);
+      patients = compartment.patientIds(stored);
       // Only a body with identifiers needs parsing back (for identifier keys of the JSON as stored).
       if (stored.identifier !== undefined) parsed = JSON.parse(body) as StoredResource;
       const result: WriteResult = { op: write.op, resource: stored };

@@ -1,27 +1,28 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { patientCompartmentIds } from '../fhir/compartment.js';
 import {
   HEADER_LENGTH,
   OP_AT,
   OP_DELETE,
-  readLu,
+  readLastUpdated,
   readOp,
   readSuperseded,
   SUPERSEDED_AT,
-} from './file/record.js';
-import { asFileSnapshot, type FileSnapshot } from './file/snapshot.js';
+} from './record.js';
+import { checkPatientCompartment } from '../patient-compartment.js';
+import { asFileSnapshot, type FileSnapshot } from './snapshot.js';
 import type {
   ExportReader,
   ExportReadOptions,
   ExportSnapshot,
   NdjsonChunk,
+  PatientCompartment,
   StoredResource,
   Tombstone,
-} from './types.js';
+} from '../types.js';
 
-/** Options of {@link openFileExportReader} (the `options` of a file store's descriptor). */
+/** Options of `openFileExportReader` (the `options` of a file store's descriptor: plain data). */
 export interface FileExportReaderOptions {
   /** The file store's directory. */
   dir: string;
@@ -202,7 +203,10 @@ export class FileExportReader implements ExportReader {
   /** The positions file last read (one job's reader reads the same one for every type). */
   private positionsCache: { file: string; positions: Promise<Positions> } | undefined;
 
-  constructor(private readonly options: FileExportReaderOptions) {
+  constructor(
+    private readonly options: FileExportReaderOptions,
+    private readonly patientCompartment: PatientCompartment,
+  ) {
     this.chunkBytes = options.chunkBytes ?? 1024 * 1024;
     this.chunkPool = new BufferPool(this.chunkBytes);
   }
@@ -275,7 +279,7 @@ export class FileExportReader implements ExportReader {
         const nl = buf.indexOf(NEWLINE, start);
         if (
           buf[start + OP_AT] !== OP_DELETE &&
-          (since < 0 || readLu(buf, start) > since) &&
+          (since < 0 || readLastUpdated(buf, start) > since) &&
           (!only || only.has(offset + start))
         ) {
           // Most records are current: compare the field with "000000000000" before parsing it.
@@ -308,10 +312,11 @@ export class FileExportReader implements ExportReader {
   ): AsyncIterable<NdjsonChunk> {
     const wanted = new Set(patientIds);
     const recorded = snap.positions && snap.patientIds ? new Set(snap.patientIds) : undefined;
+    const { patientCompartment } = this;
     const inCompartment = (buf: Buffer, start: number, end: number): boolean =>
-      patientCompartmentIds(JSON.parse(buf.toString('utf8', start, end)) as StoredResource).some((p) =>
-        wanted.has(p),
-      );
+      patientCompartment
+        .patientIds(JSON.parse(buf.toString('utf8', start, end)) as StoredResource)
+        .some((p) => wanted.has(p));
     if (recorded && patientIds.every((p) => recorded.has(p))) {
       // Positions saved at the snapshot: cost follows the compartment, not the store.
       const exact = recorded.size === wanted.size;
@@ -348,7 +353,7 @@ export class FileExportReader implements ExportReader {
             const [offset, jsonLength] = list[k]!;
             const start = offset - first;
             const recordEnd = start + HEADER_LENGTH + jsonLength + 1;
-            if (readLu(buf, start) <= since) continue;
+            if (readLastUpdated(buf, start) <= since) continue;
             if (!exact && !inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)) continue;
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
             if (full) yield full;
@@ -368,7 +373,7 @@ export class FileExportReader implements ExportReader {
           if (
             readOp(buf, start) !== OP_DELETE &&
             (superseded === 0 || superseded >= end) &&
-            readLu(buf, start) > since &&
+            readLastUpdated(buf, start) > since &&
             inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)
           ) {
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
@@ -397,7 +402,7 @@ export class FileExportReader implements ExportReader {
       for await (const { buf, stop } of lineBlocks(handle, type.end, this.blocks)) {
         const found: Tombstone[] = [];
         forEachLine(buf, stop, (start, end) => {
-          if (readOp(buf, start) !== OP_DELETE || readLu(buf, start) <= since) return;
+          if (readOp(buf, start) !== OP_DELETE || readLastUpdated(buf, start) <= since) return;
           const superseded = readSuperseded(buf, start);
           if (superseded !== 0 && superseded < type.end) return;
           const tomb = JSON.parse(buf.toString('utf8', start + HEADER_LENGTH, end - 1)) as StoredResource;
@@ -417,13 +422,17 @@ export class FileExportReader implements ExportReader {
 }
 
 /**
- * Opens a read-only export reader on a file store's directory: the `exportName` of the file
- * store's `descriptor`, imported by export workers. It needs no lock and touches only snapshot
- * files, so it may run while the store is open in another thread.
+ * A read-only export reader on a file store's directory (see `openFileExportReader` in
+ * `src/stores.ts`, which export workers import and which fills in the compartment). It needs no
+ * lock and touches only snapshot files, so it may run while the store is open in another thread.
  */
-export function openFileExportReader(options: FileExportReaderOptions): ExportReader {
+export function createFileExportReader(
+  options: FileExportReaderOptions,
+  compartment: PatientCompartment,
+): ExportReader {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
     throw new TypeError('openFileExportReader: dir must be a non-empty string');
   }
-  return new FileExportReader(options);
+  checkPatientCompartment(compartment, 'openFileExportReader');
+  return new FileExportReader(options, compartment);
 }

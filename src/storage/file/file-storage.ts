@@ -1,20 +1,21 @@
-import path from 'node:path';
-import { Engine } from './engine/engine.js';
-import { EngineStorage } from './engine/engine-storage.js';
-import { FileBackend } from './file/file-backend.js';
-import { fileExportReaderModule } from './file/reader-module.js';
-import { asFileSnapshot } from './file/snapshot.js';
-import { FileExportReader } from './file-export-reader.js';
 import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Engine } from '../engine/engine.js';
+import { EngineStorage } from '../engine/engine-storage.js';
+import { FileBackend } from './file-backend.js';
+import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
+import { asFileSnapshot } from './snapshot.js';
+import { FileExportReader } from './export-reader.js';
 import type {
   ExportReader,
   ExportSnapshot,
   ExportSnapshotOptions,
+  PatientCompartment,
   Storage,
   StorageDescriptor,
-} from './types.js';
+} from '../types.js';
 
-/** Options of {@link fileStorage}. */
+/** Options of `fileStorage`. */
 export interface FileStorageOptions {
   /** Directory of the store; created when missing. One process at a time may open it. */
   dir: string;
@@ -31,24 +32,31 @@ export interface FileStorageOptions {
    * @default 67108864 (64 MiB)
    */
   compactionMinDeadBytes?: number;
+  /**
+   * The patient compartment resources are indexed by. With another than the default, the store
+   * has no `descriptor` (a worker could not rebuild it) and exports stream from the main thread.
+   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
+   */
+  compartment?: PatientCompartment;
 }
 
 class FileStorage extends EngineStorage {
   readonly exportReader: ExportReader;
-  readonly descriptor: StorageDescriptor;
+  readonly descriptor: StorageDescriptor | undefined;
 
   constructor(
     engine: Engine,
     private readonly backend: FileBackend,
     dir: string,
+    compartment: PatientCompartment,
+    readerModule: string | undefined,
   ) {
-    super(engine);
-    this.exportReader = new FileExportReader({ dir });
-    this.descriptor = {
-      module: fileExportReaderModule(),
-      exportName: 'openFileExportReader',
-      options: { dir },
-    };
+    super(engine, compartment);
+    this.exportReader = new FileExportReader({ dir }, compartment);
+    this.descriptor =
+      readerModule === undefined
+        ? undefined
+        : { module: readerModule, exportName: 'openFileExportReader', options: { dir } };
   }
 
   exportSnapshot(projectId: string, options?: ExportSnapshotOptions): Promise<ExportSnapshot> {
@@ -71,16 +79,17 @@ class FileStorage extends EngineStorage {
 }
 
 /**
- * The embedded default store: everything in one directory, durable and crash-safe, with
- * per-write cost independent of the store's size. The small, rarely written directory data
- * (projects, clients, keys) lives in a lowdb JSON file; users, memberships, export jobs, one-time
- * values and FHIR resources live in append-only logs with an in-memory index; exports copy log
- * bytes straight into NDJSON.
- * Opening repairs a torn tail left by a crash. See docs/storage.md.
+ * Opens the file store (see `fileStorage` in `src/stores.ts`, which fills in the compartment).
+ * `readerModule` is a module whose `openFileExportReader(options)` reopens this store's export
+ * reader with the same compartment, for export workers; without it the store has no
+ * `descriptor` and exports stream from the main thread.
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
  */
-export async function fileStorage(options: FileStorageOptions): Promise<Storage> {
+export async function createFileStorage(
+  options: WithCompartment<FileStorageOptions>,
+  readerModule?: string,
+): Promise<Storage> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
     throw new TypeError('fileStorage: dir must be a non-empty string');
   }
@@ -92,9 +101,11 @@ export async function fileStorage(options: FileStorageOptions): Promise<Storage>
   if (!Number.isSafeInteger(compactionMinDeadBytes) || compactionMinDeadBytes < 0) {
     throw new TypeError('fileStorage: compactionMinDeadBytes must be a non-negative integer');
   }
+  const { compartment } = options;
+  checkPatientCompartment(compartment, 'fileStorage');
   const dir = path.resolve(options.dir);
-  const backend = new FileBackend({ dir, sync: durability === 'fsync', compactionMinDeadBytes });
+  const backend = new FileBackend({ dir, sync: durability === 'fsync', compactionMinDeadBytes, compartment });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);
-  return new FileStorage(engine, backend, dir);
+  return new FileStorage(engine, backend, dir, compartment, readerModule);
 }

@@ -1,0 +1,107 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import type { BaseState } from '../engine/state.js';
+import type { PatientCompartment } from '../types.js';
+import { IDENTIFIER_KEYS_VERSION } from '../identifier-keys.js';
+import type { FileRef, LogFile } from './log-file.js';
+import type { LogMeta } from './store-files.js';
+
+/**
+ * Identifies the compartment definition and the identifier keys in use: index files store
+ * compartment patients and identifier keys, so one written by a version that computes either
+ * differently must not be used.
+ */
+export function indexFingerprint(compartment: PatientCompartment): string {
+  const definition = compartment.types.map((type) => [type, compartment.params(type)]);
+  return (
+    createHash('sha256')
+      .update(JSON.stringify(definition))
+      // The function's source: an index written by a version that computes differently is not used.
+      .update(compartment.patientIds.toString())
+      .update(`identifier keys ${IDENTIFIER_KEYS_VERSION}`)
+      .digest('hex')
+      .slice(0, 16)
+  );
+}
+
+/** What `<Type>.log.idx` holds (see `readIndex`). The field names are the format on disk. */
+export interface LogIndex {
+  /** 2 since entries hold identifier keys (a format 1 index is ignored: the log is scanned). */
+  format: 2;
+  /** `indexFingerprint()` of the writer. */
+  compartment: string;
+  /** Inode of the log file it describes. */
+  ino: string;
+  /** Log size it covers. */
+  size: number;
+  records: number;
+  deadBytes: number;
+  /**
+   * [id, versionId, lastUpdated µs, deleted 0/1, offset, jsonLength, compartment patients,
+   * identifier keys]
+   */
+  entries: [string, string, number, 0 | 1, number, number, string[], string[]][];
+}
+
+/**
+ * The index file a clean close leaves next to a resource log (`<Type>.log.idx`): the index
+ * entries as of a log size, so opening parses only records appended after it (none after a
+ * clean shutdown). A cache: ignored, and the log scanned fully, unless it is for this very file
+ * (same inode, so not compacted since) and the file still reaches that size.
+ */
+export async function readIndex(log: LogFile, fingerprint: string): Promise<LogIndex | undefined> {
+  try {
+    const index = JSON.parse(await fs.readFile(`${log.file}.idx`, 'utf8')) as LogIndex;
+    const stat = await log.segment.handle.stat({ bigint: true });
+    if (index.format !== 2 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
+    if (index.compartment !== fingerprint) return undefined;
+    if (!Array.isArray(index.entries)) return undefined;
+    return index;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes the index file of a resource log from the committed state (on a clean close). */
+export async function writeIndex(
+  log: LogFile,
+  meta: LogMeta,
+  base: BaseState,
+  fingerprint: string,
+): Promise<void> {
+  if (meta.resourceType === undefined) return;
+  const entries: LogIndex['entries'] = [];
+  for (const e of base.resources(meta.projectId, meta.resourceType)) {
+    const ref = e.ref as FileRef;
+    if (ref.log !== log) return; // Not this log's entries (project re-created): no index.
+    entries.push([
+      e.id,
+      e.versionId,
+      e.lastUpdatedMicros,
+      e.deleted ? 1 : 0,
+      ref.offset,
+      ref.jsonLength,
+      [...e.patients],
+      [...e.identifiers],
+    ]);
+  }
+  const stat = await log.segment.handle.stat({ bigint: true });
+  const index: LogIndex = {
+    format: 2,
+    compartment: fingerprint,
+    ino: String(stat.ino),
+    size: log.size,
+    records: log.records,
+    deadBytes: log.deadBytes,
+    entries,
+  };
+  const file = `${log.file}.idx`;
+  const handle = await fs.open(`${file}.tmp`, 'w');
+  try {
+    await handle.writeFile(JSON.stringify(index));
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await fs.rename(`${file}.tmp`, file);
+}

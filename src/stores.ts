@@ -1,0 +1,71 @@
+import { pathToFileURL } from 'node:url';
+import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { createFileExportReader, type FileExportReaderOptions } from './storage/file/export-reader.js';
+import { createFileStorage, type FileStorageOptions } from './storage/file/file-storage.js';
+import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
+import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
+import type { ExportReader, Storage } from './storage/types.js';
+
+// The storage adapters with this package's FHIR R4 defaults. `src/storage` knows nothing of
+// FHIR: the patient compartment reaches it as an option, filled in here (see docs/storage.md,
+// "The patient compartment").
+
+/**
+ * The module export workers import to reopen a file store (`StorageDescriptor.module`): this
+ * one, whose `openFileExportReader` supplies the default compartment. From source (vitest, tsx)
+ * that is `src/stores.ts`; from the build, the bundle holding this code, i.e. the package entry
+ * (`dist/index.js` or `dist/index.cjs`), which re-exports `openFileExportReader`.
+ */
+function thisModule(): string {
+  // `__filename` exists in the CommonJS build (and under some test runners); `import.meta.url`
+  // in ES modules. Checked with typeof so neither build trips over the other.
+  return typeof __filename === 'string' ? pathToFileURL(__filename).href : import.meta.url;
+}
+
+/**
+ * The embedded default store: everything in one directory, durable and crash-safe, with
+ * per-write cost independent of the store's size. The small, rarely written directory data
+ * (projects, clients, keys) lives in a lowdb JSON file; users, memberships, export jobs, one-time
+ * values and FHIR resources live in append-only logs with an in-memory index; exports copy log
+ * bytes straight into NDJSON, in worker threads that reopen the store from its `descriptor`.
+ * Opening repairs a torn tail left by a crash. See docs/storage.md.
+ *
+ * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
+ */
+export function fileStorage(options: FileStorageOptions): Promise<Storage> {
+  const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
+  // Workers rebuild only the default compartment: with another, exports run in this thread.
+  const readerModule = compartment === R4_PATIENT_COMPARTMENT ? thisModule() : undefined;
+  return createFileStorage({ ...options, compartment }, readerModule);
+}
+
+/**
+ * Opens a read-only export reader on a file store's directory: the `exportName` of the file
+ * store's `descriptor`, imported by export workers. It needs no lock and touches only snapshot
+ * files, so it may run while the store is open in another thread. Uses the FHIR R4 patient
+ * compartment.
+ */
+export function openFileExportReader(options: FileExportReaderOptions): ExportReader {
+  return createFileExportReader(options, R4_PATIENT_COMPARTMENT);
+}
+
+/**
+ * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
+ * their own persistence. It keeps old versions while an export snapshot is open (exports read a
+ * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
+ * stream from the main thread (`descriptor` is undefined).
+ */
+export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
+  return createMemoryStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
+}
+
+/**
+ * A store in PostgreSQL, for hosts that run several instances over one database: every instance
+ * sees every write, resource writes of a project are serialized by the database, and export
+ * workers reopen the store from `descriptor`. Tables are created in `schema` on open (the first
+ * call waits for that). Every version of every resource is kept (exports read consistent
+ * snapshots from them), so the resources table grows with the number of writes.
+ */
+export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+  return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
+}
