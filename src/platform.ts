@@ -13,6 +13,7 @@ import { projectRouter, type ProjectRouterOptions } from './project/router.js';
 import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
 import type { Storage } from './storage/types.js';
+import { InvalidOptionError } from './errors.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError'>>;
 
@@ -66,7 +67,7 @@ const DEFAULT_PATHS = { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/toke
 
 function normalisePath(name: string, value: string): string {
   if (!value.startsWith('/') || value.endsWith('/')) {
-    throw new TypeError(
+    throw new InvalidOptionError(
       `fhirPlatform: paths.${name} must start with "/" and not end with "/" (got "${value}")`,
     );
   }
@@ -80,12 +81,12 @@ function normalisePath(name: string, value: string): string {
  * `fhirRouter`).
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
-  if (!options?.storage) throw new TypeError('fhirPlatform: storage is required');
+  if (!options?.storage) throw new InvalidOptionError('fhirPlatform: storage is required');
   const { storage, baseUrl, onError } = options;
   const paths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   if (options.bulk !== false && !options.exportDir && !options.bulk?.exportDir) {
-    throw new TypeError('fhirPlatform: exportDir is required (or bulk: false)');
+    throw new InvalidOptionError('fhirPlatform: exportDir is required (or bulk: false)');
   }
 
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.
@@ -103,7 +104,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     paths.token,
     tokenRouter({ ...options.token, storage, baseUrl, signingKeys: keys, ...(onError ? { onError } : {}) }),
   );
-  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys }));
+  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...(onError ? { onError } : {}) }));
 
   const smartConfig = smartConfigurationHandler({
     baseUrl,

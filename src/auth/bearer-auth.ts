@@ -25,6 +25,7 @@ import {
   type SigningKeys,
   type SigningKeysOptions,
 } from './signing-keys.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `bearerAuth`. */
 export interface BearerAuthOptions {
@@ -100,7 +101,7 @@ const BASIC_CACHE_MAX = 1000;
  * `undefined` (401); a bad token throws 401 `invalid_token`.
  */
 export function bearerAuth(options: BearerAuthOptions): Authenticate {
-  if (!options?.storage) throw new TypeError('bearerAuth: storage is required');
+  if (!options?.storage) throw new InvalidOptionError('bearerAuth: storage is required');
   const { storage } = options;
   const keys = options.signingKeys ?? createSigningKeys(storage, options.signingKeyOptions);
   const algorithms = options.algorithms ?? [...SIGNING_ALGORITHMS];

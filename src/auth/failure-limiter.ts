@@ -1,4 +1,5 @@
 import { concurrencyGate, GateFullError } from './concurrency-gate.js';
+import { InvalidOptionError, PlatformError } from '../errors.js';
 
 /**
  * Limits on failed client authentications (`tokenRouter({ rateLimit })`, `bearerAuth({ rateLimit })`
@@ -40,18 +41,22 @@ export interface FailureLimitOptions {
 /** Why the limiter refused a request: over a failure limit (429), or too many secret checks queued (503). */
 export type FailureLimitReason = 'too-many-failures' | 'busy';
 
-/** A refusal by the failure limiter; each router renders it in its own protocol, with `Retry-After`. */
-export class FailureLimitError extends Error {
+/**
+ * A refusal by the failure limiter; each router renders it in its own protocol, with `Retry-After`.
+ * Its code is `ERR_TOO_MANY_FAILURES` (429) or, when busy, `ERR_SECRET_CHECKS_BUSY` (503).
+ */
+export class FailureLimitError extends PlatformError {
+  declare readonly code: 'ERR_TOO_MANY_FAILURES' | 'ERR_SECRET_CHECKS_BUSY';
   readonly reason: FailureLimitReason;
   /** Seconds until a new attempt may succeed (`Retry-After`). */
   readonly retryAfterSeconds: number;
   constructor(reason: FailureLimitReason, retryAfterMs: number) {
     super(
+      reason === 'busy' ? 'ERR_SECRET_CHECKS_BUSY' : 'ERR_TOO_MANY_FAILURES',
       reason === 'busy'
         ? 'Too many client secret checks in progress; try again shortly'
         : 'Too many failed authentications; try again later',
     );
-    this.name = 'FailureLimitError';
     this.reason = reason;
     this.retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
   }
@@ -102,16 +107,16 @@ export const DEFAULT_FAILURE_LIMITS: Readonly<ResolvedFailureLimitOptions> = Obj
   maxQueuedSecretChecks: 64,
 });
 
-/** Applies defaults and validates; `owner` prefixes the `TypeError` messages. */
+/** Applies defaults and validates; `owner` prefixes the `InvalidOptionError` messages. */
 export function resolveFailureLimitOptions(
   options: FailureLimitOptions,
   owner = 'rateLimit',
 ): ResolvedFailureLimitOptions {
   if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`${owner}: rateLimit must be an options object or false`);
+    throw new InvalidOptionError(`${owner}: rateLimit must be an options object or false`);
   }
   if ('maxFailuresPerClient' in options) {
-    throw new TypeError(
+    throw new InvalidOptionError(
       `${owner}: rateLimit.maxFailuresPerClient is replaced by maxFailuresPerClientAddress ` +
         '(failures are counted per client id and address)',
     );
@@ -122,7 +127,7 @@ export function resolveFailureLimitOptions(
     if (value === undefined) continue;
     const least = name === 'maxQueuedSecretChecks' ? 0 : 1;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < least) {
-      throw new TypeError(
+      throw new InvalidOptionError(
         `${owner}: rateLimit.${name} must be ${least === 0 ? 'a non-negative' : 'a positive'} integer`,
       );
     }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
 import type { SigningKeyRecord, Storage } from '../storage/types.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Algorithms the server signs access tokens with. */
 export type SigningAlgorithm = 'ES256' | 'RS256';
@@ -69,10 +70,10 @@ function isAlgorithm(alg: string): alg is SigningAlgorithm {
 export function signingKeys(storage: Storage, options: SigningKeysOptions = {}): SigningKeys {
   const algorithm = options.algorithm ?? 'ES256';
   if (!isAlgorithm(algorithm))
-    throw new TypeError(`signingKeys: algorithm must be one of ${SIGNING_ALGORITHMS.join(', ')}`);
+    throw new InvalidOptionError(`signingKeys: algorithm must be one of ${SIGNING_ALGORITHMS.join(', ')}`);
   const retention = options.retention ?? 90 * 24 * 3600;
   if (!Number.isFinite(retention) || retention < 0)
-    throw new TypeError('signingKeys: retention must be >= 0 seconds');
+    throw new InvalidOptionError('signingKeys: retention must be >= 0 seconds');
   const refreshMs = (options.refreshInterval ?? 60) * 1000;
   const now = options.now ?? Date.now;
 

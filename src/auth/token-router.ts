@@ -2,7 +2,7 @@ import express, { Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
-import { OAuthError } from '../http/http-error.js';
+import { HttpError, OAuthError } from '../http/http-error.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
@@ -15,6 +15,7 @@ import {
   type SigningKeysOptions,
 } from './signing-keys.js';
 import { handleTokenRequest, type TokenEndpointConfig } from './token-endpoint.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `tokenRouter`. */
 export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authenticate'> {
@@ -86,21 +87,22 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
 
 function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0)
-    throw new TypeError(`tokenRouter: ${name} must be a positive number`);
+    throw new InvalidOptionError(`tokenRouter: ${name} must be a positive number`);
   return value;
 }
 
 /** Resolves and validates `TokenRouterOptions` once. */
 export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEndpointConfig {
-  if (!options?.storage) throw new TypeError('tokenRouter: storage is required');
+  if (!options?.storage) throw new InvalidOptionError('tokenRouter: storage is required');
   const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
   for (const m of methods) {
     if (!CLIENT_AUTH_METHODS.includes(m))
-      throw new TypeError(`tokenRouter: unknown auth method ${String(m)}`);
+      throw new InvalidOptionError(`tokenRouter: unknown auth method ${String(m)}`);
   }
   const algorithms = options.assertionAlgorithms ?? [...CLIENT_ASSERTION_ALGORITHMS];
   for (const alg of algorithms) {
-    if (isSymmetricOrNone(alg)) throw new TypeError(`tokenRouter: assertion algorithm ${alg} is not allowed`);
+    if (isSymmetricOrNone(alg))
+      throw new InvalidOptionError(`tokenRouter: assertion algorithm ${alg} is not allowed`);
   }
   const accessTokenLifetime = positive('accessTokenLifetime', options.accessTokenLifetime ?? 300);
   const maxAccessTokenLifetime = positive(
@@ -160,7 +162,7 @@ export function tokenRouter(options: TokenRouterOptions): Router {
   );
   router.all('/', (_req, _res, next) => {
     next(
-      new OAuthError(405, 'invalid_request', 'The token endpoint accepts POST only', {
+      new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'The token endpoint accepts POST only', {
         headers: { Allow: 'POST' },
       }),
     );

@@ -4,6 +4,7 @@ import type { ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { defaultWorkerFilename } from './worker-location.js';
+import { InvalidOptionError, PlatformError } from '../errors.js';
 
 /** Options of {@link ExportPool}. */
 export interface ExportPoolOptions {
@@ -50,13 +51,13 @@ export class ExportPool {
       options.maxThreads !== undefined &&
       !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)
     ) {
-      throw new TypeError('ExportPool: maxThreads must be a positive integer');
+      throw new InvalidOptionError('ExportPool: maxThreads must be a positive integer');
     }
     this.#options = options;
   }
 
   #pool(): Piscina<ExportTask, ExportTaskResult> {
-    if (this.#closed) throw new Error('ExportPool is closed');
+    if (this.#closed) throw new PlatformError('ERR_EXPORT_POOL_CLOSED', 'ExportPool is closed');
     this.#piscina ??= new Piscina<ExportTask, ExportTaskResult>({
       filename: this.#options.workerFilename ?? defaultWorkerFilename(),
       minThreads: 0,
@@ -69,8 +70,9 @@ export class ExportPool {
   /** Runs `task`; rejects when it fails, crashes or is aborted. */
   async run(task: ExportTask, options: ExportRunOptions = {}): Promise<ExportTaskResult> {
     if (!task.descriptor) {
-      if (!options.reader) throw new Error('A task without descriptor needs a reader');
-      if (task.crash) throw new Error('Export crash (test hook)');
+      if (!options.reader)
+        throw new PlatformError('ERR_EXPORT_TASK_INVALID', 'A task without descriptor needs a reader');
+      if (task.crash) throw new PlatformError('ERR_INTERNAL', 'Export crash (test hook)');
       return runExport(options.reader, task, { signal: options.signal, onProgress: options.onProgress });
     }
     const pool = this.#pool();

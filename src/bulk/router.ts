@@ -20,6 +20,7 @@ import { ExportPool, type ExportPoolOptions } from './export-pool.js';
 import type { ExportTask } from './export-task.js';
 import { parseKickoff, type ExportLevel } from './kickoff-params.js';
 import { buildManifest, findJobFile } from './manifest.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of {@link bulkExportRouter}. */
 export interface BulkExportRouterOptions extends CommonRouterOptions {
@@ -136,7 +137,7 @@ const FILE_NAME = /^[A-Za-z]+-[0-9]+\.ndjson$/;
 function positive(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isFinite(value) || value <= 0)
-    throw new TypeError(`bulkExportRouter: ${name} must be a positive number`);
+    throw new InvalidOptionError(`bulkExportRouter: ${name} must be a positive number`);
   return value;
 }
 
@@ -144,7 +145,7 @@ function positive(name: string, value: number | undefined, fallback: number): nu
 function limit(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || Number.isNaN(value) || value <= 0)
-    throw new TypeError(`bulkExportRouter: ${name} must be a positive number or Infinity`);
+    throw new InvalidOptionError(`bulkExportRouter: ${name} must be a positive number or Infinity`);
   return value;
 }
 
@@ -203,9 +204,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const maxKickoffs = limit('maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
   const minFreeSpace = options.minFreeSpace ?? GIB;
   if (typeof minFreeSpace !== 'number' || !Number.isFinite(minFreeSpace) || minFreeSpace < 0)
-    throw new TypeError('bulkExportRouter: minFreeSpace must be a finite number >= 0');
+    throw new InvalidOptionError('bulkExportRouter: minFreeSpace must be a finite number >= 0');
   if (options.freeSpaceProbe !== undefined && typeof options.freeSpaceProbe !== 'function')
-    throw new TypeError('bulkExportRouter: freeSpaceProbe must be a function');
+    throw new InvalidOptionError('bulkExportRouter: freeSpaceProbe must be a function');
   const freeSpaceProbe = options.freeSpaceProbe ?? statfsFreeSpace;
   const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));
   const retention = positive('retention', options.retention, 6 * HOUR);
@@ -214,7 +215,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const maxExportSize = limit('maxExportSize', options.maxExportSize, 4 * GIB);
   const requireAsyncHeaders = options.requireAsyncHeaders ?? false;
   if (typeof requireAsyncHeaders !== 'boolean')
-    throw new TypeError('bulkExportRouter: requireAsyncHeaders must be a boolean');
+    throw new InvalidOptionError('bulkExportRouter: requireAsyncHeaders must be a boolean');
   const ownsPool = !(options.pool instanceof ExportPool);
   const pool = options.pool instanceof ExportPool ? options.pool : new ExportPool(options.pool);
   const jobs = new ExportJobManager({

@@ -3,6 +3,7 @@ import type { CommonRouterOptions } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `fhirRouter`. */
 export interface FhirRouterOptions extends CommonRouterOptions {
@@ -59,7 +60,7 @@ export interface ResolvedFhirRouterOptions
 function positiveInteger(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isInteger(value) || value < 1)
-    throw new TypeError(`fhirRouter: ${name} must be a positive integer`);
+    throw new InvalidOptionError(`fhirRouter: ${name} must be a positive integer`);
   return value;
 }
 
@@ -68,13 +69,15 @@ export function resolveFhirRouterOptions(
   options: FhirRouterOptions,
   defaultValidator: () => ResourceValidator,
 ): ResolvedFhirRouterOptions {
-  if (!options || typeof options !== 'object') throw new TypeError('fhirRouter: options are required');
-  if (!options.storage) throw new TypeError('fhirRouter: storage is required');
+  if (!options || typeof options !== 'object')
+    throw new InvalidOptionError('fhirRouter: options are required');
+  if (!options.storage) throw new InvalidOptionError('fhirRouter: storage is required');
   if (typeof options.authenticate !== 'function')
-    throw new TypeError('fhirRouter: authenticate must be a function');
+    throw new InvalidOptionError('fhirRouter: authenticate must be a function');
   const maxCount = positiveInteger('maxCount', options.maxCount, 1000);
   const defaultCount = positiveInteger('defaultCount', options.defaultCount, 20);
-  if (defaultCount > maxCount) throw new TypeError('fhirRouter: defaultCount must not exceed maxCount');
+  if (defaultCount > maxCount)
+    throw new InvalidOptionError('fhirRouter: defaultCount must not exceed maxCount');
   return {
     ...options,
     bodyLimit: options.bodyLimit ?? '16mb',

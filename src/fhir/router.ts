@@ -9,7 +9,8 @@ import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
-import { FhirError } from '../http/http-error.js';
+import { fhirErrorHandler } from '../http/error-rendering.js';
+import { FhirError, HttpError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import { processBundle } from './batch.js';
@@ -25,7 +26,7 @@ import {
 } from './interactions.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
-import { FhirOutcomeError, fhirOutcomeErrorHandler, outcomeOf } from './outcome.js';
+import { FhirOutcomeError, outcomeOf } from './outcome.js';
 import { parsePrefer } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
@@ -38,7 +39,9 @@ const FHIR_JSON = 'application/fhir+json';
 function methodNotAllowed(allow: string): RequestHandler {
   return (_req, _res, next) => {
     next(
-      new FhirError(405, 'not-supported', 'Method not allowed on this URL', { headers: { Allow: allow } }),
+      new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'Method not allowed on this URL', {
+        headers: { Allow: allow },
+      }),
     );
   };
 }
@@ -306,6 +309,6 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       next(new FhirError(404, 'not-found', 'No FHIR route for this URL'));
     });
   }
-  router.use(fhirOutcomeErrorHandler(config.onError));
+  router.use(fhirErrorHandler(config.onError));
   return router;
 }

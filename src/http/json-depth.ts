@@ -1,3 +1,4 @@
+import { InvalidOptionError } from '../errors.js';
 /**
  * Nesting-depth limit for untrusted JSON. `JSON.parse` itself copes with any depth, but every
  * recursive walk afterwards (structure validation, `JSON.stringify`, `structuredClone`, reference
@@ -79,6 +80,6 @@ function escapedInBytes(bytes: Uint8Array, start: number, at: number): boolean {
 export function resolveMaxJsonDepth(owner: string, value: number | undefined): number {
   if (value === undefined) return DEFAULT_MAX_JSON_DEPTH;
   if (!Number.isInteger(value) || value < 1)
-    throw new TypeError(`${owner}: maxJsonDepth must be a positive integer`);
+    throw new InvalidOptionError(`${owner}: maxJsonDepth must be a positive integer`);
   return value;
 }

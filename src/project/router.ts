@@ -11,7 +11,7 @@ import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
+import { FhirError, HttpError } from '../http/http-error.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, ProjectRecord, Storage } from '../storage/types.js';
@@ -32,6 +32,7 @@ import { invalidParameter, readParameters } from './parameters.js';
 import { projectAdminAccess, superAdminOnly } from './project-access.js';
 import { projectResource } from './project-resource.js';
 import { parseSettingsParameters, updateProjectSettings } from './project-settings.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `projectRouter`. */
 export interface ProjectRouterOptions extends CommonRouterOptions {
@@ -89,21 +90,21 @@ const ANY_PROJECT_PATH = /^\/Project(?:\/.*)?$/;
 const REVOKE_PARAMETERS = { clientId: { type: ['string', 'id'], required: true } } as const;
 
 function resolveRules(options: ProjectRouterOptions): NewClientRules {
-  if (!options?.storage) throw new TypeError('projectRouter: storage is required');
+  if (!options?.storage) throw new InvalidOptionError('projectRouter: storage is required');
   if (typeof options.authenticate !== 'function')
-    throw new TypeError('projectRouter: authenticate is required');
+    throw new InvalidOptionError('projectRouter: authenticate is required');
   if (options.allowInit !== undefined && typeof options.allowInit !== 'function') {
-    throw new TypeError('projectRouter: allowInit must be a function');
+    throw new InvalidOptionError('projectRouter: allowInit must be a function');
   }
   const min = options.minAccessTokenLifetime ?? 60;
   const max = options.maxAccessTokenLifetime ?? 86_400;
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || min > max) {
-    throw new TypeError(
+    throw new InvalidOptionError(
       'projectRouter: minAccessTokenLifetime and maxAccessTokenLifetime must be integers, 1 <= min <= max',
     );
   }
   const scope = checkClientScope(options.defaultClientScope ?? 'system/*.*');
-  if (!scope.ok) throw new TypeError(`projectRouter: defaultClientScope ${scope.problem}`);
+  if (!scope.ok) throw new InvalidOptionError(`projectRouter: defaultClientScope ${scope.problem}`);
   return {
     defaultScope: scope.scope,
     minAccessTokenLifetime: min,
@@ -117,7 +118,7 @@ function onlyMethods(...methods: string[]): RequestHandler {
   return (req, _res, next) => {
     if (methods.includes(req.method)) return next();
     next(
-      new FhirError(405, 'not-supported', `Method ${req.method} is not supported here`, {
+      new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', `Method ${req.method} is not supported here`, {
         headers: { Allow: methods.join(', ') },
       }),
     );

@@ -15,6 +15,7 @@ import { projectScimSettings } from './project-settings.js';
 import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { userEtag, userToScim } from './user-mapping.js';
 import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `scimRouter`. */
 export interface ScimRouterOptions extends CommonRouterOptions {
@@ -77,7 +78,7 @@ const SCHEMA = /^\/Schemas\/([^/]+)\/?$/;
 function positiveInteger(value: number | undefined, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value < 1)
-    throw new TypeError(`scimRouter: ${name} must be a positive integer`);
+    throw new InvalidOptionError(`scimRouter: ${name} must be a positive integer`);
   return value;
 }
 
@@ -116,17 +117,17 @@ function listResponse(
  * `/Schemas[/{id}]`. Errors are SCIM Error JSON; every answer is `application/scim+json`.
  */
 export function scimRouter(options: ScimRouterOptions): Router {
-  if (!options?.storage) throw new TypeError('scimRouter: options.storage is required');
+  if (!options?.storage) throw new InvalidOptionError('scimRouter: options.storage is required');
   if (typeof options.authenticate !== 'function')
-    throw new TypeError('scimRouter: options.authenticate is required');
+    throw new InvalidOptionError('scimRouter: options.authenticate is required');
   const maxResults = positiveInteger(options.maxResults, 'maxResults', 200);
   const schemas = USER_RESOURCE_SCHEMAS;
   if (options.echoUserName !== undefined && typeof options.echoUserName !== 'boolean')
-    throw new TypeError('scimRouter: echoUserName must be a boolean');
+    throw new InvalidOptionError('scimRouter: echoUserName must be a boolean');
   const echoUserName = options.echoUserName ?? false;
   const defaultUserType = options.defaultUserType;
   if (defaultUserType !== undefined && !USER_TYPES.includes(defaultUserType)) {
-    throw new TypeError(`scimRouter: defaultUserType must be one of ${USER_TYPES.join(', ')}`);
+    throw new InvalidOptionError(`scimRouter: defaultUserType must be one of ${USER_TYPES.join(', ')}`);
   }
   const routerSettings: ScimUserSettings = { echoUserName, ...(defaultUserType ? { defaultUserType } : {}) };
   const service = scimUserService({

@@ -20,6 +20,8 @@ import type {
   StoredResource,
   Tombstone,
 } from './types.js';
+import { InvalidOptionError } from '../errors.js';
+import { StorageError } from './errors.js';
 
 /** Options of {@link openFileExportReader} (the `options` of a file store's descriptor). */
 export interface FileExportReaderOptions {
@@ -50,7 +52,7 @@ async function readFully(handle: FileHandle, buf: Buffer, length: number, positi
   let got = 0;
   while (got < length) {
     const { bytesRead } = await handle.read(buf, got, length - got, position + got);
-    if (bytesRead === 0) throw new Error('Unexpected end of a snapshot file');
+    if (bytesRead === 0) throw new StorageError('ERR_STORAGE_CORRUPT', 'Unexpected end of a snapshot file');
     got += bytesRead;
   }
 }
@@ -423,7 +425,7 @@ export class FileExportReader implements ExportReader {
  */
 export function openFileExportReader(options: FileExportReaderOptions): ExportReader {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
-    throw new TypeError('openFileExportReader: dir must be a non-empty string');
+    throw new InvalidOptionError('openFileExportReader: dir must be a non-empty string');
   }
   return new FileExportReader(options);
 }

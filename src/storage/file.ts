@@ -13,6 +13,7 @@ import type {
   Storage,
   StorageDescriptor,
 } from './types.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of {@link fileStorage}. */
 export interface FileStorageOptions {
@@ -82,15 +83,15 @@ class FileStorage extends EngineStorage {
  */
 export async function fileStorage(options: FileStorageOptions): Promise<Storage> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
-    throw new TypeError('fileStorage: dir must be a non-empty string');
+    throw new InvalidOptionError('fileStorage: dir must be a non-empty string');
   }
   const durability = options.durability ?? 'fsync';
   if (durability !== 'fsync' && durability !== 'write') {
-    throw new TypeError("fileStorage: durability must be 'fsync' or 'write'");
+    throw new InvalidOptionError("fileStorage: durability must be 'fsync' or 'write'");
   }
   const compactionMinDeadBytes = options.compactionMinDeadBytes ?? 64 * 1024 * 1024;
   if (!Number.isSafeInteger(compactionMinDeadBytes) || compactionMinDeadBytes < 0) {
-    throw new TypeError('fileStorage: compactionMinDeadBytes must be a non-negative integer');
+    throw new InvalidOptionError('fileStorage: compactionMinDeadBytes must be a non-negative integer');
   }
   const dir = path.resolve(options.dir);
   const backend = new FileBackend({ dir, sync: durability === 'fsync', compactionMinDeadBytes });

@@ -16,6 +16,7 @@ import type {
   StoredResource,
   Tombstone,
 } from './types.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of {@link memoryStorage}. */
 export interface MemoryStorageOptions {
@@ -300,7 +301,7 @@ class MemoryStorage extends EngineStorage {
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
-    throw new TypeError('memoryStorage: exportChunkBytes must be a positive integer');
+    throw new InvalidOptionError('memoryStorage: exportChunkBytes must be a positive integer');
   }
   const backend = new MemoryBackend();
   return new MemoryStorage(new Engine(backend), backend, chunkBytes);

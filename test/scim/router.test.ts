@@ -423,7 +423,7 @@ describe('scimRouter: protocol', () => {
     const { memoryStorage } = await import('../../src/storage/memory.js');
     expect(() =>
       scimRouter({ storage: memoryStorage(), authenticate: () => undefined, maxResults: 0 }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
 });
 
