@@ -1,16 +1,27 @@
 // The public API. Every exported name is listed here explicitly (no `export *`).
 
-// HTTP glue
+// Errors: one root class, one code union, one table of answers (docs/errors.md)
+export { PlatformError, InvalidOptionError } from './errors.js';
+export type { ErrorCode, StorageErrorCode, FhirErrorCode, ScimErrorCode, OAuthErrorCode } from './errors.js';
 export { HttpError, ScimError, FhirError, OAuthError } from './http/http-error.js';
+export type { FhirIssueCode, ScimType, OAuthErrorType } from './http/http-error.js';
+export { FhirOutcomeError } from './fhir/outcome.js';
+export { ERROR_TABLE } from './http/error-table.js';
+export type { ErrorAnswer } from './http/error-table.js';
 export {
   toHttpError,
+  toOperationOutcome,
+  toScimErrorResponse,
+  toOAuthErrorResponse,
   operationOutcome,
   fhirErrorHandler,
   scimErrorHandler,
   oauthErrorHandler,
   defaultErrorLogger,
 } from './http/error-rendering.js';
-export type { ErrorLogger } from './http/error-rendering.js';
+export type { ErrorLogger, ErrorResponse, ScimErrorBody, OAuthErrorBody } from './http/error-rendering.js';
+
+// HTTP glue
 export { asyncHandler } from './http/async-handler.js';
 export { protectServer, notFoundHandler } from './http/server-limits.js';
 export type { ServerLimits } from './http/server-limits.js';
@@ -57,7 +68,14 @@ export { CLIENT_AUTH_METHODS } from './auth/client-authentication.js';
 export type { ClientAuthMethod } from './auth/client-authentication.js';
 export { clientJwks, isFetchableJwksUri } from './auth/client-jwks.js';
 export type { ClientJwks, ClientJwksOptions } from './auth/client-jwks.js';
-export type { FailureLimitOptions, FailureLimiter, FailureLimitAttempt } from './auth/failure-limiter.js';
+export { FailureLimitError } from './auth/failure-limiter.js';
+export type {
+  FailureLimitOptions,
+  FailureLimiter,
+  FailureLimitAttempt,
+  FailureLimitReason,
+} from './auth/failure-limiter.js';
+export { GateFullError } from './auth/concurrency-gate.js';
 export { generateClientSecret, hashClientSecret, verifyClientSecret } from './auth/client-secret.js';
 export { ensureSuperAdminClient, provisionSuperAdminClient } from './auth/super-admin.js';
 export type { SuperAdminCredentials } from './auth/super-admin.js';
@@ -168,6 +186,7 @@ export type {
 export { bulkExportRouter } from './bulk/router.js';
 export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js';
 export { ExportPool } from './bulk/export-pool.js';
+export { ExportTooLargeError } from './bulk/byte-budget.js';
 export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
 export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
 export type { ExportParams, ExportLevel, KickoffIssue } from './bulk/kickoff-params.js';

@@ -106,7 +106,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     paths.token,
     tokenRouter({ ...options.token, storage, baseUrl, signingKeys: keys, ...(onError ? { onError } : {}) }),
   );
-  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys }));
+  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...(onError ? { onError } : {}) }));
 
   const smartConfig = smartConfigurationHandler({
     baseUrl,

@@ -276,11 +276,13 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
   });
 
   it('validates its options early', () => {
-    expect(() => fhirPlatform({ storage, paths: { fhir: 'fhir/' }, exportDir: dir })).toThrow(TypeError);
-    expect(() => fhirPlatform({ storage })).toThrow(TypeError);
+    expect(() => fhirPlatform({ storage, paths: { fhir: 'fhir/' }, exportDir: dir })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
+    expect(() => fhirPlatform({ storage })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     // Bulk options reach the bulk router (and are validated there).
     expect(() => fhirPlatform({ storage, exportDir: dir, bulk: { maxKickoffsPerHour: 0 } })).toThrow(
-      TypeError,
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
   });
 });

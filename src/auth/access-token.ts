@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
+import { PlatformError } from '../errors.js';
 import type { ClientRecord } from '../storage/types.js';
 import { PLATFORM_ADMIN_SCOPE, PROJECT_ADMIN_SCOPE, adminRights } from './admin-scopes.js';
 import { jwtNestingExceeds } from './jwt-nesting.js';
@@ -95,12 +96,15 @@ export interface VerifyAccessTokenOptions {
   now?: number;
 }
 
-/** Thrown by `verifyAccessToken`; `reason` is stable, the message is for logs. */
-export class AccessTokenError extends Error {
+/**
+ * Thrown by `verifyAccessToken`: code `ERR_ACCESS_TOKEN_INVALID`; `reason` (stable) says why, the
+ * message is for logs.
+ */
+export class AccessTokenError extends PlatformError {
+  declare readonly code: 'ERR_ACCESS_TOKEN_INVALID';
   readonly reason: 'malformed' | 'unknown-key' | 'invalid';
   constructor(reason: AccessTokenError['reason'], message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'AccessTokenError';
+    super('ERR_ACCESS_TOKEN_INVALID', message, options);
     this.reason = reason;
   }
 }

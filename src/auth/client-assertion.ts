@@ -8,6 +8,7 @@ import {
   type JWTVerifyGetKey,
   type JWTVerifyOptions,
 } from 'jose';
+import { PlatformError } from '../errors.js';
 import type { ClientRecord } from '../storage/types.js';
 import { jwtNestingExceeds } from './jwt-nesting.js';
 
@@ -41,12 +42,15 @@ export type ClientAssertionFailure =
   | 'replay'
   | 'claims';
 
-/** A refused client assertion. The token endpoint answers `invalid_client` for every reason. */
-export class ClientAssertionError extends Error {
+/**
+ * A refused client assertion; code `ERR_CLIENT_ASSERTION_INVALID`, `reason` says why. The token
+ * endpoint answers `invalid_client` for every reason.
+ */
+export class ClientAssertionError extends PlatformError {
+  declare readonly code: 'ERR_CLIENT_ASSERTION_INVALID';
   readonly reason: ClientAssertionFailure;
   constructor(reason: ClientAssertionFailure, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'ClientAssertionError';
+    super('ERR_CLIENT_ASSERTION_INVALID', message, options);
     this.reason = reason;
   }
 }

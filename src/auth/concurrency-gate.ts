@@ -1,8 +1,10 @@
+import { PlatformError } from '../errors.js';
+
 /** Thrown by `ConcurrencyGate.run` when every slot is taken and the queue is full. */
-export class GateFullError extends Error {
+export class GateFullError extends PlatformError {
+  declare readonly code: 'ERR_GATE_FULL';
   constructor() {
-    super('Too many operations in progress');
-    this.name = 'GateFullError';
+    super('ERR_GATE_FULL', 'Too many operations in progress');
   }
 }
 

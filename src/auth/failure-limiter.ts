@@ -1,5 +1,6 @@
 import { optionError } from '../http/options.js';
 import { concurrencyGate, GateFullError } from './concurrency-gate.js';
+import { PlatformError } from '../errors.js';
 
 /**
  * Limits on failed client authentications (`tokenRouter({ rateLimit })`, `bearerAuth({ rateLimit })`
@@ -41,18 +42,22 @@ export interface FailureLimitOptions {
 /** Why the limiter refused a request: over a failure limit (429), or too many secret checks queued (503). */
 export type FailureLimitReason = 'too-many-failures' | 'busy';
 
-/** A refusal by the failure limiter; each router renders it in its own protocol, with `Retry-After`. */
-export class FailureLimitError extends Error {
+/**
+ * A refusal by the failure limiter; each router renders it in its own protocol, with `Retry-After`.
+ * Its code is `ERR_TOO_MANY_FAILURES` (429) or, when busy, `ERR_SECRET_CHECKS_BUSY` (503).
+ */
+export class FailureLimitError extends PlatformError {
+  declare readonly code: 'ERR_TOO_MANY_FAILURES' | 'ERR_SECRET_CHECKS_BUSY';
   readonly reason: FailureLimitReason;
   /** Seconds until a new attempt may succeed (`Retry-After`). */
   readonly retryAfterSeconds: number;
   constructor(reason: FailureLimitReason, retryAfterMs: number) {
     super(
+      reason === 'busy' ? 'ERR_SECRET_CHECKS_BUSY' : 'ERR_TOO_MANY_FAILURES',
       reason === 'busy'
         ? 'Too many client secret checks in progress; try again shortly'
         : 'Too many failed authentications; try again later',
     );
-    this.name = 'FailureLimitError';
     this.reason = reason;
     this.retryAfterSeconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
   }
@@ -103,7 +108,7 @@ export const DEFAULT_FAILURE_LIMITS: Readonly<ResolvedFailureLimitOptions> = Obj
   maxQueuedSecretChecks: 64,
 });
 
-/** Applies defaults and validates; `owner` prefixes the `TypeError` messages. */
+/** Applies defaults and validates; `owner` prefixes the `InvalidOptionError` messages. */
 export function resolveFailureLimitOptions(
   options: FailureLimitOptions,
   owner = 'rateLimit',

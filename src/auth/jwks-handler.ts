@@ -1,6 +1,7 @@
 import type { RequestHandler } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { requireStorage } from '../http/options.js';
+import { oauthErrorHandler, type ErrorLogger } from '../http/error-rendering.js';
 import type { Storage } from '../storage/types.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './signing-keys.js';
 
@@ -13,20 +14,28 @@ export interface JwksHandlerOptions {
    * @default signingKeys(storage)
    */
   signingKeys?: SigningKeys;
+  /** Receives every error answered with a 5xx status. @default writes to stderr */
+  onError?: ErrorLogger;
 }
 
 /**
  * Publishes the public keys that verify this server's access tokens (RFC 7517 §5), for resource
- * servers that check tokens themselves. Mount it with `app.get('/oauth2/jwks', handler)`.
+ * servers that check tokens themselves. Mount it with `app.get('/oauth2/jwks', handler)`. A failure
+ * (storage closed, …) answers RFC 6749 §5.2 error JSON, as the token endpoint does.
  */
 export function jwksHandler(options: JwksHandlerOptions): RequestHandler {
   requireStorage('jwksHandler', options);
   const keys = options.signingKeys ?? createSigningKeys(options.storage);
-  return asyncHandler(async (_req, res) => {
+  const errors = oauthErrorHandler(options.onError);
+  const publish = asyncHandler(async (_req, res) => {
     const jwks = await keys.jwks();
     res
       .set('Cache-Control', 'public, max-age=300')
       .type('application/jwk-set+json')
       .send(JSON.stringify(jwks));
   });
+  // Mounted alone (not in a router), it answers its own errors, as OAuth error JSON.
+  return (req, res, next) => {
+    publish(req, res, (error?: unknown) => (error === undefined ? next() : errors(error, req, res, next)));
+  };
 }

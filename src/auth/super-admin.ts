@@ -1,6 +1,7 @@
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { generateClientSecret, hashClientSecret, verifyClientSecret } from './client-secret.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Credentials of the host-configured super-admin client. */
 export interface SuperAdminCredentials {
@@ -13,7 +14,7 @@ export interface SuperAdminCredentials {
 /**
  * Creates or updates the super-admin client (`superAdmin: true`, `projectId: null`, not revoked)
  * with these credentials. The secret is hashed; an unchanged secret is not re-hashed. Throws a
- * `TypeError` when `clientId` already names a client of a project.
+ * `InvalidOptionError` when `clientId` already names a client of a project.
  */
 export async function ensureSuperAdminClient(
   storage: Storage,
@@ -21,7 +22,7 @@ export async function ensureSuperAdminClient(
 ): Promise<ClientRecord> {
   const { clientId, clientSecret } = credentials;
   if (!clientId || !clientSecret)
-    throw new TypeError('ensureSuperAdminClient: clientId and clientSecret are required');
+    throw new InvalidOptionError('ensureSuperAdminClient: clientId and clientSecret are required');
   let existing: ClientRecord | undefined;
   try {
     existing = await storage.readClient(clientId);
@@ -40,7 +41,7 @@ export async function ensureSuperAdminClient(
     });
   }
   if (existing.projectId !== null) {
-    throw new TypeError(`ensureSuperAdminClient: client ${clientId} belongs to a project`);
+    throw new InvalidOptionError(`ensureSuperAdminClient: client ${clientId} belongs to a project`);
   }
   const sameSecret =
     existing.secretHash !== undefined && (await verifyClientSecret(clientSecret, existing.secretHash));

@@ -2,7 +2,7 @@ import express, { Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
-import { OAuthError } from '../http/http-error.js';
+import { HttpError, OAuthError } from '../http/http-error.js';
 import { optionError, positiveNumber, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
@@ -163,7 +163,7 @@ export function tokenRouter(options: TokenRouterOptions): Router {
   );
   router.all('/', (_req, _res, next) => {
     next(
-      new OAuthError(405, 'invalid_request', 'The token endpoint accepts POST only', {
+      new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'The token endpoint accepts POST only', {
         headers: { Allow: 'POST' },
       }),
     );

@@ -1,3 +1,5 @@
+import { PlatformError } from '../errors.js';
+
 /**
  * The bytes one export has written so far, shared by all its file writers, and the most it may
  * write (`maxExportSize`). A write that would pass the limit throws {@link ExportTooLargeError}
@@ -19,10 +21,9 @@ export class ByteBudget {
 }
 
 /** An export stopped because its files would exceed `maxExportSize`. */
-export class ExportTooLargeError extends Error {
-  readonly code = 'ERR_EXPORT_TOO_LARGE';
+export class ExportTooLargeError extends PlatformError {
+  declare readonly code: 'ERR_EXPORT_TOO_LARGE';
   constructor(limit: number) {
-    super(`The export would write more than ${limit} bytes`);
-    this.name = 'ExportTooLargeError';
+    super('ERR_EXPORT_TOO_LARGE', `The export would write more than ${limit} bytes`);
   }
 }

@@ -8,6 +8,7 @@ import type { ExportPool } from './export-pool.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import type { KickoffLimits } from './kickoff-limits.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
+import { PlatformError } from '../errors.js';
 
 /** What a job runs, persisted as `ExportJobRecord.params` so that a restart can run it again. */
 export interface ExportPlan {
@@ -116,7 +117,7 @@ export class ExportJobManager {
 
   /** Directory of one job's files. */
   jobDir(jobId: string): string {
-    if (!isJobId(jobId)) throw new Error('Invalid job id');
+    if (!isJobId(jobId)) throw new PlatformError('ERR_EXPORT_JOB_INVALID', 'Invalid job id');
     return path.join(this.#o.exportDir, jobId);
   }
 
@@ -244,7 +245,7 @@ export class ExportJobManager {
   async cancel(job: ExportJobRecord): Promise<void> {
     const running = this.#running.get(job.id);
     if (running) {
-      running.controller.abort(new Error('Export cancelled'));
+      running.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export cancelled'));
       await running.done;
     }
     // Retries: a terminated worker thread may still be closing a file in the directory.
@@ -343,7 +344,7 @@ export class ExportJobManager {
     let persisting: Promise<unknown> = Promise.resolve();
     let lastPersist = 0;
     try {
-      if (!job.snapshot) throw new Error('The job has no snapshot');
+      if (!job.snapshot) throw new PlatformError('ERR_EXPORT_JOB_INVALID', 'The job has no snapshot');
       await rm(dir, { recursive: true, force: true });
       await mkdir(dir, { recursive: true });
       if (job.status !== 'in-progress')
@@ -377,7 +378,7 @@ export class ExportJobManager {
             .catch(() => undefined);
         },
       });
-      if (signal.aborted) throw new Error('Export stopped');
+      if (signal.aborted) throw new PlatformError('ERR_EXPORT_STOPPED', 'Export stopped');
       await persisting;
       if (result.tooLarge) {
         await this.#fail(
@@ -435,7 +436,8 @@ export class ExportJobManager {
     this.#closing = true;
     if (this.#timer) clearInterval(this.#timer);
     const running = [...this.#running.values()];
-    for (const job of running) job.controller.abort(new Error('Export service closing'));
+    for (const job of running)
+      job.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export service closing'));
     await Promise.all(running.map((job) => job.done));
     await this.#sweeping;
   }

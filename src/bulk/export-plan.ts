@@ -2,7 +2,7 @@ import { canAccess } from '../auth/access.js';
 import type { Principal } from '../auth/principal.js';
 import { patientCompartmentTypes } from '../fhir/compartment.js';
 import { R4_RESOURCE_TYPES } from '../fhir/resource-types.js';
-import { FhirError } from '../http/http-error.js';
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { StorageOperations } from '../storage/types.js';
 import type { ExportPlan } from './export-jobs.js';
@@ -36,7 +36,7 @@ export async function planExport(
 ): Promise<ExportPlan> {
   const lenient = params.lenient;
   const allIssues = [...issues];
-  const reject = (status: number, code: string, parameter: string, text: string): void => {
+  const reject = (status: number, code: FhirIssueCode, parameter: string, text: string): void => {
     if (!lenient) throw new FhirError(status, code, text, { expression: [parameter] });
     allIssues.push({ severity: 'warning', code, text, expression: [parameter] });
   };

@@ -5,6 +5,7 @@ import type { ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { defaultWorkerFilename } from './worker-location.js';
+import { PlatformError } from '../errors.js';
 
 /** Options of {@link ExportPool}. */
 export interface ExportPoolOptions {
@@ -57,7 +58,7 @@ export class ExportPool {
   }
 
   #pool(): Piscina<ExportTask, ExportTaskResult> {
-    if (this.#closed) throw new Error('ExportPool is closed');
+    if (this.#closed) throw new PlatformError('ERR_EXPORT_POOL_CLOSED', 'ExportPool is closed');
     this.#piscina ??= new Piscina<ExportTask, ExportTaskResult>({
       filename: this.#options.workerFilename ?? defaultWorkerFilename(),
       minThreads: 0,
@@ -70,8 +71,9 @@ export class ExportPool {
   /** Runs `task`; rejects when it fails, crashes or is aborted. */
   async run(task: ExportTask, options: ExportRunOptions = {}): Promise<ExportTaskResult> {
     if (!task.descriptor) {
-      if (!options.reader) throw new Error('A task without descriptor needs a reader');
-      if (task.crash) throw new Error('Export crash (test hook)');
+      if (!options.reader)
+        throw new PlatformError('ERR_EXPORT_TASK_INVALID', 'A task without descriptor needs a reader');
+      if (task.crash) throw new PlatformError('ERR_INTERNAL', 'Export crash (test hook)');
       return runExport(options.reader, task, { signal: options.signal, onProgress: options.onProgress });
     }
     const pool = this.#pool();

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { PlatformError } from '../errors.js';
 import type { ExportReadOptions, ExportReader, FhirResource, StoredResource } from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
 import { elementsFor, projectElements, type ElementSelection } from './elements.js';
@@ -76,7 +77,10 @@ export async function runExport(
     }
   };
   const checkAborted = (): void => {
-    if (signal?.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('Export cancelled');
+    if (signal?.aborted)
+      throw signal.reason instanceof Error
+        ? signal.reason
+        : new PlatformError('ERR_EXPORT_STOPPED', 'Export cancelled');
   };
   const filters = compileTypeFilters(params.typeFilters ?? []);
   const mandatory = params.elements ? await loadMandatoryElements() : undefined;

@@ -1,5 +1,5 @@
 import { isResourceType, isValidId } from '../fhir/resource-types.js';
-import { FhirError } from '../http/http-error.js';
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import { checkTypeFilter } from './type-filter.js';
 
 /** The three kick-off endpoints (Bulk Data 2.0.0, "Bulk Data Kick-off Request"). */
@@ -209,7 +209,7 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
   }
   const issues: KickoffIssue[] = [];
   /** Throws in strict mode; records the issue in lenient mode. */
-  const reject = (parameter: string, text: string, code = 'not-supported'): void => {
+  const reject = (parameter: string, text: string, code: FhirIssueCode = 'not-supported'): void => {
     if (!lenient) throw new FhirError(400, code, text, { expression: [parameter] });
     issues.push({ severity: 'warning', code, text, expression: [parameter] });
   };

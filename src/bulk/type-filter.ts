@@ -4,6 +4,7 @@ import { parseSearchParams } from '../fhir/search.js';
 import { FhirError } from '../http/http-error.js';
 import { matchesIdentifier } from '../storage/identifier-keys.js';
 import type { ResourceQuery, StoredResource } from '../storage/types.js';
+import { PlatformError } from '../errors.js';
 
 /** A compiled `_typeFilter`: the type it applies to and a test on each resource of that type. */
 export interface CompiledTypeFilter {
@@ -85,9 +86,9 @@ export function compileTypeFilters(filters: readonly string[]): Map<string, Comp
   const byType = new Map<string, CompiledTypeFilter[]>();
   for (const filter of filters) {
     const split = splitFilter(filter);
-    if (typeof split === 'string') throw new Error(split);
+    if (typeof split === 'string') throw new PlatformError('ERR_INVALID_TYPE_FILTER', split);
     const query = toQuery(split.resourceType, split.search);
-    if (typeof query === 'string') throw new Error(query);
+    if (typeof query === 'string') throw new PlatformError('ERR_INVALID_TYPE_FILTER', query);
     const compiled: CompiledTypeFilter = {
       resourceType: split.resourceType,
       matches: (resource) => matchesQuery(resource, query),

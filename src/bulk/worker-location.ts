@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { PlatformError } from '../errors.js';
 
 /** The file this module was loaded from: `dist/index.js`, `dist/index.cjs` or `src/bulk/worker-location.ts`. */
 function thisFile(): string {
@@ -22,5 +23,8 @@ export function defaultWorkerFilename(): string {
   if (existsSync(built)) return built;
   const shim = path.join(dir, 'export-worker-tsx.mjs');
   if (existsSync(shim) && existsSync(path.join(dir, 'export-worker.ts'))) return shim;
-  throw new Error(`Export worker not found next to ${dir}; build with tsup or pass workerFilename`);
+  throw new PlatformError(
+    'ERR_EXPORT_WORKER_NOT_FOUND',
+    `Export worker not found next to ${dir}; build with tsup or pass workerFilename`,
+  );
 }

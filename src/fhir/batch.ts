@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { ErrorLogger } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
+import { errorOutcome, toHttpError, type ErrorLogger } from '../http/error-rendering.js';
+import { ERROR_TABLE } from '../http/error-table.js';
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
+import { StorageError } from '../storage/errors.js';
 import type {
   FhirResource,
   ResourceWrite,
@@ -16,7 +18,7 @@ import {
   searchResources,
   type FhirContext,
 } from './interactions.js';
-import { errorOutcome, normaliseFhirError, type OperationOutcome } from './outcome.js';
+import type { OperationOutcome } from './outcome.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
 import { isResourceType } from './resource-types.js';
 import type { ParseSearchOptions } from './search.js';
@@ -62,7 +64,12 @@ interface Entry {
   newId?: string;
 }
 
-function entryError(index: number, message: string, status = 400, code = 'invalid'): FhirError {
+function entryError(
+  index: number,
+  message: string,
+  status = 400,
+  code: FhirIssueCode = 'invalid',
+): FhirError {
   return new FhirError(status, code, message, { expression: [`Bundle.entry[${index}]`] });
 }
 
@@ -416,15 +423,15 @@ async function at<T>(index: number, work: Promise<T>): Promise<T> {
  * storage errors (an unknown id: 404) included.
  */
 function relabel(raw: unknown, index: number): unknown {
-  const error = normaliseFhirError(raw);
-  if (error instanceof FhirError && error.expression === undefined) {
-    return new FhirError(error.status, error.issueCode, error.message, {
-      expression: [`Bundle.entry[${index}]`],
-      headers: error.headers,
-      cause: error,
-    });
-  }
-  return raw;
+  if (raw instanceof FhirError ? raw.expression !== undefined : !(raw instanceof StorageError)) return raw;
+  const error = toHttpError(raw);
+  if (!(raw instanceof FhirError) && error.status >= 500) return raw;
+  const issueCode = error instanceof FhirError ? error.issueCode : ERROR_TABLE[error.code].issue;
+  return new FhirError(error.status, issueCode, error.message, {
+    expression: [`Bundle.entry[${index}]`],
+    headers: error.headers,
+    cause: raw,
+  });
 }
 
 async function processBatch(

@@ -1,10 +1,10 @@
 import { StringDecoder } from 'node:string_decoder';
-import type { ErrorLogger } from '../http/error-rendering.js';
+import { errorOutcome, type ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import { authorize, type FhirContext } from './interactions.js';
-import { errorOutcome, type OutcomeIssue } from './outcome.js';
+import type { OutcomeIssue } from './outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
 
 /** Options of {@link loadNdjson}. */

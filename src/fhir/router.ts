@@ -9,6 +9,7 @@ import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
+import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -26,7 +27,7 @@ import {
 } from './interactions.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
-import { FhirOutcomeError, fhirOutcomeErrorHandler, outcomeOf } from './outcome.js';
+import { FhirOutcomeError, outcomeOf } from './outcome.js';
 import { parsePrefer } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
@@ -293,6 +294,6 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       next(new FhirError(404, 'not-found', 'No FHIR route for this URL'));
     });
   }
-  router.use(fhirOutcomeErrorHandler(config.onError));
+  router.use(fhirErrorHandler(config.onError));
   return router;
 }

@@ -1,14 +1,17 @@
-import { randomUUID } from 'node:crypto';
 import type { ErrorRequestHandler, Response } from 'express';
-import { FhirError, HttpError, OAuthError, ScimError } from './http-error.js';
+import { PlatformError } from '../errors.js';
+import { FhirOutcomeError, outcomeOf, type OperationOutcome } from '../fhir/outcome.js';
+import { NotFoundError } from '../storage/errors.js';
+import { ERROR_TABLE } from './error-table.js';
 import {
-  ConflictError,
-  InvalidRecordError,
-  NotFoundError,
-  PreconditionFailedError,
-  StorageClosedError,
-  StorageError,
-} from '../storage/errors.js';
+  errorCodeForStatus,
+  FhirError,
+  HttpError,
+  OAuthError,
+  ScimError,
+  type OAuthErrorType,
+  type ScimType,
+} from './http-error.js';
 
 /** Called with every error that becomes a 5xx answer; the default writes it to stderr. */
 export type ErrorLogger = (error: unknown) => void;
@@ -24,28 +27,25 @@ interface BodyParserError {
   expose?: boolean;
 }
 
+/** The text of a 5xx answer: the details go to `onError`, never to the client. */
+const HIDDEN = 'Internal server error';
+
 /**
- * Normalises anything thrown inside a router to an `HttpError`: storage errors map to their HTTP
- * status, body-parser failures (too large, malformed JSON) to 413/400, anything else to 500.
+ * Normalises anything thrown inside a router to an `HttpError` whose `code` says how it is answered
+ * (`ERROR_TABLE`): an `HttpError` as it is; a storage `NotFoundError` of a deleted resource as
+ * `ERR_GONE` (410); any other `PlatformError` keeps its code, with the status of its row;
+ * body-parser failures (too large, malformed JSON, …) and a malformed `%`-escape get their codes;
+ * anything else is `ERR_INTERNAL` (500). A 5xx keeps no detail in its message.
  */
 export function toHttpError(error: unknown): HttpError {
   if (error instanceof HttpError) return error;
-  if (error instanceof NotFoundError) {
-    return error.deleted
-      ? new HttpError(410, 'ERR_GONE', error.message, { cause: error })
-      : new HttpError(404, 'ERR_NOT_FOUND', error.message, { cause: error });
+  if (error instanceof NotFoundError && error.deleted) {
+    return new HttpError(410, 'ERR_GONE', error.message, { cause: error });
   }
-  if (error instanceof ConflictError) return new HttpError(409, 'ERR_CONFLICT', error.message, { cause: error });
-  if (error instanceof PreconditionFailedError) {
-    return new HttpError(412, 'ERR_PRECONDITION_FAILED', error.message, { cause: error });
+  if (error instanceof PlatformError) {
+    const { status } = ERROR_TABLE[error.code];
+    return new HttpError(status, error.code, status >= 500 ? HIDDEN : error.message, { cause: error });
   }
-  if (error instanceof InvalidRecordError) {
-    return new HttpError(400, 'ERR_INVALID_RECORD', error.message, { cause: error });
-  }
-  if (error instanceof StorageClosedError) {
-    return new HttpError(503, 'ERR_UNAVAILABLE', 'The service is shutting down', { cause: error });
-  }
-  if (error instanceof StorageError) return new HttpError(500, error.code, 'Storage failure', { cause: error });
   // Express throws a bare URIError for a malformed %-escape in a path parameter.
   if (error instanceof URIError) {
     return new HttpError(400, 'ERR_MALFORMED_URL', 'Malformed percent-encoding in the URL', { cause: error });
@@ -68,127 +68,156 @@ export function toHttpError(error: unknown): HttpError {
   }
   const status = bodyError.status ?? bodyError.statusCode;
   if (typeof status === 'number' && status >= 400 && status < 500 && bodyError.expose) {
-    return new HttpError(status, 'ERR_BAD_REQUEST', 'Bad request', { cause: error });
+    return new HttpError(status, errorCodeForStatus(status), 'Bad request', { cause: error });
   }
-  return new HttpError(500, 'ERR_INTERNAL', 'Internal server error', { cause: error });
+  return new HttpError(500, 'ERR_INTERNAL', HIDDEN, { cause: error });
 }
 
-function applyHeaders(res: Response, error: HttpError): void {
-  for (const [name, value] of Object.entries(error.headers)) res.setHeader(name, value);
+/** An error answer: status, extra headers and the protocol body. */
+export interface ErrorResponse<Body> {
+  status: number;
+  headers: Record<string, string>;
+  body: Body;
 }
 
-/** Maps an HTTP status to an OperationOutcome issue code when the error does not carry one. */
-function issueCodeFor(status: number): string {
-  switch (status) {
-    case 400:
-    case 422:
-      return 'invalid';
-    case 401:
-      return 'login';
-    case 403:
-      return 'forbidden';
-    case 404:
-    case 410:
-      return 'not-found';
-    case 405:
-      return 'not-supported';
-    case 409:
-    case 412:
-      return 'conflict';
-    case 413:
-      return 'too-costly';
-    case 415:
-      return 'not-supported';
-    case 429:
-      return 'throttled';
-    default:
-      return status >= 500 ? 'exception' : 'processing';
-  }
+/**
+ * An error as a FHIR answer: its status, an OperationOutcome with one issue (`issue.code` from the
+ * `FhirError`, else from `ERROR_TABLE`; `expression` when an input element is at fault; every issue
+ * of a `FhirOutcomeError`) and its extra headers. A 5xx that is no `FhirError` says nothing more
+ * than "Internal server error". Used by every FHIR router, batch entries and upload reports.
+ */
+export function toOperationOutcome(error: unknown): {
+  status: number;
+  outcome: OperationOutcome;
+  headers: Record<string, string>;
+} {
+  const http = toHttpError(error);
+  const { status, headers } = http;
+  if (http instanceof FhirOutcomeError) return { status, outcome: outcomeOf(http.issues), headers };
+  const fhir = http instanceof FhirError ? http : undefined;
+  const code = fhir ? fhir.issueCode : ERROR_TABLE[http.code].issue;
+  const text = status >= 500 && !fhir ? HIDDEN : http.message;
+  const expression = fhir?.expression;
+  const outcome = outcomeOf([
+    {
+      severity: status >= 500 ? 'fatal' : 'error',
+      code,
+      details: { text },
+      ...(expression ? { expression } : {}),
+    },
+  ]);
+  return { status, outcome, headers };
 }
 
-/** An OperationOutcome with one issue. */
+/** RFC 7644 §3.12 error body. */
+export interface ScimErrorBody {
+  schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'];
+  /** The HTTP status, as a string. */
+  status: string;
+  scimType?: ScimType;
+  detail: string;
+}
+
+/**
+ * An error as a SCIM answer (RFC 7644 §3.12): `scimType` from the `ScimError`, else from
+ * `ERROR_TABLE` when one applies. A 5xx that is no `ScimError` says only "Internal server error".
+ */
+export function toScimErrorResponse(error: unknown): ErrorResponse<ScimErrorBody> {
+  const http = toHttpError(error);
+  const own = http instanceof ScimError;
+  const scimType = own ? http.scimType : ERROR_TABLE[http.code].scimType;
+  return {
+    status: http.status,
+    headers: http.headers,
+    body: {
+      schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'],
+      status: String(http.status),
+      ...(scimType ? { scimType } : {}),
+      detail: http.status >= 500 && !own ? HIDDEN : http.message,
+    },
+  };
+}
+
+/** RFC 6749 §5.2 error body. */
+export interface OAuthErrorBody {
+  error: OAuthErrorType | 'server_error';
+  error_description: string;
+}
+
+/**
+ * An error as an OAuth 2.0 answer (RFC 6749 §5.2): `error` from the `OAuthError`, else from
+ * `ERROR_TABLE`; `Cache-Control: no-store`. A 5xx that is no `OAuthError` says only "Internal
+ * server error".
+ */
+export function toOAuthErrorResponse(error: unknown): ErrorResponse<OAuthErrorBody> {
+  const http = toHttpError(error);
+  const own = http instanceof OAuthError;
+  return {
+    status: http.status,
+    headers: { ...http.headers, 'Cache-Control': 'no-store', Pragma: 'no-cache' },
+    body: {
+      error: own ? http.error : ERROR_TABLE[http.code].oauthError,
+      error_description: http.status >= 500 && !own ? HIDDEN : http.message,
+    },
+  };
+}
+
+/**
+ * `toOperationOutcome` for one entry of a batch or one line of an upload: 5xx errors go to `log`.
+ */
+export function errorOutcome(
+  error: unknown,
+  log: ErrorLogger = defaultErrorLogger,
+): { status: number; outcome: OperationOutcome } {
+  const { status, outcome } = toOperationOutcome(error);
+  if (status >= 500) log(error);
+  return { status, outcome };
+}
+
+/**
+ * An OperationOutcome with one issue. Kept for compatibility: it builds with `outcomeOf`, the one
+ * OperationOutcome builder; errors are answered with `toOperationOutcome`.
+ */
 export function operationOutcome(
   severity: 'fatal' | 'error' | 'warning' | 'information',
   code: string,
   text: string,
   expression?: string[],
 ): Record<string, unknown> {
-  return {
-    resourceType: 'OperationOutcome',
-    id: randomUUID(),
-    issue: [{ severity, code, details: { text }, ...(expression ? { expression } : {}) }],
-  };
+  return { ...outcomeOf([{ severity, code, details: { text }, ...(expression ? { expression } : {}) }]) };
 }
 
-function logIfServerError(error: HttpError, original: unknown, log: ErrorLogger): void {
-  if (error.status >= 500) log(original);
+function send(res: Response, answer: { status: number; headers: Record<string, string> }): Response {
+  for (const [name, value] of Object.entries(answer.headers)) res.setHeader(name, value);
+  return res.status(answer.status);
 }
 
-/** Renders errors as FHIR OperationOutcome (`application/fhir+json`). */
+/** Renders errors as FHIR OperationOutcome (`application/fhir+json`) with `toOperationOutcome`. */
 export function fhirErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
   return (err: unknown, _req, res, next) => {
     if (res.headersSent) return next(err);
-    const error = toHttpError(err);
-    logIfServerError(error, err, log);
-    applyHeaders(res, error);
-    const issueCode = error instanceof FhirError ? error.issueCode : issueCodeFor(error.status);
-    const expression = error instanceof FhirError ? error.expression : undefined;
-    const text = error.status >= 500 && !(error instanceof FhirError) ? 'Internal server error' : error.message;
-    res
-      .status(error.status)
-      .type('application/fhir+json')
-      .send(JSON.stringify(operationOutcome(error.status >= 500 ? 'fatal' : 'error', issueCode, text, expression)));
+    const answer = toOperationOutcome(err);
+    if (answer.status >= 500) log(err);
+    send(res, answer).type('application/fhir+json').send(JSON.stringify(answer.outcome));
   };
 }
 
-/** SCIM error `scimType` for an error that does not carry one (RFC 7644 §3.12). */
-function scimTypeFor(error: HttpError): string | undefined {
-  if (error instanceof ScimError) return error.scimType;
-  if (error.status === 409) return 'uniqueness';
-  if (error.code === 'ERR_INVALID_JSON' || error.code === 'ERR_JSON_TOO_DEEP') return 'invalidSyntax';
-  return undefined;
-}
-
-/** Renders errors as SCIM Error JSON (`application/scim+json`), RFC 7644 §3.12. */
+/** Renders errors as SCIM Error JSON (`application/scim+json`), RFC 7644 §3.12, with `toScimErrorResponse`. */
 export function scimErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
   return (err: unknown, _req, res, next) => {
     if (res.headersSent) return next(err);
-    const error = toHttpError(err);
-    logIfServerError(error, err, log);
-    applyHeaders(res, error);
-    const scimType = scimTypeFor(error);
-    const detail = error.status >= 500 && !(error instanceof ScimError) ? 'Internal server error' : error.message;
-    res
-      .status(error.status)
-      .type('application/scim+json')
-      .send(
-        JSON.stringify({
-          schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'],
-          status: String(error.status),
-          ...(scimType ? { scimType } : {}),
-          detail,
-        }),
-      );
+    const answer = toScimErrorResponse(err);
+    if (answer.status >= 500) log(err);
+    send(res, answer).type('application/scim+json').send(JSON.stringify(answer.body));
   };
 }
 
-/** Renders errors as RFC 6749 §5.2 JSON, with `Cache-Control: no-store`. */
+/** Renders errors as RFC 6749 §5.2 JSON, with `Cache-Control: no-store`, with `toOAuthErrorResponse`. */
 export function oauthErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
   return (err: unknown, _req, res, next) => {
     if (res.headersSent) return next(err);
-    const error = toHttpError(err);
-    logIfServerError(error, err, log);
-    applyHeaders(res, error);
-    let code: string;
-    if (error instanceof OAuthError) code = error.error;
-    else if (error.status >= 500) code = 'server_error';
-    else if (error.status === 401) code = 'invalid_client';
-    else code = 'invalid_request';
-    const description = error.status >= 500 && !(error instanceof OAuthError) ? 'Internal server error' : error.message;
-    res
-      .status(error.status)
-      .set('Cache-Control', 'no-store')
-      .set('Pragma', 'no-cache')
-      .json({ error: code, error_description: description });
+    const answer = toOAuthErrorResponse(err);
+    if (answer.status >= 500) log(err);
+    send(res, answer).json(answer.body);
   };
 }

@@ -1,3 +1,4 @@
+import { InvalidOptionError } from '../errors.js';
 /**
  * Checks of the options a factory (`fhirRouter`, `bulkExportRouter`, …) resolves once when it is
  * created: each returns the value (or its default) or fails through {@link optionError}, with a
@@ -6,14 +7,14 @@
 
 /**
  * Fails a factory on a bad option: every option check ends here, so that the error they throw is
- * chosen in one place. Throws a `TypeError` whose message is `${owner}: ${message}`.
+ * chosen in one place. Throws an `InvalidOptionError` (`ERR_INVALID_OPTION`) whose message is
+ * `${owner}: ${message}` and whose `option` names the option.
  * @param owner the factory, which prefixes the message (`bulkExportRouter`)
  * @param option the option at fault (`retention`, `rateLimit.windowSeconds`)
  * @param message what is wrong, naming the option (`retention must be a positive number`)
  */
 export function optionError(owner: string, option: string, message: string): never {
-  // The message names `option` already; the parameter is there for a structured error.
-  throw new TypeError(`${owner}: ${message}`);
+  throw new InvalidOptionError(`${owner}: ${message}`, option);
 }
 
 /**

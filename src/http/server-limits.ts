@@ -1,7 +1,8 @@
 import { STATUS_CODES, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { RequestHandler } from 'express';
-import { operationOutcome } from './error-rendering.js';
+import { toOperationOutcome } from './error-rendering.js';
+import { HttpError } from './http-error.js';
 import { optionError } from './options.js';
 
 /** Connection limits of {@link protectServer}; every value is in milliseconds. */
@@ -30,21 +31,22 @@ const DEFAULT_LIMITS: Required<ServerLimits> = {
   keepAliveTimeout: 5_000,
 };
 
-/** The status Node's HTTP parser error stands for (Node answers these itself, with an empty body). */
-function clientErrorStatus(code: string | undefined): number {
+/** The error Node's HTTP parser error stands for (Node answers these itself, with an empty body). */
+function clientError(code: string | undefined): HttpError {
   switch (code) {
     case 'HPE_HEADER_OVERFLOW':
-      return 431;
+      return new HttpError(431, 'ERR_HEADERS_TOO_LARGE', 'The request line or headers are too large');
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return 408;
+      return new HttpError(408, 'ERR_REQUEST_TIMEOUT', 'The request did not arrive in time');
     default:
-      return 400;
+      return new HttpError(400, 'ERR_MALFORMED_REQUEST', 'Malformed HTTP request');
   }
 }
 
 /** A complete HTTP/1.1 response with an OperationOutcome body, written raw on a socket. */
-function rawJsonResponse(status: number, text: string): string {
-  const body = JSON.stringify(operationOutcome('error', status === 408 ? 'timeout' : 'structure', text));
+function rawJsonResponse(error: HttpError): string {
+  const { status, outcome } = toOperationOutcome(error);
+  const body = JSON.stringify(outcome);
   return (
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
     'Content-Type: application/fhir+json; charset=utf-8\r\n' +
@@ -81,14 +83,7 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
       socket.destroy();
       return;
     }
-    const status = clientErrorStatus(error.code);
-    const text =
-      status === 431
-        ? 'The request line or headers are too large'
-        : status === 408
-          ? 'The request did not arrive in time'
-          : 'Malformed HTTP request';
-    socket.end(rawJsonResponse(status, text));
+    socket.end(rawJsonResponse(clientError(error.code)));
     // Read and drop what the client still sends, so closing does not reset the connection before
     // it reads the answer.
     socket.resume();
@@ -102,9 +97,9 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
  */
 export function notFoundHandler(): RequestHandler {
   return (req, res) => {
-    res
-      .status(404)
-      .type('application/fhir+json')
-      .json(operationOutcome('error', 'not-found', `No route answers ${req.method} ${req.path}`));
+    const { status, outcome } = toOperationOutcome(
+      new HttpError(404, 'ERR_NOT_FOUND', `No route answers ${req.method} ${req.path}`),
+    );
+    res.status(status).type('application/fhir+json').json(outcome);
   };
 }

@@ -8,7 +8,7 @@
  * patch paths and inherited properties. The grammar is small, so we parse it to a plain AST that
  * is printed back losslessly (`printScimFilter`) and evaluated schema-aware elsewhere.
  */
-import { ScimError } from '../http/http-error.js';
+import { ScimError, type ScimType } from '../http/http-error.js';
 
 export type ScimCompareOperator = 'eq' | 'ne' | 'co' | 'sw' | 'ew' | 'gt' | 'ge' | 'lt' | 'le';
 export type ScimFilterValue = string | number | boolean | null;
@@ -60,11 +60,11 @@ const WORD = /[A-Za-z0-9:._$-]/;
 const NAME = /^\$?[A-Za-z][A-Za-z0-9_-]*$/;
 const NUMBER_SOURCE = '-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?';
 
-function invalid(message: string, scimType = 'invalidFilter'): ScimError {
+function invalid(message: string, scimType: ScimType = 'invalidFilter'): ScimError {
   return new ScimError(400, scimType, message);
 }
 
-function tokenize(input: string, scimType: string): Token[] {
+function tokenize(input: string, scimType: ScimType): Token[] {
   // Sticky regex: local, since its lastIndex is state.
   const numberAt = new RegExp(NUMBER_SOURCE, 'y');
   const tokens: Token[] = [];
@@ -132,7 +132,7 @@ function tokenize(input: string, scimType: string): Token[] {
 }
 
 /** Splits `urn:…:User:name.givenName` into schema URN, attribute and sub-attribute. */
-function splitAttributePath(text: string, scimType: string): ScimAttributePath {
+function splitAttributePath(text: string, scimType: ScimType): ScimAttributePath {
   let schema: string | undefined;
   let rest = text;
   const colon = text.lastIndexOf(':');
@@ -158,7 +158,7 @@ class Parser {
   constructor(
     private readonly tokens: Token[],
     private readonly maxDepth: number,
-    private readonly scimType: string,
+    private readonly scimType: ScimType,
   ) {}
 
   private peek(): Token | undefined {
@@ -318,7 +318,7 @@ class Parser {
   }
 }
 
-function checkInput(input: unknown, options: ScimFilterParseOptions | undefined, scimType: string): string {
+function checkInput(input: unknown, options: ScimFilterParseOptions | undefined, scimType: ScimType): string {
   if (typeof input !== 'string' || input.trim() === '') throw invalid('Empty expression', scimType);
   if (input.length > (options?.maxLength ?? 8192)) throw invalid('Expression too long', scimType);
   return input;
@@ -350,7 +350,10 @@ export function parseScimPath(input: string, options?: ScimFilterParseOptions): 
  * Parses one plain attribute path (`userName`, `name.givenName`, `urn:…:User:manager.value`) as used
  * in `attributes`, `excludedAttributes` and `sortBy`; errors are `ScimError(400, scimType)`.
  */
-export function parseScimAttributePath(input: string, scimType = 'invalidValue'): ScimAttributePath {
+export function parseScimAttributePath(
+  input: string,
+  scimType: ScimType = 'invalidValue',
+): ScimAttributePath {
   const text = input.trim();
   if (text === '' || !/^[A-Za-z0-9:._$-]+$/.test(text))
     throw invalid(`Invalid attribute path ${JSON.stringify(input)}`, scimType);

@@ -13,7 +13,7 @@
  *   a readOnly attribute, or changing an immutable one, is `mutability`. `__proto__`,
  *   `constructor` and `prototype` in a path or a value key are rejected before anything applies.
  */
-import { ScimError } from '../http/http-error.js';
+import { ScimError, type ScimType } from '../http/http-error.js';
 import { parseScimPath, type ScimFilter, type ScimPatchPath } from './filter-parser.js';
 import { compileScimFilter } from './filter-evaluator.js';
 import { FORBIDDEN_KEYS, findKey, hasForbiddenKey, isPlainObject, setOwn } from './json-access.js';
@@ -51,7 +51,7 @@ export interface ApplyScimPatchOptions {
 
 type Op = 'add' | 'replace' | 'remove';
 
-function error(scimType: string, message: string): ScimError {
+function error(scimType: ScimType, message: string): ScimError {
   return new ScimError(400, scimType, message);
 }
 

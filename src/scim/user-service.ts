@@ -83,7 +83,7 @@ export function entityTagMatches(condition: EntityTagCondition, version: number)
 export function scimStorageError(error: unknown): unknown {
   if (!(error instanceof StorageError)) return error;
   if (error instanceof NotFoundError)
-    return new ScimError(404, undefined, 'Resource not found', { cause: error });
+    return new ScimError(error.deleted ? 410 : 404, undefined, 'Resource not found', { cause: error });
   if (error instanceof ConflictError) {
     const what = error.attribute
       ? `${error.attribute} is already in use`

@@ -1,10 +1,10 @@
+import { PlatformError, type StorageErrorCode } from '../errors.js';
+
 /** Base class of every storage failure; `code` is stable and documented in docs/errors.md. */
-export class StorageError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-    this.code = code;
+export class StorageError extends PlatformError {
+  declare readonly code: StorageErrorCode;
+  constructor(code: StorageErrorCode, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
   }
 }
 

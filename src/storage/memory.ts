@@ -18,6 +18,7 @@ import type {
   StoredResource,
   Tombstone,
 } from './types.js';
+import { InvalidOptionError } from '../errors.js';
 
 /** Options of `memoryStorage`. */
 export interface MemoryStorageOptions {
@@ -303,7 +304,7 @@ class MemoryStorage extends EngineStorage {
 export function createMemoryStorage(options: WithCompartment<MemoryStorageOptions>): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
-    throw new TypeError('memoryStorage: exportChunkBytes must be a positive integer');
+    throw new InvalidOptionError('memoryStorage: exportChunkBytes must be a positive integer');
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend();

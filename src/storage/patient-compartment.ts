@@ -1,3 +1,4 @@
+import { InvalidOptionError } from '../errors.js';
 import type { PatientCompartment } from './types.js';
 
 /** Options with the patient compartment filled in: what the adapters' factories take. */
@@ -16,7 +17,7 @@ export function checkPatientCompartment(
     typeof c.params !== 'function' ||
     typeof c.patientIds !== 'function'
   ) {
-    throw new TypeError(
+    throw new InvalidOptionError(
       `${factory}: compartment must be a PatientCompartment ({ types, params, patientIds })`,
     );
   }

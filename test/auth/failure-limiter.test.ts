@@ -298,8 +298,12 @@ describe('failureLimiter', () => {
     expect(() => tokenRouter({ storage, rateLimit: { maxFailuresPerAddress: 0 } })).toThrow(
       /tokenRouter: rateLimit.maxFailuresPerAddress/,
     );
-    expect(() => tokenRouter({ storage, rateLimit: { windowSeconds: 1.5 } })).toThrow(TypeError);
-    expect(() => tokenRouter({ storage, rateLimit: { maxQueuedSecretChecks: -1 } })).toThrow(TypeError);
+    expect(() => tokenRouter({ storage, rateLimit: { windowSeconds: 1.5 } })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
+    expect(() => tokenRouter({ storage, rateLimit: { maxQueuedSecretChecks: -1 } })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
     expect(() => tokenRouter({ storage, rateLimit: { maxQueuedSecretChecks: 0 } })).not.toThrow();
     expect(() =>
       tokenRouter({ storage, rateLimit: { maxFailuresPerClient: 5 } as Record<string, number> }),

@@ -30,7 +30,7 @@ describe('super-admin client', () => {
       superAdmin: false,
     });
     await expect(ensureSuperAdminClient(storage, { clientId: 'c', clientSecret: 'x' })).rejects.toThrow(
-      TypeError,
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
   });
 

@@ -352,7 +352,7 @@ describe('requireAsyncHeaders', () => {
         authenticate: testAuthenticate,
         requireAsyncHeaders: 'yes' as unknown as boolean,
       }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     const platform = fhirPlatform({
       storage,
       authenticate: testAuthenticate,

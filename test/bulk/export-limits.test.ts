@@ -168,10 +168,10 @@ describe('options', () => {
     ['minFreeSpace', { minFreeSpace: -1 }],
     ['minFreeSpace', { minFreeSpace: Number.POSITIVE_INFINITY }],
     ['freeSpaceProbe', { freeSpaceProbe: 'statfs' as unknown as () => number }],
-  ])('a bad %s is a TypeError naming it', (name, bad) => {
+  ])('a bad %s is an InvalidOptionError (ERR_INVALID_OPTION) naming it', (name, bad) => {
     const create = () =>
       bulkExportRouter({ storage: memoryStorage(), authenticate: testAuthenticate, ...bad });
-    expect(create).toThrow(TypeError);
+    expect(create).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     expect(create).toThrow(`bulkExportRouter: ${name} `);
   });
 });

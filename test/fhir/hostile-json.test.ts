@@ -248,7 +248,7 @@ describe('JSON nesting depth', () => {
     await small.storage.close();
     for (const maxJsonDepth of [0, -1, 1.5, Number.NaN]) {
       expect(() => fhirRouter({ storage: t.storage, authenticate: testAuthenticate, maxJsonDepth })).toThrow(
-        TypeError,
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
       );
     }
   });

@@ -107,9 +107,11 @@ describe('metadata', () => {
 
   it('fails fast on bad options', () => {
     expect(() => fhirRouter({ storage: t.storage, authenticate: testAuthenticate, maxCount: 0 })).toThrow(
-      TypeError,
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
-    expect(() => fhirRouter({ authenticate: testAuthenticate } as FhirRouterOptions)).toThrow(TypeError);
+    expect(() => fhirRouter({ authenticate: testAuthenticate } as FhirRouterOptions)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
   });
 });
 

@@ -92,7 +92,9 @@ describe('protectServer', () => {
     servers.push(tuned);
     expect(tuned.requestTimeout).toBe(10_000);
     expect(tuned.headersTimeout).toBe(10_000);
-    expect(() => protectServer(express().listen(0), { keepAliveTimeout: -1 })).toThrow(TypeError);
+    expect(() => protectServer(express().listen(0), { keepAliveTimeout: -1 })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
   });
 
   it('answers a request whose headers never complete, once the headers timeout passes', async () => {

@@ -587,11 +587,13 @@ describe('routing next to the FHIR data plane', () => {
     const storage = memoryStorage();
     expect(() =>
       projectRouter({ authenticate: testAuthenticate } as unknown as ProjectRouterOptions),
-    ).toThrow(TypeError);
-    expect(() => projectRouter({ storage } as unknown as ProjectRouterOptions)).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
+    expect(() => projectRouter({ storage } as unknown as ProjectRouterOptions)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
     expect(() =>
       projectRouter({ storage, authenticate: testAuthenticate, minAccessTokenLifetime: 0 }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     expect(() =>
       projectRouter({
         storage,
@@ -599,9 +601,9 @@ describe('routing next to the FHIR data plane', () => {
         minAccessTokenLifetime: 100,
         maxAccessTokenLifetime: 50,
       }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     expect(() =>
       projectRouter({ storage, authenticate: testAuthenticate, defaultClientScope: 'system/*.zz' }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
 });

@@ -270,7 +270,9 @@ describe('scimRouter: identity provider settings', () => {
     const make = (extra: Record<string, unknown>) => () =>
       scimRouter({ storage: memoryStorage(), authenticate: () => undefined, ...extra });
     expect(make({ defaultUserType: 'Doctor' })).toThrow(/defaultUserType/);
-    expect(make({ defaultUserType: 'patient' })).toThrow(TypeError);
+    expect(make({ defaultUserType: 'patient' })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
     expect(make({ echoUserName: 'true' })).toThrow(/echoUserName/);
     expect(make({ defaultUserType: 'RelatedPerson', echoUserName: false })).not.toThrow();
   });

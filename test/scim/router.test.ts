@@ -415,7 +415,7 @@ describe('scimRouter: protocol', () => {
     const { memoryStorage } = await import('../../src/stores.js');
     expect(() =>
       scimRouter({ storage: memoryStorage(), authenticate: () => undefined, maxResults: 0 }),
-    ).toThrow(TypeError);
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
 });
 

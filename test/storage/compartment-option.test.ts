@@ -96,7 +96,11 @@ describe('the compartment storage option', () => {
 
   it('fails fast on a value that is not a compartment', async () => {
     const bad = { types: [] } as unknown as PatientCompartment;
-    expect(() => memoryStorage({ compartment: bad })).toThrow(TypeError);
-    await expect(fileStorage({ dir: os.tmpdir(), compartment: bad })).rejects.toThrow(TypeError);
+    expect(() => memoryStorage({ compartment: bad })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
+    await expect(fileStorage({ dir: os.tmpdir(), compartment: bad })).rejects.toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+    );
   });
 });

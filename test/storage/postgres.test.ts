@@ -544,8 +544,12 @@ if (!url) {
     });
 
     it('rejects bad options early', () => {
-      expect(() => postgresStorage({ connectionString, schema: '' })).toThrow(TypeError);
-      expect(() => postgresStorage({ connectionString, exportChunkBytes: 0 })).toThrow(TypeError);
+      expect(() => postgresStorage({ connectionString, schema: '' })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+      );
+      expect(() => postgresStorage({ connectionString, exportChunkBytes: 0 })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+      );
     });
   });
 }

@@ -21,6 +21,8 @@ import type {
   StoredResource,
   Tombstone,
 } from '../types.js';
+import { InvalidOptionError } from '../../errors.js';
+import { StorageError } from '../errors.js';
 
 /** Options of `openFileExportReader` (the `options` of a file store's descriptor: plain data). */
 export interface FileExportReaderOptions {
@@ -51,7 +53,7 @@ async function readFully(handle: FileHandle, buf: Buffer, length: number, positi
   let got = 0;
   while (got < length) {
     const { bytesRead } = await handle.read(buf, got, length - got, position + got);
-    if (bytesRead === 0) throw new Error('Unexpected end of a snapshot file');
+    if (bytesRead === 0) throw new StorageError('ERR_STORAGE_CORRUPT', 'Unexpected end of a snapshot file');
     got += bytesRead;
   }
 }
@@ -431,7 +433,7 @@ export function createFileExportReader(
   compartment: PatientCompartment,
 ): ExportReader {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
-    throw new TypeError('openFileExportReader: dir must be a non-empty string');
+    throw new InvalidOptionError('openFileExportReader: dir must be a non-empty string');
   }
   checkPatientCompartment(compartment, 'openFileExportReader');
   return new FileExportReader(options, compartment);

@@ -1,3 +1,4 @@
+import { StorageClosedError } from '../errors.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../engine/clock.js';
@@ -49,7 +50,7 @@ export class FileBackend implements EngineBackend {
   }
 
   private get writer(): GroupCommit {
-    if (!this.commit) throw new Error('The file store is not open');
+    if (!this.commit) throw new StorageClosedError('The file store is not open');
     return this.commit;
   }
 

@@ -14,6 +14,7 @@ import type {
   Storage,
   StorageDescriptor,
 } from '../types.js';
+import { InvalidOptionError } from '../../errors.js';
 
 /** Options of `fileStorage`. */
 export interface FileStorageOptions {
@@ -91,15 +92,15 @@ export async function createFileStorage(
   readerModule?: string,
 ): Promise<Storage> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
-    throw new TypeError('fileStorage: dir must be a non-empty string');
+    throw new InvalidOptionError('fileStorage: dir must be a non-empty string');
   }
   const durability = options.durability ?? 'fsync';
   if (durability !== 'fsync' && durability !== 'write') {
-    throw new TypeError("fileStorage: durability must be 'fsync' or 'write'");
+    throw new InvalidOptionError("fileStorage: durability must be 'fsync' or 'write'");
   }
   const compactionMinDeadBytes = options.compactionMinDeadBytes ?? 64 * 1024 * 1024;
   if (!Number.isSafeInteger(compactionMinDeadBytes) || compactionMinDeadBytes < 0) {
-    throw new TypeError('fileStorage: compactionMinDeadBytes must be a non-negative integer');
+    throw new InvalidOptionError('fileStorage: compactionMinDeadBytes must be a non-negative integer');
   }
   const { compartment } = options;
   checkPatientCompartment(compartment, 'fileStorage');

@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
+import { StorageError } from '../errors.js';
 import { syncDir } from './durable-json-file.js';
 import { HEADER_LENGTH, scanRecords, SUPERSEDED_AT, supersededField, type ScannedRecord } from './record.js';
 
@@ -129,7 +130,8 @@ export class LogFile {
         ref.jsonLength - got,
         ref.offset + HEADER_LENGTH + got,
       );
-      if (bytesRead === 0) throw new Error(`Short read in ${this.file} at ${ref.offset}`);
+      if (bytesRead === 0)
+        throw new StorageError('ERR_STORAGE_CORRUPT', `Short read in ${this.file} at ${ref.offset}`);
       got += bytesRead;
     }
     return buf;

@@ -4,6 +4,7 @@ import { isoMicros } from '../engine/clock.js';
 import { InvalidRecordError, StorageClosedError } from '../errors.js';
 import type { ExportReader, ExportReadOptions, ExportSnapshot, NdjsonChunk, Tombstone } from '../types.js';
 import { quoteIdentifier } from './schema.js';
+import { InvalidOptionError } from '../../errors.js';
 
 /** What `exportSnapshot` of the PostgreSQL store holds: every version with `seq <= seq` is in it. */
 export interface PostgresSnapshot extends ExportSnapshot {
@@ -164,7 +165,7 @@ export class PostgresExportReader implements ExportReader {
  */
 export function openPostgresExportReader(options: PostgresExportReaderOptions): ExportReader {
   if (typeof options.connectionString !== 'string' || options.connectionString.length === 0) {
-    throw new TypeError('openPostgresExportReader: connectionString is required');
+    throw new InvalidOptionError('openPostgresExportReader: connectionString is required');
   }
   const pool = new pg.Pool({ connectionString: options.connectionString, max: 2 });
   // An idle client's connection error must not crash the worker; the next query reports it.

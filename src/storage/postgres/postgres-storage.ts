@@ -31,6 +31,7 @@ import { postgresExportReaderModule } from './reader-module.js';
 import { migrate, quoteIdentifier } from './schema.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
+import { InvalidOptionError } from '../../errors.js';
 
 /** Options of `postgresStorage`. */
 export interface PostgresStorageOptions {
@@ -368,19 +369,19 @@ class PostgresStorage extends PostgresOperations implements Storage {
 export function createPostgresStorage(options: WithCompartment<PostgresStorageOptions>): Storage {
   const schema = options.schema ?? 'public';
   if (typeof schema !== 'string' || schema.length === 0 || schema.length > 63) {
-    throw new TypeError('postgresStorage: schema must be a non-empty name of at most 63 characters');
+    throw new InvalidOptionError('postgresStorage: schema must be a non-empty name of at most 63 characters');
   }
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
-    throw new TypeError('postgresStorage: exportChunkBytes must be a positive integer');
+    throw new InvalidOptionError('postgresStorage: exportChunkBytes must be a positive integer');
   }
   const max = options.maxConnections ?? 10;
   if (!Number.isInteger(max) || max < 2) {
-    throw new TypeError('postgresStorage: maxConnections must be an integer of at least 2');
+    throw new InvalidOptionError('postgresStorage: maxConnections must be an integer of at least 2');
   }
   const { connectionString } = options;
   if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
-    throw new TypeError('postgresStorage: connectionString must be a non-empty string');
+    throw new InvalidOptionError('postgresStorage: connectionString must be a non-empty string');
   }
   checkPatientCompartment(options.compartment, 'postgresStorage');
   let pool = options.pool;
