@@ -22,13 +22,20 @@ export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Pro
 export function r4StructureValidator(): ResourceValidator {
   return lazyValidator((r4) => {
     const clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
-    return (resource) => (clean(resource) ? [] : r4.validate(resource));
+    const cleared = (resource: FhirResource): boolean => {
+      try {
+        return clean(resource);
+      } catch {
+        return false; // e.g. a stack overflow on absurdly deep JSON: the library decides (and throws)
+      }
+    };
+    return (resource) => (cleared(resource) ? [] : r4.validate(resource));
   });
 }
 
 /**
  * `@medplum/core`'s `validateResource` alone, without the fast path: the reference
- * {@link r4StructureValidator} is tested against (test/fhir/validation-differential.test.ts).
+ * {@link r4StructureValidator} is tested against (test/fhir/validation/differential.test.ts).
  */
 export function referenceR4Validator(): ResourceValidator {
   return lazyValidator((r4) => (resource) => r4.validate(resource));
