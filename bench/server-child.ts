@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
+import { referenceR4Validator } from '../src/fhir/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { fileStorage } from '../src/storage/file.js';
 import { memoryStorage } from '../src/storage/memory.js';
@@ -98,6 +99,7 @@ class BenchServer {
     probeDir,
     durability,
     probeGc,
+    validator,
   }: Commands['open']['args']): Promise<ServerInfo> {
     this.#storage =
       store === 'file' ? await fileStorage({ dir, ...(durability ? { durability } : {}) }) : memoryStorage();
@@ -108,6 +110,7 @@ class BenchServer {
       storage: this.#storage,
       exportDir,
       bulk: { pool: { workerFilename: PROBE_WORKER, maxThreads: 1 }, maxRunningExports: 4 },
+      ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
       onError: (error) => console.error('[bench server]', error),
     });
     await this.#platform.ready;
