@@ -1,14 +1,17 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { FhirResource } from '../src/storage/types.js';
 import { generatePatients, RESOURCES_PER_PATIENT } from './dataset.js';
 import { copyWithCopyFile, copyWithStreams } from './measure-copy.js';
 import { timedDownload } from './measure-download.js';
 import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js';
 import { measureScim, type ScimFigures } from './measure-scim.js';
 import { uploadNdjson } from './measure-upload.js';
+import { measureValidation, rate } from './measure-validation.js';
 import type { MemorySample, StoreKind, WorkerProbe } from './server-protocol.js';
 import { startServer, type ServerProcess } from './server-process.js';
+import { readSynthea } from './synthea.js';
 import { median, ratio } from './stats.js';
 
 /** What to run (see `bench/run.ts` for the command line). */
@@ -39,6 +42,8 @@ export interface BenchOptions {
   durability?: 'fsync' | 'write';
   /** Diagnostic: also measure the export worker's live memory after forced GCs. @default false */
   probeGc?: boolean;
+  /** Diagnostic: `reference` makes strict projects validate with `@medplum/core` alone. @default 'default' */
+  validator?: 'default' | 'reference';
   /** Synthea bundle directory to load and export, when it exists; `false` skips it. */
   synthea: string | false;
   seed: number;
@@ -220,6 +225,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       probeDir,
       ...(options.durability ? { durability: options.durability } : {}),
       ...(options.probeGc ? { probeGc: true } : {}),
+      ...(options.validator ? { validator: options.validator } : {}),
       ...(options.profileDir ? { profileDir: options.profileDir } : {}),
     });
     let main: Awaited<ReturnType<typeof loadAndExport>>;
@@ -427,6 +433,52 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
           unit: 'resources/s',
         });
       }
+      const uploadMs = samples.uploadMs as number[];
+      const uploadStrictMs = samples.uploadStrictMs as number[];
+      add({
+        key: 'load.uploadStrict.ratio',
+        label: 'Strict NDJSON upload / lenient upload',
+        value: median(uploadMs) / median(uploadStrictMs),
+        unit: 'x',
+        target: '>= 0.5',
+        pass: median(uploadMs) / median(uploadStrictMs) >= 0.5,
+      });
+
+      // Strict validation alone, in this process: the default validator against @medplum/core
+      // alone (the validator before its fast path), on the Synthea sample when present.
+      const synthea = options.synthea && fs.existsSync(options.synthea) ? options.synthea : undefined;
+      const toValidate = synthea
+        ? readSynthea(synthea)
+        : ([...generatePatients(options.uploadPatients, options.seed + 1)] as FhirResource[]);
+      log(`strict validation alone (${synthea ? 'Synthea sample' : 'generated data'})`);
+      const validation = await measureValidation(toValidate, options.reps);
+      if (validation.invalid > 0) log(`warning: ${validation.invalid} resources failed validation`);
+      samples.validation = validation;
+      const source = `${validation.resources} ${synthea ? 'Synthea' : 'generated'} resources`;
+      add({
+        key: 'validation.reference.rate',
+        label: `Strict validation, @medplum/core alone (${source})`,
+        value: rate(validation.resources, validation.referenceMs),
+        unit: 'resources/s',
+      });
+      add({
+        key: 'validation.default.rate',
+        label: 'Strict validation, default validator (same resources)',
+        value: rate(validation.resources, validation.defaultMs),
+        unit: 'resources/s',
+      });
+      add({
+        key: 'validation.speedup',
+        label: 'Strict validation: default / @medplum/core alone',
+        value: median(validation.referenceMs) / median(validation.defaultMs),
+        unit: 'x',
+      });
+      add({
+        key: 'validation.parseRatio',
+        label: 'Strict validation time / JSON.parse time (same resources)',
+        value: median(validation.defaultMs) / median(validation.parseMs),
+        unit: 'x',
+      });
 
       // The Synthea sample, when present.
       if (options.synthea && fs.existsSync(options.synthea)) {

@@ -10,6 +10,8 @@
  *   --store S         file (default) or memory
  *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
  *   --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
+ *   --validator V     default, or reference: strict projects validate with @medplum/core alone
+ *                     (diagnostic: the strict upload as before the validator's fast path)
  *   --group-percent P percent of the patients in the exported Group (default 1)
  *   --no-synthea      skip the Synthea sample
  *   --no-memory       skip the second data size
@@ -40,6 +42,7 @@ const { values } = parseArgs({
     'no-memory': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'probe-gc': { type: 'boolean', default: false },
+    validator: { type: 'string', default: 'default' },
     'group-percent': { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'results.json') },
   },
@@ -55,6 +58,8 @@ function int(name: string, value: string | undefined, fallback: number): number 
 if (values.store !== 'file' && values.store !== 'memory') throw new Error('--store must be file or memory');
 if (values.durability !== 'fsync' && values.durability !== 'write')
   throw new Error('--durability must be fsync or write');
+if (values.validator !== 'default' && values.validator !== 'reference')
+  throw new Error('--validator must be default or reference');
 const large = values.large;
 const patients = int('patients', values.patients, large ? Math.ceil(1_000_000 / RESOURCES_PER_PATIENT) : 250);
 const [lookups, creates, patches] = values['scim-requests']
@@ -74,6 +79,7 @@ const options: BenchOptions = {
   store: values.store,
   durability: values.durability,
   probeGc: values['probe-gc'],
+  validator: values.validator,
   groupPercent: int('group-percent', values['group-percent'], 1) || 1,
   synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
   seed: 42,

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
+import { referenceR4Validator } from '../src/fhir/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
@@ -97,6 +98,7 @@ class BenchServer {
     probeDir,
     durability,
     probeGc,
+    validator,
   }: Commands['open']['args']): Promise<ServerInfo> {
     this.#storage =
       store === 'file' ? await fileStorage({ dir, ...(durability ? { durability } : {}) }) : memoryStorage();
@@ -107,6 +109,7 @@ class BenchServer {
       storage: this.#storage,
       exportDir,
       bulk: { pool: { workerFilename: PROBE_WORKER, maxThreads: 1 }, maxRunningExports: 4 },
+      ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
       onError: (error) => console.error('[bench server]', error),
     });
     await this.#platform.ready;

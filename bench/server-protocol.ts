@@ -62,6 +62,8 @@ export interface Commands {
       durability?: 'fsync' | 'write';
       /** Also sample the export worker's live memory after forced GCs (slows exports a little). */
       probeGc?: boolean;
+      /** `reference`: strict projects validate with `@medplum/core` alone (a diagnostic). */
+      validator?: 'default' | 'reference';
     };
     result: ServerInfo;
   };

