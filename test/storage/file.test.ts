@@ -200,9 +200,10 @@ describe('fileStorage', () => {
   it('takes over a lock whose process was killed but not yet reaped (a zombie)', async () => {
     const dir = tempDir();
     await (await openStore(dir)).close();
-    // `sh` starts a short child, prints its pid, then becomes `sleep 30`, which never reaps it:
-    // the child stays a zombie, still answering signal 0, until the sleeper is killed.
-    const parent = spawn('sh', ['-c', 'sleep 0 & echo $!; exec sleep 30'], {
+    // `sh` starts a child, prints its pid, then becomes `sleep 30`, which never reaps it: the
+    // child, ending a second later (after the exec, so the shell cannot reap it first), stays a
+    // zombie, still answering signal 0, until the sleeper is killed.
+    const parent = spawn('sh', ['-c', 'sleep 1 & echo $!; exec sleep 30'], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
@@ -213,7 +214,7 @@ describe('fileStorage', () => {
         const stat = fs.readFileSync(`/proc/${zombie}/stat`, 'utf8');
         return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       };
-      await vi.waitFor(() => expect(fields()[0]).toBe('Z'));
+      await vi.waitFor(() => expect(fields()[0]).toBe('Z'), { timeout: 15_000, interval: 50 });
       const start = fields()[19];
       const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
       fs.writeFileSync(path.join(dir, 'lock'), `${zombie} dead-token ${bootId}/${start}\n`);
