@@ -69,6 +69,19 @@ afterEach(async () => {
   expect(({} as Record<string, unknown>).polluted).toBeUndefined();
 });
 
+describe('inputs the validation library itself trips over', () => {
+  it('answers 400, never 500, when the validator throws on a malformed primitive extension array', async () => {
+    const res = await send(
+      t.app,
+      'post',
+      '/Observation',
+      '{"resourceType":"Observation","status":"final","_status":[{"id":"x"},{"id":"x"}],"code":{"text":"x"}}',
+    );
+    expectOutcome(res, 400);
+    expect(t.errors).toEqual([]);
+  });
+});
+
 describe('keys named like Object.prototype properties', () => {
   it('are unknown elements in a strict project: POST and PUT answer 400, top level and nested', async () => {
     for (const name of INHERITED) {

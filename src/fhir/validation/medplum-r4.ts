@@ -35,6 +35,18 @@ export async function loadMedplumR4(): Promise<MedplumR4> {
         if (error instanceof core.OperationOutcomeError) {
           return ((error as { outcome?: { issue?: unknown[] } }).outcome?.issue ?? []) as OutcomeIssue[];
         }
+        // The library trips over some malformed shapes it does not check first (for instance two
+        // primitive-extension objects for a single primitive, `"_status":[{…},{…}]`): the input is
+        // at fault, so it is a structure error, never a 500.
+        if (error instanceof TypeError || error instanceof RangeError) {
+          return [
+            {
+              severity: 'error',
+              code: 'structure',
+              details: { text: 'The resource is malformed and could not be validated' },
+            },
+          ];
+        }
         throw error;
       }
     },
