@@ -37,7 +37,8 @@ export interface FhirPlatformOptions {
    */
   authenticate?: Authenticate;
   /**
-   * Accept HTTP Basic (client id + secret) on the SCIM routes, as Okta offers.
+   * Accept HTTP Basic (client id + secret) on the SCIM routes, as Okta offers. Only with the
+   * built-in authentication: combined with `authenticate` it is an option error.
    * @default false
    */
   scimBasicAuth?: boolean;
@@ -89,6 +90,14 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   if (options.bulk !== false && !options.exportDir && !options.bulk?.exportDir) {
     optionError('fhirPlatform', 'exportDir', 'exportDir is required (or bulk: false)');
+  }
+  if (options.scimBasicAuth && options.authenticate) {
+    // Basic is a mode of the built-in bearerAuth; a host's own authenticate decides alone.
+    optionError(
+      'fhirPlatform',
+      'scimBasicAuth',
+      'scimBasicAuth applies to the built-in bearerAuth only; with authenticate, accept Basic in it',
+    );
   }
 
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.

@@ -280,6 +280,10 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
     expect(() => fhirPlatform({ storage })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
+    // scimBasicAuth would be ignored with a host's own authenticate: refused instead.
+    expect(() =>
+      fhirPlatform({ storage, exportDir: dir, scimBasicAuth: true, authenticate: () => undefined }),
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'scimBasicAuth' }));
     // Bulk options reach the bulk router (and are validated there).
     expect(() => fhirPlatform({ storage, exportDir: dir, bulk: { maxKickoffsPerHour: 0 } })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
