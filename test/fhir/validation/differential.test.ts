@@ -143,7 +143,7 @@ describe.runIf(hasSynthea || process.env.CI)(
       expect(hasSynthea, `${SYNTHEA} is missing`).toBe(true);
     });
 
-    it(
+    it.runIf(hasSynthea)(
       'answers the same issues for every resource, references resolved as a transaction leaves them',
       () => {
         const { total, cleared } = compareAll(readSynthea(SYNTHEA));
@@ -153,7 +153,7 @@ describe.runIf(hasSynthea || process.env.CI)(
       20 * 60_000,
     );
 
-    it(
+    it.runIf(hasSynthea)(
       'answers the same issues for whole Bundles and raw entries (urn:uuid references: warnings)',
       () => {
         const files = fs.readdirSync(SYNTHEA).filter((f) => f.endsWith('.json'));
