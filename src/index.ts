@@ -201,6 +201,8 @@ export {
 // Composition: every router at the default paths
 export { fhirPlatform } from './platform.js';
 export type { FhirPlatform, FhirPlatformOptions } from './platform.js';
+export { platformAdmin } from './platform-admin.js';
+export type { PlatformAdmin, ParametersResource } from './platform-admin.js';
 
 // Storage adapters (memory, file), with the FHIR R4 patient compartment by default
 export { InvalidRecordError } from './storage/errors.js';

@@ -1,4 +1,5 @@
 import { Router } from 'express';
+import { platformAdmin, type PlatformAdmin } from './platform-admin.js';
 import type { Authenticate } from './auth/principal.js';
 import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './auth/signing-keys.js';
@@ -58,6 +59,11 @@ export interface FhirPlatformOptions {
 /** What {@link fhirPlatform} returns: one router to mount at the host's root, and its lifecycle. */
 export interface FhirPlatform {
   router: Router;
+  /**
+   * Administration without HTTP (init a project, register and revoke clients, create SCIM users),
+   * through the same code as the HTTP operations, acting as the super admin.
+   */
+  admin: PlatformAdmin;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
   /** Stops export workers and timers. Does not close the storage (the host owns it). */
@@ -126,8 +132,11 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   router.get('/.well-known/smart-configuration', smartConfig);
   router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
 
-  router.use(paths.scim, scimRouter({ ...options.scim, ...common, authenticate: scimAuthenticate }));
-  router.use(paths.fhir, projectRouter({ ...options.project, ...common }));
+  const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
+  const projectOptions = { ...options.project, ...common };
+  router.use(paths.scim, scimRouter(scimOptions));
+  router.use(paths.fhir, projectRouter(projectOptions));
+  const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
 
   let bulk: ReturnType<typeof bulkExportRouter> | undefined;
   if (options.bulk !== false) {
@@ -171,6 +180,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
 
   return {
     router,
+    admin,
     ready: bulk ? bulk.ready : Promise.resolve(),
     close: async () => {
       await bulk?.close();

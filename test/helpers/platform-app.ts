@@ -17,7 +17,7 @@ export const ROOT_SECRET = 'root-secret-0123456789';
 /** A FHIR `Parameters` body from name/value pairs. */
 export function parameters(values: Record<string, string | boolean>) {
   return {
-    resourceType: 'Parameters',
+    resourceType: 'Parameters' as const,
     parameter: Object.entries(values).map(([name, value]) =>
       typeof value === 'boolean' ? { name, valueBoolean: value } : { name, valueString: value },
     ),
