@@ -1,11 +1,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import type { FhirResource } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/stores.js';
-import { bulkTestApp, kickoff, pathOf, poll, tempDir, type Manifest } from '../helpers/bulk-export.js';
+import { bulkTestApp, download, kickoff, poll, tempDir, type Manifest } from '../helpers/bulk-export.js';
 import { afterTest } from '../helpers/cleanup.js';
 
 const DATA = fileURLToPath(new URL('../../../shared/data/synthea-r4-100/', import.meta.url));
@@ -69,25 +68,13 @@ describe.skipIf(!present)('Synthea sample (../shared/data/synthea-r4-100)', () =
     async function check(manifest: Manifest): Promise<Map<string, number>> {
       const counts = new Map<string, number>();
       for (const entry of manifest.output) {
-        const res = await request(app)
-          .get(pathOf(entry.url))
-          .set('Authorization', auth)
-          .buffer(true)
-          .parse((r, cb) => {
-            let text = '';
-            r.setEncoding('utf8');
-            r.on('data', (c: string) => (text += c));
-            r.on('end', () => cb(null, text));
-          });
-        expect(res.status).toBe(200);
-        const lines = (res.body as string).split('\n').filter(Boolean);
-        expect(lines).toHaveLength(entry.count);
-        for (const line of lines) {
-          const r = JSON.parse(line) as FhirResource;
+        const resources = await download(app, auth, entry.url);
+        expect(resources).toHaveLength(entry.count);
+        for (const r of resources) {
           expect(r.resourceType).toBe(entry.type);
           expect(r).toEqual(await storage.readResource('proj-a', r.resourceType, r.id!));
         }
-        counts.set(entry.type, (counts.get(entry.type) ?? 0) + lines.length);
+        counts.set(entry.type, (counts.get(entry.type) ?? 0) + resources.length);
       }
       return counts;
     }
