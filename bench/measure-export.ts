@@ -13,6 +13,8 @@ export interface ExportRun {
   kickoffMs: number;
   resources: number;
   files: string[];
+  /** Resource types in the manifest. */
+  types: string[];
   bytes: number;
 }
 
@@ -55,7 +57,8 @@ export async function runHttpExport(options: {
   );
   const bytes = files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
   const resources = manifest.output.reduce((sum, o) => sum + o.count, 0);
-  return { jobId, statusUrl, ms, kickoffMs, resources, files, bytes };
+  const types = [...new Set(manifest.output.map((o) => o.type))];
+  return { jobId, statusUrl, ms, kickoffMs, resources, files, types, bytes };
 }
 
 /** Deletes a finished job and its files (`DELETE` on the status URL). */

@@ -7,13 +7,19 @@
  *   --reps R          repetitions of each main timing (default 3)
  *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
  *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
- *   --store S         file (default) or memory
+ *   --store S         file (default), memory or postgres; a comma-separated list (file,postgres)
+ *                     runs each in turn and prints one table with a column per store
+ *   --database-url U  PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
+ *                     $FPK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test);
+ *                     each server process works in a fresh schema, dropped at its end
  *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
  *   --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
  *   --validator V     default, or reference: strict projects validate with @medplum/core alone
  *                     (diagnostic: the strict upload as before the validator's fast path)
  *   --group-percent P percent of the patients in the exported Group (default 1)
+ *   --synthea DIR     the Synthea bundle directory (default ../shared/data/synthea-r4-100)
  *   --no-synthea      skip the Synthea sample
+ *   --txn-concurrency N  patient bundles in flight in the concurrent Synthea transaction row (default 4)
  *   --no-memory       skip the second data size
  *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
  *   --out FILE        JSON output (default bench/out/results.json)
@@ -23,9 +29,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { runBenchmark, type BenchOptions } from './benchmark.js';
+import { runBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
-import { renderTable } from './table.js';
+import type { StoreKind } from './server-protocol.js';
+import { renderComparison, renderTable } from './table.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
@@ -37,8 +44,11 @@ const { values } = parseArgs({
     'scim-users': { type: 'string' },
     'scim-requests': { type: 'string', default: '500,200,200' },
     store: { type: 'string', default: 'file' },
+    'database-url': { type: 'string' },
     durability: { type: 'string', default: 'fsync' },
+    synthea: { type: 'string', default: path.resolve(HERE, '../../shared/data/synthea-r4-100') },
     'no-synthea': { type: 'boolean', default: false },
+    'txn-concurrency': { type: 'string' },
     'no-memory': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'probe-gc': { type: 'boolean', default: false },
@@ -55,7 +65,11 @@ function int(name: string, value: string | undefined, fallback: number): number 
   return n;
 }
 
-if (values.store !== 'file' && values.store !== 'memory') throw new Error('--store must be file or memory');
+const stores = values.store.split(',');
+for (const store of stores) {
+  if (store !== 'file' && store !== 'memory' && store !== 'postgres')
+    throw new Error('--store must be file, memory or postgres (or a comma-separated list of them)');
+}
 if (values.durability !== 'fsync' && values.durability !== 'write')
   throw new Error('--durability must be fsync or write');
 if (values.validator !== 'default' && values.validator !== 'reference')
@@ -67,7 +81,12 @@ const [lookups, creates, patches] = values['scim-requests']
   .map((v, i) => int(['lookups', 'creates', 'patches'][i]!, v, 0));
 const outDir = path.dirname(values.out);
 fs.mkdirSync(outDir, { recursive: true });
-const options: BenchOptions = {
+const databaseUrl =
+  values['database-url'] ??
+  process.env.FPK_BENCH_POSTGRES_URL ??
+  process.env.FPK_TEST_POSTGRES_URL ??
+  'postgres://postgres@127.0.0.1:5432/test';
+const options = (store: StoreKind): BenchOptions => ({
   patients,
   memoryFactor: values['no-memory'] ? 0 : large ? 0.2 : 5,
   reps: int('reps', values.reps, 3),
@@ -76,19 +95,22 @@ const options: BenchOptions = {
   uploadPatients: Math.min(patients, 25),
   scimUsers: int('scim-users', values['scim-users'], 100_000),
   scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
-  store: values.store,
-  durability: values.durability,
+  store,
+  ...(store === 'postgres' ? { databaseUrl } : {}),
+  durability: values.durability as 'fsync' | 'write',
   probeGc: values['probe-gc'],
-  validator: values.validator,
+  validator: values.validator as 'default' | 'reference',
   groupPercent: int('group-percent', values['group-percent'], 1) || 1,
-  synthea: values['no-synthea'] ? false : path.resolve(HERE, '../../shared/data/synthea-r4-100'),
+  synthea: values['no-synthea'] ? false : path.resolve(values.synthea),
+  txnConcurrency: int('txn-concurrency', values['txn-concurrency'], 4) || 4,
   seed: 42,
   workDir: os.tmpdir(),
   ...(values.profile ? { profileDir: path.join(outDir, 'profiles') } : {}),
-  log: (line) => console.error(`[bench] ${line}`),
-};
+  log: (line) => console.error(`[bench] ${store}: ${line}`),
+});
 
-const results = await runBenchmark(options);
-fs.writeFileSync(values.out, `${JSON.stringify(results, null, 2)}\n`);
-console.log(renderTable(results));
+const results: BenchResults[] = [];
+for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
+fs.writeFileSync(values.out, `${JSON.stringify(results.length === 1 ? results[0] : results, null, 2)}\n`);
+console.log(results.length === 1 ? renderTable(results[0]!) : renderComparison(results));
 console.log(`\nJSON: ${path.relative(process.cwd(), values.out)}`);

@@ -14,6 +14,8 @@ import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
 import { referenceR4Validator } from '../src/fhir/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
+import { postgresStorage } from '../src/postgres.js';
+import { DirectoryExportFiles } from '../src/bulk/directory-export-files.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
 import { generatePatients } from './dataset.js';
@@ -29,6 +31,7 @@ import type {
   ServerInfo,
   WorkerProbe,
 } from './server-protocol.js';
+import { copyRowsOut, dropSchema } from './measure-pg-copy.js';
 import { readSynthea } from './synthea.js';
 
 const PROBE_WORKER = fileURLToPath(new URL('./export-worker-probe.mjs', import.meta.url));
@@ -68,6 +71,7 @@ function vmHwm(): number | undefined {
 
 class BenchServer {
   #storage: Storage | undefined;
+  #pg: { connectionString: string; schema: string } | undefined;
   #platform: FhirPlatform | undefined;
   #servers: http.Server[] = [];
   #origin = '';
@@ -99,16 +103,32 @@ class BenchServer {
     durability,
     probeGc,
     validator,
+    databaseUrl,
   }: Commands['open']['args']): Promise<ServerInfo> {
-    this.#storage =
-      store === 'file' ? await fileStorage({ dir, ...(durability ? { durability } : {}) }) : memoryStorage();
+    if (store === 'postgres') {
+      if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
+      this.#pg = { connectionString: databaseUrl, schema: `fpk_bench_${randomBytes(6).toString('hex')}` };
+      this.#storage = postgresStorage(this.#pg);
+    } else {
+      this.#storage =
+        store === 'file'
+          ? await fileStorage({ dir, ...(durability ? { durability } : {}) })
+          : memoryStorage();
+    }
     this.#probeDir = probeDir;
     process.env.FPK_BENCH_PROBE_DIR = probeDir;
     if (probeGc) process.env.FPK_BENCH_PROBE_GC = '1';
     this.#platform = fhirPlatform({
       storage: this.#storage,
       exportDir,
-      bulk: { pool: { workerFilename: PROBE_WORKER, maxThreads: 1 }, maxRunningExports: 4 },
+      bulk: {
+        pool: { workerFilename: PROBE_WORKER, maxThreads: 1 },
+        maxRunningExports: 4,
+        // Export files on disk for every store (PostgreSQL would keep them in the database by
+        // default): the export figures compare reading the store, and the COPY baseline writes
+        // files too. bench/export-files.ts compares the two file stores.
+        exportFiles: new DirectoryExportFiles(exportDir),
+      },
       ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
       onError: (error) => console.error('[bench server]', error),
     });
@@ -290,6 +310,11 @@ class BenchServer {
     return this.memory();
   }
 
+  pgCopy({ projectId, types, dir }: Commands['pgCopy']['args']) {
+    if (!this.#pg) throw new Error('pgCopy needs the postgres store');
+    return copyRowsOut({ ...this.#pg, projectId, types, dir });
+  }
+
   workerProbe({ jobId }: Commands['workerProbe']['args']): WorkerProbe | null {
     const file = `${this.#probeDir}/${jobId}.json`;
     return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as WorkerProbe) : null;
@@ -303,6 +328,7 @@ class BenchServer {
     }
     await this.#platform?.close();
     await this.#storage?.close();
+    if (this.#pg) await dropSchema(this.#pg.connectionString, this.#pg.schema);
     return null;
   }
 }
@@ -318,6 +344,7 @@ const handlers: { [K in CommandName]: (args: Commands[K]['args']) => unknown } =
   memory: () => server.memory(),
   resetPeak: () => server.resetPeak(),
   workerProbe: (a) => server.workerProbe(a),
+  pgCopy: (a) => server.pgCopy(a),
   close: () => server.close(),
 };
 

@@ -4,7 +4,7 @@
  */
 
 /** Which store the server runs on. */
-export type StoreKind = 'file' | 'memory';
+export type StoreKind = 'file' | 'memory' | 'postgres';
 
 /** A project with an admin client's access token, made through `Project/$init` and `$new-client`. */
 export interface ProjectHandle {
@@ -64,8 +64,19 @@ export interface Commands {
       probeGc?: boolean;
       /** `reference`: strict projects validate with `@medplum/core` alone (a diagnostic). */
       validator?: 'default' | 'reference';
+      /** PostgreSQL connection string (store `postgres`): a fresh schema, dropped on close. */
+      databaseUrl?: string;
     };
     result: ServerInfo;
+  };
+  /**
+   * PostgreSQL only: `COPY (SELECT body …) TO STDOUT` of the rows a system export of the project
+   * reads (every live current version of `types`, per type in `seq` order), each type into its
+   * own file under `dir`: the export's baseline.
+   */
+  pgCopy: {
+    args: { projectId: string; types: string[]; dir: string };
+    result: { ms: number; rows: number; bytes: number };
   };
   newProject: { args: { name: string; strict: boolean }; result: ProjectHandle };
   loadGenerated: {

@@ -60,7 +60,12 @@ export function platformAdmin(options: {
 }): PlatformAdmin {
   const project = resolveProjectRouterOptions(options.project);
   // Administration may always create projects: allowInit governs HTTP callers only.
-  const projects = projectService({ storage: project.storage, rules: project.rules, allowInit: () => true });
+  const projects = projectService({
+    storage: project.storage,
+    rules: project.rules,
+    allowInit: () => true,
+    ...(project.auditTrail ? { auditTrail: project.auditTrail } : {}),
+  });
   const scim = resolveScimRouterOptions(options.scim);
   const routerSettings: ScimUserSettings = {
     echoUserName: scim.echoUserName,

@@ -1,4 +1,4 @@
-import { Router } from 'express';
+import { Router, type Request } from 'express';
 import { platformAdmin, type PlatformAdmin } from './platform-admin.js';
 import type { Authenticate } from './auth/principal.js';
 import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
@@ -13,10 +13,33 @@ import type { FhirRouterOptions } from './fhir/router-options.js';
 import { projectRouter, type ProjectRouterOptions } from './project/router.js';
 import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
-import { optionError, requireStorage } from './http/options.js';
+import { livenessHandler, readinessHandler, storageCheck, type ReadinessChecks } from './http/health.js';
+import { componentLogger, errorSink, requestLogger, type Logger } from './http/logger.js';
+import type { AuditOptions } from './audit/options.js';
+import { recordRefusals } from './audit/refusals.js';
+import { createAuditTrail } from './audit/trail.js';
+import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
+import { booleanOption, optionError, positiveInteger, requireStorage } from './http/options.js';
+import { defaultIssuer } from './auth/issuer.js';
 import type { Storage } from './storage/types.js';
 
-type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError'>>;
+type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
+
+/** Mount paths of {@link fhirPlatform}, under the path the host mounts `platform.router` at. */
+export interface FhirPlatformPaths {
+  /** @default '/fhir/R4' */
+  fhir: string;
+  /** @default '/scim/v2' */
+  scim: string;
+  /** @default '/oauth2/token' */
+  token: string;
+  /** @default '/oauth2/jwks' */
+  jwks: string;
+  /** Liveness (`200 {"status":"ok"}`). @default '/healthz' */
+  healthz: string;
+  /** Readiness (storage reachable, export workers up). @default '/readyz' */
+  readyz: string;
+}
 
 /** Options of {@link fhirPlatform}. */
 export interface FhirPlatformOptions {
@@ -24,7 +47,8 @@ export interface FhirPlatformOptions {
   storage: Storage;
   /**
    * Directory for bulk export files (created when missing).
-   * @default required unless `bulk` is `false`
+   * @default required unless `bulk` is `false` or the files go elsewhere (the storage's
+   * `exportFiles`, as with PostgreSQL, or `bulk.exportFiles`)
    */
   exportDir?: string;
   /**
@@ -43,8 +67,11 @@ export interface FhirPlatformOptions {
    * @default false
    */
   scimBasicAuth?: boolean;
-  /** Mount paths. @default { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/token', jwks: '/oauth2/jwks' } */
-  paths?: Partial<{ fhir: string; scim: string; token: string; jwks: string }>;
+  /**
+   * Mount paths, under the path the host mounts `platform.router` at.
+   * @default { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/token', jwks: '/oauth2/jwks', healthz: '/healthz', readyz: '/readyz' }
+   */
+  paths?: Partial<FhirPlatformPaths>;
   /** Extra options of each router (shared ones above win). @default {} */
   fhir?: Own<FhirRouterOptions>;
   scim?: Own<ScimRouterOptions>;
@@ -52,8 +79,38 @@ export interface FhirPlatformOptions {
   /** Bulk export router options, or `false` to mount no bulk export. @default {} */
   bulk?: Own<BulkExportRouterOptions> | false;
   token?: Own<TokenRouterOptions>;
-  /** Receives every error answered with a 5xx status. @default writes to stderr */
+  /**
+   * Receives every error answered with a 5xx status, and errors of background work (export jobs).
+   * @default writes to stderr, unless `logger` is given
+   */
   onError?: ErrorLogger;
+  /**
+   * A pino-compatible logger (`info`/`warn`/`error`/`debug(fields, message)`, optional `child`):
+   * every 5xx error is logged through it, and with `logRequests` one line per request. Log lines
+   * carry no token, secret, `Authorization` header, query string or body. With `onError` as well,
+   * both receive errors.
+   * @default undefined
+   */
+  logger?: Logger;
+  /**
+   * Log one `info` line per request through `logger` (`method`, `path` without query, `status`,
+   * `ms`, `projectId`, `clientId` or `userId`). Health probes are not logged.
+   * @default false
+   */
+  logRequests?: boolean;
+  /**
+   * Milliseconds `GET /readyz` waits for `storage.ping()` before answering 503.
+   * @default 2000
+   */
+  readyTimeout?: number;
+  /**
+   * The audit trail (docs/audit.md): one trail for every router, closed by `close()`; its errors
+   * go to `onError` / `logger` unless `audit.onError` is given. Set `journalDir` for durability
+   * (without it a crash loses up to `flushIntervalMs` of events); `{ enabled: false }` records
+   * nothing.
+   * @default { enabled: true } (no journal)
+   */
+  audit?: AuditOptions;
 }
 
 /** What {@link fhirPlatform} returns: one router to mount at the host's root, and its lifecycle. */
@@ -70,14 +127,51 @@ export interface FhirPlatform {
   close(): Promise<void>;
 }
 
-const DEFAULT_PATHS = { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/token', jwks: '/oauth2/jwks' };
+const DEFAULT_PATHS: FhirPlatformPaths = {
+  fhir: '/fhir/R4',
+  scim: '/scim/v2',
+  token: '/oauth2/token',
+  jwks: '/oauth2/jwks',
+  healthz: '/healthz',
+  readyz: '/readyz',
+};
 
-function normalisePath(name: string, value: string): string {
-  if (!value.startsWith('/') || value.endsWith('/')) {
+const OWNER = 'fhirPlatform';
+
+const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
+  storage: true,
+  exportDir: true,
+  baseUrl: true,
+  authenticate: true,
+  scimBasicAuth: true,
+  paths: true,
+  fhir: true,
+  scim: true,
+  project: true,
+  bulk: true,
+  token: true,
+  onError: true,
+  logger: true,
+  logRequests: true,
+  readyTimeout: true,
+  audit: true,
+};
+
+const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
+  fhir: true,
+  scim: true,
+  token: true,
+  jwks: true,
+  healthz: true,
+  readyz: true,
+};
+
+function normalisePath(name: string, value: unknown): string {
+  if (typeof value !== 'string' || !value.startsWith('/') || value.endsWith('/')) {
     optionError(
-      'fhirPlatform',
+      OWNER,
       `paths.${name}`,
-      `paths.${name} must start with "/" and not end with "/" (got "${value}")`,
+      `paths.${name} must start with "/" and not end with "/" (got ${JSON.stringify(value)})`,
     );
   }
   return value;
@@ -88,40 +182,90 @@ function normalisePath(name: string, value: string): string {
  * `app.use(fhirPlatform({ storage, exportDir }).router)`. Hosts that want some surfaces only mount
  * the routers one by one (`tokenRouter`, `scimRouter`, `projectRouter`, `bulkExportRouter`,
  * `fhirRouter`).
+ *
+ * Every URL the platform advertises or returns (discovery, CapabilityStatement, `Location`,
+ * `Content-Location`, manifest, SCIM `meta.location`) and the `iss`/`aud` of the access tokens it
+ * issues follow `baseUrl` (or the request's origin) and the path the host mounts the router at:
+ * tokens issued under `/api` are refused by a platform mounted elsewhere.
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
-  requireStorage('fhirPlatform', options);
-  const { storage, baseUrl, onError } = options;
-  const paths = { ...DEFAULT_PATHS, ...options.paths };
+  requireStorage(OWNER, options);
+  checkOptionKeys(OWNER, options, PLATFORM_KEYS);
+  checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
+  const { storage, baseUrl } = options;
+  const paths: FhirPlatformPaths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
-  if (options.bulk !== false && !options.exportDir && !options.bulk?.exportDir) {
-    optionError('fhirPlatform', 'exportDir', 'exportDir is required (or bulk: false)');
+  const filesElsewhere =
+    storage.exportFiles !== undefined || (options.bulk !== false && options.bulk?.exportFiles !== undefined);
+  if (options.bulk !== false && !options.exportDir && !options.bulk?.exportDir && !filesElsewhere) {
+    optionError(OWNER, 'exportDir', 'exportDir is required (or bulk: false)');
   }
   if (options.scimBasicAuth && options.authenticate) {
     // Basic is a mode of the built-in bearerAuth; a host's own authenticate decides alone.
     optionError(
-      'fhirPlatform',
+      OWNER,
       'scimBasicAuth',
       'scimBasicAuth applies to the built-in bearerAuth only; with authenticate, accept Basic in it',
     );
   }
+  const logRequests = booleanOption(OWNER, 'logRequests', options.logRequests, false);
+  if (logRequests && !options.logger) optionError(OWNER, 'logRequests', 'logRequests needs a logger');
+  const logger = options.logger ? componentLogger(options.logger) : undefined;
+  const readyTimeout = positiveInteger(OWNER, 'readyTimeout', options.readyTimeout, 2000);
+  const logging = { ...(options.onError ? { onError: options.onError } : {}), ...(logger ? { logger } : {}) };
+
+  // The path this router is mounted at, per request (this instance's own map: two platforms in
+  // one app never read each other's): tokens are issued by and for `origin + mount`.
+  const mounts = new WeakMap<Request, string>();
+  const platformIssuer = (req: Request): string => `${defaultIssuer(req, baseUrl)}${mounts.get(req) ?? ''}`;
+  const issuer = options.token?.issuer ?? platformIssuer;
+  const audience = options.token?.audience ?? issuer;
 
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.
   const keys: SigningKeys =
     options.token?.signingKeys ?? createSigningKeys(storage, options.token?.signingKeyOptions);
-  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys };
+  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys, issuer, audience };
   const authenticate = options.authenticate ?? bearerAuth(verifier);
   const scimAuthenticate =
     options.authenticate ??
     (options.scimBasicAuth ? bearerAuth({ ...verifier, allowBasic: true }) : authenticate);
-  const common = { storage, authenticate, baseUrl, ...(onError ? { onError } : {}) };
+  const auditTrail = createAuditTrail({
+    ...options.audit,
+    storage,
+    onError: options.audit?.onError ?? errorSink(logging),
+  });
+  const common = { storage, authenticate, baseUrl, ...logging, auditTrail };
 
   const router = Router();
+  router.use((req, _res, next) => {
+    mounts.set(req, req.baseUrl);
+    next();
+  });
+
+  // Health probes: before the request log (probes would flood it), unauthenticated, no data.
+  let bulk: ReturnType<typeof bulkExportRouter> | undefined;
+  const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
+  if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
+  router.get(paths.healthz, livenessHandler());
+  router.get(paths.readyz, readinessHandler(checks));
+  if (logRequests && logger) router.use(requestLogger(logger));
+  // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
+  router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
+
   router.use(
     paths.token,
-    tokenRouter({ ...options.token, storage, baseUrl, signingKeys: keys, ...(onError ? { onError } : {}) }),
+    tokenRouter({
+      ...options.token,
+      storage,
+      baseUrl,
+      signingKeys: keys,
+      issuer,
+      audience,
+      ...logging,
+      auditTrail,
+    }),
   );
-  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...(onError ? { onError } : {}) }));
+  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
 
   const smartConfig = smartConfigurationHandler({
     baseUrl,
@@ -138,7 +282,6 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   router.use(paths.fhir, projectRouter(projectOptions));
   const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
 
-  let bulk: ReturnType<typeof bulkExportRouter> | undefined;
   if (options.bulk !== false) {
     bulk = bulkExportRouter({
       ...options.bulk,
@@ -184,6 +327,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     ready: bulk ? bulk.ready : Promise.resolve(),
     close: async () => {
       await bulk?.close();
+      await auditTrail.close();
     },
   };
 }

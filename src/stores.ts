@@ -1,9 +1,8 @@
-import { pathToFileURL } from 'node:url';
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { descriptorModule } from './package-entry.js';
 import { createFileExportReader, type FileExportReaderOptions } from './storage/file/export-reader.js';
 import { createFileStorage, type FileStorageOptions } from './storage/file/file-storage.js';
 import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
-import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { ExportReader, Storage } from './storage/types.js';
 
 // The storage adapters with this package's FHIR R4 defaults. `src/storage` knows nothing of
@@ -11,15 +10,13 @@ import type { ExportReader, Storage } from './storage/types.js';
 // "The patient compartment").
 
 /**
- * The module export workers import to reopen a file store (`StorageDescriptor.module`): this
- * one, whose `openFileExportReader` supplies the default compartment. From source (vitest, tsx)
- * that is `src/stores.ts`; from the build, the bundle holding this code, i.e. the package entry
- * (`dist/index.js` or `dist/index.cjs`), which re-exports `openFileExportReader`.
+ * The module export workers import to reopen a file store (`StorageDescriptor.module`): one whose
+ * `openFileExportReader` supplies the default compartment. From source (vitest, tsx) that is
+ * `src/stores.ts`; from the build, the package entry (`dist/index.js` or `dist/index.cjs`),
+ * which re-exports `openFileExportReader`.
  */
-function thisModule(): string {
-  // `__filename` exists in the CommonJS build (and under some test runners); `import.meta.url`
-  // in ES modules. Checked with typeof so neither build trips over the other.
-  return typeof __filename === 'string' ? pathToFileURL(__filename).href : import.meta.url;
+function fileStoreModule(): string {
+  return descriptorModule('./stores.ts', 'index');
 }
 
 /**
@@ -35,7 +32,7 @@ function thisModule(): string {
 export function fileStorage(options: FileStorageOptions): Promise<Storage> {
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
-  const readerModule = compartment === R4_PATIENT_COMPARTMENT ? thisModule() : undefined;
+  const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
   return createFileStorage({ ...options, compartment }, readerModule);
 }
 
@@ -57,15 +54,4 @@ export function openFileExportReader(options: FileExportReaderOptions): ExportRe
  */
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   return createMemoryStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
-}
-
-/**
- * A store in PostgreSQL, for hosts that run several instances over one database: every instance
- * sees every write, resource writes of a project are serialized by the database, and export
- * workers reopen the store from `descriptor`. Tables are created in `schema` on open (the first
- * call waits for that). Every version of every resource is kept (exports read consistent
- * snapshots from them), so the resources table grows with the number of writes.
- */
-export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
-  return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
 }

@@ -1,3 +1,4 @@
+import { AUDIT_EVENT_TYPE, auditEventAccess } from '../audit/access-rule.js';
 import type { Principal } from './principal.js';
 import { scopesAllow, type ScopeAction } from './scopes.js';
 
@@ -18,9 +19,11 @@ const ACTION_LETTER: Record<ResourceAction, ScopeAction> = {
  * (an admin token narrowed to `system/Patient.read` only reads Patients). One exception, for
  * principals a host builds itself: an admin or super admin with no scopes at all may do anything in
  * the project it acts in. `bearerAuth` never produces one (its admins carry `project:admin`).
- * See docs/auth.md "Scopes".
+ * `AuditEvent` has its own rule (`auditEventAccess`: admins whose scopes name it; never written).
+ * See docs/auth.md "Scopes" and docs/audit.md.
  */
 export function canAccess(principal: Principal, resourceType: string, action: ResourceAction): boolean {
+  if (resourceType === AUDIT_EVENT_TYPE) return auditEventAccess(principal, ACTION_LETTER[action]);
   if ((principal.superAdmin || principal.admin) && principal.scopes.length === 0) return true;
   return scopesAllow(principal.scopes, resourceType, ACTION_LETTER[action]);
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Request } from 'express';
 import { unauthorized } from '../http/authenticate.js';
 import { HttpError } from '../http/http-error.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { requireStorage } from '../http/options.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
@@ -17,7 +18,7 @@ import {
   type FailureLimitAttempt,
   type FailureLimitOptions,
 } from './failure-limiter.js';
-import { defaultIssuer } from './issuer.js';
+import { tokenIdentity, type PerRequest } from './issuer.js';
 import type { Authenticate, Principal } from './principal.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import {
@@ -37,15 +38,15 @@ export interface BearerAuthOptions {
    */
   baseUrl?: string;
   /**
-   * Expected `iss`; the same as the token router's.
+   * Expected `iss` (or a function of the request computing it); the same as the token router's.
    * @default `baseUrl`, or the request's origin
    */
-  issuer?: string;
+  issuer?: PerRequest;
   /**
-   * Expected `aud`; the same as the token router's.
+   * Expected `aud` (or a function of the request); the same as the token router's.
    * @default the issuer
    */
-  audience?: string;
+  audience?: PerRequest;
   /**
    * The server signing keys (an instance shared with `tokenRouter`, or a new one over `storage`).
    * @default signingKeys(storage, signingKeyOptions)
@@ -91,6 +92,21 @@ export interface BearerAuthOptions {
 
 const BASIC_CACHE_MAX = 1000;
 
+const BEARER_AUTH_KEYS: OptionKeys<BearerAuthOptions> = {
+  storage: true,
+  baseUrl: true,
+  issuer: true,
+  audience: true,
+  signingKeys: true,
+  signingKeyOptions: true,
+  algorithms: true,
+  clockTolerance: true,
+  allowBasic: true,
+  basicCacheSeconds: true,
+  rateLimit: true,
+  now: true,
+};
+
 /**
  * An `Authenticate` for access tokens issued by `tokenRouter` (`Authorization: Bearer <jwt>`,
  * RFC 6750): checks the signature by a current server key, `alg`, `typ`, `iss`, `aud` and `exp`,
@@ -102,6 +118,7 @@ const BASIC_CACHE_MAX = 1000;
  */
 export function bearerAuth(options: BearerAuthOptions): Authenticate {
   requireStorage('bearerAuth', options);
+  checkOptionKeys('bearerAuth', options, BEARER_AUTH_KEYS);
   const { storage } = options;
   const keys = options.signingKeys ?? createSigningKeys(storage, options.signingKeyOptions);
   const algorithms = options.algorithms ?? [...SIGNING_ALGORITHMS];
@@ -113,7 +130,11 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
   const rateLimit = options.rateLimit ?? {};
   // Validated even when Basic is off, so a bad option fails at start-up either way.
   if (rateLimit !== false) resolveFailureLimitOptions(rateLimit, 'bearerAuth');
-  const limiter = failureLimiter(options.allowBasic ? rateLimit : false, { owner: 'bearerAuth', now });
+  const limiter = failureLimiter(options.allowBasic ? rateLimit : false, {
+    owner: 'bearerAuth',
+    now,
+    ...(storage.failureCounts ? { shared: storage.failureCounts } : {}),
+  });
 
   async function activeClient(
     clientId: string,
@@ -152,13 +173,13 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
   }
 
   async function fromBearer(req: Request, token: string): Promise<Principal> {
-    const issuer = options.issuer ?? defaultIssuer(req, options.baseUrl);
+    const { issuer, audience } = tokenIdentity(req, options);
     const invalid = (message: string) => unauthorized(message, 'invalid_token');
     let claims;
     try {
       claims = await verifyAccessToken(keys, token, {
         issuer,
-        audience: options.audience ?? issuer,
+        audience,
         algorithms,
         clockTolerance,
         now: now(),
@@ -196,7 +217,7 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       failed = error instanceof HttpError && error.status === 401;
       throw error;
     } finally {
-      attempt.end(failed);
+      await attempt.end(failed);
     }
   }
 

@@ -1,6 +1,7 @@
 import { optionError } from '../http/options.js';
 import { concurrencyGate, GateFullError } from './concurrency-gate.js';
 import { PlatformError } from '../errors.js';
+import type { FailureCount, FailureCountStore } from '../storage/types.js';
 
 /**
  * Limits on failed client authentications (`tokenRouter({ rateLimit })`, `bearerAuth({ rateLimit })`
@@ -67,16 +68,20 @@ export class FailureLimitError extends PlatformError {
 export interface FailureLimitAttempt {
   /**
    * Ends the attempt: a failure is counted; anything else (success, or an error that is no
-   * authentication failure) gives its place back. Only the first call counts.
+   * authentication failure) gives its place back. Only the first call counts. Resolves once a
+   * failure is counted (in the store's shared counters, when the limiter uses them).
    */
-  end(failed: boolean): void;
+  end(failed: boolean): Promise<void>;
 }
 
 /**
- * Counts failed client authentications in memory (one counter set per router). Checking and
- * counting are one step: an attempt holds a place in its counters while it is checked, so parallel
- * attempts cannot pass the limit; when the only places left are held by attempts still being
- * checked, a new attempt waits for them instead of being refused. Successes never count.
+ * Counts failed client authentications: in memory (one counter set per router), or in the
+ * store's shared counters (`Storage.failureCounts`, one counter set per kind of router for every
+ * instance on the store). Checking and counting are one step: an attempt holds a place in its
+ * counters while it is checked, so parallel attempts cannot pass the limit; when the only places
+ * left are held by attempts still being checked, a new attempt waits for them instead of being
+ * refused. Successes never count. With shared counters, the places of attempts being checked are
+ * held in each process: parallel attempts on several instances can each take the last place.
  */
 export interface FailureLimiter {
   /**
@@ -87,9 +92,10 @@ export interface FailureLimiter {
   begin(address: string, clientId?: string): Promise<FailureLimitAttempt>;
   /**
    * Counts a failure that had no usable credentials (so no attempt was begun) against `address`.
-   * Throws `FailureLimitError` ('too-many-failures') instead when the address is already over its limit.
+   * Rejects with `FailureLimitError` ('too-many-failures') instead when the address is already over
+   * its limit.
    */
-  recordFailure(address: string): void;
+  recordFailure(address: string): Promise<void>;
   /**
    * Runs a client-secret check within the concurrency cap; rejects with `FailureLimitError`
    * ('busy') at once when the cap and the queue are full.
@@ -159,22 +165,34 @@ interface Held {
 }
 
 const UNLIMITED: FailureLimiter = {
-  begin: () => Promise.resolve({ end: () => undefined }),
-  recordFailure: () => undefined,
+  begin: () => Promise.resolve({ end: () => Promise.resolve() }),
+  recordFailure: () => Promise.resolve(),
   checkSecret: (check) => check(),
 };
 
 // Idle counters are dropped when their attempts end; expired ones are swept every this many new counters.
 const SWEEP_EVERY = 1024;
 
+/** Where and how a failure limiter counts. */
+export interface FailureLimiterContext {
+  /** Prefix of option error messages, and the counter set in `shared` (`tokenRouter`, `bearerAuth`). */
+  owner?: string;
+  /** Clock (epoch ms) of the in-memory counters. */
+  now?: () => number;
+  /** Counters shared by every instance (`Storage.failureCounts`); without them, counts stay in memory. */
+  shared?: FailureCountStore;
+}
+
 /** Creates a failure limiter; `false` disables limiting and the secret-check cap. */
 export function failureLimiter(
   options: FailureLimitOptions | false = {},
-  context: { owner?: string; now?: () => number } = {},
+  context: FailureLimiterContext = {},
 ): FailureLimiter {
   if (options === false) return UNLIMITED;
   const limits = resolveFailureLimitOptions(options, context.owner);
   const now = context.now ?? Date.now;
+  const { shared } = context;
+  const sharedPrefix = `${context.owner ?? 'rateLimit'}\n`;
   const windowMs = limits.windowSeconds * 1000;
   const byAddress = new Map<string, Counter>();
   const byClientAddress = new Map<string, Counter>();
@@ -250,20 +268,46 @@ export function failureLimiter(
     return held;
   }
 
-  function attempt(held: Held[]): FailureLimitAttempt {
+  /** The shared counters' keys of `address` (and of `clientId` from it), in `holdAll`'s order. */
+  function sharedKeys(address: string, clientId: string | undefined): string[] {
+    const keys = [`${sharedPrefix}${address}`];
+    if (clientId !== undefined) keys.push(`${sharedPrefix}${address}\n${clientId}`);
+    return keys;
+  }
+
+  /**
+   * Takes the shared count when it is ahead of this process's (it holds every instance's failures;
+   * this process's own may be ahead for a moment, while they are being written).
+   */
+  function adopt(held: Held[], counts: (FailureCount | undefined)[], time: number): void {
+    held.forEach((h, i) => {
+      const count = counts[i];
+      if (count && count.failures > h.counter.failures) {
+        h.counter.failures = count.failures;
+        h.counter.resetAt = time + count.msLeft;
+      }
+    });
+  }
+
+  function attempt(held: Held[], keys: string[]): FailureLimitAttempt {
     let ended = false;
     return {
-      end(failed) {
+      async end(failed) {
         if (ended) return;
         ended = true;
-        const time = now();
-        for (const h of held) {
-          h.counter.pending -= 1;
-          if (failed) countFailure(h.counter, time);
-          const waiters = h.counter.waiters;
-          h.counter.waiters = [];
-          for (const wake of waiters) wake();
-          dropIfIdle(h, time);
+        try {
+          // The place stays held until the shared count includes this failure.
+          if (failed && shared) await shared.add(keys, windowMs);
+        } finally {
+          const time = now();
+          for (const h of held) {
+            h.counter.pending -= 1;
+            if (failed) countFailure(h.counter, time);
+            const waiters = h.counter.waiters;
+            h.counter.waiters = [];
+            for (const wake of waiters) wake();
+            dropIfIdle(h, time);
+          }
         }
       },
     };
@@ -271,9 +315,13 @@ export function failureLimiter(
 
   return {
     async begin(address, clientId) {
+      const keys = sharedKeys(address, clientId);
       for (;;) {
+        // Read before taking the counters: nothing may drop them between taking and holding.
+        const counts = shared ? await shared.get(keys) : undefined;
         const time = now();
         const held = holdAll(address, clientId, time);
+        if (counts) adopt(held, counts, time);
         const wait = Math.max(...held.map((h) => blockedMs(h, time)));
         if (wait > 0) {
           for (const h of held) dropIfIdle(h, time);
@@ -283,18 +331,25 @@ export function failureLimiter(
         const full = held.find((h) => h.counter.failures + h.counter.pending >= h.max);
         if (!full) {
           for (const h of held) h.counter.pending += 1;
-          return attempt(held);
+          return attempt(held, keys);
         }
         await new Promise<void>((resolve) => full.counter.waiters.push(resolve));
       }
     },
 
-    recordFailure(address) {
+    async recordFailure(address) {
+      const keys = sharedKeys(address, undefined);
+      const counts = shared ? await shared.get(keys) : undefined;
       const time = now();
-      const [held] = holdAll(address, undefined, time) as [Held];
-      const wait = blockedMs(held, time);
-      if (wait > 0) throw new FailureLimitError('too-many-failures', wait);
-      countFailure(held.counter, time);
+      const held = holdAll(address, undefined, time);
+      if (counts) adopt(held, counts, time);
+      const wait = blockedMs(held[0]!, time);
+      if (wait > 0) {
+        dropIfIdle(held[0]!, time);
+        throw new FailureLimitError('too-many-failures', wait);
+      }
+      countFailure(held[0]!.counter, time);
+      if (shared) await shared.add(keys, windowMs);
     },
 
     async checkSecret(check) {

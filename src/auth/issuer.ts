@@ -8,3 +8,20 @@ import type { Request } from 'express';
 export function defaultIssuer(req: Request, baseUrl: string | undefined): string {
   return baseUrl ? baseUrl.replace(/\/+$/, '') : `${req.protocol}://${req.get('host') ?? 'localhost'}`;
 }
+
+/** An `issuer` or `audience` option: a fixed value, or one computed from the request. */
+export type PerRequest = string | ((req: Request) => string);
+
+/** The token `iss` and `aud` for `req`: the options when given, else `defaultIssuer` (`aud` = `iss`). */
+export function tokenIdentity(
+  req: Request,
+  options: {
+    issuer?: PerRequest | undefined;
+    audience?: PerRequest | undefined;
+    baseUrl?: string | undefined;
+  },
+): { issuer: string; audience: string } {
+  const value = (option: PerRequest | undefined) => (typeof option === 'function' ? option(req) : option);
+  const issuer = value(options.issuer) ?? defaultIssuer(req, options.baseUrl);
+  return { issuer, audience: value(options.audience) ?? issuer };
+}

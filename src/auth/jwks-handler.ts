@@ -1,7 +1,9 @@
 import type { RequestHandler } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { requireStorage } from '../http/options.js';
 import { oauthErrorHandler, type ErrorLogger } from '../http/error-rendering.js';
+import { errorSink, type Logger } from '../http/logger.js';
 import type { Storage } from '../storage/types.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './signing-keys.js';
 
@@ -14,9 +16,18 @@ export interface JwksHandlerOptions {
    * @default signingKeys(storage)
    */
   signingKeys?: SigningKeys;
-  /** Receives every error answered with a 5xx status. @default writes to stderr */
+  /** Receives every error answered with a 5xx status. @default writes to stderr (unless `logger` is given) */
   onError?: ErrorLogger;
+  /** A pino-compatible logger receiving every 5xx error (see `CommonRouterOptions.logger`). @default undefined */
+  logger?: Logger;
 }
+
+const JWKS_HANDLER_KEYS: OptionKeys<JwksHandlerOptions> = {
+  storage: true,
+  signingKeys: true,
+  onError: true,
+  logger: true,
+};
 
 /**
  * Publishes the public keys that verify this server's access tokens (RFC 7517 §5), for resource
@@ -25,8 +36,9 @@ export interface JwksHandlerOptions {
  */
 export function jwksHandler(options: JwksHandlerOptions): RequestHandler {
   requireStorage('jwksHandler', options);
+  checkOptionKeys('jwksHandler', options, JWKS_HANDLER_KEYS);
   const keys = options.signingKeys ?? createSigningKeys(options.storage);
-  const errors = oauthErrorHandler(options.onError);
+  const errors = oauthErrorHandler(errorSink(options));
   const publish = asyncHandler(async (_req, res) => {
     const jwks = await keys.jwks();
     res

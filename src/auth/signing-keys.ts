@@ -17,7 +17,7 @@ export interface SigningKeysOptions {
   algorithm?: SigningAlgorithm;
   /**
    * Seconds a retired key keeps verifying after `rotate()`. Keep it at least as long as the longest
-   * access token lifetime (`TokenRouterOptions.maxAccessTokenLifetime`), so no token outlives its key.
+   * access token lifetime (`TokenRouterOptions.accessTokenLifetimeCap`), so no token outlives its key.
    * @default 7776000 (90 days)
    */
   retention?: number;

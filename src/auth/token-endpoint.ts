@@ -37,6 +37,11 @@ export interface TokenRequest {
   audience: string;
   /** Remote address, for failure limiting. */
   address: string;
+  /**
+   * Set by `handleTokenRequest` as it learns them (for the audit event): the client id the caller
+   * claimed, then the client once authenticated.
+   */
+  seen?: { claimedClientId?: string; client?: ClientRecord };
 }
 
 /** Resolved configuration of a token endpoint. */
@@ -50,7 +55,7 @@ export interface TokenEndpointConfig {
   maxAssertionLifetime: number;
   clockTolerance: number;
   accessTokenLifetime: number;
-  maxAccessTokenLifetime: number;
+  accessTokenLifetimeCap: number;
   /** Clock (epoch ms). */
   now: () => number;
 }
@@ -134,7 +139,7 @@ export async function handleTokenRequest(
     // No usable credentials: counted against the address only.
     if (error instanceof OAuthError && error.error === 'invalid_client') {
       try {
-        config.limiter.recordFailure(request.address);
+        await config.limiter.recordFailure(request.address);
       } catch (limited) {
         if (limited instanceof FailureLimitError) throw limitError(limited);
         throw limited;
@@ -145,6 +150,7 @@ export async function handleTokenRequest(
 
   // Secrets can be guessed, so their failures also count per client id and address; a signed
   // assertion cannot, so private_key_jwt counts against the address only.
+  if (request.seen) request.seen.claimedClientId = credentials.clientId;
   const secretMethod = credentials.method !== 'private_key_jwt';
   const attempt = await admit(
     config.limiter,
@@ -170,9 +176,10 @@ export async function handleTokenRequest(
     failed = error instanceof OAuthError && error.error === 'invalid_client';
     throw error;
   } finally {
-    attempt.end(failed);
+    await attempt.end(failed);
   }
 
+  if (request.seen) request.seen.client = client;
   const scopes = grantedScopes(client, scope);
   // Admins may always have `system/*.*` and their administration scope, so only others end up here.
   if (scopes.length === 0) {
@@ -181,7 +188,7 @@ export async function handleTokenRequest(
   const own = client.accessTokenLifetime;
   const lifetime = Math.min(
     own !== undefined && Number.isFinite(own) && own > 0 ? own : config.accessTokenLifetime,
-    config.maxAccessTokenLifetime,
+    config.accessTokenLifetimeCap,
   );
   const issued = await issueAccessToken(config.keys, {
     client,

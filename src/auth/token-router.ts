@@ -1,3 +1,5 @@
+import { errorSink } from '../http/logger.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
@@ -9,26 +11,28 @@ import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-asserti
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
 import { clientJwks, type ClientJwksOptions } from './client-jwks.js';
 import { failureLimiter, type FailureLimitOptions } from './failure-limiter.js';
-import { defaultIssuer } from './issuer.js';
+import { tokenIdentity, type PerRequest } from './issuer.js';
 import {
   signingKeys as createSigningKeys,
   type SigningKeys,
   type SigningKeysOptions,
 } from './signing-keys.js';
-import { handleTokenRequest, type TokenEndpointConfig } from './token-endpoint.js';
+import { handleTokenRequest, type TokenEndpointConfig, type TokenRequest } from './token-endpoint.js';
 
 /** Options of `tokenRouter`. */
 export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authenticate'> {
   /**
-   * `iss` of issued access tokens; `bearerAuth` must be given the same.
+   * `iss` of issued access tokens, or a function of the request computing it; `bearerAuth` must be
+   * given the same. (`fhirPlatform` uses `baseUrl` or the request's origin, followed by the path the
+   * platform is mounted at.)
    * @default `baseUrl`, or the request's origin
    */
-  issuer?: string;
+  issuer?: PerRequest;
   /**
-   * `aud` of issued access tokens; `bearerAuth` must be given the same.
+   * `aud` of issued access tokens, or a function of the request; `bearerAuth` must be given the same.
    * @default the issuer
    */
-  audience?: string;
+  audience?: PerRequest;
   /**
    * The server signing keys; share one instance with `bearerAuth` and `jwksHandler` when convenient
    * (separate instances over the same storage also agree).
@@ -46,8 +50,16 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
    */
   accessTokenLifetime?: number;
   /**
-   * Upper bound on any access token lifetime, seconds (keep `signingKeyOptions.retention` at least this).
+   * Upper bound, in seconds, on the lifetime of every access token this endpoint issues, whatever
+   * `accessTokenLifetime` or the client's own lifetime says (keep `signingKeyOptions.retention` at
+   * least this). Not to be confused with `projectRouter`'s `maxClientTokenLifetime`, which bounds
+   * what a client may be registered with.
    * @default 7776000 (90 days)
+   */
+  accessTokenLifetimeCap?: number;
+  /**
+   * @deprecated the former name of `accessTokenLifetimeCap`, still accepted.
+   * @default undefined
    */
   maxAccessTokenLifetime?: number;
   /**
@@ -87,9 +99,32 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
 
 const OWNER = 'tokenRouter';
 
+const TOKEN_ROUTER_KEYS: OptionKeys<TokenRouterOptions> = {
+  storage: true,
+  baseUrl: true,
+  onError: true,
+  logger: true,
+  auditTrail: true,
+  issuer: true,
+  audience: true,
+  signingKeys: true,
+  signingKeyOptions: true,
+  accessTokenLifetime: true,
+  accessTokenLifetimeCap: true,
+  maxAccessTokenLifetime: true,
+  authMethods: true,
+  assertionAlgorithms: true,
+  maxAssertionLifetime: true,
+  clockTolerance: true,
+  jwks: true,
+  rateLimit: true,
+  now: true,
+};
+
 /** Resolves and validates `TokenRouterOptions` once. */
 export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEndpointConfig {
   requireStorage(OWNER, options);
+  checkOptionKeys(OWNER, options, TOKEN_ROUTER_KEYS);
   const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
   for (const m of methods) {
     if (!CLIENT_AUTH_METHODS.includes(m))
@@ -105,22 +140,32 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
     'accessTokenLifetime',
     options.accessTokenLifetime ?? 300,
   );
-  const maxAccessTokenLifetime = positiveNumber(
+  if (options.accessTokenLifetimeCap !== undefined && options.maxAccessTokenLifetime !== undefined)
+    optionError(
+      OWNER,
+      'maxAccessTokenLifetime',
+      'give accessTokenLifetimeCap only (maxAccessTokenLifetime is its deprecated name)',
+    );
+  const accessTokenLifetimeCap = positiveNumber(
     OWNER,
-    'maxAccessTokenLifetime',
-    options.maxAccessTokenLifetime ?? 90 * 24 * 3600,
+    options.maxAccessTokenLifetime === undefined ? 'accessTokenLifetimeCap' : 'maxAccessTokenLifetime',
+    options.accessTokenLifetimeCap ?? options.maxAccessTokenLifetime ?? 90 * 24 * 3600,
   );
   return {
     storage: options.storage,
     keys: options.signingKeys ?? createSigningKeys(options.storage, options.signingKeyOptions),
     jwks: clientJwks(options.jwks),
-    limiter: failureLimiter(options.rateLimit, { owner: 'tokenRouter', now: options.now ?? Date.now }),
+    limiter: failureLimiter(options.rateLimit, {
+      owner: 'tokenRouter',
+      now: options.now ?? Date.now,
+      ...(options.storage.failureCounts ? { shared: options.storage.failureCounts } : {}),
+    }),
     methods,
     algorithms,
     maxAssertionLifetime: positiveNumber(OWNER, 'maxAssertionLifetime', options.maxAssertionLifetime ?? 300),
     clockTolerance: options.clockTolerance ?? 5,
     accessTokenLifetime,
-    maxAccessTokenLifetime,
+    accessTokenLifetimeCap,
     now: options.now ?? Date.now,
   };
 }
@@ -146,18 +191,43 @@ export function tokenRouter(options: TokenRouterOptions): Router {
     },
     form,
     asyncHandler(async (req, res) => {
-      const issuer = options.issuer ?? defaultIssuer(req, options.baseUrl);
-      const answer = await handleTokenRequest(
-        {
-          params: (req.body ?? {}) as FormParams,
-          authorization: req.headers.authorization,
-          tokenUrl: absoluteUrl(req, '', options.baseUrl),
-          issuer,
-          audience: options.audience ?? issuer,
-          address: req.ip ?? req.socket.remoteAddress ?? 'unknown',
-        },
-        config,
-      );
+      const { issuer, audience } = tokenIdentity(req, options);
+      const seen: NonNullable<TokenRequest['seen']> = {};
+      const params = (req.body ?? {}) as FormParams;
+      const requested = typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [];
+      const audit = (result: 'granted' | 'refused', scopes: string[], error?: string) => {
+        const client = seen.client;
+        options.auditTrail?.record({
+          kind: 'token',
+          result,
+          scopes,
+          ...(error ? { error } : {}),
+          projectId: client?.projectId ?? null,
+          actor: client
+            ? { kind: client.projectId === null ? 'super-admin' : 'client', id: client.id, name: client.name }
+            : { kind: 'anonymous', ...(seen.claimedClientId ? { id: seen.claimedClientId } : {}) },
+          ...(req.ip ? { address: req.ip } : {}),
+        });
+      };
+      let answer;
+      try {
+        answer = await handleTokenRequest(
+          {
+            params,
+            authorization: req.headers.authorization,
+            tokenUrl: absoluteUrl(req, '', options.baseUrl),
+            issuer,
+            audience,
+            address: req.ip ?? req.socket.remoteAddress ?? 'unknown',
+            seen,
+          },
+          config,
+        );
+      } catch (error) {
+        audit('refused', requested, error instanceof OAuthError ? error.error : 'server_error');
+        throw error;
+      }
+      audit('granted', answer.scope.split(' ').filter(Boolean));
       res.set('Cache-Control', 'no-store').set('Pragma', 'no-cache').json(answer);
     }),
   );
@@ -168,6 +238,6 @@ export function tokenRouter(options: TokenRouterOptions): Router {
       }),
     );
   });
-  router.use(oauthErrorHandler(options.onError));
+  router.use(oauthErrorHandler(errorSink(options)));
   return router;
 }

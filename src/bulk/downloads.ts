@@ -1,12 +1,11 @@
-import { createReadStream } from 'node:fs';
-import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
-import type { NextFunction, Request, Response } from 'express';
+import type { Request, Response } from 'express';
 import type { Principal } from '../auth/principal.js';
 import { requireProjectId } from '../http/authenticate.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
+import type { ExportFileRange, ExportFilesRef } from '../storage/types.js';
 import type { ExportJobManager } from './export-jobs.js';
 import { canExport } from './export-plan.js';
 import { findJobFile } from './manifest.js';
@@ -15,9 +14,8 @@ const FILE_NAME = /^[A-Za-z]+-[0-9]+\.ndjson$/;
 
 /** One file of a completed export that a principal may download. */
 export interface ExportFile {
-  jobId: string;
-  /** The job's directory. */
-  dir: string;
+  /** The job the file belongs to. */
+  ref: ExportFilesRef;
   /** The file name, as listed in the manifest. */
   file: string;
 }
@@ -35,7 +33,7 @@ export async function findExportFile(
   file: string,
 ): Promise<ExportFile> {
   const job = await jobs.visibleJob(requireProjectId(principal), undefined, jobId);
-  // Only a name listed in the job's manifest is ever joined to the job directory.
+  // Only a name listed in the job's manifest is ever looked up in the file store.
   const entry = job.status === 'completed' && FILE_NAME.test(file) ? findJobFile(job, file) : undefined;
   if (!entry) throw new NotFoundError('No such export file');
   const allowed =
@@ -43,44 +41,72 @@ export async function findExportFile(
       ? canExport(principal, entry.type)
       : principal.id === job.ownerId || canExport(principal, entry.type);
   if (!allowed) throw new FhirError(403, 'forbidden', `The access token does not cover ${entry.type}`);
-  return { jobId: job.id, dir: jobs.jobDir(job.id), file };
+  return { ref: { projectId: job.projectId, jobId: job.id }, file };
 }
 
 /**
- * Streams an export file as `application/fhir+ndjson`: gzip-compressed when the client accepts it
- * and asks for the whole file, otherwise as stored, with `Range` support. The download counts as
- * in flight (retention does not remove the job) until the response closes. A file gone meanwhile
- * is a `NotFoundError`, thrown or passed to `next`.
+ * The single byte range a request asks for (RFC 9110 §14): undefined for the whole file (no
+ * `Range`, an `If-Range` (no validator is sent, so none matches), several ranges, or a malformed
+ * header), `'unsatisfiable'` when no range overlaps the file.
+ */
+function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisfiable' | undefined {
+  if (req.headers.range === undefined || req.headers['if-range'] !== undefined) return undefined;
+  const ranges = req.range(size, { combine: true });
+  if (ranges === -1) return 'unsatisfiable';
+  if (ranges === undefined || ranges === -2 || ranges.type !== 'bytes' || ranges.length !== 1)
+    return undefined;
+  const [range] = ranges;
+  return range ? { start: range.start, end: range.end } : undefined;
+}
+
+/**
+ * Streams an export file as `application/fhir+ndjson` from the job manager's file store, with
+ * backpressure (memory holds a chunk or so, whatever the file's size): gzip-compressed when the
+ * client accepts it and asks for the whole file, otherwise as stored, with `Range` support. The
+ * download counts as in flight (retention does not remove the job) until the response closes. A
+ * file gone meanwhile is a `NotFoundError`.
  */
 export async function sendExportFile(
   req: Request,
   res: Response,
-  next: NextFunction,
   jobs: ExportJobManager,
-  { jobId, dir, file }: ExportFile,
+  { ref, file }: ExportFile,
 ): Promise<void> {
-  const end = jobs.beginDownload(jobId);
+  const end = jobs.beginDownload(ref.jobId);
   res.on('close', end);
-  res.type('application/fhir+ndjson').set('Cache-Control', 'private, no-store');
-  // gzip is applied to whole-file downloads only; a Range request is answered uncompressed, so
-  // that byte offsets always refer to the stored file.
-  if (req.headers.range === undefined && req.acceptsEncodings('gzip', 'identity') === 'gzip') {
-    const stream = createReadStream(path.join(dir, file));
-    await new Promise<void>((resolve, reject) => {
-      stream.once('open', () => resolve());
-      stream.once('error', reject);
-    }).catch(() => {
-      end();
-      throw new NotFoundError('No such export file');
-    });
-    res.status(200).set('Content-Encoding', 'gzip').set('Vary', 'Accept-Encoding');
-    await pipeline(stream, createGzip(), res).catch(() => undefined);
+  const size = await jobs.files.size(ref, file).catch(() => undefined);
+  if (size === undefined) {
+    end();
+    throw new NotFoundError('No such export file');
+  }
+  res
+    .type('application/fhir+ndjson')
+    .set('Cache-Control', 'private, no-store')
+    .set('Vary', 'Accept-Encoding')
+    .set('Accept-Ranges', 'bytes');
+  const range = requestedRange(req, size);
+  if (range === 'unsatisfiable') {
+    res.status(416).set('Content-Range', `bytes */${size}`).end();
     return;
   }
-  res.set('Vary', 'Accept-Encoding');
-  res.sendFile(file, { root: dir, dotfiles: 'deny', cacheControl: false }, (error?: Error) => {
-    if (!error || res.headersSent) return;
-    end();
-    next(new NotFoundError('No such export file'));
-  });
+  // gzip is applied to whole-file downloads only; a Range request is answered uncompressed, so
+  // that byte offsets always refer to the stored file.
+  const gzip =
+    range === undefined &&
+    req.headers.range === undefined &&
+    req.acceptsEncodings('gzip', 'identity') === 'gzip';
+  if (gzip) res.status(200).set('Content-Encoding', 'gzip');
+  else if (range) {
+    res
+      .status(206)
+      .set('Content-Range', `bytes ${range.start}-${range.end}/${size}`)
+      .set('Content-Length', String(range.end - range.start + 1));
+  } else res.status(200).set('Content-Length', String(size));
+  if (req.method === 'HEAD' || (range === undefined && size === 0 && !gzip)) {
+    res.end();
+    return;
+  }
+  const body = jobs.files.read(ref, file, range);
+  // A client going away ends the pipeline; nothing more can be answered then.
+  await (gzip ? pipeline(body, createGzip(), res) : pipeline(body, res)).catch(() => undefined);
 }

@@ -1,9 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import { operationOutcome } from '../http/error-rendering.js';
 import { NotFoundError } from '../storage/errors.js';
-import type { ExportJobRecord, Storage } from '../storage/types.js';
+import type {
+  ExportFileStore,
+  ExportFilesRef,
+  ExportJobChanges,
+  ExportJobQueue,
+  ExportJobRecord,
+  Storage,
+} from '../storage/types.js';
+import { DirectoryExportFiles, isJobId } from './directory-export-files.js';
 import type { ExportPool } from './export-pool.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import type { KickoffLimits } from './kickoff-limits.js';
@@ -18,8 +26,8 @@ export interface ExportPlan {
   newPatientIds?: string[];
   issues: KickoffIssue[];
   /**
-   * The export directory of the manager that created the job: a manager resumes and expires only
-   * its own jobs, so that two mounts on one store do not interfere.
+   * The export directory of the manager that created the job: without a shared queue, a manager
+   * resumes and expires only its own jobs, so that two mounts on one store do not interfere.
    */
   exportDir?: string;
 }
@@ -28,8 +36,22 @@ export interface ExportPlan {
 export interface ExportJobManagerOptions {
   storage: Storage;
   pool: ExportPool;
-  /** Root directory of the export files (one sub-directory per job). */
+  /** Root directory of the export files (one sub-directory per job) when `files` is absent. */
   exportDir: string;
+  /** Where the files go. @default a `DirectoryExportFiles` on `exportDir` */
+  files?: ExportFileStore;
+  /**
+   * The job queue shared by every instance on the store: jobs are then claimed with a lease and
+   * run by whichever instance holds it. Absent: this manager runs the jobs of its `exportDir`.
+   */
+  queue?: ExportJobQueue;
+  /** Milliseconds a claimed job's lease lasts without renewal. @default 30000 */
+  leaseDuration?: number;
+  /**
+   * Milliseconds between two lease renewals of a running job, which also look for jobs to take
+   * over (queue only). @default 10000
+   */
+  heartbeatInterval?: number;
   /** Split size of output files in bytes. */
   maxFileSize: number;
   /** A job fails (`too-costly`) before its files would exceed this many bytes. @default Infinity */
@@ -46,12 +68,7 @@ export interface ExportJobManagerOptions {
   onError: (error: unknown) => void;
 }
 
-const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-/** True when `id` has the shape of a job id (guards every path built from it). */
-export function isJobId(id: string): boolean {
-  return JOB_ID.test(id);
-}
+export { isJobId } from './directory-export-files.js';
 
 /** What a project's export jobs hold, for the kick-off limits. */
 export interface ExportUsage {
@@ -68,18 +85,15 @@ export interface ExportUsage {
   createdSince: number[];
 }
 
-const REMOVE = { recursive: true, force: true, maxRetries: 3, retryDelay: 50 } as const;
+function refOf(job: ExportJobRecord, run?: string): ExportFilesRef {
+  return { projectId: job.projectId, jobId: job.id, ...(run !== undefined ? { run } : {}) };
+}
 
-/** Sum of the sizes of the files in `dir` (0 when it does not exist). */
-async function dirBytes(dir: string): Promise<number> {
-  const names = await readdir(dir).catch(() => [] as string[]);
-  let total = 0;
-  for (const name of names)
-    total += await stat(path.join(dir, name)).then(
-      (s) => s.size,
-      () => 0,
-    );
-  return total;
+/** Ends a job run: lease lost, job cancelled elsewhere, or this manager closing. */
+class RunStopped extends PlatformError {
+  constructor(message: string) {
+    super('ERR_EXPORT_STOPPED', message);
+  }
 }
 
 /** What a kick-off asks for. */
@@ -95,30 +109,48 @@ interface RunningJob {
   controller: AbortController;
   done: Promise<void>;
   progress?: ExportProgress;
+  /** The lease token of this run (queue only). */
+  run?: string;
 }
 
 /**
  * Owns the export jobs of one router: kick-off, running them in the pool, progress, cancel,
  * resume after a restart and retention. Framework-free.
+ *
+ * With a shared {@link ExportJobQueue} (the PostgreSQL store), jobs are not tied to the process
+ * that accepted them: each run holds a lease on its job, renewed every `heartbeatInterval`; the
+ * same heartbeat looks for jobs whose lease expired (their instance died) and takes them over, and
+ * a run whose lease cannot be renewed (the job was cancelled through another instance) stops.
  */
 export class ExportJobManager {
   readonly #o: ExportJobManagerOptions;
+  readonly #files: ExportFileStore;
+  readonly #queue: ExportJobQueue | undefined;
+  readonly #lease: number;
+  readonly #heartbeat: number;
+  /** Prefix of this manager's lease tokens (host, process, manager), for people reading the table. */
+  readonly #runPrefix = `${os.hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
   readonly #running = new Map<string, RunningJob>();
   readonly #downloads = new Map<string, number>();
   /** Per project: the kick-off in progress, which the next one waits for. */
   readonly #kickoffs = new Map<string, Promise<unknown>>();
   #timer: NodeJS.Timeout | undefined;
+  #claimTimer: NodeJS.Timeout | undefined;
+  #claiming: Promise<void> | undefined;
   #closing = false;
   #sweeping: Promise<void> | undefined;
 
   constructor(options: ExportJobManagerOptions) {
     this.#o = options;
+    this.#files = options.files ?? new DirectoryExportFiles(options.exportDir);
+    this.#queue = options.queue;
+    this.#lease = options.leaseDuration ?? 30_000;
+    this.#heartbeat = options.heartbeatInterval ?? 10_000;
   }
 
-  /** Directory of one job's files. */
-  jobDir(jobId: string): string {
-    if (!isJobId(jobId)) throw new PlatformError('ERR_EXPORT_JOB_INVALID', 'Invalid job id');
-    return path.join(this.#o.exportDir, jobId);
+  /** Where the export files are. */
+  get files(): ExportFileStore {
+    return this.#files;
   }
 
   /** Starts the retention timer, resumes interrupted jobs and removes leftovers (see `sweep`). */
@@ -127,14 +159,51 @@ export class ExportJobManager {
       void this.sweep();
     }, this.#o.cleanupInterval);
     this.#timer.unref();
-    const interrupted = await this.#o.storage.listExportJobs({ status: ['accepted', 'in-progress'] });
-    for (const job of interrupted) {
-      if (this.#closing) return;
-      if (!this.#owns(job)) continue;
-      if (!this.#running.has(job.id)) this.#launch(job);
+    if (this.#queue) {
+      this.#claimTimer = setInterval(() => {
+        void this.#claimWork();
+      }, this.#heartbeat);
+      this.#claimTimer.unref();
+      await this.#claimWork();
+    } else {
+      const interrupted = await this.#o.storage.listExportJobs({ status: ['accepted', 'in-progress'] });
+      for (const job of interrupted) {
+        if (this.#closing) return;
+        if (!this.#owns(job)) continue;
+        if (!this.#running.has(job.id)) this.#launch(job);
+      }
     }
     // Leftovers of jobs removed while this router was down.
     await this.sweep();
+  }
+
+  /** Claims runnable jobs (new ones, or those of a dead instance) while threads are free. */
+  #claimWork(): Promise<void> {
+    this.#claiming ??= (async () => {
+      const queue = this.#queue;
+      if (!queue) return;
+      try {
+        while (!this.#closing && this.#running.size < this.#o.pool.maxThreads) {
+          const run = this.#newRun();
+          const job = await queue.claim(run, this.#lease);
+          if (!job) break;
+          if (this.#closing || this.#running.has(job.id)) {
+            await queue.release(job.projectId, job.id, run);
+            break;
+          }
+          this.#launch(job, run);
+        }
+      } catch (error) {
+        if (!this.#closing) this.#o.onError(error);
+      }
+    })().finally(() => {
+      this.#claiming = undefined;
+    });
+    return this.#claiming;
+  }
+
+  #newRun(): string {
+    return `${this.#runPrefix}/${randomUUID()}`;
   }
 
   /**
@@ -156,7 +225,7 @@ export class ExportJobManager {
         if (expiry !== undefined && expiry <= now) continue;
         const bytes = (job.result as Partial<ExportTaskResult> | undefined)?.bytes;
         // Jobs completed before sizes were recorded: measure their files.
-        usage.bytes += typeof bytes === 'number' ? bytes : await dirBytes(this.#dirOf(job));
+        usage.bytes += typeof bytes === 'number' ? bytes : await this.#filesOf(job).bytes(refOf(job));
         if (expiry !== undefined && (usage.nextExpiry === undefined || expiry < usage.nextExpiry))
           usage.nextExpiry = expiry;
       }
@@ -168,16 +237,23 @@ export class ExportJobManager {
   /**
    * Creates and starts a job once it passes the limits; `transactionTime` is the snapshot time.
    * Kick-offs of one project are counted and created one at a time, so that concurrent kick-offs
-   * cannot both pass the limits (in this process).
+   * cannot both pass the limits (in this process, and with a shared queue across instances).
    */
   async kickoff(input: KickoffInput): Promise<ExportJobRecord> {
     const { limits } = this.#o;
     await limits?.checkFreeSpace();
-    return this.#serialized(input.projectId, async () => {
-      await limits?.check(input.projectId, (since) => this.usage(input.projectId, since));
-      const created = await this.#create(input);
-      limits?.record(input.projectId);
-      return created;
+    // With a shared queue every kick-off of this manager holds a database connection for the
+    // project lock: one at a time, so that kick-offs can never take the whole connection pool.
+    return this.#serialized(this.#queue ? '' : input.projectId, async () => {
+      const create = async (): Promise<ExportJobRecord> => {
+        await limits?.check(input.projectId, (since) => this.usage(input.projectId, since));
+        const created = await this.#create(input);
+        limits?.record(input.projectId);
+        return created;
+      };
+      const job = this.#queue ? await this.#queue.withProjectLock(input.projectId, create) : await create();
+      await this.#start(job);
+      return job;
     });
   }
 
@@ -198,9 +274,8 @@ export class ExportJobManager {
       input.projectId,
       input.plan.patientIds ? { patientIds: input.plan.patientIds } : undefined,
     );
-    let job: ExportJobRecord;
     try {
-      job = await storage.createExportJob({
+      return await storage.createExportJob({
         id: randomUUID(),
         projectId: input.projectId,
         ownerId: input.ownerId,
@@ -214,8 +289,24 @@ export class ExportJobManager {
       await storage.releaseSnapshot(snapshot).catch(this.#o.onError);
       throw error;
     }
-    this.#launch(job);
-    return job;
+  }
+
+  /** Runs a new job here: at once without a queue; with one, once this instance has claimed it. */
+  async #start(job: ExportJobRecord): Promise<void> {
+    if (!this.#queue) {
+      this.#launch(job);
+      return;
+    }
+    // A job this instance accepted waits in its own pool rather than for the next heartbeat.
+    try {
+      const run = this.#newRun();
+      const claimed = await this.#queue.claim(run, this.#lease, { projectId: job.projectId, id: job.id });
+      if (claimed && !this.#closing) this.#launch(claimed, run);
+      else if (claimed) await this.#queue.release(job.projectId, job.id, run);
+    } catch (error) {
+      // Accepted all the same: any instance's heartbeat claims it.
+      this.#o.onError(error);
+    }
   }
 
   /** In-memory progress of a job running here, else the persisted one. */
@@ -240,7 +331,8 @@ export class ExportJobManager {
 
   /**
    * Cancels (or deletes, once complete) a job: stops it, removes its files (from the directory of
-   * the router that created it) and its record.
+   * the router that created it) and its record. A job running on another instance stops at its
+   * next heartbeat, when it finds its record gone.
    */
   async cancel(job: ExportJobRecord): Promise<void> {
     const running = this.#running.get(job.id);
@@ -248,13 +340,12 @@ export class ExportJobManager {
       running.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export cancelled'));
       await running.done;
     }
-    // Retries: a terminated worker thread may still be closing a file in the directory.
-    await rm(this.#dirOf(job), REMOVE);
+    await this.#filesOf(job).remove(refOf(job));
     await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
       if (!(error instanceof NotFoundError)) throw error;
     });
     // A job running here released its snapshot when it stopped; one that was not running here
-    // (interrupted, not resumed yet) still holds it.
+    // (interrupted, not resumed yet, or running elsewhere) still holds it.
     if (!running && job.snapshot && (job.status === 'accepted' || job.status === 'in-progress')) {
       await this.#o.storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
     }
@@ -289,7 +380,7 @@ export class ExportJobManager {
     try {
       // Directories first: a job's record exists before its directory, so a directory listed here
       // without a record in the list below belongs to no job.
-      const dirs = (await readdir(this.#o.exportDir).catch(() => [] as string[])).filter(isJobId);
+      const leftovers = (await this.#files.jobIds?.()) ?? [];
       const now = Date.now();
       const jobs = await this.#o.storage.listExportJobs();
       for (const job of jobs) {
@@ -297,56 +388,105 @@ export class ExportJobManager {
         if (job.status === 'accepted' || job.status === 'in-progress') continue;
         if (!this.#owns(job) || job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
         if (this.#downloads.has(job.id) || this.#running.has(job.id)) continue;
-        await rm(this.jobDir(job.id), REMOVE);
+        await this.#files.remove(refOf(job));
         await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
           if (!(error instanceof NotFoundError)) throw error;
         });
       }
       const known = new Set(jobs.map((job) => job.id));
-      for (const id of dirs) {
+      for (const id of leftovers) {
         if (this.#closing) return;
         if (known.has(id) || this.#running.has(id) || this.#downloads.has(id)) continue;
-        await rm(this.jobDir(id), REMOVE);
+        await this.#files.remove({ projectId: '', jobId: id });
       }
     } catch (error) {
       if (!this.#closing) this.#o.onError(error);
     }
   }
 
+  /** Whether this manager resumes and expires the job (any job with a shared queue). */
   #owns(job: ExportJobRecord): boolean {
-    return (job.params as Partial<ExportPlan>).exportDir === this.#o.exportDir;
+    return this.#queue !== undefined || (job.params as Partial<ExportPlan>).exportDir === this.#o.exportDir;
   }
 
-  /** The job's directory under the export directory of the router that created it. */
-  #dirOf(job: ExportJobRecord): string {
-    const dir = this.jobDir(job.id);
+  /** The file store of the job: with directories, that of the router that created it. */
+  #filesOf(job: ExportJobRecord): ExportFileStore {
     const own = (job.params as Partial<ExportPlan>).exportDir;
-    return typeof own === 'string' && path.isAbsolute(own) ? path.join(own, job.id) : dir;
+    if (!(this.#files instanceof DirectoryExportFiles) || typeof own !== 'string' || !path.isAbsolute(own))
+      return this.#files;
+    return own === this.#files.directory ? this.#files : new DirectoryExportFiles(own);
   }
 
-  #launch(job: ExportJobRecord): void {
+  #launch(job: ExportJobRecord, run?: string): void {
     const controller = new AbortController();
-    const entry: RunningJob = { controller, done: Promise.resolve() };
+    const entry: RunningJob = { controller, done: Promise.resolve(), ...(run ? { run } : {}) };
     this.#running.set(job.id, entry);
     entry.done = this.#run(job, entry)
       .catch(this.#o.onError)
       .finally(() => {
         this.#running.delete(job.id);
+        // A thread is free: take the next waiting job, if any.
+        if (this.#queue && !this.#closing) void this.#claimWork();
       });
+  }
+
+  /**
+   * Renews the lease of a run every `heartbeatInterval`; aborts the run when the lease is lost
+   * (the job was cancelled or taken over) or could not be renewed for nearly a lease duration.
+   */
+  #keepLease(job: ExportJobRecord, entry: RunningJob): () => void {
+    const queue = this.#queue;
+    const run = entry.run;
+    if (!queue || run === undefined) return () => undefined;
+    let renewedAt = Date.now();
+    let renewing = false;
+    const timer = setInterval(() => {
+      if (renewing) return;
+      renewing = true;
+      queue
+        .renew(job.projectId, job.id, run, this.#lease)
+        .then(
+          (held) => {
+            if (held) renewedAt = Date.now();
+            else entry.controller.abort(new RunStopped('The export job was cancelled or taken over'));
+          },
+          (error: unknown) => {
+            // Stop before the lease can expire: another instance may claim the job from then on.
+            if (Date.now() - renewedAt >= this.#lease - this.#heartbeat) {
+              entry.controller.abort(new RunStopped('The export job lease could not be renewed'));
+            }
+            this.#o.onError(error);
+          },
+        )
+        .finally(() => {
+          renewing = false;
+        });
+    }, this.#heartbeat);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  /** Writes the end of a run: with a queue, only while this run holds the lease. */
+  async #finish(job: ExportJobRecord, run: string | undefined, changes: ExportJobChanges): Promise<boolean> {
+    if (this.#queue && run !== undefined) return this.#queue.finish(job.projectId, job.id, run, changes);
+    await this.#o.storage.updateExportJob(job.projectId, job.id, changes);
+    return true;
   }
 
   async #run(job: ExportJobRecord, entry: RunningJob): Promise<void> {
     const { storage } = this.#o;
     const plan = job.params as unknown as ExportPlan;
-    const dir = this.jobDir(job.id);
+    const files = this.#files;
+    const ref = refOf(job, entry.run);
     const signal = entry.controller.signal;
+    const stopHeartbeat = this.#keepLease(job, entry);
     // Progress is persisted at most once a second, one write at a time.
     let persisting: Promise<unknown> = Promise.resolve();
     let lastPersist = 0;
     try {
       if (!job.snapshot) throw new PlatformError('ERR_EXPORT_JOB_INVALID', 'The job has no snapshot');
-      await rm(dir, { recursive: true, force: true });
-      await mkdir(dir, { recursive: true });
+      // Files of an interrupted run (this process's, or a dead instance's) go first.
+      await files.remove(ref);
       if (job.status !== 'in-progress')
         await storage.updateExportJob(job.projectId, job.id, { status: 'in-progress' });
       let task: ExportTask = {
@@ -355,19 +495,23 @@ export class ExportJobManager {
         params: plan.params,
         types: plan.types,
         snapshot: job.snapshot,
-        outputDir: dir,
         maxFileSize: this.#o.maxFileSize,
         issues: plan.issues,
       };
+      if (entry.run !== undefined) task.run = entry.run;
+      if (files.descriptor) task.files = files.descriptor;
+      else if (files instanceof DirectoryExportFiles) task.outputDir = files.jobDir(job.id);
       const { maxExportSize } = this.#o;
       if (maxExportSize !== undefined && Number.isFinite(maxExportSize)) task.maxExportSize = maxExportSize;
       if (plan.patientIds) task.patientIds = plan.patientIds;
       if (plan.newPatientIds) task.newPatientIds = plan.newPatientIds;
-      if (storage.descriptor) task.descriptor = storage.descriptor;
+      // A worker needs to reopen both the store and the files; otherwise the run stays here.
+      if (storage.descriptor && (task.files || task.outputDir)) task.descriptor = storage.descriptor;
       if (this.#o.taskHook) task = this.#o.taskHook(task);
       const result: ExportTaskResult = await this.#o.pool.run(task, {
         signal,
         reader: storage.exportReader,
+        sink: files.sink(ref),
         onProgress: (progress) => {
           entry.progress = progress;
           const now = Date.now();
@@ -383,7 +527,7 @@ export class ExportJobManager {
       if (result.tooLarge) {
         await this.#fail(
           job,
-          dir,
+          entry.run,
           operationOutcome(
             'fatal',
             'too-costly',
@@ -392,49 +536,70 @@ export class ExportJobManager {
         );
         return;
       }
-      await storage.updateExportJob(job.projectId, job.id, {
+      const finished = await this.#finish(job, entry.run, {
         status: 'completed',
         result: result as unknown as Record<string, unknown>,
         progress: entry.progress ? { ...entry.progress } : undefined,
         expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
       });
-      await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+      if (finished) await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
     } catch (error) {
       await persisting;
-      // Stopping: the job stays in progress and resumes at next start.
-      if (this.#closing) return;
-      if (signal.aborted) {
-        // Cancelled: the canceller removes the files and the record.
-        if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+      // Stopping: the job stays in progress and resumes at next start (or on another instance).
+      if (this.#closing) {
+        if (this.#queue && entry.run !== undefined)
+          await this.#queue.release(job.projectId, job.id, entry.run).catch(() => undefined);
         return;
+      }
+      if (signal.aborted) {
+        // Cancelled here: the canceller removes the files and the record. Lease lost: the job is
+        // gone, or another instance runs it now.
+        if (job.snapshot && !(signal.reason instanceof RunStopped))
+          await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+        return;
+      }
+      // A run whose job was cancelled through another instance fails on its next write: not a failure.
+      if (this.#queue && entry.run !== undefined) {
+        const held = await this.#queue.renew(job.projectId, job.id, entry.run, this.#lease).catch(() => true);
+        if (!held) return;
       }
       await this.#fail(
         job,
-        dir,
+        entry.run,
         operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export'),
       );
       this.#o.onError(error);
+    } finally {
+      stopHeartbeat();
     }
   }
 
   /** Ends a job as failed: no file is left behind; the record keeps the outcome until expiry. */
-  async #fail(job: ExportJobRecord, dir: string, outcome: Record<string, unknown>): Promise<void> {
+  async #fail(
+    job: ExportJobRecord,
+    run: string | undefined,
+    outcome: Record<string, unknown>,
+  ): Promise<void> {
     const { storage } = this.#o;
-    await rm(dir, REMOVE).catch(() => undefined);
-    await storage
-      .updateExportJob(job.projectId, job.id, {
-        status: 'failed',
-        failure: outcome,
-        expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
-      })
-      .catch(() => undefined);
+    const finished = await this.#finish(job, run, {
+      status: 'failed',
+      failure: outcome,
+      expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
+    }).catch(() => !this.#queue);
+    if (!finished) return;
+    await this.#files.remove(refOf(job)).catch(() => undefined);
     if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
   }
 
-  /** Stops the timer and every running job (which stays `in-progress` and resumes at next start). */
+  /**
+   * Stops the timers and every running job (which stays `in-progress` and resumes at next start,
+   * or, with a shared queue, is released for another instance to take over at once).
+   */
   async close(): Promise<void> {
     this.#closing = true;
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#claimTimer) clearInterval(this.#claimTimer);
+    await this.#claiming;
     const running = [...this.#running.values()];
     for (const job of running)
       job.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export service closing'));

@@ -1,7 +1,8 @@
+import { existsSync } from 'node:fs';
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { optionError } from '../http/options.js';
-import type { ExportReader } from '../storage/types.js';
+import type { ExportFileSink, ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { defaultWorkerFilename } from './worker-location.js';
@@ -34,6 +35,8 @@ export interface ExportRunOptions {
   onProgress?: (progress: ExportProgress) => void;
   /** Used when the task has no descriptor: the export then runs in this thread. */
   reader?: ExportReader;
+  /** Where a run in this thread writes (default: the directory `task.outputDir`). */
+  sink?: ExportFileSink;
 }
 
 /**
@@ -57,12 +60,17 @@ export class ExportPool {
     this.#options = options;
   }
 
+  /** Worker threads at most (exports beyond it wait). */
+  get maxThreads(): number {
+    return this.#options.maxThreads ?? 2;
+  }
+
   #pool(): Piscina<ExportTask, ExportTaskResult> {
     if (this.#closed) throw new PlatformError('ERR_EXPORT_POOL_CLOSED', 'ExportPool is closed');
     this.#piscina ??= new Piscina<ExportTask, ExportTaskResult>({
       filename: this.#options.workerFilename ?? defaultWorkerFilename(),
       minThreads: 0,
-      maxThreads: this.#options.maxThreads ?? 2,
+      maxThreads: this.maxThreads,
       idleTimeout: this.#options.idleTimeout ?? 30_000,
     });
     return this.#piscina;
@@ -74,7 +82,11 @@ export class ExportPool {
       if (!options.reader)
         throw new PlatformError('ERR_EXPORT_TASK_INVALID', 'A task without descriptor needs a reader');
       if (task.crash) throw new PlatformError('ERR_INTERNAL', 'Export crash (test hook)');
-      return runExport(options.reader, task, { signal: options.signal, onProgress: options.onProgress });
+      return runExport(options.reader, task, {
+        signal: options.signal,
+        onProgress: options.onProgress,
+        ...(options.sink ? { sink: options.sink } : {}),
+      });
     }
     const pool = this.#pool();
     const channel = new MessageChannel();
@@ -90,6 +102,23 @@ export class ExportPool {
       );
     } finally {
       channel.port1.close();
+    }
+  }
+
+  /**
+   * Whether the pool can run exports now, for readiness probes: `'closed'` after `close()`,
+   * `'worker-missing'` when the worker entry cannot be found, else `'ok'` (threads start on demand).
+   */
+  status(): 'ok' | 'closed' | 'worker-missing' {
+    if (this.#closed) return 'closed';
+    if (this.#piscina) return 'ok';
+    const configured = this.#options.workerFilename;
+    if (configured !== undefined) return existsSync(configured) ? 'ok' : 'worker-missing';
+    try {
+      defaultWorkerFilename();
+      return 'ok';
+    } catch {
+      return 'worker-missing';
     }
   }
 

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { PlatformError } from '../errors.js';
-import type { ExportReadOptions, ExportReader, FhirResource, StoredResource } from '../storage/types.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type {
+  ExportFileSink,
+  ExportReadOptions,
+  ExportReader,
+  FhirResource,
+  StoredResource,
+} from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
 import { elementsFor, projectElements, type ElementSelection } from './elements.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
@@ -18,6 +25,8 @@ export interface RunExportOptions {
   signal?: AbortSignal;
   /** @default 250 */
   progressInterval?: number;
+  /** Where the files go. @default the directory `task.outputDir` */
+  sink?: ExportFileSink;
 }
 
 /** Transformed lines are written in batches of about this many characters. */
@@ -48,7 +57,7 @@ function issueOutcome(issue: ExportTask['issues'][number]): string {
 }
 
 /**
- * Runs one export with `reader`, writing NDJSON files into `task.outputDir`. The same code runs in
+ * Runs one export with `reader`, writing NDJSON files to `options.sink` (or `task.outputDir`). The same code runs in
  * a worker thread (`export-worker.ts`) and, for stores without a descriptor, in the main thread.
  *
  * Lines are copied as read unless `_elements` or `_typeFilter` apply to the type, in which case each
@@ -88,6 +97,12 @@ export async function runExport(
     params.elements ? elementsFor(resourceType, params.elements, mandatory?.get(resourceType)) : undefined;
   const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
   const writers: NdjsonFileWriter[] = [];
+  const sink = options.sink ?? task.outputDir;
+  if (sink === undefined)
+    throw new PlatformError(
+      'ERR_EXPORT_TASK_INVALID',
+      'The export task has neither outputDir nor a file sink',
+    );
   /** Collects NDJSON lines for `writer` and writes them in batches of about `BATCH_CHARS`. */
   const lineBatch = (writer: NdjsonFileWriter) => {
     let batch = '';
@@ -112,7 +127,7 @@ export async function runExport(
     };
   };
   const newWriter = (prefix: string): NdjsonFileWriter => {
-    const writer = new NdjsonFileWriter(task.outputDir, prefix, task.maxFileSize, budget);
+    const writer = new NdjsonFileWriter(sink, prefix, task.maxFileSize, budget);
     writers.push(writer);
     return writer;
   };
@@ -220,6 +235,7 @@ export async function runExport(
             associated?.noteChunk(resourceType, chunk.data);
             await writer.write(chunk.data, chunk.count);
             progress.resources += chunk.count;
+            if (task.delayPerChunk) await sleep(task.delayPerChunk);
           } else {
             const lines = lineBatch(writer);
             for (const line of ndjsonLines(chunkText(chunk.data))) {

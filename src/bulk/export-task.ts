@@ -25,8 +25,15 @@ export interface ExportTask {
   snapshot: ExportSnapshot;
   /** How the worker reopens the store. */
   descriptor?: StorageDescriptor;
-  /** The job's own directory; created by the caller. */
-  outputDir: string;
+  /** The job's own directory, when the files are plain files (and `files` is absent). */
+  outputDir?: string;
+  /**
+   * How the worker reopens the export file store (an `ExportFileStore`'s `descriptor`); the
+   * files then go there rather than to `outputDir`.
+   */
+  files?: StorageDescriptor;
+  /** The lease token of this run of the job (the file store refuses files of a superseded run). */
+  run?: string;
   /** Files are split before they would exceed this many bytes. */
   maxFileSize: number;
   /**
@@ -38,6 +45,8 @@ export interface ExportTask {
   issues: KickoffIssue[];
   /** Receives {@link ExportProgress} messages. */
   progressPort?: MessagePort;
+  /** Test hook: milliseconds to wait after each chunk copied (a slow export). */
+  delayPerChunk?: number;
   /** Test hook: make the worker throw or exit the thread. */
   crash?: 'throw' | 'exit';
 }

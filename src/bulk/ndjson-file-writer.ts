@@ -1,6 +1,6 @@
-import { open, rename, rm, type FileHandle } from 'node:fs/promises';
-import path from 'node:path';
+import type { ExportFileHandle, ExportFileSink } from '../storage/types.js';
 import type { ByteBudget } from './byte-budget.js';
+import { directorySink } from './directory-export-files.js';
 
 /** One finished output file. */
 export interface WrittenFile {
@@ -27,24 +27,24 @@ function countNewlines(buffer: Buffer): number {
 /**
  * Writes NDJSON lines of one kind (`Observation`, deleted `Bundle`s, …) into files named
  * `{prefix}-{n}.ndjson`, starting a new file before one would exceed `maxFileSize` bytes (a single
- * line larger than that gets a file of its own). Each file is written under a hidden temporary name
- * (`.{name}.part`) and renamed when complete, so a finished name never shows a partial file.
- * Every write is awaited: memory holds at most one chunk.
+ * line larger than that gets a file of its own). Files go to an {@link ExportFileSink} (a directory
+ * when given a path), which shows a file under its name only once it is complete. Every write is
+ * awaited: memory holds at most one chunk.
  */
 export class NdjsonFileWriter {
-  readonly #dir: string;
+  readonly #sink: ExportFileSink;
   readonly #prefix: string;
   readonly #maxFileSize: number;
   readonly #budget: ByteBudget | undefined;
-  #handle: FileHandle | undefined;
+  #handle: ExportFileHandle | undefined;
   #name = '';
   #size = 0;
   #count = 0;
   readonly #files: WrittenFile[] = [];
 
   /** `budget`, when given, counts every byte written and stops the export at its limit. */
-  constructor(dir: string, prefix: string, maxFileSize: number, budget?: ByteBudget) {
-    this.#dir = dir;
+  constructor(target: string | ExportFileSink, prefix: string, maxFileSize: number, budget?: ByteBudget) {
+    this.#sink = typeof target === 'string' ? directorySink(target) : target;
     this.#prefix = prefix;
     this.#maxFileSize = Math.max(1, maxFileSize);
     this.#budget = budget;
@@ -97,10 +97,9 @@ export class NdjsonFileWriter {
   async #append(data: string | Uint8Array, count: number, length: number): Promise<void> {
     if (!this.#handle) {
       this.#name = `${this.#prefix}-${this.#files.length + 1}.ndjson`;
-      this.#handle = await open(path.join(this.#dir, `.${this.#name}.part`), 'w');
+      this.#handle = await this.#sink.create(this.#name);
     }
-    if (typeof data === 'string') await this.#handle.write(data);
-    else await this.#handle.write(data);
+    await this.#handle.write(data);
     this.#size += length;
     this.#count += count;
   }
@@ -109,8 +108,7 @@ export class NdjsonFileWriter {
     const handle = this.#handle;
     if (!handle) return;
     this.#handle = undefined;
-    await handle.close();
-    await rename(path.join(this.#dir, `.${this.#name}.part`), path.join(this.#dir, this.#name));
+    await handle.commit();
     this.#files.push({ file: this.#name, count: this.#count, size: this.#size });
     this.#size = 0;
     this.#count = 0;
@@ -127,7 +125,6 @@ export class NdjsonFileWriter {
     const handle = this.#handle;
     if (!handle) return;
     this.#handle = undefined;
-    await handle.close().catch(() => undefined);
-    await rm(path.join(this.#dir, `.${this.#name}.part`), { force: true });
+    await handle.abort();
   }
 }

@@ -1,16 +1,19 @@
+import { errorSink } from '../http/logger.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Router, type NextFunction, type Request, type RequestHandler } from 'express';
+import { Router, type Request, type RequestHandler } from 'express';
 import { isValidId } from '../fhir/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
-import { defaultErrorLogger, fhirErrorHandler, operationOutcome } from '../http/error-rendering.js';
+import { fhirErrorHandler, operationOutcome } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import {
   booleanOption,
+  optionError,
   nonNegativeNumber,
   optionalFunction,
   positiveLimit,
@@ -19,6 +22,8 @@ import {
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { NotFoundError } from '../storage/errors.js';
+import type { ExportFileStore } from '../storage/types.js';
+import { DirectoryExportFiles } from './directory-export-files.js';
 import { findExportFile, sendExportFile } from './downloads.js';
 import { ExportJobManager } from './export-jobs.js';
 import { planExport } from './export-plan.js';
@@ -36,6 +41,27 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    * @default `<os.tmpdir()>/fhir-platform-kit-exports`
    */
   exportDir?: string;
+  /**
+   * Where export files are kept: a store every instance reaches, or the directory `exportDir`.
+   * Pass `new DirectoryExportFiles(dir)` to keep files on local disk with a PostgreSQL store (then
+   * only with a single instance, or a directory every instance shares).
+   * @default `storage.exportFiles` (PostgreSQL: in the database), else `exportDir`
+   */
+  exportFiles?: ExportFileStore;
+  /**
+   * Milliseconds a running export's lease lasts without renewal, with a store that shares its
+   * export queue between instances (PostgreSQL): an instance that dies stops renewing, and
+   * another takes the job over once the lease has expired. Ignored by the other stores.
+   * @default 30000
+   */
+  leaseDuration?: number;
+  /**
+   * Milliseconds between two lease renewals of a running export (shared queue only); each
+   * heartbeat also looks for jobs to take over and learns of a cancellation through another
+   * instance. Must be below `leaseDuration` (a third of it leaves room for two missed beats).
+   * @default 10000
+   */
+  heartbeatInterval?: number;
   /**
    * Output files are split before they would exceed this many bytes.
    * @default 67108864 (64 MiB)
@@ -120,6 +146,11 @@ export type BulkExportRouter = Router & {
   readonly ready: Promise<void>;
   /** Stops the retention timer, the running jobs (they resume at next start) and an owned pool. */
   close(): Promise<void>;
+  /**
+   * For readiness probes: `'ok'` once interrupted jobs have restarted and while the worker pool
+   * can run exports; otherwise what is not ready (`'starting'`, `'closed'`, `'worker-missing'`).
+   */
+  status(): 'ok' | 'starting' | 'closed' | 'worker-missing';
 };
 
 const EXPORT = '(?:\\$|%24)export';
@@ -148,16 +179,59 @@ const HOUR = 60 * 60 * 1000;
 const GIB = 1024 * 1024 * 1024;
 const OWNER = 'bulkExportRouter';
 
+const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
+  storage: true,
+  authenticate: true,
+  baseUrl: true,
+  onError: true,
+  logger: true,
+  auditTrail: true,
+  exportDir: true,
+  maxFileSize: true,
+  maxExportSize: true,
+  maxProjectExportSize: true,
+  maxKickoffsPerHour: true,
+  minFreeSpace: true,
+  freeSpaceProbe: true,
+  maxRunningExports: true,
+  retention: true,
+  cleanupInterval: true,
+  retryAfter: true,
+  pool: true,
+  requireAsyncHeaders: true,
+  taskHook: true,
+  exportFiles: true,
+  leaseDuration: true,
+  heartbeatInterval: true,
+};
+
 /** Options with every default filled in. */
 export interface ResolvedBulkExportRouterOptions
   extends
-    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook'>>,
-    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook'> {}
+    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'>>,
+    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'> {}
+
+/** An `exportFiles` option: an object with the store's methods. */
+function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportFileStore): ExportFileStore {
+  if (value === undefined) return fallback;
+  const store: unknown = value;
+  const methods = ['sink', 'size', 'read', 'bytes', 'remove', 'close'];
+  const has = (m: string): boolean => typeof (store as Record<string, unknown>)[m] === 'function';
+  if (typeof store !== 'object' || store === null || !methods.every(has)) {
+    optionError(
+      OWNER,
+      'exportFiles',
+      'exportFiles must be an ExportFileStore (e.g. new DirectoryExportFiles(dir))',
+    );
+  }
+  return value;
+}
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveBulkExportRouterOptions(
   options: BulkExportRouterOptions,
 ): ResolvedBulkExportRouterOptions {
+  checkOptionKeys(OWNER, options, BULK_ROUTER_KEYS);
   const retryAfter = positiveNumber(OWNER, 'retryAfter', options.retryAfter, 1);
   const maxRunningExports = positiveNumber(OWNER, 'maxRunningExports', options.maxRunningExports, 2);
   const maxProjectExportSize = positiveLimit(
@@ -174,6 +248,15 @@ export function resolveBulkExportRouterOptions(
   const cleanupInterval = positiveNumber(OWNER, 'cleanupInterval', options.cleanupInterval, 60_000);
   const maxFileSize = positiveNumber(OWNER, 'maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
   const maxExportSize = positiveLimit(OWNER, 'maxExportSize', options.maxExportSize, 4 * GIB);
+  const exportFiles = exportFilesOption(
+    options.exportFiles,
+    options.storage?.exportFiles ?? new DirectoryExportFiles(exportDir),
+  );
+  const leaseDuration = positiveNumber(OWNER, 'leaseDuration', options.leaseDuration, 30_000);
+  const heartbeatInterval = positiveNumber(OWNER, 'heartbeatInterval', options.heartbeatInterval, 10_000);
+  if (heartbeatInterval >= leaseDuration) {
+    optionError(OWNER, 'heartbeatInterval', 'heartbeatInterval must be less than leaseDuration');
+  }
   const requireAsyncHeaders = booleanOption(
     OWNER,
     'requireAsyncHeaders',
@@ -182,7 +265,7 @@ export function resolveBulkExportRouterOptions(
   );
   return {
     ...options,
-    onError: options.onError ?? defaultErrorLogger,
+    onError: errorSink(options),
     retryAfter,
     maxRunningExports,
     maxProjectExportSize,
@@ -190,6 +273,9 @@ export function resolveBulkExportRouterOptions(
     minFreeSpace,
     freeSpaceProbe,
     exportDir,
+    exportFiles,
+    leaseDuration,
+    heartbeatInterval,
     retention,
     cleanupInterval,
     maxFileSize,
@@ -240,16 +326,21 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     storage,
     pool,
     exportDir,
+    files: config.exportFiles,
+    ...(storage.exportQueue ? { queue: storage.exportQueue } : {}),
+    leaseDuration: config.leaseDuration,
+    heartbeatInterval: config.heartbeatInterval,
     maxFileSize: config.maxFileSize,
     maxExportSize: config.maxExportSize,
     retention: config.retention,
     cleanupInterval: config.cleanupInterval,
     limits: new KickoffLimits({
-      exportDir,
+      exportDir: config.exportFiles.directory ?? exportDir,
       maxRunning: config.maxRunningExports,
       maxKickoffs: config.maxKickoffsPerHour,
       maxProjectBytes: config.maxProjectExportSize,
-      minFreeSpace: config.minFreeSpace,
+      // Free space is that of `exportDir`: files kept elsewhere do not use it.
+      minFreeSpace: config.exportFiles.directory === undefined ? 0 : config.minFreeSpace,
       freeSpaceProbe: config.freeSpaceProbe,
       retention: config.retention,
       cleanupInterval: config.cleanupInterval,
@@ -259,7 +350,12 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     taskHook: config.taskHook,
     onError,
   });
-  const ready = jobs.start().catch(onError);
+  let started = false;
+  let closed = false;
+  const ready = jobs
+    .start()
+    .catch(onError)
+    .finally(() => (started = true));
 
   const router = Router();
   const auth = requirePrincipal(authenticate, storage);
@@ -356,17 +452,23 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   route(
     'get',
     ROUTES.file,
-    asyncHandler(async (req, res, next: NextFunction) => {
+    asyncHandler(async (req, res) => {
       const principal = getPrincipal(res);
       const file = segment(req, 3) ?? '';
       const found = await findExportFile(jobs, principal, jobParam(req), file);
-      await sendExportFile(req, res, next, jobs, found);
+      await sendExportFile(req, res, jobs, found);
     }),
   );
 
   return Object.assign(router, {
     ready,
+    status() {
+      if (closed) return 'closed';
+      if (!started) return 'starting';
+      return pool.status();
+    },
     async close(): Promise<void> {
+      closed = true;
       await ready;
       await jobs.close();
       if (ownsPool) await pool.close();

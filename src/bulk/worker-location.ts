@@ -11,15 +11,17 @@ function thisFile(): string {
 
 /**
  * Finds the export worker entry for piscina:
- * 1. `export-worker.js` next to the running module (the built package: `dist/index.js` and
- *    `dist/index.cjs` both use the ESM worker, which can import ESM and CJS store modules);
+ * 1. the built worker next to the running module, in the running module's format: `dist/index.js`
+ *    uses `export-worker.js`, `dist/index.cjs` uses `export-worker.cjs` (both import the store
+ *    module named by a task's descriptor, ESM or CommonJS, with a dynamic `import()`);
  * 2. `export-worker-tsx.mjs` next to the TypeScript source (tests and `tsx`), a shim that registers
  *    tsx in the worker thread and imports `export-worker.ts`.
  * Throws when neither exists; pass `workerFilename` to the pool to override.
  */
 export function defaultWorkerFilename(): string {
-  const dir = path.dirname(thisFile());
-  const built = path.join(dir, 'export-worker.js');
+  const file = thisFile();
+  const dir = path.dirname(file);
+  const built = path.join(dir, file.endsWith('.cjs') ? 'export-worker.cjs' : 'export-worker.js');
   if (existsSync(built)) return built;
   const shim = path.join(dir, 'export-worker-tsx.mjs');
   if (existsSync(shim) && existsSync(path.join(dir, 'export-worker.ts'))) return shim;

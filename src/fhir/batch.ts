@@ -9,6 +9,7 @@ import type {
   Storage,
   StorageOperations,
   StoredResource,
+  WriteResult,
 } from '../storage/types.js';
 import {
   authorize,
@@ -233,6 +234,59 @@ function responseOf(
   };
 }
 
+/** Marks a response entry whose `resource` is the stored JSON text held under this key. */
+const STORED_TEXT = Symbol('storedText');
+
+type ResponseEntry = Record<string, unknown> & { [STORED_TEXT]?: string };
+
+/**
+ * The response entry of a write. When the store answered the stored text, the entry's `resource`
+ * is parsed from it only if someone reads it, and {@link bundleText} splices the text in as is.
+ */
+function writeResponseOf(status: string, result: WriteResult, options: BundleProcessingOptions): ResponseEntry {
+  const { stored } = result;
+  if (!stored) return responseOf(status, result.resource, options);
+  const { resourceType, id, versionId } = stored;
+  const entry: ResponseEntry = { fullUrl: `${options.baseUrl}/${resourceType}/${id}` };
+  if (!options.returnMinimal) {
+    Object.defineProperty(entry, 'resource', {
+      enumerable: true,
+      configurable: true,
+      get: () => result.resource,
+    });
+    Object.defineProperty(entry, STORED_TEXT, { value: stored.json });
+  }
+  entry.response = {
+    status,
+    location: `${resourceType}/${id}/_history/${versionId}`,
+    etag: etagOf(versionId),
+    lastModified: stored.lastUpdated,
+  };
+  return entry;
+}
+
+/**
+ * The response Bundle as JSON text: entries written from stored text get that text spliced in
+ * (`"resource":<stored JSON>`) instead of a parse and a `JSON.stringify` of the resource.
+ */
+export function bundleText(bundle: BundleJson): string {
+  const { entry, ...head } = bundle;
+  const parts: string[] = [];
+  for (const e of entry ?? []) {
+    const text = (e as ResponseEntry)[STORED_TEXT];
+    if (text === undefined) {
+      parts.push(JSON.stringify(e));
+      continue;
+    }
+    const { fullUrl, response } = e as { fullUrl: string; response: unknown };
+    parts.push(
+      `{"fullUrl":${JSON.stringify(fullUrl)},"resource":${text},"response":${JSON.stringify(response)}}`,
+    );
+  }
+  const headText = JSON.stringify(head);
+  return `${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[${parts.join(',')}]}`;
+}
+
 async function runGet(
   ctx: FhirContext,
   entry: Entry,
@@ -390,7 +444,7 @@ async function processTransaction(
       if (result.op === 'delete') responses[entry.index] = { response: { status: '204 No Content' } };
       else {
         const status = result.op === 'create' || result.created ? '201 Created' : '200 OK';
-        responses[entry.index] = responseOf(status, result.resource, options);
+        responses[entry.index] = writeResponseOf(status, result, options);
       }
     });
     for (const entry of entries) {
@@ -486,5 +540,5 @@ async function runBatchEntry(
   const [result] = await ctx.storage.writeResources(ctx.projectId, [write]);
   if (!result || result.op === 'delete') return { response: { status: '204 No Content' } };
   const status = result.op === 'create' || result.created ? '201 Created' : '200 OK';
-  return responseOf(status, result.resource, options);
+  return writeResponseOf(status, result, options);
 }

@@ -1,3 +1,4 @@
+import { auditEventCapability } from '../audit/capability.js';
 import { R4_RESOURCE_TYPES } from './resource-types.js';
 import { patientSearchParams } from './compartment.js';
 
@@ -119,7 +120,7 @@ export function buildCapabilityStatement(input: CapabilityStatementInput): Capab
       })),
     ],
     ...(typeOperations.has(type) ? { operation: typeOperations.get(type) } : {}),
-  }));
+  })).map(auditEventCapability);
 
   let statement: CapabilityStatementJson = {
     resourceType: 'CapabilityStatement',

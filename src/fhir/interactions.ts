@@ -1,3 +1,4 @@
+import { refuseAuditEventWrite } from '../audit/append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access.js';
 import type { Principal } from '../auth/principal.js';
 import { FhirError } from '../http/http-error.js';
@@ -27,8 +28,12 @@ export interface WriteOutcome {
   resource: StoredResource;
 }
 
-/** 403 unless the principal may perform `action` on `resourceType` (the one access decision). */
+/**
+ * 403 unless the principal may perform `action` on `resourceType` (the one access decision); 405
+ * for a write of an append-only type (`AuditEvent`), whoever asks.
+ */
 export function authorize(ctx: FhirContext, resourceType: string, action: ResourceAction): void {
+  refuseAuditEventWrite(resourceType, action);
   if (!canAccess(ctx.principal, resourceType, action)) {
     throw new FhirError(403, 'forbidden', `Not allowed to ${action} ${resourceType} resources`);
   }

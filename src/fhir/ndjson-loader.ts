@@ -9,7 +9,11 @@ import { checkResource, withoutServerMeta } from './resource-checks.js';
 
 /** Options of {@link loadNdjson}. */
 export interface NdjsonLoadOptions {
-  /** Lines written per `storage.writeResources` call. @default 500 */
+  /**
+   * Most lines written per `storage.writeResources` call (a batch also ends at 8 MiB of line text).
+   * While one batch is written, the next is parsed and validated, so at most two are held.
+   * @default 2000
+   */
   batchSize?: number;
   /** Longest line accepted, in characters; a longer line is reported and skipped. @default 16777216 */
   maxLineLength?: number;
@@ -39,6 +43,9 @@ export interface NdjsonFileReport {
   issues: OutcomeIssue[];
 }
 
+/** A batch also ends at this much line text (UTF-16 code units), so memory stays bounded for large lines. */
+const BATCH_CHARS = 8 * 1024 * 1024;
+
 interface Pending {
   line: number;
   write: ResourceWrite;
@@ -57,12 +64,15 @@ export async function loadNdjson(
   input: AsyncIterable<Buffer | string>,
   options: NdjsonLoadOptions = {},
 ): Promise<NdjsonFileReport> {
-  const batchSize = Math.max(1, options.batchSize ?? 500);
+  const batchSize = Math.max(1, options.batchSize ?? 2000);
   const maxLineLength = options.maxLineLength ?? 16 * 1024 * 1024;
   const maxIssues = options.maxIssues ?? 1000;
   const maxJsonDepth = options.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH;
   const report: NdjsonFileReport = { file, lines: 0, loaded: 0, failed: 0, issues: [] };
   let pending: Pending[] = [];
+  let pendingChars = 0;
+  /** The batch being written while the next one is read (at most one at a time). */
+  let writing: Promise<void> = Promise.resolve();
 
   const fail = (line: number, error: unknown): void => {
     report.failed++;
@@ -78,10 +88,7 @@ export async function loadNdjson(
     });
   };
 
-  const flush = async (): Promise<void> => {
-    if (pending.length === 0) return;
-    const batch = pending;
-    pending = [];
+  const write = async (batch: Pending[]): Promise<void> => {
     try {
       await ctx.storage.writeResources(
         ctx.projectId,
@@ -99,6 +106,18 @@ export async function loadNdjson(
         }
       }
     }
+  };
+
+  /** Hands the pending lines to the writer once the previous batch is written; `wait` also awaits this one. */
+  const flush = async (wait: boolean): Promise<void> => {
+    await writing;
+    if (pending.length > 0) {
+      const batch = pending;
+      pending = [];
+      pendingChars = 0;
+      writing = write(batch);
+    }
+    if (wait) await writing;
   };
 
   const handle = async (text: string, line: number): Promise<void> => {
@@ -123,10 +142,11 @@ export async function loadNdjson(
       authorize(ctx, resource.resourceType, write.op);
       await ctx.validate(resource);
       pending.push({ line, write });
+      pendingChars += trimmed.length;
     } catch (error) {
       fail(line, error);
     }
-    if (pending.length >= batchSize) await flush();
+    if (pending.length >= batchSize || pendingChars >= BATCH_CHARS) await flush(false);
   };
 
   // Split by hand rather than with a line-splitting stream: we need exact line numbers, a per-line
@@ -162,10 +182,14 @@ export async function loadNdjson(
       carry = '';
     }
   };
-  for await (const chunk of input) {
-    await consume(carry + (typeof chunk === 'string' ? chunk : decoder.write(chunk)), false);
+  try {
+    for await (const chunk of input) {
+      await consume(carry + (typeof chunk === 'string' ? chunk : decoder.write(chunk)), false);
+    }
+    await consume(carry + decoder.end(), true);
+  } finally {
+    // Whatever ends the reading, the batch in flight settles before the report (or the error) goes out.
+    await flush(true);
   }
-  await consume(carry + decoder.end(), true);
-  await flush();
   return report;
 }

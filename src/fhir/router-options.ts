@@ -1,3 +1,6 @@
+import { errorSink } from '../http/logger.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
+import bytes from 'bytes';
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
 import { optionError, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
@@ -14,6 +17,14 @@ export interface FhirRouterOptions extends CommonRouterOptions {
    */
   bodyLimit?: number | string;
   /**
+   * Largest batch or transaction Bundle accepted when its body is over `bodyLimit` (declared by
+   * `Content-Length`, UTF-8, not compressed): such a body is parsed as a stream, its entries
+   * assembled one by one, so that the text is never held whole. Bytes or a size string; larger
+   * Bundles answer 413. Set it to `bodyLimit` to accept no larger Bundle.
+   * @default '1gb'
+   */
+  streamedBundleLimit?: number | string;
+  /**
    * Deepest nesting of objects and arrays accepted in a JSON body (a resource or a Bundle) and in
    * each line of an NDJSON upload; deeper JSON answers 400 (or is a rejected line), checked on the
    * raw text before parsing.
@@ -26,7 +37,7 @@ export interface FhirRouterOptions extends CommonRouterOptions {
   maxCount?: number;
   /** Most entries in a batch or transaction Bundle (413 above). @default 10000 */
   maxBundleEntries?: number;
-  /** Limits of the multipart NDJSON upload (`POST [base]` with `multipart/form-data`). @default {} (1 GiB per file, 20 files, batches of 500 lines) */
+  /** Limits of the multipart NDJSON upload (`POST [base]` with `multipart/form-data`). @default {} (1 GiB per file, 20 files, batches of 2000 lines or 8 MiB) */
   upload?: NdjsonUploadOptions;
   /**
    * What other areas add to `GET [base]/metadata`: operations (bulk `$export`), the SMART security
@@ -54,10 +65,46 @@ export interface FhirRouterOptions extends CommonRouterOptions {
 /** Options with every default filled in. */
 export interface ResolvedFhirRouterOptions
   extends
-    Required<Omit<FhirRouterOptions, 'baseUrl' | 'onError' | 'software'>>,
-    Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software'> {}
+    Required<Omit<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail' | 'streamedBundleLimit'>>,
+    Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail'> {
+  /** In bytes. */
+  streamedBundleLimit: number;
+}
 
 const OWNER = 'fhirRouter';
+
+const FHIR_ROUTER_KEYS: OptionKeys<FhirRouterOptions> = {
+  storage: true,
+  authenticate: true,
+  baseUrl: true,
+  onError: true,
+  logger: true,
+  auditTrail: true,
+  bodyLimit: true,
+  streamedBundleLimit: true,
+  maxJsonDepth: true,
+  defaultCount: true,
+  maxCount: true,
+  maxBundleEntries: true,
+  upload: true,
+  capabilities: true,
+  software: true,
+  validator: true,
+  fallthrough: true,
+};
+
+/** A size option (bytes, or a string such as `'16mb'`) in bytes; undefined-safe for valid input only. */
+export function sizeInBytes(value: number | string): number {
+  return typeof value === 'number' ? value : (bytes.parse(value) ?? Number.NaN);
+}
+
+function checkSize(name: string, value: number | string): number {
+  const size = sizeInBytes(value);
+  if (!Number.isFinite(size) || size <= 0) {
+    optionError(OWNER, name, `${name} must be a positive number of bytes or a size string such as '16mb'`);
+  }
+  return size;
+}
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveFhirRouterOptions(
@@ -66,13 +113,17 @@ export function resolveFhirRouterOptions(
 ): ResolvedFhirRouterOptions {
   if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
   requireStorage(OWNER, options);
+  checkOptionKeys(OWNER, options, FHIR_ROUTER_KEYS);
   requireFunction(OWNER, 'authenticate', options.authenticate, 'must be a function');
   const maxCount = positiveInteger(OWNER, 'maxCount', options.maxCount, 1000);
   const defaultCount = positiveInteger(OWNER, 'defaultCount', options.defaultCount, 20);
   if (defaultCount > maxCount) optionError(OWNER, 'defaultCount', 'defaultCount must not exceed maxCount');
+  const bodyLimit = options.bodyLimit ?? '16mb';
+  checkSize('bodyLimit', bodyLimit);
   return {
     ...options,
-    bodyLimit: options.bodyLimit ?? '16mb',
+    bodyLimit,
+    streamedBundleLimit: checkSize('streamedBundleLimit', options.streamedBundleLimit ?? '1gb'),
     maxJsonDepth: resolveMaxJsonDepth(OWNER, options.maxJsonDepth),
     defaultCount,
     maxCount,
@@ -81,5 +132,6 @@ export function resolveFhirRouterOptions(
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),
     fallthrough: options.fallthrough ?? false,
+    onError: errorSink(options),
   };
 }

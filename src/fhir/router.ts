@@ -10,11 +10,12 @@ import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authen
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
+import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
-import { processBundle } from './batch.js';
+import { bundleText, processBundle } from './batch.js';
+import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {
   createResource,
@@ -30,7 +31,7 @@ import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from './outcome.js';
 import { parsePrefer } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
-import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
+import { resolveFhirRouterOptions, sizeInBytes, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
 import { r4StructureValidator } from './structure-validator.js';
 import { etagOf, parseIfMatch } from './versioning.js';
@@ -39,6 +40,20 @@ function setVersionHeaders(res: Response, resource: StoredResource): void {
   res.setHeader('ETag', etagOf(resource.meta.versionId));
   const modified = new Date(resource.meta.lastUpdated);
   if (!Number.isNaN(modified.getTime())) res.setHeader('Last-Modified', modified.toUTCString());
+}
+
+/**
+ * A JSON body (of a type the router accepts, UTF-8, not compressed) whose declared length is over
+ * `limit`: one the batch/transaction route parses as a stream.
+ */
+function isLargeJson(req: Request, limit: number): boolean {
+  const length = Number(req.headers['content-length']);
+  if (!(length > limit)) return false;
+  const [type, ...params] = (req.headers['content-type'] ?? '').split(';').map((p) => p.trim().toLowerCase());
+  if (type !== FHIR_JSON && type !== 'application/json') return false;
+  const charset = params.find((p) => p.startsWith('charset='))?.slice(8).replace(/"/g, '');
+  const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
+  return (charset === undefined || charset === 'utf-8' || charset === 'utf8') && encoding === 'identity';
 }
 
 function stringParam(value: unknown): string {
@@ -69,6 +84,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     limit: config.bodyLimit,
     maxDepth: config.maxJsonDepth,
   });
+  const bodyLimitBytes = sizeInBytes(config.bodyLimit);
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
 
@@ -154,20 +170,35 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         if (req.is('multipart/form-data')) upload(req, res, next);
         else next();
       },
-      body,
-      asyncHandler(async (req, res) => {
-        const prefer = parsePrefer(req.headers.prefer);
-        const response = await processBundle(contextOf(req), storage, req.body, {
-          baseUrl: base(req),
+      asyncHandler(async (req, res, next) => {
+        // A Bundle over the body limit is parsed as a stream (never held whole as text), up to its own limit.
+        if (!isLargeJson(req, bodyLimitBytes)) return next();
+        if (Number(req.headers['content-length']) > config.streamedBundleLimit) {
+          throw new HttpError(413, 'ERR_BODY_TOO_LARGE', 'The Bundle is over the streamed Bundle limit');
+        }
+        const bundle = await readBundleStream(req, {
+          maxBytes: config.streamedBundleLimit,
+          maxDepth: config.maxJsonDepth,
           maxEntries: config.maxBundleEntries,
-          returnMinimal: prefer.return === 'minimal',
-          search: { ...searchOptions, strict: prefer.handling === 'strict' },
-          ...(config.onError ? { onError: config.onError } : {}),
         });
-        sendFhir(res, 200, response);
+        await answerBundle(req, res, bundle);
       }),
+      body,
+      asyncHandler(async (req, res) => answerBundle(req, res, req.body)),
     )
     .all(methodNotAllowed('POST'));
+
+  async function answerBundle(req: Request, res: Response, bundle: unknown): Promise<void> {
+    const prefer = parsePrefer(req.headers.prefer);
+    const response = await processBundle(contextOf(req), storage, bundle, {
+      baseUrl: base(req),
+      maxEntries: config.maxBundleEntries,
+      returnMinimal: prefer.return === 'minimal',
+      search: { ...searchOptions, strict: prefer.handling === 'strict' },
+      ...(config.onError ? { onError: config.onError } : {}),
+    });
+    res.status(200).type(FHIR_JSON).send(bundleText(response));
+  }
 
   // --- type level: search, create ---
   router

@@ -1,3 +1,5 @@
+import { AUDIT_EVENT_TYPE } from '../audit/access-rule.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/search-params.js';
 import { FhirError } from '../http/http-error.js';
 import { matchesIdentifier } from '../storage/identifier-keys.js';
 import type { IdentifierToken, InstantRange, ResourceQuery, StoredResource } from '../storage/types.js';
@@ -140,7 +142,8 @@ function referencePredicate(
  * first such parameter becomes `query.identifier`, answered by the store's identifier index),
  * `_lastUpdated` (`eq` `gt` `ge` `lt` `le`, partial dates as ranges), `_sort` (`_lastUpdated`,
  * `_id`, either descending with `-`),
- * `_count`, `_offset`, `_summary=count`, and every reference parameter that places the type in a
+ * `_count`, `_offset`, `_summary=count`, `AuditEvent`'s own parameters (`AUDIT_EVENT_SEARCH_PARAMS`:
+ * `date`, `agent`, `entity`, `action`, `type`, …), and every reference parameter that places the type in a
  * patient's compartment (`patient`, `subject`, `performer`, …: see `patientSearchParams`), valued
  * `Patient/123`, `123` (a patient id) or an absolute URL; commas OR values, repeats AND them.
  *
@@ -173,6 +176,15 @@ export function parseSearchParams(
     const colon = rawName.indexOf(':');
     const name = colon === -1 ? rawName : rawName.slice(0, colon);
     const modifier = colon === -1 ? undefined : rawName.slice(colon + 1);
+    if (resourceType === AUDIT_EVENT_TYPE && AUDIT_EVENT_SEARCH_PARAMS.includes(name)) {
+      const predicate = auditSearchPredicate(name, modifier, value);
+      if (predicate === undefined) unsupported(rawName, `Unsupported search modifier on ${rawName}`);
+      else {
+        predicates.push(predicate);
+        applied.push([rawName, value]);
+      }
+      continue;
+    }
     if (modifier !== undefined && !(referenceParams.has(name) && modifier === 'Patient')) {
       unsupported(rawName, `Unsupported search modifier on ${rawName}`);
       continue;

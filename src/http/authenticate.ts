@@ -41,6 +41,11 @@ async function assertActiveUser(storage: Storage, principal: Principal): Promise
   }
 }
 
+/** The principal `requirePrincipal` resolved for this request, if any (for logs). */
+export function findPrincipal(res: Response): Principal | undefined {
+  return res.locals[PRINCIPAL] as Principal | undefined;
+}
+
 /** The principal `requirePrincipal` resolved for this request. */
 export function getPrincipal(res: Response): Principal {
   const principal = res.locals[PRINCIPAL] as Principal | undefined;

@@ -1,4 +1,4 @@
-import type { ErrorRequestHandler, Response } from 'express';
+import type { ErrorRequestHandler, Request, Response } from 'express';
 import { PlatformError } from '../errors.js';
 import { FhirOutcomeError, outcomeOf, type OperationOutcome } from '../fhir/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -13,8 +13,11 @@ import {
   type ScimType,
 } from './http-error.js';
 
-/** Called with every error that becomes a 5xx answer; the default writes it to stderr. */
-export type ErrorLogger = (error: unknown) => void;
+/**
+ * Called with every error that becomes a 5xx answer (with the request it answers, when there is
+ * one) and with errors of background work; the default writes it to stderr.
+ */
+export type ErrorLogger = (error: unknown, req?: Request) => void;
 
 export const defaultErrorLogger: ErrorLogger = (error) => {
   console.error('[fhir-platform-kit]', error);
@@ -194,30 +197,30 @@ function send(res: Response, answer: { status: number; headers: Record<string, s
 
 /** Renders errors as FHIR OperationOutcome (`application/fhir+json`) with `toOperationOutcome`. */
 export function fhirErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
-  return (err: unknown, _req, res, next) => {
+  return (err: unknown, req, res, next) => {
     if (res.headersSent) return next(err);
     const answer = toOperationOutcome(err);
-    if (answer.status >= 500) log(err);
+    if (answer.status >= 500) log(err, req);
     send(res, answer).type('application/fhir+json').send(JSON.stringify(answer.outcome));
   };
 }
 
 /** Renders errors as SCIM Error JSON (`application/scim+json`), RFC 7644 §3.12, with `toScimErrorResponse`. */
 export function scimErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
-  return (err: unknown, _req, res, next) => {
+  return (err: unknown, req, res, next) => {
     if (res.headersSent) return next(err);
     const answer = toScimErrorResponse(err);
-    if (answer.status >= 500) log(err);
+    if (answer.status >= 500) log(err, req);
     send(res, answer).type('application/scim+json').send(JSON.stringify(answer.body));
   };
 }
 
 /** Renders errors as RFC 6749 §5.2 JSON, with `Cache-Control: no-store`, with `toOAuthErrorResponse`. */
 export function oauthErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorRequestHandler {
-  return (err: unknown, _req, res, next) => {
+  return (err: unknown, req, res, next) => {
     if (res.headersSent) return next(err);
     const answer = toOAuthErrorResponse(err);
-    if (answer.status >= 500) log(err);
+    if (answer.status >= 500) log(err, req);
     send(res, answer).json(answer.body);
   };
 }

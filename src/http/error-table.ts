@@ -101,7 +101,7 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_INTERNAL: answer(
     500,
     'exception',
-    'Anything else: a bug or an unexpected failure (details go to `onError`)',
+    'Anything else: a bug or an unexpected failure (details go to `onError` and `logger`)',
   ),
 
   // FhirError

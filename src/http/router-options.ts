@@ -1,6 +1,8 @@
+import type { AuditTrail } from '../audit/trail.js';
 import type { Authenticate } from '../auth/principal.js';
 import type { Storage } from '../storage/types.js';
 import type { ErrorLogger } from './error-rendering.js';
+import type { Logger } from './logger.js';
 
 /** Options every router factory takes. */
 export interface CommonRouterOptions {
@@ -15,8 +17,20 @@ export interface CommonRouterOptions {
    */
   baseUrl?: string;
   /**
-   * Receives every error answered with a 5xx status.
-   * @default writes to stderr
+   * Receives every error answered with a 5xx status, and errors of background work.
+   * @default writes to stderr (unless `logger` is given)
    */
   onError?: ErrorLogger;
+  /**
+   * A pino-compatible logger: every 5xx error is logged through it (`error` level, secrets
+   * redacted), in addition to `onError` when both are given.
+   * @default undefined
+   */
+  logger?: Logger;
+  /**
+   * The audit trail the router records its actions in (`createAuditTrail`); `fhirPlatform`
+   * passes its own. Without it nothing is recorded.
+   * @default undefined
+   */
+  auditTrail?: AuditTrail;
 }

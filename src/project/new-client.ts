@@ -25,8 +25,8 @@ export interface NewClientRules {
   /** Scope a client gets when `scope` is not given. */
   defaultScope: string;
   /** Bounds of `accessTokenLifetime`, seconds, inclusive. */
-  minAccessTokenLifetime: number;
-  maxAccessTokenLifetime: number;
+  minClientTokenLifetime: number;
+  maxClientTokenLifetime: number;
   /** Accept `http:` `jwksUri`s on any host, not only loopback ones. */
   allowHttpJwksUri: boolean;
 }
@@ -131,10 +131,10 @@ export function parseNewClientParameters(body: unknown, rules: NewClientRules): 
   }
   if (read.accessTokenLifetime) {
     const seconds = read.accessTokenLifetime.value;
-    if (seconds < rules.minAccessTokenLifetime || seconds > rules.maxAccessTokenLifetime) {
+    if (seconds < rules.minClientTokenLifetime || seconds > rules.maxClientTokenLifetime) {
       throw invalidParameter(
         read.accessTokenLifetime.expression,
-        `'accessTokenLifetime' must be between ${rules.minAccessTokenLifetime} and ${rules.maxAccessTokenLifetime} seconds`,
+        `'accessTokenLifetime' must be between ${rules.minClientTokenLifetime} and ${rules.maxClientTokenLifetime} seconds`,
       );
     }
     input.accessTokenLifetime = seconds;

@@ -4,6 +4,7 @@
  * returns the resource to answer or throws: `FhirError` for protocol errors (403, 404, invalid
  * parameters), storage errors otherwise. `projectRouter` maps HTTP to them. See docs/project-init.md.
  */
+import type { AuditTrail } from '../audit/trail.js';
 import type { Principal } from '../auth/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -27,6 +28,8 @@ export interface ProjectServiceConfig {
   rules: NewClientRules;
   /** Who may call `$init`. */
   allowInit: (principal: Principal) => boolean;
+  /** Records `$init`, client registration and revocation. @default undefined (nothing recorded) */
+  auditTrail?: AuditTrail;
 }
 
 /** A searchset `Bundle` of `ClientApplication`s. */
@@ -104,6 +107,18 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
     return client.revoked ? client : storage.updateClient(client.id, { revoked: true });
   }
 
+  const audit = config.auditTrail;
+  const actor = (principal: Principal) => ({ kind: principal.kind, id: principal.id });
+  const auditClient = (principal: Principal, action: 'register' | 'revoke', client: ClientRecord) =>
+    audit?.record({
+      kind: 'client',
+      action,
+      clientId: client.id,
+      clientName: client.name,
+      projectId: client.projectId,
+      actor: actor(principal),
+    });
+
   return {
     async init(principal, body) {
       if (!allowInit(principal)) throw new FhirError(403, 'forbidden', 'The caller may not create projects');
@@ -117,6 +132,12 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
         }
       }
       const { project } = await initProject(storage, input, defaults);
+      audit?.record({
+        kind: 'project-init',
+        projectName: project.name,
+        projectId: project.id,
+        actor: actor(principal),
+      });
       return projectResource(project);
     },
 
@@ -128,6 +149,7 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
       const project = await administeredProject(principal, projectId);
       const input = parseNewClientParameters(body, rules);
       const { client, secret } = await registerClient(storage, project.id, input);
+      auditClient(principal, 'register', client);
       return clientApplicationResource(client, secret);
     },
 
@@ -154,13 +176,17 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
 
     async revokeClient(principal, projectId, clientId) {
       const project = await administeredProject(principal, projectId);
-      return clientApplicationResource(await revoke(project.id, clientId));
+      const client = await revoke(project.id, clientId);
+      auditClient(principal, 'revoke', client);
+      return clientApplicationResource(client);
     },
 
     async revokeClientByParameters(principal, projectId, body) {
       const project = await administeredProject(principal, projectId);
       const { clientId } = readParameters(body, REVOKE_PARAMETERS);
-      return clientApplicationResource(await revoke(project.id, clientId.value));
+      const client = await revoke(project.id, clientId.value);
+      auditClient(principal, 'revoke', client);
+      return clientApplicationResource(client);
     },
 
     async changeSettings(principal, projectId, body) {

@@ -1,3 +1,5 @@
+import { errorSink } from '../http/logger.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
 import type { Principal } from '../auth/principal.js';
 import { asyncHandler } from '../http/async-handler.js';
@@ -30,14 +32,19 @@ export interface ProjectRouterOptions extends CommonRouterOptions {
    */
   defaultClientScope?: string;
   /**
-   * Smallest `accessTokenLifetime` (seconds) `$new-client` accepts.
+   * Smallest `accessTokenLifetime` (seconds) a client may be registered with by `$new-client`.
    * @default 60
    */
-  minAccessTokenLifetime?: number;
+  minClientTokenLifetime?: number;
   /**
-   * Largest `accessTokenLifetime` (seconds) `$new-client` accepts.
+   * Largest `accessTokenLifetime` (seconds) a client may be registered with by `$new-client`. The
+   * token endpoint's `accessTokenLifetimeCap` still caps every token it issues.
    * @default 86400
    */
+  maxClientTokenLifetime?: number;
+  /** @deprecated the former name of `minClientTokenLifetime`, still accepted. @default undefined */
+  minAccessTokenLifetime?: number;
+  /** @deprecated the former name of `maxClientTokenLifetime`, still accepted. @default undefined */
   maxAccessTokenLifetime?: number;
   /**
    * Accept `http:` `jwksUri`s on any host. Without it, `http:` is accepted only on `localhost`,
@@ -75,18 +82,43 @@ export interface ResolvedProjectRouterOptions extends ProjectRouterOptions {
 
 const OWNER = 'projectRouter';
 
+const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
+  storage: true,
+  authenticate: true,
+  baseUrl: true,
+  onError: true,
+  logger: true,
+  auditTrail: true,
+  allowInit: true,
+  defaultClientScope: true,
+  minClientTokenLifetime: true,
+  maxClientTokenLifetime: true,
+  minAccessTokenLifetime: true,
+  maxAccessTokenLifetime: true,
+  allowHttpJwksUri: true,
+  bodyLimit: true,
+};
+
 /** Fills in defaults and fails fast on bad options. */
 export function resolveProjectRouterOptions(options: ProjectRouterOptions): ResolvedProjectRouterOptions {
   requireStorage(OWNER, options);
+  checkOptionKeys(OWNER, options, PROJECT_ROUTER_KEYS);
   requireFunction(OWNER, 'authenticate', options.authenticate);
   const allowInit = optionalFunction(OWNER, 'allowInit', options.allowInit, superAdminOnly);
-  const min = options.minAccessTokenLifetime ?? 60;
-  const max = options.maxAccessTokenLifetime ?? 86_400;
+  for (const [name, old] of [
+    ['minClientTokenLifetime', 'minAccessTokenLifetime'],
+    ['maxClientTokenLifetime', 'maxAccessTokenLifetime'],
+  ] as const) {
+    if (options[name] !== undefined && options[old] !== undefined)
+      optionError(OWNER, old, `give ${name} only (${old} is its deprecated name)`);
+  }
+  const min = options.minClientTokenLifetime ?? options.minAccessTokenLifetime ?? 60;
+  const max = options.maxClientTokenLifetime ?? options.maxAccessTokenLifetime ?? 86_400;
   if (!Number.isInteger(min) || !Number.isInteger(max) || min < 1 || min > max) {
     optionError(
       OWNER,
-      'minAccessTokenLifetime',
-      'minAccessTokenLifetime and maxAccessTokenLifetime must be integers, 1 <= min <= max',
+      'minClientTokenLifetime',
+      'minClientTokenLifetime and maxClientTokenLifetime must be integers, 1 <= min <= max',
     );
   }
   const scope = checkClientScope(options.defaultClientScope ?? 'system/*.*');
@@ -94,11 +126,12 @@ export function resolveProjectRouterOptions(options: ProjectRouterOptions): Reso
   return {
     ...options,
     allowInit,
+    onError: errorSink(options),
     bodyLimit: options.bodyLimit ?? '1mb',
     rules: {
       defaultScope: scope.scope,
-      minAccessTokenLifetime: min,
-      maxAccessTokenLifetime: max,
+      minClientTokenLifetime: min,
+      maxClientTokenLifetime: max,
       allowHttpJwksUri: options.allowHttpJwksUri ?? false,
     },
   };

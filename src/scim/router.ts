@@ -1,3 +1,5 @@
+import { errorSink } from '../http/logger.js';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
@@ -16,6 +18,8 @@ import { readListQuery } from './list-query.js';
 import { projectScimSettings } from './project-settings.js';
 import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { userEtag, userToScim } from './user-mapping.js';
+import type { ScimUserEvent } from '../audit/events.js';
+import { requestParty } from '../audit/request-actor.js';
 import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
 
 /** Options of `scimRouter`. */
@@ -99,12 +103,29 @@ export type ResolvedScimRouterOptions = ScimRouterOptions &
   >;
 
 const OWNER = 'scimRouter';
+
+const SCIM_ROUTER_KEYS: OptionKeys<ScimRouterOptions> = {
+  storage: true,
+  authenticate: true,
+  baseUrl: true,
+  onError: true,
+  logger: true,
+  auditTrail: true,
+  maxResults: true,
+  echoUserName: true,
+  defaultUserType: true,
+  bodyLimit: true,
+  maxPatchOperations: true,
+  maxWriteAttempts: true,
+  documentationUri: true,
+};
 // SCIM counts are safe integers.
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedScimRouterOptions {
   requireStorage(OWNER, options, 'options.storage');
+  checkOptionKeys(OWNER, options, SCIM_ROUTER_KEYS);
   requireFunction(OWNER, 'options.authenticate', options.authenticate);
   const maxResults = positiveInteger(OWNER, 'maxResults', options.maxResults, 200, MAX_SAFE);
   const echoUserName = booleanOption(OWNER, 'echoUserName', options.echoUserName, false);
@@ -122,6 +143,7 @@ export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedSc
       MAX_SAFE,
     ),
     maxWriteAttempts: positiveInteger(OWNER, 'maxWriteAttempts', options.maxWriteAttempts, 5, MAX_SAFE),
+    onError: errorSink(options),
   };
 }
 
@@ -163,6 +185,21 @@ export function scimRouter(options: ScimRouterOptions): Router {
     next();
   });
   const projectOf = (res: Response) => getPrincipal(res).projectId!;
+  /** Records one SCIM user action (before the answer: the journal write is synchronous). */
+  const auditUser = (
+    req: Request,
+    res: Response,
+    action: ScimUserEvent['action'],
+    user: { id: string; userType?: string; profileId?: string },
+  ) => {
+    config.auditTrail?.record({
+      kind: 'scim-user',
+      action,
+      userId: user.id,
+      ...(user.userType && user.profileId ? { profile: `${user.userType}/${user.profileId}` } : {}),
+      ...requestParty(getPrincipal(res), req),
+    });
+  };
 
   /** Renders one user with the request's attribute selection, ETag and status. */
   const sendUser = (
@@ -208,6 +245,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
       asyncHandler(async (req, res) => {
         const settings = await settingsOf(projectOf(res));
         const record = await service.create(projectOf(res), req.body, settings);
+        auditUser(req, res, 'create', record);
         sendUser(req, res, 201, record, settings);
       }),
     )
@@ -240,6 +278,7 @@ export function scimRouter(options: ScimRouterOptions): Router {
           ifMatch(req),
           settings,
         );
+        auditUser(req, res, record.active ? 'update' : 'deactivate', record);
         sendUser(req, res, 200, record, settings);
       }),
     )
@@ -256,12 +295,14 @@ export function scimRouter(options: ScimRouterOptions): Router {
           ifMatch(req),
           settings,
         );
+        auditUser(req, res, record.active ? 'update' : 'deactivate', record);
         sendUser(req, res, 200, record, settings);
       }),
     )
     .delete(
       asyncHandler(async (req, res) => {
         await service.delete(projectOf(res), req.params[0]!, ifMatch(req));
+        auditUser(req, res, 'delete', { id: req.params[0]! });
         res.status(204).end();
       }),
     )

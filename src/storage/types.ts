@@ -1,7 +1,9 @@
+import type { Readable } from 'node:stream';
+
 /**
  * The storage contract every adapter implements (memory, file, PostgreSQL).
  *
- * Rules every adapter keeps (checked by `test/storage/contract.ts`):
+ * Rules every adapter keeps (checked by the contract suite, `src/testing/storage-contract.ts`):
  * - Every method is async and returns plain, structured-cloneable JSON values that the caller
  *   may mutate freely (adapters never hand out their internal objects).
  * - Everything that belongs to a Project is addressed by `projectId`; no call ever returns a
@@ -267,6 +269,21 @@ export interface WriteResult {
   resource?: StoredResource;
   /** True when an update created the resource. */
   created?: boolean;
+  /**
+   * The stored JSON text of `resource` and its version, when the adapter has them at hand (the
+   * memory and file stores): a caller can answer with the resource without parsing or serialising
+   * it again.
+   */
+  stored?: StoredText;
+}
+
+/** A stored resource as its JSON text, with what a response needs to know of it. */
+export interface StoredText {
+  json: string;
+  resourceType: string;
+  id: string;
+  versionId: string;
+  lastUpdated: string;
 }
 
 /** A deleted resource, as kept for exports (`_since` lists deletions). */
@@ -340,6 +357,97 @@ export interface StorageDescriptor {
   options: Record<string, unknown>;
 }
 
+/** Which job (and which run of it) export files belong to. */
+export interface ExportFilesRef {
+  projectId: string;
+  jobId: string;
+  /**
+   * The lease token of the run writing the files (see {@link ExportJobQueue}). A store that knows
+   * leases refuses new files once another run holds the job. Absent: no lease check.
+   */
+  run?: string;
+}
+
+/** One export file being written: invisible under its name until `commit`. */
+export interface ExportFileHandle {
+  /** Appends bytes; resolves once they are accepted (memory holds at most one chunk). */
+  write(data: string | Uint8Array): Promise<void>;
+  /** Completes the file: it is then listed and served under its name. */
+  commit(): Promise<void>;
+  /** Removes the unfinished file. */
+  abort(): Promise<void>;
+}
+
+/** Where one run of one export job writes its files. */
+export interface ExportFileSink {
+  /** Starts the file `name` (e.g. `Observation-1.ndjson`). */
+  create(name: string): Promise<ExportFileHandle>;
+}
+
+/** A byte range of a file, both ends included (HTTP `Range`). */
+export interface ExportFileRange {
+  start: number;
+  end: number;
+}
+
+/**
+ * Where export files live: a local directory (the default) or a store every instance reaches (the
+ * PostgreSQL store's `exportFiles`). Export workers reopen it from `descriptor` (or write into
+ * `directory`); downloads read it in the main thread.
+ */
+export interface ExportFileStore {
+  /** Root directory when the files are plain files (`{directory}/{job id}/{name}`). */
+  readonly directory?: string;
+  /**
+   * How a worker thread reopens the store: `import(module)[exportName](options)` returns an
+   * `ExportFileStore`. Absent (and no `directory`): exports run in the main thread.
+   */
+  readonly descriptor?: StorageDescriptor;
+  /** Opens the writer of one job run, in this thread. */
+  sink(ref: ExportFilesRef): ExportFileSink;
+  /** Size in bytes of a completed file, or undefined when there is none. */
+  size(ref: ExportFilesRef, name: string): Promise<number | undefined>;
+  /** Streams a completed file (or a range of it) with backpressure. */
+  read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable;
+  /** Total bytes of a job's completed files. */
+  bytes(ref: ExportFilesRef): Promise<number>;
+  /** Removes every file of a job, complete or not. */
+  remove(ref: ExportFilesRef): Promise<void>;
+  /**
+   * Ids of the jobs that have files here, for the retention sweep to remove those of jobs that no
+   * longer exist. Absent when files cannot outlive their job (the PostgreSQL store deletes them with
+   * the job).
+   */
+  jobIds?(): Promise<string[]>;
+  /** Releases what the store holds (a worker's connections). */
+  close(): Promise<void>;
+}
+
+/**
+ * Export jobs shared by several instances of the service on one store: a job is run by the
+ * instance holding its lease, renewed by a heartbeat; a job whose lease expired (its instance
+ * died) may be claimed by any instance. Leases are tokens chosen by the claimer.
+ */
+export interface ExportJobQueue {
+  /**
+   * Leases a runnable job (accepted or in progress, with no lease or an expired one) to `run` for
+   * `leaseMs`: the oldest, or only `only` when given. Undefined when there is none.
+   */
+  claim(
+    run: string,
+    leaseMs: number,
+    only?: { projectId: string; id: string },
+  ): Promise<ExportJobRecord | undefined>;
+  /** Extends the lease of `run`; false when the job is gone, over, or leased to another run. */
+  renew(projectId: string, id: string, run: string, leaseMs: number): Promise<boolean>;
+  /** Ends the job with `changes` and frees its lease, if `run` still holds it; false otherwise. */
+  finish(projectId: string, id: string, run: string, changes: ExportJobChanges): Promise<boolean>;
+  /** Gives the lease of `run` up: the job stays runnable, for any instance. */
+  release(projectId: string, id: string, run: string): Promise<void>;
+  /** Runs `fn` while holding the project's kick-off lock, shared by every instance. */
+  withProjectLock<T>(projectId: string, fn: () => Promise<T>): Promise<T>;
+}
+
 /** Reads and writes that may run inside an atomic `transaction`. */
 export interface StorageOperations {
   // Projects
@@ -393,6 +501,26 @@ export interface StorageOperations {
   searchResources(projectId: string, resourceType: string, query?: ResourceQuery): Promise<ResourcePage>;
 }
 
+/** One failure counter in a `FailureCountStore`, while its window is open. */
+export interface FailureCount {
+  /** Failures counted in the window. */
+  failures: number;
+  /** Milliseconds until the window ends and the counter is back to 0. */
+  msLeft: number;
+}
+
+/**
+ * Counters of failed authentications shared by every instance on one store (the failure limiter
+ * of `tokenRouter` and `bearerAuth` uses them when `Storage.failureCounts` is present). Keys are
+ * opaque strings of any length; a window starts at the first failure counted.
+ */
+export interface FailureCountStore {
+  /** The counters of `keys`, in order; `undefined` for one with no failure in an open window. */
+  get(keys: readonly string[]): Promise<(FailureCount | undefined)[]>;
+  /** Counts one failure on each of `keys`, opening a window of `windowMs` where none is open. */
+  add(keys: readonly string[], windowMs: number): Promise<void>;
+}
+
 export interface Storage extends StorageOperations {
   /**
    * Runs `fn` with a view whose writes apply all together when `fn` resolves, or not at all when it
@@ -414,6 +542,12 @@ export interface Storage extends StorageOperations {
    * already recorded and has not expired: a replay.
    */
   useOnce(key: string, expiresAt: number): Promise<boolean>;
+
+  /**
+   * Failed-authentication counters kept in the store, so that every instance using it counts
+   * together (the PostgreSQL store has them). Absent: each router counts in its own memory.
+   */
+  readonly failureCounts?: FailureCountStore;
 
   // Export jobs
   createExportJob(job: NewExportJob): Promise<ExportJobRecord>;
@@ -441,6 +575,20 @@ export interface Storage extends StorageOperations {
   readonly exportReader: ExportReader;
   /** How a worker reopens this store read-only; absent when it cannot (then exports stream from this thread). */
   readonly descriptor?: StorageDescriptor;
+  /**
+   * Export files in the store itself, reachable from every instance; absent: the bulk router
+   * writes them to its `exportDir`.
+   */
+  readonly exportFiles?: ExportFileStore;
+  /** The shared export job queue of a store several instances use at once; absent: one process. */
+  readonly exportQueue?: ExportJobQueue;
+
+  /**
+   * A cheap reachability check for readiness probes (`GET /readyz`): resolves when the store can
+   * serve calls now (open, and its files or database reachable), rejects otherwise (a closed store
+   * rejects with `StorageClosedError`). It reads and writes no records.
+   */
+  ping(): Promise<void>;
 
   /** Flushes pending writes and releases files, locks and timers. */
   close(): Promise<void>;

@@ -265,15 +265,15 @@ describe('failureLimiter', () => {
     const waiting = limiter.begin('a', 'c').then((attempt) => (third = attempt));
     await Promise.resolve();
     expect(third).toBeUndefined();
-    first.end(false); // a success gives its place back
+    await first.end(false); // a success gives its place back
     await waiting;
     expect(third).toBeDefined();
-    second.end(true);
-    third!.end(true);
+    await second.end(true);
+    await third!.end(true);
     await expect(limiter.begin('a', 'c')).rejects.toMatchObject({ reason: 'too-many-failures' });
     // Another address, and the address alone (an assertion), are not affected.
-    (await limiter.begin('b', 'c')).end(false);
-    (await limiter.begin('a')).end(false);
+    await (await limiter.begin('b', 'c')).end(false);
+    await (await limiter.begin('a')).end(false);
   });
 
   it('refuses waiting attempts once the pending ones fail, and forgets failures after the window', async () => {
@@ -281,16 +281,16 @@ describe('failureLimiter', () => {
     const limiter = failureLimiter({ maxFailuresPerAddress: 1, windowSeconds: 60 }, { now: () => time });
     const first = await limiter.begin('a');
     const waiting = limiter.begin('a');
-    first.end(true);
+    await first.end(true);
     const refused = await waiting.then(
       () => undefined,
       (error: unknown) => error,
     );
     expect(refused).toBeInstanceOf(FailureLimitError);
     expect(refused).toMatchObject({ reason: 'too-many-failures', retryAfterSeconds: 60 });
-    expect(() => limiter.recordFailure('a')).toThrow(FailureLimitError);
+    await expect(limiter.recordFailure('a')).rejects.toThrow(FailureLimitError);
     time += 60_000;
-    (await limiter.begin('a')).end(false);
+    await (await limiter.begin('a')).end(false);
   });
 
   it('validates its options when the router is created', async () => {

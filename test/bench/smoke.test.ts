@@ -3,7 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runBenchmark } from '../../bench/benchmark.js';
-import { renderTable } from '../../bench/table.js';
+import type { BenchOptions, BenchResults } from '../../bench/benchmark.js';
+import { renderComparison, renderTable } from '../../bench/table.js';
+import { POSTGRES_URL } from '../helpers/pg-schema.js';
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-smoke-'));
 afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
@@ -61,23 +63,27 @@ const KEYS = [
   ),
 ];
 
+const TINY: Omit<BenchOptions, 'store'> = {
+  patients: 2,
+  memoryFactor: 2,
+  reps: 1,
+  otherReps: 1,
+  fastReps: 1,
+  uploadPatients: 1,
+  scimUsers: 30,
+  scimRequests: { lookups: 5, creates: 3, patches: 3 },
+  synthea: false,
+  seed: 1,
+  workDir: work,
+  log: () => undefined,
+};
+
+let fileResults: BenchResults | undefined;
+
 describe('benchmark smoke run', () => {
   it('runs every measurement on a tiny dataset and reports every figure', { timeout: 60_000 }, async () => {
-    const results = await runBenchmark({
-      patients: 2,
-      memoryFactor: 2,
-      reps: 1,
-      otherReps: 1,
-      fastReps: 1,
-      uploadPatients: 1,
-      scimUsers: 30,
-      scimRequests: { lookups: 5, creates: 3, patches: 3 },
-      store: 'file',
-      synthea: false,
-      seed: 1,
-      workDir: work,
-      log: () => undefined,
-    });
+    const results = await runBenchmark({ ...TINY, store: 'file' });
+    fileResults = results;
     const byKey = new Map(results.figures.map((f) => [f.key, f]));
     for (const key of KEYS) {
       expect(byKey.has(key), key).toBe(true);
@@ -95,4 +101,37 @@ describe('benchmark smoke run', () => {
     // The run cleans up after itself.
     expect(fs.readdirSync(work)).toEqual([]);
   });
+});
+
+// `npm run bench -- --store postgres` (or `file,postgres`): the same figures plus the COPY baseline.
+describe.runIf(POSTGRES_URL)('benchmark smoke run on PostgreSQL', () => {
+  it(
+    'reports every figure and the COPY TO STDOUT baseline of the same rows',
+    { timeout: 120_000 },
+    async () => {
+      const results = await runBenchmark({ ...TINY, store: 'postgres', databaseUrl: POSTGRES_URL! });
+      const byKey = new Map(results.figures.map((f) => [f.key, f]));
+      for (const key of [
+        ...KEYS,
+        'baseline.pgCopy.ms',
+        'baseline.pgCopy.rate',
+        'export.system.pgCopyRatio',
+      ]) {
+        expect(byKey.has(key), key).toBe(true);
+        expect(Number.isFinite(byKey.get(key)!.value), key).toBe(true);
+      }
+      expect(results.meta.store).toBe('postgres');
+      expect(results.meta.workerExports).toBe(true);
+      expect(typeof byKey.get('export.system.pgCopyRatio')!.pass).toBe('boolean');
+      // The COPY baseline wrote the rows the export did.
+      const copies = results.samples.pgCopy as { rows: number }[];
+      expect(copies[0]!.rows).toBe((results.samples.export as { resources: number }).resources);
+      expect(fs.readdirSync(work)).toEqual([]);
+      if (fileResults) {
+        const table = renderComparison([fileResults, results]);
+        expect(table).toMatch(/Figure +file +postgres +Unit/);
+        expect(table).toContain('COPY TO STDOUT throughput');
+      }
+    },
+  );
 });

@@ -8,7 +8,19 @@ import type { ExportTask } from '../../src/bulk/export-task.js';
 import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
-import { BASE, bulkTestApp, kickoff, poll, tempDir, token, waitForProgress } from '../helpers/bulk-export.js';
+import {
+  BASE,
+  bulkTestApp,
+  downloadAll,
+  exportManifest,
+  kickoff,
+  poll,
+  tempDir,
+  token,
+  waitForProgress,
+} from '../helpers/bulk-export.js';
+import { DirectoryExportFiles } from '../../src/bulk/directory-export-files.js';
+import type { ExportFileStore } from '../../src/storage/types.js';
 import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 type App = Parameters<typeof request>[0];
@@ -161,6 +173,16 @@ describe('free disk space', () => {
 });
 
 describe('options', () => {
+  it('exportFiles: the files go to that store, not to exportDir', async () => {
+    const elsewhere = tempDir('bulk-files-');
+    const { app, auth, exportDir } = await bulkTestApp({ exportFiles: new DirectoryExportFiles(elsewhere) });
+    const manifest = await exportManifest(app, auth, '/$export?_type=Patient');
+    const jobId = manifest.output[0]!.url.split('/').at(-2)!;
+    expect(fs.readdirSync(path.join(elsewhere, jobId))).toContain('Patient-1.ndjson');
+    expect(fs.existsSync(path.join(exportDir, jobId))).toBe(false);
+    expect((await downloadAll(app, auth, manifest)).get('Patient')?.length).toBeGreaterThan(0);
+  });
+
   it.each([
     ['maxKickoffsPerHour', { maxKickoffsPerHour: 0 }],
     ['maxProjectExportSize', { maxProjectExportSize: -1 }],
@@ -168,6 +190,11 @@ describe('options', () => {
     ['minFreeSpace', { minFreeSpace: -1 }],
     ['minFreeSpace', { minFreeSpace: Number.POSITIVE_INFINITY }],
     ['freeSpaceProbe', { freeSpaceProbe: 'statfs' as unknown as () => number }],
+    ['leaseDuration', { leaseDuration: 0 }],
+    ['heartbeatInterval', { heartbeatInterval: -5 }],
+    ['heartbeatInterval', { leaseDuration: 5000, heartbeatInterval: 5000 }],
+    ['exportFiles', { exportFiles: '/tmp/exports' as unknown as ExportFileStore }],
+    ['exportFiles', { exportFiles: { sink: () => undefined } as unknown as ExportFileStore }],
   ])('a bad %s is an InvalidOptionError (ERR_INVALID_OPTION) naming it', (name, bad) => {
     const create = () =>
       bulkExportRouter({ storage: memoryStorage(), authenticate: testAuthenticate, ...bad });

@@ -101,6 +101,73 @@ describe('loadNdjson', () => {
     expect(report.issues.map((i) => i.location)).toEqual([['i.ndjson:2']]);
   });
 
+  it('writes in batches, reading the next batch while one is written, one write at a time', async () => {
+    const events: string[] = [];
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const slow: StorageOperations = new Proxy(storage, {
+      get(target, prop, receiver) {
+        if (prop === 'writeResources') {
+          return async (projectId: string, writes: { resource?: { id?: string } }[]) => {
+            maxInFlight = Math.max(maxInFlight, ++inFlight);
+            events.push(`write ${writes.map((w) => w.resource?.id).join(',')}`);
+            await new Promise((resolve) => setTimeout(resolve, 20));
+            try {
+              return await target.writeResources(projectId, writes as never);
+            } finally {
+              inFlight--;
+              events.push('written');
+            }
+          };
+        }
+        return Reflect.get(target, prop, receiver) as unknown;
+      },
+    });
+    async function* lines(): AsyncGenerator<string> {
+      for (let i = 0; i < 10; i++) {
+        events.push(`read ${i}`);
+        yield `${line(String(i))}\n`;
+        await Promise.resolve();
+      }
+    }
+    const report = await loadNdjson(context(slow), 'k.ndjson', lines(), { batchSize: 3 });
+    expect(report).toMatchObject({ lines: 10, loaded: 10, failed: 0 });
+    expect(events.filter((e) => e.startsWith('write'))).toEqual([
+      'write 0,1,2',
+      'write 3,4,5',
+      'write 6,7,8',
+      'write 9',
+    ]);
+    expect(maxInFlight).toBe(1);
+    // Lines 3-5 are read while the first batch is written, before it is acknowledged.
+    expect(events.indexOf('read 4')).toBeLessThan(events.indexOf('written'));
+    expect((await storage.searchResources('p', 'Patient')).total).toBe(10);
+  });
+
+  it('ends a batch at 8 MiB of line text whatever the line count', async () => {
+    const sizes: number[] = [];
+    const counting: StorageOperations = new Proxy(storage, {
+      get(target, prop, receiver) {
+        if (prop === 'writeResources') {
+          return (projectId: string, writes: unknown[]) => {
+            sizes.push(writes.length);
+            return target.writeResources(projectId, writes as never);
+          };
+        }
+        return Reflect.get(target, prop, receiver) as unknown;
+      },
+    });
+    const big = (id: string) => line(id, `,"text":{"status":"generated","div":"${'z'.repeat(3 << 20)}"}`);
+    const report = await loadNdjson(
+      context(counting),
+      'l.ndjson',
+      chunks(`${big('a')}\n${big('b')}\n${big('c')}\n${line('d')}\n`),
+      { batchSize: 100 },
+    );
+    expect(report.loaded).toBe(4);
+    expect(sizes).toEqual([3, 1]);
+  });
+
   it('caps the issues reported but counts every failure', async () => {
     const text = Array.from({ length: 30 }, () => 'x').join('\n');
     const report = await loadNdjson(context(), 'j.ndjson', chunks(text), { maxIssues: 5 });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { expect } from 'vitest';
-import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
+import { fhirPlatform, type FhirPlatform, type FhirPlatformOptions } from '../../src/platform.js';
 import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -43,7 +43,9 @@ export interface PlatformTestApp {
   close(): Promise<void>;
 }
 
-export async function createPlatformApp(): Promise<PlatformTestApp> {
+export async function createPlatformApp(
+  extra: Partial<FhirPlatformOptions> = {},
+): Promise<PlatformTestApp> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-admin-scope-'));
   const storage = memoryStorage();
   await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
@@ -54,6 +56,7 @@ export async function createPlatformApp(): Promise<PlatformTestApp> {
     baseUrl: 'http://fhir.test',
     token: { rateLimit: false },
     onError: () => undefined,
+    ...extra,
   });
   const app = express();
   app.use(platform.router);

@@ -380,7 +380,8 @@ describe.each([
       expect(spy).toHaveBeenCalled();
       const row = ERROR_TABLE[sample.code];
       expect(res.status).toBe(row.status);
-      if (row.status >= 500) expect(onError).toHaveBeenCalledWith(error);
+      if (row.status >= 500)
+        expect(onError).toHaveBeenCalledWith(error, expect.objectContaining({ method: expect.any(String) }));
       else expect(onError).not.toHaveBeenCalled();
       // 5xx details are hidden, except in the router's own protocol error.
       if (row.status >= 500 && !OWN[probe.protocol](error)) expect(res.text).not.toContain(SECRET_TEXT);

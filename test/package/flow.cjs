@@ -3,6 +3,7 @@
 // CommonJS so the ESM, CJS and TypeScript hosts all load the same file.
 'use strict';
 const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
 const { once } = require('node:events');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -46,11 +47,11 @@ async function bearer(base, id, secret) {
 
 /**
  * Runs the flow with the library `kit` (the installed package) and `express` (the host's). Throws
- * on the first unexpected answer.
+ * on the first unexpected answer. `openStorage` opens the store (default: the file store in `dir`).
  */
-async function runFlow(kit, express, label) {
+async function runFlow(kit, express, label, openStorage = (dir) => kit.fileStorage({ dir })) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-package-'));
-  const storage = await kit.fileStorage({ dir: path.join(dir, 'store') });
+  const storage = await openStorage(path.join(dir, 'store'));
   await kit.ensureSuperAdminClient(storage, { clientId: ROOT.id, clientSecret: ROOT.secret });
   const platform = kit.fhirPlatform({ storage, exportDir: path.join(dir, 'exports') });
   const app = express();
@@ -58,7 +59,15 @@ async function runFlow(kit, express, label) {
   const server = app.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const base = `http://127.0.0.1:${server.address().port}`;
+  // Worker threads started while the export runs: the export must go through the pool.
+  let workers = 0;
+  const onWorker = () => (workers += 1);
+  process.on('worker', onWorker);
   try {
+    assert.equal((await call(base, 'GET', '/healthz')).status, 200);
+    const ready = await call(base, 'GET', '/readyz');
+    assert.equal(ready.status, 200, ready.text);
+    assert.deepEqual(ready.json.checks, { storage: 'ok', exportWorkers: 'ok' });
     const root = await bearer(base, ROOT.id, ROOT.secret);
     const init = await call(base, 'POST', '/fhir/R4/Project/$init', {
       token: root,
@@ -130,6 +139,7 @@ async function runFlow(kit, express, label) {
       }
     }
     assert.ok(manifest, 'the export completed');
+    assert.ok(workers >= 1, 'the export ran in a worker thread of the pool');
     const counts = {};
     for (const entry of manifest.output) {
       const file = await call(base, 'GET', new URL(entry.url).pathname, { token: admin });
@@ -142,6 +152,7 @@ async function runFlow(kit, express, label) {
     assert.ok(counts.Patient >= 1, 'the SCIM user profile was exported');
     console.log(`${label}: ok (${JSON.stringify(counts)})`);
   } finally {
+    process.off('worker', onWorker);
     server.closeAllConnections?.();
     await new Promise((resolve) => server.close(resolve));
     await platform.close();
@@ -150,4 +161,105 @@ async function runFlow(kit, express, label) {
   }
 }
 
-module.exports = { runFlow };
+/** Runs the installed `fhir-platform-kit` bin (through npx, from the host project) without blocking. */
+function bin(args, cwd) {
+  return new Promise((resolve, reject) => {
+    const child = spawn('npx', ['--no-install', 'fhir-platform-kit', ...args], {
+      cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+async function binJson(args, cwd) {
+  const run = await bin(args, cwd);
+  assert.equal(run.code, 0, run.stderr);
+  return { json: JSON.parse(run.stdout), stderr: run.stderr };
+}
+
+/**
+ * The newcomer's path through the installed package: the platform mounted under /api in the host's
+ * Express app, a project and a client seeded with `platform.admin` (the client's JWKS made by the
+ * bin's `keys`), data loaded with the bin's `import`, and a Group export run to completion by the
+ * bin's `export` with progress lines and every file's line count checked against the manifest.
+ */
+async function runCliFlow(kit, express, label) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-package-cli-'));
+  const storage = await kit.fileStorage({ dir: path.join(dir, 'store') });
+  const platform = kit.fhirPlatform({ storage, exportDir: path.join(dir, 'exports') });
+  const app = express();
+  app.use('/api', platform.router);
+  const server = app.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const fhirUrl = `http://127.0.0.1:${server.address().port}/api/fhir/R4`;
+  try {
+    const key = path.join(dir, 'key.json');
+    const { json: jwks } = await binJson(['keys', '--private-key-out', key], process.cwd());
+    const project = await platform.admin.initProject({
+      resourceType: 'Parameters',
+      parameter: [{ name: 'name', valueString: 'CLI package check' }],
+    });
+    const client = await platform.admin.newClient(project.id, {
+      resourceType: 'Parameters',
+      parameter: [
+        { name: 'name', valueString: 'exporter' },
+        { name: 'jwks', valueString: JSON.stringify(jwks) },
+      ],
+    });
+    const auth = ['--fhir-url', fhirUrl, '--client-id', client.id, '--private-key', key];
+
+    const ndjson = path.join(dir, 'data.ndjson');
+    const rows = [
+      { resourceType: 'Patient', id: 'pa', name: [{ family: 'A' }] },
+      { resourceType: 'Patient', id: 'pb', name: [{ family: 'B' }] },
+      { resourceType: 'Patient', id: 'pc', name: [{ family: 'C' }] },
+      {
+        resourceType: 'Group',
+        id: 'cohort',
+        type: 'person',
+        actual: true,
+        member: [{ entity: { reference: 'Patient/pa' } }, { entity: { reference: 'Patient/pb' } }],
+      },
+    ];
+    fs.writeFileSync(ndjson, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const { json: imported } = await binJson(['import', ...auth, ndjson], process.cwd());
+    assert.equal(imported.resources, 4);
+
+    const out = path.join(dir, 'export');
+    const { json: summary, stderr } = await binJson(
+      [
+        'export',
+        ...auth,
+        '--group',
+        'cohort',
+        '--type',
+        'Patient',
+        '--out',
+        out,
+        '--progress-interval',
+        '100',
+      ],
+      process.cwd(),
+    );
+    assert.deepEqual(
+      summary.files.map((f) => [f.type, f.lines, f.count]),
+      [['Patient', 2, 2]],
+    );
+    assert.match(stderr, /^download \[=+\] 100% \| 1\/1 files/m, 'the export showed progress');
+    console.log(`${label}: CLI ok (Group export of ${summary.resources} resources under /api)`);
+  } finally {
+    server.closeAllConnections?.();
+    await new Promise((resolve) => server.close(resolve));
+    await platform.close();
+    await storage.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+module.exports = { runFlow, runCliFlow };

@@ -9,11 +9,18 @@ import {
   type Storage,
 } from 'fhir-platform-kit';
 import * as kit from 'fhir-platform-kit';
+import type { MakeStorage } from 'fhir-platform-kit/testing';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
 const { runFlow } = require('./flow.cjs') as {
   runFlow: (lib: typeof kit, host: typeof express, label: string) => Promise<void>;
+};
+
+// The contract suite's store factory type, as an adapter author writes it.
+export const makeStorage: MakeStorage = async () => {
+  const storage = kit.memoryStorage();
+  return { storage, cleanup: () => storage.close() };
 };
 
 // Typed uses of the public surface: options objects, a custom authenticator, the storage type.

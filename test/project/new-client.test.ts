@@ -11,8 +11,8 @@ import { parsePublicJwks } from '../../src/project/public-jwks.js';
 
 const RULES: NewClientRules = {
   defaultScope: 'system/*.*',
-  minAccessTokenLifetime: 60,
-  maxAccessTokenLifetime: 86400,
+  minClientTokenLifetime: 60,
+  maxClientTokenLifetime: 86400,
   allowHttpJwksUri: false,
 };
 

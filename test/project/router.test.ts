@@ -592,14 +592,14 @@ describe('routing next to the FHIR data plane', () => {
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
     expect(() =>
-      projectRouter({ storage, authenticate: testAuthenticate, minAccessTokenLifetime: 0 }),
+      projectRouter({ storage, authenticate: testAuthenticate, minClientTokenLifetime: 0 }),
     ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     expect(() =>
       projectRouter({
         storage,
         authenticate: testAuthenticate,
-        minAccessTokenLifetime: 100,
-        maxAccessTokenLifetime: 50,
+        minClientTokenLifetime: 100,
+        maxClientTokenLifetime: 50,
       }),
     ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
     expect(() =>

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { FhirResource, PatientCompartment, Storage } from '../../src/storage/types.js';
-import { collectNdjson } from './contract.js';
+import { collectNdjson } from '../../src/testing/storage-contract.js';
 
 /** A compartment where `Device.owner` (not in R4's) places a device in a patient's compartment. */
 const deviceOwners: PatientCompartment = {

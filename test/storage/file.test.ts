@@ -8,7 +8,7 @@ import { fileStorage, openFileExportReader } from '../../src/stores.js';
 import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
 import type { ExportReader, IdentifierToken, Storage } from '../../src/storage/types.js';
-import { collect, collectNdjson, runStorageContract } from './contract.js';
+import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
 
 const dirs: string[] = [];
 function tempDir(): string {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStorage } from '../../src/stores.js';
-import { collectNdjson, runStorageContract } from './contract.js';
+import { collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
 
 runStorageContract('memoryStorage', () => {
   const storage = memoryStorage();

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fileStorage } from '../../src/stores.js';
 import type { ExportSnapshot, Storage } from '../../src/storage/types.js';
-import { collect, collectNdjson } from './contract.js';
+import { collect, collectNdjson } from '../../src/testing/storage-contract.js';
 
 /**
  * A store directory written (and closed cleanly) by the file store as it was before the storage

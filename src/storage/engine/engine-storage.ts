@@ -34,6 +34,12 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
     super(engine.root, compartment);
   }
 
+  /** Open means reachable: everything is in this process (the file store adds its directory). */
+  async ping(): Promise<void> {
+    await Promise.resolve();
+    this.engine.assertOpen();
+  }
+
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
     return this.engine.transaction((ctx) => fn(new EngineOperations(ctx, this.compartment)));
   }

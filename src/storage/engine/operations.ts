@@ -1,5 +1,6 @@
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
+  StoredText,
   ClientChanges,
   ClientRecord,
   PatientCompartment,
@@ -46,6 +47,26 @@ import {
   type ProjectChanges,
 } from '../record-rules.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
+
+/**
+ * The result of a create or update: `json` is the stored text, and `resource` is parsed from it on
+ * first access only (a fresh object, as every read answers), so that bulk writers which never look
+ * at it (NDJSON uploads, transactions answered from the stored text) do not pay for a parse.
+ */
+function storedResult(op: 'create' | 'update', stored: StoredText): WriteResult {
+  let parsed: StoredResource | undefined;
+  const { json } = stored;
+  const result = { op, stored } as WriteResult;
+  Object.defineProperty(result, 'resource', {
+    enumerable: true,
+    configurable: true,
+    get: () => (parsed ??= JSON.parse(json) as StoredResource),
+    set: (value: StoredResource) => {
+      parsed = value;
+    },
+  });
+  return result;
+}
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
@@ -371,8 +392,6 @@ export class EngineOperations implements StorageOperations {
     } catch (error) {
       throw new InvalidRecordError('The resource is not JSON', { cause: error });
     }
-    // Keys of the JSON as stored (what a search by scanning the bodies would see).
-    const copy = JSON.parse(json) as StoredResource;
     w.emit({
       kind: 'resource-put',
       projectId,
@@ -383,11 +402,11 @@ export class EngineOperations implements StorageOperations {
         lastUpdatedMicros: tick.micros,
         deleted: false,
         patients: this.compartment.patientIds(stored),
-        identifiers: identifierKeys(copy),
+        identifiers: identifierKeys(stored),
         json,
       },
     });
-    const result: WriteResult = { op: write.op, resource: copy };
+    const result = storedResult(write.op, { json, resourceType, id, versionId, lastUpdated: tick.iso });
     if (write.op === 'update') result.created = !live;
     return result;
   }

@@ -67,6 +67,12 @@ class FileStorage extends EngineStorage {
     );
   }
 
+  /** Open, and its directory still there and writable (a removed or read-only mount is not ready). */
+  override async ping(): Promise<void> {
+    await super.ping();
+    await fs.access(this.backend.dir, fs.constants.W_OK);
+  }
+
   async releaseSnapshot(snapshot: ExportSnapshot): Promise<void> {
     const snap = asFileSnapshot(snapshot.projectId as string, snapshot);
     await fs.rm(path.join(this.backend.dir, snap.dir), { recursive: true, force: true });

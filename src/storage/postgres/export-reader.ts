@@ -1,8 +1,10 @@
 import pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
 import Cursor from 'pg-cursor';
 import { isoMicros } from '../engine/clock.js';
-import { InvalidRecordError, StorageClosedError } from '../errors.js';
+import { InvalidRecordError, StorageClosedError, StorageError } from '../errors.js';
 import type { ExportReader, ExportReadOptions, ExportSnapshot, NdjsonChunk, Tombstone } from '../types.js';
+import { LineChunks } from './line-chunks.js';
 import { quoteIdentifier } from './schema.js';
 import { InvalidOptionError } from '../../errors.js';
 
@@ -40,13 +42,24 @@ export interface PostgresExportReaderOptions {
   exportChunkBytes?: number;
 }
 
-/** Rows fetched from the server-side cursor per round trip. */
+/** Rows fetched from the server-side cursor per round trip (deleted-resource reads). */
 const FETCH_ROWS = 1000;
 
 /**
+ * CSV with a quote and a delimiter no stored body holds: bodies are `JSON.stringify` output, which
+ * escapes every control character, so no row is ever quoted and each row is its body and `\n`,
+ * byte for byte. (COPY's text format would double every backslash.)
+ */
+const COPY_AS_NDJSON = `WITH (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')`;
+const QUOTE_BYTE = 0x01;
+
+/**
  * The export reads of the PostgreSQL store. A version belongs to a snapshot when its `seq` is at
- * most the snapshot's and it was not superseded by then; rows stream from a server-side cursor
- * (pg-cursor), so memory stays bounded whatever the number of resources.
+ * most the snapshot's and it was not superseded by then. Resources stream as
+ * `COPY (SELECT body …) TO STDOUT` (pg-copy-streams): the stored JSON text goes from the socket
+ * into NDJSON chunks without being decoded, parsed or re-encoded, with no round trip per batch,
+ * and memory stays bounded whatever the number of resources. Tombstones come from a server-side
+ * cursor (pg-cursor).
  */
 export class PostgresExportReader implements ExportReader {
   private readonly s: string;
@@ -70,42 +83,62 @@ export class PostgresExportReader implements ExportReader {
     options: ExportReadOptions,
   ): AsyncIterable<NdjsonChunk> {
     const snap = asPostgresSnapshot(projectId, snapshot);
-    const values: unknown[] = [projectId, options.resourceType, snap.seq, (options.since ?? -1e15) * 1000];
+    if (this.closed) throw new StorageClosedError('The export reader is closed');
+    this.assertOpen();
+    // COPY takes no parameters: the values are SQL literals (escaped by pg; seq and since are numbers).
+    const lit = (value: string): string => pg.escapeLiteral(value);
+    const seq = String(Math.trunc(snap.seq));
+    const since = `${lit(String((options.since ?? -1e15) * 1000))}::float8`;
     // Filters outside the fenced lookup, so that it stays a primary-key lookup.
     const liveOf = (r: string): string =>
-      `${r}project_id = $1 AND ${r}resource_type = $2 AND ${r}seq <= $3
-       AND (${r}superseded_seq IS NULL OR ${r}superseded_seq > $3) AND NOT ${r}deleted AND ${r}lu > $4::float8`;
+      `${r}project_id = ${lit(projectId)} AND ${r}resource_type = ${lit(options.resourceType)}
+       AND ${r}seq <= ${seq} AND (${r}superseded_seq IS NULL OR ${r}superseded_seq > ${seq})
+       AND NOT ${r}deleted AND ${r}lu > ${since}`;
     let sql = `SELECT body FROM ${this.s}.resources WHERE ${liveOf('')} ORDER BY seq`;
     if (options.patientIds) {
-      values.push(options.patientIds);
+      const patients = `ARRAY[${options.patientIds.map(lit).join(',')}]::text[]`;
       // Group/Patient exports read only the versions ever in these compartments, patient by
       // patient and version by version through the indexes (LATERAL, fenced with OFFSET 0).
       sql = `SELECT r.body
                FROM (SELECT DISTINCT c.seq
-                       FROM (SELECT DISTINCT * FROM unnest($5::text[])) AS p(patient_id)
+                       FROM (SELECT DISTINCT * FROM unnest(${patients})) AS p(patient_id)
                        CROSS JOIN LATERAL (
                          SELECT seq FROM ${this.s}.resource_compartments
-                          WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2
-                            AND seq <= $3 OFFSET 0) c) k
+                          WHERE project_id = ${lit(projectId)} AND patient_id = p.patient_id
+                            AND resource_type = ${lit(options.resourceType)} AND seq <= ${seq} OFFSET 0) c) k
                CROSS JOIN LATERAL (
                  SELECT * FROM ${this.s}.resources WHERE seq = k.seq OFFSET 0) r
               WHERE ${liveOf('r.')}
               ORDER BY k.seq`;
     }
-    let lines: string[] = [];
-    let bytes = 0;
-    for await (const rows of this.stream<{ body: string }>(sql, values)) {
-      for (const { body } of rows) {
-        lines.push(body, '\n');
-        bytes += body.length + 1;
-        if (bytes >= this.chunkBytes) {
-          yield { data: lines.join(''), count: lines.length / 2 };
-          lines = [];
-          bytes = 0;
+    yield* this.copyOut(`COPY (${sql}) TO STDOUT ${COPY_AS_NDJSON}`, options.reuseChunks === true);
+  }
+
+  /** The output of a `COPY … TO STDOUT` as NDJSON chunks, on a client held until the caller stops reading. */
+  private async *copyOut(sql: string, reuse: boolean): AsyncIterable<NdjsonChunk> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    let complete = false;
+    try {
+      const lines = new LineChunks(this.chunkBytes, reuse);
+      const copy = client.query(copyTo(sql));
+      for await (const data of copy as AsyncIterable<Buffer>) {
+        if (data.includes(QUOTE_BYTE)) {
+          // A quoted row: a body with a raw control character, which JSON.stringify never writes.
+          throw new StorageError('ERR_STORAGE_CORRUPT', 'A stored resource body is not single-line JSON');
         }
+        yield* lines.push(data);
       }
+      const last = lines.end();
+      if (last) yield last;
+      complete = true;
+    } catch (error) {
+      broken = error as Error;
+      throw error;
+    } finally {
+      // A COPY left unfinished (the caller stopped reading) leaves the connection unusable: drop it.
+      client.release(broken ?? (complete ? undefined : new Error('COPY not read to its end')));
     }
-    if (lines.length > 0) yield { data: lines.join(''), count: lines.length / 2 };
   }
 
   async *readDeleted(

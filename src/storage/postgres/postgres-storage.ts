@@ -3,11 +3,14 @@ import pg, { type Pool } from 'pg';
 import { isoMicros } from '../engine/clock.js';
 import { ConflictError, NotFoundError, StorageClosedError, StorageError } from '../errors.js';
 import type {
+  ExportFileStore,
   ExportJobChanges,
+  ExportJobQueue,
   ExportJobRecord,
   ExportJobStatus,
   ExportReader,
   ExportSnapshot,
+  FailureCountStore,
   NewExportJob,
   PatientCompartment,
   ProjectRecord,
@@ -26,11 +29,14 @@ import {
   TransactionExecutor,
 } from './executor.js';
 import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js';
+import { exportFileChunkBytes, PostgresExportFiles } from './export-files.js';
+import { PostgresExportQueue, updateJobRow } from './export-queue.js';
+import { PostgresFailureCounts } from './failure-counts.js';
 import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
 import { migrate, quoteIdentifier } from './schema.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
-import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
+import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
 
 /** Options of `postgresStorage`. */
@@ -63,6 +69,11 @@ export interface PostgresStorageOptions {
    * @default 1048576
    */
   exportChunkBytes?: number;
+  /**
+   * Bytes of export file data written per row of `export_file_chunks` (the store's `exportFiles`).
+   * @default 1048576
+   */
+  exportFileChunkBytes?: number;
   /**
    * The patient compartment resources are indexed by (on write: export workers read the index).
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
@@ -127,6 +138,9 @@ class GuardedExecutor implements Executor {
 class PostgresStorage extends PostgresOperations implements Storage {
   readonly exportReader: ExportReader;
   readonly descriptor?: StorageDescriptor;
+  readonly exportFiles: ExportFileStore;
+  readonly exportQueue: ExportJobQueue;
+  readonly failureCounts: FailureCountStore;
   private readonly root: Executor;
   private closing: Promise<void> | undefined;
   private onceCalls = 0;
@@ -140,13 +154,19 @@ class PostgresStorage extends PostgresOperations implements Storage {
     chunkBytes: number,
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
+    files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
     super(root, quoteIdentifier(schema), compartment);
     this.root = root;
     this.descriptor = descriptor;
+    this.failureCounts = new PostgresFailureCounts(root, this.s);
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
       lifecycle.assertOpen(),
+    );
+    this.exportFiles = new PostgresExportFiles(pool, schema, files.chunkBytes, false, files.descriptor);
+    this.exportQueue = new PostgresExportQueue(root, pool, this.s, `fhir-platform-kit:${schema}`, (fn) =>
+      lifecycle.track(fn),
     );
   }
 
@@ -285,22 +305,13 @@ class PostgresStorage extends PostgresOperations implements Storage {
     changes: ExportJobChanges,
     options?: { ifVersion?: number },
   ): Promise<ExportJobRecord> {
-    return this.root.run('atomic', async (query) => {
-      const { rows } = await query<JobRow>(
-        `SELECT record FROM ${this.s}.export_jobs WHERE project_id = $1 AND id = $2 FOR UPDATE`,
-        [projectId, id],
-      );
-      const current = rows[0]?.record;
-      if (!current) throw new NotFoundError(`Export job ${id} not found`);
-      checkIfVersion('Export job', id, current.version, options?.ifVersion);
-      const record = updatedExportJobRecord(current, projectId, id, changes, new Date().toISOString());
-      await query(
-        `UPDATE ${this.s}.export_jobs SET status = $3, version = $4, record = $5
-          WHERE project_id = $1 AND id = $2`,
-        [projectId, id, record.status, record.version, JSON.stringify(record)],
-      );
-      return record;
-    });
+    return this.root.run(
+      'atomic',
+      async (query) =>
+        (await updateJobRow(query, this.s, projectId, id, changes, {
+          ...(options?.ifVersion !== undefined ? { ifVersion: options.ifVersion } : {}),
+        }))!,
+    );
   }
 
   deleteExportJob(projectId: string, id: string): Promise<void> {
@@ -348,6 +359,13 @@ class PostgresStorage extends PostgresOperations implements Storage {
         seq: Number(seqRows[0]!.seq),
       };
       return snapshot;
+    });
+  }
+
+  /** `SELECT 1` through the pool: rejects when the store is closed or the database unreachable. */
+  ping(): Promise<void> {
+    return this.root.run('read', async (query) => {
+      await query('SELECT 1');
     });
   }
 
@@ -402,6 +420,15 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           exportName: 'openPostgresExportReader',
           options: { connectionString, schema, exportChunkBytes: chunkBytes },
         };
+  const fileChunkBytes = exportFileChunkBytes(options.exportFileChunkBytes, 'postgresStorage');
+  const filesDescriptor: StorageDescriptor | undefined =
+    connectionString === undefined
+      ? undefined
+      : {
+          module: postgresExportReaderModule('./export-files.ts'),
+          exportName: 'openPostgresExportFiles',
+          options: { connectionString, schema, chunkBytes: fileChunkBytes },
+        };
   return new PostgresStorage(
     pool,
     ownsPool,
@@ -411,5 +438,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     chunkBytes,
     descriptor,
     options.compartment,
+    { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
   );
 }

@@ -1,15 +1,12 @@
-import { pathToFileURL } from 'node:url';
+import { descriptorModule } from '../../package-entry.js';
 
 /**
  * The module a worker imports to reopen a PostgreSQL store (`StorageDescriptor.module`):
- * - running from source (vitest, tsx): `export-reader.ts`, next to this file;
- * - running from the build: the bundle holding this code, i.e. the package entry
- *   (`dist/index.js` or `dist/index.cjs`), which re-exports `openPostgresExportReader`.
+ * - running from source (vitest, tsx): `sourceFile` (`export-reader.ts`, or `export-files.ts` for the
+ *   export file store), next to this file;
+ * - running from the build: the `fhir-platform-kit/postgres` entry (`dist/postgres.js` or
+ *   `dist/postgres.cjs`), which exports `openPostgresExportReader` and `openPostgresExportFiles`.
  */
-export function postgresExportReaderModule(): string {
-  // `__filename` exists in the CommonJS build; `import.meta.url` in ES modules. Checked with
-  // typeof so neither build trips over the other.
-  const here = typeof __filename === 'string' ? pathToFileURL(__filename).href : import.meta.url;
-  if (/\.[cm]?ts$/.test(here)) return new URL('./export-reader.ts', here).href;
-  return here;
+export function postgresExportReaderModule(sourceFile = './export-reader.ts'): string {
+  return descriptorModule(`./storage/postgres/${sourceFile.replace(/^\.\//, '')}`, 'postgres');
 }

@@ -122,6 +122,38 @@ function migrationStatements(s: string): string[] {
     `CREATE TABLE IF NOT EXISTS ${s}.resource_clocks (
       project_id ${id} PRIMARY KEY,
       lu bigint NOT NULL)`,
+    // Migration 3: the export job queue. The run holding a job's lease runs it; a lease not renewed
+    // by `lease_until` (database clock) may be claimed by any instance.
+    `ALTER TABLE ${s}.export_jobs ADD COLUMN IF NOT EXISTS lease_owner text`,
+    `ALTER TABLE ${s}.export_jobs ADD COLUMN IF NOT EXISTS lease_until timestamptz`,
+    `CREATE INDEX IF NOT EXISTS export_jobs_runnable
+      ON ${s}.export_jobs (created_at, id) WHERE status IN ('accepted', 'in-progress')`,
+    // Export files, written in chunks by the workers and deleted with their job. A file is served
+    // once `complete`; its chunks hold consecutive byte ranges starting at `off`.
+    `CREATE TABLE IF NOT EXISTS ${s}.export_files (
+      file_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      project_id ${id},
+      job_id ${id},
+      name text COLLATE "C" NOT NULL,
+      complete boolean NOT NULL DEFAULT false,
+      size bigint NOT NULL DEFAULT 0,
+      CONSTRAINT export_files_job FOREIGN KEY (project_id, job_id)
+        REFERENCES ${s}.export_jobs (project_id, id) ON DELETE CASCADE)`,
+    `CREATE INDEX IF NOT EXISTS export_files_by_job ON ${s}.export_files (project_id, job_id, name)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.export_file_chunks (
+      file_id bigint NOT NULL REFERENCES ${s}.export_files (file_id) ON DELETE CASCADE,
+      off bigint NOT NULL,
+      len integer NOT NULL,
+      data bytea NOT NULL,
+      PRIMARY KEY (file_id, off))`,
+    // Stored out of line without compression: chunks are written and read whole, fast.
+    `ALTER TABLE ${s}.export_file_chunks ALTER COLUMN data SET STORAGE EXTERNAL`,
+    // Migration 4: failed-authentication counters shared by every instance (PostgresFailureCounts): the key's
+    // SHA-256, the failures in its window and the window's end (epoch ms, database clock).
+    `CREATE TABLE IF NOT EXISTS ${s}.auth_failures (
+      key text COLLATE "C" PRIMARY KEY,
+      failures integer NOT NULL,
+      reset_at bigint NOT NULL)`,
   ];
 }
 
@@ -185,9 +217,29 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
   }
 }
 
+/** The latest migration: every version from 1 up to it is recorded once applied. */
+export const SCHEMA_VERSION = 4;
+
+/** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
+async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
+  const { rows: exists } = await client.query<{ t: string | null }>('SELECT to_regclass($1) AS t', [
+    `${quoteIdentifier(schema)}.schema_migrations`,
+  ]);
+  if (!exists[0]?.t) return new Set();
+  const { rows } = await client.query<{ version: number }>(
+    `SELECT version FROM ${quoteIdentifier(schema)}.schema_migrations`,
+  );
+  return new Set(rows.map((r) => r.version));
+}
+
+function isCurrent(applied: Set<number>): boolean {
+  for (let version = 1; version <= SCHEMA_VERSION; version++) if (!applied.has(version)) return false;
+  return true;
+}
+
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, and 4, the shared failed-login counters, are DDL only), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -197,12 +249,21 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
     const s = quoteIdentifier(schema);
+    // Up to date: no DDL at all. `ALTER TABLE … IF NOT EXISTS` still takes an exclusive lock on
+    // its table, which deadlocks with the running instances' writes (an export file insert locks
+    // export_files, then its job row) when one more instance opens the schema.
+    if (isCurrent(await appliedVersions(client, schema))) {
+      await client.query('COMMIT');
+      return;
+    }
     for (const statement of migrationStatements(s)) await client.query(statement);
-    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.schema_migrations`);
-    const applied = new Set(rows.map((r) => r.version));
+    const applied = await appliedVersions(client, schema);
     // A schema created by this version has no resources yet: the backfill finds nothing.
     if (!applied.has(2)) await backfillIdentifiers(client, s);
-    await client.query(`INSERT INTO ${s}.schema_migrations (version) VALUES (1), (2) ON CONFLICT DO NOTHING`);
+    await client.query(
+      `INSERT INTO ${s}.schema_migrations (version) SELECT generate_series(1, $1::int) ON CONFLICT DO NOTHING`,
+      [SCHEMA_VERSION],
+    );
     await client.query('COMMIT');
   } catch (error) {
     await client.query('ROLLBACK').catch(() => undefined);

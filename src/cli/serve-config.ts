@@ -1,9 +1,10 @@
 import path from 'node:path';
-import type { ProfileType } from '../../src/index.js';
+import { UsageError } from './cli-error.js';
+import type { ProfileType } from '../index.js';
 
 const PROFILE_TYPES: readonly ProfileType[] = ['Patient', 'Practitioner', 'RelatedPerson'];
 
-/** The standalone server's settings, read from the environment once at start. */
+/** The standalone server's settings (`serve`), read once at start from the environment and flags. */
 export interface StandaloneConfig {
   port: number;
   host: string;
@@ -30,35 +31,41 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
   const portText = env.PORT || '8103';
   const port = Number(portText);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new Error(`PORT must be an integer from 0 to 65535, got "${portText}"`);
+    throw new UsageError(`PORT (--port) must be an integer from 0 to 65535, got "${portText}"`);
   }
   const host = env.HOST || '0.0.0.0';
   const baseUrl = (env.BASE_URL || `http://localhost:${port}`).replace(/\/+$/, '');
   try {
     new URL(baseUrl);
   } catch {
-    throw new Error(`BASE_URL must be an absolute URL, got "${baseUrl}"`);
+    throw new UsageError(`BASE_URL (--base-url) must be an absolute URL, got "${baseUrl}"`);
   }
   const clientId = env.SUPER_ADMIN_CLIENT_ID || undefined;
   const clientSecret = env.SUPER_ADMIN_CLIENT_SECRET || undefined;
   if (Boolean(clientId) !== Boolean(clientSecret)) {
-    throw new Error('Set both SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET, or neither');
+    throw new UsageError(
+      'Set both SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET (--super-admin-client-id, --super-admin-client-secret), or neither',
+    );
   }
   const typeText = env.SCIM_DEFAULT_USER_TYPE?.trim() || undefined;
   const scimDefaultUserType = typeText
     ? PROFILE_TYPES.find((t) => t.toLowerCase() === typeText.toLowerCase())
     : undefined;
   if (typeText && !scimDefaultUserType) {
-    throw new Error(`SCIM_DEFAULT_USER_TYPE must be one of ${PROFILE_TYPES.join(', ')}, got "${typeText}"`);
+    throw new UsageError(
+      `SCIM_DEFAULT_USER_TYPE (--scim-default-user-type) must be one of ${PROFILE_TYPES.join(', ')}, got "${typeText}"`,
+    );
   }
   const echoText = env.SCIM_ECHO_USER_NAME?.trim().toLowerCase() || 'false';
   if (echoText !== 'true' && echoText !== 'false') {
-    throw new Error(`SCIM_ECHO_USER_NAME must be true or false, got "${env.SCIM_ECHO_USER_NAME}"`);
+    throw new UsageError(
+      `SCIM_ECHO_USER_NAME (--scim-echo-user-name) must be true or false, got "${env.SCIM_ECHO_USER_NAME}"`,
+    );
   }
   const requireAsync = env.BULK_REQUIRE_ASYNC_HEADERS?.trim().toLowerCase() || 'false';
   if (requireAsync !== 'true' && requireAsync !== 'false') {
-    throw new Error(
-      `BULK_REQUIRE_ASYNC_HEADERS must be true or false, got "${env.BULK_REQUIRE_ASYNC_HEADERS}"`,
+    throw new UsageError(
+      `BULK_REQUIRE_ASYNC_HEADERS (--bulk-require-async-headers) must be true or false, got "${env.BULK_REQUIRE_ASYNC_HEADERS}"`,
     );
   }
   return {

@@ -8,14 +8,18 @@ import type {
   StorageOperations,
   StoredResource,
   Tombstone,
-} from '../../src/storage/types.js';
+} from '../storage/types.js';
+import { auditStorageContract } from './audit-contract.js';
 
-/** What a contract run needs from an adapter. */
+// The storage contract suite, shipped as `fhir-platform-kit/testing` so that an adapter's author
+// can run it (with vitest) against their adapter. The package's own adapters run it in test/storage.
+
+/** What a contract run needs from an adapter: a fresh, empty store and how to dispose of it. */
 export type MakeStorage = () => Promise<{ storage: Storage; cleanup: () => Promise<void> }>;
 
 const decoder = new TextDecoder();
 
-/** Reads an export stream back into resources, checking each chunk's `count`. */
+/** Reads an export stream back into resources (asserting through vitest), checking each chunk's `count`. */
 export async function collectNdjson(chunks: AsyncIterable<NdjsonChunk>): Promise<StoredResource[]> {
   const out: StoredResource[] = [];
   for await (const chunk of chunks) {
@@ -80,6 +84,8 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     afterEach(async () => {
       await cleanup();
     });
+
+    auditStorageContract(() => storage);
 
     describe('projects', () => {
       it('creates, reads, updates, lists and deletes', async () => {
@@ -1092,6 +1098,12 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     });
 
     describe('lifecycle', () => {
+      it('answers ping while open and rejects it with StorageClosedError once closed', async () => {
+        await expect(storage.ping()).resolves.toBeUndefined();
+        await storage.close();
+        await rejectsWith(storage.ping(), 'ERR_STORAGE_CLOSED');
+      });
+
       it('rejects calls after close with StorageClosedError', async () => {
         await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
         await storage.close();

@@ -4,8 +4,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { readConfig } from '../../examples/standalone/config.js';
-import { startStandalone } from '../../examples/standalone/app.js';
+import { readConfig } from '../../src/cli/serve-config.js';
+import { startStandalone } from '../../src/cli/standalone.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -28,6 +28,14 @@ function freePort(): Promise<number> {
   });
 }
 
+/** stdout as JSON log lines; every line must be JSON. */
+function logLines(text: string): Record<string, unknown>[] {
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
 async function tokenStatus(baseUrl: string, id: string, secret: string): Promise<number> {
   const res = await fetch(`${baseUrl}/oauth2/token`, {
     method: 'POST',
@@ -40,7 +48,7 @@ async function tokenStatus(baseUrl: string, id: string, secret: string): Promise
   return res.status;
 }
 
-describe('standalone server configuration', () => {
+describe('serve: configuration', () => {
   it('reads defaults and rejects bad values', () => {
     const config = readConfig({});
     expect(config.port).toBe(8103);
@@ -72,7 +80,7 @@ describe('standalone server configuration', () => {
   });
 });
 
-describe('standalone server', () => {
+describe('serve: the standalone server', () => {
   it('generates super-admin credentials once, serves tokens, and keeps data across restarts', async () => {
     const dataDir = tempDir();
     const port = await freePort();
@@ -169,10 +177,14 @@ describe('standalone server', () => {
     }
   });
 
-  it('runs as `npm start` does and shuts down cleanly on SIGTERM', async () => {
+  it.each([
+    // Exactly what `npm start` runs, and the built bin the package installs.
+    ['`npm start` (tsx, the source)', ['--import', 'tsx', 'src/cli/main.ts', 'serve']],
+    ['the built bin', ['dist/cli.js', 'serve']],
+  ])('runs as %s and shuts down cleanly on SIGTERM', async (_name, argv) => {
     const dataDir = tempDir();
     const port = await freePort();
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/standalone/server.ts'], {
+    const child = spawn(process.execPath, argv, {
       cwd: path.resolve(import.meta.dirname, '../..'),
       env: {
         ...process.env,
@@ -186,21 +198,36 @@ describe('standalone server', () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    let stdout = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      stdout += chunk.toString();
+    });
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
-      for (let i = 0; i < 200 && !output.includes('Token endpoint'); i++) {
+      for (let i = 0; i < 200 && !output.includes('"listening"'); i++) {
         await new Promise((r) => setTimeout(r, 100));
       }
-      expect(output).toContain(`http://localhost:${port}/fhir/R4`);
+      // JSON log lines (pino) on stdout.
+      const listening = logLines(stdout).find((line) => line.msg === 'listening');
+      expect(listening).toMatchObject({ level: 30, fhir: `http://localhost:${port}/fhir/R4` });
       expect(output).not.toContain('SUPER_ADMIN_CLIENT_SECRET=');
       expect(await tokenStatus(`http://127.0.0.1:${port}`, 'root', 'root-secret-123')).toBe(200);
     } finally {
       child.kill('SIGTERM');
     }
     expect(await exited).toBe(0);
-    expect(output).toContain('SIGTERM');
+    const messages = logLines(stdout).map((line) => line.msg);
+    expect(messages).toEqual(['starting the standalone server', 'listening', 'request', 'shutting down', 'stopped']);
+    // One request line for the token request: method, path and status, never the secret.
+    expect(logLines(stdout).find((line) => line.msg === 'request')).toMatchObject({
+      method: 'POST',
+      path: '/oauth2/token',
+      status: 200,
+    });
+    expect(stdout).not.toContain('root-secret-123');
+    expect(logLines(stdout).find((line) => line.msg === 'shutting down')?.signal).toBe('SIGTERM');
     // The lock was released: the store opens again at once.
     const again = await startStandalone(readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir }));
     await again.close();

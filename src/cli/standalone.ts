@@ -9,11 +9,11 @@ import {
   fileStorage,
   notFoundHandler,
   protectServer,
-  postgresStorage,
   provisionSuperAdminClient,
+  type Logger,
   type Storage,
-} from '../../src/index.js';
-import type { StandaloneConfig } from './config.js';
+} from '../index.js';
+import type { StandaloneConfig } from './serve-config.js';
 
 /** A running standalone server. */
 export interface Standalone {
@@ -28,13 +28,17 @@ export interface Standalone {
 }
 
 /**
- * Starts the standalone server: every router mounted at the default paths on the embedded file store
+ * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at the default paths on the embedded file store
  * under `config.dataDir` (`store/` for the data, `exports/` for bulk export files), or on PostgreSQL
- * when `config.databaseUrl` is set (export files still go under `config.dataDir`).
+ * when `config.databaseUrl` is set (export files then live in the database too).
  */
-export async function startStandalone(config: StandaloneConfig): Promise<Standalone> {
+export async function startStandalone(
+  config: StandaloneConfig,
+  logging: { logger?: Logger; logRequests?: boolean } = {},
+): Promise<Standalone> {
+  // The PostgreSQL adapter (and `pg`) is loaded only when it is used.
   const storage = config.databaseUrl
-    ? postgresStorage({ connectionString: config.databaseUrl })
+    ? (await import('../postgres.js')).postgresStorage({ connectionString: config.databaseUrl })
     : await fileStorage({ dir: path.join(config.dataDir, 'store') });
   try {
     const admin = await provisionSuperAdminClient(storage, {
@@ -43,6 +47,8 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
     });
     const platform = fhirPlatform({
       storage,
+      // Errors always go to the logger; one line per request too when asked (`serve` does).
+      ...(logging.logger ? { logger: logging.logger, logRequests: logging.logRequests ?? false } : {}),
       baseUrl: config.baseUrl,
       exportDir: path.join(config.dataDir, 'exports'),
       scimBasicAuth: true,
@@ -51,6 +57,8 @@ export async function startStandalone(config: StandaloneConfig): Promise<Standal
         ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
       },
       bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
+      // Durable audit: an acknowledged request's event survives the process being killed.
+      audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
     });
     const app = express();
     app.disable('x-powered-by');

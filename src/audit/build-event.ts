@@ -1,0 +1,363 @@
+import { isIP } from 'node:net';
+import type { FhirResource } from '../storage/types.js';
+import {
+  AGENT_TYPE,
+  APPLICATION_SERVER,
+  ENTITY_KIND,
+  ENTITY_ROLE,
+  EVENT_SUBTYPE,
+  EVENT_TYPE,
+  IDENTIFIER_SYSTEMS,
+  RESOURCE_TYPES,
+  restfulInteraction,
+  type AuditAction,
+  type AuditOutcomeCode,
+  type Coding,
+} from './codes.js';
+import type { AuditActor, AuditRecord } from './events.js';
+
+/** An R4 `Reference` as the builder writes it. */
+export interface AuditReference {
+  reference?: string;
+  identifier?: { system: string; value: string };
+  display?: string;
+}
+
+export interface AuditEventAgent {
+  type: { coding: Coding[] };
+  who?: AuditReference;
+  altId?: string;
+  name?: string;
+  requestor: boolean;
+  network?: { address: string; type: '1' | '2' };
+}
+
+export interface AuditEventEntity {
+  what?: AuditReference;
+  type?: Coding;
+  role?: Coding;
+  description?: string;
+  /** base64 of the query string (R4 `entity.query`). */
+  query?: string;
+  detail?: { type: string; valueString: string }[];
+}
+
+/** The R4 `AuditEvent` the builder produces. */
+export interface AuditEventResource extends FhirResource {
+  resourceType: 'AuditEvent';
+  id?: string;
+  type: Coding;
+  subtype?: Coding[];
+  action: AuditAction;
+  recorded: string;
+  outcome: AuditOutcomeCode;
+  outcomeDesc?: string;
+  agent: AuditEventAgent[];
+  source: { site: string; observer: { display: string }; type: Coding[] };
+  entity?: AuditEventEntity[];
+}
+
+/** Options of {@link buildAuditEvent}. */
+export interface BuildAuditEventOptions {
+  /** `source.site` and `source.observer.display`: the name of this server. */
+  sourceName: string;
+  /** The resource id (the trail assigns one, so that a replayed event is recognised). */
+  id?: string;
+}
+
+/** What distinguishes one kind of event: codes, action, outcome and entities. */
+interface Described {
+  type: Coding;
+  subtype: Coding[];
+  action: AuditAction;
+  outcome: AuditOutcomeCode;
+  outcomeDesc?: string;
+  entity: AuditEventEntity[];
+}
+
+function detail(type: string, value: string | number): { type: string; valueString: string } {
+  return { type, valueString: String(value) };
+}
+
+function base64(text: string): string {
+  return Buffer.from(text, 'utf8').toString('base64');
+}
+
+/** An entity naming a FHIR resource (`Observation/1`). */
+function resourceEntity(reference: string): AuditEventEntity {
+  const type = reference.slice(0, reference.indexOf('/'));
+  return {
+    what: { reference },
+    type: { system: RESOURCE_TYPES, code: type },
+    role: type === 'Patient' ? ENTITY_ROLE.patient : ENTITY_ROLE.domainResource,
+  };
+}
+
+function identified(system: string, value: string, display?: string): AuditReference {
+  return { identifier: { system, value }, ...(display !== undefined ? { display } : {}) };
+}
+
+function agentOf(actor: AuditActor, address: string | undefined): AuditEventAgent {
+  const agent: AuditEventAgent = {
+    type: { coding: [actor.kind === 'user' ? AGENT_TYPE.humanUser : AGENT_TYPE.application] },
+    requestor: true,
+  };
+  if (actor.kind === 'user' && actor.id !== undefined) {
+    agent.who = {
+      ...(actor.profile !== undefined ? { reference: actor.profile } : {}),
+      identifier: { system: IDENTIFIER_SYSTEMS.user, value: actor.id },
+    };
+  } else if (actor.id !== undefined) {
+    agent.who = identified(IDENTIFIER_SYSTEMS.client, actor.id);
+  }
+  if (actor.id !== undefined) agent.altId = actor.id;
+  const name = actor.name ?? (actor.kind === 'anonymous' ? 'unauthenticated caller' : undefined);
+  if (name !== undefined) agent.name = name;
+  if (address !== undefined && address !== '') {
+    agent.network = { address, type: isIP(address) === 0 ? '1' : '2' };
+  }
+  return agent;
+}
+
+function actionOfMethod(method: string, path: string): AuditAction {
+  if (path.includes('$')) return 'E';
+  switch (method.toUpperCase()) {
+    case 'GET':
+    case 'HEAD':
+      return 'R';
+    case 'POST':
+      return 'C';
+    case 'PUT':
+    case 'PATCH':
+      return 'U';
+    case 'DELETE':
+      return 'D';
+    default:
+      return 'E';
+  }
+}
+
+const SCIM_ACTION = { create: 'C', update: 'U', deactivate: 'U', delete: 'D' } as const;
+const SCIM_INTERACTION = {
+  create: 'create',
+  update: 'update',
+  deactivate: 'update',
+  delete: 'delete',
+} as const;
+const WRITE_ACTION = { create: 'C', update: 'U', delete: 'D' } as const;
+
+function describe(record: AuditRecord): Described {
+  switch (record.kind) {
+    case 'token': {
+      const details = record.scopes?.length ? [detail('scope', record.scopes.join(' '))] : [];
+      const entity: AuditEventEntity[] =
+        record.actor.id === undefined
+          ? []
+          : [
+              {
+                what: identified(IDENTIFIER_SYSTEMS.client, record.actor.id),
+                type: ENTITY_KIND.systemObject,
+                role: ENTITY_ROLE.securityResource,
+                ...(details.length > 0 ? { detail: details } : {}),
+              },
+            ];
+      return {
+        type: EVENT_TYPE.userAuthentication,
+        subtype: [EVENT_SUBTYPE.login],
+        action: 'E',
+        outcome: record.result === 'granted' ? '0' : '4',
+        ...(record.result === 'refused' ? { outcomeDesc: record.error ?? 'refused' } : {}),
+        entity,
+      };
+    }
+    case 'scim-user':
+      return {
+        type: EVENT_TYPE.securityAlert,
+        subtype: [
+          EVENT_SUBTYPE.userSecurityAttributesChanged,
+          restfulInteraction(SCIM_INTERACTION[record.action]),
+        ],
+        action: SCIM_ACTION[record.action],
+        outcome: '0',
+        entity: [
+          {
+            what: {
+              ...(record.profile !== undefined ? { reference: record.profile } : {}),
+              identifier: { system: IDENTIFIER_SYSTEMS.user, value: record.userId },
+            },
+            type: ENTITY_KIND.person,
+            role: ENTITY_ROLE.securityUser,
+            ...(record.action === 'deactivate' ? { detail: [detail('active', 'false')] } : {}),
+          },
+        ],
+      };
+    case 'project-init':
+      return {
+        type: EVENT_TYPE.securityAlert,
+        subtype: [EVENT_SUBTYPE.securityConfiguration, restfulInteraction('operation')],
+        action: 'C',
+        outcome: '0',
+        entity:
+          record.projectId === null
+            ? []
+            : [
+                {
+                  what: identified(IDENTIFIER_SYSTEMS.project, record.projectId, record.projectName),
+                  type: ENTITY_KIND.systemObject,
+                  role: ENTITY_ROLE.securityResource,
+                  detail: [detail('operation', '$init')],
+                },
+              ],
+      };
+    case 'client':
+      return {
+        type: EVENT_TYPE.securityAlert,
+        subtype:
+          record.action === 'register'
+            ? [EVENT_SUBTYPE.securityRolesChanged, restfulInteraction('operation')]
+            : [EVENT_SUBTYPE.securityRolesChanged],
+        action: record.action === 'register' ? 'C' : 'U',
+        outcome: '0',
+        entity: [
+          {
+            what: identified(IDENTIFIER_SYSTEMS.client, record.clientId, record.clientName),
+            type: ENTITY_KIND.systemObject,
+            role: ENTITY_ROLE.securityUser,
+            detail: [detail('operation', record.action === 'register' ? '$new-client' : 'revoke')],
+          },
+        ],
+      };
+    case 'fhir-write': {
+      const entity = record.references.map(resourceEntity);
+      const count = record.count ?? record.references.length;
+      if (count !== record.references.length) {
+        entity.push({
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.domainResource,
+          description: `${count} resources written (${record.interaction})`,
+          detail: [detail('count', count)],
+        });
+      }
+      return {
+        type: EVENT_TYPE.patientRecord,
+        subtype: [restfulInteraction(record.interaction)],
+        action: WRITE_ACTION[record.interaction],
+        outcome: '0',
+        entity,
+      };
+    }
+    case 'fhir-access': {
+      const entity: AuditEventEntity[] = [];
+      if (record.reference !== undefined) entity.push(resourceEntity(record.reference));
+      if (record.interaction === 'search-type') {
+        entity.push({
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.query,
+          description: `${record.resourceType} search`,
+          query: base64(record.query ?? ''),
+          ...(record.count !== undefined ? { detail: [detail('count', record.count)] } : {}),
+        });
+      }
+      for (const id of record.patientIds ?? []) {
+        if (record.reference !== `Patient/${id}`) entity.push(resourceEntity(`Patient/${id}`));
+      }
+      const search = record.interaction === 'search-type';
+      return {
+        type: search ? EVENT_TYPE.query : EVENT_TYPE.patientRecord,
+        subtype: [restfulInteraction(record.interaction)],
+        action: search ? 'E' : 'R',
+        outcome: '0',
+        entity,
+      };
+    }
+    case 'export': {
+      const details = [detail('phase', record.phase), detail('level', record.level)];
+      if (record.types?.length) details.push(detail('_type', record.types.join(',')));
+      if (record.since !== undefined) details.push(detail('_since', record.since));
+      for (const [type, count] of Object.entries(record.counts ?? {}))
+        details.push(detail(`count:${type}`, count));
+      const entity: AuditEventEntity[] = [
+        {
+          what: identified(IDENTIFIER_SYSTEMS.exportJob, record.jobId),
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.job,
+          detail: details,
+        },
+      ];
+      if (record.groupId !== undefined) entity.push(resourceEntity(`Group/${record.groupId}`));
+      return {
+        type: EVENT_TYPE.export,
+        subtype: record.phase === 'kickoff' ? [restfulInteraction('operation')] : [],
+        action: 'E',
+        outcome: record.phase === 'failed' ? '8' : '0',
+        ...(record.phase === 'failed' ? { outcomeDesc: record.error ?? 'export failed' } : {}),
+        entity,
+      };
+    }
+    case 'download': {
+      const details = [detail('file', record.file), detail('bytes', record.bytes)];
+      if (record.range !== undefined) details.push(detail('range', record.range));
+      return {
+        type: EVENT_TYPE.export,
+        subtype: [restfulInteraction('read')],
+        action: 'R',
+        outcome: '0',
+        entity: [
+          {
+            what: identified(IDENTIFIER_SYSTEMS.exportJob, record.jobId),
+            type: ENTITY_KIND.systemObject,
+            role: ENTITY_ROLE.dataDestination,
+            detail: details,
+          },
+        ],
+      };
+    }
+    case 'refused': {
+      const entity: AuditEventEntity[] = [];
+      if (record.reference !== undefined) entity.push(resourceEntity(record.reference));
+      entity.push({
+        type: ENTITY_KIND.systemObject,
+        role: ENTITY_ROLE.securityResource,
+        description: `${record.method.toUpperCase()} ${record.path}`,
+        detail: [detail('status', record.status)],
+      });
+      return {
+        type: EVENT_TYPE.securityAlert,
+        subtype: [EVENT_SUBTYPE.useOfRestrictedFunction],
+        action: actionOfMethod(record.method, record.path),
+        outcome: '4',
+        outcomeDesc: record.reason ?? `refused with ${record.status}`,
+        entity,
+      };
+    }
+  }
+}
+
+/**
+ * Builds the R4 `AuditEvent` of one event: `type` / `subtype` from DICOM and FHIR
+ * `restful-interaction`, `action`, `recorded`, `outcome`, the requesting `agent` (client or user,
+ * with its network address), `source` (this server) and the `entity` list (resources, the query
+ * base64-encoded, the export job, file details). See docs/audit.md for one example per kind.
+ * @see https://hl7.org/fhir/R4/auditevent.html
+ */
+export function buildAuditEvent(record: AuditRecord, options: BuildAuditEventOptions): AuditEventResource {
+  const described = describe(record);
+  const event: AuditEventResource = {
+    resourceType: 'AuditEvent',
+    ...(options.id !== undefined ? { id: options.id } : {}),
+    type: described.type,
+    ...(described.subtype.length > 0 ? { subtype: described.subtype } : {}),
+    action: described.action,
+    recorded: (record.recorded ?? new Date()).toISOString(),
+    outcome: described.outcome,
+    ...(described.outcomeDesc !== undefined ? { outcomeDesc: described.outcomeDesc } : {}),
+    agent: [agentOf(record.actor, record.address)],
+    source: {
+      site: options.sourceName,
+      observer: { display: options.sourceName },
+      type: [APPLICATION_SERVER],
+    },
+  };
+  if (described.entity.length > 0) event.entity = described.entity;
+  return event;
+}

@@ -1,0 +1,141 @@
+/**
+ * What happened, before it becomes an R4 `AuditEvent`: one small typed description per kind of
+ * event. Routers and services describe an action with one of these and hand it to
+ * `AuditTrail.record`; `buildAuditEvent` (./build-event.ts) turns it into the resource. Plain
+ * data only, no Express and no storage.
+ */
+
+/** Who acted: the principal of the request, or a caller the server could not identify. */
+export interface AuditActor {
+  /** `client`, `user` or `super-admin` for an authenticated principal; `anonymous` otherwise. */
+  kind: 'client' | 'user' | 'super-admin' | 'anonymous';
+  /** Client id or user id; for `anonymous`, the client id the caller claimed, when it named one. */
+  id?: string;
+  /** A user's FHIR profile (`Practitioner/123`), when known. */
+  profile?: string;
+  /** A human-readable name (the client's name). Never a secret. */
+  name?: string;
+}
+
+/** What every event carries. */
+export interface AuditBase {
+  /** The project the event belongs to; `null` for platform-level events (super admin, no project). */
+  projectId: string | null;
+  actor: AuditActor;
+  /** The caller's network address (the request's `req.ip`). */
+  address?: string;
+  /** When it happened. @default now */
+  recorded?: Date;
+}
+
+/** `POST /oauth2/token`: an access token granted or refused. */
+export interface TokenEvent extends AuditBase {
+  kind: 'token';
+  result: 'granted' | 'refused';
+  /** Scopes granted (or requested, when refused). */
+  scopes?: string[];
+  /** OAuth `error` of a refusal (`invalid_client`, …). */
+  error?: string;
+}
+
+/** SCIM `/Users`: a user created, updated, deactivated (`active: false`) or deleted. */
+export interface ScimUserEvent extends AuditBase {
+  kind: 'scim-user';
+  action: 'create' | 'update' | 'deactivate' | 'delete';
+  userId: string;
+  /** The user's FHIR profile resource (`Patient/123`). */
+  profile?: string;
+}
+
+/** `Project/$init`: a project created (its `projectId` is the new project). */
+export interface ProjectInitEvent extends AuditBase {
+  kind: 'project-init';
+  projectName?: string;
+}
+
+/** `$new-client` and client revocation. */
+export interface ClientEvent extends AuditBase {
+  kind: 'client';
+  action: 'register' | 'revoke';
+  clientId: string;
+  clientName?: string;
+}
+
+/** FHIR create, update or delete (plain, batch or transaction entry, upload): one event per request and kind. */
+export interface FhirWriteEvent extends AuditBase {
+  kind: 'fhir-write';
+  interaction: 'create' | 'update' | 'delete';
+  /** The resources written (`Observation/1`), at most a few; `count` tells how many in all. */
+  references: string[];
+  /** How many resources the request wrote with this interaction. @default references.length */
+  count?: number;
+}
+
+/** A read or a search of patient-compartment data: one event per request. */
+export interface FhirAccessEvent extends AuditBase {
+  kind: 'fhir-access';
+  interaction: 'read' | 'vread' | 'search-type';
+  resourceType: string;
+  /** For a read: the resource read (`Observation/1`). */
+  reference?: string;
+  /** For a search: the query string (`subject=Patient/1&_count=10`), kept base64 in `entity.query`. */
+  query?: string;
+  /** The patients whose compartment data was returned (ids). */
+  patientIds?: string[];
+  /** How many resources the answer held. */
+  count?: number;
+}
+
+/** A bulk export kick-off, completion, failure or cancellation. */
+export interface ExportEvent extends AuditBase {
+  kind: 'export';
+  phase: 'kickoff' | 'completed' | 'failed' | 'cancelled';
+  jobId: string;
+  level: 'system' | 'patient' | 'group';
+  types?: string[];
+  /** The `_since` instant, as given. */
+  since?: string;
+  groupId?: string;
+  /** Resources exported per type (completion). */
+  counts?: Record<string, number>;
+  /** Why it failed. */
+  error?: string;
+}
+
+/** One export file served (or a Range of it). */
+export interface DownloadEvent extends AuditBase {
+  kind: 'download';
+  jobId: string;
+  /** The file's name (`Patient-1.ndjson`). */
+  file: string;
+  /** Bytes sent. */
+  bytes: number;
+  /** The `Range` header served, when partial (`bytes=0-1023`). */
+  range?: string;
+}
+
+/** A request refused with 401, 403 or 404 (another project's id, a token without scope, …). */
+export interface RefusedEvent extends AuditBase {
+  kind: 'refused';
+  status: 401 | 403 | 404;
+  method: string;
+  /** The request path with its query. */
+  path: string;
+  /** The resource asked for (`Patient/123`), when the URL names one. */
+  reference?: string;
+  reason?: string;
+}
+
+/** Every kind of event the trail records. */
+export type AuditRecord =
+  | TokenEvent
+  | ScimUserEvent
+  | ProjectInitEvent
+  | ClientEvent
+  | FhirWriteEvent
+  | FhirAccessEvent
+  | ExportEvent
+  | DownloadEvent
+  | RefusedEvent;
+
+export type AuditKind = AuditRecord['kind'];

@@ -1,0 +1,158 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  fhirPlatform,
+  fileStorage,
+  StorageLockedError,
+  toOperationOutcome,
+  type PlatformAdmin,
+} from '../index.js';
+import { CliError, UsageError } from './cli-error.js';
+import { connectionOf, reasonOf, ServerClient, type ConnectionFlags } from './server-client.js';
+
+/** Where an administration command acts: a running server over HTTP, or a file store directory. */
+export interface AdminTargetFlags extends Partial<ConnectionFlags> {
+  /** The server's data directory (its `store/` is opened through `platform.admin`). */
+  dataDir?: string;
+}
+
+export interface InitProjectFlags extends AdminTargetFlags {
+  name: string;
+  ownerEmail?: string;
+  ownerGivenName?: string;
+  ownerFamilyName?: string;
+  scimDefaultUserType?: string;
+  scimEchoUserName?: boolean;
+}
+
+export interface NewClientFlags extends AdminTargetFlags {
+  project: string;
+  name: string;
+  clientScope?: string;
+  admin?: boolean;
+  jwksFile?: string;
+  jwksUrl?: string;
+  accessTokenLifetime?: number;
+}
+
+type Parameter = { name: string } & Record<string, unknown>;
+interface Parameters {
+  resourceType: 'Parameters';
+  parameter: Parameter[];
+}
+
+function parameters(list: (Parameter | false | undefined)[]): Parameters {
+  return { resourceType: 'Parameters', parameter: list.filter((p): p is Parameter => Boolean(p)) };
+}
+
+/** Runs `action` with `platform.admin` over the file store in `dataDir`, then closes the store. */
+async function withOfflineAdmin<T>(
+  dataDir: string,
+  action: (admin: PlatformAdmin) => Promise<T>,
+): Promise<T> {
+  const dir = path.resolve(dataDir);
+  if (!fs.existsSync(dir)) throw new CliError(`The data directory ${dir} does not exist`);
+  let storage: Awaited<ReturnType<typeof fileStorage>>;
+  try {
+    storage = await fileStorage({ dir: path.join(dir, 'store') });
+  } catch (error) {
+    if (error instanceof StorageLockedError) {
+      throw new CliError(
+        `${error.message}: a server is running on it; stop it, or run this command against the server with --fhir-url`,
+        1,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
+  try {
+    return await action(fhirPlatform({ storage, bulk: false }).admin);
+  } catch (error) {
+    if (error instanceof CliError) throw error;
+    const { status, outcome } = toOperationOutcome(error);
+    throw new CliError(`Refused: ${status} ${reasonOf(JSON.stringify(outcome))}`, 1, { cause: error });
+  } finally {
+    await storage.close();
+  }
+}
+
+/** Offline (`--data-dir`) or over HTTP (`--fhir-url` and client credentials), never both. */
+function target(flags: AdminTargetFlags): { dataDir: string } | { client: ServerClient } {
+  const online = Boolean(flags.clientId || flags.clientSecret || flags.privateKey);
+  if (flags.dataDir) {
+    if (online) throw new UsageError('--data-dir works without a server: leave out the client credentials');
+    return { dataDir: flags.dataDir };
+  }
+  const { fhirBase, credentials } = connectionOf({ fhirUrl: flags.fhirUrl ?? '', ...flags });
+  return { client: new ServerClient(fhirBase, credentials) };
+}
+
+/** `init-project`: `Project/$init`; answers `{ projectId, name }`. */
+export async function initProject(flags: InitProjectFlags): Promise<Record<string, unknown>> {
+  const body = parameters([
+    { name: 'name', valueString: flags.name },
+    flags.ownerEmail !== undefined && { name: 'ownerEmail', valueString: flags.ownerEmail },
+    flags.ownerGivenName !== undefined && { name: 'ownerGivenName', valueString: flags.ownerGivenName },
+    flags.ownerFamilyName !== undefined && { name: 'ownerFamilyName', valueString: flags.ownerFamilyName },
+    flags.scimDefaultUserType !== undefined && {
+      name: 'scimDefaultUserType',
+      valueCode: flags.scimDefaultUserType,
+    },
+    flags.scimEchoUserName !== undefined && {
+      name: 'scimEchoUserName',
+      valueBoolean: flags.scimEchoUserName,
+    },
+  ]);
+  const where = target(flags);
+  const project =
+    'dataDir' in where
+      ? ((await withOfflineAdmin(where.dataDir, (admin) => admin.initProject(body))) as unknown as Record<
+          string,
+          unknown
+        >)
+      : await where.client.operation('Project/$init', '/Project/$init', body);
+  return { projectId: project.id, name: project.name, project };
+}
+
+/** `new-client`: `$new-client`; answers `{ clientId, clientSecret, projectId, … }`. */
+export async function newClient(flags: NewClientFlags): Promise<Record<string, unknown>> {
+  if (flags.jwksFile && flags.jwksUrl) throw new UsageError('Give --jwks-file or --jwks-url, not both');
+  let jwks: string | undefined;
+  if (flags.jwksFile) {
+    try {
+      jwks = fs.readFileSync(flags.jwksFile, 'utf8');
+    } catch (error) {
+      throw new CliError(`Cannot read ${flags.jwksFile}: ${(error as Error).message}`);
+    }
+  }
+  const body = parameters([
+    { name: 'name', valueString: flags.name },
+    jwks !== undefined && { name: 'jwks', valueString: jwks },
+    flags.jwksUrl !== undefined && { name: 'jwksUri', valueUri: flags.jwksUrl },
+    flags.clientScope !== undefined && { name: 'scope', valueString: flags.clientScope },
+    flags.admin !== undefined && { name: 'admin', valueBoolean: flags.admin },
+    flags.accessTokenLifetime !== undefined && {
+      name: 'accessTokenLifetime',
+      valueInteger: flags.accessTokenLifetime,
+    },
+  ]);
+  const where = target(flags);
+  const client =
+    'dataDir' in where
+      ? ((await withOfflineAdmin(where.dataDir, (admin) =>
+          admin.newClient(flags.project, body),
+        )) as unknown as Record<string, unknown>)
+      : await where.client.operation(
+          '$new-client',
+          `/Project/${encodeURIComponent(flags.project)}/$new-client`,
+          body,
+        );
+  return {
+    clientId: client.id,
+    clientSecret: client.secret,
+    projectId: flags.project,
+    name: client.name,
+    scope: client.scope,
+    admin: client.admin,
+  };
+}

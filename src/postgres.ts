@@ -1,0 +1,26 @@
+import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
+import type { Storage } from './storage/types.js';
+
+// `fhir-platform-kit/postgres`: the PostgreSQL adapter, its own entry point so that only hosts
+// that import it load `pg` and `pg-cursor` (optional peer dependencies of the package).
+
+/**
+ * A store in PostgreSQL, for hosts that run several instances over one database: every instance
+ * sees every write, resource writes of a project are serialized by the database, failed-login
+ * counters and client-assertion replay records are shared, and export workers reopen the store
+ * from `descriptor` (this module). Tables are created in `schema` on open (the first call waits
+ * for that). Every version of every resource is kept (exports read consistent snapshots from
+ * them), so the resources table grows with the number of writes. Needs the `pg` and `pg-cursor`
+ * packages.
+ */
+export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+  return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
+}
+
+export type { PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
+export { openPostgresExportReader } from './storage/postgres/export-reader.js';
+export type { PostgresExportReaderOptions } from './storage/postgres/export-reader.js';
+// Workers reopen a job's export files in the database from this entry (the files' descriptor names it).
+export { openPostgresExportFiles } from './storage/postgres/export-files.js';
+export type { PostgresExportFilesOptions } from './storage/postgres/export-files.js';

@@ -1,0 +1,4 @@
+// `fhir-platform-kit/testing`: what an adapter author needs to prove a `Storage` adapter. It runs
+// inside vitest (an optional peer dependency of this package): import it from a test file only.
+export { runStorageContract, collectNdjson } from './storage-contract.js';
+export type { MakeStorage } from './storage-contract.js';

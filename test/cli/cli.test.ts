@@ -1,0 +1,515 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
+import path from 'node:path';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
+import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
+import { fileStorage } from '../../src/stores.js';
+import type { Storage } from '../../src/storage/types.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+const REPO = path.resolve(import.meta.dirname, '../..');
+const ROOT = { id: 'root', secret: 'root-secret-0123456789' };
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs the command line in a child process: from the TypeScript source through tsx (as `npm start`
+ * does), or the built bin (`dist/cli.js`, what the package installs).
+ */
+function cli(args: string[], options: { dist?: boolean; env?: Record<string, string> } = {}): Promise<Run> {
+  const argv = options.dist ? ['dist/cli.js', ...args] : ['--import', 'tsx', 'src/cli/main.ts', ...args];
+  const child = spawn(process.execPath, argv, {
+    cwd: REPO,
+    env: { ...process.env, FPK_FHIR_URL: host.fhirUrl, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+/** A port nothing listens on (it was free a moment ago). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Runs and expects exit 0 with JSON on stdout. */
+async function cliJson(
+  args: string[],
+  options?: Parameters<typeof cli>[1],
+): Promise<ReturnType<typeof JSON.parse>> {
+  const run = await cli(args, options);
+  expect(run.code, run.stderr).toBe(0);
+  return JSON.parse(run.stdout);
+}
+
+/**
+ * The server: a host app mounting the platform under /api on a file store, with two test hooks in
+ * front of it: `cutNextDownload` answers the next whole-file download with half of the file and
+ * then drops the connection; `tamperNextManifest` adds one to the first `count` of the next manifest
+ * or moves its first file to another origin.
+ */
+let host: {
+  fhirUrl: string;
+  dataDir: string;
+  storage: Storage;
+  platform: FhirPlatform;
+  server: ReturnType<express.Express['listen']>;
+  ranges: string[];
+  cutNextDownload: boolean;
+  tamperNextManifest: 'count' | 'origin' | undefined;
+};
+
+beforeAll(async () => {
+  const dataDir = tempDir('fpk-cli-');
+  const storage = await fileStorage({ dir: path.join(dataDir, 'store') });
+  await ensureSuperAdminClient(storage, { clientId: ROOT.id, clientSecret: ROOT.secret });
+  const platform = fhirPlatform({
+    storage,
+    exportDir: path.join(dataDir, 'exports'),
+    token: { rateLimit: false },
+  });
+  const app = express();
+  app.use((req, res, next) => {
+    if (req.path.includes('$export-file')) {
+      if (req.headers.range) host.ranges.push(req.headers.range);
+      else if (host.cutNextDownload) {
+        host.cutNextDownload = false;
+        delete req.headers['accept-encoding']; // as stored, so half the bytes are half the file
+        let sent = false;
+        res.write = ((chunk: Buffer) => {
+          if (!sent) {
+            sent = true;
+            // The headers (with the whole file's Content-Length), half of the first chunk, then gone.
+            if (!res.headersSent) res.flushHeaders();
+            res.socket?.write(chunk.subarray(0, Math.floor(chunk.length / 2)));
+            setTimeout(() => res.socket?.destroy(), 50);
+          }
+          return true;
+        }) as typeof res.write;
+        res.end = (() => res) as typeof res.end;
+      }
+    }
+    if (req.path.includes('$export-status') && req.method === 'GET' && host.tamperNextManifest) {
+      const send = res.send.bind(res);
+      res.send = ((body: string) => {
+        if (res.statusCode !== 200) return send(body);
+        const manifest = JSON.parse(body);
+        if (host.tamperNextManifest === 'count') manifest.output[0].count += 1;
+        else manifest.output[0].url = manifest.output[0].url.replace('127.0.0.1', 'localhost');
+        host.tamperNextManifest = undefined;
+        return send(JSON.stringify(manifest));
+      }) as typeof res.send;
+    }
+    next();
+  });
+  app.use('/api', platform.router);
+  const server = app.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const port = (server.address() as AddressInfo).port;
+  host = {
+    fhirUrl: `http://127.0.0.1:${port}/api/fhir/R4`,
+    dataDir,
+    storage,
+    platform,
+    server,
+    ranges: [],
+    cutNextDownload: false,
+    tamperNextManifest: undefined,
+  };
+});
+
+afterAll(async () => {
+  host.server.closeAllConnections();
+  await new Promise((resolve) => host.server.close(resolve));
+  await host.platform.close();
+  await host.storage.close();
+});
+
+const rootFlags = ['--client-id', ROOT.id, '--client-secret', ROOT.secret];
+
+describe('command line: usage', () => {
+  it('prints help for the program and every command, exit 0', async () => {
+    const commands = ['serve', 'init-project', 'new-client', 'keys', 'export', 'import'];
+    const runs = await Promise.all([cli(['--help']), ...commands.map((c) => cli([c, '--help']))]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/^Usage: fhir-platform-kit/);
+      expect(run.stdout).toContain('Exit codes:');
+    }
+    expect(runs[5]!.stdout).toContain('--group <id>');
+  });
+
+  it('exits 2 on a bad command line, with one line saying why', async () => {
+    const runs = await Promise.all([
+      cli(['export', '--bogus']),
+      cli(['no-such-command']),
+      cli(['keys', '--alg', 'HS256']),
+      cli(['new-client', '--name', 'x']), // --project missing
+      cli(['serve', '--port', 'abc']),
+      cli(['export', '--client-id', 'a']), // neither a secret nor a key
+      cli(['export', '--client-id', 'a', '--client-secret', 's', '--fhir-url', 'not a url']),
+    ]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).not.toMatch(/\n\s+at /); // no stack trace
+    }
+    expect(runs[0].stderr).toContain("unknown option '--bogus'");
+    expect(runs[2].stderr).toContain('HS256');
+    expect(runs[3].stderr).toContain('--project');
+    expect(runs[4].stderr).toMatch(/PORT \(--port\) must be an integer/);
+    expect(runs[5].stderr).toContain('--client-secret');
+  });
+});
+
+describe('command line: against a server mounted under /api', () => {
+  const work = tempDir('fpk-cli-work-');
+  let projectId = '';
+  let admin = { id: '', secret: '' };
+  let jwtClient = '';
+  const key = path.join(work, 'private-key.json');
+  const jwks = path.join(work, 'jwks.json');
+
+  it('init-project and new-client over HTTP print ids and secrets as JSON', async () => {
+    const project = await cliJson([
+      'init-project',
+      ...rootFlags,
+      '--name',
+      'CLI project',
+      '--owner-email',
+      'a@b.example',
+    ]);
+    expect(project).toMatchObject({ name: 'CLI project', project: { resourceType: 'Project' } });
+    projectId = project.projectId;
+    const client = await cliJson([
+      'new-client',
+      ...rootFlags,
+      '--project',
+      projectId,
+      '--name',
+      'admin',
+      '--admin',
+    ]);
+    expect(client).toMatchObject({ projectId, admin: true, name: 'admin' });
+    expect(typeof client.clientSecret).toBe('string');
+    admin = { id: client.clientId, secret: client.clientSecret };
+  });
+
+  it('keys writes a private JWK (0600) and a public JWKS that new-client registers', async () => {
+    const stdoutJwks = await cliJson([
+      'keys',
+      '--alg',
+      'RS384',
+      '--private-key-out',
+      path.join(work, 'rs.json'),
+    ]);
+    expect(stdoutJwks.keys[0]).toMatchObject({ kty: 'RSA', alg: 'RS384', use: 'sig' });
+    expect(stdoutJwks.keys[0].d).toBeUndefined();
+    const written = await cliJson(['keys', '--private-key-out', key, '--jwks-out', jwks]);
+    expect(written).toMatchObject({ privateKey: key, jwks });
+    expect(fs.statSync(key).mode & 0o777).toBe(0o600);
+    const privateJwk = JSON.parse(fs.readFileSync(key, 'utf8'));
+    expect(privateJwk).toMatchObject({ kty: 'EC', crv: 'P-384', alg: 'ES384', kid: written.kid });
+    expect(typeof privateJwk.d).toBe('string');
+    // Never overwritten by accident.
+    const again = await cli(['keys', '--private-key-out', key]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain('--force');
+
+    const client = await cliJson([
+      'new-client',
+      '--client-id',
+      admin.id,
+      '--client-secret',
+      admin.secret,
+      '--project',
+      projectId,
+      '--name',
+      'exporter',
+      '--jwks-file',
+      jwks,
+      '--client-scope',
+      'system/*.read',
+    ]);
+    expect(client.scope).toBe('system/*.read');
+    jwtClient = client.clientId;
+  });
+
+  it('wrong credentials exit 1 with one clear line, no stack trace', async () => {
+    const wrongSecret = await cli([
+      'export',
+      '--client-id',
+      admin.id,
+      '--client-secret',
+      'wrong',
+      '--out',
+      work,
+    ]);
+    expect(wrongSecret.code).toBe(1);
+    expect(wrongSecret.stderr.trim().split('\n')).toHaveLength(1);
+    expect(wrongSecret.stderr).toMatch(/Token request for client .* refused: 401 invalid_client/);
+    // A key the client did not register.
+    const otherKey = path.join(work, 'other.json');
+    await cliJson(['keys', '--private-key-out', otherKey]);
+    const wrongKey = await cli([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      otherKey,
+      '--out',
+      work,
+    ]);
+    expect(wrongKey.code).toBe(1);
+    expect(wrongKey.stderr).toMatch(/refused: 401 invalid_client/);
+    expect(wrongKey.stderr).not.toMatch(/\n\s+at /);
+    // --verbose adds the stack.
+    const verbose = await cli(['export', '--verbose', '--client-id', admin.id, '--client-secret', 'x']);
+    expect(verbose.code).toBe(1);
+    expect(verbose.stderr).toMatch(/\n\s+at /);
+    // Nothing listening.
+    const port = await closedPort();
+    const down = await cli(['export', ...rootFlags, '--fhir-url', `http://127.0.0.1:${port}/fhir/R4`]);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toMatch(
+      new RegExp(`Cannot reach http://127\\.0\\.0\\.1:${port}/fhir/R4.*ECONNREFUSED`),
+    );
+  });
+
+  it('import uploads NDJSON files and a directory, reports refused lines and exits 3', async () => {
+    const dir = path.join(work, 'ndjson');
+    fs.mkdirSync(dir);
+    const patients = ['p1', 'p2', 'p3'].map((id) => ({
+      resourceType: 'Patient',
+      id,
+      name: [{ family: id }],
+    }));
+    const observations = ['p1', 'p1', 'p2', 'p3'].map((p, i) => ({
+      resourceType: 'Observation',
+      id: `o${i}`,
+      status: 'final',
+      code: { text: 'weight' },
+      subject: { reference: `Patient/${p}` },
+    }));
+    const group = {
+      resourceType: 'Group',
+      id: 'g1',
+      type: 'person',
+      actual: true,
+      member: [{ entity: { reference: 'Patient/p1' } }, { entity: { reference: 'Patient/p2' } }],
+    };
+    const ndjson = (rows: object[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
+    fs.writeFileSync(path.join(dir, 'Patient.ndjson'), ndjson(patients));
+    fs.writeFileSync(path.join(dir, 'Observation.ndjson'), ndjson(observations));
+    fs.writeFileSync(path.join(dir, 'notes.txt'), 'not imported');
+    const groupFile = path.join(work, 'group.ndjson');
+    fs.writeFileSync(groupFile, ndjson([group]));
+    const good = await cliJson(
+      ['import', '--client-id', admin.id, '--client-secret', admin.secret, dir, groupFile],
+      { dist: true },
+    );
+    expect(good).toMatchObject({ resources: 8, failed: 0, errors: [] });
+    expect(good.files.map((f: { file: string }) => path.basename(f.file))).toEqual([
+      'Observation.ndjson',
+      'Patient.ndjson',
+      'group.ndjson',
+    ]);
+
+    const bad = path.join(work, 'bad.ndjson');
+    fs.writeFileSync(bad, `${JSON.stringify({ resourceType: 'Patient', id: 'p4' })}\n{not json\n`);
+    const run = await cli(['import', '--client-id', admin.id, '--client-secret', admin.secret, bad]);
+    expect(run.code, run.stderr).toBe(3);
+    const summary = JSON.parse(run.stdout);
+    expect(summary).toMatchObject({ resources: 1, failed: 1, files: [{ lines: 2, loaded: 1, failed: 1 }] });
+    expect(summary.errors).toEqual([
+      { location: 'bad.ndjson:2', message: expect.stringContaining('line 2') },
+    ]);
+    expect(run.stderr).toContain('1 line(s) were refused');
+  });
+
+  it('export (built bin, private_key_jwt): system level, progress, files checked against the manifest', async () => {
+    const out = path.join(work, 'system');
+    const run = await cli(
+      ['export', '--client-id', jwtClient, '--private-key', key, '--out', out, '--progress-interval', '50'],
+      { dist: true },
+    );
+    expect(run.code, run.stderr).toBe(0);
+    const summary = JSON.parse(run.stdout);
+    const byType = Object.fromEntries(
+      summary.files.map((f: { type: string; lines: number; count: number }) => [f.type, f]),
+    );
+    expect(byType.Patient).toMatchObject({ lines: 4, count: 4 });
+    expect(byType.Observation).toMatchObject({ lines: 4, count: 4 });
+    expect(byType.Group).toMatchObject({ lines: 1, count: 1 });
+    for (const f of summary.files) {
+      expect(fs.readFileSync(path.join(out, f.file), 'utf8').trim().split('\n')).toHaveLength(f.lines);
+    }
+    expect(JSON.parse(fs.readFileSync(path.join(out, 'manifest.json'), 'utf8')).output).toHaveLength(
+      summary.files.length,
+    );
+    expect(fs.existsSync(path.join(out, '.export-state.json'))).toBe(false);
+    // Plain progress lines (stderr is a pipe): no escape sequences.
+    expect(run.stderr).toMatch(/^export +\[[=-]+\] \d+% \| /m);
+    expect(run.stderr).toMatch(/^download \[=+\] 100% \| \d+\/\d+ files, \d+ bytes/m);
+    expect(run.stderr).not.toContain('\u001b[');
+  });
+
+  it('export of a Group: only its members', async () => {
+    const out = path.join(work, 'group');
+    const summary = await cliJson([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      key,
+      '--group',
+      'g1',
+      '--type',
+      'Patient,Observation',
+      '--out',
+      out,
+      '--quiet',
+    ]);
+    const lines = Object.fromEntries(
+      summary.files.map((f: { type: string; lines: number }) => [f.type, f.lines]),
+    );
+    expect(lines).toEqual({ Patient: 2, Observation: 3 });
+    const ids = fs
+      .readFileSync(
+        path.join(out, summary.files.find((f: { type: string }) => f.type === 'Patient').file),
+        'utf8',
+      )
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).id)
+      .sort();
+    expect(ids).toEqual(['p1', 'p2']);
+  });
+
+  it('resumes an interrupted download with Range when run again', async () => {
+    const out = path.join(work, 'resume');
+    const args = [
+      'export',
+      '--client-id',
+      admin.id,
+      '--client-secret',
+      admin.secret,
+      '--out',
+      out,
+      '--type',
+      'Patient',
+    ];
+    host.cutNextDownload = true;
+    const first = await cli(args);
+    expect(first.code).toBe(1);
+    expect(first.stderr).toMatch(/was interrupted .*run the same command again to resume/);
+    const part = fs.readdirSync(out).find((name) => name.endsWith('.part'));
+    expect(part).toBeDefined();
+    const partSize = fs.statSync(path.join(out, part!)).size;
+    expect(partSize).toBeGreaterThan(0);
+    expect(fs.existsSync(path.join(out, '.export-state.json'))).toBe(true);
+
+    host.ranges = [];
+    const second = await cli(args);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stderr).toContain('Resuming the export');
+    expect(host.ranges).toEqual([`bytes=${partSize}-`]);
+    const summary = JSON.parse(second.stdout);
+    expect(summary.files).toEqual([expect.objectContaining({ type: 'Patient', lines: 4, count: 4 })]);
+    const ids = fs
+      .readFileSync(path.join(out, summary.files[0].file), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).id)
+      .sort();
+    expect(ids).toEqual(['p1', 'p2', 'p3', 'p4']);
+  });
+
+  /** A Patient export by the admin client (secret) into `out`. */
+  const exportPatients = (out: string) =>
+    cli([
+      'export',
+      '--client-id',
+      admin.id,
+      '--client-secret',
+      admin.secret,
+      '--out',
+      out,
+      '--type',
+      'Patient',
+      '--quiet',
+    ]);
+
+  it('exits 3 when a file does not have the line count the manifest says', async () => {
+    host.tamperNextManifest = 'count';
+    const run = await exportPatients(path.join(work, 'tampered'));
+    expect(run.code).toBe(3);
+    expect(run.stderr).toMatch(/Line counts differ from the manifest: .* has 4 lines, the manifest says 5/);
+  });
+
+  it('does not send the access token to a file URL on another server', async () => {
+    host.tamperNextManifest = 'origin';
+    const run = await exportPatients(path.join(work, 'foreign'));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(
+      /names http:\/\/localhost:\d+\/.* on another server; the access token is not sent there/,
+    );
+  });
+
+  it('offline init-project and new-client work on a stopped data dir and fail clearly on a running one', async () => {
+    const locked = await cli(['init-project', '--data-dir', host.dataDir, '--name', 'Offline']);
+    expect(locked.code).toBe(1);
+    expect(locked.stderr).toMatch(/is in use by process \d+: a server is running on it; stop it/);
+    expect(locked.stderr.trim().split('\n')).toHaveLength(1);
+
+    const dataDir = tempDir('fpk-cli-offline-');
+    const project = await cliJson(['init-project', '--data-dir', dataDir, '--name', 'Offline']);
+    const client = await cliJson([
+      'new-client',
+      '--data-dir',
+      dataDir,
+      '--project',
+      project.projectId,
+      '--name',
+      'seed',
+      '--jwks-file',
+      jwks,
+    ]);
+    expect(client).toMatchObject({ projectId: project.projectId, name: 'seed' });
+    const refused = await cli([
+      'new-client',
+      '--data-dir',
+      dataDir,
+      '--project',
+      'no-such-project',
+      '--name',
+      'x',
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/Refused: 404/);
+    const both = await cli(['init-project', '--data-dir', dataDir, '--name', 'x', ...rootFlags]);
+    expect(both.code).toBe(2);
+
+    const storage = await fileStorage({ dir: path.join(dataDir, 'store') });
+    try {
+      expect((await storage.readProject(project.projectId)).name).toBe('Offline');
+      expect((await storage.readClient(client.clientId)).projectId).toBe(project.projectId);
+    } finally {
+      await storage.close();
+    }
+  });
+});
