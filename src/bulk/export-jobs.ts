@@ -581,13 +581,17 @@ export class ExportJobManager {
     outcome: Record<string, unknown>,
   ): Promise<void> {
     const { storage } = this.#o;
+    // Without a shared queue this process owns the job: its files go before the status says
+    // `failed`, so a client that sees the failure never finds a file of it. With a queue, only the
+    // run that still holds the lease (known once `finish` succeeds) may remove them.
+    if (!this.#queue) await this.#files.remove(refOf(job)).catch(() => undefined);
     const finished = await this.#finish(job, run, {
       status: 'failed',
       failure: outcome,
       expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
     }).catch(() => !this.#queue);
     if (!finished) return;
-    await this.#files.remove(refOf(job)).catch(() => undefined);
+    if (this.#queue) await this.#files.remove(refOf(job)).catch(() => undefined);
     if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
   }
 
