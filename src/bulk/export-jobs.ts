@@ -9,6 +9,7 @@ import type {
   ExportJobChanges,
   ExportJobQueue,
   ExportJobRecord,
+  NewExportJob,
   Storage,
 } from '../storage/types.js';
 import { DirectoryExportFiles, isJobId } from './directory-export-files.js';
@@ -245,14 +246,16 @@ export class ExportJobManager {
     // With a shared queue every kick-off of this manager holds a database connection for the
     // project lock: one at a time, so that kick-offs can never take the whole connection pool.
     return this.#serialized(this.#queue ? '' : input.projectId, async () => {
+      // With a shared queue the job is created leased to a run of this instance, which starts it.
+      const run = this.#queue ? this.#newRun() : undefined;
       const create = async (): Promise<ExportJobRecord> => {
         await limits?.check(input.projectId, (since) => this.usage(input.projectId, since));
-        const created = await this.#create(input);
+        const created = await this.#create(input, run);
         limits?.record(input.projectId);
         return created;
       };
       const job = this.#queue ? await this.#queue.withProjectLock(input.projectId, create) : await create();
-      await this.#start(job);
+      await this.#start(job, run);
       return job;
     });
   }
@@ -268,14 +271,14 @@ export class ExportJobManager {
     return next;
   }
 
-  async #create(input: KickoffInput): Promise<ExportJobRecord> {
+  async #create(input: KickoffInput, run: string | undefined): Promise<ExportJobRecord> {
     const { storage } = this.#o;
     const snapshot = await storage.exportSnapshot(
       input.projectId,
       input.plan.patientIds ? { patientIds: input.plan.patientIds } : undefined,
     );
     try {
-      return await storage.createExportJob({
+      const job: NewExportJob = {
         id: randomUUID(),
         projectId: input.projectId,
         ownerId: input.ownerId,
@@ -284,29 +287,28 @@ export class ExportJobManager {
         transactionTime: snapshot.takenAt,
         params: { ...input.plan, exportDir: this.#o.exportDir },
         snapshot,
-      });
+      };
+      if (this.#queue && run !== undefined) return await this.#queue.createLeased(job, run, this.#lease);
+      return await storage.createExportJob(job);
     } catch (error) {
       await storage.releaseSnapshot(snapshot).catch(this.#o.onError);
       throw error;
     }
   }
 
-  /** Runs a new job here: at once without a queue; with one, once this instance has claimed it. */
-  async #start(job: ExportJobRecord): Promise<void> {
-    if (!this.#queue) {
+  /** Runs a new job here (with a queue, under the lease `run` it was created with). */
+  async #start(job: ExportJobRecord, run: string | undefined): Promise<void> {
+    if (!this.#queue || run === undefined) {
       this.#launch(job);
       return;
     }
-    // A job this instance accepted waits in its own pool rather than for the next heartbeat.
-    try {
-      const run = this.#newRun();
-      const claimed = await this.#queue.claim(run, this.#lease, { projectId: job.projectId, id: job.id });
-      if (claimed && !this.#closing) this.#launch(claimed, run);
-      else if (claimed) await this.#queue.release(job.projectId, job.id, run);
-    } catch (error) {
-      // Accepted all the same: any instance's heartbeat claims it.
-      this.#o.onError(error);
+    if (!this.#closing) {
+      this.#launch(job, run);
+      return;
     }
+    // Closing: the job is accepted all the same; another instance (or this one at its next
+    // start) claims it once the lease is given up.
+    await this.#queue.release(job.projectId, job.id, run).catch(this.#o.onError);
   }
 
   /** In-memory progress of a job running here, else the persisted one. */

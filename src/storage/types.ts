@@ -430,6 +430,12 @@ export interface ExportFileStore {
  */
 export interface ExportJobQueue {
   /**
+   * Creates a job already leased to `run` for `leaseMs`, so that the instance that accepted it runs
+   * it: no other instance's heartbeat can claim it between its creation and its start.
+   * `ConflictError` when the id exists.
+   */
+  createLeased(job: NewExportJob, run: string, leaseMs: number): Promise<ExportJobRecord>;
+  /**
    * Leases a runnable job (accepted or in progress, with no lease or an expired one) to `run` for
    * `leaseMs`: the oldest, or only `only` when given. Undefined when there is none.
    */

@@ -20,6 +20,8 @@ const PUBLIC = 'https://fhir.example.test';
 // override them (e.g. 30000 and 10000, the defaults, to measure a takeover as deployed).
 const LEASE_MS = Number(process.env.FPK_TEST_LEASE_MS ?? '2000');
 const HEARTBEAT_MS = Number(process.env.FPK_TEST_HEARTBEAT_MS ?? '400');
+/** Failed token requests allowed per client and address, across all instances. */
+const MAX_FAILURES = 6;
 
 interface Instance {
   name: string;
@@ -46,6 +48,7 @@ async function startInstance(name: string, connectionString: string, schema: str
       FPK_BASE_URL: PUBLIC,
       FPK_LEASE_MS: String(LEASE_MS),
       FPK_HEARTBEAT_MS: String(HEARTBEAT_MS),
+      FPK_MAX_FAILURES: String(MAX_FAILURES),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -77,6 +80,7 @@ if (url) {
   let storage: Storage;
   let projectId: string;
   let token: string;
+  let clientId: string;
   const instances: Record<'A' | 'B' | 'C', Instance> = {} as Record<'A' | 'B' | 'C', Instance>;
   /** Ids per type of the Patients and Observations the project holds now. */
   async function expectedIds(): Promise<Map<string, string[]>> {
@@ -153,6 +157,20 @@ if (url) {
     return ids;
   }
 
+  /** The instance whose run holds the job's lease (runs are named `{host}/{pid}/…`), if any. */
+  async function leaseHolder(jobId: string): Promise<string | undefined> {
+    const { rows } = await admin.query<{ owner: string | null }>(
+      `SELECT lease_owner AS owner FROM "${schema}".export_jobs WHERE id = $1`,
+      [jobId],
+    );
+    const pid = rows[0]?.owner?.split('/')[1];
+    return Object.values(instances).find((i) => String(i.process.pid) === pid)?.name;
+  }
+
+  async function slow(ms: number, ...which: Instance[]): Promise<void> {
+    for (const instance of which) await fetch(`${instance.origin}/test/slow/${ms}`, { method: 'POST' });
+  }
+
   /** Connections of an instance (export workers included) that are running a query or a cursor. */
   async function busyConnections(name: string): Promise<number> {
     const { rows } = await admin.query<{ n: number }>(
@@ -199,6 +217,7 @@ if (url) {
     );
     for (const instance of started) instances[instance.name as 'A' | 'B' | 'C'] = instance;
     const secret = (client as { secret?: string }).secret!;
+    clientId = client.id;
     const res = await fetch(`${instances.A.origin}/oauth2/token`, {
       method: 'POST',
       headers: {
@@ -282,17 +301,15 @@ if (url) {
       try {
         const status = await kickoff(instances.B);
         const jobId = status.split('/').pop()!;
-        // Running on B: its worker holds a connection busy, or (between two slowed chunks, when the
-        // connection may be idle for a moment) the job row is in progress under B's lease.
+        // Created under B's lease (the instance that accepted it runs it), and B's worker has
+        // written part of it.
+        expect(await leaseHolder(jobId)).toBe('B');
         await waitFor('the export running on B', async () => {
-          if ((await busyConnections('B')) > 0) return true;
-          const { rows } = await admin.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM "${schema}".export_jobs
-              WHERE id = $1 AND status = 'in-progress' AND lease_owner IS NOT NULL`,
-            [jobId],
-          );
-          return rows[0]!.n > 0 ? true : undefined;
+          const res = await call(instances.A, status);
+          expect(res.status).toBe(202);
+          return /^[1-9]\d* resources/.test(res.headers.get('x-progress') ?? '') ? true : undefined;
         });
+        expect(await leaseHolder(jobId)).toBe('B');
         expect((await call(instances.C, status, { method: 'DELETE' })).status).toBe(202);
         const stoppedAt = Date.now();
         await waitFor(
@@ -314,29 +331,65 @@ if (url) {
       }
     });
 
+    it('failed logins spread over the three instances count against one limit', async () => {
+      const wrongSecret = (instance: Instance) =>
+        fetch(`${instance.origin}/oauth2/token`, {
+          method: 'POST',
+          headers: {
+            authorization: `Basic ${Buffer.from(`${clientId}:not-the-secret`).toString('base64')}`,
+            'content-type': 'application/x-www-form-urlencoded',
+          },
+          body: new URLSearchParams({ grant_type: 'client_credentials', scope: 'system/*.rs' }),
+        });
+      const all = [instances.A, instances.B, instances.C];
+      // Each instance alone sees fewer failures than the limit; together they reach it.
+      for (let i = 0; i < MAX_FAILURES; i++) {
+        const res = await wrongSecret(all[i % 3]!);
+        expect(res.status).toBe(401);
+        expect(((await res.json()) as { error: string }).error).toBe('invalid_client');
+      }
+      for (const instance of all) {
+        const res = await wrongSecret(instance);
+        expect(res.status).toBe(429);
+        expect(((await res.json()) as { error: string }).error).toBe('slow_down');
+        expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      }
+    });
+
     it(
       'A killed mid-export: another instance takes the job over after the lease and completes it, every resource once',
       { timeout: 60_000 + 3 * LEASE_MS },
       async () => {
-        await fetch(`${instances.A.origin}/test/slow/50`, { method: 'POST' });
+        // Every instance slow, so that the one taking over is seen holding the job before it ends.
+        await slow(50, instances.A, instances.B, instances.C);
         const expected = await expectedIds();
         const status = await kickoff(instances.A);
         const jobId = status.split('/').pop()!;
         const job = await storage.readExportJob(projectId, jobId);
+        expect(await leaseHolder(jobId)).toBe('A');
         // A has written some files (progress persisted every second) but is far from done.
         await waitFor('A to write part of the export', async () => {
           const res = await call(instances.B, status);
           expect(res.status).toBe(202);
           return /^[1-9]\d* resources/.test(res.headers.get('x-progress') ?? '') ? true : undefined;
         });
+        expect(await leaseHolder(jobId)).toBe('A');
         // Written after the kick-off: not in the export, whoever finishes it.
         await storage.createResource(projectId, { resourceType: 'Observation', id: 'late' });
         instances.A.process.kill('SIGKILL');
         const killedAt = Date.now();
-        const manifest = await manifestOn(instances.B, status);
+        const heir = await waitFor('another instance to take the job over', async () => {
+          const holder = await leaseHolder(jobId);
+          return holder === 'B' || holder === 'C' ? holder : undefined;
+        });
         const takeover = Date.now() - killedAt;
+        // Not before A's lease ran out (less one heartbeat: A renewed it at most that long before).
         expect(takeover).toBeGreaterThanOrEqual(LEASE_MS - HEARTBEAT_MS);
-        console.info(`multi-instance: SIGKILL to completed manifest on another instance: ${takeover} ms`);
+        await slow(0, instances.B, instances.C);
+        const manifest = await manifestOn(instances.B, status);
+        console.info(
+          `multi-instance: SIGKILL to takeover by ${heir}: ${takeover} ms, to completed manifest: ${Date.now() - killedAt} ms`,
+        );
         expect(manifest.transactionTime).toBe(job.transactionTime);
         expect(await idsOf(instances.C, manifest)).toEqual(expected);
         const done = await storage.readExportJob(projectId, jobId);

@@ -90,6 +90,33 @@ if (url) {
       expect(await qb.renew('p1', job.id, 'run-d', 300)).toBe(false);
     });
 
+    it('a job created leased is not claimed by another instance until its lease expires', async () => {
+      const [a, b] = twoInstances();
+      const snapshot = await a.exportSnapshot('p1');
+      const job = await a.exportQueue!.createLeased(
+        {
+          id: randomUUID(),
+          projectId: 'p1',
+          ownerId: 'client',
+          status: 'accepted',
+          request: 'http://x/$export',
+          transactionTime: snapshot.takenAt,
+          params: {},
+          snapshot,
+        },
+        'run-a',
+        300,
+      );
+      expect((await b.readExportJob('p1', job.id)).status).toBe('accepted');
+      expect(await b.exportQueue!.claim('run-b', 60_000)).toBeUndefined();
+      expect(await a.exportQueue!.renew('p1', job.id, 'run-a', 300)).toBe(true);
+      await expect(a.exportQueue!.createLeased({ ...job }, 'run-a', 300)).rejects.toMatchObject({
+        code: 'ERR_STORAGE_CONFLICT',
+      });
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect((await b.exportQueue!.claim('run-b', 60_000))?.id).toBe(job.id);
+    });
+
     it('a released job is claimable at once', async () => {
       const [a, b] = twoInstances();
       const job = await newJob(a);

@@ -1,7 +1,7 @@
 import type { Pool } from 'pg';
-import { NotFoundError } from '../errors.js';
-import { checkIfVersion, updatedExportJobRecord } from '../record-rules.js';
-import type { ExportJobChanges, ExportJobQueue, ExportJobRecord } from '../types.js';
+import { ConflictError, NotFoundError } from '../errors.js';
+import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
+import type { ExportJobChanges, ExportJobQueue, ExportJobRecord, NewExportJob } from '../types.js';
 import type { Executor, Query } from './executor.js';
 
 interface JobRow {
@@ -65,6 +65,21 @@ export class PostgresExportQueue implements ExportJobQueue {
     /** Runs `fn` as a call of the store (waits for migrations; `close()` waits for it). */
     private readonly track: <T>(fn: () => Promise<T>) => Promise<T>,
   ) {}
+
+  createLeased(job: NewExportJob, run: string, leaseMs: number): Promise<ExportJobRecord> {
+    return this.exec.run('write', async (query) => {
+      const now = new Date().toISOString();
+      const record = newExportJobRecord(job, now);
+      const { rowCount } = await query(
+        `INSERT INTO ${this.s}.export_jobs
+           (project_id, id, status, created_at, version, record, lease_owner, lease_until)
+         VALUES ($1, $2, $3, $4, 1, $5, $6, ${leaseEnd(7)}) ON CONFLICT DO NOTHING`,
+        [record.projectId, record.id, record.status, now, JSON.stringify(record), run, leaseMs],
+      );
+      if (rowCount === 0) throw new ConflictError(`Export job ${record.id} exists`, { attribute: 'id' });
+      return record;
+    });
+  }
 
   claim(
     run: string,
