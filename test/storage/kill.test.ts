@@ -34,18 +34,23 @@ function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
     child.stderr?.on('data', (data: Buffer) => (stderr += data.toString()));
     let timer: NodeJS.Timeout | undefined;
     let writes = 0;
+    let armed = false;
+    const seen = new Set<string>();
     child.on('message', (message: { type: string; id?: string; n?: number; ids?: string[] }) => {
       if (message.type === 'ready') {
         // At the latest: a writer that acknowledges nothing still dies (and the counts below fail).
         timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
         return;
       }
-      // A random while after the first acknowledged write, however slow the machine is to start.
-      if (writes === 0) {
+      // A random while after the round has acknowledged a write of each kind the final checks
+      // count (a plain resource, a transaction pair, a membership), however slow the machine is.
+      writes += 1;
+      seen.add(message.type);
+      if (!armed && ['resource', 'pair', 'member'].every((kind) => seen.has(kind))) {
+        armed = true;
         clearTimeout(timer);
         timer = setTimeout(() => child.kill('SIGKILL'), 30 + Math.random() * 250);
       }
-      writes += 1;
       if (message.type === 'resource') acked.resources.add(message.id!);
       if (message.type === 'user') acked.users.add(message.id!);
       if (message.type === 'pair') acked.pairs.add(message.id!);
