@@ -72,7 +72,12 @@ export async function sendExportFile(
   jobs: ExportJobManager,
   { ref, file }: ExportFile,
 ): Promise<void> {
-  const end = jobs.beginDownload(ref.jobId);
+  const end = await jobs.beginDownload(ref);
+  // The client may have gone while the mark was taken: no 'close' event would come then.
+  if (res.closed || res.destroyed) {
+    end();
+    return;
+  }
   res.on('close', end);
   const size = await jobs.files.size(ref, file).catch(() => undefined);
   if (size === undefined) {

@@ -353,13 +353,28 @@ export class ExportJobManager {
     }
   }
 
-  /** Marks a download of `jobId` in flight; call the returned function when it ends. */
-  beginDownload(jobId: string): () => void {
+  /**
+   * Marks a download of a job's files in flight; call the returned function when it ends. With a
+   * shared queue the mark is also kept in the store (renewed every `heartbeatInterval`), so that
+   * no instance's expiry sweep removes the files while another instance serves them.
+   */
+  async beginDownload(ref: ExportFilesRef): Promise<() => void> {
+    const { jobId } = ref;
+    const queue = this.#queue;
+    let renewal: NodeJS.Timeout | undefined;
+    if (queue) {
+      await queue.holdForDownload(ref.projectId, jobId, this.#lease);
+      renewal = setInterval(() => {
+        queue.holdForDownload(ref.projectId, jobId, this.#lease).catch(this.#o.onError);
+      }, this.#heartbeat);
+      renewal.unref();
+    }
     this.#downloads.set(jobId, (this.#downloads.get(jobId) ?? 0) + 1);
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
+      if (renewal) clearInterval(renewal);
       const left = (this.#downloads.get(jobId) ?? 1) - 1;
       if (left > 0) this.#downloads.set(jobId, left);
       else this.#downloads.delete(jobId);
@@ -390,6 +405,11 @@ export class ExportJobManager {
         if (job.status === 'accepted' || job.status === 'in-progress') continue;
         if (!this.#owns(job) || job.expiresAt === undefined || Date.parse(job.expiresAt) > now) continue;
         if (this.#downloads.has(job.id) || this.#running.has(job.id)) continue;
+        if (this.#queue) {
+          // Shared: another instance may be serving the files; the store knows.
+          if (await this.#queue.deleteIfUnheld(job.projectId, job.id)) await this.#files.remove(refOf(job));
+          continue;
+        }
         await this.#files.remove(refOf(job));
         await this.#o.storage.deleteExportJob(job.projectId, job.id).catch((error: unknown) => {
           if (!(error instanceof NotFoundError)) throw error;

@@ -450,6 +450,16 @@ export interface ExportJobQueue {
   finish(projectId: string, id: string, run: string, changes: ExportJobChanges): Promise<boolean>;
   /** Gives the lease of `run` up: the job stays runnable, for any instance. */
   release(projectId: string, id: string, run: string): Promise<void>;
+  /**
+   * Keeps a completed job from expiry sweeps for `ms` (a download of its files is in flight on
+   * some instance); renewed while the download lasts.
+   */
+  holdForDownload(projectId: string, id: string, ms: number): Promise<void>;
+  /**
+   * Deletes an expired job (and with it the files the store keeps for it) unless a run or a
+   * download holds it; false when it is held, true when deleted or already gone.
+   */
+  deleteIfUnheld(projectId: string, id: string): Promise<boolean>;
   /** Runs `fn` while holding the project's kick-off lock, shared by every instance. */
   withProjectLock<T>(projectId: string, fn: () => Promise<T>): Promise<T>;
 }

@@ -186,7 +186,7 @@ describe('retention', () => {
       },
     });
     while ((await storage.readExportJob('proj-a', job.id)).status !== 'completed') await sleep(10);
-    const end = jobs.beginDownload(job.id);
+    const end = await jobs.beginDownload({ projectId: 'proj-a', jobId: job.id });
     await sleep(100);
     await jobs.sweep();
     expect(fs.existsSync(path.join(exportDir, job.id, 'Patient-1.ndjson'))).toBe(true);

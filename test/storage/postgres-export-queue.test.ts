@@ -117,6 +117,23 @@ if (url) {
       expect((await b.exportQueue!.claim('run-b', 60_000))?.id).toBe(job.id);
     });
 
+    it('a download hold keeps a finished job from every instance\'s expiry sweep until it lapses', async () => {
+      const [a, b] = twoInstances();
+      const job = await newJob(a);
+      // Runnable jobs are not download holds: a lease on them belongs to a run.
+      await a.exportQueue!.holdForDownload('p1', job.id, 60_000);
+      expect((await b.exportQueue!.claim('run-b', 60_000))?.id).toBe(job.id);
+      expect(await b.exportQueue!.finish('p1', job.id, 'run-b', { status: 'completed' })).toBe(true);
+      await a.exportQueue!.holdForDownload('p1', job.id, 300);
+      expect(await b.exportQueue!.deleteIfUnheld('p1', job.id)).toBe(false);
+      expect((await b.readExportJob('p1', job.id)).status).toBe('completed');
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect(await b.exportQueue!.deleteIfUnheld('p1', job.id)).toBe(true);
+      await expect(a.readExportJob('p1', job.id)).rejects.toMatchObject({ code: 'ERR_STORAGE_NOT_FOUND' });
+      // Gone already: nothing holds it.
+      expect(await a.exportQueue!.deleteIfUnheld('p1', job.id)).toBe(true);
+    });
+
     it('a released job is claimable at once', async () => {
       const [a, b] = twoInstances();
       const job = await newJob(a);

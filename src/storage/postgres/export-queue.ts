@@ -129,6 +129,33 @@ export class PostgresExportQueue implements ExportJobQueue {
     });
   }
 
+  holdForDownload(projectId: string, id: string, ms: number): Promise<void> {
+    // Finished jobs only: on a runnable job the lease columns belong to the run holding it.
+    return this.exec.run('write', async (query) => {
+      await query(
+        `UPDATE ${this.s}.export_jobs
+            SET lease_until = GREATEST(coalesce(lease_until, clock_timestamp()), ${leaseEnd(3)})
+          WHERE project_id = $1 AND id = $2 AND NOT (${RUNNABLE})`,
+        [projectId, id, ms],
+      );
+    });
+  }
+
+  deleteIfUnheld(projectId: string, id: string): Promise<boolean> {
+    return this.exec.run('write', async (query) => {
+      await query(
+        `DELETE FROM ${this.s}.export_jobs
+          WHERE project_id = $1 AND id = $2 AND (lease_until IS NULL OR lease_until < clock_timestamp())`,
+        [projectId, id],
+      );
+      const { rows } = await query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${this.s}.export_jobs WHERE project_id = $1 AND id = $2`,
+        [projectId, id],
+      );
+      return rows[0]?.n === 0;
+    });
+  }
+
   withProjectLock<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
     return this.track(async () => {
       const key = `${this.lockPrefix}:export-kickoff:${projectId}`;
