@@ -1,6 +1,9 @@
+import { randomUUID } from 'node:crypto';
+import { decodeJwt, decodeProtectedHeader, importJWK, SignJWT } from 'jose';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';
+import { createPlatformApp, FHIR_JSON, SCIM_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
+import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 interface Walked {
   method: string;
@@ -95,7 +98,6 @@ function routes(): Walked[] {
   }));
 }
 
-/** Partial: the forged-token, cross-project, scope, revoked and deactivated cases are not written yet. */
 describe('routes walked from the router stack', () => {
   it('finds routes, including nested routers, and every one has a matrix entry', () => {
     const walked = routes();
@@ -104,6 +106,10 @@ describe('routes walked from the router stack', () => {
       (r) => !PUBLIC.has(`${r.method} ${r.path}`) && FILLERS[r.path] === undefined,
     );
     expect(missing).toEqual([]);
+    const guarded = walked.filter((r) => !PUBLIC.has(`${r.method} ${r.path}`) && r.method !== 'all');
+    console.info(
+      `isolation matrix: ${walked.length} routes walked, ${guarded.length} protected (concrete methods)`,
+    );
   });
 
   const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
@@ -125,5 +131,295 @@ describe('routes walked from the router stack', () => {
       if (res.status !== 401) failures.push(`${r.method.toUpperCase()} ${url} -> ${res.status}`);
     }
     expect(failures).toEqual([]);
+  });
+});
+
+/** The protected routes with concrete methods, each with a URL naming `ids`' objects of project A. */
+function protectedRoutes(ids: Record<string, string>): { method: string; url: string; path: string }[] {
+  const swap = (url: string) =>
+    url
+      .replace('/Project/p1', `/Project/${ids.project}`)
+      .replace('/Users/u1', `/Users/${ids.user}`)
+      .replace('/ClientApplication/c1', `/ClientApplication/${ids.client}`)
+      .replace('/Patient/p1', `/Patient/${ids.patient}`)
+      .replace('/Group/g1/', `/Group/${ids.group}/`)
+      .replace('/$export-status/j1', `/$export-status/${ids.job}`)
+      .replace('/$export-file/j1/f1', `/$export-file/${ids.job}/${ids.file}`);
+  return routes()
+    .filter((r) => !PUBLIC.has(`${r.method} ${r.path}`) && r.method !== 'all')
+    .map((r) => ({ method: r.method, path: r.path, url: swap(FILLERS[r.path] as string) }));
+}
+
+/** A body each route would accept from an authorized caller: refusals must come from the caller. */
+function bodyFor(url: string): { type: string; body: unknown } {
+  if (url.startsWith('/scim/'))
+    return {
+      type: SCIM_JSON,
+      body: {
+        schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+        userName: `someone-${Math.random()}@example.org`,
+        userType: 'Patient',
+      },
+    };
+  const patient = /\/fhir\/R4\/Patient(?:\/([^/$]+))?$/.exec(url);
+  if (patient)
+    return { type: FHIR_JSON, body: { resourceType: 'Patient', ...(patient[1] ? { id: patient[1] } : {}) } };
+  if (url === '/fhir/R4')
+    return {
+      type: FHIR_JSON,
+      body: {
+        resourceType: 'Bundle',
+        type: 'transaction',
+        entry: [{ resource: { resourceType: 'Patient' }, request: { method: 'POST', url: 'Patient' } }],
+      },
+    };
+  if (url.includes('$export')) return { type: FHIR_JSON, body: { resourceType: 'Parameters' } };
+  return {
+    type: FHIR_JSON,
+    body: { resourceType: 'Parameters', parameter: [{ name: 'name', valueString: 'x' }] },
+  };
+}
+
+async function send(method: string, url: string, auth: string): Promise<request.Response> {
+  const m = method as 'get' | 'post' | 'put' | 'patch' | 'delete';
+  const req = request(t.app)[m](url).set('Authorization', auth);
+  if (method === 'get' || method === 'delete') return req;
+  const { type, body } = bodyFor(url);
+  return req.type(type).send(JSON.stringify(body));
+}
+
+describe('who is calling, on every protected route', () => {
+  /** Project A's objects, named in the URLs; B is the other project. */
+  const ids: Record<string, string> = {};
+  let adminA: string;
+  let adminB: string;
+  let narrowA: string;
+  let revokedA: string;
+
+  beforeAll(async () => {
+    const a = await t.initProject('Isolation A');
+    const b = await t.initProject('Isolation B');
+    ids.project = a;
+    const clientA = await t.newClient(a, { name: 'etl', scope: 'system/*.*', admin: true });
+    const clientB = await t.newClient(b, { name: 'etl', scope: 'system/*.*', admin: true });
+    // May create Observations, read nothing, administer nothing.
+    const narrow = await t.newClient(a, { name: 'narrow', scope: 'system/Observation.c' });
+    const revoked = await t.newClient(a, { name: 'gone', scope: 'system/*.*', admin: true });
+    ids.client = narrow.id;
+    adminA = await t.bearer(clientA.id, clientA.secret, 'project:admin system/*.*');
+    adminB = await t.bearer(clientB.id, clientB.secret, 'project:admin system/*.*');
+    narrowA = await t.bearer(narrow.id, narrow.secret, 'system/Observation.c');
+    revokedA = await t.bearer(revoked.id, revoked.secret, 'project:admin system/*.*');
+    const revoke = await request(t.app)
+      .delete(`/fhir/R4/Project/${a}/ClientApplication/${revoked.id}`)
+      .set('Authorization', adminA);
+    expect(revoke.status).toBeLessThan(300);
+
+    const patient = await request(t.app)
+      .post('/fhir/R4/Patient')
+      .set('Authorization', adminA)
+      .type(FHIR_JSON)
+      .send(JSON.stringify({ resourceType: 'Patient', name: [{ family: 'Isolated' }] }));
+    expect(patient.status).toBe(201);
+    ids.patient = patient.body.id as string;
+    const group = await request(t.app)
+      .post('/fhir/R4/Group')
+      .set('Authorization', adminA)
+      .type(FHIR_JSON)
+      .send(
+        JSON.stringify({
+          resourceType: 'Group',
+          type: 'person',
+          actual: true,
+          member: [{ entity: { reference: `Patient/${ids.patient}` } }],
+        }),
+      );
+    expect(group.status).toBe(201);
+    ids.group = group.body.id as string;
+    const user = await request(t.app)
+      .post('/scim/v2/Users')
+      .set('Authorization', adminA)
+      .type(SCIM_JSON)
+      .send(
+        JSON.stringify({
+          schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+          userName: 'isolated@example.org',
+          userType: 'Patient',
+        }),
+      );
+    expect(user.status).toBe(201);
+    ids.user = user.body.id as string;
+    const kickoff = await request(t.app)
+      .get('/fhir/R4/$export?_type=Patient')
+      .set('Authorization', adminA)
+      .set('Accept', FHIR_JSON)
+      .set('Prefer', 'respond-async');
+    expect(kickoff.status).toBe(202);
+    const status = new URL(kickoff.headers['content-location'] as string).pathname;
+    ids.job = status.split('/').pop()!;
+    for (let i = 0; ; i++) {
+      const res = await request(t.app).get(status).set('Authorization', adminA);
+      if (res.status === 200) {
+        ids.file = (res.body.output[0].url as string).split('/').pop()!;
+        break;
+      }
+      expect(res.status).toBe(202);
+      if (i > 300) throw new Error('export did not complete');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  });
+
+  /** Statuses per route that differ from `expected(route)`. */
+  async function mismatches(
+    auth: string,
+    expected: (r: { method: string; path: string; url: string }) => number,
+  ): Promise<string[]> {
+    const out: string[] = [];
+    for (const r of protectedRoutes(ids)) {
+      const res = await send(r.method, r.url, auth);
+      const want = expected(r);
+      if (res.status !== want) out.push(`${r.method.toUpperCase()} ${r.url} -> ${res.status}, want ${want}`);
+    }
+    return out;
+  }
+
+  it("the setup reaches every object with project A's own admin token", async () => {
+    for (const url of [
+      `/fhir/R4/Patient/${ids.patient}`,
+      `/fhir/R4/Group/${ids.group}`,
+      `/scim/v2/Users/${ids.user}`,
+      `/fhir/R4/Project/${ids.project}`,
+      `/fhir/R4/Project/${ids.project}/ClientApplication/${ids.client}`,
+      `/fhir/R4/$export-status/${ids.job}`,
+      `/fhir/R4/$export-file/${ids.job}/${ids.file}`,
+    ]) {
+      expect((await request(t.app).get(url).set('Authorization', adminA)).status, url).toBe(200);
+    }
+  });
+
+  it('forged tokens answer 401: HS256 keyed with the public key, wrong aud, wrong iss, expired, other project', async () => {
+    const real = adminA.slice('Bearer '.length);
+    const header = decodeProtectedHeader(real);
+    const claims = decodeJwt(real);
+    const record = (await t.storage.listSigningKeys()).find((k) => k.kid === header.kid)!;
+    const privateKey = await importJWK(record.privateJwk as Parameters<typeof importJWK>[0], record.alg);
+    const resign = (changes: Record<string, unknown>) =>
+      new SignJWT({ ...claims, ...changes }).setProtectedHeader(header).sign(privateKey);
+    const now = Math.floor(Date.now() / 1000);
+    const forged: [string, string][] = [
+      [
+        'HS256 with the public key',
+        await new SignJWT(claims)
+          .setProtectedHeader({ ...header, alg: 'HS256' })
+          .sign(new TextEncoder().encode(JSON.stringify(record.publicJwk))),
+      ],
+      ['wrong aud', await resign({ aud: 'http://elsewhere.test' })],
+      ['wrong iss', await resign({ iss: 'http://elsewhere.test' })],
+      ['expired', await resign({ iat: now - 7200, exp: now - 3600 })],
+      ['another project in the claims', await resign({ project_id: 'someone-else' })],
+      ['super admin claimed', await resign({ super_admin: true })],
+    ];
+    const failures: string[] = [];
+    for (const [name, token] of forged) {
+      for (const f of await mismatches(`Bearer ${token}`, () => 401)) failures.push(`${name}: ${f}`);
+    }
+    expect(failures).toEqual([]);
+  });
+
+  it("a revoked client's token answers 401", async () => {
+    expect(await mismatches(revokedA, () => 401)).toEqual([]);
+  });
+
+  it("another project's admin token learns nothing of project A's objects", async () => {
+    // Each URL naming one of A's objects must answer B exactly as the same URL naming objects that
+    // do not exist (status, and body once the ids are blanked), and never with success.
+    const failures: string[] = [];
+    const blank = (text: string, names: string[]) =>
+      names.reduce((acc, id) => acc.split(id).join('<id>'), text);
+    // An OperationOutcome's own id is new in every answer.
+    const comparable = (text: string) => {
+      try {
+        const body = JSON.parse(text) as { resourceType?: string; id?: string };
+        if (body.resourceType === 'OperationOutcome') delete body.id;
+        return JSON.stringify(body);
+      } catch {
+        return text;
+      }
+    };
+    for (const r of protectedRoutes(ids)) {
+      const named = Object.values(ids).filter((id) => r.url.includes(id) && id !== ids.file);
+      // Ids are per project: B's PUT of that id creates B's own Patient (checked below: A's is
+      // untouched), as it would for any id.
+      if (named.length === 0 || (r.method === 'put' && r.path === '/fhir/R4/:type/:id')) continue;
+      const fresh = named.map(() => randomUUID());
+      const unknownUrl = named.reduce((url, id, i) => url.split(id).join(fresh[i]), r.url);
+      const real = await send(r.method, r.url, adminB);
+      const unknown = await send(r.method, unknownUrl, adminB);
+      const line = `${r.method.toUpperCase()} ${r.url}`;
+      if (real.status < 400) failures.push(`${line} -> ${real.status}`);
+      if (real.status !== unknown.status)
+        failures.push(`${line} -> ${real.status}, unknown ids -> ${unknown.status}`);
+      else if (comparable(blank(real.text, named)) !== comparable(blank(unknown.text, fresh)))
+        failures.push(`${line}: the body differs from that of unknown ids`);
+    }
+    expect(failures).toEqual([]);
+    const own = await request(t.app).get(`/fhir/R4/Patient/${ids.patient}`).set('Authorization', adminA);
+    expect(own.body.meta.versionId).toBe('1');
+    // Listings and searches in B show none of A's objects.
+    for (const url of [
+      '/scim/v2/Users',
+      '/fhir/R4/Patient',
+      '/fhir/R4/Group',
+      `/fhir/R4/Project/${ids.project}/ClientApplication`,
+    ]) {
+      const res = await request(t.app).get(url).set('Authorization', adminB);
+      for (const id of Object.values(ids))
+        if (id !== ids.project) expect(res.text.includes(id), `${url} lists ${id}`).toBe(false);
+    }
+  });
+
+  it('a token lacking the scope answers 403 (an export status is owner-bound: 404)', async () => {
+    const expected = (r: { url: string }) => (r.url.includes('$export-status') ? 404 : 403);
+    expect(await mismatches(narrowA, expected)).toEqual([]);
+  });
+});
+
+describe("a deactivated user's token, with the host's own authentication", () => {
+  it('answers 403 on every protected route, and the same user acts again once reactivated', async () => {
+    const host = await createPlatformApp({ authenticate: testAuthenticate, scimBasicAuth: false });
+    try {
+      const project = await host.storage.createProject({ id: 'pu', name: 'Users', strictMode: false });
+      const user = await host.storage.createUser(project.id, {
+        projectId: project.id,
+        userName: 'jane@example.org',
+        userType: 'Practitioner',
+        profileId: 'pr-1',
+        active: false,
+        data: {},
+      });
+      const auth = testToken({
+        projectId: project.id,
+        kind: 'user',
+        id: user.id,
+        admin: true,
+        scopes: ['system/*.*'],
+      });
+      const walked = walk((host.platform.router as unknown as { stack: LayerLike[] }).stack)
+        .map((r) => ({ method: r.method === '_all' ? 'all' : r.method, path: r.path }))
+        .filter((r) => !PUBLIC.has(`${r.method} ${r.path}`) && r.method !== 'all');
+      expect(walked.length).toBeGreaterThan(20);
+      const failures: string[] = [];
+      for (const r of walked) {
+        const url = FILLERS[r.path] as string;
+        const m = r.method as 'get' | 'post' | 'put' | 'patch' | 'delete';
+        const res = await request(host.app)[m](url).set('Authorization', auth);
+        if (res.status !== 403) failures.push(`${r.method.toUpperCase()} ${url} -> ${res.status}`);
+      }
+      expect(failures).toEqual([]);
+      await host.storage.updateUser(project.id, user.id, { active: true });
+      expect((await request(host.app).get('/fhir/R4/Patient').set('Authorization', auth)).status).toBe(200);
+    } finally {
+      await host.close();
+    }
   });
 });
