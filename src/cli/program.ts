@@ -112,6 +112,10 @@ export function buildProgram(): Command {
       '--bulk-require-async-headers',
       'export kick-offs need Accept and Prefer: respond-async (BULK_REQUIRE_ASYNC_HEADERS=true)',
     )
+    .option(
+      '--max-connections-per-address <n>',
+      'open connections per client address, or Infinity behind a proxy (MAX_CONNECTIONS_PER_ADDRESS; default 128)',
+    )
     .option('--log-level <level>', 'pino log level (LOG_LEVEL; default info)')
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof serve>[0]) => serve(flags));

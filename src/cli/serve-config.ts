@@ -20,6 +20,11 @@ export interface StandaloneConfig {
   scimEchoUserName: boolean;
   /** Bulk kick-offs without `Accept` or `Prefer: respond-async` answer 400 (`requireAsyncHeaders`). */
   bulkRequireAsyncHeaders: boolean;
+  /**
+   * Open connections allowed per client address (`protectServer`'s `maxConnectionsPerAddress`);
+   * `Infinity` behind a proxy, whose address every connection then has.
+   */
+  maxConnectionsPerAddress: number;
 }
 
 /**
@@ -68,6 +73,18 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       `BULK_REQUIRE_ASYNC_HEADERS (--bulk-require-async-headers) must be true or false, got "${env.BULK_REQUIRE_ASYNC_HEADERS}"`,
     );
   }
+  const perAddressText = env.MAX_CONNECTIONS_PER_ADDRESS?.trim() || '128';
+  const maxConnectionsPerAddress = /^infinity$/i.test(perAddressText)
+    ? Number.POSITIVE_INFINITY
+    : Number(perAddressText);
+  if (
+    maxConnectionsPerAddress !== Number.POSITIVE_INFINITY &&
+    !(Number.isInteger(maxConnectionsPerAddress) && maxConnectionsPerAddress > 0)
+  ) {
+    throw new UsageError(
+      `MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must be a positive integer or Infinity, got "${perAddressText}"`,
+    );
+  }
   return {
     port,
     host,
@@ -78,5 +95,6 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     ...(scimDefaultUserType ? { scimDefaultUserType } : {}),
     scimEchoUserName: echoText === 'true',
     bulkRequireAsyncHeaders: requireAsync === 'true',
+    maxConnectionsPerAddress,
   };
 }

@@ -15,6 +15,7 @@ export interface ServeFlags {
   scimDefaultUserType?: string;
   scimEchoUserName?: boolean;
   bulkRequireAsyncHeaders?: boolean;
+  maxConnectionsPerAddress?: string;
   logLevel?: string;
 }
 
@@ -35,6 +36,7 @@ export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): Nod
     SCIM_DEFAULT_USER_TYPE: set(flags.scimDefaultUserType),
     SCIM_ECHO_USER_NAME: set(flags.scimEchoUserName),
     BULK_REQUIRE_ASYNC_HEADERS: set(flags.bulkRequireAsyncHeaders),
+    MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
   };
   const merged: NodeJS.ProcessEnv = { ...env };
   for (const [name, value] of Object.entries(overrides)) if (value !== undefined) merged[name] = value;

@@ -68,7 +68,9 @@ export async function startStandalone(
     app.use(fhirErrorHandler());
     // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
     // for every 2 s (Node's default is 30 s).
-    const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app));
+    const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
+      maxConnectionsPerAddress: config.maxConnectionsPerAddress,
+    });
     server.listen(config.port, config.host);
     await once(server, 'listening');
     await platform.ready;

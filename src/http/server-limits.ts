@@ -1,4 +1,5 @@
 import { STATUS_CODES, type Server } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { RequestHandler } from 'express';
 import { toOperationOutcome } from './error-rendering.js';
@@ -23,9 +24,28 @@ export interface ServerLimits {
    * @default 5000
    */
   keepAliveTimeout?: number;
+  /**
+   * Open connections allowed from one client address; a connection over it is closed at once, so
+   * a slow client (slowloris) opening many connections cannot take the server's sockets. Behind a
+   * reverse proxy or load balancer every connection comes from the proxy's address: set it to
+   * `Infinity` there and let the proxy limit clients. `Infinity` disables it.
+   * @default 128
+   */
+  maxConnectionsPerAddress?: number;
+  /**
+   * Open connections allowed in all (Node `server.maxConnections`); over it, new connections are
+   * closed at once. `Infinity` disables it.
+   * @default 4096
+   */
+  maxConnections?: number;
 }
 
-const DEFAULT_LIMITS: Required<ServerLimits> = {
+/** How long a refused connection may still drain before it is destroyed. */
+const CLOSE_GRACE_MS = 1000;
+
+type TimeoutLimit = 'headersTimeout' | 'requestTimeout' | 'keepAliveTimeout';
+
+const DEFAULT_LIMITS: Required<Pick<ServerLimits, TimeoutLimit>> = {
   headersTimeout: 20_000,
   requestTimeout: 120_000,
   keepAliveTimeout: 5_000,
@@ -65,7 +85,7 @@ function rawJsonResponse(error: HttpError): string {
  */
 export function protectServer<S extends Server>(server: S, limits: ServerLimits = {}): S {
   const resolved = { ...DEFAULT_LIMITS };
-  for (const key of Object.keys(DEFAULT_LIMITS) as (keyof ServerLimits)[]) {
+  for (const key of Object.keys(DEFAULT_LIMITS) as TimeoutLimit[]) {
     const value = limits[key];
     if (value === undefined) continue;
     if (!Number.isInteger(value) || value <= 0) {
@@ -73,6 +93,16 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
     }
     resolved[key] = value;
   }
+  const count = (key: 'maxConnectionsPerAddress' | 'maxConnections', fallback: number): number => {
+    const value = limits[key] ?? fallback;
+    if (value !== Number.POSITIVE_INFINITY && (!Number.isInteger(value) || value <= 0))
+      optionError('protectServer', key, `${key} must be a positive integer or Infinity`);
+    return value;
+  };
+  const perAddress = count('maxConnectionsPerAddress', 128);
+  const total = count('maxConnections', 4096);
+  if (Number.isFinite(total)) server.maxConnections = total;
+  if (Number.isFinite(perAddress)) limitPerAddress(server, perAddress);
   // Node requires headersTimeout <= requestTimeout.
   server.requestTimeout = resolved.requestTimeout;
   server.headersTimeout = Math.min(resolved.headersTimeout, resolved.requestTimeout);
@@ -85,10 +115,31 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
     }
     socket.end(rawJsonResponse(clientError(error.code)));
     // Read and drop what the client still sends, so closing does not reset the connection before
-    // it reads the answer.
+    // it reads the answer; but a client that goes on sending (a slowloris) never closes its side:
+    // the connection is destroyed a moment later whatever it does.
     socket.resume();
+    setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
   });
   return server;
+}
+
+/** Closes at once each connection that would put its address over `limit` open connections. */
+function limitPerAddress(server: Server, limit: number): void {
+  const open = new Map<string, number>();
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? '';
+    const now = (open.get(address) ?? 0) + 1;
+    if (now > limit) {
+      socket.destroy();
+      return;
+    }
+    open.set(address, now);
+    socket.once('close', () => {
+      const left = (open.get(address) ?? 1) - 1;
+      if (left > 0) open.set(address, left);
+      else open.delete(address);
+    });
+  });
 }
 
 /**

@@ -63,6 +63,10 @@ describe('serve: configuration', () => {
     expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'true' }).bulkRequireAsyncHeaders).toBe(true);
     expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'false' }).bulkRequireAsyncHeaders).toBe(false);
     expect(() => readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'yes' })).toThrow(/BULK_REQUIRE_ASYNC_HEADERS/);
+    expect(config.maxConnectionsPerAddress).toBe(128);
+    expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '16' }).maxConnectionsPerAddress).toBe(16);
+    expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: 'Infinity' }).maxConnectionsPerAddress).toBe(Infinity);
+    expect(() => readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '0' })).toThrow(/MAX_CONNECTIONS_PER_ADDRESS/);
   });
 
   it('reads the SCIM settings for identity providers', () => {

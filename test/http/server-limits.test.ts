@@ -133,3 +133,84 @@ describe('notFoundHandler', () => {
     expect(body.issue[0]!.code).toBe('not-found');
   });
 });
+
+describe('protectServer against slow clients (slowloris)', () => {
+  it('holds at most maxConnectionsPerAddress sockets of one address, serves other clients, and frees them at headersTimeout', async () => {
+    const limit = 20;
+    const headersTimeout = 1500;
+    const server = protectServer(createServer({ connectionsCheckingInterval: 200 }, app()), {
+      headersTimeout,
+      maxConnectionsPerAddress: limit,
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    const open = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)));
+
+    // 200 connections that send a request's headers one line every 300 ms and never end them.
+    const attackers: net.Socket[] = [];
+    const closedAt: number[] = [];
+    const started = Date.now();
+    for (let i = 0; i < 200; i++) {
+      const socket = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.1' });
+      socket.on('error', () => undefined);
+      socket.on('close', () => closedAt.push(Date.now() - started));
+      socket.on('connect', () => socket.write('GET /ok HTTP/1.1\r\nHost: x\r\n'));
+      attackers.push(socket);
+    }
+    const drip = setInterval(() => {
+      for (const socket of attackers) if (!socket.destroyed) socket.write('X-Slow: 1\r\n');
+    }, 300);
+    try {
+      let peak = 0;
+      for (let i = 0; i < 5; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        peak = Math.max(peak, await open());
+      }
+      expect(peak).toBeLessThanOrEqual(limit);
+      // Another client (another loopback address) is served during the attack.
+      const answer = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        const socket = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () =>
+          socket.write('GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'),
+        );
+        socket.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 200/);
+      // The held ones are closed once headersTimeout has passed (checked every 200 ms).
+      const until = Date.now() + headersTimeout + 3000;
+      while ((await open()) > 0 && Date.now() < until)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(await open()).toBe(0);
+      const freedAt = Date.now() - started;
+      while (closedAt.length < attackers.length && Date.now() < until)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(closedAt).toHaveLength(attackers.length);
+      const refused = closedAt.filter((t) => t < headersTimeout).length;
+      expect(refused).toBeGreaterThanOrEqual(attackers.length - limit);
+      console.info(
+        `slowloris: 200 slow connections from one address; held at peak ${peak} (limit ${limit}), ` +
+          `${refused} closed at once, the held ones freed on the server by ${freedAt} ms ` +
+          `(headersTimeout ${headersTimeout} ms, then 1 s to drain)`,
+      );
+    } finally {
+      clearInterval(drip);
+      for (const socket of attackers) socket.destroy();
+    }
+  });
+
+  it('refuses a bad maxConnectionsPerAddress or maxConnections', () => {
+    for (const bad of [
+      { maxConnectionsPerAddress: 0 },
+      { maxConnections: 1.5 },
+      { maxConnectionsPerAddress: -1 },
+    ]) {
+      expect(() => protectServer(createServer(), bad)).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+      );
+    }
+  });
+});
