@@ -1,9 +1,20 @@
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { Storage } from './storage/types.js';
 
 // `fhir-platform-kit/postgres`: the PostgreSQL adapter, its own entry point so that only hosts
 // that import it load `pg` and `pg-cursor` (optional peer dependencies of the package).
+
+const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
+  connectionString: true,
+  pool: true,
+  schema: true,
+  maxConnections: true,
+  exportChunkBytes: true,
+  exportFileChunkBytes: true,
+  compartment: true,
+};
 
 /**
  * A store in PostgreSQL, for hosts that run several instances over one database: every instance
@@ -15,6 +26,7 @@ import type { Storage } from './storage/types.js';
  * packages.
  */
 export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+  checkOptionKeys('postgresStorage', options, POSTGRES_STORAGE_KEYS);
   return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
 }
 
