@@ -15,7 +15,7 @@ import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
 import { livenessHandler, readinessHandler, storageCheck, type ReadinessChecks } from './http/health.js';
 import { componentLogger, errorSink, requestLogger, type Logger } from './http/logger.js';
-import type { AuditOptions } from './audit/options.js';
+import { AUDIT_OPTION_KEYS, type AuditOptions } from './audit/options.js';
 import { recordRefusals } from './audit/refusals.js';
 import { createAuditTrail } from './audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
@@ -192,6 +192,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   requireStorage(OWNER, options);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
+  checkOptionKeys(OWNER, options.audit, AUDIT_OPTION_KEYS, 'audit.');
   const { storage, baseUrl } = options;
   const paths: FhirPlatformPaths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);

@@ -1,9 +1,21 @@
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { Storage } from './storage/types.js';
 
 // `fhir-platform-kit/postgres`: the PostgreSQL adapter, its own entry point so that only hosts
-// that import it load `pg` and `pg-cursor` (optional peer dependencies of the package).
+// that import it load `pg`, `pg-cursor` and `pg-copy-streams` (optional peer dependencies of the
+// package).
+
+const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
+  connectionString: true,
+  pool: true,
+  schema: true,
+  maxConnections: true,
+  exportChunkBytes: true,
+  exportFileChunkBytes: true,
+  compartment: true,
+};
 
 /**
  * A store in PostgreSQL, for hosts that run several instances over one database: every instance
@@ -11,10 +23,11 @@ import type { Storage } from './storage/types.js';
  * counters and client-assertion replay records are shared, and export workers reopen the store
  * from `descriptor` (this module). Tables are created in `schema` on open (the first call waits
  * for that). Every version of every resource is kept (exports read consistent snapshots from
- * them), so the resources table grows with the number of writes. Needs the `pg` and `pg-cursor`
- * packages.
+ * them), so the resources table grows with the number of writes. Needs the `pg`, `pg-cursor` and
+ * `pg-copy-streams` packages.
  */
 export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
+  checkOptionKeys('postgresStorage', options, POSTGRES_STORAGE_KEYS);
   return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
 }
 

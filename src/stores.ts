@@ -1,4 +1,5 @@
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { descriptorModule } from './package-entry.js';
 import { createFileExportReader, type FileExportReaderOptions } from './storage/file/export-reader.js';
 import { createFileStorage, type FileStorageOptions } from './storage/file/file-storage.js';
@@ -19,6 +20,18 @@ function fileStoreModule(): string {
   return descriptorModule('./stores.ts', 'index');
 }
 
+const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
+  dir: true,
+  durability: true,
+  compactionMinDeadBytes: true,
+  compartment: true,
+};
+
+const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
+  exportChunkBytes: true,
+  compartment: true,
+};
+
 /**
  * The embedded default store: everything in one directory, durable and crash-safe, with
  * per-write cost independent of the store's size. The small, rarely written directory data
@@ -28,8 +41,10 @@ function fileStoreModule(): string {
  * Opening repairs a torn tail left by a crash. See docs/storage.md.
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
+ * @throws InvalidOptionError (`ERR_INVALID_OPTION`, as a rejection) on a bad or unknown option.
  */
-export function fileStorage(options: FileStorageOptions): Promise<Storage> {
+export async function fileStorage(options: FileStorageOptions): Promise<Storage> {
+  checkOptionKeys('fileStorage', options, FILE_STORAGE_KEYS);
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
@@ -53,5 +68,6 @@ export function openFileExportReader(options: FileExportReaderOptions): ExportRe
  * stream from the main thread (`descriptor` is undefined).
  */
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
+  checkOptionKeys('memoryStorage', options, MEMORY_STORAGE_KEYS);
   return createMemoryStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
 }

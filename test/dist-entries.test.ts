@@ -4,8 +4,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 
-// `pg` and `pg-cursor` are optional peer dependencies: the package root never loads them, only
-// the `fhir-platform-kit/postgres` entry does. Checked on the build, in fresh processes.
+// `pg`, `pg-cursor` and `pg-copy-streams` are optional peer dependencies: the package root never
+// loads them, only the `fhir-platform-kit/postgres` entry does. Checked on the build, in fresh
+// processes.
 
 const DIST = fileURLToPath(new URL('../dist/', import.meta.url));
 const run = promisify(execFile);
@@ -24,12 +25,13 @@ async function node(code: string, args: string[] = []): Promise<string> {
   return stdout.trim();
 }
 
-// A resolve hook that makes `pg` and `pg-cursor` unresolvable, as in a host that did not install them.
+// A resolve hook that makes the PostgreSQL packages unresolvable, as in a host without them.
 const WITHOUT_PG = `data:text/javascript,${encodeURIComponent(`
   import { register } from 'node:module';
   register('data:text/javascript,' + encodeURIComponent(
     'export async function resolve(specifier, context, next) {' +
-    '  if (specifier === "pg" || specifier === "pg-cursor") throw new Error("Cannot find package " + specifier);' +
+    '  if (["pg", "pg-cursor", "pg-copy-streams"].includes(specifier))' +
+    '    throw new Error("Cannot find package " + specifier);' +
     '  return next(specifier, context);' +
     '}'));
 `)}`;
@@ -40,7 +42,7 @@ describe('the package root does not load pg', () => {
     const loaded = (entry: string) =>
       node(`
         require('./${entry}');
-        const pg = Object.keys(require.cache).filter((f) => /[\\\\/]node_modules[\\\\/]pg(-[a-z]+)?[\\\\/]/.test(f));
+        const pg = Object.keys(require.cache).filter((f) => /[\\\\/]node_modules[\\\\/]pg(-[a-z]+)*[\\\\/]/.test(f));
         console.log(pg.length);`);
     expect(await loaded('index.cjs')).toBe('0');
     expect(Number(await loaded('postgres.cjs'))).toBeGreaterThan(0);

@@ -10,7 +10,7 @@ import {
   type Authenticate,
   type FhirPlatform,
   type Storage,
-} from '../../src/index.js';
+} from 'fhir-platform-kit';
 
 /** The claims this host's identity provider puts in its tokens. */
 export interface HostClaims {

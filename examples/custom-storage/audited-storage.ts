@@ -2,8 +2,8 @@
 // fileStorage, postgresStorage, …), and every write that succeeds is appended to an audit trail
 // (who changed which record when: ids only, never a resource body or a secret). Writes inside
 // `transaction` are recorded only when the transaction commits. The adapter passes the storage
-// contract suite (audited-storage.test.ts runs it from `fhir-platform-kit/testing`). See
-// docs/storage.md, "Writing an adapter".
+// contract suite (test/examples/custom-storage.test.ts runs it from `fhir-platform-kit/testing`).
+// See docs/storage.md, "Writing an adapter".
 import {
   memoryStorage,
   type ClientChanges,

@@ -1,3 +1,4 @@
+import type { OptionKeys } from '../http/option-keys.js';
 import {
   booleanOption,
   optionError,
@@ -62,6 +63,18 @@ export interface AuditOptions {
    */
   onError?: (error: unknown) => void;
 }
+
+/** Every key of {@link AuditOptions}: what `checkOptionKeys` accepts in the `audit` option. */
+export const AUDIT_OPTION_KEYS: OptionKeys<AuditOptions> = {
+  enabled: true,
+  onAudit: true,
+  retentionDays: true,
+  sourceName: true,
+  journalDir: true,
+  flushIntervalMs: true,
+  batchSize: true,
+  onError: true,
+};
 
 /** {@link AuditOptions} resolved once, every field filled. */
 export interface AuditConfig {

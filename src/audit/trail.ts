@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { requireStorage } from '../http/options.js';
 import type { ResourceWrite, Storage } from '../storage/types.js';
 import { buildAuditEvent, type AuditEventResource } from './build-event.js';
 import type { AuditRecord } from './events.js';
 import { AuditJournal, type JournalEntry } from './journal.js';
-import { resolveAuditOptions, type AuditConfig, type AuditOptions } from './options.js';
+import { AUDIT_OPTION_KEYS, resolveAuditOptions, type AuditConfig, type AuditOptions } from './options.js';
 
 /**
  * The project id under which events that belong to no project are stored (super-admin actions,
@@ -23,6 +24,8 @@ export interface AuditTrailOptions extends AuditOptions {
   /** Where events are stored, as `AuditEvent` resources of their project. */
   storage: Storage;
 }
+
+const AUDIT_TRAIL_KEYS: OptionKeys<AuditTrailOptions> = { ...AUDIT_OPTION_KEYS, storage: true };
 
 /** The audit trail: see {@link createAuditTrail}. */
 export interface AuditTrail {
@@ -63,6 +66,7 @@ interface Pending extends JournalEntry {
  */
 export function createAuditTrail(options: AuditTrailOptions): AuditTrail {
   requireStorage('createAuditTrail', options);
+  checkOptionKeys('createAuditTrail', options, AUDIT_TRAIL_KEYS);
   const config = resolveAuditOptions('createAuditTrail', options);
   if (!config.enabled) return disabledTrail();
   return new BatchedAuditTrail(options.storage, config);

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { optionError } from '../http/options.js';
 import type { SigningKeyRecord, Storage } from '../storage/types.js';
 
@@ -30,6 +31,13 @@ export interface SigningKeysOptions {
   /** Clock, for tests. @default Date.now */
   now?: () => number;
 }
+
+const SIGNING_KEYS_KEYS: OptionKeys<SigningKeysOptions> = {
+  algorithm: true,
+  retention: true,
+  refreshInterval: true,
+  now: true,
+};
 
 /** The key that signs new tokens. */
 export interface ActiveSigningKey {
@@ -68,6 +76,7 @@ function isAlgorithm(alg: string): alg is SigningAlgorithm {
 
 /** Creates the signing key set of one mount over `storage`. */
 export function signingKeys(storage: Storage, options: SigningKeysOptions = {}): SigningKeys {
+  checkOptionKeys('signingKeys', options, SIGNING_KEYS_KEYS);
   const algorithm = options.algorithm ?? 'ES256';
   if (!isAlgorithm(algorithm))
     optionError('signingKeys', 'algorithm', `algorithm must be one of ${SIGNING_ALGORITHMS.join(', ')}`);

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { optionError } from '../http/options.js';
 import type { ExportFileSink, ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
@@ -28,6 +29,12 @@ export interface ExportPoolOptions {
   idleTimeout?: number;
 }
 
+const EXPORT_POOL_KEYS: OptionKeys<ExportPoolOptions> = {
+  workerFilename: true,
+  maxThreads: true,
+  idleTimeout: true,
+};
+
 /** How one export runs. */
 export interface ExportRunOptions {
   /** Aborting terminates the worker running the task (piscina) or stops the main-thread run. */
@@ -51,6 +58,7 @@ export class ExportPool {
   #closed = false;
 
   constructor(options: ExportPoolOptions = {}) {
+    checkOptionKeys('ExportPool', options, EXPORT_POOL_KEYS);
     if (
       options.maxThreads !== undefined &&
       !(Number.isInteger(options.maxThreads) && options.maxThreads >= 1)

@@ -1,13 +1,20 @@
 import { describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createAuditTrail } from '../../src/audit/trail.js';
 import { bearerAuth } from '../../src/auth/bearer-auth.js';
 import { jwksHandler } from '../../src/auth/jwks-handler.js';
+import { signingKeys } from '../../src/auth/signing-keys.js';
+import { ExportPool } from '../../src/bulk/export-pool.js';
 import { tokenRouter } from '../../src/auth/token-router.js';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { fhirPlatform } from '../../src/platform.js';
+import { postgresStorage } from '../../src/postgres.js';
 import { projectRouter } from '../../src/project/router.js';
 import { scimRouter } from '../../src/scim/router.js';
-import { memoryStorage } from '../../src/stores.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
 
 const storage = memoryStorage();
 const authenticate = bearerAuth({ storage });
@@ -73,11 +80,76 @@ describe('unknown option keys', () => {
       'retension',
       'retention',
     ],
+    ['memoryStorage', () => memoryStorage({ exportChunkByte: 64 } as never), 'exportChunkByte', 'exportChunkBytes'],
+    [
+      'postgresStorage',
+      // Refused before any connection is made (no database needed).
+      () => postgresStorage({ connectionString: 'postgres://127.0.0.1:1/none', shema: 'fhir' } as never),
+      'shema',
+      'schema',
+    ],
+    ['signingKeys', () => signingKeys(storage, { algoritm: 'RS256' } as never), 'algoritm', 'algorithm'],
+    [
+      'signingKeys via tokenRouter',
+      () => tokenRouter({ storage, signingKeyOptions: { retension: 60 } } as never),
+      'retension',
+      'retention',
+    ],
+    [
+      'createAuditTrail',
+      () => createAuditTrail({ storage, flushInterval: 10 } as never),
+      'flushInterval',
+      'flushIntervalMs',
+    ],
+    [
+      'fhirPlatform audit',
+      () => fhirPlatform({ storage, bulk: false, audit: { retentiondays: 30 } } as never),
+      'audit.retentiondays',
+      'audit.retentionDays',
+    ],
+    ['ExportPool', () => new ExportPool({ maxThread: 1 } as never), 'maxThread', 'maxThreads'],
+    [
+      'ExportPool via bulkExportRouter',
+      () => bulkExportRouter({ storage, authenticate, pool: { idletimeout: 5 } } as never),
+      'idletimeout',
+      'idleTimeout',
+    ],
   ])('%s refuses a misspelt key, suggesting the right one', (owner, create, key, near) => {
     const error = optionError(create);
     expect(error.code).toBe('ERR_INVALID_OPTION');
     expect(error.option).toBe(key);
     expect(error.message).toBe(`${owner.split(' ')[0]}: unknown option ${key} (did you mean ${near}?)`);
+  });
+
+  it('fileStorage rejects a misspelt key before it touches the directory', async () => {
+    const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'option-keys-')), 'store');
+    try {
+      await expect(fileStorage({ dir, durabilty: 'write' } as never)).rejects.toMatchObject({
+        code: 'ERR_INVALID_OPTION',
+        option: 'durabilty',
+        message: 'fileStorage: unknown option durabilty (did you mean durability?)',
+      });
+      expect(fs.existsSync(dir)).toBe(false);
+    } finally {
+      fs.rmSync(path.dirname(dir), { recursive: true, force: true });
+    }
+  });
+
+  it('accepts every documented key of the storage, key and audit factories', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'option-keys-'));
+    try {
+      const file = await fileStorage({ dir, durability: 'write', compactionMinDeadBytes: 1024 });
+      await file.close();
+      expect(() => memoryStorage({ exportChunkBytes: 64 })).not.toThrow();
+      expect(() =>
+        signingKeys(storage, { algorithm: 'ES256', retention: 60, refreshInterval: 1, now: Date.now }),
+      ).not.toThrow();
+      const trail = createAuditTrail({ storage, enabled: false, batchSize: 10, flushIntervalMs: 10 });
+      await trail.close();
+      await new ExportPool({ maxThreads: 1, idleTimeout: 10 }).close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('suggests nothing for a key unlike any option', () => {

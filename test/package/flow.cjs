@@ -251,7 +251,17 @@ async function runCliFlow(kit, express, label) {
       summary.files.map((f) => [f.type, f.lines, f.count]),
       [['Patient', 2, 2]],
     );
-    assert.match(stderr, /^download \[=+\] 100% \| 1\/1 files/m, 'the export showed progress');
+    // stderr is a pipe here, so each bar prints plain lines (cli-progress's no-TTY mode). The
+    // export bar: at least one line with an `X-Progress` text (`accepted`, `in-progress` or
+    // "N resources written, a of b types done"); the first status poll follows the kick-off at
+    // once, before a worker thread has even started, so it always sees the export running.
+    assert.match(
+      stderr,
+      /^export +\[[=-]*\] \d+% \| (accepted|in-progress|\d+ resources written, \d+ of \d+ types? done)$/m,
+      'the export bar showed X-Progress',
+    );
+    assert.match(stderr, /^export +\[=+\] 100% \| complete$/m, 'the export bar ended complete');
+    assert.match(stderr, /^download \[=+\] 100% \| 1\/1 files/m, 'the download bar showed progress');
     console.log(`${label}: CLI ok (Group export of ${summary.resources} resources under /api)`);
   } finally {
     server.closeAllConnections?.();

@@ -42,8 +42,9 @@ JSON
       "@types/express@^$major" "@types/node@^20" "typescript@^5" > /dev/null
     npx --no-install tsc -p tsconfig.json
     export EXPRESS_MAJOR="$major"
-    # pg is an optional peer dependency: the file-store hosts run without it.
-    if [ -e node_modules/pg ] || [ -e node_modules/pg-cursor ]; then
+    # pg, pg-cursor and pg-copy-streams are optional peer dependencies: the file-store hosts run
+    # without them.
+    if [ -e node_modules/pg ] || [ -e node_modules/pg-cursor ] || [ -e node_modules/pg-copy-streams ]; then
       echo "pg was installed although no host asked for it" >&2
       exit 1
     fi
@@ -59,7 +60,7 @@ JSON
     # The PostgreSQL entry, once the host installs pg (on the test database, when there is one).
     if [ "$major" = 5 ] && [ -n "${FPK_TEST_POSTGRES_URL:-}" ]; then
       cp "$root"/test/package/{host-pg.ts,host-pg.cjs} .
-      npm install --no-audit --no-fund --loglevel=error pg pg-cursor @types/pg > /dev/null
+      npm install --no-audit --no-fund --loglevel=error pg pg-cursor pg-copy-streams @types/pg > /dev/null
       sed -i 's/"host-ts.ts"/"host-ts.ts", "host-pg.ts"/' tsconfig.json
       npx --no-install tsc -p tsconfig.json
       node host-pg.js
