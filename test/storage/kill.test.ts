@@ -21,6 +21,10 @@ interface Acked {
   ndjson: Set<string>;
   /** Acknowledged transactions: Encounter id -> its Observations' ids. */
   bundles: Map<string, string[]>;
+  /** Users whose PATCH-shaped update (deactivated, data replaced) was acknowledged. */
+  patched: Set<string>;
+  /** Exports read whole through a snapshot. */
+  exports: number;
 }
 
 /** Runs the writer until it has acknowledged writes for a random while, then SIGKILLs it. */
@@ -57,6 +61,8 @@ function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
       if (message.type === 'member') acked.members.add(message.id!);
       if (message.type === 'ndjson') for (const id of message.ids!) acked.ndjson.add(id);
       if (message.type === 'bundle') acked.bundles.set(message.id!, message.ids!);
+      if (message.type === 'patch') acked.patched.add(message.id!);
+      if (message.type === 'export') acked.exports += 1;
       if (message.type === 'job')
         acked.jobs.set(message.id!, Math.max(acked.jobs.get(message.id!) ?? 0, message.n!));
       if (message.type === 'counter')
@@ -84,6 +90,8 @@ describe('fileStorage under kill -9', () => {
       jobs: new Map(),
       ndjson: new Set(),
       bundles: new Map(),
+      patched: new Set(),
+      exports: 0,
     };
     let lastAcked = 0;
     for (let round = 0; round < ROUNDS; round++) {
@@ -109,7 +117,8 @@ describe('fileStorage under kill -9', () => {
           const ref = (row.encounter as { reference?: string } | undefined)?.reference;
           if (ref) byEncounter.set(ref, [...(byEncounter.get(ref) ?? []), row.id]);
         }
-        for (const encounter of encounters) expect(byEncounter.get(`Encounter/${encounter}`)).toHaveLength(10);
+        for (const encounter of encounters)
+          expect(byEncounter.get(`Encounter/${encounter}`)).toHaveLength(10);
         expect(byEncounter.size).toBe(encounters.size);
         for (const [encounter, ids] of acked.bundles) {
           expect(encounters.has(encounter), `transaction ${encounter}`).toBe(true);
@@ -120,6 +129,11 @@ describe('fileStorage under kill -9', () => {
         const names = new Set(users.map((u) => u.userName));
         expect(names.size).toBe(users.length);
         for (const id of acked.users) expect(names.has(id), `user ${id}`).toBe(true);
+        const byName = new Map(users.map((u) => [u.userName, u]));
+        for (const id of acked.patched) {
+          expect(byName.get(id)?.active, `patched ${id}`).toBe(false);
+          expect(byName.get(id)?.data, `patched ${id}`).toEqual({ patched: true });
+        }
         // Transactions: acknowledged ones are there, and none survived half-way.
         const patients = new Set((await storage.searchResources('p1', 'Patient')).resources.map((r) => r.id));
         const pairUsers = new Set([...names].filter((n) => n.startsWith('tx-')));
@@ -153,6 +167,14 @@ describe('fileStorage under kill -9', () => {
     expect(acked.members.size).toBeGreaterThan(ROUNDS / 2);
     expect(acked.jobs.size).toBeGreaterThan(0);
     expect(acked.ndjson.size).toBeGreaterThan(0);
+    expect(acked.patched.size).toBeGreaterThan(0);
+    expect(acked.exports).toBeGreaterThan(0);
+    console.info(
+      `kill test: ${ROUNDS} rounds; acknowledged and found after each: ${acked.resources.size} resources, ` +
+        `${acked.ndjson.size} uploaded lines, ${acked.bundles.size} transactions, ${acked.users.size} users ` +
+        `(${acked.patched.size} patched), ${acked.members.size} memberships, ${acked.pairs.size} pairs, ` +
+        `${acked.exports} exports read whole`,
+    );
     expect(acked.bundles.size).toBeGreaterThan(0);
   }, 120_000);
 });
