@@ -176,5 +176,5 @@ describe('fileStorage under kill -9', () => {
         `${acked.exports} exports read whole`,
     );
     expect(acked.bundles.size).toBeGreaterThan(0);
-  }, 120_000);
+  }, Math.max(120_000, ROUNDS * 8_000));
 });
