@@ -49,6 +49,18 @@ export class StorageLockedError extends StorageError {
   }
 }
 
+/**
+ * The storage cannot read or write its files or reach its database (disk full, an I/O error, a
+ * read-only or inaccessible directory, the database unreachable). Nothing of the failed call was
+ * kept; the store retries by itself, so the same call may succeed later (routers answer 503 with
+ * `Retry-After`). `cause` is the original error (its `code`: `ENOSPC`, `EIO`, `EROFS`, …).
+ */
+export class StorageUnavailableError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_UNAVAILABLE', message, options);
+  }
+}
+
 /** A record the storage cannot keep as given (bad resource type, empty id or userName, …). */
 export class InvalidRecordError extends StorageError {
   constructor(message: string, options?: { cause?: unknown }) {
