@@ -47,7 +47,8 @@ export function toHttpError(error: unknown): HttpError {
   }
   if (error instanceof PlatformError) {
     const { status, retryAfter } = ERROR_TABLE[error.code];
-    const headers = retryAfter === undefined ? {} : { 'Retry-After': String(retryAfter) };
+    const headers: Record<string, string> =
+      retryAfter === undefined ? {} : { 'Retry-After': String(retryAfter) };
     return new HttpError(status, error.code, status >= 500 ? HIDDEN : error.message, {
       cause: error,
       headers,
