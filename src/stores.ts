@@ -28,6 +28,8 @@ function fileStoreModule(): string {
  * Opening repairs a torn tail left by a crash. See docs/storage.md.
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
+ * @throws StorageUnavailableError when `dir` cannot be created, locked or written (a read-only or
+ *   inaccessible directory, a full disk).
  */
 export function fileStorage(options: FileStorageOptions): Promise<Storage> {
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
