@@ -326,7 +326,7 @@ export class GroupCommit {
       await readDirectory(this.files.directory);
       return true;
     } catch (error) {
-      undo.cause = error;
+      undo.cause = error instanceof UnsyncedRenameError ? error.cause : error;
       this.pendingUndo = undo;
       return false;
     }

@@ -4,7 +4,14 @@ import path from 'node:path';
 import { StorageError } from '../errors.js';
 import { syncDir } from './durable-json-file.js';
 import type { FaultHook } from './faults.js';
-import { HEADER_LENGTH, scanRecords, SUPERSEDED_AT, supersededField, type ScannedRecord } from './record.js';
+import {
+  HEADER_LENGTH,
+  isValidRecord,
+  scanRecords,
+  SUPERSEDED_AT,
+  supersededField,
+  type ScannedRecord,
+} from './record.js';
 
 /**
  * One open file behind a log. Compaction replaces a log's segment; the old one stays open while
@@ -147,21 +154,24 @@ export class LogFile {
     await segment.handle.write(supersededField(by), 0, 12, offset + SUPERSEDED_AT);
   }
 
+  /**
+   * The JSON of a record, read with its header in one read and checked against its CRC: a record
+   * damaged on disk since it was written (which an index file lets the open skip) fails with
+   * `ERR_STORAGE_CORRUPT` rather than answering wrong data.
+   */
   async readJson(ref: FileRef): Promise<Buffer> {
-    const buf = Buffer.allocUnsafe(ref.jsonLength);
+    const length = HEADER_LENGTH + ref.jsonLength + 1;
+    const buf = Buffer.allocUnsafe(length);
     let got = 0;
-    while (got < ref.jsonLength) {
-      const { bytesRead } = await ref.segment.handle.read(
-        buf,
-        got,
-        ref.jsonLength - got,
-        ref.offset + HEADER_LENGTH + got,
-      );
+    while (got < length) {
+      const { bytesRead } = await ref.segment.handle.read(buf, got, length - got, ref.offset + got);
       if (bytesRead === 0)
         throw new StorageError('ERR_STORAGE_CORRUPT', `Short read in ${this.file} at ${ref.offset}`);
       got += bytesRead;
     }
-    return buf;
+    if (!isValidRecord(buf, 0, length))
+      throw new StorageError('ERR_STORAGE_CORRUPT', `${this.file} is damaged at byte ${ref.offset}`);
+    return buf.subarray(HEADER_LENGTH, length - 1);
   }
 
   scan(from: number, to: number, onRecord: (record: ScannedRecord) => boolean | void): Promise<number> {
