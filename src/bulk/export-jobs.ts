@@ -90,6 +90,22 @@ function refOf(job: ExportJobRecord, run?: string): ExportFilesRef {
   return { projectId: job.projectId, jobId: job.id, ...(run !== undefined ? { run } : {}) };
 }
 
+/**
+ * The OperationOutcome a failed job keeps: `transient` when the files or the store could not be
+ * written (a full disk, an I/O error: the same export may succeed later), else `exception`.
+ */
+function failureOutcome(error: unknown): Record<string, unknown> {
+  const code = (error as { code?: unknown } | null)?.code;
+  const io = typeof code === 'string' && (/^E[A-Z0-9]+$/.test(code) || code === 'ERR_STORAGE_UNAVAILABLE');
+  return io
+    ? operationOutcome(
+        'fatal',
+        'transient',
+        'The export could not write its files (disk full or I/O error) and was stopped; start a new export',
+      )
+    : operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export');
+}
+
 /** Ends a job run: lease lost, job cancelled elsewhere, or this manager closing. */
 class RunStopped extends PlatformError {
   constructor(message: string) {
@@ -585,11 +601,7 @@ export class ExportJobManager {
         const held = await this.#queue.renew(job.projectId, job.id, entry.run, this.#lease).catch(() => true);
         if (!held) return;
       }
-      await this.#fail(
-        job,
-        entry.run,
-        operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export'),
-      );
+      await this.#fail(job, entry.run, failureOutcome(error));
       this.#o.onError(error);
     } finally {
       stopHeartbeat();
