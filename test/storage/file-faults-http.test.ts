@@ -255,6 +255,52 @@ describe('bulk export on a full disk', () => {
   });
 });
 
+describe('bulk export while the store fails', () => {
+  it('a job whose end cannot be recorded: in progress while the store fails, then failed (transient), without a restart', async () => {
+    const armed: { plan?: FaultPlan } = {};
+    let exportRoot = '';
+    const s = await setup((root) => {
+      exportRoot = root;
+      // The store fails from the export's first file write on: its end cannot be recorded.
+      return diskFullExportFiles(new DirectoryExportFiles(root), () => {
+        armed.plan?.fail({ op: 'write', file: /jobs\.log$/, code: 'ENOSPC' });
+        return false;
+      });
+    });
+    const { t } = s;
+    const projectId = await t.initProject('Acme');
+    const client = await t.newClient(projectId, { name: 'app', scope: 'system/*.*' });
+    const auth = await t.bearer(client.id, client.secret);
+    await request(t.app)
+      .put('/fhir/R4/Patient/p1')
+      .set('Authorization', auth)
+      .type(FHIR_JSON)
+      .send(JSON.stringify(patient('p1')))
+      .expect(201);
+    armed.plan = s.plan;
+    const accepted = await request(t.app)
+      .get('/fhir/R4/$export')
+      .set('Authorization', auth)
+      .set('Prefer', 'respond-async')
+      .expect(202);
+    const statusPath = new URL(accepted.headers['content-location'] as string).pathname;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect((await request(t.app).get(statusPath).set('Authorization', auth)).status).toBe(202);
+    s.plan.clear();
+    let res: request.Response | undefined;
+    for (let i = 0; i < 200; i++) {
+      res = await request(t.app).get(statusPath).set('Authorization', auth);
+      if (res.status !== 202) break;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    expectOperationOutcome(res!, 500, 'transient');
+    expect(fs.existsSync(exportRoot) ? fs.readdirSync(exportRoot, { recursive: true }) : []).toEqual([]);
+    const jobId = statusPath.split('/').at(-1)!;
+    const storage = await reopened(s);
+    expect((await storage.readExportJob(projectId, jobId)).status).toBe('failed');
+  });
+});
+
 /**
  * Export files on a disk that is full while `isFull()`: each write puts part of its data in the file,
  * then fails with ENOSPC, as a full disk does.
