@@ -1,4 +1,5 @@
 import { StorageError, StorageUnavailableError } from '../errors.js';
+import { isSystemError } from '../system-error.js';
 
 /** The file operations of the file store a test can make fail (see `FaultHook`). */
 export type FileOp = 'mkdir' | 'open' | 'write' | 'fsync' | 'truncate' | 'rename' | 'link';
@@ -11,13 +12,6 @@ export type FileOp = 'mkdir' | 'open' | 'write' | 'fsync' | 'truncate' | 'rename
  * have none: the cost is one property check per operation.
  */
 export type FaultHook = (op: FileOp, file: string) => void;
-
-/** True for a Node system error (`ENOSPC`, `EIO`, `EROFS`, `EACCES`, …): the disk or the OS refused. */
-export function isSystemError(error: unknown): error is NodeJS.ErrnoException {
-  if (typeof error !== 'object' || error === null) return false;
-  const { code, syscall } = error as NodeJS.ErrnoException;
-  return typeof code === 'string' && /^E[A-Z0-9]+$/.test(code) && typeof syscall === 'string';
-}
 
 /**
  * A failure of the file system as the `StorageUnavailableError` callers get (the original as its
