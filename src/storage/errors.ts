@@ -51,9 +51,11 @@ export class StorageLockedError extends StorageError {
 
 /**
  * The storage cannot read or write its files or reach its database (disk full, an I/O error, a
- * read-only or inaccessible directory, the database unreachable). Nothing of the failed call was
- * kept; the store retries by itself, so the same call may succeed later (routers answer 503 with
- * `Retry-After`). `cause` is the original error (its `code`: `ENOSPC`, `EIO`, `EROFS`, …).
+ * read-only or inaccessible directory, the database unreachable). The store recovers by itself, so
+ * the same call may succeed later (routers answer 503 with `Retry-After`). The file store keeps
+ * nothing of a write that fails so; with PostgreSQL, a connection lost while a commit was in
+ * flight leaves that commit's outcome unknown. `cause` is the original error (its `code`:
+ * `ENOSPC`, `EIO`, `EROFS`, `ECONNREFUSED`, a SQLSTATE, …).
  */
 export class StorageUnavailableError extends StorageError {
   constructor(message: string, options?: { cause?: unknown }) {
