@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { decodeJwt, decodeProtectedHeader, importJWK, SignJWT } from 'jose';
+import { decodeJwt, decodeProtectedHeader, importJWK, SignJWT, type JWTHeaderParameters } from 'jose';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPlatformApp, FHIR_JSON, SCIM_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
@@ -299,7 +299,7 @@ describe('who is calling, on every protected route', () => {
 
   it('forged tokens answer 401: HS256 keyed with the public key, wrong aud, wrong iss, expired, other project', async () => {
     const real = adminA.slice('Bearer '.length);
-    const header = decodeProtectedHeader(real);
+    const header = decodeProtectedHeader(real) as JWTHeaderParameters;
     const claims = decodeJwt(real);
     const record = (await t.storage.listSigningKeys()).find((k) => k.kid === header.kid)!;
     const privateKey = await importJWK(record.privateJwk as Parameters<typeof importJWK>[0], record.alg);
