@@ -66,6 +66,7 @@ export {
   PreconditionFailedError,
   StorageClosedError,
   StorageLockedError,
+  StorageUnavailableError,
 } from './storage/errors.js';
 export type {
   Storage,

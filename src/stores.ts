@@ -42,6 +42,8 @@ const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
  * @throws InvalidOptionError (`ERR_INVALID_OPTION`, as a rejection) on a bad or unknown option.
+ * @throws StorageUnavailableError when `dir` cannot be created, locked or written (a read-only or
+ *   inaccessible directory, a full disk).
  */
 export async function fileStorage(options: FileStorageOptions): Promise<Storage> {
   checkOptionKeys('fileStorage', options, FILE_STORAGE_KEYS);

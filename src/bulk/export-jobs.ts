@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { operationOutcome } from '../http/error-rendering.js';
 import { NotFoundError } from '../storage/errors.js';
 import type {
@@ -88,6 +89,35 @@ export interface ExportUsage {
 
 function refOf(job: ExportJobRecord, run?: string): ExportFilesRef {
   return { projectId: job.projectId, jobId: job.id, ...(run !== undefined ? { run } : {}) };
+}
+
+/** Retries of the write that records a job's failure (about a minute in all). */
+const FAIL_RETRIES = 15;
+
+/** Waits `ms` (without holding the process open); false when `signal` aborts first. */
+async function pause(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
+  try {
+    await sleep(ms, undefined, { ref: false, ...(signal ? { signal } : {}) });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The OperationOutcome a failed job keeps: `transient` when the files or the store could not be
+ * written (a full disk, an I/O error: the same export may succeed later), else `exception`.
+ */
+function failureOutcome(error: unknown): Record<string, unknown> {
+  const code = (error as { code?: unknown } | null)?.code;
+  const io = typeof code === 'string' && (/^E[A-Z0-9]+$/.test(code) || code === 'ERR_STORAGE_UNAVAILABLE');
+  return io
+    ? operationOutcome(
+        'fatal',
+        'transient',
+        'The export could not write its files (disk full or I/O error) and was stopped; start a new export',
+      )
+    : operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export');
 }
 
 /** Ends a job run: lease lost, job cancelled elsewhere, or this manager closing. */
@@ -555,6 +585,7 @@ export class ExportJobManager {
             'too-costly',
             `The export would exceed ${String(this.#o.maxExportSize)} bytes; export less (_type, _since, _typeFilter)`,
           ),
+          signal,
         );
         return;
       }
@@ -585,33 +616,45 @@ export class ExportJobManager {
         const held = await this.#queue.renew(job.projectId, job.id, entry.run, this.#lease).catch(() => true);
         if (!held) return;
       }
-      await this.#fail(
-        job,
-        entry.run,
-        operationOutcome('fatal', 'exception', 'The export failed and was stopped; start a new export'),
-      );
+      await this.#fail(job, entry.run, failureOutcome(error), signal);
       this.#o.onError(error);
     } finally {
       stopHeartbeat();
     }
   }
 
-  /** Ends a job as failed: no file is left behind; the record keeps the outcome until expiry. */
+  /**
+   * Ends a job as failed: no file is left behind; the record keeps the outcome until expiry. When
+   * the store cannot record the failure (it failed too: a full disk, the database unreachable),
+   * the write is retried for about a minute, so that the status answers the failure once the store
+   * recovers rather than "in progress" until a restart. Stopped by closing (the job then resumes
+   * at the next start, its snapshot kept).
+   */
   async #fail(
     job: ExportJobRecord,
     run: string | undefined,
     outcome: Record<string, unknown>,
+    signal?: AbortSignal,
   ): Promise<void> {
     const { storage } = this.#o;
     // Without a shared queue this process owns the job: its files go before the status says
     // `failed`, so a client that sees the failure never finds a file of it. With a queue, only the
     // run that still holds the lease (known once `finish` succeeds) may remove them.
     if (!this.#queue) await this.#files.remove(refOf(job)).catch(() => undefined);
-    const finished = await this.#finish(job, run, {
+    const changes: ExportJobChanges = {
       status: 'failed',
       failure: outcome,
       expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
-    }).catch(() => !this.#queue);
+    };
+    let finished: boolean | undefined;
+    for (let attempt = 0, delay = 250; finished === undefined; attempt++, delay = Math.min(2 * delay, 5000)) {
+      try {
+        finished = await this.#finish(job, run, changes);
+      } catch {
+        if (attempt >= FAIL_RETRIES) finished = !this.#queue;
+        else if (!(await pause(delay, signal)) || this.#closing) return;
+      }
+    }
     if (!finished) return;
     if (this.#queue) await this.#files.remove(refOf(job)).catch(() => undefined);
     if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);

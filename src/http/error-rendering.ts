@@ -46,8 +46,13 @@ export function toHttpError(error: unknown): HttpError {
     return new HttpError(410, 'ERR_GONE', error.message, { cause: error });
   }
   if (error instanceof PlatformError) {
-    const { status } = ERROR_TABLE[error.code];
-    return new HttpError(status, error.code, status >= 500 ? HIDDEN : error.message, { cause: error });
+    const { status, retryAfter } = ERROR_TABLE[error.code];
+    const headers: Record<string, string> =
+      retryAfter === undefined ? {} : { 'Retry-After': String(retryAfter) };
+    return new HttpError(status, error.code, status >= 500 ? HIDDEN : error.message, {
+      cause: error,
+      headers,
+    });
   }
   // Express throws a bare URIError for a malformed %-escape in a path parameter.
   if (error instanceof URIError) {

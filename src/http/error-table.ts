@@ -18,6 +18,11 @@ export interface ErrorAnswer {
   readonly oauthError: OAuthErrorType | 'server_error';
   /** When it happens (one line of docs/errors.md). */
   readonly description: string;
+  /**
+   * Seconds of the `Retry-After` header of an answer to an error that is not an `HttpError` (an
+   * `HttpError` carries its own headers).
+   */
+  readonly retryAfter?: number;
 }
 
 /** A row; the OAuth `error` follows the status unless given (5xx `server_error`, 401 `invalid_client`). */
@@ -25,7 +30,7 @@ function answer(
   status: number,
   issue: FhirIssueCode,
   description: string,
-  more: Partial<Pick<ErrorAnswer, 'otherStatuses' | 'scimType' | 'oauthError'>> = {},
+  more: Partial<Pick<ErrorAnswer, 'otherStatuses' | 'scimType' | 'oauthError' | 'retryAfter'>> = {},
 ): ErrorAnswer {
   const oauthError = status >= 500 ? 'server_error' : status === 401 ? 'invalid_client' : 'invalid_request';
   return { status, issue, oauthError, ...more, description };
@@ -251,8 +256,22 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     'exception',
     "`StorageLockedError`: the file store's directory is used by another process",
   ),
-  ERR_STORAGE_BROKEN: answer(500, 'exception', 'The file store failed a write and must be reopened'),
-  ERR_STORAGE_CORRUPT: answer(500, 'exception', 'A storage file ends early (truncated or damaged)'),
+  ERR_STORAGE_BROKEN: answer(
+    500,
+    'exception',
+    'Not thrown any more: a failed write is undone, see `ERR_STORAGE_UNAVAILABLE`',
+  ),
+  ERR_STORAGE_CORRUPT: answer(
+    500,
+    'exception',
+    'A store file cut short or corrupt where data would be lost (the message names it)',
+  ),
+  ERR_STORAGE_UNAVAILABLE: answer(
+    503,
+    'transient',
+    '`StorageUnavailableError`: disk full, I/O error, read-only dir, no database (`Retry-After: 1`)',
+    { oauthError: 'temporarily_unavailable', retryAfter: 1 },
+  ),
   ERR_STORAGE_IN_TRANSACTION: answer(
     500,
     'exception',

@@ -49,6 +49,20 @@ export class StorageLockedError extends StorageError {
   }
 }
 
+/**
+ * The storage cannot read or write its files or reach its database (disk full, an I/O error, a
+ * read-only or inaccessible directory, the database unreachable). The store recovers by itself, so
+ * the same call may succeed later (routers answer 503 with `Retry-After`). The file store keeps
+ * nothing of a write that fails so; with PostgreSQL, a connection lost while a commit was in
+ * flight leaves that commit's outcome unknown. `cause` is the original error (its `code`:
+ * `ENOSPC`, `EIO`, `EROFS`, `ECONNREFUSED`, a SQLSTATE, …).
+ */
+export class StorageUnavailableError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_UNAVAILABLE', message, options);
+  }
+}
+
 /** A record the storage cannot keep as given (bad resource type, empty id or userName, …). */
 export class InvalidRecordError extends StorageError {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -181,6 +181,34 @@ describe('serve: the standalone server', () => {
     }
   });
 
+  it('exits 1 with one line on stderr when its data directory cannot be written', async () => {
+    // A path through a regular file cannot be created, even by root (who passes permission checks).
+    const file = path.join(tempDir(), 'file');
+    fs.writeFileSync(file, '');
+    const dataDir = path.join(file, 'data');
+    await expect(startStandalone(readConfig({ PORT: '0', DATA_DIR: dataDir }))).rejects.toMatchObject({
+      code: 'ERR_STORAGE_UNAVAILABLE',
+    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/main.ts', 'serve', '--log-level', 'silent'],
+      {
+        cwd: path.resolve(import.meta.dirname, '../..'),
+        // (vitest sets BASE_URL to '/', which serve would refuse.)
+        env: { ...process.env, BASE_URL: '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    expect(code).toBe(1);
+    expect(stderr.split('\n').filter((line) => line !== '')).toEqual([
+      expect.stringMatching(/^fhir-platform-kit: Cannot open the file store in .*: ENOTDIR/),
+    ]);
+    expect(stderr).toContain(path.join(dataDir, 'store'));
+  });
+
   it.each([
     // Exactly what `npm start` runs, and the built bin the package installs.
     ['`npm start` (tsx, the source)', ['--import', 'tsx', 'src/cli/main.ts', 'serve']],
@@ -223,7 +251,13 @@ describe('serve: the standalone server', () => {
     }
     expect(await exited).toBe(0);
     const messages = logLines(stdout).map((line) => line.msg);
-    expect(messages).toEqual(['starting the standalone server', 'listening', 'request', 'shutting down', 'stopped']);
+    expect(messages).toEqual([
+      'starting the standalone server',
+      'listening',
+      'request',
+      'shutting down',
+      'stopped',
+    ]);
     // One request line for the token request: method, path and status, never the secret.
     expect(logLines(stdout).find((line) => line.msg === 'request')).toMatchObject({
       method: 'POST',

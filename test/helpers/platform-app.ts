@@ -24,7 +24,10 @@ export function parameters(values: Record<string, string | boolean>) {
   };
 }
 
-/** A whole platform on a memory store, with the super admin `root` and helpers that use real tokens. */
+/**
+ * A whole platform (on a memory store unless given one), with the super admin `root` and helpers
+ * that use real tokens.
+ */
 export interface PlatformTestApp {
   app: express.Express;
   storage: Storage;
@@ -45,9 +48,9 @@ export interface PlatformTestApp {
 
 export async function createPlatformApp(
   extra: Partial<FhirPlatformOptions> = {},
+  storage: Storage = memoryStorage(),
 ): Promise<PlatformTestApp> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-admin-scope-'));
-  const storage = memoryStorage();
   await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
   const platform = fhirPlatform({
     storage,

@@ -38,6 +38,7 @@ import {
   StorageClosedError,
   StorageError,
   StorageLockedError,
+  StorageUnavailableError,
 } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -117,6 +118,14 @@ const THROWN: Sample[] = [
     code: 'ERR_STORAGE_LOCKED',
     label: 'StorageLockedError',
     error: () => new StorageLockedError(SECRET_TEXT),
+  },
+  {
+    code: 'ERR_STORAGE_UNAVAILABLE',
+    label: 'StorageUnavailableError',
+    error: () =>
+      new StorageUnavailableError(SECRET_TEXT, {
+        cause: Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' }),
+      }),
   },
   ...(
     [
@@ -350,7 +359,10 @@ describe('ERROR_TABLE', () => {
   it('gives an OAuth error that follows the status unless the row names one', () => {
     for (const code of CODES) {
       const { status, oauthError } = ERROR_TABLE[code];
-      if (status >= 500) expect(oauthError === 'server_error' || code.startsWith('ERR_OAUTH_')).toBe(true);
+      // A 503 the client may retry is `temporarily_unavailable` (RFC 6749 §5.2 names it for the
+      // authorization endpoint; the token endpoint uses it the same way).
+      const retry = status === 503 && oauthError === 'temporarily_unavailable';
+      if (status >= 500) expect(oauthError === 'server_error' || retry || code.startsWith('ERR_OAUTH_')).toBe(true);
       if (status === 401) expect(oauthError).toBe('invalid_client');
     }
   });
@@ -388,6 +400,8 @@ describe.each([
       if (error instanceof HttpError) {
         for (const [header, value] of Object.entries(error.headers))
           expect(res.headers[header.toLowerCase()]).toBe(value);
+      } else if (row.retryAfter !== undefined) {
+        expect(res.headers['retry-after']).toBe(String(row.retryAfter));
       }
       switch (probe.protocol) {
         case 'fhir':

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fileStorage, openFileExportReader } from '../../src/stores.js';
+import { decodeIndexFile, encodeIndexFile } from '../../src/storage/file/log-index.js';
 import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
 import type { ExportReader, IdentifierToken, Storage } from '../../src/storage/types.js';
@@ -312,7 +313,7 @@ describe('fileStorage', () => {
     await storage.close();
     const log = logFile(dir, 'Observation');
     expect(fs.existsSync(`${log}.idx`)).toBe(true);
-    const oldIndex = fs.readFileSync(`${log}.idx`);
+    const oldIndex = decodeIndexFile(fs.readFileSync(`${log}.idx`, 'utf8'))!;
     storage = await openStore(dir);
     // The index is consumed on open.
     expect(fs.existsSync(`${log}.idx`)).toBe(false);
@@ -327,7 +328,8 @@ describe('fileStorage', () => {
     // An index older than the log (as if the last run had crashed after appending): the records
     // after it are scanned and the versions they replace get their marks.
     // (Renaming an entry in it shows that the index, not a scan, is what gets loaded.)
-    fs.writeFileSync(`${log}.idx`, oldIndex.toString().replace('"gone"', '"ghost"'));
+    const renamed = JSON.parse(JSON.stringify(oldIndex).replace('"gone"', '"ghost"')) as typeof oldIndex;
+    fs.writeFileSync(`${log}.idx`, encodeIndexFile(renamed));
     const size = fs.statSync(log).size;
     fs.appendFileSync(log, Buffer.from('torn tail'));
     storage = await openStore(dir);
@@ -423,20 +425,20 @@ describe('fileStorage', () => {
     // Compacted: fewer records than the 9 written.
     expect(fs.readFileSync(log, 'utf8').split('\n').length - 1).toBeLessThan(9);
     await storage.close();
-    const index = JSON.parse(fs.readFileSync(`${log}.idx`, 'utf8')) as {
-      format: number;
-      entries: unknown[][];
-    };
+    const index = decodeIndexFile(fs.readFileSync(`${log}.idx`, 'utf8'))!;
     expect(index.format).toBe(2);
     // From the index file (a clean close).
     storage = await openStore(dir);
     expect(await found()).toEqual(expected);
     await storage.close();
     // An index of the previous format (no identifier keys in its entries) is not used: the log is scanned.
-    const old = JSON.parse(fs.readFileSync(`${log}.idx`, 'utf8')) as { format: number; entries: unknown[][] };
+    const old = decodeIndexFile(fs.readFileSync(`${log}.idx`, 'utf8')) as unknown as {
+      format: number;
+      entries: unknown[][];
+    };
     old.format = 1;
     for (const entry of old.entries) entry.length = 7;
-    fs.writeFileSync(`${log}.idx`, JSON.stringify(old));
+    fs.writeFileSync(`${log}.idx`, encodeIndexFile(old as never));
     storage = await openStore(dir);
     expect(await found()).toEqual(expected);
     // After a crash (no index file): a scan, and writes after reopening keep the index right.

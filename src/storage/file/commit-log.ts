@@ -3,6 +3,7 @@ import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { syncDir } from './durable-json-file.js';
+import type { FaultHook } from './faults.js';
 
 /** `<seq 12 hex> <crc32 8 hex>\n` */
 const COMMIT_RECORD = 22;
@@ -23,20 +24,32 @@ export class CommitLog {
     private readonly dir: string,
     private readonly sync: boolean,
     private handle: FileHandle,
+    private readonly faults: FaultHook | undefined,
   ) {}
 
-  static async open(dir: string, sync: boolean): Promise<CommitLog> {
-    return new CommitLog(dir, sync, await fs.open(path.join(dir, 'commit.log'), 'a+'));
+  static async open(dir: string, sync: boolean, faults?: FaultHook): Promise<CommitLog> {
+    const file = path.join(dir, 'commit.log');
+    faults?.('open', file);
+    return new CommitLog(dir, sync, await fs.open(file, 'a+'), faults);
   }
 
-  /** The last committed batch in the file (a torn last record is ignored). */
+  /** Bytes of complete records (where the next one goes). */
+  get end(): number {
+    return this.size;
+  }
+
+  /**
+   * The last committed batch in the file. A torn last record is ignored; so is a damaged record
+   * before intact ones (records are fixed-width, so those after it still count: stopping there
+   * would cut the records of the batches they committed).
+   */
   async lastCommitted(): Promise<number> {
     const content = await this.handle.readFile();
     let last = 0;
     for (let at = 0; at + COMMIT_RECORD <= content.length; at += COMMIT_RECORD) {
       const body = content.toString('latin1', at, at + 12);
       const crc = content.toString('latin1', at + 13, at + 21);
-      if (content[at + 21] !== 0x0a || crc !== crc32(body).toString(16).padStart(8, '0')) break;
+      if (content[at + 21] !== 0x0a || crc !== crc32(body).toString(16).padStart(8, '0')) continue;
       last = Math.max(last, Number.parseInt(body, 16));
     }
     return last;
@@ -46,6 +59,7 @@ export class CommitLog {
   async reset(seq: number): Promise<void> {
     const file = path.join(this.dir, 'commit.log');
     const temp = `${file}.tmp`;
+    this.faults?.('write', temp);
     await fs.writeFile(temp, encodeCommit(seq));
     if (this.sync) {
       const handle = await fs.open(temp, 'r+');
@@ -53,18 +67,34 @@ export class CommitLog {
       await handle.close();
     }
     await this.handle.close();
+    this.faults?.('rename', file);
     await fs.rename(temp, file);
-    if (this.sync) await syncDir(this.dir);
+    if (this.sync) await syncDir(this.dir, this.faults);
     this.handle = await fs.open(file, 'r+');
     this.size = COMMIT_RECORD;
   }
 
-  /** Records batch `seq` as committed (durable once this resolves, with `sync`). */
+  /**
+   * Records batch `seq` as committed (durable once this resolves, with `sync`). On failure the
+   * record may be in the file past `end`: the caller cuts it (`truncate`) before anything else.
+   */
   async append(seq: number): Promise<void> {
     const record = encodeCommit(seq);
+    this.faults?.('write', path.join(this.dir, 'commit.log'));
     await this.handle.write(record, 0, record.length, this.size);
+    if (this.sync) {
+      this.faults?.('fsync', path.join(this.dir, 'commit.log'));
+      await this.handle.datasync();
+    }
     this.size += record.length;
+  }
+
+  /** Cuts the file back to `size` bytes (a failed `append`), durably with `sync`. */
+  async truncate(size: number): Promise<void> {
+    this.faults?.('truncate', path.join(this.dir, 'commit.log'));
+    await this.handle.truncate(size);
     if (this.sync) await this.handle.datasync();
+    this.size = size;
   }
 
   async close(): Promise<void> {

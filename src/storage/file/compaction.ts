@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import type { ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
+import type { FaultHook } from './faults.js';
 import type { FileRef, LogFile } from './log-file.js';
 import { encodeRecord, readSuperseded } from './record.js';
 import { encodeOneTimeValue, liveRecords } from './record-logs.js';
@@ -28,45 +29,61 @@ export async function compactTouchedLogs(
       // past the last count's threshold: amortised constant time per record.
       if (log.records > (meta.checkAt ?? 0)) {
         const live = [...liveRecords(base, meta.recordLog, meta.projectId)];
-        if (log.records > 2 * live.length + 1024) await rewriteRecords(log, live, seq, files.sync);
+        if (log.records > 2 * live.length + 1024) await rewriteRecords(log, live, seq, files);
         meta.checkAt = 2 * live.length + 1024;
       }
     } else if (meta?.resourceType !== undefined) {
       const live = log.size - log.deadBytes;
       if (log.deadBytes >= compactionMinDeadBytes && log.deadBytes > live) {
-        await compact(log, meta.projectId, meta.resourceType, base, files.sync);
+        await compact(log, meta.projectId, meta.resourceType, base, files);
       }
     }
   }
 }
 
-/** Writes `chunks` to `<file>.compact` (synced with `sync`), in writes of about 1 MiB. */
+/**
+ * Writes `chunks` to `<file>.compact` (synced with `files.sync`), in writes of about 1 MiB. On
+ * failure (a full disk) the temp file is removed and the log is left as it was.
+ */
 async function writeTemp(
   file: string,
   chunks: Iterable<Buffer>,
-  sync: boolean,
+  { sync, faults }: { sync: boolean; faults?: FaultHook | undefined },
 ): Promise<{ temp: string; size: number }> {
   const temp = `${file}.compact`;
+  faults?.('open', temp);
   const handle = await fs.open(temp, 'w');
   let size = 0;
+  const write = async (data: Buffer): Promise<void> => {
+    faults?.('write', temp);
+    await handle.write(data);
+  };
   try {
-    let parts: Buffer[] = [];
-    let bytes = 0;
-    for (const chunk of chunks) {
-      parts.push(chunk);
-      bytes += chunk.length;
-      if (bytes >= 1024 * 1024) {
-        await handle.write(Buffer.concat(parts, bytes));
-        size += bytes;
-        parts = [];
-        bytes = 0;
+    try {
+      let parts: Buffer[] = [];
+      let bytes = 0;
+      for (const chunk of chunks) {
+        parts.push(chunk);
+        bytes += chunk.length;
+        if (bytes >= 1024 * 1024) {
+          await write(Buffer.concat(parts, bytes));
+          size += bytes;
+          parts = [];
+          bytes = 0;
+        }
       }
+      if (bytes > 0) await write(Buffer.concat(parts, bytes));
+      size += bytes;
+      if (sync) {
+        faults?.('fsync', temp);
+        await handle.sync();
+      }
+    } finally {
+      await handle.close();
     }
-    if (bytes > 0) await handle.write(Buffer.concat(parts, bytes));
-    size += bytes;
-    if (sync) await handle.sync();
-  } finally {
-    await handle.close();
+  } catch (error) {
+    await fs.rm(temp, { force: true }).catch(() => undefined);
+    throw error;
   }
   return { temp, size };
 }
@@ -78,7 +95,7 @@ async function rewriteOnce(files: StoreFiles, base: BaseState, seq: number): Pro
   for (const [key, expiresAt] of base.onceEntries()) {
     if (expiresAt > now) records.push(encodeRecord(seq, 0, 'U', encodeOneTimeValue(key, expiresAt)));
   }
-  const { temp, size } = await writeTemp(files.onceLog.file, records, files.sync);
+  const { temp, size } = await writeTemp(files.onceLog.file, records, files);
   await files.onceLog.replaceWith(temp, size, files.sync);
   files.onceLog.records = records.length;
 }
@@ -88,12 +105,12 @@ async function rewriteRecords(
   log: LogFile,
   live: readonly { id: string }[],
   seq: number,
-  sync: boolean,
+  files: StoreFiles,
 ): Promise<void> {
   const records: Buffer[] = [];
   for (const record of live) records.push(encodeRecord(seq, 0, 'U', JSON.stringify(record)));
-  const { temp, size } = await writeTemp(log.file, records, sync);
-  await log.replaceWith(temp, size, sync);
+  const { temp, size } = await writeTemp(log.file, records, files);
+  await log.replaceWith(temp, size, files.sync);
   log.records = records.length;
 }
 
@@ -106,7 +123,7 @@ async function compact(
   projectId: string,
   resourceType: string,
   base: BaseState,
-  sync: boolean,
+  files: StoreFiles,
 ): Promise<void> {
   const entries = new Map<number, ResourceEntry>();
   for (const e of base.resources(projectId, resourceType)) {
@@ -123,8 +140,8 @@ async function compact(
     newOffset += end - start;
   });
   if (moved.size !== entries.size) return; // Marks disagree with the index: leave the log alone.
-  const { temp, size } = await writeTemp(log.file, kept, sync);
-  await log.replaceWith(temp, size, sync);
+  const { temp, size } = await writeTemp(log.file, kept, files);
+  await log.replaceWith(temp, size, files.sync);
   log.records = kept.length;
   for (const [oldOffset, entry] of entries) {
     const ref = entry.ref as FileRef;

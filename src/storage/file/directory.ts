@@ -9,6 +9,7 @@ import type {
   SigningKeyRecord,
 } from '../types.js';
 import { DurableJsonFile } from './durable-json-file.js';
+import type { FaultHook } from './faults.js';
 
 /**
  * The directory data kept in `directory.json` (lowdb): only small, rarely written records. Records
@@ -33,9 +34,13 @@ function emptyDirectory(): DirectoryData {
 }
 
 /** `directory.json` of the store in `dir`, read (every field present even when the file is not). */
-export async function openDirectory(dir: string, sync: boolean): Promise<Low<DirectoryData>> {
+export async function openDirectory(
+  dir: string,
+  sync: boolean,
+  faults?: FaultHook,
+): Promise<Low<DirectoryData>> {
   const db = new Low(
-    new DurableJsonFile<DirectoryData>(path.join(dir, 'directory.json'), sync),
+    new DurableJsonFile<DirectoryData>(path.join(dir, 'directory.json'), sync, faults),
     emptyDirectory(),
   );
   await readDirectory(db);

@@ -9,6 +9,7 @@ import type { ExportSnapshotOptions, PatientCompartment, StoredResource } from '
 import { CommitLog } from './commit-log.js';
 import { compactTouchedLogs } from './compaction.js';
 import { takeLegacyRecords } from './directory.js';
+import { unavailable, type FaultHook } from './faults.js';
 import { GroupCommit } from './group-commit.js';
 import { acquireLock, releaseLock, type DirLock } from './lock.js';
 import { indexFingerprint, writeIndex } from './log-index.js';
@@ -22,6 +23,8 @@ export interface FileBackendOptions {
   sync: boolean;
   compactionMinDeadBytes: number;
   compartment: PatientCompartment;
+  /** Tests only: see `FaultHook`. */
+  faults?: FaultHook | undefined;
 }
 
 /**
@@ -41,7 +44,7 @@ export class FileBackend implements EngineBackend {
   private readonly fingerprint: string;
 
   constructor(private readonly options: FileBackendOptions) {
-    this.files = new StoreFiles(options.dir, options.sync);
+    this.files = new StoreFiles(options.dir, options.sync, options.faults);
     this.fingerprint = indexFingerprint(options.compartment);
   }
 
@@ -54,15 +57,28 @@ export class FileBackend implements EngineBackend {
     return this.commit;
   }
 
-  /** Takes the lock and loads the store into `base`, repairing what a crash left. */
+  /**
+   * Takes the lock and loads the store into `base`, repairing what a crash left. A directory that
+   * cannot be created, locked or written (read-only, no permission, disk full) rejects with
+   * `StorageUnavailableError` naming it and the errno code.
+   */
   async open(base: BaseState, clock: Clock): Promise<void> {
-    const { dir, sync } = this.options;
+    try {
+      await this.openFiles(base, clock);
+    } catch (error) {
+      throw unavailable(error, `Cannot open the file store in ${this.options.dir}`);
+    }
+  }
+
+  private async openFiles(base: BaseState, clock: Clock): Promise<void> {
+    const { dir, sync, faults } = this.options;
     this.base = base;
+    faults?.('mkdir', path.join(dir, 'projects'));
     await fs.mkdir(path.join(dir, 'projects'), { recursive: true });
-    this.lock = acquireLock(dir);
+    this.lock = acquireLock(dir, faults);
     try {
       await this.files.openDirectory();
-      this.commitLog = await CommitLog.open(dir, sync);
+      this.commitLog = await CommitLog.open(dir, sync, faults);
       const committed = Math.max(this.files.directory.data.seq, await this.commitLog.lastCommitted());
       this.commit = new GroupCommit(this.files, this.commitLog);
       this.commit.seq = committed;
@@ -117,7 +133,11 @@ export class FileBackend implements EngineBackend {
     base: BaseState,
     options?: ExportSnapshotOptions,
   ): FileSnapshot {
-    return takeSnapshot(this.files, projectId, takenAt, base, options);
+    try {
+      return takeSnapshot(this.files, projectId, takenAt, base, options);
+    } catch (error) {
+      throw unavailable(error, 'The file store could not write an export snapshot');
+    }
   }
 
   maintain(base: BaseState): Promise<void> {

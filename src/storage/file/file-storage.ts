@@ -3,6 +3,7 @@ import path from 'node:path';
 import { Engine } from '../engine/engine.js';
 import { EngineStorage } from '../engine/engine-storage.js';
 import { FileBackend } from './file-backend.js';
+import type { FaultHook } from './faults.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { asFileSnapshot } from './snapshot.js';
 import { FileExportReader } from './export-reader.js';
@@ -91,11 +92,16 @@ class FileStorage extends EngineStorage {
  * reader with the same compartment, for export workers; without it the store has no
  * `descriptor` and exports stream from the main thread.
  *
+ * `internal.faults` is a test seam (see `FaultHook`), never a public option.
+ *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
+ * @throws StorageUnavailableError when `dir` cannot be created, locked or written (read-only, no
+ *   permission, disk full), or repaired where a crash left a torn tail.
  */
 export async function createFileStorage(
   options: WithCompartment<FileStorageOptions>,
   readerModule?: string,
+  internal: { faults?: FaultHook } = {},
 ): Promise<Storage> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
     throw new InvalidOptionError('fileStorage: dir must be a non-empty string');
@@ -111,7 +117,13 @@ export async function createFileStorage(
   const { compartment } = options;
   checkPatientCompartment(compartment, 'fileStorage');
   const dir = path.resolve(options.dir);
-  const backend = new FileBackend({ dir, sync: durability === 'fsync', compactionMinDeadBytes, compartment });
+  const backend = new FileBackend({
+    dir,
+    sync: durability === 'fsync',
+    compactionMinDeadBytes,
+    compartment,
+    faults: internal.faults,
+  });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);
   return new FileStorage(engine, backend, dir, compartment, readerModule);

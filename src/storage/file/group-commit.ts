@@ -2,9 +2,11 @@ import { assertNever } from '../assert-never.js';
 import { getOrCreate } from '../engine/map-entry.js';
 import { pairKey, type Mutation } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
-import { StorageError } from '../errors.js';
+import { StorageUnavailableError } from '../errors.js';
 import type { CommitLog } from './commit-log.js';
 import { readDirectory } from './directory.js';
+import { UnsyncedRenameError } from './durable-json-file.js';
+import { unavailable } from './faults.js';
 import type { FileRef, LogFile, Segment } from './log-file.js';
 import { encodeRecord, HEADER_LENGTH } from './record.js';
 import { encodeOneTimeValue, recordLogWrite } from './record-logs.js';
@@ -71,6 +73,18 @@ class Batch {
   }
 }
 
+/** What undoing a failed batch on disk takes (see `GroupCommit.undo`). */
+interface Undo {
+  /** Each log the batch appended to (or tried to), and its committed size before the batch. */
+  starts: Map<LogFile, number>;
+  /** `commit.log`'s end before the batch, when the batch tried to append its commit record. */
+  commitEnd: number | undefined;
+  /** The batch's `directory.json` was renamed into place, not known durable: put the old one back. */
+  directory: boolean;
+  /** The failure that left this undo to do. */
+  cause: unknown;
+}
+
 /**
  * The file store's write path: group commit of one batch of mutations at a time. See
  * docs/storage.md, "Writes: group commit".
@@ -78,16 +92,20 @@ class Batch {
 export class GroupCommit {
   /** The last batch committed (or burned by a failed one). */
   seq = 0;
-  private brokenBy: Error | undefined;
+  /** A failed batch whose undo on disk failed too: retried before the next batch. */
+  private pendingUndo: Undo | undefined;
 
   constructor(
     private readonly files: StoreFiles,
     private readonly commitLog: CommitLog,
   ) {}
 
-  /** Set once a failed write could not be undone: the store refuses writes until reopened. */
-  get broken(): Error | undefined {
-    return this.brokenBy;
+  /**
+   * Set while a failed batch is not undone on disk yet (each batch retries first): the files may
+   * hold its records, so no index file may be written.
+   */
+  get broken(): unknown {
+    return this.pendingUndo?.cause;
   }
 
   /**
@@ -102,12 +120,24 @@ export class GroupCommit {
     base: BaseState,
     forceDirectoryWrite = false,
   ): Promise<unknown[]> {
-    if (this.brokenBy)
-      throw new StorageError('ERR_STORAGE_BROKEN', 'The store failed a write; reopen it', {
-        cause: this.brokenBy,
-      });
+    const pending = this.pendingUndo;
+    if (pending) {
+      this.pendingUndo = undefined;
+      if (!(await this.undo(pending))) {
+        throw new StorageUnavailableError('The file store cannot undo a failed write yet', {
+          cause: this.pendingUndo!.cause,
+        });
+      }
+    }
     const batch = new Batch(this.seq + 1, mutations.length, forceDirectoryWrite);
-    for (const [i, m] of mutations.entries()) await this.encode(batch, i, m, base);
+    try {
+      // Opening a new log (a project's first write of a type) may fail as any write does.
+      for (const [i, m] of mutations.entries()) await this.encode(batch, i, m, base);
+    } catch (error) {
+      // The directory data may hold changes of this batch: reload it.
+      await this.undo({ starts: new Map(), commitEnd: undefined, directory: false, cause: error });
+      throw unavailable(error, 'The file store could not write');
+    }
     const starts = await this.write(batch);
     this.seq = batch.seq;
     await this.settle(batch, starts);
@@ -201,37 +231,39 @@ export class GroupCommit {
     batch.refs[i] = { log, offsetInBatch, jsonLength: record.length - HEADER_LENGTH - 1 } satisfies BatchRef;
   }
 
-  /** Appends, syncs and commits the batch; returns where its records start in each log. */
+  /**
+   * Appends, syncs and commits the batch; returns where its records start in each log. On failure
+   * the batch is undone (see `undo`) and the caller gets a `StorageUnavailableError`.
+   */
   private async write(batch: Batch): Promise<Map<LogFile, number>> {
     const { seq } = batch;
     const pending = [...batch.pending.values()];
     const starts = new Map<LogFile, number>();
+    for (const p of pending) starts.set(p.log, p.log.size);
+    let commitEnd: number | undefined;
     try {
-      await Promise.all(
-        pending.map(async (p) => {
-          starts.set(p.log, p.log.size);
-          await p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes));
-        }),
+      // allSettled: no append or sync may still be running when a failure is undone.
+      await settleAll(
+        pending.map((p) =>
+          p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes)),
+        ),
       );
-      if (this.files.sync) await Promise.all(pending.map((p) => p.log.sync()));
-      if (!batch.directory.changed) await this.commitLog.append(seq);
+      if (this.files.sync) await settleAll(pending.map((p) => p.log.sync()));
+      if (!batch.directory.changed) {
+        commitEnd = this.commitLog.end;
+        await this.commitLog.append(seq);
+      } else {
+        this.files.directory.data.seq = seq;
+        await this.files.directory.write();
+      }
     } catch (error) {
       // Not committed: undo. The seq is burned, so a commit.log record of this batch that did
       // reach the disk can never vouch for the records of a later batch.
       this.seq = seq;
-      await this.rollback(starts, error);
-      throw error;
-    }
-    if (batch.directory.changed) {
-      this.files.directory.data.seq = seq;
-      try {
-        await this.files.directory.write();
-      } catch (error) {
-        // The rename may or may not have happened: the outcome is unknown until the next open,
-        // whose recovery settles it. Refuse further writes meanwhile.
-        this.brokenBy = error instanceof Error ? error : new Error(String(error));
-        throw error;
-      }
+      const directory = error instanceof UnsyncedRenameError;
+      const cause = directory ? error.cause : error;
+      await this.undo({ starts, commitEnd, directory, cause });
+      throw unavailable(cause, 'The file store could not write');
     }
     return starts;
   }
@@ -268,14 +300,41 @@ export class GroupCommit {
     for (const dirName of batch.removedDirs) await this.files.dropProjectDir(dirName);
   }
 
-  /** Undoes a failed batch: cut every touched log back and reload the directory file. */
-  private async rollback(starts: Map<LogFile, number>, cause: unknown): Promise<void> {
+  /**
+   * Undoes a failed batch on disk, in an order that keeps the store consistent at every step
+   * should the process die: first whatever commits it (the old `directory.json` back, durably;
+   * `commit.log` cut before its record, durably), then its records in the logs (cut, durably, so
+   * that no later commit can vouch for them), then the directory data reloaded. False when a step
+   * fails (the disk still full, say): the undo is then retried before the next batch, which
+   * fails meanwhile, and until then the store is as a crash would leave it.
+   */
+  private async undo(undo: Undo): Promise<boolean> {
     try {
-      for (const [log, start] of starts) await log.truncate(start);
+      if (undo.directory) {
+        await this.files.directoryFile.restore();
+        undo.directory = false;
+      }
+      if (undo.commitEnd !== undefined) {
+        await this.commitLog.truncate(undo.commitEnd);
+        undo.commitEnd = undefined;
+      }
+      for (const [log, start] of undo.starts) {
+        await log.truncate(start);
+        if (this.files.sync) await log.sync();
+        undo.starts.delete(log);
+      }
       await readDirectory(this.files.directory);
-    } catch {
-      // Cannot undo: refuse further writes rather than risk a corrupt store.
-      this.brokenBy = cause instanceof Error ? cause : new Error(String(cause));
+      return true;
+    } catch (error) {
+      undo.cause = error instanceof UnsyncedRenameError ? error.cause : error;
+      this.pendingUndo = undo;
+      return false;
     }
   }
+}
+
+/** Awaits every promise, then throws the first failure, if any. */
+async function settleAll(promises: Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { StorageLockedError } from '../errors.js';
+import type { FaultHook } from './faults.js';
 
 export interface DirLock {
   file: string;
@@ -66,14 +67,16 @@ function ownerAlive(content: string): boolean {
  * Takes `<dir>/lock`: a file holding `<pid> <token> <identity>`, put in place atomically with `link` so it
  * is never seen half-written. A lock whose process is gone (kill -9) is taken over at once.
  */
-export function acquireLock(dir: string): DirLock {
+export function acquireLock(dir: string, faults?: FaultHook): DirLock {
   const file = path.join(dir, 'lock');
   const token = randomUUID();
   const temp = path.join(dir, `.lock-${token}`);
-  fs.writeFileSync(temp, `${process.pid} ${token} ${processIdentity(process.pid)}\n`);
   try {
+    faults?.('write', temp);
+    fs.writeFileSync(temp, `${process.pid} ${token} ${processIdentity(process.pid)}\n`);
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
+        faults?.('link', file);
         fs.linkSync(temp, file);
         return { file, token };
       } catch (error) {
@@ -99,7 +102,11 @@ export function acquireLock(dir: string): DirLock {
     }
     throw new StorageLockedError(`Could not lock the storage directory ${dir}`);
   } finally {
-    fs.rmSync(temp, { force: true });
+    try {
+      fs.rmSync(temp, { force: true });
+    } catch {
+      // Not created (a read-only directory): nothing to remove.
+    }
   }
 }
 

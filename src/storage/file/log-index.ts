@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
+import { crc32 } from 'node:zlib';
+import { StorageError } from '../errors.js';
 import type { BaseState } from '../engine/state.js';
 import type { PatientCompartment } from '../types.js';
 import { IDENTIFIER_KEYS_VERSION } from '../identifier-keys.js';
@@ -43,23 +45,51 @@ export interface LogIndex {
   entries: [string, string, number, 0 | 1, number, number, string[], string[]][];
 }
 
-/**
- * The index file a clean close leaves next to a resource log (`<Type>.log.idx`): the index
- * entries as of a log size, so opening parses only records appended after it (none after a
- * clean shutdown). A cache: ignored, and the log scanned fully, unless it is for this very file
- * (same inode, so not compacted since) and the file still reaches that size.
- */
-export async function readIndex(log: LogFile, fingerprint: string): Promise<LogIndex | undefined> {
+/** The text of an index file: `<crc32 of the JSON, 8 hex>\n<JSON>`, so that damage is detected. */
+export function encodeIndexFile(index: LogIndex): string {
+  const json = JSON.stringify(index);
+  return `${crc32(json).toString(16).padStart(8, '0')}\n${json}`;
+}
+
+/** The index an index file holds; undefined when it is damaged (or written without a checksum). */
+export function decodeIndexFile(text: string): LogIndex | undefined {
+  const json = text.slice(9);
+  if (text[8] !== '\n' || text.slice(0, 8) !== crc32(json).toString(16).padStart(8, '0')) return undefined;
   try {
-    const index = JSON.parse(await fs.readFile(`${log.file}.idx`, 'utf8')) as LogIndex;
-    const stat = await log.segment.handle.stat({ bigint: true });
-    if (index.format !== 2 || index.ino !== String(stat.ino) || !(index.size <= log.size)) return undefined;
-    if (index.compartment !== fingerprint) return undefined;
-    if (!Array.isArray(index.entries)) return undefined;
-    return index;
+    return JSON.parse(json) as LogIndex;
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The index file a clean close leaves next to a resource log (`<Type>.log.idx`): the index
+ * entries as of a log size, so opening parses only records appended after it (none after a
+ * clean shutdown). A cache: ignored, and the log scanned fully, unless it is intact (checksum),
+ * for this very file (same inode, so not compacted since) and in this format.
+ *
+ * @throws StorageError `ERR_STORAGE_CORRUPT` when the log is shorter than the size the index
+ *   covers: records committed before the clean close are missing from it.
+ */
+export async function readIndex(log: LogFile, fingerprint: string): Promise<LogIndex | undefined> {
+  const file = `${log.file}.idx`;
+  let index: LogIndex | undefined;
+  try {
+    index = decodeIndexFile(await fs.readFile(file, 'utf8'));
+    const stat = await log.segment.handle.stat({ bigint: true });
+    if (index?.format !== 2 || index.ino !== String(stat.ino)) return undefined;
+    if (index.compartment !== fingerprint || !Array.isArray(index.entries)) return undefined;
+  } catch {
+    return undefined;
+  }
+  if (!(index.size <= log.size)) {
+    throw new StorageError(
+      'ERR_STORAGE_CORRUPT',
+      `${log.file} is shorter (${log.size} bytes) than when the store was last closed (${index.size} bytes): ` +
+        `committed records are missing. Restore it from a backup, or delete ${file} to open the store without them.`,
+    );
+  }
+  return index;
 }
 
 /** Writes the index file of a resource log from the committed state (on a clean close). */
@@ -98,7 +128,7 @@ export async function writeIndex(
   const file = `${log.file}.idx`;
   const handle = await fs.open(`${file}.tmp`, 'w');
   try {
-    await handle.writeFile(JSON.stringify(index));
+    await handle.writeFile(encodeIndexFile(index));
     await handle.sync();
   } finally {
     await handle.close();

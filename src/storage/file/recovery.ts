@@ -5,6 +5,7 @@ import { getOrCreate } from '../engine/map-entry.js';
 import type { BaseState } from '../engine/state.js';
 import { identifierKeys } from '../identifier-keys.js';
 import type { PatientCompartment, StoredResource } from '../types.js';
+import { StorageError } from '../errors.js';
 import { directoryMutations } from './directory.js';
 import { syncDir } from './durable-json-file.js';
 import { readIndex } from './log-index.js';
@@ -64,6 +65,11 @@ export async function recoverStore(recovery: Recovery): Promise<number> {
 /**
  * Scans a log, truncating it at the first torn, corrupt or uncommitted record, and fixing any
  * wrong superseded-at mark. `onRecord` returns the record's key (resource or user id).
+ *
+ * Only a tail can be torn or uncommitted (one writer appends, and a batch commits only once its
+ * records are synced). So when an intact record of a committed batch follows the first bad one,
+ * the damage is in the middle of committed data, and cutting there would drop acknowledged writes:
+ * the open is refused with `ERR_STORAGE_CORRUPT` naming the file and offset instead.
  */
 async function recoverLog(
   log: LogFile,
@@ -105,12 +111,29 @@ async function recoverLog(
   });
   for (const { offset, onDisk } of latest.values()) if (onDisk > 0) fixes.push({ offset, by: 0 });
   if (validEnd < log.size) {
+    await refuseCommittedAfter(log, validEnd, committed);
     await log.truncate(validEnd);
     if (sync) await log.sync();
   }
   for (const { offset, by } of fixes) await log.markSuperseded(log.segment, offset, by);
   log.records = count;
   log.deadBytes = dead;
+}
+
+/** Throws when a record of a committed batch lies after the bad record at `damagedAt`. */
+async function refuseCommittedAfter(log: LogFile, damagedAt: number, committed: number): Promise<void> {
+  let found = false;
+  await log.scan(damagedAt, log.size, ({ buf, start, end }) => {
+    found = isValidRecord(buf, start, end) && readSeq(buf, start) <= committed;
+    return !found;
+  });
+  if (found) {
+    throw new StorageError(
+      'ERR_STORAGE_CORRUPT',
+      `${log.file} is damaged at byte ${damagedAt}, before records of committed writes: opening would ` +
+        `lose them. Restore it from a backup, or cut it there (truncate -s ${damagedAt}) to open without them.`,
+    );
+  }
 }
 
 /** Loads one project's record logs and resource logs; returns its latest `lastUpdated` (µs). */
@@ -239,7 +262,7 @@ async function loadResourceLog(
 async function loadOnce({ files, base, committed }: Recovery): Promise<void> {
   const file = path.join(files.dir, 'once.log');
   await fs.rm(`${file}.compact`, { force: true });
-  files.onceLog = await LogFile.open(file, { create: true, sync: files.sync });
+  files.onceLog = await LogFile.open(file, { create: true, sync: files.sync, faults: files.faults });
   const now = Date.now();
   await recoverLog(files.onceLog, committed, files.sync, (_record, json) => {
     const { key, expiresAt } = decodeOneTimeValue(json);

@@ -56,14 +56,40 @@ export function takeSnapshot(
   const id = randomUUID();
   const rel = `snapshots/${id}`;
   const snapDir = path.join(files.dir, rel);
+  try {
+    return writeSnapshot(files, projectId, takenAt, base, options, rel);
+  } catch (error) {
+    // Nothing half-made stays behind (a full disk fails the copy or positions.json).
+    try {
+      fs.rmSync(snapDir, { recursive: true, force: true });
+    } catch {
+      // Removed on the next open (no job refers to it).
+    }
+    throw error;
+  }
+}
+
+function writeSnapshot(
+  files: StoreFiles,
+  projectId: string,
+  takenAt: string,
+  base: BaseState,
+  options: ExportSnapshotOptions,
+  rel: string,
+): FileSnapshot {
+  const { faults } = files;
+  const snapDir = path.join(files.dir, rel);
+  faults?.('mkdir', snapDir);
   fs.mkdirSync(snapDir, { recursive: true });
   const types: FileSnapshot['types'] = {};
   for (const [resourceType, log] of files.resourceLogsOf(projectId)) {
     const file = `${resourceType}.log`;
     try {
+      faults?.('link', path.join(snapDir, file));
       fs.linkSync(log.file, path.join(snapDir, file));
     } catch {
       // No hard links on this file system: a copy is a frozen, equally valid view.
+      faults?.('write', path.join(snapDir, file));
       fs.copyFileSync(log.file, path.join(snapDir, file));
     }
     types[resourceType] = { file, end: log.size };
@@ -84,6 +110,7 @@ export function takeSnapshot(
       }
     }
     for (const list of Object.values(positions)) list.sort((a, b) => a[0] - b[0]);
+    faults?.('write', path.join(snapDir, 'positions.json'));
     fs.writeFileSync(path.join(snapDir, 'positions.json'), JSON.stringify(positions));
     snapshot.patientIds = patientIds;
     snapshot.positions = 'positions.json';

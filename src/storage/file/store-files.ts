@@ -4,6 +4,8 @@ import path from 'node:path';
 import type { Low } from 'lowdb';
 import { getOrCreate } from '../engine/map-entry.js';
 import { openDirectory, type DirectoryData } from './directory.js';
+import type { DurableJsonFile } from './durable-json-file.js';
+import type { FaultHook } from './faults.js';
 import { LogFile } from './log-file.js';
 import type { RecordLogName } from './record-logs.js';
 
@@ -42,10 +44,17 @@ export class StoreFiles {
   constructor(
     readonly dir: string,
     readonly sync: boolean,
+    /** Tests only (see `FaultHook`). */
+    readonly faults?: FaultHook,
   ) {}
 
   async openDirectory(): Promise<void> {
-    this.directory = await openDirectory(this.dir, this.sync);
+    this.directory = await openDirectory(this.dir, this.sync, this.faults);
+  }
+
+  /** The `directory.json` file behind `directory`. */
+  get directoryFile(): DurableJsonFile<DirectoryData> {
+    return this.directory.adapter as DurableJsonFile<DirectoryData>;
   }
 
   /** Path of a project directory's file (`projects/<dirName>/…`). */
@@ -54,7 +63,7 @@ export class StoreFiles {
   }
 
   async openLog(file: string, meta: LogMeta, create: boolean): Promise<LogFile> {
-    const log = await LogFile.open(file, { create, sync: this.sync });
+    const log = await LogFile.open(file, { create, sync: this.sync, faults: this.faults });
     this.meta.set(log, meta);
     return log;
   }

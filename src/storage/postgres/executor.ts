@@ -1,7 +1,8 @@
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
-import { ConflictError, InvalidRecordError, StorageError } from '../errors.js';
+import { ConflictError, InvalidRecordError, StorageError, StorageUnavailableError } from '../errors.js';
+import { isSystemError } from '../system-error.js';
 import { UNIQUE_ATTRIBUTES } from './schema.js';
 
 /**
@@ -42,9 +43,37 @@ function isRetryable(error: unknown): boolean {
   return code === '40001' || code === '40P01';
 }
 
+/**
+ * SQLSTATE classes and codes after which the database is out of reach or out of resources for
+ * now: 08 connection exception, 53 insufficient resources (53100 disk full, 53300 too many
+ * connections), 57P01-57P03 shut down or starting, 58030 I/O error.
+ */
+const UNAVAILABLE_SQLSTATE = /^(08|53)|^57P0[123]$|^58030$/;
+
+/**
+ * pg's own connection failures carry no code, only these messages (a connection cut by a server
+ * restart or the network, a pool that could not connect in time).
+ */
+const CONNECTION_LOST =
+  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection timeout)/;
+
+/** True when `error` says the database could not be reached or failed for now, not the request. */
+function isUnavailable(error: unknown): boolean {
+  if (isSystemError(error)) return true;
+  const code = pgCode(error);
+  if (code !== undefined) return UNAVAILABLE_SQLSTATE.test(code);
+  return error instanceof Error && CONNECTION_LOST.test(error.message);
+}
+
 /** Maps PostgreSQL failures onto the typed storage errors; anything else passes unchanged. */
 export function mapPgError(error: unknown): unknown {
   if (error instanceof StorageError) return error;
+  if (isUnavailable(error)) {
+    // A connection lost while a commit was in flight leaves that commit's outcome unknown.
+    return new StorageUnavailableError(`The database is unavailable: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
   const code = pgCode(error);
   if (code === '23505') {
     const constraint = (error as PgError).constraint;

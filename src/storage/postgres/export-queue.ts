@@ -2,7 +2,7 @@ import type { Pool } from 'pg';
 import { ConflictError, NotFoundError } from '../errors.js';
 import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 import type { ExportJobChanges, ExportJobQueue, ExportJobRecord, NewExportJob } from '../types.js';
-import type { Executor, Query } from './executor.js';
+import { mapPgError, type Executor, type Query } from './executor.js';
 
 interface JobRow {
   record: ExportJobRecord;
@@ -159,10 +159,15 @@ export class PostgresExportQueue implements ExportJobQueue {
   withProjectLock<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
     return this.track(async () => {
       const key = `${this.lockPrefix}:export-kickoff:${projectId}`;
-      const client = await this.pool.connect();
+      const client = await this.pool.connect().catch((error: unknown) => {
+        throw mapPgError(error);
+      });
       let broken: Error | undefined;
       try {
-        await client.query('SELECT pg_advisory_lock(hashtext($1))', [key]);
+        await client.query('SELECT pg_advisory_lock(hashtext($1))', [key]).catch((error: unknown) => {
+          broken = error as Error;
+          throw mapPgError(error);
+        });
         try {
           return await fn();
         } finally {

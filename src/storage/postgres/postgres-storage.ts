@@ -1,7 +1,13 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg, { type Pool } from 'pg';
 import { isoMicros } from '../engine/clock.js';
-import { ConflictError, NotFoundError, StorageClosedError, StorageError } from '../errors.js';
+import {
+  ConflictError,
+  NotFoundError,
+  StorageClosedError,
+  StorageError,
+  StorageUnavailableError,
+} from '../errors.js';
 import type {
   ExportFileStore,
   ExportJobChanges,
@@ -88,13 +94,32 @@ interface JobRow {
 /** Expired one-time values are purged once every this many `useOnce` calls. */
 const PURGE_EVERY = 1024;
 
-/** Open/close bookkeeping: calls wait for the migrations, and `close()` waits for calls in flight. */
+/**
+ * Open/close bookkeeping: calls wait for the migrations, and `close()` waits for calls in flight.
+ * Migrations that failed because the database was out of reach run again on the next call (each
+ * call meanwhile fails with `StorageUnavailableError`); any other failure stays.
+ */
 class Lifecycle {
   private closed = false;
   private inFlight = 0;
   private idle: (() => void) | undefined;
+  private ready: Promise<void>;
+  private retryReady = false;
 
-  constructor(private readonly ready: Promise<void>) {}
+  constructor(private readonly migrate: () => Promise<void>) {
+    this.ready = this.start();
+  }
+
+  private start(): Promise<void> {
+    const ready = this.migrate().catch((error: unknown) => {
+      const mapped = mapPgError(error);
+      if (mapped instanceof StorageUnavailableError) this.retryReady = true;
+      throw mapped;
+    });
+    // Surfaced by the first call (and by every later one); not an unhandled rejection meanwhile.
+    ready.catch(() => undefined);
+    return ready;
+  }
 
   get isClosed(): boolean {
     return this.closed;
@@ -108,6 +133,10 @@ class Lifecycle {
     this.assertOpen();
     this.inFlight += 1;
     try {
+      if (this.retryReady) {
+        this.retryReady = false;
+        this.ready = this.start();
+      }
       await this.ready;
       return await fn();
     } finally {
@@ -175,7 +204,9 @@ class PostgresStorage extends PostgresOperations implements Storage {
       if (this.scope.getStore()?.open) {
         throw new StorageError('ERR_STORAGE_IN_TRANSACTION', 'Transactions do not nest; use the tx view');
       }
-      const client = await this.pool.connect();
+      const client = await this.pool.connect().catch((error: unknown) => {
+        throw mapPgError(error);
+      });
       const exec = new TransactionExecutor(client);
       let broken: Error | undefined;
       try {
@@ -409,9 +440,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     // A connection dropped while idle must not crash the process; the next query reports it.
     pool.on('error', () => undefined);
   }
-  const ready = migrate(pool, schema);
-  // Surfaced by the first call (and by every later one); not an unhandled rejection meanwhile.
-  ready.catch(() => undefined);
   const descriptor: StorageDescriptor | undefined =
     connectionString === undefined
       ? undefined
@@ -432,7 +460,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
   return new PostgresStorage(
     pool,
     ownsPool,
-    new Lifecycle(ready),
+    new Lifecycle(() => migrate(pool, schema)),
     new AsyncLocalStorage(),
     schema,
     chunkBytes,
