@@ -459,4 +459,18 @@ describe('damaged files at open', () => {
     expect(error.message).toContain(file);
     expect(filesMatching(dir, /lock/)).toEqual([]);
   });
+
+  it('directory.json deleted: refused, and the projects\' logs are kept', async () => {
+    const dir = tempDir('fpk-faults-');
+    const storage = await openStore(dir);
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+    await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+    await storage.close();
+    const logs = filesMatching(dir, /\.log$/);
+    fs.rmSync(path.join(dir, 'directory.json'));
+    const error = (await openStore(dir).catch((e: unknown) => e)) as StorageError;
+    expect(error.code).toBe('ERR_STORAGE_CORRUPT');
+    expect(error.message).toContain('directory.json');
+    expect(filesMatching(dir, /\.log$/)).toEqual(logs);
+  });
 });

@@ -1,4 +1,4 @@
-import { StorageClosedError } from '../errors.js';
+import { StorageClosedError, StorageError } from '../errors.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../engine/clock.js';
@@ -77,7 +77,18 @@ export class FileBackend implements EngineBackend {
     await fs.mkdir(path.join(dir, 'projects'), { recursive: true });
     this.lock = acquireLock(dir, faults);
     try {
+      // Every committed project is in directory.json, written when a store is created: without
+      // it, the projects' logs would be taken for leftovers of uncommitted creations and removed.
+      const hadDirectory = await exists(path.join(dir, 'directory.json'));
+      if (!hadDirectory && (await fs.readdir(path.join(dir, 'projects'))).length > 0) {
+        throw new StorageError(
+          'ERR_STORAGE_CORRUPT',
+          `${path.join(dir, 'directory.json')} is missing but projects/ holds project logs: restore it ` +
+            'from a backup (the store was not opened, nothing was removed)',
+        );
+      }
       await this.files.openDirectory();
+      if (!hadDirectory) await this.files.directory.write();
       this.commitLog = await CommitLog.open(dir, sync, faults);
       const committed = Math.max(this.files.directory.data.seq, await this.commitLog.lastCommitted());
       this.commit = new GroupCommit(this.files, this.commitLog);
@@ -163,5 +174,15 @@ export class FileBackend implements EngineBackend {
     await this.commitLog?.close().catch(() => undefined);
     if (this.lock) releaseLock(this.lock);
     this.lock = undefined;
+  }
+}
+
+async function exists(file: string): Promise<boolean> {
+  try {
+    await fs.access(file);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw error;
   }
 }
