@@ -258,8 +258,10 @@ function describe(record: AuditRecord): Described {
           ...(record.count !== undefined ? { detail: [detail('count', record.count)] } : {}),
         });
       }
+      // A read of a Patient names it once (a vread's reference carries `/_history/<vid>`).
+      const read = record.reference?.split('/_history/')[0];
       for (const id of record.patientIds ?? []) {
-        if (record.reference !== `Patient/${id}`) entity.push(resourceEntity(`Patient/${id}`));
+        if (read !== `Patient/${id}`) entity.push(resourceEntity(`Patient/${id}`));
       }
       const search = record.interaction === 'search-type';
       return {
