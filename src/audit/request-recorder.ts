@@ -15,23 +15,6 @@ export type AuditDetails = AuditRecord extends infer R
 export type RequestRecorder = (req: Request, res: Response, details: AuditDetails) => void;
 
 /**
- * Records `record` in `trail` without ever throwing: auditing never makes a request fail. A
- * failure (the journal could not be written, the trail is closed) goes to `onError`.
- */
-export function recordSafely(
-  trail: AuditTrail,
-  record: AuditRecord,
-  onError: (error: unknown, req?: Request) => void,
-  req?: Request,
-): void {
-  try {
-    trail.record(record);
-  } catch (error) {
-    onError(error, req);
-  }
-}
-
-/**
  * The recorder of a router: adds the request's principal (`actor`, `projectId`) and address to
  * each event. Undefined without a trail or when it is disabled, so that `audit?.(req, res, {…})`
  * costs nothing then (the details are not even built).
