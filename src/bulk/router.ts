@@ -496,7 +496,14 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const principal = getPrincipal(res);
       const file = segment(req, 3) ?? '';
       const found = await findExportFile(jobs, principal, jobParam(req), file);
-      await sendExportFile(req, res, jobs, found);
+      await sendExportFile(
+        req,
+        res,
+        jobs,
+        found,
+        audit &&
+          ((outcome) => audit(req, res, { kind: 'download', jobId: found.ref.jobId, file, ...outcome })),
+      );
     }),
   );
 

@@ -1,8 +1,9 @@
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/build-event.js';
-import type { ExportEvent } from '../../src/audit/events.js';
+import type { DownloadEvent, ExportEvent } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import type { ExportTask } from '../../src/bulk/export-task.js';
 import type { FhirPlatformOptions } from '../../src/platform.js';
@@ -186,5 +187,111 @@ describe('audit wiring: bulk export', () => {
     expect((event?.context.record as ExportEvent).jobId).toBeUndefined();
     expect(event?.event.outcome).toBe('4');
     expect(event?.event.entity?.[0]?.what).toBeUndefined();
+  });
+});
+
+describe('audit wiring: export file downloads', () => {
+  async function exported(observations?: number) {
+    const s = await setup({}, observations);
+    const accepted = await s.kickoff('/$export?_type=Observation');
+    const manifest = await s.finished(pathOf(accepted.headers['content-location'] as string));
+    expect(manifest.status).toBe(200);
+    const url = pathOf((JSON.parse(manifest.text) as { output: { url: string }[] }).output[0]!.url);
+    return { ...s, url, file: url.split('/').pop()!, jobId: url.split('/').slice(-2)[0]! };
+  }
+
+  it('records one event per download with the file, the bytes sent and the Range', async () => {
+    const { t, auth, url, file, jobId, downloads, client } = await exported();
+    const whole = await request(t.app)
+      .get(url)
+      .set('Authorization', auth)
+      .set('Accept-Encoding', 'identity')
+      .buffer(true)
+      .parse((res, done) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => done(null, Buffer.concat(chunks)));
+      });
+    expect(whole.status).toBe(200);
+    const size = (whole.body as Buffer).length;
+    expect(size).toBeGreaterThan(40 * 2000);
+    const first = await eventually(() => downloads()[0]);
+    expect(first.context.record).toMatchObject({
+      kind: 'download',
+      jobId,
+      file,
+      bytes: size,
+      actor: { kind: 'client', id: client.id },
+    });
+    expect((first.context.record as DownloadEvent).range).toBeUndefined();
+    expect(first.event.outcome).toBe('0');
+
+    const partial = await request(t.app).get(url).set('Authorization', auth).set('Range', 'bytes=100-1099');
+    expect(partial.status).toBe(206);
+    const ranged = await eventually(() => downloads()[1]);
+    expect(ranged.context.record).toMatchObject({ file, bytes: 1000, range: 'bytes=100-1099' });
+    expect(ranged.event.entity?.[0]?.detail).toEqual([
+      { type: 'file', valueString: file },
+      { type: 'bytes', valueString: '1000' },
+      { type: 'range', valueString: 'bytes=100-1099' },
+    ]);
+
+    const unsatisfiable = await request(t.app)
+      .get(url)
+      .set('Authorization', auth)
+      .set('Range', 'bytes=99999999-');
+    expect(unsatisfiable.status).toBe(416);
+    const refused = await eventually(() => downloads()[2]);
+    expect(refused.context.record).toMatchObject({
+      bytes: 0,
+      range: 'bytes=99999999-',
+      error: 'range not satisfiable',
+    });
+    expect(refused.event.outcome).toBe('4');
+
+    // gzip: the bytes that went out are the compressed ones, fewer than the file's.
+    const zipped = await request(t.app).get(url).set('Authorization', auth).set('Accept-Encoding', 'gzip');
+    expect(zipped.status).toBe(200);
+    expect(zipped.headers['content-encoding']).toBe('gzip');
+    const gz = await eventually(() => downloads()[3]);
+    expect((gz.context.record as DownloadEvent).bytes).toBeGreaterThan(0);
+    expect((gz.context.record as DownloadEvent).bytes).toBeLessThan(size);
+    expect(downloads()).toHaveLength(4);
+  });
+
+  it('records an aborted download with the bytes sent so far and a failed outcome', async () => {
+    // About 20 MB: more than the connection buffers hold, so the client leaving cuts it short.
+    const { t, auth, url, downloads } = await exported(10_000);
+    const server = http.createServer(t.app);
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    // Read the head and one chunk, then go away: the rest of the file is never sent.
+    const size = await new Promise<number>((resolve, reject) => {
+      const req = http.get(
+        {
+          host: '127.0.0.1',
+          port,
+          path: url,
+          headers: { authorization: auth, 'accept-encoding': 'identity' },
+        },
+        (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve(Number(res.headers['content-length']));
+          });
+        },
+      );
+      req.on('error', () => undefined);
+      setTimeout(() => reject(new Error('no answer')), 10_000).unref();
+    });
+    expect(size).toBeGreaterThan(15_000_000);
+    const event = await eventually(() => downloads()[0]);
+    const record = event.context.record as DownloadEvent;
+    expect(record.error).toMatch(/aborted/);
+    expect(record.bytes).toBeGreaterThan(0);
+    expect(record.bytes).toBeLessThan(size);
+    expect(event.event.outcome).toBe('4');
+    expect(event.event.outcomeDesc).toMatch(/aborted/);
   });
 });
