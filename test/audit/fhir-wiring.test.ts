@@ -1,3 +1,6 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -6,9 +9,18 @@ import type { AuditRecord } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import type { AuditTrail } from '../../src/audit/trail.js';
 import { AUDITED_REFERENCES } from '../../src/fhir/audit-activity.js';
+import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { memoryStorage } from '../../src/stores.js';
-import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
+import { fhirPlatform } from '../../src/platform.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
+import {
+  createPlatformApp,
+  FHIR_JSON,
+  parameters,
+  ROOT_ID,
+  ROOT_SECRET,
+  type PlatformTestApp,
+} from '../helpers/platform-app.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 const apps: PlatformTestApp[] = [];
@@ -327,5 +339,87 @@ describe('audit wiring: FHIR router without the platform', () => {
     expect(created.status).toBe(201);
     expect(calls).toEqual([]);
     await storage.close();
+  });
+});
+
+describe('audit wiring: FHIR on the file store', () => {
+  it('stores the events of a read and a search, which an auditor then finds through the FHIR API', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-audit-file-'));
+    const storage = await fileStorage({ dir: path.join(dir, 'store'), durability: 'write' });
+    await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
+    const platform = fhirPlatform({
+      storage,
+      bulk: false,
+      baseUrl: 'http://fhir.test',
+      onError: () => undefined,
+      audit: { flushIntervalMs: 5 },
+    });
+    const app = express();
+    app.use(platform.router);
+    try {
+      const token = async (id: string, secret: string, scope?: string) => {
+        const res = await request(app)
+          .post('/oauth2/token')
+          .auth(id, secret)
+          .type('form')
+          .send({ grant_type: 'client_credentials', ...(scope ? { scope } : {}) });
+        expect(res.status, JSON.stringify(res.body)).toBe(200);
+        return `Bearer ${res.body.access_token as string}`;
+      };
+      const root = await token(ROOT_ID, ROOT_SECRET);
+      const admin = (path: string, body: unknown) =>
+        request(app).post(path).set('Authorization', root).type(FHIR_JSON).send(JSON.stringify(body));
+      const init = await admin('/fhir/R4/Project/$init', parameters({ name: 'Files' }));
+      expect(init.status, JSON.stringify(init.body)).toBe(201);
+      const projectId = init.body.id as string;
+      const registered = await admin(
+        `/fhir/R4/Project/${projectId}/$new-client`,
+        parameters({ name: 'ehr', admin: true }),
+      );
+      expect(registered.status, JSON.stringify(registered.body)).toBe(201);
+      const client = registered.body as { id: string; secret: string };
+      const ehr = await token(client.id, client.secret);
+      const created = await request(app)
+        .post('/fhir/R4/Patient')
+        .set('Authorization', ehr)
+        .type(FHIR_JSON)
+        .send(JSON.stringify({ resourceType: 'Patient' }));
+      const pid = created.body.id as string;
+      expect((await request(app).get(`/fhir/R4/Patient/${pid}`).set('Authorization', ehr)).status).toBe(200);
+      expect((await request(app).get(`/fhir/R4/Patient?_id=${pid}`).set('Authorization', ehr)).status).toBe(
+        200,
+      );
+
+      const auditor = await token(client.id, client.secret, 'project:admin system/AuditEvent.rs');
+      /** AuditEvents matching `query`, once `ready` says they are all there (they are written in batches). */
+      const find = async (
+        query: string,
+        ready = (found: AuditEventResource[]) => found.length > 0,
+      ): Promise<AuditEventResource[]> => {
+        for (let i = 0; ; i++) {
+          const res = await request(app).get(`/fhir/R4/AuditEvent?${query}`).set('Authorization', auditor);
+          expect(res.status).toBe(200);
+          const found = ((res.body.entry ?? []) as { resource: AuditEventResource }[]).map((e) => e.resource);
+          if (ready(found) || i === 100) return found;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      };
+      const queryOf = (e: AuditEventResource) => decode(e.entity?.find((x) => x.query !== undefined)?.query);
+      const [read] = await find(`action=R&entity=Patient/${pid}`);
+      expect(read?.subtype?.[0]?.code).toBe('read');
+      expect(read?.agent[0]?.who?.identifier?.value).toBe(client.id);
+      const [created1] = await find(`action=C&entity=Patient/${pid}`);
+      expect(created1?.type.code).toBe('110110');
+      // The Patient search, and the auditor's own searches of the trail (AuditEvent is patient data).
+      const expected = [`_id=${pid}`, `action=R&entity=Patient/${pid}`];
+      const searches = await find(`type=110112&patient=${pid}`, (found) =>
+        expected.every((q) => found.map(queryOf).includes(q)),
+      );
+      expect(searches.map(queryOf)).toEqual(expect.arrayContaining(expected));
+    } finally {
+      await platform.close();
+      await storage.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
