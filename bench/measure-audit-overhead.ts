@@ -1,6 +1,7 @@
 import { bearer, expectJson } from './http-json.js';
 import { createScimUser, timed } from './measure-scim.js';
 import type { ServerProcess } from './server-process.js';
+import { sleep } from './stats.js';
 
 /** Latencies (ms) of one server: SCIM `POST /Users` and FHIR `GET Patient/{id}`. */
 export interface AuditSideSamples {
@@ -17,6 +18,11 @@ export interface AuditOverheadSamples {
 
 const PATIENTS = 20;
 const WARM_UP = 10;
+/**
+ * Idle time after each block, longer than the trail's `flushIntervalMs` (100 ms): the audited
+ * server's last batch write lands then, not while the other server is being timed.
+ */
+const SETTLE_MS = 150;
 
 interface Side {
   server: ServerProcess;
@@ -62,8 +68,9 @@ function fhirRead(side: Side, i: number): Promise<unknown> {
  * SCIM `POST /Users` and FHIR `GET Patient/{id}` latencies on two servers that differ only in
  * auditing (`on`: the platform's default, enabled; `off`: `audit: { enabled: false }`), side by
  * side: `requests` of each kind per server, in `rounds` alternating blocks (the server that goes
- * first alternates too), one request at a time, so both face the same machine load. A few warm-up
- * requests of each kind per server are not counted.
+ * first alternates too), one request at a time, so both face the same machine load; each block
+ * ends with a short pause so that one server's background work is not timed on the other. A few
+ * warm-up requests of each kind per server are not counted.
  */
 export async function measureAuditOverhead(options: {
   on: ServerProcess;
@@ -88,6 +95,7 @@ export async function measureAuditOverhead(options: {
       for (let i = 0; i < perRound; i++) side.samples.scimCreateMs.push(await timed(() => scimCreate(side)));
       for (let i = 0; i < perRound; i++)
         side.samples.fhirReadMs.push(await timed(() => fhirRead(side, read + i)));
+      await sleep(SETTLE_MS);
     }
     read += perRound;
   }
