@@ -67,7 +67,7 @@ function fhirRead(side: Side, i: number): Promise<unknown> {
 /**
  * SCIM `POST /Users` and FHIR `GET Patient/{id}` latencies on two servers that differ only in
  * auditing (`on`: the platform's default, enabled; `off`: `audit: { enabled: false }`), side by
- * side: `requests` of each kind per server, in `rounds` alternating blocks (the server that goes
+ * side: `requests` of each kind per server, in `rounds` (20) alternating blocks (the server that goes
  * first alternates too), one request at a time, so both face the same machine load; each block
  * ends with a short pause so that one server's background work is not timed on the other. A few
  * warm-up requests of each kind per server are not counted.
@@ -86,7 +86,7 @@ export async function measureAuditOverhead(options: {
       await fhirRead(side, i);
     }
   }
-  const rounds = Math.max(1, Math.min(options.rounds ?? 10, options.requests));
+  const rounds = Math.max(1, Math.min(options.rounds ?? 20, options.requests));
   const perRound = Math.ceil(options.requests / rounds);
   let read = 0;
   for (let round = 0; round < rounds; round++) {
