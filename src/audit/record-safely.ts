@@ -16,3 +16,24 @@ export function recordSafely(
     onError(error);
   }
 }
+
+/**
+ * `trail`, whose `record` never throws: a failure goes to `onError` and answers undefined. What
+ * `fhirPlatform` hands its routers, so that failures to record reach the trail's own error sink.
+ */
+export function safeAuditTrail(trail: AuditTrail, onError: (error: unknown) => void): AuditTrail {
+  return {
+    enabled: trail.enabled,
+    record(record) {
+      try {
+        return trail.record(record);
+      } catch (error) {
+        onError(error);
+        return undefined;
+      }
+    },
+    flush: () => trail.flush(),
+    sweep: (at) => trail.sweep(at),
+    close: () => trail.close(),
+  };
+}
