@@ -6,6 +6,7 @@ import { generatePatients, RESOURCES_PER_PATIENT } from './dataset.js';
 import { copyWithCopyFile, copyWithStreams } from './measure-copy.js';
 import { timedDownload } from './measure-download.js';
 import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js';
+import { measureAuditOverhead } from './measure-audit-overhead.js';
 import { measureScim, type ScimFigures } from './measure-scim.js';
 import { measureIngestFloor } from './measure-floor.js';
 import { postBundles } from './measure-transactions.js';
@@ -38,6 +39,11 @@ export interface BenchOptions {
   /** SCIM users loaded through the storage API before the latency measurements (0 skips SCIM). */
   scimUsers: number;
   scimRequests: { lookups: number; creates: number; patches: number };
+  /**
+   * SCIM creates and FHIR reads timed on each of two fresh servers, one auditing (the default)
+   * and one not, alternately (0 skips the comparison). @default 0
+   */
+  auditRequests?: number;
   /** `file` (the embedded file store, `fileStorage`), `memory` (`memoryStorage`) or `postgres`. */
   store: StoreKind;
   /** PostgreSQL connection string for store `postgres` (each server uses a fresh schema). */
@@ -741,6 +747,57 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       }
     } finally {
       await server.close();
+    }
+
+    // ---- Audit trail on vs off: two fresh servers alike but for auditing, timed in turns.
+    const auditRequests = options.auditRequests ?? 0;
+    if (auditRequests > 0) {
+      const serverOptions = (name: string) => ({
+        store: options.store,
+        dir: path.join(work, `${name}-store`),
+        exportDir: path.join(work, `${name}-exports`),
+        probeDir,
+        ...(options.durability ? { durability: options.durability } : {}),
+        ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
+      });
+      const on = await startServer(serverOptions('audit-on'));
+      try {
+        const off = await startServer({ ...serverOptions('audit-off'), audit: false });
+        try {
+          log(`audit on / off: ${auditRequests} SCIM creates and FHIR reads on each server, in turns`);
+          const audit = await measureAuditOverhead({ on, off, requests: auditRequests });
+          samples.audit = audit;
+          const pair = (key: 'scimCreate' | 'fhirRead', label: string, on: number[], off: number[]): void => {
+            const [p50On, p50Off] = [median(on), median(off)];
+            add({
+              key: `audit.${key}.on.p50`,
+              label: `${label}, audit trail on (default): p50 (${on.length} requests)`,
+              value: p50On,
+              unit: 'ms',
+            });
+            add({
+              key: `audit.${key}.off.p50`,
+              label: `${label}, audit trail off: p50 (${off.length} requests)`,
+              value: p50Off,
+              unit: 'ms',
+            });
+            add({
+              key: `audit.${key}.ratio`,
+              label: `${label}: p50 audit on / off (same run, in turns)`,
+              value: p50On / p50Off,
+              unit: 'x',
+              target: '<= 1.10',
+              pass: p50On / p50Off <= 1.1,
+            });
+          };
+          pair('scimCreate', 'SCIM POST /Users', audit.on.scimCreateMs, audit.off.scimCreateMs);
+          pair('fhirRead', 'FHIR GET Patient/{id}', audit.on.fhirReadMs, audit.off.fhirReadMs);
+        } finally {
+          await off.close();
+        }
+      } finally {
+        await on.close();
+      }
     }
 
     // ---- Memory: the same load + export in a fresh server process at the other size.

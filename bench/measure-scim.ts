@@ -19,11 +19,31 @@ export interface ScimFigures {
   patch: LatencyFigures;
 }
 
+/**
+ * `POST /Users` of a new Practitioner user (unique `userName` from `n` and the clock), as the
+ * latency measurements send it; throws unless the answer is 201.
+ */
+export async function createScimUser(scimBase: string, token: string, n: number): Promise<void> {
+  await expectJson(201, `${scimBase}/Users`, {
+    method: 'POST',
+    headers: bearer(token, { accept: SCIM, 'content-type': SCIM }),
+    body: JSON.stringify({
+      schemas: [USER_SCHEMA],
+      userName: `new${n}-${Date.now()}@bench.example`,
+      userType: 'Practitioner',
+      name: { givenName: 'New', familyName: `User${n}` },
+      emails: [{ value: `new${n}@bench.example`, type: 'work', primary: true }],
+      active: true,
+    }),
+  });
+}
+
 function figures(ms: number[]): LatencyFigures {
   return { count: ms.length, medianMs: median(ms), p99Ms: percentile(ms, 99) };
 }
 
-async function timed(fn: () => Promise<unknown>): Promise<number> {
+/** Milliseconds `fn` takes. */
+export async function timed(fn: () => Promise<unknown>): Promise<number> {
   const start = now();
   await fn();
   return now() - start;
@@ -59,21 +79,7 @@ export async function measureScim(options: {
     ids.push(body.Resources[0]!.id);
   };
   let created = 0;
-  const create = async (): Promise<void> => {
-    const n = created++;
-    await expectJson(201, `${scimBase}/Users`, {
-      method: 'POST',
-      headers: { ...headers, 'content-type': SCIM },
-      body: JSON.stringify({
-        schemas: [USER_SCHEMA],
-        userName: `new${n}-${Date.now()}@bench.example`,
-        userType: 'Practitioner',
-        name: { givenName: 'New', familyName: `User${n}` },
-        emails: [{ value: `new${n}@bench.example`, type: 'work', primary: true }],
-        active: true,
-      }),
-    });
-  };
+  const create = (): Promise<void> => createScimUser(scimBase, token, created++);
   let patched = 0;
   const patch = async (): Promise<void> => {
     const id = ids[patched++ % ids.length]!;

@@ -7,6 +7,8 @@
  *   --reps R          repetitions of each main timing (default 3)
  *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
  *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
+ *   --audit-requests A  SCIM creates and FHIR reads timed on each of two servers, audit trail on
+ *                     and off, in turns (default 200; 0 skips the comparison)
  *   --store S         file (default), memory or postgres; a comma-separated list (file,postgres)
  *                     runs each in turn and prints one table with a column per store
  *   --database-url U  PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
@@ -43,6 +45,7 @@ const { values } = parseArgs({
     reps: { type: 'string' },
     'scim-users': { type: 'string' },
     'scim-requests': { type: 'string', default: '500,200,200' },
+    'audit-requests': { type: 'string' },
     store: { type: 'string', default: 'file' },
     'database-url': { type: 'string' },
     durability: { type: 'string', default: 'fsync' },
@@ -95,6 +98,7 @@ const options = (store: StoreKind): BenchOptions => ({
   uploadPatients: Math.min(patients, 25),
   scimUsers: int('scim-users', values['scim-users'], 100_000),
   scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
+  auditRequests: int('audit-requests', values['audit-requests'], 200),
   store,
   ...(store === 'postgres' ? { databaseUrl } : {}),
   durability: values.durability as 'fsync' | 'write',

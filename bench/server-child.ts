@@ -104,6 +104,7 @@ class BenchServer {
     probeGc,
     validator,
     databaseUrl,
+    audit,
   }: Commands['open']['args']): Promise<ServerInfo> {
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
@@ -130,6 +131,8 @@ class BenchServer {
         exportFiles: new DirectoryExportFiles(exportDir),
       },
       ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
+      // The platform's default (enabled, no journal) unless told to record nothing.
+      ...(audit === false ? { audit: { enabled: false } } : {}),
       onError: (error) => console.error('[bench server]', error),
     });
     await this.#platform.ready;

@@ -66,6 +66,8 @@ export interface Commands {
       validator?: 'default' | 'reference';
       /** PostgreSQL connection string (store `postgres`): a fresh schema, dropped on close. */
       databaseUrl?: string;
+      /** `false`: the platform records no audit event (`audit: { enabled: false }`). @default true */
+      audit?: boolean;
     };
     result: ServerInfo;
   };

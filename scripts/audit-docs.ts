@@ -177,6 +177,20 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
     },
   },
   {
+    title: 'Export kick-off refused (limit reached: 429)',
+    record: {
+      kind: 'export',
+      phase: 'kickoff',
+      projectId: project,
+      actor: client,
+      address,
+      recorded: at,
+      level: 'system',
+      status: 429,
+      error: 'The project has reached its export kick-offs for this hour',
+    },
+  },
+  {
     title: 'Export completed',
     record: {
       kind: 'export',
@@ -228,6 +242,20 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
       file: 'Observation-1.ndjson',
       bytes: 1048576,
       range: 'bytes=0-1048575',
+    },
+  },
+  {
+    title: 'File download aborted by the client',
+    record: {
+      kind: 'download',
+      projectId: project,
+      actor: client,
+      address,
+      recorded: at,
+      jobId: 'job-1',
+      file: 'Observation-2.ndjson',
+      bytes: 262144,
+      error: 'aborted before the end of the file',
     },
   },
   {

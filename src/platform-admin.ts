@@ -65,6 +65,7 @@ export function platformAdmin(options: {
     rules: project.rules,
     allowInit: () => true,
     ...(project.auditTrail ? { auditTrail: project.auditTrail } : {}),
+    ...(project.onError ? { onError: project.onError } : {}),
   });
   const scim = resolveScimRouterOptions(options.scim);
   const routerSettings: ScimUserSettings = {

@@ -17,6 +17,7 @@ import { livenessHandler, readinessHandler, storageCheck, type ReadinessChecks }
 import { componentLogger, errorSink, requestLogger, type Logger } from './http/logger.js';
 import { AUDIT_OPTION_KEYS, type AuditOptions } from './audit/options.js';
 import { recordRefusals } from './audit/refusals.js';
+import { safeAuditTrail } from './audit/record-safely.js';
 import { createAuditTrail } from './audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { booleanOption, optionError, positiveInteger, requireStorage } from './http/options.js';
@@ -230,11 +231,12 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   const scimAuthenticate =
     options.authenticate ??
     (options.scimBasicAuth ? bearerAuth({ ...verifier, allowBasic: true }) : authenticate);
-  const auditTrail = createAuditTrail({
-    ...options.audit,
-    storage,
-    onError: options.audit?.onError ?? errorSink(logging),
-  });
+  const auditErrors = options.audit?.onError ?? errorSink(logging);
+  // Auditing never fails a request: a failure to record goes to the trail's error sink.
+  const auditTrail = safeAuditTrail(
+    createAuditTrail({ ...options.audit, storage, onError: auditErrors }),
+    auditErrors,
+  );
   const common = { storage, authenticate, baseUrl, ...logging, auditTrail };
 
   const router = Router();

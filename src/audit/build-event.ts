@@ -258,8 +258,10 @@ function describe(record: AuditRecord): Described {
           ...(record.count !== undefined ? { detail: [detail('count', record.count)] } : {}),
         });
       }
+      // A read of a Patient names it once (a vread's reference carries `/_history/<vid>`).
+      const read = record.reference?.split('/_history/')[0];
       for (const id of record.patientIds ?? []) {
-        if (record.reference !== `Patient/${id}`) entity.push(resourceEntity(`Patient/${id}`));
+        if (read !== `Patient/${id}`) entity.push(resourceEntity(`Patient/${id}`));
       }
       const search = record.interaction === 'search-type';
       return {
@@ -276,21 +278,28 @@ function describe(record: AuditRecord): Described {
       if (record.since !== undefined) details.push(detail('_since', record.since));
       for (const [type, count] of Object.entries(record.counts ?? {}))
         details.push(detail(`count:${type}`, count));
+      const refused = record.phase === 'kickoff' && record.error !== undefined;
+      if (refused && record.status !== undefined) details.push(detail('status', record.status));
       const entity: AuditEventEntity[] = [
         {
-          what: identified(IDENTIFIER_SYSTEMS.exportJob, record.jobId),
+          ...(record.jobId !== undefined
+            ? { what: identified(IDENTIFIER_SYSTEMS.exportJob, record.jobId) }
+            : {}),
           type: ENTITY_KIND.systemObject,
           role: ENTITY_ROLE.job,
           detail: details,
         },
       ];
       if (record.groupId !== undefined) entity.push(resourceEntity(`Group/${record.groupId}`));
+      let outcome: AuditOutcomeCode = '0';
+      if (record.phase === 'failed') outcome = '8';
+      else if (refused) outcome = (record.status ?? 400) >= 500 ? '8' : '4';
       return {
         type: EVENT_TYPE.export,
         subtype: record.phase === 'kickoff' ? [restfulInteraction('operation')] : [],
         action: 'E',
-        outcome: record.phase === 'failed' ? '8' : '0',
-        ...(record.phase === 'failed' ? { outcomeDesc: record.error ?? 'export failed' } : {}),
+        outcome,
+        ...(record.phase === 'failed' || refused ? { outcomeDesc: record.error ?? 'export failed' } : {}),
         entity,
       };
     }
@@ -301,7 +310,8 @@ function describe(record: AuditRecord): Described {
         type: EVENT_TYPE.export,
         subtype: [restfulInteraction('read')],
         action: 'R',
-        outcome: '0',
+        outcome: record.error === undefined ? '0' : '4',
+        ...(record.error !== undefined ? { outcomeDesc: record.error } : {}),
         entity: [
           {
             what: identified(IDENTIFIER_SYSTEMS.exportJob, record.jobId),

@@ -86,11 +86,15 @@ export interface FhirAccessEvent extends AuditBase {
   count?: number;
 }
 
-/** A bulk export kick-off, completion, failure or cancellation. */
+/**
+ * A bulk export kick-off (accepted, or refused with `error` and `status`), completion, failure or
+ * cancellation.
+ */
 export interface ExportEvent extends AuditBase {
   kind: 'export';
   phase: 'kickoff' | 'completed' | 'failed' | 'cancelled';
-  jobId: string;
+  /** The export job; absent for a refused kick-off (no job was created). */
+  jobId?: string;
   level: 'system' | 'patient' | 'group';
   types?: string[];
   /** The `_since` instant, as given. */
@@ -98,8 +102,10 @@ export interface ExportEvent extends AuditBase {
   groupId?: string;
   /** Resources exported per type (completion). */
   counts?: Record<string, number>;
-  /** Why it failed. */
+  /** Why it failed, or why the kick-off was refused. */
   error?: string;
+  /** The HTTP status of a refused kick-off (`429`, `400`, `503`, …). */
+  status?: number;
 }
 
 /** One export file served (or a Range of it). */
@@ -112,6 +118,8 @@ export interface DownloadEvent extends AuditBase {
   bytes: number;
   /** The `Range` header served, when partial (`bytes=0-1023`). */
   range?: string;
+  /** Why the download did not complete (the client went away, the range was not satisfiable). */
+  error?: string;
 }
 
 /** A request refused with 401, 403 or 404 (another project's id, a token without scope, …). */

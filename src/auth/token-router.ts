@@ -1,6 +1,7 @@
 import { errorSink } from '../http/logger.js';
 import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { Router } from 'express';
+import { recordSafely } from '../audit/record-safely.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
@@ -178,6 +179,7 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
  */
 export function tokenRouter(options: TokenRouterOptions): Router {
   const config = resolveTokenEndpointConfig(options);
+  const logError = errorSink(options);
   const router = Router();
   const form = express.urlencoded({ extended: false, limit: '64kb', parameterLimit: 100 });
 
@@ -197,17 +199,26 @@ export function tokenRouter(options: TokenRouterOptions): Router {
       const requested = typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [];
       const audit = (result: 'granted' | 'refused', scopes: string[], error?: string) => {
         const client = seen.client;
-        options.auditTrail?.record({
-          kind: 'token',
-          result,
-          scopes,
-          ...(error ? { error } : {}),
-          projectId: client?.projectId ?? null,
-          actor: client
-            ? { kind: client.projectId === null ? 'super-admin' : 'client', id: client.id, name: client.name }
-            : { kind: 'anonymous', ...(seen.claimedClientId ? { id: seen.claimedClientId } : {}) },
-          ...(req.ip ? { address: req.ip } : {}),
-        });
+        if (!options.auditTrail) return;
+        recordSafely(
+          options.auditTrail,
+          {
+            kind: 'token',
+            result,
+            scopes,
+            ...(error ? { error } : {}),
+            projectId: client?.projectId ?? null,
+            actor: client
+              ? {
+                  kind: client.projectId === null ? 'super-admin' : 'client',
+                  id: client.id,
+                  name: client.name,
+                }
+              : { kind: 'anonymous', ...(seen.claimedClientId ? { id: seen.claimedClientId } : {}) },
+            ...(req.ip ? { address: req.ip } : {}),
+          },
+          (failure) => logError(failure, req),
+        );
       };
       let answer;
       try {
@@ -238,6 +249,6 @@ export function tokenRouter(options: TokenRouterOptions): Router {
       }),
     );
   });
-  router.use(oauthErrorHandler(errorSink(options)));
+  router.use(oauthErrorHandler(logError));
   return router;
 }

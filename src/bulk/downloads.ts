@@ -1,3 +1,4 @@
+import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 import type { Request, Response } from 'express';
@@ -44,6 +45,16 @@ export async function findExportFile(
   return { ref: { projectId: job.projectId, jobId: job.id }, file };
 }
 
+/** How a download ended, for its audit event. */
+export interface DownloadOutcome {
+  /** Bytes of the body handed to the connection (compressed ones when gzip was applied). */
+  bytes: number;
+  /** The range served (`bytes=0-1023`), or asked for when it could not be served. */
+  range?: string;
+  /** Why the download did not complete: the client went away, or the range was not satisfiable. */
+  error?: string;
+}
+
 /**
  * The single byte range a request asks for (RFC 9110 §14): undefined for the whole file (no
  * `Range`, an `If-Range` (no validator is sent, so none matches), several ranges, or a malformed
@@ -64,13 +75,15 @@ function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisf
  * backpressure (memory holds a chunk or so, whatever the file's size): gzip-compressed when the
  * client accepts it and asks for the whole file, otherwise as stored, with `Range` support. The
  * download counts as in flight (retention does not remove the job) until the response closes. A
- * file gone meanwhile is a `NotFoundError`.
+ * file gone meanwhile is a `NotFoundError`. `onEnd` (the audit trail's) learns, once the response
+ * has finished or was aborted, how many bytes went out.
  */
 export async function sendExportFile(
   req: Request,
   res: Response,
   jobs: ExportJobManager,
   { ref, file }: ExportFile,
+  onEnd?: (outcome: DownloadOutcome) => void,
 ): Promise<void> {
   const end = await jobs.beginDownload(ref);
   // The client may have gone while the mark was taken: no 'close' event would come then.
@@ -84,6 +97,16 @@ export async function sendExportFile(
     end();
     throw new NotFoundError('No such export file');
   }
+  let sent = 0;
+  let served: string | undefined;
+  let refused: string | undefined;
+  // HEAD sends no body: nothing was downloaded.
+  if (onEnd && req.method !== 'HEAD') {
+    res.once('close', () => {
+      const error = refused ?? (res.writableFinished ? undefined : 'aborted before the end of the file');
+      onEnd({ bytes: sent, ...(served !== undefined ? { range: served } : {}), ...(error ? { error } : {}) });
+    });
+  }
   res
     .type('application/fhir+ndjson')
     .set('Cache-Control', 'private, no-store')
@@ -91,6 +114,8 @@ export async function sendExportFile(
     .set('Accept-Ranges', 'bytes');
   const range = requestedRange(req, size);
   if (range === 'unsatisfiable') {
+    refused = 'range not satisfiable';
+    served = req.headers.range;
     res.status(416).set('Content-Range', `bytes */${size}`).end();
     return;
   }
@@ -102,6 +127,7 @@ export async function sendExportFile(
     req.acceptsEncodings('gzip', 'identity') === 'gzip';
   if (gzip) res.status(200).set('Content-Encoding', 'gzip');
   else if (range) {
+    served = `bytes=${range.start}-${range.end}`;
     res
       .status(206)
       .set('Content-Range', `bytes ${range.start}-${range.end}/${size}`)
@@ -112,6 +138,18 @@ export async function sendExportFile(
     return;
   }
   const body = jobs.files.read(ref, file, range);
+  const stages: NodeJS.ReadWriteStream[] = gzip ? [createGzip()] : [];
+  // Counts what goes to the connection (only when someone asks: no extra stage otherwise).
+  if (onEnd) {
+    stages.push(
+      new Transform({
+        transform(chunk: Buffer, _encoding, callback) {
+          sent += chunk.length;
+          callback(null, chunk);
+        },
+      }),
+    );
+  }
   // A client going away ends the pipeline; nothing more can be answered then.
-  await (gzip ? pipeline(body, createGzip(), res) : pipeline(body, res)).catch(() => undefined);
+  await pipeline([body, ...stages, res]).catch(() => undefined);
 }

@@ -2,6 +2,10 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ExportEvent } from '../audit/events.js';
+import { recordSafely } from '../audit/record-safely.js';
+import type { AuditTrail } from '../audit/trail.js';
+import type { Principal } from '../auth/principal.js';
 import { operationOutcome } from '../http/error-rendering.js';
 import { NotFoundError } from '../storage/errors.js';
 import type {
@@ -14,6 +18,7 @@ import type {
   Storage,
 } from '../storage/types.js';
 import { DirectoryExportFiles, isJobId } from './directory-export-files.js';
+import { exportCounts, exportScope, outcomeText } from './export-audit.js';
 import type { ExportPool } from './export-pool.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import type { KickoffLimits } from './kickoff-limits.js';
@@ -32,6 +37,11 @@ export interface ExportPlan {
    * resumes and expires only its own jobs, so that two mounts on one store do not interfere.
    */
   exportDir?: string;
+  /**
+   * The kind of principal that kicked the job off (`ownerId` is its id): the agent of the
+   * completion and failure events. Absent on jobs created before it was kept: `client`.
+   */
+  ownerKind?: Principal['kind'];
 }
 
 /** Options of {@link ExportJobManager}. */
@@ -68,6 +78,11 @@ export interface ExportJobManagerOptions {
   taskHook?: (task: ExportTask) => ExportTask;
   /** Receives unexpected failures (a job failing is not one). */
   onError: (error: unknown) => void;
+  /**
+   * Records the completion and the failure of each job (the kick-off and the cancel are recorded
+   * by the router, which has the request). @default undefined (nothing recorded)
+   */
+  auditTrail?: AuditTrail;
 }
 
 export { isJobId } from './directory-export-files.js';
@@ -131,6 +146,8 @@ class RunStopped extends PlatformError {
 export interface KickoffInput {
   projectId: string;
   ownerId: string;
+  /** The kind of principal `ownerId` names (kept with the job for its audit events). @default 'client' */
+  ownerKind?: Principal['kind'];
   /** The kick-off request URL (the manifest's `request`). */
   request: string;
   plan: ExportPlan;
@@ -315,7 +332,11 @@ export class ExportJobManager {
         status: 'accepted',
         request: input.request,
         transactionTime: snapshot.takenAt,
-        params: { ...input.plan, exportDir: this.#o.exportDir },
+        params: {
+          ...input.plan,
+          exportDir: this.#o.exportDir,
+          ...(input.ownerKind !== undefined ? { ownerKind: input.ownerKind } : {}),
+        },
         snapshot,
       };
       if (this.#queue && run !== undefined) return await this.#queue.createLeased(job, run, this.#lease);
@@ -595,7 +616,10 @@ export class ExportJobManager {
         progress: entry.progress ? { ...entry.progress } : undefined,
         expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
       });
-      if (finished) await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+      if (finished) {
+        this.#audit(job, { phase: 'completed', counts: exportCounts(result) });
+        await storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
+      }
     } catch (error) {
       await persisting;
       // Stopping: the job stays in progress and resumes at next start (or on another instance).
@@ -621,6 +645,28 @@ export class ExportJobManager {
     } finally {
       stopHeartbeat();
     }
+  }
+
+  /**
+   * Records an event of a job that ends outside any request (completion, failure), once: where the
+   * run that holds the job writes its end. The agent is the principal that kicked it off.
+   */
+  #audit(job: ExportJobRecord, event: Pick<ExportEvent, 'phase' | 'counts' | 'error'>): void {
+    const trail = this.#o.auditTrail;
+    if (!trail?.enabled) return;
+    const plan = job.params as Partial<ExportPlan>;
+    recordSafely(
+      trail,
+      {
+        kind: 'export',
+        ...event,
+        jobId: job.id,
+        ...exportScope(plan.params),
+        projectId: job.projectId,
+        actor: { kind: plan.ownerKind ?? 'client', id: job.ownerId },
+      },
+      this.#o.onError,
+    );
   }
 
   /**
@@ -656,6 +702,7 @@ export class ExportJobManager {
       }
     }
     if (!finished) return;
+    this.#audit(job, { phase: 'failed', error: outcomeText(outcome) ?? 'The export failed' });
     if (this.#queue) await this.#files.remove(refOf(job)).catch(() => undefined);
     if (job.snapshot) await storage.releaseSnapshot(job.snapshot).catch(() => undefined);
   }

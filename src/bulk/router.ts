@@ -3,13 +3,14 @@ import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Router, type Request, type RequestHandler } from 'express';
+import { Router, type ErrorRequestHandler, type Request, type RequestHandler } from 'express';
+import { requestRecorder } from '../audit/request-recorder.js';
 import { isValidId } from '../fhir/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
-import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
+import { findPrincipal, getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
-import { fhirErrorHandler, operationOutcome } from '../http/error-rendering.js';
+import { fhirErrorHandler, operationOutcome, toHttpError } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import {
   booleanOption,
@@ -25,12 +26,13 @@ import { NotFoundError } from '../storage/errors.js';
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { findExportFile, sendExportFile } from './downloads.js';
+import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
 import { planExport } from './export-plan.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
 import type { ExportTask } from './export-task.js';
 import { KickoffLimits } from './kickoff-limits.js';
-import { parseKickoff, type ExportLevel } from './kickoff-params.js';
+import { parseKickoff, type ExportLevel, type ExportParams } from './kickoff-params.js';
 import { buildManifest } from './manifest.js';
 
 /** Options of {@link bulkExportRouter}. */
@@ -349,7 +351,10 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     }),
     taskHook: config.taskHook,
     onError,
+    ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
   });
+  // Undefined when no trail records: the events are then not even built.
+  const audit = requestRecorder(config.auditTrail, onError);
   let started = false;
   let closed = false;
   const ready = jobs
@@ -361,7 +366,11 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const auth = requirePrincipal(authenticate, storage);
   const errors = fhirErrorHandler(onError);
   const body = jsonBody({ types: [FHIR_JSON, 'application/json'] });
-  const route = (method: 'get' | 'post' | 'delete', pattern: RegExp, ...handlers: RequestHandler[]): void => {
+  const route = (
+    method: 'get' | 'post' | 'delete',
+    pattern: RegExp,
+    ...handlers: (RequestHandler | ErrorRequestHandler)[]
+  ): void => {
     router[method](pattern, auth, ...handlers, errors);
   };
 
@@ -397,16 +406,41 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const job = await jobs.kickoff({
         projectId,
         ownerId: principal.id,
+        ownerKind: principal.kind,
         request: requestUrl(req, baseUrl),
         plan,
       });
+      audit?.(req, res, { kind: 'export', phase: 'kickoff', jobId: job.id, ...exportScope(params) });
       res.set('Content-Location', absoluteUrl(req, `/$export-status/${job.id}`, baseUrl));
       sendFhir(res, 202, information('Export accepted'));
     });
 
+  /**
+   * Records a kick-off refused otherwise than by a 401, 403 or 404 (the platform records those as
+   * refusals): bad parameters or body (400), limits (429), no disk space (503).
+   */
+  const refusedKickoff =
+    (level: ExportLevel): ErrorRequestHandler =>
+    (error, req, res, next) => {
+      const { status, message } = toHttpError(error);
+      // No principal: refused before the kick-off was looked at (the platform records that).
+      if (audit && findPrincipal(res) && status !== 401 && status !== 403 && status !== 404) {
+        const groupId = level === 'group' ? segment(req, 2) : undefined;
+        audit(req, res, {
+          kind: 'export',
+          phase: 'kickoff',
+          level,
+          ...(groupId !== undefined && isValidId(groupId) ? { groupId } : {}),
+          status,
+          error: message,
+        });
+      }
+      next(error);
+    };
+
   for (const level of ['system', 'patient', 'group'] as const) {
-    route('get', ROUTES[level], kickoff(level));
-    route('post', ROUTES[level], body, kickoff(level));
+    route('get', ROUTES[level], kickoff(level), refusedKickoff(level));
+    route('post', ROUTES[level], body, kickoff(level), refusedKickoff(level));
   }
 
   const jobParam = (req: Request): string => segment(req, 2) ?? '';
@@ -445,6 +479,12 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const principal = getPrincipal(res);
       const job = await jobs.visibleJob(requireProjectId(principal), principal.id, jobParam(req));
       await jobs.cancel(job);
+      audit?.(req, res, {
+        kind: 'export',
+        phase: 'cancelled',
+        jobId: job.id,
+        ...exportScope((job.params as { params?: ExportParams }).params),
+      });
       sendFhir(res, 202, information('Export cancelled and removed'));
     }),
   );
@@ -456,7 +496,14 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       const principal = getPrincipal(res);
       const file = segment(req, 3) ?? '';
       const found = await findExportFile(jobs, principal, jobParam(req), file);
-      await sendExportFile(req, res, jobs, found);
+      await sendExportFile(
+        req,
+        res,
+        jobs,
+        found,
+        audit &&
+          ((outcome) => audit(req, res, { kind: 'download', jobId: found.ref.jobId, file, ...outcome })),
+      );
     }),
   );
 

@@ -19,6 +19,7 @@ import {
   searchResources,
   type FhirContext,
 } from './interactions.js';
+import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
 import type { OperationOutcome } from './outcome.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
 import { isResourceType } from './resource-types.js';
@@ -37,6 +38,11 @@ export interface BundleProcessingOptions {
   search?: ParseSearchOptions;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
+  /**
+   * Collects what the Bundle did, for the audit trail: each write applied, each read or search of
+   * patient data (a transaction's only once it has committed). @default undefined (nothing collected)
+   */
+  activity?: RequestActivity;
 }
 
 /** A `Bundle` as JSON. */
@@ -291,9 +297,11 @@ async function runGet(
   ctx: FhirContext,
   entry: Entry,
   options: BundleProcessingOptions,
+  activity: RequestActivity | undefined,
 ): Promise<Record<string, unknown>> {
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
+    activity?.accessed(readAccess('read', resource));
     return responseOf('200 OK', resource, options);
   }
   const result = await searchResources(
@@ -302,6 +310,7 @@ async function runGet(
     new URLSearchParams(entry.query ?? ''),
     options.search,
   );
+  activity?.accessed(searchAccess(entry.type, entry.query ?? '', result.page.resources));
   const searchset: BundleJson = {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -409,8 +418,12 @@ async function processTransaction(
       for (const [alias, target] of aliasesOf(entry, key)) references.set(alias, target);
   }
 
+  // Each run collects its own activity: an adapter may run `run` again (a retried transaction).
+  let activity: RequestActivity | undefined;
   const run = async (tx: StorageOperations): Promise<Record<string, unknown>[]> => {
     const txCtx: FhirContext = { ...ctx, storage: tx };
+    const local = options.activity ? new RequestActivity() : undefined;
+    activity = local;
     const responses: Record<string, unknown>[] = new Array<Record<string, unknown>>(entries.length);
     // Conditional creates first: a match replaces the create, and references to it point at the match.
     for (const entry of entries) {
@@ -427,6 +440,7 @@ async function processTransaction(
       if (match) {
         for (const [alias] of aliasesOf(entry, ''))
           references.set(alias, `${match.resourceType}/${match.id}`);
+        local?.accessed(readAccess('read', match));
         responses[entry.index] = responseOf('200 OK', match, options);
       }
     }
@@ -441,6 +455,7 @@ async function processTransaction(
     const results = writes.length > 0 ? await tx.writeResources(ctx.projectId, writes) : [];
     results.forEach((result, i) => {
       const entry = writeEntries[i]!;
+      local?.wrote(writes[i]!, result);
       if (result.op === 'delete') responses[entry.index] = { response: { status: '204 No Content' } };
       else {
         const status = result.op === 'create' || result.created ? '201 Created' : '200 OK';
@@ -449,7 +464,7 @@ async function processTransaction(
     });
     for (const entry of entries) {
       if (entry.method !== 'GET') continue;
-      responses[entry.index] = await at(entry.index, runGet(txCtx, entry, options));
+      responses[entry.index] = await at(entry.index, runGet(txCtx, entry, options, local));
     }
     return responses;
   };
@@ -460,6 +475,7 @@ async function processTransaction(
     (e) => e.ifNoneExist !== undefined || e.method === 'GET' || e.method === 'DELETE',
   );
   const responses = needsTransaction ? await storage.transaction(run) : await run(ctx.storage);
+  if (activity) options.activity?.absorb(activity);
   return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
 }
 
@@ -528,16 +544,20 @@ async function runBatchEntry(
   references: ReadonlyMap<string, string>,
   options: BundleProcessingOptions,
 ): Promise<Record<string, unknown>> {
-  if (entry.method === 'GET') return runGet(ctx, entry, options);
+  if (entry.method === 'GET') return runGet(ctx, entry, options, options.activity);
   if (entry.ifNoneExist !== undefined) {
     const matches = await conditionalMatches(ctx, entry.type, entry.ifNoneExist);
     if (matches.length > 1)
       throw new FhirError(412, 'duplicate', 'ifNoneExist matches more than one resource');
-    if (matches[0]) return responseOf('200 OK', matches[0], options);
+    if (matches[0]) {
+      options.activity?.accessed(readAccess('read', matches[0]));
+      return responseOf('200 OK', matches[0], options);
+    }
   }
   if (entry.resource) rewriteReferences(entry.resource, references);
   const write = await planWrite(ctx, entry);
   const [result] = await ctx.storage.writeResources(ctx.projectId, [write]);
+  options.activity?.wrote(write, result);
   if (!result || result.op === 'delete') return { response: { status: '204 No Content' } };
   const status = result.op === 'create' || result.created ? '201 Created' : '200 OK';
   return writeResponseOf(status, result, options);

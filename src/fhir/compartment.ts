@@ -223,6 +223,11 @@ export function patientCompartmentTypes(): string[] {
   return [...COMPARTMENT_TYPES];
 }
 
+/** Whether resources of `resourceType` may be in a patient's compartment (Patient included). */
+export function isPatientCompartmentType(resourceType: string): boolean {
+  return COMPILED.has(resourceType);
+}
+
 /** The compartment parameters (inclusion criteria) of `resourceType`; empty when never in it. */
 export function compartmentParams(resourceType: string): string[] {
   return [...(COMPILED.get(resourceType)?.compartmentParams ?? [])];

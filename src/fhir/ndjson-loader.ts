@@ -3,6 +3,7 @@ import { errorOutcome, type ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
+import type { RequestActivity } from './audit-activity.js';
 import { authorize, type FhirContext } from './interactions.js';
 import type { OutcomeIssue } from './outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
@@ -27,6 +28,8 @@ export interface NdjsonLoadOptions {
   maxIssues?: number;
   /** Receives the errors of lines that fail with a 5xx status (storage failures). @default writes to stderr */
   onError?: ErrorLogger;
+  /** Collects each write applied, for the audit trail. @default undefined (nothing collected) */
+  activity?: RequestActivity;
 }
 
 /** What loading one NDJSON file did. */
@@ -88,19 +91,22 @@ export async function loadNdjson(
     });
   };
 
+  const { activity } = options;
   const write = async (batch: Pending[]): Promise<void> => {
     try {
-      await ctx.storage.writeResources(
+      const results = await ctx.storage.writeResources(
         ctx.projectId,
         batch.map((p) => p.write),
       );
       report.loaded += batch.length;
+      if (activity) batch.forEach((p, i) => activity.wrote(p.write, results[i]));
     } catch {
       // One bad write fails the whole batch: redo it line by line to find and report the culprit(s).
       for (const p of batch) {
         try {
-          await ctx.storage.writeResources(ctx.projectId, [p.write]);
+          const [result] = await ctx.storage.writeResources(ctx.projectId, [p.write]);
           report.loaded++;
+          activity?.wrote(p.write, result);
         } catch (error) {
           fail(p.line, error);
         }

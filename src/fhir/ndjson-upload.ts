@@ -1,6 +1,7 @@
-import type { Request, RequestHandler } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import multer from 'multer';
 import { FhirError } from '../http/http-error.js';
+import { RequestActivity } from './audit-activity.js';
 import type { FhirContext } from './interactions.js';
 import { loadNdjson, type NdjsonFileReport, type NdjsonLoadOptions } from './ndjson-loader.js';
 import { outcomeOf, type OperationOutcome, type OutcomeIssue } from './outcome.js';
@@ -59,12 +60,16 @@ export function uploadOutcome(reports: NdjsonFileReport[]): OperationOutcome {
  * Middleware for `POST [base]` with `multipart/form-data`: every file part (any field name) is an NDJSON
  * file streamed into the project through a multer storage engine that never holds a file in memory.
  * Answers 200 with an OperationOutcome reporting each file and each rejected line
- * (`location: ["<file>:<line>"]`). `contextOf` gives the request's FHIR context.
+ * (`location: ["<file>:<line>"]`). `contextOf` gives the request's FHIR context. With `audit`, the
+ * writes of the whole upload are collected and handed to it once, before the answer.
  */
 export function ndjsonUploadHandler(
   contextOf: (req: Request) => FhirContext,
   options: NdjsonUploadOptions = {},
+  audit?: (req: Request, res: Response, activity: RequestActivity) => void,
 ): RequestHandler {
+  // This handler's own map: the writes of each upload in flight.
+  const activities = new WeakMap<Request, RequestActivity>();
   const engine: multer.StorageEngine = {
     _handleFile(req, file, callback) {
       let ctx: FhirContext;
@@ -75,7 +80,9 @@ export function ndjsonUploadHandler(
         callback(error);
         return;
       }
-      loadNdjson(ctx, file.originalname || file.fieldname, file.stream, options).then(
+      const activity = activities.get(req);
+      const load = activity ? { ...options, activity } : options;
+      loadNdjson(ctx, file.originalname || file.fieldname, file.stream, load).then(
         (report) => callback(null, { size: report.lines, [REPORT]: report } as Partial<Express.Multer.File>),
         (error: unknown) => {
           file.stream.resume();
@@ -98,7 +105,11 @@ export function ndjsonUploadHandler(
     },
   }).any();
   return (req, res, next) => {
+    const activity = audit ? new RequestActivity() : undefined;
+    if (activity) activities.set(req, activity);
     upload(req, res, (error?: unknown) => {
+      // Lines loaded before a failure (a file over the limit) are written: recorded either way.
+      if (activity) audit?.(req, res, activity);
       if (error) {
         next(multerError(error));
         return;

@@ -5,15 +5,17 @@ import express, {
   type Response,
   type Router,
 } from 'express';
+import { requestRecorder } from '../audit/request-recorder.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
-import { fhirErrorHandler } from '../http/error-rendering.js';
+import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
+import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
 import { bundleText, processBundle } from './batch.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
@@ -60,6 +62,12 @@ function stringParam(value: unknown): string {
   return typeof value === 'string' ? value : '';
 }
 
+/** The query string of the request as sent, without `?`. */
+function queryString(req: Request): string {
+  const at = req.originalUrl.indexOf('?');
+  return at === -1 ? '' : req.originalUrl.slice(at + 1);
+}
+
 /**
  * The FHIR R4 data plane, mounted by default at `/fhir/R4`:
  *
@@ -87,6 +95,14 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const bodyLimitBytes = sizeInBytes(config.bodyLimit);
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
+  // Undefined when no trail records: the events are then not even built.
+  const audit = requestRecorder(config.auditTrail, config.onError ?? defaultErrorLogger);
+  const auditAccess = (req: Request, res: Response, access: FhirAccessDetails | undefined): void => {
+    if (access) audit?.(req, res, access);
+  };
+  const auditActivity = (req: Request, res: Response, activity: RequestActivity): void => {
+    for (const details of activity.events()) audit?.(req, res, details);
+  };
 
   /** Unknown types (and `$operation` ids) are 404 here, or passed on with `fallthrough`. */
   const guard: RequestHandler = (req, _res, next) => {
@@ -157,11 +173,15 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     .all(methodNotAllowed('GET'));
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
-  const upload = ndjsonUploadHandler(contextOf, {
-    ...config.upload,
-    maxJsonDepth: config.maxJsonDepth,
-    ...(config.onError ? { onError: config.onError } : {}),
-  });
+  const upload = ndjsonUploadHandler(
+    contextOf,
+    {
+      ...config.upload,
+      maxJsonDepth: config.maxJsonDepth,
+      ...(config.onError ? { onError: config.onError } : {}),
+    },
+    audit ? auditActivity : undefined,
+  );
   router
     .route('/')
     .post(
@@ -190,13 +210,16 @@ export function fhirRouter(options: FhirRouterOptions): Router {
 
   async function answerBundle(req: Request, res: Response, bundle: unknown): Promise<void> {
     const prefer = parsePrefer(req.headers.prefer);
+    const activity = audit ? new RequestActivity() : undefined;
     const response = await processBundle(contextOf(req), storage, bundle, {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
       returnMinimal: prefer.return === 'minimal',
       search: { ...searchOptions, strict: prefer.handling === 'strict' },
       ...(config.onError ? { onError: config.onError } : {}),
+      ...(activity ? { activity } : {}),
     });
+    if (activity) auditActivity(req, res, activity);
     res.status(200).type(FHIR_JSON).send(bundleText(response));
   }
 
@@ -214,6 +237,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           ...searchOptions,
           strict: prefer.handling === 'strict',
         });
+        if (audit) auditAccess(req, res, searchAccess(type, queryString(req), result.page.resources));
         sendFhir(res, 200, buildSearchBundle(base(req), type, result));
       }),
     )
@@ -227,6 +251,15 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const result = await createResource(contextOf(req), type, req.body, {
           ...(ifNoneExist !== undefined ? { ifNoneExist } : {}),
         });
+        const { resource } = result;
+        // A conditional create that found its match wrote nothing: it answered an existing resource.
+        if (result.status === 200) auditAccess(req, res, audit && readAccess('read', resource));
+        else
+          audit?.(req, res, {
+            kind: 'fhir-write',
+            interaction: 'create',
+            references: [`${resource.resourceType}/${resource.id}`],
+          });
         sendWrite(req, res, result.status, result.resource);
       }),
     )
@@ -244,6 +277,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           stringParam(req.params.type),
           stringParam(req.params.id),
         );
+        if (audit) auditAccess(req, res, readAccess('read', resource));
         setVersionHeaders(res, resource);
         sendFhir(res, 200, resource);
       }),
@@ -261,6 +295,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           req.body,
           ifMatch !== undefined ? { ifMatch } : {},
         );
+        audit?.(req, res, {
+          kind: 'fhir-write',
+          interaction: 'update',
+          references: [`${result.resource.resourceType}/${result.resource.id}`],
+        });
         sendWrite(req, res, result.status, result.resource);
       }),
     )
@@ -269,12 +308,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       ...secured,
       asyncHandler(async (req, res) => {
         const ifMatch = parseIfMatch(req.get('If-Match'));
-        await deleteResource(
-          contextOf(req),
-          stringParam(req.params.type),
-          stringParam(req.params.id),
-          ifMatch !== undefined ? { ifMatch } : {},
-        );
+        const type = stringParam(req.params.type);
+        const id = stringParam(req.params.id);
+        await deleteResource(contextOf(req), type, id, ifMatch !== undefined ? { ifMatch } : {});
+        audit?.(req, res, { kind: 'fhir-write', interaction: 'delete', references: [`${type}/${id}`] });
         res.status(204).end();
       }),
     )
@@ -293,6 +330,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           stringParam(req.params.id),
           stringParam(req.params.vid),
         );
+        if (audit) auditAccess(req, res, readAccess('vread', resource));
         setVersionHeaders(res, resource);
         sendFhir(res, 200, resource);
       }),

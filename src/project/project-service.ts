@@ -4,7 +4,10 @@
  * returns the resource to answer or throws: `FhirError` for protocol errors (403, 404, invalid
  * parameters), storage errors otherwise. `projectRouter` maps HTTP to them. See docs/project-init.md.
  */
+import type { AuditRecord } from '../audit/events.js';
+import { recordSafely } from '../audit/record-safely.js';
 import type { AuditTrail } from '../audit/trail.js';
+import { defaultErrorLogger } from '../http/error-rendering.js';
 import type { Principal } from '../auth/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -30,6 +33,8 @@ export interface ProjectServiceConfig {
   allowInit: (principal: Principal) => boolean;
   /** Records `$init`, client registration and revocation. @default undefined (nothing recorded) */
   auditTrail?: AuditTrail;
+  /** Receives a failure to record an event (it never fails the operation). @default console.error */
+  onError?: (error: unknown) => void;
 }
 
 /** A searchset `Bundle` of `ClientApplication`s. */
@@ -107,7 +112,10 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
     return client.revoked ? client : storage.updateClient(client.id, { revoked: true });
   }
 
-  const audit = config.auditTrail;
+  const trail = config.auditTrail;
+  const onError = config.onError ?? defaultErrorLogger;
+  // Recording never fails the operation: a failure goes to onError.
+  const audit = trail && { record: (record: AuditRecord) => recordSafely(trail, record, onError) };
   const actor = (principal: Principal) => ({ kind: principal.kind, id: principal.id });
   const auditClient = (principal: Principal, action: 'register' | 'revoke', client: ClientRecord) =>
     audit?.record({

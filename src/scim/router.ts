@@ -19,6 +19,7 @@ import { projectScimSettings } from './project-settings.js';
 import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { userEtag, userToScim } from './user-mapping.js';
 import type { ScimUserEvent } from '../audit/events.js';
+import { recordSafely } from '../audit/record-safely.js';
 import { requestParty } from '../audit/request-actor.js';
 import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
 
@@ -192,13 +193,18 @@ export function scimRouter(options: ScimRouterOptions): Router {
     action: ScimUserEvent['action'],
     user: { id: string; userType?: string; profileId?: string },
   ) => {
-    config.auditTrail?.record({
-      kind: 'scim-user',
-      action,
-      userId: user.id,
-      ...(user.userType && user.profileId ? { profile: `${user.userType}/${user.profileId}` } : {}),
-      ...requestParty(getPrincipal(res), req),
-    });
+    if (!config.auditTrail) return;
+    recordSafely(
+      config.auditTrail,
+      {
+        kind: 'scim-user',
+        action,
+        userId: user.id,
+        ...(user.userType && user.profileId ? { profile: `${user.userType}/${user.profileId}` } : {}),
+        ...requestParty(getPrincipal(res), req),
+      },
+      (error) => config.onError?.(error, req),
+    );
   };
 
   /** Renders one user with the request's attribute selection, ETag and status. */

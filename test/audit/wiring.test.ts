@@ -190,3 +190,40 @@ describe('audit wiring: refused requests', () => {
     ]);
   });
 });
+
+describe('audit wiring: a trail that cannot record', () => {
+  it('never fails a request: token, SCIM, client registration and FHIR answer, the error goes to onError', async () => {
+    const errors: unknown[] = [];
+    const t = await createPlatformApp({ bulk: false, audit: { onError: (e) => void errors.push(e) } });
+    apps.push(t);
+    const projectId = await t.initProject('Closed');
+    const admin = await t.newClient(projectId, { name: 'idp', admin: true });
+    const auth = await t.bearer(admin.id, admin.secret);
+    // After close() the trail refuses every event (as when its journal cannot be written).
+    await t.platform.close();
+    expect(errors).toEqual([]);
+    expect((await t.tokenResponse(admin.id, admin.secret)).status).toBe(200);
+    const created = await request(t.app)
+      .post('/scim/v2/Users')
+      .set('Authorization', auth)
+      .type(SCIM_JSON)
+      .send(JSON.stringify({ userName: 'kim@example.org', userType: 'Patient' }));
+    expect(created.status).toBe(201);
+    await t.newClient(projectId, { name: 'late' });
+    const patient = await request(t.app)
+      .post('/fhir/R4/Patient')
+      .set('Authorization', auth)
+      .type('application/fhir+json')
+      .send(JSON.stringify({ resourceType: 'Patient' }));
+    expect(patient.status).toBe(201);
+    expect(
+      (
+        await request(t.app)
+          .get(`/fhir/R4/Patient/${patient.body.id as string}`)
+          .set('Authorization', auth)
+      ).status,
+    ).toBe(200);
+    expect(errors.length).toBeGreaterThanOrEqual(6);
+    for (const error of errors) expect((error as Error).message).toMatch(/closed/);
+  });
+});

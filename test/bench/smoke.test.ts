@@ -46,6 +46,11 @@ const KEYS = [
   'scim.patch.median',
   'scim.patch.p99',
   'export.floorWithUsers.ms',
+  ...['scimCreate', 'fhirRead'].flatMap((k) => [
+    `audit.${k}.on.p50`,
+    `audit.${k}.off.p50`,
+    `audit.${k}.ratio`,
+  ]),
   'memory.workerRatio',
   'memory.exportRssRatio',
   ...['N', '5N'].flatMap((n) =>
@@ -72,6 +77,7 @@ const TINY: Omit<BenchOptions, 'store'> = {
   uploadPatients: 1,
   scimUsers: 30,
   scimRequests: { lookups: 5, creates: 3, patches: 3 },
+  auditRequests: 10,
   synthea: false,
   seed: 1,
   workDir: work,
@@ -81,7 +87,7 @@ const TINY: Omit<BenchOptions, 'store'> = {
 let fileResults: BenchResults | undefined;
 
 describe('benchmark smoke run', () => {
-  it('runs every measurement on a tiny dataset and reports every figure', { timeout: 60_000 }, async () => {
+  it('runs every measurement on a tiny dataset and reports every figure', { timeout: 90_000 }, async () => {
     const results = await runBenchmark({ ...TINY, store: 'file' });
     fileResults = results;
     const byKey = new Map(results.figures.map((f) => [f.key, f]));
