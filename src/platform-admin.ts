@@ -1,3 +1,4 @@
+import { recordSafely } from './audit/record-safely.js';
 import type { Principal } from './auth/principal.js';
 import { PLATFORM_ADMIN_SCOPE } from './auth/admin-scopes.js';
 import type { ClientApplicationResource } from './project/client-application.js';
@@ -87,6 +88,20 @@ export function platformAdmin(options: {
       await projects.read(PLATFORM, projectId); // 404 for a project that does not exist
       const settings = await projectScimSettings(scim.storage, projectId, routerSettings);
       const record = await users.create(projectId, user, settings);
+      // Recorded as the SCIM router records a create, the platform administration as the actor.
+      if (scim.auditTrail)
+        recordSafely(
+          scim.auditTrail,
+          {
+            kind: 'scim-user',
+            action: 'create',
+            userId: record.id,
+            profile: `${record.userType}/${record.profileId}`,
+            actor: { kind: PLATFORM.kind, id: PLATFORM.id },
+            projectId,
+          },
+          (error) => scim.onError?.(error),
+        );
       const path = `Users/${encodeURIComponent(record.id)}`;
       return userToScim(record, {
         location: scimBaseUrl ? `${scimBaseUrl.replace(/\/+$/, '')}/${path}` : path,

@@ -75,6 +75,25 @@ describe('audit wiring: SCIM users through fhirPlatform', () => {
     expect(texts).not.toContain(admin.secret);
   });
 
+  it('records a user created through platform.admin, the platform administration as the actor', async () => {
+    const seen: AuditContext[] = [];
+    const { t, projectId } = await scimSetup({ onAudit: (_event, context) => void seen.push(context) });
+    const created = await t.platform.admin.createUser(projectId, {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      userName: 'seeded@example.org',
+      userType: 'Practitioner',
+    });
+    const user = (await t.storage.findUsers(projectId, { userName: 'seeded@example.org' }))[0]!;
+    const event = seen.find((c) => c.record.kind === 'scim-user');
+    expect(event?.projectId).toBe(projectId);
+    expect(event?.record).toMatchObject({
+      action: 'create',
+      userId: created.id,
+      profile: `Practitioner/${user.profileId}`,
+      actor: { kind: 'super-admin', id: 'platform-admin' },
+    });
+  });
+
   it('records nothing when audit is disabled', async () => {
     const seen: unknown[] = [];
     const { t, projectId, auth } = await scimSetup({ enabled: false, onAudit: (e) => void seen.push(e) });
