@@ -10,7 +10,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgresExportFiles } from '../../src/storage/postgres/export-files.js';
 import { postgresStorage } from '../../src/postgres.js';
-import type { ExportJobRecord, Storage } from '../../src/storage/types.js';
+import type { ExportJobRecord, NewExportJob, Storage } from '../../src/storage/types.js';
 import { BASE, createApp, downloadAll, exportManifest, token } from '../helpers/bulk-export.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { afterTest } from '../helpers/cleanup.js';
@@ -36,9 +36,10 @@ if (url) {
     return [a, b, schema];
   }
 
-  async function newJob(storage: Storage, projectId = 'p1'): Promise<ExportJobRecord> {
+  /** A new job of `projectId` with a fresh snapshot, as a kick-off makes it. */
+  async function jobInput(storage: Storage, projectId = 'p1'): Promise<NewExportJob> {
     const snapshot = await storage.exportSnapshot(projectId);
-    return storage.createExportJob({
+    return {
       id: randomUUID(),
       projectId,
       ownerId: 'client',
@@ -47,7 +48,11 @@ if (url) {
       transactionTime: snapshot.takenAt,
       params: {},
       snapshot,
-    });
+    };
+  }
+
+  async function newJob(storage: Storage, projectId = 'p1'): Promise<ExportJobRecord> {
+    return storage.createExportJob(await jobInput(storage, projectId));
   }
 
   beforeAll(() => {
@@ -92,21 +97,7 @@ if (url) {
 
     it('a job created leased is not claimed by another instance until its lease expires', async () => {
       const [a, b] = twoInstances();
-      const snapshot = await a.exportSnapshot('p1');
-      const job = await a.exportQueue!.createLeased(
-        {
-          id: randomUUID(),
-          projectId: 'p1',
-          ownerId: 'client',
-          status: 'accepted',
-          request: 'http://x/$export',
-          transactionTime: snapshot.takenAt,
-          params: {},
-          snapshot,
-        },
-        'run-a',
-        300,
-      );
+      const job = await a.exportQueue!.createLeased(await jobInput(a), 'run-a', 300);
       expect((await b.readExportJob('p1', job.id)).status).toBe('accepted');
       expect(await b.exportQueue!.claim('run-b', 60_000)).toBeUndefined();
       expect(await a.exportQueue!.renew('p1', job.id, 'run-a', 300)).toBe(true);
