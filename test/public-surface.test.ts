@@ -31,6 +31,7 @@ const ROOT = [
   'StorageClosedError',
   'StorageError',
   'StorageLockedError',
+  'StorageUnavailableError',
   'bearerAuth',
   'buildAuditEvent',
   'bulkExportCapability',

@@ -98,12 +98,16 @@ export async function sendExportFile(
     throw new NotFoundError('No such export file');
   }
   let sent = 0;
+  let handedOver = false;
   let served: string | undefined;
   let refused: string | undefined;
   // HEAD sends no body: nothing was downloaded.
   if (onEnd && req.method !== 'HEAD') {
     res.once('close', () => {
-      const error = refused ?? (res.writableFinished ? undefined : 'aborted before the end of the file');
+      // Finished, or every byte of the file handed to the connection (a client that closes as soon
+      // as it has read the last byte can close the response before its 'finish').
+      const whole = res.writableFinished || handedOver;
+      const error = refused ?? (whole ? undefined : 'aborted before the end of the file');
       onEnd({ bytes: sent, ...(served !== undefined ? { range: served } : {}), ...(error ? { error } : {}) });
     });
   }
@@ -146,6 +150,10 @@ export async function sendExportFile(
         transform(chunk: Buffer, _encoding, callback) {
           sent += chunk.length;
           callback(null, chunk);
+        },
+        flush(callback) {
+          handedOver = true;
+          callback();
         },
       }),
     );
