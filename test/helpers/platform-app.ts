@@ -43,6 +43,8 @@ export interface PlatformTestApp {
     projectId: string,
     values: Record<string, string | boolean>,
   ): Promise<{ id: string; secret: string }>;
+  /** `POST /scim/v2/Users` of a user named `userName` (a Practitioner unless `userType` says). */
+  scimUser(auth: string, userName: string, userType?: string): Promise<request.Response>;
   close(): Promise<void>;
 }
 
@@ -100,6 +102,13 @@ export async function createPlatformApp(
         .send(JSON.stringify(parameters(values)));
       expect(res.status).toBe(201);
       return { id: res.body.id as string, secret: res.body.secret as string };
+    },
+    scimUser(auth, userName, userType = 'Practitioner') {
+      return request(app)
+        .post('/scim/v2/Users')
+        .set('Authorization', auth)
+        .type(SCIM_JSON)
+        .send({ schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'], userType, userName });
     },
     async close() {
       await platform.close();

@@ -10,7 +10,6 @@ import {
   FHIR_JSON,
   ROOT_ID,
   ROOT_SECRET,
-  SCIM_JSON,
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
 import { expectOAuthError, expectOperationOutcome, expectScimError } from '../helpers/protocol-errors.js';
@@ -118,16 +117,7 @@ describe('SCIM routes on a failing disk', () => {
     const projectId = await t.initProject('Acme');
     const admin = await t.newClient(projectId, { name: 'idp', scope: 'system/*.*', admin: true });
     const auth = await t.bearer(admin.id, admin.secret);
-    const post = (userName: string) =>
-      request(t.app)
-        .post('/scim/v2/Users')
-        .set('Authorization', auth)
-        .type(SCIM_JSON)
-        .send({
-          schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
-          userType: 'Practitioner',
-          userName,
-        });
+    const post = (userName: string) => t.scimUser(auth, userName);
     expect((await post('kept@acme.example')).status).toBe(201);
 
     plan.fail({ op: 'fsync', file: /users\.log$/, code: 'EIO' });

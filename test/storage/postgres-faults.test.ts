@@ -10,7 +10,6 @@ import {
   FHIR_JSON,
   ROOT_ID,
   ROOT_SECRET,
-  SCIM_JSON,
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
 import { expectOAuthError, expectOperationOutcome, expectScimError } from '../helpers/protocol-errors.js';
@@ -100,16 +99,7 @@ if (postgresTestsEnabled('PostgreSQL out of reach')) {
           .set('Authorization', auth)
           .type(FHIR_JSON)
           .send(JSON.stringify({ resourceType: 'Patient', id }));
-      const scimUser = (userName: string) =>
-        request(t.app)
-          .post('/scim/v2/Users')
-          .set('Authorization', auth)
-          .type(SCIM_JSON)
-          .send({
-            schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
-            userType: 'Practitioner',
-            userName,
-          });
+      const scimUser = (userName: string) => t.scimUser(auth, userName);
       expect((await put('kept')).status).toBe(201);
       expect((await scimUser('kept@acme.example')).status).toBe(201);
 
