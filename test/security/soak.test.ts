@@ -279,8 +279,10 @@ describe('soak: mixed load on the standalone server', () => {
         }
       };
       const before = usage(pid);
+      const loadBefore = os.loadavg();
       await Promise.all([scimLoop(0), scimLoop(1), fhirLoop(0), fhirLoop(1), fhirLoop(2), exportLoop()]);
       const afterLoad = usage(pid);
+      const loadAfter = os.loadavg();
       // Then exports alone, the data no longer growing, all of one project made first (a project's
       // logs stay open: a new project adds descriptors by design): memory and descriptors after each.
       exportProject = await newProject('Soak exports alone');
@@ -305,7 +307,8 @@ describe('soak: mixed load on the standalone server', () => {
           `${mib(firstSettled.rssKiB)} -> ${mib(last.rssKiB)} MiB, descriptors ${firstSettled.fds} -> ${last.fds} ` +
           `(${before.fds} before the load, ${afterLoad.fds} after it); FHIR read p99 idle ` +
           `${idleP99.toFixed(1)} ms, during exports ${exportP99.toFixed(1)} ms (${(exportP99 / idleP99).toFixed(2)}x, ` +
-          `${duringExports.length} reads)`,
+          `${duringExports.length} reads); load average (1/5/15 min) ${loadBefore.map((l) => l.toFixed(2)).join('/')} ` +
+          `before the load, ${loadAfter.map((l) => l.toFixed(2)).join('/')} at its end (${os.cpus().length} cores)`,
       );
       expect(serverErrors).toEqual([]);
       expect(server.exitCode).toBeNull();
