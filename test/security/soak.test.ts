@@ -111,7 +111,6 @@ describe('soak: mixed load on the standalone server', () => {
     async () => {
       const pid = server.pid!;
       // A project, an admin client and data to read and export.
-      const root = await token(ROOT.id, ROOT.secret);
       const call = async (url: string, init: RequestInit & { auth: string }): Promise<Response> =>
         fetch(`${base}${url}`, {
           ...init,
@@ -119,6 +118,8 @@ describe('soak: mixed load on the standalone server', () => {
         });
       /** A new seeded project and an admin token of its client (exports go 30 an hour per project). */
       const newProject = async (name: string): Promise<{ token: string; renew: () => Promise<string> }> => {
+        // A fresh super-admin token: tokens expire (5 minutes), and the soak mode runs longer.
+        const root = await token(ROOT.id, ROOT.secret);
         const init = await call('/fhir/R4/Project/$init', {
           auth: root,
           method: 'POST',
@@ -250,7 +251,8 @@ describe('soak: mixed load on the standalone server', () => {
           exportsInProject = 0;
         }
         exportsInProject += 1;
-        const auth = exportProject.token;
+        // A fresh token per export: a project serves 25 exports, which may outlast a token.
+        const auth = await exportProject.renew();
         const kickoff = await call('/fhir/R4/$export', { auth, headers: { Prefer: 'respond-async' } });
         count(kickoff.status);
         await kickoff.arrayBuffer();
