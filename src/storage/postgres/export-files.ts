@@ -139,7 +139,11 @@ export class PostgresExportFiles implements ExportFileStore {
       abort: async () => {
         pending = [];
         pendingBytes = 0;
-        await this.pool.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
+        await this.pool
+          .query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId])
+          .catch((error: unknown) => {
+            throw mapPgError(error);
+          });
       },
     };
   }
@@ -200,10 +204,14 @@ export class PostgresExportFiles implements ExportFileStore {
   }
 
   async remove(ref: ExportFilesRef): Promise<void> {
-    await this.pool.query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
-      ref.projectId,
-      ref.jobId,
-    ]);
+    await this.pool
+      .query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
+        ref.projectId,
+        ref.jobId,
+      ])
+      .catch((error: unknown) => {
+        throw mapPgError(error);
+      });
   }
 
   async close(): Promise<void> {
