@@ -8,6 +8,7 @@ import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { defaultWorkerFilename } from './worker-location.js';
 import { PlatformError } from '../errors.js';
+import { fromCrossing } from './worker-errors.js';
 
 /** Options of {@link ExportPool}. */
 export interface ExportPoolOptions {
@@ -108,6 +109,9 @@ export class ExportPool {
         { ...task, progressPort: channel.port2 },
         { transferList: [channel.port2], signal: options.signal ?? null },
       );
+    } catch (error) {
+      // The errno code of a worker's failed write or read (see worker-errors.ts).
+      throw fromCrossing(error);
     } finally {
       channel.port1.close();
     }

@@ -280,7 +280,9 @@ export async function runExport(
     result.bytes = budget.used;
     return result;
   } catch (error) {
-    await Promise.all(writers.map((w) => w.abort()));
+    // A failed abort (the disk or the database still failing) must not replace the error that
+    // stopped the export: the job's files are removed again when it is marked failed.
+    await Promise.all(writers.map((w) => w.abort().catch(() => undefined)));
     if (error instanceof ExportTooLargeError) {
       return { output: [], deleted: [], error: [], bytes: budget.used, tooLarge: true };
     }

@@ -2,6 +2,7 @@ import type { ExportFileStore, ExportReader, StorageDescriptor } from '../storag
 import { runExport } from './export-runner.js';
 import type { ExportTask, ExportTaskResult } from './export-task.js';
 import { PlatformError } from '../errors.js';
+import { toCrossing } from './worker-errors.js';
 
 /** `import(module)[exportName](options)`, as a descriptor says. */
 async function openFrom<T>(descriptor: StorageDescriptor): Promise<T> {
@@ -23,6 +24,14 @@ async function openFrom<T>(descriptor: StorageDescriptor): Promise<T> {
  * do not go to a directory), runs the export and reports progress over the task's port.
  */
 export default async function exportTask(task: ExportTask): Promise<ExportTaskResult> {
+  try {
+    return await runTask(task);
+  } catch (error) {
+    throw toCrossing(error);
+  }
+}
+
+async function runTask(task: ExportTask): Promise<ExportTaskResult> {
   if (task.crash === 'exit') process.exit(1);
   if (task.crash === 'throw') throw new PlatformError('ERR_INTERNAL', 'Export worker crash (test hook)');
   if (!task.descriptor)

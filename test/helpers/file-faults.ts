@@ -22,6 +22,7 @@ const SYSCALLS: Record<FileOp, string> = {
   truncate: 'ftruncate',
   rename: 'rename',
   link: 'link',
+  read: 'read',
 };
 
 /** The error Node's `fs` throws for `code` (same `message`, `code`, `syscall` and `path` shape). */

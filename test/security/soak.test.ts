@@ -111,7 +111,6 @@ describe('soak: mixed load on the standalone server', () => {
     async () => {
       const pid = server.pid!;
       // A project, an admin client and data to read and export.
-      const root = await token(ROOT.id, ROOT.secret);
       const call = async (url: string, init: RequestInit & { auth: string }): Promise<Response> =>
         fetch(`${base}${url}`, {
           ...init,
@@ -119,6 +118,8 @@ describe('soak: mixed load on the standalone server', () => {
         });
       /** A new seeded project and an admin token of its client (exports go 30 an hour per project). */
       const newProject = async (name: string): Promise<{ token: string; renew: () => Promise<string> }> => {
+        // A fresh super-admin token: tokens expire (5 minutes), and the soak mode runs longer.
+        const root = await token(ROOT.id, ROOT.secret);
         const init = await call('/fhir/R4/Project/$init', {
           auth: root,
           method: 'POST',
@@ -250,7 +251,8 @@ describe('soak: mixed load on the standalone server', () => {
           exportsInProject = 0;
         }
         exportsInProject += 1;
-        const auth = exportProject.token;
+        // A fresh token per export: a project serves 25 exports, which may outlast a token.
+        const auth = await exportProject.renew();
         const kickoff = await call('/fhir/R4/$export', { auth, headers: { Prefer: 'respond-async' } });
         count(kickoff.status);
         await kickoff.arrayBuffer();
@@ -279,8 +281,10 @@ describe('soak: mixed load on the standalone server', () => {
         }
       };
       const before = usage(pid);
+      const loadBefore = os.loadavg();
       await Promise.all([scimLoop(0), scimLoop(1), fhirLoop(0), fhirLoop(1), fhirLoop(2), exportLoop()]);
       const afterLoad = usage(pid);
+      const loadAfter = os.loadavg();
       // Then exports alone, the data no longer growing, all of one project made first (a project's
       // logs stay open: a new project adds descriptors by design): memory and descriptors after each.
       exportProject = await newProject('Soak exports alone');
@@ -305,7 +309,8 @@ describe('soak: mixed load on the standalone server', () => {
           `${mib(firstSettled.rssKiB)} -> ${mib(last.rssKiB)} MiB, descriptors ${firstSettled.fds} -> ${last.fds} ` +
           `(${before.fds} before the load, ${afterLoad.fds} after it); FHIR read p99 idle ` +
           `${idleP99.toFixed(1)} ms, during exports ${exportP99.toFixed(1)} ms (${(exportP99 / idleP99).toFixed(2)}x, ` +
-          `${duringExports.length} reads)`,
+          `${duringExports.length} reads); load average (1/5/15 min) ${loadBefore.map((l) => l.toFixed(2)).join('/')} ` +
+          `before the load, ${loadAfter.map((l) => l.toFixed(2)).join('/')} at its end (${os.cpus().length} cores)`,
       );
       expect(serverErrors).toEqual([]);
       expect(server.exitCode).toBeNull();

@@ -245,6 +245,105 @@ describe('bulk export on a full disk', () => {
   });
 });
 
+describe('reads on a failing disk (EIO)', () => {
+  it('a read answers 503 transient while the disk fails and 200 once it answers; the store stays usable', async () => {
+    const s = await setup();
+    const { t, plan } = s;
+    const projectId = await t.initProject('Acme');
+    const client = await t.newClient(projectId, { name: 'app', scope: 'system/*.*' });
+    const auth = await t.bearer(client.id, client.secret);
+    const put = (id: string) =>
+      request(t.app)
+        .put(`/fhir/R4/Patient/${id}`)
+        .set('Authorization', auth)
+        .type(FHIR_JSON)
+        .send(JSON.stringify(patient(id)));
+    expect((await put('kept')).status).toBe(201);
+    const read = () => request(t.app).get('/fhir/R4/Patient/kept').set('Authorization', auth);
+
+    plan.fail({ op: 'read', file: /Patient\.log$/, code: 'EIO' });
+    const refused = await read();
+    expectOperationOutcome(refused, 503, 'transient');
+    expectRetryAfter(refused);
+    const search = await request(t.app).get('/fhir/R4/Patient?_id=kept').set('Authorization', auth);
+    expectOperationOutcome(search, 503, 'transient');
+    expectRetryAfter(search);
+    expect(plan.injected.length).toBeGreaterThanOrEqual(2);
+
+    plan.clear();
+    const again = await read();
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject(patient('kept'));
+    // Not marked damaged: writes and reads go on, and a reopen finds everything.
+    expect((await put('after')).status).toBe(201);
+    const storage = await reopened(s);
+    expect((await storage.readResource(projectId, 'Patient', 'kept')).id).toBe('kept');
+    expect((await storage.readResource(projectId, 'Patient', 'after')).id).toBe('after');
+  });
+
+  it('an export whose snapshot read fails: the status answers the failure (transient), no file is left, the next export completes', async () => {
+    let exportRoot = '';
+    const s = await setup((root) => {
+      exportRoot = root;
+      return new DirectoryExportFiles(root);
+    });
+    const { t, plan } = s;
+    const projectId = await t.initProject('Acme');
+    const client = await t.newClient(projectId, { name: 'app', scope: 'system/*.*' });
+    const auth = await t.bearer(client.id, client.secret);
+    for (const [type, id] of [
+      ['Patient', 'p1'],
+      ['Observation', 'o1'],
+    ] as const) {
+      await request(t.app)
+        .put(`/fhir/R4/${type}/${id}`)
+        .set('Authorization', auth)
+        .type(FHIR_JSON)
+        .send(
+          JSON.stringify({
+            resourceType: type,
+            id,
+            ...(type === 'Observation' ? { status: 'final', code: { text: 'x' } } : {}),
+          }),
+        )
+        .expect(201);
+    }
+    const kickoff = () =>
+      request(t.app)
+        .get('/fhir/R4/$export?_type=Patient,Observation')
+        .set('Authorization', auth)
+        .set('Prefer', 'respond-async');
+    const finished = async (location: string): Promise<request.Response> => {
+      const statusPath = new URL(location).pathname;
+      for (let i = 0; i < 400; i++) {
+        const res = await request(t.app).get(statusPath).set('Authorization', auth);
+        if (res.status !== 202) return res;
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      throw new Error('the export did not finish');
+    };
+    // The Patient file is written, then reading the Observation snapshot fails.
+    plan.fail({ op: 'read', file: /snapshots.*Observation/, code: 'EIO' });
+    const accepted = await kickoff();
+    expect(accepted.status).toBe(202);
+    const failed = await finished(accepted.headers['content-location'] as string);
+    expectOperationOutcome(failed, 500, 'transient');
+    expect(plan.injected.some((f) => f.op === 'read')).toBe(true);
+    expect(fs.existsSync(exportRoot) ? fs.readdirSync(exportRoot, { recursive: true }) : []).toEqual([]);
+
+    plan.clear();
+    const retried = await kickoff();
+    const done = await finished(retried.headers['content-location'] as string);
+    expect(done.status).toBe(200);
+    expect((done.body as { output: { type: string; count: number }[] }).output).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ type: 'Patient', count: 1 }),
+        expect.objectContaining({ type: 'Observation', count: 1 }),
+      ]),
+    );
+  });
+});
+
 describe('bulk export while the store fails', () => {
   it('a job whose end cannot be recorded: in progress while the store fails, then failed (transient), without a restart', async () => {
     const armed: { plan?: FaultPlan } = {};

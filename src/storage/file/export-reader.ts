@@ -23,6 +23,7 @@ import type {
 } from '../types.js';
 import { InvalidOptionError } from '../../errors.js';
 import { StorageError } from '../errors.js';
+import { unavailable, type FaultHook } from './faults.js';
 
 /** Options of `openFileExportReader` (the `options` of a file store's descriptor: plain data). */
 export interface FileExportReaderOptions {
@@ -208,6 +209,8 @@ export class FileExportReader implements ExportReader {
   constructor(
     private readonly options: FileExportReaderOptions,
     private readonly patientCompartment: PatientCompartment,
+    /** Tests only (see `FaultHook`): the store's hook, for runs in its thread. */
+    private readonly faults?: FaultHook,
   ) {
     this.chunkBytes = options.chunkBytes ?? 1024 * 1024;
     this.chunkPool = new BufferPool(this.chunkBytes);
@@ -245,9 +248,13 @@ export class FileExportReader implements ExportReader {
     const type = snap.types[options.resourceType];
     if (!type || type.end === 0) return;
     const since = options.since === undefined ? -1 : options.since * 1000;
-    const handle = await fs.open(this.file(snap, type.file), 'r');
+    const file = this.file(snap, type.file);
+    const handle = await fs.open(file, 'r').catch((error: unknown) => {
+      throw unavailable(error, 'The file store could not read an export snapshot');
+    });
     const chunks = new ChunkBuilder(this.chunkPool, options.reuseChunks === true);
     try {
+      this.faults?.('read', file);
       if (options.patientIds) {
         yield* this.compartment(
           snap,
@@ -259,8 +266,11 @@ export class FileExportReader implements ExportReader {
           chunks,
         );
       } else {
-        yield* this.scan(handle, type.end, since, chunks);
+        yield* this.scan(handle, type.end, since, chunks, undefined, file);
       }
+    } catch (error) {
+      // An I/O error (EIO) as StorageUnavailableError: the export fails as transient.
+      throw unavailable(error, 'The file store could not read an export snapshot');
     } finally {
       chunks.release();
       await handle.close();
@@ -274,8 +284,10 @@ export class FileExportReader implements ExportReader {
     since: number,
     chunks: ChunkBuilder,
     only?: ReadonlySet<number>,
+    file?: string,
   ): AsyncIterable<NdjsonChunk> {
     for await (const { buf, stop, offset } of lineBlocks(handle, end, this.blocks)) {
+      if (file !== undefined && offset > 0) this.faults?.('read', file);
       let start = 0;
       while (start < stop) {
         const nl = buf.indexOf(NEWLINE, start);

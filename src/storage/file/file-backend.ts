@@ -134,7 +134,15 @@ export class FileBackend implements EngineBackend {
 
   async readBody(entry: ResourceEntry): Promise<StoredResource> {
     const ref = entry.ref as FileRef;
-    return JSON.parse((await ref.log.readJson(ref)).toString('utf8')) as StoredResource;
+    let json: Buffer;
+    try {
+      json = await ref.log.readJson(ref);
+    } catch (error) {
+      // A failed read (EIO) is transient: 503, and the next read tries the disk again. A damaged
+      // record stays ERR_STORAGE_CORRUPT.
+      throw unavailable(error, 'The file store could not read a resource');
+    }
+    return JSON.parse(json.toString('utf8')) as StoredResource;
   }
 
   /** Runs in the writer between batches (see `takeSnapshot`). */

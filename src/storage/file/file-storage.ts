@@ -52,9 +52,10 @@ class FileStorage extends EngineStorage {
     dir: string,
     compartment: PatientCompartment,
     readerModule: string | undefined,
+    faults: FaultHook | undefined,
   ) {
     super(engine, compartment);
-    this.exportReader = new FileExportReader({ dir }, compartment);
+    this.exportReader = new FileExportReader({ dir }, compartment, faults);
     this.descriptor =
       readerModule === undefined
         ? undefined
@@ -126,5 +127,5 @@ export async function createFileStorage(
   });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);
-  return new FileStorage(engine, backend, dir, compartment, readerModule);
+  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults);
 }

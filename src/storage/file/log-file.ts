@@ -162,6 +162,7 @@ export class LogFile {
   async readJson(ref: FileRef): Promise<Buffer> {
     const length = HEADER_LENGTH + ref.jsonLength + 1;
     const buf = Buffer.allocUnsafe(length);
+    this.faults?.('read', this.file);
     let got = 0;
     while (got < length) {
       const { bytesRead } = await ref.segment.handle.read(buf, got, length - got, ref.offset + got);

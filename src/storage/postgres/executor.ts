@@ -65,6 +65,19 @@ function isUnavailable(error: unknown): boolean {
   return error instanceof Error && CONNECTION_LOST.test(error.message);
 }
 
+/**
+ * Keeps a connection lost while its client is checked out (a transaction, a COPY, a cursor, an
+ * advisory lock held) from crashing the process: pg emits `error` on such a client, and the pool
+ * listens only while the client is idle, so the event had no listener (an uncaught exception when
+ * the database restarted or `pg_terminate_backend` ended the backend in the middle of a request).
+ * The query in flight still fails with the error, and the pool drops the client when released.
+ */
+export function guardCheckedOutClients(pool: Pool): void {
+  pool.on('connect', (client) => {
+    client.on('error', () => undefined);
+  });
+}
+
 /** Maps PostgreSQL failures onto the typed storage errors; anything else passes unchanged. */
 export function mapPgError(error: unknown): unknown {
   if (error instanceof StorageError) return error;

@@ -10,6 +10,7 @@ import type {
   StorageDescriptor,
 } from '../types.js';
 import { quoteIdentifier } from './schema.js';
+import { guardCheckedOutClients, mapPgError } from './executor.js';
 
 /** Options of {@link openPostgresExportFiles} (what `postgresStorage().exportFiles.descriptor` holds). */
 export interface PostgresExportFilesOptions {
@@ -44,8 +45,9 @@ function stopped(): PlatformError {
   );
 }
 
+/** A deleted job as `ERR_EXPORT_STOPPED`; a lost database as `StorageUnavailableError`. */
 function mapWriteError(error: unknown): unknown {
-  return (error as { code?: unknown } | null)?.code === FOREIGN_KEY_VIOLATION ? stopped() : error;
+  return (error as { code?: unknown } | null)?.code === FOREIGN_KEY_VIOLATION ? stopped() : mapPgError(error);
 }
 
 /**
@@ -124,16 +126,24 @@ export class PostgresExportFiles implements ExportFileStore {
       },
       commit: async () => {
         await flush();
-        const { rowCount } = await this.pool.query(
-          `UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`,
-          [fileId, written],
-        );
+        const { rowCount } = await this.pool
+          .query(`UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`, [
+            fileId,
+            written,
+          ])
+          .catch((error: unknown) => {
+            throw mapWriteError(error);
+          });
         if (rowCount === 0) throw stopped();
       },
       abort: async () => {
         pending = [];
         pendingBytes = 0;
-        await this.pool.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
+        await this.pool
+          .query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId])
+          .catch((error: unknown) => {
+            throw mapPgError(error);
+          });
       },
     };
   }
@@ -194,10 +204,14 @@ export class PostgresExportFiles implements ExportFileStore {
   }
 
   async remove(ref: ExportFilesRef): Promise<void> {
-    await this.pool.query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
-      ref.projectId,
-      ref.jobId,
-    ]);
+    await this.pool
+      .query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
+        ref.projectId,
+        ref.jobId,
+      ])
+      .catch((error: unknown) => {
+        throw mapPgError(error);
+      });
   }
 
   async close(): Promise<void> {
@@ -232,6 +246,7 @@ export function openPostgresExportFiles(options: PostgresExportFilesOptions): Ex
   });
   // An idle client's connection error must not crash the worker; the next query reports it.
   pool.on('error', () => undefined);
+  guardCheckedOutClients(pool);
   return new PostgresExportFiles(
     pool,
     options.schema ?? 'public',

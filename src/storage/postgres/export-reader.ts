@@ -6,6 +6,7 @@ import { InvalidRecordError, StorageClosedError, StorageError } from '../errors.
 import type { ExportReader, ExportReadOptions, ExportSnapshot, NdjsonChunk, Tombstone } from '../types.js';
 import { LineChunks } from './line-chunks.js';
 import { quoteIdentifier } from './schema.js';
+import { guardCheckedOutClients, mapPgError } from './executor.js';
 import { InvalidOptionError } from '../../errors.js';
 
 /** What `exportSnapshot` of the PostgreSQL store holds: every version with `seq <= seq` is in it. */
@@ -116,7 +117,9 @@ export class PostgresExportReader implements ExportReader {
 
   /** The output of a `COPY … TO STDOUT` as NDJSON chunks, on a client held until the caller stops reading. */
   private async *copyOut(sql: string, reuse: boolean): AsyncIterable<NdjsonChunk> {
-    const client = await this.pool.connect();
+    const client = await this.pool.connect().catch((error: unknown) => {
+      throw mapPgError(error);
+    });
     let broken: Error | undefined;
     let complete = false;
     try {
@@ -134,7 +137,8 @@ export class PostgresExportReader implements ExportReader {
       complete = true;
     } catch (error) {
       broken = error as Error;
-      throw error;
+      // A lost database as `StorageUnavailableError`: the job fails as transient, not as a bug.
+      throw mapPgError(error);
     } finally {
       // A COPY left unfinished (the caller stopped reading) leaves the connection unusable: drop it.
       client.release(broken ?? (complete ? undefined : new Error('COPY not read to its end')));
@@ -164,7 +168,9 @@ export class PostgresExportReader implements ExportReader {
   private async *stream<R>(sql: string, values: unknown[]): AsyncIterable<R[]> {
     if (this.closed) throw new StorageClosedError('The export reader is closed');
     this.assertOpen();
-    const client = await this.pool.connect();
+    const client = await this.pool.connect().catch((error: unknown) => {
+      throw mapPgError(error);
+    });
     const cursor = client.query(new Cursor<R>(sql, values));
     let broken: Error | undefined;
     try {
@@ -175,7 +181,7 @@ export class PostgresExportReader implements ExportReader {
       }
     } catch (error) {
       broken = error as Error;
-      throw error;
+      throw mapPgError(error);
     } finally {
       // Closing the cursor also ends its implicit transaction, so the client is clean for reuse.
       await cursor.close().catch((error: unknown) => {
@@ -203,6 +209,7 @@ export function openPostgresExportReader(options: PostgresExportReaderOptions): 
   const pool = new pg.Pool({ connectionString: options.connectionString, max: 2 });
   // An idle client's connection error must not crash the worker; the next query reports it.
   pool.on('error', () => undefined);
+  guardCheckedOutClients(pool);
   return new PostgresExportReader(
     pool,
     options.schema ?? 'public',

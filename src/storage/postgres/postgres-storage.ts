@@ -33,6 +33,7 @@ import {
   type TransactionMarker,
   PoolExecutor,
   TransactionExecutor,
+  guardCheckedOutClients,
 } from './executor.js';
 import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js';
 import { exportFileChunkBytes, PostgresExportFiles } from './export-files.js';
@@ -440,6 +441,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     // A connection dropped while idle must not crash the process; the next query reports it.
     pool.on('error', () => undefined);
   }
+  guardCheckedOutClients(pool);
   const descriptor: StorageDescriptor | undefined =
     connectionString === undefined
       ? undefined
