@@ -194,7 +194,7 @@ describe('client registration and client assertion limits (fixed)', () => {
       .type(FHIR_JSON)
       .send(JSON.stringify(parameters({ name: 'limits', ...values })));
 
-  it('$new-client: JWKS over 64 KiB or 20 keys, jwksUri over 2,048 and scope over 4,096 characters (400); just under is registered', async () => {
+  it('$new-client: JWKS over 64 KiB or 20 keys, jwksUri over 2,048, name over 256 and scope over 4,096 characters (400); just under is registered', async () => {
     const key = await clientKey('ES256');
     const jwks = (keys: object[]) => JSON.stringify({ keys });
     // 21 distinct keys: over the key count (the text is well under 64 KiB).
@@ -216,6 +216,9 @@ describe('client registration and client assertion limits (fixed)', () => {
     };
     expectOperationOutcome(await newClient({ jwksUri: uri(2049) }), 400, 'invalid');
     expect((await newClient({ jwksUri: uri(2048) })).status).toBe(201);
+    // The client name: 257 characters.
+    expectOperationOutcome(await newClient({ name: 'n'.repeat(257) }), 400, 'invalid');
+    expect((await newClient({ name: 'n'.repeat(256) })).status).toBe(201);
     // scope: 4,097 characters of valid tokens.
     const scope = (length: number) => {
       const base = 'system/Patient.rs';
