@@ -131,6 +131,11 @@ export async function loadNdjson(
     if (trimmed.trim() === '') return;
     report.lines++;
     try {
+      // A long line that arrived whole within one chunk: the carry check below only sees lines
+      // still open at a chunk's end.
+      if (trimmed.length > maxLineLength) {
+        throw new FhirError(413, 'too-costly', `The line is longer than ${maxLineLength} characters`);
+      }
       if (jsonNestingExceeds(trimmed, maxJsonDepth)) {
         throw new FhirError(400, 'structure', `The line nests JSON deeper than ${maxJsonDepth} levels`);
       }

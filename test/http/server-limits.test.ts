@@ -122,6 +122,77 @@ describe('protectServer', () => {
   });
 });
 
+describe('protectServer requestTimeout and maxConnections, tried just over', () => {
+  function bodyApp(): express.Express {
+    const app = express();
+    app.get('/ok', (_req, res) => res.json({ ok: true }));
+    app.post('/echo', express.raw({ type: '*/*' }), (req, res) => res.json({ size: (req.body as Buffer).length }));
+    app.use(notFoundHandler());
+    return app;
+  }
+
+  it('answers 408 with an OperationOutcome and closes the connection when the body does not arrive within requestTimeout', async () => {
+    // Headers arrive at once; the body never completes (requestTimeout 120 s by default, 300 ms here).
+    const server = protectServer(createServer({ connectionsCheckingInterval: 50 }, bodyApp()), {
+      headersTimeout: 300,
+      requestTimeout: 300,
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    const answer = parse(
+      await rawRequest(
+        port,
+        'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\nonly part',
+      ),
+    );
+    expect(answer.status).toBe(408);
+    expect(answer.contentType).toBe('application/fhir+json');
+    expect(answer.body.resourceType).toBe('OperationOutcome');
+    // A whole request is still served.
+    const ok = await fetch(`http://127.0.0.1:${port}/echo`, { method: 'POST', body: 'hello' });
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toEqual({ size: 5 });
+  });
+
+  it('closes at once a connection over maxConnections in all (4,096 by default, 5 here), from any address, and serves again once some close', async () => {
+    const limit = 5;
+    const server = protectServer(createServer(bodyApp()), {
+      maxConnections: limit,
+      maxConnectionsPerAddress: Number.POSITIVE_INFINITY,
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    const open = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)));
+    // `limit` connections from distinct addresses, each holding an unfinished request.
+    const held: net.Socket[] = [];
+    for (let i = 0; i < limit; i++) {
+      const socket = net.connect({ port, host: '127.0.0.1', localAddress: `127.0.0.${i + 1}` });
+      socket.on('error', () => undefined);
+      await once(socket, 'connect');
+      socket.write('GET /ok HTTP/1.1\r\nHost: x\r\n');
+      held.push(socket);
+    }
+    try {
+      while ((await open()) < limit) await new Promise((resolve) => setTimeout(resolve, 10));
+      // One more, from yet another address: closed by the server without an answer.
+      const over = await rawRequest(port, 'GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      expect(over.text).toBe('');
+      expect(await open()).toBe(limit);
+      // Once one held connection ends, a new client is served.
+      held.pop()!.destroy();
+      while ((await open()) >= limit) await new Promise((resolve) => setTimeout(resolve, 10));
+      const answer = await rawRequest(port, 'GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      expect(answer.text).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      for (const socket of held) socket.destroy();
+    }
+  });
+});
+
 describe('notFoundHandler', () => {
   it('answers unrouted paths with a 404 OperationOutcome', async () => {
     const port = await listen(app());
