@@ -105,6 +105,7 @@ class BenchServer {
     validator,
     databaseUrl,
     audit,
+    auditJournalDir,
   }: Commands['open']['args']): Promise<ServerInfo> {
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
@@ -131,8 +132,12 @@ class BenchServer {
         exportFiles: new DirectoryExportFiles(exportDir),
       },
       ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
-      // The platform's default (enabled, no journal) unless told to record nothing.
-      ...(audit === false ? { audit: { enabled: false } } : {}),
+      // Enabled (with the journal when given: the durable configuration) unless told to record nothing.
+      ...(audit === false
+        ? { audit: { enabled: false } }
+        : auditJournalDir !== undefined
+          ? { audit: { journalDir: auditJournalDir } }
+          : {}),
       onError: (error) => console.error('[bench server]', error),
     });
     await this.#platform.ready;
@@ -172,6 +177,12 @@ class BenchServer {
     });
     const projectId = (init.body as { id: string }).id;
     if (!strict) await this.storage.updateProject(projectId, { strictMode: false });
+    return this.projectClient({ projectId });
+  }
+
+  /** An admin client of an existing project (a store reopened by another server process). */
+  async projectClient({ projectId }: Commands['projectClient']['args']): Promise<ProjectHandle> {
+    const json = { 'content-type': 'application/fhir+json' };
     const client = await expectJson(201, `${this.#origin}/fhir/R4/Project/${projectId}/$new-client`, {
       method: 'POST',
       headers: bearer(this.#superToken, json),
@@ -340,6 +351,7 @@ const server = new BenchServer();
 const handlers: { [K in CommandName]: (args: Commands[K]['args']) => unknown } = {
   open: (a) => server.open(a),
   newProject: (a) => server.newProject(a),
+  projectClient: (a) => server.projectClient(a),
   loadGenerated: (a) => server.loadGenerated(a),
   loadSynthea: (a) => server.loadSynthea(a),
   createGroup: (a) => server.createGroup(a),
