@@ -75,7 +75,7 @@ class BenchServer {
   #platform: FhirPlatform | undefined;
   #servers: http.Server[] = [];
   #origin = '';
-  #superToken = '';
+  #superSecret = '';
   #probeDir = '';
   readonly #patients = new Map<string, string[]>();
   #sampledPeak = 0;
@@ -153,7 +153,7 @@ class BenchServer {
 
     const secret = randomBytes(24).toString('base64url');
     await ensureSuperAdminClient(this.#storage, { clientId: 'bench-root', clientSecret: secret });
-    this.#superToken = await clientToken(this.#origin, 'bench-root', secret);
+    this.#superSecret = secret;
     return {
       origin: this.#origin,
       plainOrigin,
@@ -163,12 +163,17 @@ class BenchServer {
     };
   }
 
+  /** A fresh super-admin token (a long run, `--large` on a busy machine, outlives one). */
+  #superToken(): Promise<string> {
+    return clientToken(this.#origin, 'bench-root', this.#superSecret);
+  }
+
   /** A project through `Project/$init`, and an admin client of it through `$new-client`. */
   async newProject({ name, strict }: Commands['newProject']['args']): Promise<ProjectHandle> {
     const json = { 'content-type': 'application/fhir+json' };
     const init = await expectJson(201, `${this.#origin}/fhir/R4/Project/$init`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(await this.#superToken(), json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
@@ -187,7 +192,7 @@ class BenchServer {
     const json = { 'content-type': 'application/fhir+json' };
     const client = await expectJson(201, `${this.#origin}/fhir/R4/Project/${projectId}/$new-client`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(await this.#superToken(), json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
