@@ -6,7 +6,7 @@ import { generatePatients, RESOURCES_PER_PATIENT } from './dataset.js';
 import { copyWithCopyFile, copyWithStreams } from './measure-copy.js';
 import { timedDownload } from './measure-download.js';
 import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js';
-import { measureAuditOverhead } from './measure-audit-overhead.js';
+import { measureAuditOverhead, medianRoundRatio } from './measure-audit-overhead.js';
 import { measureScim, type ScimFigures } from './measure-scim.js';
 import { measureIngestFloor } from './measure-floor.js';
 import { postBundles } from './measure-transactions.js';
@@ -15,7 +15,7 @@ import { measureValidation, rate } from './measure-validation.js';
 import type { MemorySample, StoreKind, WorkerProbe } from './server-protocol.js';
 import { startServer, type ServerProcess } from './server-process.js';
 import { readSynthea } from './synthea.js';
-import { median, ratio } from './stats.js';
+import { median, ratio, sleep } from './stats.js';
 
 /** What to run (see `bench/run.ts` for the command line). */
 export interface BenchOptions {
@@ -40,7 +40,7 @@ export interface BenchOptions {
   scimUsers: number;
   scimRequests: { lookups: number; creates: number; patches: number };
   /**
-   * SCIM creates and FHIR reads timed on each of two fresh servers, one auditing (the default)
+   * SCIM creates and FHIR reads timed on each of two fresh servers, one auditing (with its journal)
    * and one not, alternately (0 skips the comparison). @default 0
    */
   auditRequests?: number;
@@ -749,6 +749,76 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       await server.close();
     }
 
+    // ---- System export with auditing on (with its journal) and off, side by side: the main store
+    // reopened by a server of each kind in turn (the file store only: a PostgreSQL server process
+    // works in a schema of its own, a memory store ends with its process).
+    if ((options.auditRequests ?? 0) > 0 && store === 'file') {
+      const ms: Record<'on' | 'off', number[]> = { on: [], off: [] };
+      for (let rep = 0; rep < options.reps; rep++) {
+        for (const side of rep % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
+          const sideExports = path.join(work, `audit-export-${side}`);
+          const reopened = await startServer({
+            store,
+            dir: path.join(work, 'main-store'),
+            exportDir: sideExports,
+            probeDir,
+            ...(options.durability ? { durability: options.durability } : {}),
+            ...(side === 'on'
+              ? { auditJournalDir: path.join(work, 'audit-export-journal') }
+              : { audit: false }),
+          });
+          try {
+            const handle = await reopened.call('projectClient', { projectId: main.projectId });
+            const fhirBase = `${reopened.info.origin}/fhir/R4`;
+            // A small export first starts the worker thread, as in the main runs.
+            const warmUp = await runHttpExport({
+              fhirBase,
+              token: handle.token,
+              path: '/$export?_type=AllergyIntolerance',
+              exportDir: sideExports,
+            });
+            await deleteExport(warmUp, handle.token);
+            // Both sides wait out the trail's flush interval (1 s with a journal), so that the
+            // warm-up's events are not written during the timed export (a few events, but a
+            // group commit with its fsync, against an export of 10k resources in ~150 ms).
+            await sleep(1100);
+            log(`system export with audit ${side} ${rep + 1}/${options.reps}`);
+            const run = await runHttpExport({
+              fhirBase,
+              token: handle.token,
+              path: '/$export',
+              exportDir: sideExports,
+            });
+            ms[side].push(run.ms);
+            await deleteExport(run, handle.token);
+          } finally {
+            await reopened.close();
+          }
+        }
+      }
+      samples.auditExport = ms;
+      add({
+        key: 'audit.export.on.ms',
+        label: `System export, audit trail on (with its journal): median of ${ms.on.length}`,
+        value: median(ms.on),
+        unit: 'ms',
+      });
+      add({
+        key: 'audit.export.off.ms',
+        label: `System export, audit trail off: median of ${ms.off.length}`,
+        value: median(ms.off),
+        unit: 'ms',
+      });
+      add({
+        key: 'audit.export.ratio',
+        label: 'System export: audit on / off (same store, in turns)',
+        value: median(ms.on) / median(ms.off),
+        unit: 'x',
+        target: '<= 1.10 (unchanged)',
+        pass: median(ms.on) / median(ms.off) <= 1.1,
+      });
+    }
+
     // ---- Audit trail on vs off: two fresh servers alike but for auditing, timed in turns.
     const auditRequests = options.auditRequests ?? 0;
     if (auditRequests > 0) {
@@ -760,18 +830,28 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         ...(options.durability ? { durability: options.durability } : {}),
         ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
       });
-      const on = await startServer(serverOptions('audit-on'));
+      // The audited server runs the durable configuration (`npm start`'s): with the journal.
+      const on = await startServer({
+        ...serverOptions('audit-on'),
+        auditJournalDir: path.join(work, 'audit-on-journal'),
+      });
       try {
         const off = await startServer({ ...serverOptions('audit-off'), audit: false });
         try {
           log(`audit on / off: ${auditRequests} SCIM creates and FHIR reads on each server, in turns`);
-          const audit = await measureAuditOverhead({ on, off, requests: auditRequests });
+          // flushIntervalMs: the trail's default with a journal (docs/audit.md).
+          const audit = await measureAuditOverhead({
+            on,
+            off,
+            requests: auditRequests,
+            flushIntervalMs: 1000,
+          });
           samples.audit = audit;
           const pair = (key: 'scimCreate' | 'fhirRead', label: string, on: number[], off: number[]): void => {
             const [p50On, p50Off] = [median(on), median(off)];
             add({
               key: `audit.${key}.on.p50`,
-              label: `${label}, audit trail on (default): p50 (${on.length} requests)`,
+              label: `${label}, audit trail on (with its journal): p50 (${on.length} requests)`,
               value: p50On,
               unit: 'ms',
             });
@@ -788,6 +868,12 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
               unit: 'x',
               target: '<= 1.10',
               pass: p50On / p50Off <= 1.1,
+            });
+            add({
+              key: `audit.${key}.roundRatio`,
+              label: `${label}: median over the ${audit.rounds} rounds of p50 on / off`,
+              value: medianRoundRatio(on, off, audit.rounds),
+              unit: 'x',
             });
           };
           pair('scimCreate', 'SCIM POST /Users', audit.on.scimCreateMs, audit.off.scimCreateMs);

@@ -1,7 +1,7 @@
 import { bearer, expectJson } from './http-json.js';
 import { createScimUser, timed } from './measure-scim.js';
 import type { ServerProcess } from './server-process.js';
-import { sleep } from './stats.js';
+import { median, sleep } from './stats.js';
 
 /** Latencies (ms) of one server: SCIM `POST /Users` and FHIR `GET Patient/{id}`. */
 export interface AuditSideSamples {
@@ -16,13 +16,26 @@ export interface AuditOverheadSamples {
   rounds: number;
 }
 
+/**
+ * The median over rounds of each round's p50 on / p50 off: each round times both servers back to
+ * back, so a change of the machine's load between rounds (other work on a shared machine) cancels
+ * out, which the p50 of all samples does not do.
+ */
+export function medianRoundRatio(on: number[], off: number[], rounds: number): number {
+  const per = Math.ceil(on.length / rounds);
+  const ratios: number[] = [];
+  for (let i = 0; i < on.length; i += per)
+    ratios.push(median(on.slice(i, i + per)) / median(off.slice(i, i + per)));
+  return median(ratios);
+}
+
 const PATIENTS = 20;
 const WARM_UP = 10;
 /**
- * Idle time after each block, longer than the trail's `flushIntervalMs` (100 ms): the audited
- * server's last batch write lands then, not while the other server is being timed.
+ * Idle time after each block beyond the audited server's flush interval: its last batch write lands
+ * then, not while the other server is being timed.
  */
-const SETTLE_MS = 150;
+const SETTLE_MARGIN_MS = 100;
 
 interface Side {
   server: ServerProcess;
@@ -77,7 +90,10 @@ export async function measureAuditOverhead(options: {
   off: ServerProcess;
   requests: number;
   rounds?: number;
+  /** The audited server's `flushIntervalMs`. @default 100 */
+  flushIntervalMs?: number;
 }): Promise<AuditOverheadSamples> {
+  const settleMs = (options.flushIntervalMs ?? 100) + SETTLE_MARGIN_MS;
   const on = await prepare(options.on);
   const off = await prepare(options.off);
   for (const side of [on, off]) {
@@ -86,7 +102,7 @@ export async function measureAuditOverhead(options: {
       await fhirRead(side, i);
     }
   }
-  const rounds = Math.max(1, Math.min(options.rounds ?? 20, options.requests));
+  const rounds = Math.max(1, Math.min(options.rounds ?? 40, options.requests));
   const perRound = Math.ceil(options.requests / rounds);
   let read = 0;
   for (let round = 0; round < rounds; round++) {
@@ -95,7 +111,7 @@ export async function measureAuditOverhead(options: {
       for (let i = 0; i < perRound; i++) side.samples.scimCreateMs.push(await timed(() => scimCreate(side)));
       for (let i = 0; i < perRound; i++)
         side.samples.fhirReadMs.push(await timed(() => fhirRead(side, read + i)));
-      await sleep(SETTLE_MS);
+      await sleep(settleMs);
     }
     read += perRound;
   }

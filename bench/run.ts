@@ -8,7 +8,7 @@
  *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
  *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
  *   --audit-requests A  SCIM creates and FHIR reads timed on each of two servers, audit trail on
- *                     and off, in turns (default 200; 0 skips the comparison)
+ *                     (with its journal) and off, in 40 alternating rounds (default 400; 0 skips the comparison)
  *   --store S         file (default), memory or postgres; a comma-separated list (file,postgres)
  *                     runs each in turn and prints one table with a column per store
  *   --database-url U  PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
@@ -98,7 +98,7 @@ const options = (store: StoreKind): BenchOptions => ({
   uploadPatients: Math.min(patients, 25),
   scimUsers: int('scim-users', values['scim-users'], 100_000),
   scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
-  auditRequests: int('audit-requests', values['audit-requests'], 200),
+  auditRequests: int('audit-requests', values['audit-requests'], 400),
   store,
   ...(store === 'postgres' ? { databaseUrl } : {}),
   durability: values.durability as 'fsync' | 'write',

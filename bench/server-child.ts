@@ -75,7 +75,7 @@ class BenchServer {
   #platform: FhirPlatform | undefined;
   #servers: http.Server[] = [];
   #origin = '';
-  #superToken = '';
+  #superSecret = '';
   #probeDir = '';
   readonly #patients = new Map<string, string[]>();
   #sampledPeak = 0;
@@ -105,6 +105,7 @@ class BenchServer {
     validator,
     databaseUrl,
     audit,
+    auditJournalDir,
   }: Commands['open']['args']): Promise<ServerInfo> {
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
@@ -125,14 +126,20 @@ class BenchServer {
       bulk: {
         pool: { workerFilename: PROBE_WORKER, maxThreads: 1 },
         maxRunningExports: 4,
+        // The bench keeps some exports' files (`--large`: over the 1 GiB default); no quota here.
+        maxProjectExportSize: Infinity,
         // Export files on disk for every store (PostgreSQL would keep them in the database by
         // default): the export figures compare reading the store, and the COPY baseline writes
         // files too. bench/export-files.ts compares the two file stores.
         exportFiles: new DirectoryExportFiles(exportDir),
       },
       ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
-      // The platform's default (enabled, no journal) unless told to record nothing.
-      ...(audit === false ? { audit: { enabled: false } } : {}),
+      // Enabled (with the journal when given: the durable configuration) unless told to record nothing.
+      ...(audit === false
+        ? { audit: { enabled: false } }
+        : auditJournalDir !== undefined
+          ? { audit: { journalDir: auditJournalDir } }
+          : {}),
       onError: (error) => console.error('[bench server]', error),
     });
     await this.#platform.ready;
@@ -146,7 +153,7 @@ class BenchServer {
 
     const secret = randomBytes(24).toString('base64url');
     await ensureSuperAdminClient(this.#storage, { clientId: 'bench-root', clientSecret: secret });
-    this.#superToken = await clientToken(this.#origin, 'bench-root', secret);
+    this.#superSecret = secret;
     return {
       origin: this.#origin,
       plainOrigin,
@@ -156,12 +163,17 @@ class BenchServer {
     };
   }
 
+  /** A fresh super-admin token (a long run, `--large` on a busy machine, outlives one). */
+  #superToken(): Promise<string> {
+    return clientToken(this.#origin, 'bench-root', this.#superSecret);
+  }
+
   /** A project through `Project/$init`, and an admin client of it through `$new-client`. */
   async newProject({ name, strict }: Commands['newProject']['args']): Promise<ProjectHandle> {
     const json = { 'content-type': 'application/fhir+json' };
     const init = await expectJson(201, `${this.#origin}/fhir/R4/Project/$init`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(await this.#superToken(), json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
@@ -172,9 +184,15 @@ class BenchServer {
     });
     const projectId = (init.body as { id: string }).id;
     if (!strict) await this.storage.updateProject(projectId, { strictMode: false });
+    return this.projectClient({ projectId });
+  }
+
+  /** An admin client of an existing project (a store reopened by another server process). */
+  async projectClient({ projectId }: Commands['projectClient']['args']): Promise<ProjectHandle> {
+    const json = { 'content-type': 'application/fhir+json' };
     const client = await expectJson(201, `${this.#origin}/fhir/R4/Project/${projectId}/$new-client`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(await this.#superToken(), json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
@@ -340,6 +358,7 @@ const server = new BenchServer();
 const handlers: { [K in CommandName]: (args: Commands[K]['args']) => unknown } = {
   open: (a) => server.open(a),
   newProject: (a) => server.newProject(a),
+  projectClient: (a) => server.projectClient(a),
   loadGenerated: (a) => server.loadGenerated(a),
   loadSynthea: (a) => server.loadSynthea(a),
   createGroup: (a) => server.createGroup(a),

@@ -68,6 +68,11 @@ export interface Commands {
       databaseUrl?: string;
       /** `false`: the platform records no audit event (`audit: { enabled: false }`). @default true */
       audit?: boolean;
+      /**
+       * The audit trail's journal directory (the durable configuration, as `npm start` runs it).
+       * Without it the trail runs as the platform's default: no journal.
+       */
+      auditJournalDir?: string;
     };
     result: ServerInfo;
   };
@@ -81,6 +86,7 @@ export interface Commands {
     result: { ms: number; rows: number; bytes: number };
   };
   newProject: { args: { name: string; strict: boolean }; result: ProjectHandle };
+  projectClient: { args: { projectId: string }; result: ProjectHandle };
   loadGenerated: {
     args: { projectId: string; patients: number; seed: number; batchSize: number };
     result: LoadResult;

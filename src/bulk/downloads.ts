@@ -75,8 +75,8 @@ function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisf
  * backpressure (memory holds a chunk or so, whatever the file's size): gzip-compressed when the
  * client accepts it and asks for the whole file, otherwise as stored, with `Range` support. The
  * download counts as in flight (retention does not remove the job) until the response closes. A
- * file gone meanwhile is a `NotFoundError`. `onEnd` (the audit trail's) learns, once the response
- * has finished or was aborted, how many bytes went out.
+ * file gone meanwhile is a `NotFoundError`. `onEnd` (the audit trail's) learns how many bytes went
+ * out: just before the client can hold the whole answer, or when it went away before.
  */
 export async function sendExportFile(
   req: Request,
@@ -98,17 +98,28 @@ export async function sendExportFile(
     throw new NotFoundError('No such export file');
   }
   let sent = 0;
-  let handedOver = false;
   let served: string | undefined;
-  let refused: string | undefined;
+  let reported = false;
+  // The event is recorded before the client can hold the whole answer (see docs/audit.md
+  // "Durability"): before the chunk that completes a Content-Length body is passed on, before the
+  // end of a gzip (chunked) body, before an empty or refused answer is sent; an abort at close.
+  const report = (outcome: DownloadOutcome): void => {
+    if (reported || !onEnd) return;
+    reported = true;
+    onEnd(outcome);
+  };
+  const complete = () => report({ bytes: sent, ...(served !== undefined ? { range: served } : {}) });
   // HEAD sends no body: nothing was downloaded.
-  if (onEnd && req.method !== 'HEAD') {
+  const audited = onEnd !== undefined && req.method !== 'HEAD';
+  if (audited) {
     res.once('close', () => {
-      // Finished, or every byte of the file handed to the connection (a client that closes as soon
-      // as it has read the last byte can close the response before its 'finish').
-      const whole = res.writableFinished || handedOver;
-      const error = refused ?? (whole ? undefined : 'aborted before the end of the file');
-      onEnd({ bytes: sent, ...(served !== undefined ? { range: served } : {}), ...(error ? { error } : {}) });
+      if (res.writableFinished) complete();
+      else
+        report({
+          bytes: sent,
+          ...(served !== undefined ? { range: served } : {}),
+          error: 'aborted before the end of the file',
+        });
     });
   }
   res
@@ -118,8 +129,7 @@ export async function sendExportFile(
     .set('Accept-Ranges', 'bytes');
   const range = requestedRange(req, size);
   if (range === 'unsatisfiable') {
-    refused = 'range not satisfiable';
-    served = req.headers.range;
+    if (audited) report({ bytes: 0, range: req.headers.range ?? '', error: 'range not satisfiable' });
     res.status(416).set('Content-Range', `bytes */${size}`).end();
     return;
   }
@@ -138,21 +148,25 @@ export async function sendExportFile(
       .set('Content-Length', String(range.end - range.start + 1));
   } else res.status(200).set('Content-Length', String(size));
   if (req.method === 'HEAD' || (range === undefined && size === 0 && !gzip)) {
+    if (audited) complete();
     res.end();
     return;
   }
   const body = jobs.files.read(ref, file, range);
   const stages: NodeJS.ReadWriteStream[] = gzip ? [createGzip()] : [];
   // Counts what goes to the connection (only when someone asks: no extra stage otherwise).
-  if (onEnd) {
+  if (audited) {
+    // A Content-Length body is whole for the client with its last byte; a gzip one with its end.
+    const expected = gzip ? undefined : range ? range.end - range.start + 1 : size;
     stages.push(
       new Transform({
         transform(chunk: Buffer, _encoding, callback) {
           sent += chunk.length;
+          if (expected !== undefined && sent >= expected) complete();
           callback(null, chunk);
         },
         flush(callback) {
-          handedOver = true;
+          complete();
           callback();
         },
       }),

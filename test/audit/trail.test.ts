@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { AuditRecord } from '../../src/audit/events.js';
+import { resolveAuditOptions } from '../../src/audit/options.js';
 import { createAuditTrail, PLATFORM_AUDIT_PROJECT_ID, type AuditTrail } from '../../src/audit/trail.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -224,5 +225,13 @@ describe('createAuditTrail', () => {
       open({ storage, journalDir: dir });
       expect(code(() => createAuditTrail({ storage, journalDir: dir }))).toBe('ERR_STORAGE_LOCKED');
     });
+  });
+});
+
+describe('audit options', () => {
+  it('batches every 100 ms without a journal, every second with one (events are durable at once)', () => {
+    expect(resolveAuditOptions('t', {}).flushIntervalMs).toBe(100);
+    expect(resolveAuditOptions('t', { journalDir: '/tmp/j' }).flushIntervalMs).toBe(1000);
+    expect(resolveAuditOptions('t', { journalDir: '/tmp/j', flushIntervalMs: 50 }).flushIntervalMs).toBe(50);
   });
 });
