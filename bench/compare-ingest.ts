@@ -1,0 +1,265 @@
+/**
+ * `npx tsx bench/compare-ingest.ts`: the ingest work measured side by side against earlier commits.
+ *
+ * Each baseline's tree is extracted with `git archive <ref>`, and its own bench server process
+ * (`bench/server-process.ts` of that commit, with the command protocol of that commit) runs next
+ * to this tree's, both at once. The same client work then goes to every server in turns, the
+ * order rotating with each repetition, each run into a fresh project:
+ *
+ *   - the Synthea sample as transaction Bundles over HTTP into a strict project, one patient
+ *     bundle at a time, and with `--txn-concurrency` in flight (`measure-transactions.ts`);
+ *   - an HTTP NDJSON upload of generated patients into a lenient and into a strict project
+ *     (`measure-upload.ts`).
+ *
+ * Prints the medians (resources/s) per server and this tree's speed-up over each baseline.
+ *
+ *   --baseline REF      a commit to compare with; repeatable (default 91bfaef: the code when
+ *                       issue 13 was filed)
+ *   --reps R            repetitions (default 3)
+ *   --patients N        generated patients in the NDJSON upload (default 25 ≈ 10k resources)
+ *   --synthea DIR       the Synthea bundle directory (default ../shared/data/synthea-r4-100)
+ *   --txn-concurrency N patient bundles in flight in the concurrent row (default 4; 0 skips it)
+ *   --no-upload         skip the NDJSON uploads
+ *   --no-synthea        skip the Synthea transactions
+ *   --out FILE          JSON output (default bench/out/compare-ingest.json)
+ *
+ * A baseline whose dependencies differ from this tree's gets its own `npm ci --ignore-scripts`
+ * (once: the extracted trees stay in `$TMPDIR/fpk-baselines/`).
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { generatePatients } from './dataset.js';
+import { postBundles } from './measure-transactions.js';
+import { uploadNdjson } from './measure-upload.js';
+import type { ServerProcess } from './server-process.js';
+import { median } from './stats.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, '..');
+
+const { values } = parseArgs({
+  options: {
+    baseline: { type: 'string', multiple: true },
+    reps: { type: 'string', default: '3' },
+    patients: { type: 'string', default: '25' },
+    synthea: { type: 'string', default: path.resolve(HERE, '../../shared/data/synthea-r4-100') },
+    'txn-concurrency': { type: 'string', default: '4' },
+    'no-upload': { type: 'boolean', default: false },
+    'no-synthea': { type: 'boolean', default: false },
+    out: { type: 'string', default: path.join(HERE, 'out', 'compare-ingest.json') },
+  },
+});
+
+function int(name: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer`);
+  return n;
+}
+
+const baselines = values.baseline ?? ['91bfaef'];
+const reps = Math.max(1, int('reps', values.reps));
+const patients = int('patients', values.patients);
+const concurrency = int('txn-concurrency', values['txn-concurrency']);
+const log = (message: string): void => console.error(`[compare] ${message}`);
+
+type StartServer = (options: {
+  store: 'file';
+  dir: string;
+  exportDir: string;
+  probeDir: string;
+}) => Promise<ServerProcess>;
+
+interface Contender {
+  name: string;
+  commit: string;
+  server: ServerProcess;
+}
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-compare-'));
+const git = (...args: string[]): string => execFileSync('git', args, { cwd: ROOT, encoding: 'utf8' }).trim();
+
+/**
+ * Extracts `ref` with `git archive` into `$TMPDIR/fpk-baselines/<commit>` (kept for
+ * the next run; outside the repository, which `tsc` and the linters cover);
+ * answers the tree's root. Its `node_modules` is a symlink to this tree's when every dependency
+ * it declares is there, else its own `npm ci --ignore-scripts`.
+ */
+function extract(ref: string): { tree: string; commit: string } {
+  const commit = git('rev-parse', '--short', `${ref}^{commit}`);
+  const tree = path.join(os.tmpdir(), 'fpk-baselines', commit);
+  if (fs.existsSync(path.join(tree, 'node_modules'))) return { tree, commit };
+  fs.rmSync(tree, { recursive: true, force: true });
+  fs.mkdirSync(tree, { recursive: true });
+  execFileSync('sh', ['-c', `git archive ${commit} | tar -x -C "${tree}"`], { cwd: ROOT });
+  const manifest = JSON.parse(fs.readFileSync(path.join(tree, 'package.json'), 'utf8')) as {
+    dependencies?: Record<string, string>;
+  };
+  const ours = fs.realpathSync(path.join(ROOT, 'node_modules'));
+  const missing = Object.keys(manifest.dependencies ?? {}).filter(
+    (name) => !fs.existsSync(path.join(ours, name, 'package.json')),
+  );
+  if (missing.length === 0) {
+    fs.symlinkSync(ours, path.join(tree, 'node_modules'));
+  } else {
+    log(`${commit} needs ${missing.join(', ')}: npm ci --ignore-scripts in ${tree}`);
+    execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], {
+      cwd: tree,
+      stdio: 'inherit',
+    });
+  }
+  return { tree, commit };
+}
+
+async function start(name: string, tree: string, commit: string): Promise<Contender> {
+  const module = (await import(pathToFileURL(path.join(tree, 'bench', 'server-process.ts')).href)) as {
+    startServer: StartServer;
+  };
+  const data = path.join(work, `data-${name}`);
+  const server = await module.startServer({
+    store: 'file',
+    dir: path.join(data, 'store'),
+    exportDir: path.join(data, 'export'),
+    probeDir: path.join(data, 'probe'),
+  });
+  return { name, commit, server };
+}
+
+/** Writes the NDJSON of `count` generated patients; answers its resource count. */
+function writeNdjson(file: string, count: number): number {
+  let lines = 0;
+  const fd = fs.openSync(file, 'w');
+  for (const resource of generatePatients(count, 43)) {
+    fs.writeSync(fd, `${JSON.stringify(resource)}\n`);
+    lines++;
+  }
+  fs.closeSync(fd);
+  return lines;
+}
+
+interface Task {
+  key: string;
+  label: string;
+  run(contender: Contender, project: string): Promise<{ ms: number; resources: number }>;
+  strict: boolean;
+}
+
+const tasks: Task[] = [];
+if (!values['no-synthea'] && fs.existsSync(values.synthea)) {
+  for (const inFlight of concurrency > 1 ? [1, concurrency] : [1]) {
+    tasks.push({
+      key: `synthea.transactions.${inFlight}`,
+      label: `Synthea transaction Bundles, strict, ${inFlight} in flight`,
+      strict: true,
+      run: async ({ server }, token) =>
+        postBundles(`${server.info.origin}/fhir/R4`, token, values.synthea, inFlight),
+    });
+  }
+}
+if (!values['no-upload'] && patients > 0) {
+  const file = path.join(work, 'upload.ndjson');
+  const lines = writeNdjson(file, patients);
+  for (const strict of [false, true]) {
+    tasks.push({
+      key: `upload.${strict ? 'strict' : 'lenient'}`,
+      label: `NDJSON upload, ${lines} resources, ${strict ? 'strict' : 'lenient'}`,
+      strict,
+      run: async ({ server }, token) => {
+        const result = await uploadNdjson(`${server.info.origin}/fhir/R4`, token, file);
+        if (result.failed > 0) log(`warning: ${result.failed} lines rejected`);
+        return { ms: result.ms, resources: lines };
+      },
+    });
+  }
+}
+
+const startedAt = new Date();
+const load = os.loadavg();
+const contenders: Contender[] = [];
+try {
+  contenders.push(await start('this tree', ROOT, git('rev-parse', '--short', 'HEAD')));
+  for (const ref of baselines) {
+    const { tree, commit } = extract(ref);
+    contenders.push(await start(ref, tree, commit));
+  }
+  const ms = new Map<string, number[]>();
+  const resources = new Map<string, number>();
+  for (let rep = 0; rep < reps; rep++) {
+    for (const task of tasks) {
+      // Rotate the order with each repetition so that no server always runs first.
+      for (let i = 0; i < contenders.length; i++) {
+        const contender = contenders[(i + rep) % contenders.length]!;
+        const project = await contender.server.call('newProject', {
+          name: `${task.key}-${rep}`,
+          strict: task.strict,
+        });
+        log(`${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}`);
+        const result = await task.run(contender, project.token);
+        const key = `${task.key}|${contender.name}`;
+        ms.set(key, [...(ms.get(key) ?? []), result.ms]);
+        resources.set(task.key, result.resources);
+      }
+    }
+  }
+  const table = tasks.map((task) => {
+    const rates = contenders.map(
+      (c) => resources.get(task.key)! / (median(ms.get(`${task.key}|${c.name}`)!) / 1000),
+    );
+    return {
+      key: task.key,
+      label: task.label,
+      resources: resources.get(task.key)!,
+      rates: Object.fromEntries(contenders.map((c, i) => [c.name, Math.round(rates[i]!)])),
+      ms: Object.fromEntries(
+        contenders.map((c) => [c.name, ms.get(`${task.key}|${c.name}`)!.map(Math.round)]),
+      ),
+      speedUp: Object.fromEntries(
+        contenders.slice(1).map((c, i) => [c.name, +(rates[0]! / rates[i + 1]!).toFixed(2)]),
+      ),
+    };
+  });
+  const loadAfter = os.loadavg();
+  const header = [
+    'Work (resources/s, medians)',
+    ...contenders.map((c) => `${c.name} ${c.commit}`),
+    ...contenders.slice(1).map((c) => `x vs ${c.name}`),
+  ];
+  const rows = table.map((t) => [
+    t.label,
+    ...contenders.map((c) => t.rates[c.name]!.toLocaleString('en-US')),
+    ...contenders.slice(1).map((c) => `${t.speedUp[c.name]}x`),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(
+    [
+      `${startedAt.toISOString()}; ${reps} reps; load average ${load.map((l) => l.toFixed(2)).join(' ')} before, ${loadAfter.map((l) => l.toFixed(2)).join(' ')} after`,
+      line(header),
+      line(widths.map((w) => '-'.repeat(w))),
+      ...rows.map(line),
+    ].join('\n'),
+  );
+  fs.mkdirSync(path.dirname(values.out), { recursive: true });
+  fs.writeFileSync(
+    values.out,
+    `${JSON.stringify(
+      {
+        startedAt: startedAt.toISOString(),
+        reps,
+        loadBefore: load,
+        loadAfter,
+        contenders: contenders.map((c) => ({ name: c.name, commit: c.commit })),
+        table,
+      },
+      null,
+      2,
+    )}\n`,
+  );
+} finally {
+  for (const contender of contenders) await contender.server.close();
+  fs.rmSync(work, { recursive: true, force: true });
+}
