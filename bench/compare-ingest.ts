@@ -14,13 +14,15 @@
  * Prints the medians (resources/s) per server and this tree's speed-up over each baseline.
  *
  *   --baseline REF      a commit to compare with; repeatable (default 91bfaef: the code when
- *                       issue 13 was filed)
+ *                       issue 13 was filed); `none`: this tree alone (with --profile)
  *   --reps R            repetitions (default 3)
  *   --patients N        generated patients in the NDJSON upload (default 25 ≈ 10k resources)
  *   --synthea DIR       the Synthea bundle directory (default ../shared/data/synthea-r4-100)
  *   --txn-concurrency N patient bundles in flight in the concurrent row (default 4; 0 skips it)
  *   --no-upload         skip the NDJSON uploads
  *   --no-synthea        skip the Synthea transactions
+ *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
+ *                       `bench/profile-summary.ts`)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
  *
  * A baseline whose dependencies differ from this tree's gets its own `npm ci --ignore-scripts`
@@ -50,6 +52,7 @@ const { values } = parseArgs({
     'txn-concurrency': { type: 'string', default: '4' },
     'no-upload': { type: 'boolean', default: false },
     'no-synthea': { type: 'boolean', default: false },
+    profile: { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'compare-ingest.json') },
   },
 });
@@ -60,7 +63,7 @@ function int(name: string, value: string): number {
   return n;
 }
 
-const baselines = values.baseline ?? ['91bfaef'];
+const baselines = (values.baseline ?? ['91bfaef']).filter((ref) => ref !== 'none');
 const reps = Math.max(1, int('reps', values.reps));
 const patients = int('patients', values.patients);
 const concurrency = int('txn-concurrency', values['txn-concurrency']);
@@ -71,12 +74,21 @@ type StartServer = (options: {
   dir: string;
   exportDir: string;
   probeDir: string;
+  profileDir?: string;
 }) => Promise<ServerProcess>;
 
+/** A tree whose bench server takes part. */
 interface Contender {
   name: string;
   commit: string;
+  tree: string;
+  profileDir?: string;
+}
+
+/** A contender's running server. */
+interface Running extends Contender {
   server: ServerProcess;
+  data: string;
 }
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-compare-'));
@@ -114,18 +126,24 @@ function extract(ref: string): { tree: string; commit: string } {
   return { tree, commit };
 }
 
-async function start(name: string, tree: string, commit: string): Promise<Contender> {
-  const module = (await import(pathToFileURL(path.join(tree, 'bench', 'server-process.ts')).href)) as {
+let started = 0;
+
+/** Starts `contender`'s bench server on a fresh file store. */
+async function start(contender: Contender): Promise<Running> {
+  const module = (await import(
+    pathToFileURL(path.join(contender.tree, 'bench', 'server-process.ts')).href
+  )) as {
     startServer: StartServer;
   };
-  const data = path.join(work, `data-${name}`);
+  const data = path.join(work, `data-${++started}`);
   const server = await module.startServer({
     store: 'file',
     dir: path.join(data, 'store'),
     exportDir: path.join(data, 'export'),
     probeDir: path.join(data, 'probe'),
+    ...(contender.profileDir ? { profileDir: contender.profileDir } : {}),
   });
-  return { name, commit, server };
+  return { ...contender, server, data };
 }
 
 /** Writes the NDJSON of `count` generated patients; answers its resource count. */
@@ -143,7 +161,7 @@ function writeNdjson(file: string, count: number): number {
 interface Task {
   key: string;
   label: string;
-  run(contender: Contender, project: string): Promise<{ ms: number; resources: number }>;
+  run(contender: Running, project: string): Promise<{ ms: number; resources: number }>;
   strict: boolean;
 }
 
@@ -180,27 +198,43 @@ const startedAt = new Date();
 const load = os.loadavg();
 const contenders: Contender[] = [];
 try {
-  contenders.push(await start('this tree', ROOT, git('rev-parse', '--short', 'HEAD')));
-  for (const ref of baselines) {
-    const { tree, commit } = extract(ref);
-    contenders.push(await start(ref, tree, commit));
-  }
+  const profileDir = values.profile && path.resolve(values.profile);
+  contenders.push({
+    name: 'this tree',
+    tree: ROOT,
+    commit: git('rev-parse', '--short', 'HEAD'),
+    ...(profileDir ? { profileDir } : {}),
+  });
+  for (const ref of baselines) contenders.push({ name: ref, ...extract(ref) });
   const ms = new Map<string, number[]>();
   const resources = new Map<string, number>();
   for (let rep = 0; rep < reps; rep++) {
     for (const task of tasks) {
-      // Rotate the order with each repetition so that no server always runs first.
-      for (let i = 0; i < contenders.length; i++) {
-        const contender = contenders[(i + rep) % contenders.length]!;
-        const project = await contender.server.call('newProject', {
-          name: `${task.key}-${rep}`,
-          strict: task.strict,
-        });
-        log(`${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}`);
-        const result = await task.run(contender, project.token);
-        const key = `${task.key}|${contender.name}`;
-        ms.set(key, [...(ms.get(key) ?? []), result.ms]);
-        resources.set(task.key, result.resources);
+      // Fresh servers for each measurement, all running while each takes its turn (the bench
+      // server's own access token expires after a few minutes, and no run inherits another's
+      // store); the order rotates with each repetition so that no server always goes first.
+      const running: Running[] = [];
+      try {
+        for (const contender of contenders) running.push(await start(contender));
+        for (let i = 0; i < running.length; i++) {
+          const contender = running[(i + rep) % running.length]!;
+          const project = await contender.server.call('newProject', {
+            name: `${task.key}-${rep}`,
+            strict: task.strict,
+          });
+          const result = await task.run(contender, project.token);
+          log(
+            `${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}: ${Math.round(result.ms)} ms`,
+          );
+          const key = `${task.key}|${contender.name}`;
+          ms.set(key, [...(ms.get(key) ?? []), result.ms]);
+          resources.set(task.key, result.resources);
+        }
+      } finally {
+        for (const r of running) {
+          await r.server.close();
+          fs.rmSync(r.data, { recursive: true, force: true });
+        }
       }
     }
   }
@@ -260,6 +294,5 @@ try {
     )}\n`,
   );
 } finally {
-  for (const contender of contenders) await contender.server.close();
   fs.rmSync(work, { recursive: true, force: true });
 }
