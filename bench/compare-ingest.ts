@@ -15,6 +15,8 @@
  *
  *   --baseline REF      a commit to compare with; repeatable (default 91bfaef: the code when
  *                       issue 13 was filed); `none`: this tree alone (with --profile)
+ *   --this REF          measure commit REF (extracted like a baseline) instead of the working tree,
+ *                       which then stays free to edit while the run goes on
  *   --reps R            repetitions (default 3)
  *   --patients N        generated patients in the NDJSON upload (default 25 ≈ 10k resources)
  *   --synthea DIR       the Synthea bundle directory (default ../shared/data/synthea-r4-100)
@@ -46,6 +48,7 @@ const ROOT = path.resolve(HERE, '..');
 const { values } = parseArgs({
   options: {
     baseline: { type: 'string', multiple: true },
+    this: { type: 'string' },
     reps: { type: 'string', default: '3' },
     patients: { type: 'string', default: '25' },
     synthea: { type: 'string', default: path.resolve(HERE, '../../shared/data/synthea-r4-100') },
@@ -199,12 +202,10 @@ const load = os.loadavg();
 const contenders: Contender[] = [];
 try {
   const profileDir = values.profile && path.resolve(values.profile);
-  contenders.push({
-    name: 'this tree',
-    tree: ROOT,
-    commit: git('rev-parse', '--short', 'HEAD'),
-    ...(profileDir ? { profileDir } : {}),
-  });
+  const self = values.this
+    ? { name: values.this, ...extract(values.this) }
+    : { name: 'this tree', tree: ROOT, commit: git('rev-parse', '--short', 'HEAD') };
+  contenders.push({ ...self, ...(profileDir ? { profileDir } : {}) });
   for (const ref of baselines) contenders.push({ name: ref, ...extract(ref) });
   const ms = new Map<string, number[]>();
   const resources = new Map<string, number>();
