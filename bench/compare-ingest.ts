@@ -11,7 +11,9 @@
  *   - an HTTP NDJSON upload of generated patients into a lenient and into a strict project
  *     (`measure-upload.ts`).
  *
- * Prints the medians (resources/s) per server and this tree's speed-up over each baseline.
+ * Prints the medians (resources/s) per server and this tree's speed-up over each baseline, by
+ * wall time and by the server process's CPU time (which other jobs on a busy machine disturb
+ * less).
  *
  *   --baseline REF      a commit to compare with; repeatable (default 91bfaef: the code when
  *                       issue 13 was filed); `none`: this tree alone (with --profile)
@@ -131,6 +133,21 @@ function extract(ref: string): { tree: string; commit: string } {
 
 let started = 0;
 
+/**
+ * CPU time (user + system, ms) the process `pid` has used so far, every thread included; NaN
+ * where `/proc` is missing. Less sensitive than wall time to other jobs on a busy machine.
+ */
+function cpuMs(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime: fields 14 and 15 of stat(5), in clock ticks (100 per second on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return Number.NaN;
+  }
+}
+
 /** Starts `contender`'s bench server on a fresh file store. */
 async function start(contender: Contender): Promise<Running> {
   const module = (await import(
@@ -208,6 +225,7 @@ try {
   contenders.push({ ...self, ...(profileDir ? { profileDir } : {}) });
   for (const ref of baselines) contenders.push({ name: ref, ...extract(ref) });
   const ms = new Map<string, number[]>();
+  const cpu = new Map<string, number[]>();
   const resources = new Map<string, number>();
   for (let rep = 0; rep < reps; rep++) {
     for (const task of tasks) {
@@ -223,12 +241,15 @@ try {
             name: `${task.key}-${rep}`,
             strict: task.strict,
           });
+          const cpuBefore = cpuMs(contender.server.info.pid);
           const result = await task.run(contender, project.token);
+          const cpuUsed = cpuMs(contender.server.info.pid) - cpuBefore;
           log(
-            `${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}: ${Math.round(result.ms)} ms`,
+            `${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}: ${Math.round(result.ms)} ms, server CPU ${Math.round(cpuUsed)} ms`,
           );
           const key = `${task.key}|${contender.name}`;
           ms.set(key, [...(ms.get(key) ?? []), result.ms]);
+          cpu.set(key, [...(cpu.get(key) ?? []), cpuUsed]);
           resources.set(task.key, result.resources);
         }
       } finally {
@@ -243,6 +264,9 @@ try {
     const rates = contenders.map(
       (c) => resources.get(task.key)! / (median(ms.get(`${task.key}|${c.name}`)!) / 1000),
     );
+    const cpuRates = contenders.map(
+      (c) => resources.get(task.key)! / (median(cpu.get(`${task.key}|${c.name}`)!) / 1000),
+    );
     return {
       key: task.key,
       label: task.label,
@@ -254,6 +278,14 @@ try {
       speedUp: Object.fromEntries(
         contenders.slice(1).map((c, i) => [c.name, +(rates[0]! / rates[i + 1]!).toFixed(2)]),
       ),
+      /** Resources per second of the server process's CPU time (user + system). */
+      cpuRates: Object.fromEntries(contenders.map((c, i) => [c.name, Math.round(cpuRates[i]!)])),
+      cpuMs: Object.fromEntries(
+        contenders.map((c) => [c.name, cpu.get(`${task.key}|${c.name}`)!.map(Math.round)]),
+      ),
+      cpuSpeedUp: Object.fromEntries(
+        contenders.slice(1).map((c, i) => [c.name, +(cpuRates[0]! / cpuRates[i + 1]!).toFixed(2)]),
+      ),
     };
   });
   const loadAfter = os.loadavg();
@@ -262,11 +294,18 @@ try {
     ...contenders.map((c) => `${c.name} ${c.commit}`),
     ...contenders.slice(1).map((c) => `x vs ${c.name}`),
   ];
-  const rows = table.map((t) => [
-    t.label,
-    ...contenders.map((c) => t.rates[c.name]!.toLocaleString('en-US')),
-    ...contenders.slice(1).map((c) => `${t.speedUp[c.name]}x`),
-  ]);
+  const rows = [
+    ...table.map((t) => [
+      t.label,
+      ...contenders.map((c) => t.rates[c.name]!.toLocaleString('en-US')),
+      ...contenders.slice(1).map((c) => `${t.speedUp[c.name]}x`),
+    ]),
+    ...table.map((t) => [
+      `${t.label}, per server CPU second`,
+      ...contenders.map((c) => t.cpuRates[c.name]!.toLocaleString('en-US')),
+      ...contenders.slice(1).map((c) => `${t.cpuSpeedUp[c.name]}x`),
+    ]),
+  ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string =>
     cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
