@@ -75,7 +75,9 @@ class BenchServer {
   #platform: FhirPlatform | undefined;
   #servers: http.Server[] = [];
   #origin = '';
+  #superSecret = '';
   #superToken = '';
+  #superTokenAt = 0;
   #probeDir = '';
   readonly #patients = new Map<string, string[]>();
   #sampledPeak = 0;
@@ -146,7 +148,8 @@ class BenchServer {
 
     const secret = randomBytes(24).toString('base64url');
     await ensureSuperAdminClient(this.#storage, { clientId: 'bench-root', clientSecret: secret });
-    this.#superToken = await clientToken(this.#origin, 'bench-root', secret);
+    this.#superSecret = secret;
+    await this.#superAdminToken();
     return {
       origin: this.#origin,
       plainOrigin,
@@ -156,12 +159,25 @@ class BenchServer {
     };
   }
 
+  /**
+   * The super admin's access token, renewed when a minute from expiring (the token endpoint's
+   * default lifetime is 300 s, and a run on a busy machine makes projects later than that).
+   */
+  async #superAdminToken(): Promise<string> {
+    if (this.#superToken === '' || performance.now() - this.#superTokenAt > 240_000) {
+      this.#superTokenAt = performance.now();
+      this.#superToken = await clientToken(this.#origin, 'bench-root', this.#superSecret);
+    }
+    return this.#superToken;
+  }
+
   /** A project through `Project/$init`, and an admin client of it through `$new-client`. */
   async newProject({ name, strict }: Commands['newProject']['args']): Promise<ProjectHandle> {
     const json = { 'content-type': 'application/fhir+json' };
+    const superToken = await this.#superAdminToken();
     const init = await expectJson(201, `${this.#origin}/fhir/R4/Project/$init`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(superToken, json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
@@ -174,7 +190,7 @@ class BenchServer {
     if (!strict) await this.storage.updateProject(projectId, { strictMode: false });
     const client = await expectJson(201, `${this.#origin}/fhir/R4/Project/${projectId}/$new-client`, {
       method: 'POST',
-      headers: bearer(this.#superToken, json),
+      headers: bearer(superToken, json),
       body: JSON.stringify({
         resourceType: 'Parameters',
         parameter: [
