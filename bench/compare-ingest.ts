@@ -4,7 +4,8 @@
  * Each baseline's tree is extracted with `git archive <ref>`, and its own bench server process
  * (`bench/server-process.ts` of that commit, with the command protocol of that commit) runs next
  * to this tree's, both at once. The same client work then goes to every server in turns, the
- * order rotating with each repetition, each run into a fresh project:
+ * order rotating with each repetition, each run into a fresh project of freshly started and
+ * warmed-up servers (see `warmUp`):
  *
  *   - the Synthea sample as transaction Bundles over HTTP into a strict project, one patient
  *     bundle at a time, and with `--txn-concurrency` in flight (`measure-transactions.ts`);
@@ -39,7 +40,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generatePatients } from './dataset.js';
-import { postBundles } from './measure-transactions.js';
+import { postBundles, syntheaBundleFiles } from './measure-transactions.js';
 import { uploadNdjson } from './measure-upload.js';
 import type { ServerProcess } from './server-process.js';
 import { median } from './stats.js';
@@ -214,6 +215,33 @@ if (!values['no-upload'] && patients > 0) {
   }
 }
 
+// Warm-up before each measurement, on every freshly started server, into throwaway projects:
+// the shared Synthea bundles and two patients' (a strict project), and 3 generated patients' lines
+// (a lenient and a strict project), so that loading the R4 definitions, compiling the validators
+// and the JIT are not part of what is measured.
+const warmSynthea = path.join(work, 'warm-synthea');
+const warmNdjson = path.join(work, 'warm.ndjson');
+fs.mkdirSync(warmSynthea);
+if (fs.existsSync(values.synthea)) {
+  const files = syntheaBundleFiles(values.synthea);
+  const shared = files.filter((f) => /^(hospital|practitioner)Information/.test(path.basename(f)));
+  for (const file of [...shared, ...files.slice(shared.length, shared.length + 2)])
+    fs.symlinkSync(file, path.join(warmSynthea, path.basename(file)));
+}
+writeNdjson(warmNdjson, 3);
+
+async function warmUp({ server }: Running): Promise<void> {
+  const fhirBase = `${server.info.origin}/fhir/R4`;
+  if (fs.readdirSync(warmSynthea).length > 0) {
+    const project = await server.call('newProject', { name: 'warm-up-synthea', strict: true });
+    await postBundles(fhirBase, project.token, warmSynthea);
+  }
+  for (const strict of [false, true]) {
+    const project = await server.call('newProject', { name: 'warm-up-upload', strict });
+    await uploadNdjson(fhirBase, project.token, warmNdjson);
+  }
+}
+
 const startedAt = new Date();
 const load = os.loadavg();
 const contenders: Contender[] = [];
@@ -229,12 +257,13 @@ try {
   const resources = new Map<string, number>();
   for (let rep = 0; rep < reps; rep++) {
     for (const task of tasks) {
-      // Fresh servers for each measurement, all running while each takes its turn (the bench
-      // server's own access token expires after a few minutes, and no run inherits another's
-      // store); the order rotates with each repetition so that no server always goes first.
+      // Fresh servers for each measurement, warmed up, all running while each takes its turn (the
+      // bench server's own access token expires after a few minutes in older commits, and no run
+      // inherits another's store); the order rotates with each repetition so that no server always goes first.
       const running: Running[] = [];
       try {
         for (const contender of contenders) running.push(await start(contender));
+        for (const contender of running) await warmUp(contender);
         for (let i = 0; i < running.length; i++) {
           const contender = running[(i + rep) % running.length]!;
           const project = await contender.server.call('newProject', {
