@@ -141,6 +141,11 @@ class BenchServer {
     const app = express();
     app.use(this.#platform.router);
     const platformServer = http.createServer(app);
+    // Longer than the main thread may stay busy with one large Bundle on a loaded machine: Node
+    // runs an expired keep-alive timer before reading the next request already waiting on that
+    // connection, and closes it under the client ("other side closed", seen with 4 Synthea
+    // bundles in flight at load average 11). Hosts behind a proxy raise it likewise.
+    platformServer.keepAliveTimeout = 65_000;
     const plain = plainFileServer();
     this.#servers = [platformServer, plain];
     this.#origin = await listen(platformServer);
