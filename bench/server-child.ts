@@ -135,7 +135,11 @@ class BenchServer {
         // files too. bench/export-files.ts compares the two file stores.
         exportFiles: new DirectoryExportFiles(exportDir),
       },
-      ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
+      // The --large run uploads one 1.3 GiB file: over the default 1 GiB upload limit (413).
+      fhir: {
+        upload: { maxFileSize: 4 * 1024 ** 3 },
+        ...(validator === 'reference' ? { validator: referenceR4Validator() } : {}),
+      },
       // The platform's default (enabled, no journal) unless told to record nothing.
       ...(audit === false ? { audit: { enabled: false } } : {}),
       onError: (error) => console.error('[bench server]', error),
