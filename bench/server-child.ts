@@ -133,7 +133,11 @@ class BenchServer {
         // files too. bench/export-files.ts compares the two file stores.
         exportFiles: new DirectoryExportFiles(exportDir),
       },
-      ...(validator === 'reference' ? { fhir: { validator: referenceR4Validator() } } : {}),
+      // The --large run uploads one 1.3 GiB file: over the default 1 GiB upload limit (413).
+      fhir: {
+        upload: { maxFileSize: 4 * 1024 ** 3 },
+        ...(validator === 'reference' ? { validator: referenceR4Validator() } : {}),
+      },
       // Enabled (with the journal when given: the durable configuration) unless told to record nothing.
       ...(audit === false
         ? { audit: { enabled: false } }
@@ -146,6 +150,11 @@ class BenchServer {
     const app = express();
     app.use(this.#platform.router);
     const platformServer = http.createServer(app);
+    // Longer than the main thread may stay busy with one large Bundle on a loaded machine: Node
+    // runs an expired keep-alive timer before reading the next request already waiting on that
+    // connection, and closes it under the client ("other side closed", seen with 4 Synthea
+    // bundles in flight at load average 11). Hosts behind a proxy raise it likewise.
+    platformServer.keepAliveTimeout = 65_000;
     const plain = plainFileServer();
     this.#servers = [platformServer, plain];
     this.#origin = await listen(platformServer);

@@ -249,7 +249,11 @@ type ResponseEntry = Record<string, unknown> & { [STORED_TEXT]?: string };
  * The response entry of a write. When the store answered the stored text, the entry's `resource`
  * is parsed from it only if someone reads it, and {@link bundleText} splices the text in as is.
  */
-function writeResponseOf(status: string, result: WriteResult, options: BundleProcessingOptions): ResponseEntry {
+function writeResponseOf(
+  status: string,
+  result: WriteResult,
+  options: BundleProcessingOptions,
+): ResponseEntry {
   const { stored } = result;
   if (!stored) return responseOf(status, result.resource, options);
   const { resourceType, id, versionId } = stored;
@@ -272,25 +276,36 @@ function writeResponseOf(status: string, result: WriteResult, options: BundlePro
 }
 
 /**
- * The response Bundle as JSON text: entries written from stored text get that text spliced in
- * (`"resource":<stored JSON>`) instead of a parse and a `JSON.stringify` of the resource.
+ * The response Bundle as UTF-8 JSON: entries written from stored text get that text spliced in
+ * (`"resource":<stored JSON>`) instead of a parse and a `JSON.stringify` of the resource. The
+ * pieces are encoded straight into one buffer (no joined copy of the whole text first).
  */
-export function bundleText(bundle: BundleJson): string {
+export function bundleBytes(bundle: BundleJson): Buffer {
   const { entry, ...head } = bundle;
-  const parts: string[] = [];
+  const headText = JSON.stringify(head);
+  const parts: string[] = [`${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[`];
+  let separator = '';
   for (const e of entry ?? []) {
     const text = (e as ResponseEntry)[STORED_TEXT];
     if (text === undefined) {
-      parts.push(JSON.stringify(e));
-      continue;
+      parts.push(`${separator}${JSON.stringify(e)}`);
+    } else {
+      const { fullUrl, response } = e as { fullUrl: string; response: unknown };
+      parts.push(
+        `${separator}{"fullUrl":${JSON.stringify(fullUrl)},"resource":`,
+        text,
+        `,"response":${JSON.stringify(response)}}`,
+      );
     }
-    const { fullUrl, response } = e as { fullUrl: string; response: unknown };
-    parts.push(
-      `{"fullUrl":${JSON.stringify(fullUrl)},"resource":${text},"response":${JSON.stringify(response)}}`,
-    );
+    separator = ',';
   }
-  const headText = JSON.stringify(head);
-  return `${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[${parts.join(',')}]}`;
+  parts.push(']}');
+  let length = 0;
+  for (const part of parts) length += Buffer.byteLength(part);
+  const bytes = Buffer.allocUnsafe(length);
+  let at = 0;
+  for (const part of parts) at += bytes.write(part, at);
+  return bytes;
 }
 
 async function runGet(

@@ -16,7 +16,7 @@ import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-response
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
-import { bundleText, processBundle } from './batch.js';
+import { bundleBytes, processBundle } from './batch.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {
@@ -53,7 +53,10 @@ function isLargeJson(req: Request, limit: number): boolean {
   if (!(length > limit)) return false;
   const [type, ...params] = (req.headers['content-type'] ?? '').split(';').map((p) => p.trim().toLowerCase());
   if (type !== FHIR_JSON && type !== 'application/json') return false;
-  const charset = params.find((p) => p.startsWith('charset='))?.slice(8).replace(/"/g, '');
+  const charset = params
+    .find((p) => p.startsWith('charset='))
+    ?.slice(8)
+    .replace(/"/g, '');
   const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
   return (charset === undefined || charset === 'utf-8' || charset === 'utf8') && encoding === 'identity';
 }
@@ -220,7 +223,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       ...(activity ? { activity } : {}),
     });
     if (activity) auditActivity(req, res, activity);
-    res.status(200).type(FHIR_JSON).send(bundleText(response));
+    // A Buffer gets no charset from `send`: set it as `send` does for text.
+    res.status(200).set('Content-Type', `${FHIR_JSON}; charset=utf-8`).send(bundleBytes(response));
   }
 
   // --- type level: search, create ---
