@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ExportTask } from '../../src/bulk/export-task.js';
 import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
+import { download } from '../helpers/bulk-export.js';
 import { Relay } from '../helpers/pg-relay.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
@@ -113,19 +114,7 @@ if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
       const manifest = JSON.parse(res.text) as { output: { url: string }[] };
       const ids: string[] = [];
       for (const file of manifest.output) {
-        const body = await request(t.app)
-          .get(new URL(file.url).pathname)
-          .set('Authorization', auth)
-          .buffer(true)
-          .parse((r, cb) => {
-            let text = '';
-            r.setEncoding('utf8');
-            r.on('data', (c: string) => (text += c));
-            r.on('end', () => cb(null, text));
-          });
-        expect(body.status).toBe(200);
-        for (const line of (body.body as string).split('\n').filter(Boolean))
-          ids.push((JSON.parse(line) as { id: string }).id);
+        for (const resource of await download(t.app, auth, file.url)) ids.push(String(resource.id));
       }
       return ids.sort();
     };
