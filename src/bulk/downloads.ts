@@ -108,19 +108,14 @@ export async function sendExportFile(
     reported = true;
     onEnd(outcome);
   };
-  const complete = () => report({ bytes: sent, ...(served !== undefined ? { range: served } : {}) });
+  const reportSent = (error?: string) =>
+    report({ bytes: sent, ...(served !== undefined ? { range: served } : {}), ...(error ? { error } : {}) });
   // HEAD sends no body: nothing was downloaded.
   const audited = onEnd !== undefined && req.method !== 'HEAD';
   if (audited) {
-    res.once('close', () => {
-      if (res.writableFinished) complete();
-      else
-        report({
-          bytes: sent,
-          ...(served !== undefined ? { range: served } : {}),
-          error: 'aborted before the end of the file',
-        });
-    });
+    res.once('close', () =>
+      reportSent(res.writableFinished ? undefined : 'aborted before the end of the file'),
+    );
   }
   res
     .type('application/fhir+ndjson')
@@ -148,7 +143,7 @@ export async function sendExportFile(
       .set('Content-Length', String(range.end - range.start + 1));
   } else res.status(200).set('Content-Length', String(size));
   if (req.method === 'HEAD' || (range === undefined && size === 0 && !gzip)) {
-    if (audited) complete();
+    if (audited) reportSent();
     res.end();
     return;
   }
@@ -162,11 +157,11 @@ export async function sendExportFile(
       new Transform({
         transform(chunk: Buffer, _encoding, callback) {
           sent += chunk.length;
-          if (expected !== undefined && sent >= expected) complete();
+          if (expected !== undefined && sent >= expected) reportSent();
           callback(null, chunk);
         },
         flush(callback) {
-          complete();
+          reportSent();
           callback();
         },
       }),
