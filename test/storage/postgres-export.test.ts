@@ -1,6 +1,8 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
+import { openPostgresExportFiles } from '../../src/storage/postgres/export-files.js';
+import { StorageUnavailableError } from '../../src/storage/errors.js';
 import { LineChunks } from '../../src/storage/postgres/line-chunks.js';
 import type { NdjsonChunk } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
@@ -115,3 +117,26 @@ if (postgresTestsEnabled('PostgreSQL export reads through COPY')) {
     });
   });
 }
+
+describe('PostgreSQL export files with the database gone (no server needed)', () => {
+  it('every read, write and removal fails as StorageUnavailableError (503, transient), never a raw pg error', async () => {
+    // Port 1 on the loopback refuses connections: the database is unreachable.
+    const files = openPostgresExportFiles({ connectionString: 'postgres://postgres@127.0.0.1:1/test' });
+    afterTest(() => files.close());
+    const ref = { projectId: 'p1', jobId: 'j1' };
+    const attempts: [string, () => Promise<unknown>][] = [
+      ['size', () => files.size(ref, 'Patient.ndjson')],
+      ['bytes', () => files.bytes(ref)],
+      ['remove', () => files.remove(ref)],
+      ['read', () => collect(files.read(ref, 'Patient.ndjson'))],
+      ['create', () => files.sink(ref).create('Patient.ndjson')],
+    ];
+    for (const [what, attempt] of attempts) {
+      const error = await attempt().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error, what).toBeInstanceOf(StorageUnavailableError);
+    }
+  });
+});

@@ -74,25 +74,40 @@ export class PostgresExportFiles implements ExportFileStore {
     if (descriptor) this.descriptor = descriptor;
   }
 
+  /**
+   * Runs one statement: a lost database as `StorageUnavailableError` (503, the job fails as
+   * transient), other failures through `mapError` (writes: a deleted job as `ERR_EXPORT_STOPPED`).
+   */
+  private async query<R extends pg.QueryResultRow>(
+    statement: string | pg.QueryConfig,
+    values?: unknown[],
+    mapError: (error: unknown) => unknown = mapPgError,
+  ): Promise<pg.QueryResult<R>> {
+    try {
+      return typeof statement === 'string'
+        ? await this.pool.query<R>(statement, values)
+        : await this.pool.query<R>(statement);
+    } catch (error) {
+      throw mapError(error);
+    }
+  }
+
   sink(ref: ExportFilesRef): ExportFileSink {
     return { create: (name) => this.create(ref, name) };
   }
 
   private async create(ref: ExportFilesRef, name: string): Promise<ExportFileHandle> {
     // FOR SHARE: a claim of the job by another run waits for this insert, then clears the file.
-    const { rows } = await this.pool
-      .query<{ file_id: string }>(
-        `INSERT INTO ${this.s}.export_files (project_id, job_id, name)
+    const { rows } = await this.query<{ file_id: string }>(
+      `INSERT INTO ${this.s}.export_files (project_id, job_id, name)
          SELECT project_id, id, $3 FROM ${this.s}.export_jobs
           WHERE project_id = $1 AND id = $2 AND status IN ('accepted', 'in-progress')
             AND ($4::text IS NULL OR lease_owner = $4)
           FOR SHARE
          RETURNING file_id`,
-        [ref.projectId, ref.jobId, name, ref.run ?? null],
-      )
-      .catch((error: unknown) => {
-        throw mapWriteError(error);
-      });
+      [ref.projectId, ref.jobId, name, ref.run ?? null],
+      mapWriteError,
+    );
     const fileId = rows[0]?.file_id;
     if (fileId === undefined) throw stopped();
     let pending: Buffer[] = [];
@@ -104,16 +119,11 @@ export class PostgresExportFiles implements ExportFileStore {
       pending = [];
       const len = pendingBytes;
       pendingBytes = 0;
-      await this.pool
-        .query(`INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`, [
-          fileId,
-          written,
-          len,
-          data,
-        ])
-        .catch((error: unknown) => {
-          throw mapWriteError(error);
-        });
+      await this.query(
+        `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
+        [fileId, written, len, data],
+        mapWriteError,
+      );
       written += len;
     };
     return {
@@ -126,30 +136,23 @@ export class PostgresExportFiles implements ExportFileStore {
       },
       commit: async () => {
         await flush();
-        const { rowCount } = await this.pool
-          .query(`UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`, [
-            fileId,
-            written,
-          ])
-          .catch((error: unknown) => {
-            throw mapWriteError(error);
-          });
+        const { rowCount } = await this.query(
+          `UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`,
+          [fileId, written],
+          mapWriteError,
+        );
         if (rowCount === 0) throw stopped();
       },
       abort: async () => {
         pending = [];
         pendingBytes = 0;
-        await this.pool
-          .query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId])
-          .catch((error: unknown) => {
-            throw mapPgError(error);
-          });
+        await this.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
       },
     };
   }
 
   private async file(ref: ExportFilesRef, name: string): Promise<{ id: string; size: number } | undefined> {
-    const { rows } = await this.pool.query<{ file_id: string; size: string }>(
+    const { rows } = await this.query<{ file_id: string; size: string }>(
       `SELECT file_id, size FROM ${this.s}.export_files
         WHERE project_id = $1 AND job_id = $2 AND name = $3 AND complete
         ORDER BY file_id LIMIT 1`,
@@ -183,7 +186,7 @@ export class PostgresExportFiles implements ExportFileStore {
         binary: true,
         types: RAW_BINARY,
       };
-      const { rows } = await this.pool.query<{ start: Buffer; data: Buffer }>(config);
+      const { rows } = await this.query<{ start: Buffer; data: Buffer }>(config);
       const row = rows[0];
       if (!row) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
       const off = Number(row.start.toString());
@@ -195,7 +198,7 @@ export class PostgresExportFiles implements ExportFileStore {
   }
 
   async bytes(ref: ExportFilesRef): Promise<number> {
-    const { rows } = await this.pool.query<{ total: string }>(
+    const { rows } = await this.query<{ total: string }>(
       `SELECT coalesce(sum(size), 0) AS total FROM ${this.s}.export_files
         WHERE project_id = $1 AND job_id = $2 AND complete`,
       [ref.projectId, ref.jobId],
@@ -204,14 +207,10 @@ export class PostgresExportFiles implements ExportFileStore {
   }
 
   async remove(ref: ExportFilesRef): Promise<void> {
-    await this.pool
-      .query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
-        ref.projectId,
-        ref.jobId,
-      ])
-      .catch((error: unknown) => {
-        throw mapPgError(error);
-      });
+    await this.query(`DELETE FROM ${this.s}.export_files WHERE project_id = $1 AND job_id = $2`, [
+      ref.projectId,
+      ref.jobId,
+    ]);
   }
 
   async close(): Promise<void> {
