@@ -23,9 +23,11 @@ export async function startServer(
 ): Promise<ServerProcess> {
   const { profileDir, ...open } = options;
   const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+  // Extra V8/Node flags for the server process only (e.g. `--trace-gc`), for investigations.
+  const extra = (process.env.FPK_BENCH_SERVER_FLAGS ?? '').split(/\s+/).filter((flag) => flag !== '');
   const child: ChildProcess = fork(CHILD, [], {
     cwd: ROOT,
-    execArgv: ['--import', 'tsx', '--expose-gc', ...profile],
+    execArgv: ['--import', 'tsx', '--expose-gc', ...profile, ...extra],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   let next = 1;

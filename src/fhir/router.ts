@@ -223,8 +223,13 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       ...(activity ? { activity } : {}),
     });
     if (activity) auditActivity(req, res, activity);
-    // A Buffer gets no charset from `send`: set it as `send` does for text.
-    res.status(200).set('Content-Type', `${FHIR_JSON}; charset=utf-8`).send(bundleBytes(response));
+    // Ended directly, not through `send`: an ETag of a transaction's answer means nothing, and
+    // hashing a response of many megabytes took as long as encoding it.
+    const bytes = bundleBytes(response);
+    res
+      .status(200)
+      .set({ 'Content-Type': `${FHIR_JSON}; charset=utf-8`, 'Content-Length': String(bytes.length) });
+    res.end(bytes);
   }
 
   // --- type level: search, create ---

@@ -30,17 +30,21 @@ export function jsonNestingExceeds(json: string | Uint8Array, maxDepth: number):
   return typeof json === 'string' ? textExceeds(json, maxDepth) : bytesExceeds(json, maxDepth);
 }
 
-// Two copies of one loop, so that each stays monomorphic (string or byte reads). Strings are
-// skipped with the native `indexOf`, so the loop itself only visits the structure.
+// Two copies of one loop, so that each stays monomorphic (string or byte reads). A string is
+// skipped in the same loop (a backslash skips the character after it): most JSON strings are a few
+// characters long, for which a call to the native `indexOf` per string costs more than it saves.
 function textExceeds(text: string, maxDepth: number): boolean {
+  const n = text.length;
   let depth = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
+  let i = 0;
+  while (i < n) {
+    const c = text.charCodeAt(i++);
     if (c === QUOTE) {
-      let end = text.indexOf('"', i + 1);
-      while (end !== -1 && escapedInText(text, i, end)) end = text.indexOf('"', end + 1);
-      if (end === -1) return false;
-      i = end;
+      while (i < n) {
+        const d = text.charCodeAt(i++);
+        if (d === QUOTE) break;
+        if (d === BACKSLASH) i++;
+      }
     } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
       if (++depth > maxDepth) return true;
     } else if ((c === CLOSE_BRACE || c === CLOSE_BRACKET) && depth > 0) depth--;
@@ -49,32 +53,22 @@ function textExceeds(text: string, maxDepth: number): boolean {
 }
 
 function bytesExceeds(bytes: Uint8Array, maxDepth: number): boolean {
+  const n = bytes.length;
   let depth = 0;
-  for (let i = 0; i < bytes.length; i++) {
-    const c = bytes[i]!;
+  let i = 0;
+  while (i < n) {
+    const c = bytes[i++]!;
     if (c === QUOTE) {
-      let end = bytes.indexOf(QUOTE, i + 1);
-      while (end !== -1 && escapedInBytes(bytes, i, end)) end = bytes.indexOf(QUOTE, end + 1);
-      if (end === -1) return false;
-      i = end;
+      while (i < n) {
+        const d = bytes[i++]!;
+        if (d === QUOTE) break;
+        if (d === BACKSLASH) i++;
+      }
     } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
       if (++depth > maxDepth) return true;
     } else if ((c === CLOSE_BRACE || c === CLOSE_BRACKET) && depth > 0) depth--;
   }
   return false;
-}
-
-/** Whether the quote at `at` is escaped: an odd run of backslashes before it (after `start`). */
-function escapedInText(text: string, start: number, at: number): boolean {
-  let k = at - 1;
-  while (k > start && text.charCodeAt(k) === BACKSLASH) k--;
-  return (at - 1 - k) % 2 === 1;
-}
-
-function escapedInBytes(bytes: Uint8Array, start: number, at: number): boolean {
-  let k = at - 1;
-  while (k > start && bytes[k] === BACKSLASH) k--;
-  return (at - 1 - k) % 2 === 1;
 }
 
 /** Checks a `maxJsonDepth` option: a positive integer, or the default when absent. */

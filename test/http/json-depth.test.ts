@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import express from 'express';
 import fc from 'fast-check';
 import request from 'supertest';
@@ -93,5 +94,47 @@ describe('jsonBody depth limit', () => {
     expect(ok.body.received).toEqual(JSON.parse(tricky));
     const deep = await post(app('fhir'), utf16(nested(101)), 'application/json; charset=utf-16le');
     expect(deep.status).toBe(400);
+  });
+
+  it('decodes ASCII, multi-byte UTF-8, a byte order mark and gzip alike; refuses other charsets', async () => {
+    const value = { name: 'Zoë 😀 José', n: [1, 2, { deep: 'ü' }], plain: 'ascii only' };
+    const text = JSON.stringify(value);
+    expect((await post(app('fhir'), text)).body.received).toEqual(value);
+    expect((await post(app('fhir'), '{"plain":"ascii"}')).body.received).toEqual({ plain: 'ascii' });
+    const bom = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(text)]);
+    expect((await post(app('fhir'), bom)).body.received).toEqual(value);
+    const charsetUtf8 = await post(app('fhir'), text, 'application/json; charset="UTF-8"');
+    expect(charsetUtf8.body.received).toEqual(value);
+    const gzipped = await request(app('fhir'))
+      .post('/')
+      .set('Content-Type', 'application/json')
+      .set('Content-Encoding', 'gzip')
+      .serialize((b: unknown) => b as string)
+      .send(gzipSync(Buffer.from(text)) as unknown as string);
+    expect(gzipped.body.received).toEqual(value);
+    for (const charset of ['latin1', 'utf8', 'utf-32']) {
+      const refused = await post(app('fhir'), text, `application/json; charset=${charset}`);
+      expect(refused.status, charset).toBe(415);
+      expect(refused.body.resourceType).toBe('OperationOutcome');
+    }
+  });
+
+  it('answers 400 for text that is not JSON, in each protocol, and reads an empty chunked body as {}', async () => {
+    for (const bad of ['{"a":', 'nope', '   ', '{"a":1}x']) {
+      const fhir = await post(app('fhir'), bad);
+      expect(fhir.status, bad).toBe(400);
+      expect(fhir.body).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'invalid' }] });
+      const scim = await post(app('scim'), bad);
+      expect(scim.status, bad).toBe(400);
+      expect(scim.body).toMatchObject({ status: '400', scimType: 'invalidSyntax' });
+    }
+    const empty = await request(app('fhir'))
+      .post('/')
+      .set('Content-Type', 'application/json')
+      .set('Transfer-Encoding', 'chunked')
+      .serialize(() => '')
+      .send('');
+    expect(empty.status).toBe(200);
+    expect(empty.body.received).toEqual({});
   });
 });
