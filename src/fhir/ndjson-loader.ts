@@ -1,7 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import { errorOutcome, type ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../http/json-depth.js';
+import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import type { RequestActivity } from './audit-activity.js';
 import { authorize, type FhirContext } from './interactions.js';
@@ -136,14 +136,14 @@ export async function loadNdjson(
       if (trimmed.length > maxLineLength) {
         throw new FhirError(413, 'too-costly', `The line is longer than ${maxLineLength} characters`);
       }
-      if (jsonNestingExceeds(trimmed, maxJsonDepth)) {
-        throw new FhirError(400, 'structure', `The line nests JSON deeper than ${maxJsonDepth} levels`);
-      }
       let parsed: unknown;
       try {
         parsed = JSON.parse(trimmed);
       } catch {
         throw new FhirError(400, 'structure', 'The line is not valid JSON');
+      }
+      if (valueNestingExceeds(parsed, maxJsonDepth)) {
+        throw new FhirError(400, 'structure', `The line nests JSON deeper than ${maxJsonDepth} levels`);
       }
       const resource = withoutServerMeta(checkResource(parsed));
       const write: ResourceWrite =

@@ -1,7 +1,7 @@
 import { isAscii } from 'node:buffer';
 import express, { type Request, type RequestHandler } from 'express';
 import { HttpError } from './http-error.js';
-import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from './json-depth.js';
+import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from './json-depth.js';
 
 export interface JsonBodyOptions {
   /** Media types accepted (without parameters). */
@@ -60,7 +60,7 @@ class BodyParseError extends SyntaxError {
 /**
  * Parses a JSON body of one of `types`; a body of another media type answers 415, a charset other
  * than `utf-*` 415, a malformed one 400, one nested deeper than `maxDepth` 400 (`ERR_JSON_TOO_DEEP`,
- * checked on the raw bytes before parsing), an oversized one 413 (rendered by the router's error
+ * checked on the parsed value before any other code walks it), an oversized one 413 (rendered by the router's error
  * handler). Requests without a body pass through with `req.body` undefined. The bytes are read
  * (and inflated) by body-parser's raw reader, which also enforces the limit; decoding and parsing
  * are done here, once, on the whole body.
@@ -72,19 +72,20 @@ export function jsonBody(options: JsonBodyOptions): RequestHandler {
   const parse = (req: Request, charset: string): void => {
     const buf = req.body as unknown;
     if (!Buffer.isBuffer(buf)) return;
-    const utf8 = charset === 'utf-8';
     const text = decodeBody(buf, charset);
-    if (jsonNestingExceeds(utf8 ? buf : text, maxDepth)) throw jsonTooDeep(maxDepth);
     if (text.length === 0) {
       // An empty body (a chunked request that sent nothing) reads as an empty object, as before.
       req.body = {};
       return;
     }
+    let value: unknown;
     try {
-      req.body = JSON.parse(text) as unknown;
+      value = JSON.parse(text);
     } catch (error) {
       throw new BodyParseError((error as Error).message, { cause: error });
     }
+    if (valueNestingExceeds(value, maxDepth)) throw jsonTooDeep(maxDepth);
+    req.body = value;
   };
   return (req, res, next) => {
     const length = req.headers['content-length'];

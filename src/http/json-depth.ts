@@ -1,8 +1,10 @@
 /**
- * Nesting-depth limit for untrusted JSON. `JSON.parse` itself copes with any depth, but every
- * recursive walk afterwards (structure validation, `JSON.stringify`, `structuredClone`, reference
- * rewriting) overflows the stack a few thousand levels down. Checking the raw text first keeps such
- * documents out: one pass, no recursion, no allocation.
+ * Nesting-depth limit for untrusted JSON. `JSON.parse` itself copes with any depth (V8's parser is
+ * not recursive), but every recursive walk afterwards (structure validation, `JSON.stringify`,
+ * `structuredClone`, reference rewriting) overflows the stack a few thousand levels down. Such
+ * documents are kept out either by a scan of the raw text (no recursion, no allocation: for text that
+ * is not parsed here) or, for text that is parsed anyway, by a walk of the parsed value that stops
+ * at the limit (about a sixth of the scan's time on FHIR JSON: it visits values, not bytes).
  */
 
 import { positiveInteger } from './options.js';
@@ -28,6 +30,33 @@ const CLOSE_BRACE = 0x7d;
  */
 export function jsonNestingExceeds(json: string | Uint8Array, maxDepth: number): boolean {
   return typeof json === 'string' ? textExceeds(json, maxDepth) : bytesExceeds(json, maxDepth);
+}
+
+/**
+ * True when a parsed JSON value nests objects/arrays deeper than `maxDepth` (the same measure as
+ * {@link jsonNestingExceeds}: `{}` is depth 1). The recursion stops at `maxDepth`, so it never goes
+ * deeper than the limit whatever the value.
+ */
+export function valueNestingExceeds(value: unknown, maxDepth: number): boolean {
+  return typeof value === 'object' && value !== null && containerExceeds(value, maxDepth - 1);
+}
+
+/** Whether `container` (itself within the limit when `left >= 0`) holds anything too deep. */
+function containerExceeds(container: object, left: number): boolean {
+  if (left < 0) return true;
+  if (Array.isArray(container)) {
+    for (let i = 0; i < container.length; i++) {
+      const item: unknown = container[i];
+      if (typeof item === 'object' && item !== null && containerExceeds(item, left - 1)) return true;
+    }
+    return false;
+  }
+  const record = container as Record<string, unknown>;
+  for (const key in record) {
+    const item = record[key];
+    if (typeof item === 'object' && item !== null && containerExceeds(item, left - 1)) return true;
+  }
+  return false;
 }
 
 // Two copies of one loop, so that each stays monomorphic (string or byte reads). A string is

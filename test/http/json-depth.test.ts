@@ -5,33 +5,34 @@ import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { jsonBody } from '../../src/http/body.js';
 import { fhirErrorHandler, scimErrorHandler } from '../../src/http/error-rendering.js';
-import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds } from '../../src/http/json-depth.js';
+import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds, valueNestingExceeds } from '../../src/http/json-depth.js';
 
 const nested = (depth: number) =>
   `${'{"a":['.repeat(depth >> 1)}${depth % 2 ? '{}' : ''}${']}'.repeat(depth >> 1)}`;
 const both = (text: string, max: number) => [
   jsonNestingExceeds(text, max),
   jsonNestingExceeds(Buffer.from(text, 'utf8'), max),
+  valueNestingExceeds(JSON.parse(text) as unknown, max),
 ];
 
 describe('jsonNestingExceeds', () => {
   it('counts objects and arrays, up to and over the limit', () => {
-    expect(both('1', 1)).toEqual([false, false]);
-    expect(both('{}', 1)).toEqual([false, false]);
-    expect(both('[{}]', 1)).toEqual([true, true]);
+    expect(both('1', 1)).toEqual([false, false, false]);
+    expect(both('{}', 1)).toEqual([false, false, false]);
+    expect(both('[{}]', 1)).toEqual([true, true, true]);
     for (const depth of [1, 2, 7, 100]) {
-      expect(both(nested(depth), depth)).toEqual([false, false]);
-      expect(both(nested(depth + 1), depth)).toEqual([true, true]);
+      expect(both(nested(depth), depth)).toEqual([false, false, false]);
+      expect(both(nested(depth + 1), depth)).toEqual([true, true, true]);
     }
     // Siblings do not add up.
-    expect(both(`[${'[[]],'.repeat(1000)}[]]`, 3)).toEqual([false, false]);
+    expect(both(`[${'[[]],'.repeat(1000)}[]]`, 3)).toEqual([false, false, false]);
   });
 
   it('ignores brackets inside strings, escaped quotes included', () => {
-    expect(both('{"a":"[[[{{{"}', 1)).toEqual([false, false]);
-    expect(both('{"a":"\\"[[[","b":"\\\\"}', 1)).toEqual([false, false]);
-    expect(both('{"a":"\\\\","b":[[]]}', 2)).toEqual([true, true]);
-    expect(both('{"é€😀[":"ü[[["}', 1)).toEqual([false, false]);
+    expect(both('{"a":"[[[{{{"}', 1)).toEqual([false, false, false]);
+    expect(both('{"a":"\\"[[[","b":"\\\\"}', 1)).toEqual([false, false, false]);
+    expect(both('{"a":"\\\\","b":[[]]}', 2)).toEqual([true, true, true]);
+    expect(both('{"é€😀[":"ü[[["}', 1)).toEqual([false, false, false]);
   });
 
   it('agrees with the depth of the parsed value for any JSON text', () => {
@@ -40,7 +41,7 @@ describe('jsonNestingExceeds', () => {
     fc.assert(
       fc.property(fc.json({ depthSize: 'large' }), fc.integer({ min: 0, max: 12 }), (text, max) => {
         const expected = depthOf(JSON.parse(text)) > max;
-        expect(both(text, max)).toEqual([expected, expected]);
+        expect(both(text, max)).toEqual([expected, expected, expected]);
       }),
       { numRuns: 500 },
     );
@@ -50,8 +51,17 @@ describe('jsonNestingExceeds', () => {
     expect(jsonNestingExceeds('['.repeat(1_000_000), 1_000_000)).toBe(false);
     expect(jsonNestingExceeds('['.repeat(1_000_001), 1_000_000)).toBe(true);
     // Stray closers do not buy extra depth.
-    expect(both(']]]]]][[', 1)).toEqual([true, true]);
-    expect(both('"unterminated [[[', 1)).toEqual([false, false]);
+    expect(jsonNestingExceeds(']]]]]][[', 1)).toBe(true);
+    expect(jsonNestingExceeds('"unterminated [[[', 1)).toBe(false);
+  });
+
+  it('walks a parsed value no deeper than the limit, however deep the value', () => {
+    const deep = JSON.parse(`${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}`) as unknown;
+    expect(valueNestingExceeds(deep, DEFAULT_MAX_JSON_DEPTH)).toBe(true);
+    const moderate = JSON.parse(`${'['.repeat(5000)}${']'.repeat(5000)}`) as unknown;
+    expect([valueNestingExceeds(moderate, 4999), valueNestingExceeds(moderate, 5000)]).toEqual([true, false]);
+    expect(valueNestingExceeds({ a: [1, 'x', null, { b: {} }] }, 4)).toBe(false);
+    expect(valueNestingExceeds({ a: [1, 'x', null, { b: {} }] }, 3)).toBe(true);
   });
 });
 
