@@ -56,3 +56,39 @@ describe('memoryStorage', () => {
     await storage.close();
   });
 });
+
+describe('the in-transaction write check (engine stores)', () => {
+  const code = (error: unknown) => (error as { code?: string }).code;
+  const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
+
+  it('refuses a store write inside every transaction, waits an outside write, and stays off between', async () => {
+    const storage = memoryStorage();
+    for (let round = 0; round < 3; round++) {
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const done = storage.transaction(async (tx) => {
+        await gate;
+        const inside = await storage.createResource('p1', { resourceType: 'Patient' }).then(
+          () => 'ok',
+          (error: unknown) => code(error),
+        );
+        expect(inside).toBe('ERR_STORAGE_IN_TRANSACTION');
+        await tx.createResource('p1', { resourceType: 'Patient', id: `tx-${round}` });
+      });
+      await tick();
+      // A write from another request while the transaction is open waits for it (not refused).
+      const outside = storage.createResource('p1', { resourceType: 'Patient', id: `outside-${round}` });
+      release();
+      await done;
+      expect(await outside).toMatchObject({ id: `outside-${round}` });
+      // Between transactions, plain writes from any async context go through.
+      await tick();
+      await Promise.all(
+        [1, 2].map((i) => storage.createResource('p1', { resourceType: 'Patient', id: `r${round}-${i}` })),
+      );
+    }
+    const page = await storage.searchResources('p1', 'Patient', {});
+    expect(page.total).toBe(3 * 4);
+    await storage.close();
+  });
+});
