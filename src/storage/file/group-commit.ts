@@ -242,13 +242,16 @@ export class GroupCommit {
     for (const p of pending) starts.set(p.log, p.log.size);
     let commitEnd: number | undefined;
     try {
-      // allSettled: no append or sync may still be running when a failure is undone.
+      // Each log is synced as soon as its own append is done (one wait for all, not one for the
+      // appends and another for the syncs). allSettled: no append or sync may still be running
+      // when a failure is undone.
+      const sync = this.files.sync;
       await settleAll(
-        pending.map((p) =>
-          p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes)),
-        ),
+        pending.map(async (p) => {
+          await p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes));
+          if (sync) await p.log.sync();
+        }),
       );
-      if (this.files.sync) await settleAll(pending.map((p) => p.log.sync()));
       if (!batch.directory.changed) {
         commitEnd = this.commitLog.end;
         await this.commitLog.append(seq);
