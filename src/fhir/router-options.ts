@@ -27,7 +27,7 @@ export interface FhirRouterOptions extends CommonRouterOptions {
   /**
    * Deepest nesting of objects and arrays accepted in a JSON body (a resource or a Bundle) and in
    * each line of an NDJSON upload; deeper JSON answers 400 (or is a rejected line), checked on the
-   * raw text before parsing.
+   * parsed value before any other code walks it.
    * @default 100
    */
   maxJsonDepth?: number;

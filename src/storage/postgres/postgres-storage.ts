@@ -200,6 +200,9 @@ class PostgresStorage extends PostgresOperations implements Storage {
     );
   }
 
+  /** Transaction functions running now (the scope is disabled when none is). */
+  private openTransactions = 0;
+
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
     return this.lifecycle.track(async () => {
       if (this.scope.getStore()?.open) {
@@ -214,12 +217,16 @@ class PostgresStorage extends PostgresOperations implements Storage {
         await client.query('BEGIN');
         const marker: TransactionMarker = { open: true };
         let result: T;
+        this.openTransactions++;
         try {
           result = await this.scope.run(marker, () =>
             fn(new PostgresOperations(exec, this.s, this.compartment, true)),
           );
         } finally {
           marker.open = false;
+          // On Node 20 an enabled AsyncLocalStorage makes every promise of the process run a hook:
+          // enabled only while a transaction function runs (`run` enables it again).
+          if (--this.openTransactions === 0) this.scope.disable();
         }
         await exec.end();
         exec.assertCommittable();
