@@ -27,17 +27,33 @@ function hex(value: number, width: number): string {
   return value.toString(16).padStart(width, '0');
 }
 
+const SPACE = 0x20;
+const ZERO = 0x30;
+const HEX_DIGITS = Buffer.from('0123456789abcdef', 'latin1');
+
+/** Writes `value` as `width` lowercase hex digits at `at` (as `hex`, without making a string). */
+function putHex(buf: Buffer, at: number, value: number, width: number): void {
+  let rest = value;
+  for (let i = at + width - 1; i >= at; i--) {
+    const digit = rest % 16;
+    buf[i] = HEX_DIGITS[digit]!;
+    rest = (rest - digit) / 16;
+  }
+}
+
 export function encodeRecord(seq: number, lastUpdatedMicros: number, op: RecordOp, json: string): Buffer {
   const jsonLength = Buffer.byteLength(json);
   const buf = Buffer.allocUnsafe(HEADER_LENGTH + jsonLength + 1);
-  buf.write(
-    `00000000 ${hex(seq, SEQ_WIDTH)} ${'0'.repeat(SUPERSEDED_WIDTH)} ${hex(lastUpdatedMicros, LAST_UPDATED_WIDTH)} ${op} `,
-    0,
-    'latin1',
-  );
-  buf.write(json, HEADER_LENGTH, 'utf8');
+  // The header written byte by byte: a record is encoded for every resource written.
+  buf.fill(ZERO, 0, HEADER_LENGTH);
+  for (const at of [SEQ_AT - 1, SUPERSEDED_AT - 1, LAST_UPDATED_AT - 1, OP_AT - 1, OP_AT + 1])
+    buf[at] = SPACE;
+  putHex(buf, SEQ_AT, seq, SEQ_WIDTH);
+  putHex(buf, LAST_UPDATED_AT, lastUpdatedMicros, LAST_UPDATED_WIDTH);
+  buf[OP_AT] = op.charCodeAt(0);
+  buf.write(json, HEADER_LENGTH, jsonLength === json.length ? 'latin1' : 'utf8');
   buf[buf.length - 1] = NEWLINE;
-  buf.write(hex(recordCrc(buf, 0, buf.length), 8), 0, 'latin1');
+  putHex(buf, 0, recordCrc(buf, 0, buf.length), 8);
   return buf;
 }
 

@@ -1,0 +1,44 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  encodeRecord,
+  HEADER_LENGTH,
+  isValidRecord,
+  readLastUpdated,
+  readSeq,
+  readSuperseded,
+  recordCrc,
+} from '../../src/storage/file/record.js';
+
+const hex = (value: number, width: number) => value.toString(16).padStart(width, '0');
+
+describe('encodeRecord', () => {
+  it('writes the documented header, the JSON as UTF-8 and a CRC that checks, for any input', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 2 ** 48 - 1 }),
+        fc.integer({ min: 0, max: 2 ** 52 - 1 }),
+        fc.constantFrom('C' as const, 'U' as const, 'D' as const),
+        fc.oneof(
+          fc.json(),
+          fc.string({ unit: 'binary' }).map((s) => JSON.stringify({ s })),
+        ),
+        (seq, micros, op, json) => {
+          const buf = encodeRecord(seq, micros, op, json);
+          const crc = recordCrc(buf, 0, buf.length);
+          const header = `${hex(crc, 8)} ${hex(seq, 12)} ${'0'.repeat(12)} ${hex(micros, 13)} ${op} `;
+          expect(buf.toString('latin1', 0, HEADER_LENGTH)).toBe(header);
+          expect(buf.toString('utf8', HEADER_LENGTH, buf.length - 1)).toBe(json);
+          expect(buf[buf.length - 1]).toBe(0x0a);
+          expect(isValidRecord(buf, 0, buf.length)).toBe(true);
+          expect([readSeq(buf, 0), readLastUpdated(buf, 0), readSuperseded(buf, 0)]).toEqual([
+            seq,
+            micros,
+            0,
+          ]);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
