@@ -219,8 +219,18 @@ export class BaseState implements StateView {
         return;
       case 'resource-put':
       case 'resource-delete': {
-        const { json: _json, ...entry } = m.entry;
-        this.putEntry(m.projectId, { ...entry, ref });
+        // One literal (not a rest copy then a spread): an index entry is made for every write.
+        const e = m.entry;
+        this.putEntry(m.projectId, {
+          resourceType: e.resourceType,
+          id: e.id,
+          versionId: e.versionId,
+          lastUpdatedMicros: e.lastUpdatedMicros,
+          deleted: e.deleted,
+          patients: e.patients,
+          identifiers: e.identifiers,
+          ref,
+        });
         return;
       }
       default:
