@@ -9,6 +9,7 @@ import type {
   Storage,
   StorageOperations,
   StoredResource,
+  StoredText,
   WriteResult,
 } from '../storage/types.js';
 import {
@@ -241,39 +242,55 @@ function responseOf(
   };
 }
 
-/** Marks a response entry whose `resource` is the stored JSON text held under this key. */
-const STORED_TEXT = Symbol('storedText');
-
-type ResponseEntry = Record<string, unknown> & { [STORED_TEXT]?: string };
+/** What a written entry's `fullUrl` and `response` are made of; checked before they are written unescaped. */
+const PLAIN_FIELDS = /^[A-Za-z0-9\-.:+/]+$/;
 
 /**
- * The response entry of a write. When the store answered the stored text, the entry's `resource`
- * is parsed from it only if someone reads it, and {@link bundleText} splices the text in as is.
+ * The response entry of a write whose stored JSON text the store answered: {@link bundleBytes}
+ * splices that text in, and writes `fullUrl` and `response` from their parts, without making the
+ * objects. `toJSON` gives the same entry as FHIR JSON (the resource parsed from the text) for any
+ * other reader.
  */
+class WrittenEntry {
+  constructor(
+    readonly status: string,
+    readonly baseUrl: string,
+    readonly stored: StoredText,
+    private readonly result: WriteResult,
+    readonly withResource: boolean,
+  ) {}
+
+  /** True when the type, id, version and instant need no JSON escaping (always, from the stores). */
+  get plain(): boolean {
+    const { resourceType, id, versionId, lastUpdated } = this.stored;
+    return PLAIN_FIELDS.test(`${resourceType}/${id}/${versionId}/${lastUpdated}`);
+  }
+
+  toJSON(): Record<string, unknown> {
+    const { resourceType, id, versionId, lastUpdated } = this.stored;
+    return {
+      fullUrl: `${this.baseUrl}/${resourceType}/${id}`,
+      ...(this.withResource ? { resource: this.result.resource } : {}),
+      response: {
+        status: this.status,
+        location: `${resourceType}/${id}/_history/${versionId}`,
+        etag: etagOf(versionId),
+        lastModified: lastUpdated,
+      },
+    };
+  }
+}
+
+/** The response entry of a write (see {@link WrittenEntry}). */
 function writeResponseOf(
   status: string,
   result: WriteResult,
   options: BundleProcessingOptions,
-): ResponseEntry {
+): Record<string, unknown> {
   const { stored } = result;
   if (!stored) return responseOf(status, result.resource, options);
-  const { resourceType, id, versionId } = stored;
-  const entry: ResponseEntry = { fullUrl: `${options.baseUrl}/${resourceType}/${id}` };
-  if (!options.returnMinimal) {
-    Object.defineProperty(entry, 'resource', {
-      enumerable: true,
-      configurable: true,
-      get: () => result.resource,
-    });
-    Object.defineProperty(entry, STORED_TEXT, { value: stored.json });
-  }
-  entry.response = {
-    status,
-    location: `${resourceType}/${id}/_history/${versionId}`,
-    etag: etagOf(versionId),
-    lastModified: stored.lastUpdated,
-  };
-  return entry;
+  const entry = new WrittenEntry(status, options.baseUrl, stored, result, !options.returnMinimal);
+  return entry as unknown as Record<string, unknown>;
 }
 
 /**
@@ -286,17 +303,22 @@ export function bundleBytes(bundle: BundleJson): Buffer {
   const headText = JSON.stringify(head);
   const parts: string[] = [`${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[`];
   let separator = '';
+  let base = { url: '', json: '' };
   for (const e of entry ?? []) {
-    const text = (e as ResponseEntry)[STORED_TEXT];
-    if (text === undefined) {
-      parts.push(`${separator}${JSON.stringify(e)}`);
-    } else {
-      const { fullUrl, response } = e as { fullUrl: string; response: unknown };
+    if (e instanceof WrittenEntry && e.plain) {
+      // `"<base>/` escaped once for all the entries of one base.
+      if (base.url !== e.baseUrl || base.json === '')
+        base = { url: e.baseUrl, json: JSON.stringify(`${e.baseUrl}/`).slice(0, -1) };
+      const { resourceType, id, versionId, lastUpdated } = e.stored;
+      const path = `${resourceType}/${id}`;
+      parts.push(`${separator}{"fullUrl":${base.json}${path}"${e.withResource ? ',"resource":' : ''}`);
+      if (e.withResource) parts.push(e.stored.json);
       parts.push(
-        `${separator}{"fullUrl":${JSON.stringify(fullUrl)},"resource":`,
-        text,
-        `,"response":${JSON.stringify(response)}}`,
+        `,"response":{"status":"${e.status}","location":"${path}/_history/${versionId}",` +
+          `"etag":"W/\\"${versionId}\\"","lastModified":"${lastUpdated}"}}`,
       );
+    } else {
+      parts.push(`${separator}${JSON.stringify(e)}`);
     }
     separator = ',';
   }

@@ -505,6 +505,58 @@ describe('batch and transaction', () => {
     expect(search.body.total).toBe(1);
   });
 
+  it('answers each write with fullUrl, the stored resource and its response, escaped and in order', async () => {
+    const baseUrl = 'https://example.org/fhir "R4" é';
+    const escaped = await createTestApp({ baseUrl });
+    await request(escaped.app)
+      .put(`${BASE}/Patient/kept`)
+      .set('Authorization', auth())
+      .send(patient({ id: 'kept' }));
+    for (const [type, prefer] of [
+      ['transaction', undefined],
+      ['batch', undefined],
+      ['transaction', 'return=minimal'],
+    ] as const) {
+      const post = request(escaped.app).post(BASE).set('Authorization', auth());
+      if (prefer) post.set('Prefer', prefer);
+      const res = await post.send(
+        transaction(
+          [
+            {
+              fullUrl: 'urn:uuid:1',
+              resource: patient({ name: [{ family: 'Zoë "Q"' }] }),
+              request: { method: 'POST', url: 'Patient' },
+            },
+            {
+              resource: patient({ id: 'kept', active: true }),
+              request: { method: 'PUT', url: 'Patient/kept' },
+            },
+          ],
+          type,
+        ),
+      );
+      expect(res.status).toBe(200);
+      type Answered = { fullUrl: string; resource?: unknown; response: Record<string, unknown> };
+      for (const [i, entry] of (res.body.entry as Answered[]).entries()) {
+        expect(Object.keys(entry)).toEqual(
+          prefer ? ['fullUrl', 'response'] : ['fullUrl', 'resource', 'response'],
+        );
+        expect(Object.keys(entry.response)).toEqual(['status', 'location', 'etag', 'lastModified']);
+        const id = i === 0 ? entry.fullUrl.split('/').pop()! : 'kept';
+        expect(entry.fullUrl).toBe(`${baseUrl}${BASE}/Patient/${id}`);
+        const read = await request(escaped.app).get(`${BASE}/Patient/${id}`).set('Authorization', auth());
+        const { versionId, lastUpdated } = read.body.meta as { versionId: string; lastUpdated: string };
+        expect(entry.response).toEqual({
+          status: i === 0 ? '201 Created' : '200 OK',
+          location: `Patient/${id}/_history/${versionId}`,
+          etag: `W/"${versionId}"`,
+          lastModified: lastUpdated,
+        });
+        if (!prefer) expect(entry.resource).toEqual(read.body);
+      }
+    }
+  });
+
   it('is all-or-nothing', async () => {
     const res = await request(t.app)
       .post(BASE)
