@@ -243,7 +243,7 @@ function responseOf(
 }
 
 /** What a written entry's `fullUrl` and `response` are made of; checked before they are written unescaped. */
-const PLAIN_FIELDS = /^[A-Za-z0-9\-.:+/]+$/;
+const PLAIN_FIELDS = /^[A-Za-z0-9\-.:+]+$/;
 
 /**
  * The response entry of a write whose stored JSON text the store answered: {@link bundleBytes}
@@ -263,7 +263,12 @@ class WrittenEntry {
   /** True when the type, id, version and instant need no JSON escaping (always, from the stores). */
   get plain(): boolean {
     const { resourceType, id, versionId, lastUpdated } = this.stored;
-    return PLAIN_FIELDS.test(`${resourceType}/${id}/${versionId}/${lastUpdated}`);
+    return (
+      isResourceType(resourceType) &&
+      PLAIN_FIELDS.test(id) &&
+      PLAIN_FIELDS.test(versionId) &&
+      PLAIN_FIELDS.test(lastUpdated)
+    );
   }
 
   toJSON(): Record<string, unknown> {

@@ -35,7 +35,7 @@ import { parsePrefer } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
 import { resolveFhirRouterOptions, sizeInBytes, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
-import { r4StructureValidator } from './structure-validator.js';
+import { clearedByFastPath, r4StructureValidator } from './structure-validator.js';
 import { etagOf, parseIfMatch } from './versioning.js';
 
 function setVersionHeaders(res: Response, resource: StoredResource): void {
@@ -144,6 +144,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         });
         if (!(await project).strictMode) return;
         // Checked here, not left to the validator: the default one does not see these names.
+        // The default validator's compiled check clears most resources with no issue and no
+        // unknown (so no inherited) element name: nothing else to do for those.
+        if (clearedByFastPath(config.validator, resource)) return;
         const inherited = inheritedNameIssues(resource);
         const issues = inherited.length > 0 ? inherited : await config.validator(resource);
         if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))

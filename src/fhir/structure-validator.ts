@@ -20,17 +20,38 @@ export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Pro
  * heap) load on the first call only, so projects that are not strict never pay for them.
  */
 export function r4StructureValidator(): ResourceValidator {
-  return lazyValidator((r4) => {
+  let cleared: ((resource: FhirResource) => boolean) | undefined;
+  const validator: ResourceValidator & FastPath = lazyValidator((r4) => {
     const clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
-    const cleared = (resource: FhirResource): boolean => {
+    const fast = (resource: FhirResource): boolean => {
       try {
         return clean(resource);
       } catch {
         return false; // e.g. a stack overflow on absurdly deep JSON: the library decides (and throws)
       }
     };
-    return (resource) => (cleared(resource) ? [] : r4.validate(resource));
+    cleared = fast;
+    return (resource) => (fast(resource) ? [] : r4.validate(resource));
   });
+  validator[FAST_PATH] = (resource) => cleared?.(resource) ?? false;
+  return validator;
+}
+
+/** Where a validator made by {@link r4StructureValidator} keeps its fast path. */
+const FAST_PATH = Symbol('r4StructureValidator.fastPath');
+
+interface FastPath {
+  [FAST_PATH]?: (resource: FhirResource) => boolean;
+}
+
+/**
+ * True when `validator` is one {@link r4StructureValidator} made and its compiled fast path finds
+ * nothing at all in `resource` (no issue, and every element name one of the R4 definitions', so
+ * no inherited name either): the caller may skip validating it. False when unknown (another
+ * validator, the definitions not loaded yet, anything the fast path does not decide).
+ */
+export function clearedByFastPath(validator: ResourceValidator, resource: FhirResource): boolean {
+  return (validator as FastPath)[FAST_PATH]?.(resource) ?? false;
 }
 
 /**
