@@ -16,7 +16,8 @@ import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-response
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
-import { bundleBytes, processBundle } from './batch.js';
+import { processBundle } from './batch.js';
+import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {

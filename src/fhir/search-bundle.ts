@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { BundleJson } from './batch.js';
+import type { BundleJson } from './bundle-response.js';
 import type { SearchOutcome } from './interactions.js';
 import { outcomeOf } from './outcome.js';
 

@@ -1,0 +1,197 @@
+/**
+ * The entries of a batch or transaction Bundle: each entry's request read and checked, the
+ * references between entries resolved. Pure functions: `batch.ts` runs them.
+ */
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
+import type { FhirResource } from '../storage/types.js';
+import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
+import { isResourceType } from './resource-types.js';
+
+type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** One entry of a batch or transaction Bundle, as parsed and checked. */
+export interface Entry {
+  index: number;
+  method: Method;
+  type: string;
+  id?: string;
+  /** Query string of a search (GET) or conditional request, without `?`. */
+  query?: string;
+  fullUrl?: string;
+  resource?: FhirResource;
+  ifNoneExist?: string;
+  ifMatch?: string;
+  /** Id given to a created resource before writing (so references to it can be rewritten). */
+  newId?: string;
+}
+
+export function entryError(
+  index: number,
+  message: string,
+  status = 400,
+  code: FhirIssueCode = 'invalid',
+): FhirError {
+  return new FhirError(status, code, message, { expression: [`Bundle.entry[${index}]`] });
+}
+
+/**
+ * Reads `request.url` (relative `Patient`, `Patient/1`, `Patient?x=y`, or absolute) into a type, an
+ * optional id and an optional query.
+ */
+function parseRequestUrl(index: number, url: string): { type: string; id?: string; query?: string } {
+  let path = url;
+  let query: string | undefined;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
+    try {
+      const parsed = new URL(url);
+      path = parsed.pathname;
+      query = parsed.search ? parsed.search.slice(1) : undefined;
+    } catch {
+      throw entryError(index, 'request.url is not a valid URL');
+    }
+  } else {
+    const q = url.indexOf('?');
+    if (q !== -1) {
+      path = url.slice(0, q);
+      query = url.slice(q + 1);
+    }
+  }
+  const segments = path.split('/').filter((s) => s !== '');
+  const last = segments[segments.length - 1];
+  const beforeLast = segments[segments.length - 2];
+  if (last !== undefined && isResourceType(last))
+    return { type: last, ...(query !== undefined ? { query } : {}) };
+  if (beforeLast !== undefined && last !== undefined && isResourceType(beforeLast)) {
+    checkIdOf(index, last);
+    return { type: beforeLast, id: last, ...(query !== undefined ? { query } : {}) };
+  }
+  if (last !== undefined && /^[A-Z]/.test(last) && !beforeLast) {
+    throw entryError(index, `Unknown resource type ${last}`, 404, 'not-found');
+  }
+  throw entryError(index, 'request.url must be [type], [type]/[id] or [type]?[query]');
+}
+
+function checkIdOf(index: number, id: string): void {
+  try {
+    checkId(id);
+  } catch {
+    throw entryError(index, 'request.url has an invalid id');
+  }
+}
+
+function parseIfMatch(index: number, header: unknown): string | undefined {
+  if (header === undefined) return undefined;
+  const m = typeof header === 'string' ? /^\s*(?:W\/)?"?([A-Za-z0-9\-.]{1,64})"?\s*$/.exec(header) : null;
+  if (!m) throw entryError(index, 'request.ifMatch must be an ETag such as W/"1"');
+  return m[1];
+}
+
+export function parseEntry(index: number, raw: unknown): Entry {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    throw entryError(index, 'Entry must be an object');
+  const { request, resource, fullUrl } = raw as { request?: unknown; resource?: unknown; fullUrl?: unknown };
+  if (request === null || typeof request !== 'object') throw entryError(index, 'Entry needs a request');
+  const { method, url, ifNoneExist, ifMatch } = request as Record<string, unknown>;
+  if (typeof url !== 'string' || url === '') throw entryError(index, 'request.url is required');
+  if (fullUrl !== undefined && typeof fullUrl !== 'string')
+    throw entryError(index, 'fullUrl must be a string');
+  const verb = typeof method === 'string' ? method.toUpperCase() : '';
+  if (verb === 'PATCH' || verb === 'HEAD') {
+    throw entryError(index, `request.method ${verb} is not supported`, 405, 'not-supported');
+  }
+  if (verb !== 'GET' && verb !== 'POST' && verb !== 'PUT' && verb !== 'DELETE') {
+    throw entryError(index, 'request.method must be GET, POST, PUT or DELETE');
+  }
+  const target = parseRequestUrl(index, url);
+  const entry: Entry = { index, method: verb, type: target.type };
+  if (target.id !== undefined) entry.id = target.id;
+  if (target.query !== undefined) entry.query = target.query;
+  if (typeof fullUrl === 'string') entry.fullUrl = fullUrl;
+  if (verb === 'POST' || verb === 'PUT') {
+    try {
+      entry.resource = withoutServerMeta(checkResource(resource, target.type));
+    } catch (error) {
+      if (error instanceof FhirError) throw entryError(index, error.message);
+      throw error;
+    }
+  }
+  if (verb === 'POST') {
+    if (target.id !== undefined || target.query !== undefined)
+      throw entryError(index, 'POST request.url must be [type]');
+    if (ifNoneExist !== undefined) {
+      if (typeof ifNoneExist !== 'string' || ifNoneExist === '')
+        throw entryError(index, 'ifNoneExist must be a query');
+      entry.ifNoneExist = ifNoneExist;
+    }
+  }
+  if (verb === 'PUT' || verb === 'DELETE') {
+    if (target.id === undefined) {
+      throw entryError(
+        index,
+        `Conditional ${verb} is not supported: request.url must be [type]/[id]`,
+        400,
+        'not-supported',
+      );
+    }
+    const version = parseIfMatch(index, ifMatch);
+    if (version !== undefined) entry.ifMatch = version;
+  }
+  if (verb === 'PUT') {
+    if (entry.resource!.id !== target.id)
+      throw entryError(index, 'resource.id must equal the id of request.url');
+  }
+  return entry;
+}
+
+/** Replaces every `reference` that names a bundle entry's `fullUrl` with the entry's `Type/id`, in place. */
+export function rewriteReferences(value: unknown, map: ReadonlyMap<string, string>): void {
+  if (value === null || typeof value !== 'object') return;
+  if (Array.isArray(value)) {
+    for (const item of value) rewriteReferences(item, map);
+    return;
+  }
+  const record = value as Record<string, unknown>;
+  // for-in, not Object.keys: no key array allocated per object of every resource.
+  for (const key in record) {
+    const child = record[key];
+    if (key === 'reference' && typeof child === 'string') {
+      const target = map.get(child);
+      if (target !== undefined) record[key] = target;
+    } else if (typeof child === 'object') {
+      rewriteReferences(child, map);
+    }
+  }
+}
+
+/** Every alias under which other entries may reference `entry`'s resource. */
+export function aliasesOf(entry: Entry, target: string): [string, string][] {
+  const out: [string, string][] = [];
+  if (entry.fullUrl) {
+    out.push([entry.fullUrl, target]);
+    // An absolute fullUrl `…/Type/id` is also referenced as the relative `Type/id`.
+    const m = /\/([A-Z][A-Za-z]+\/[A-Za-z0-9\-.]{1,64})$/.exec(entry.fullUrl);
+    if (m?.[1] && !/^urn:/i.test(entry.fullUrl) && m[1] !== target) out.push([m[1], target]);
+  }
+  return out;
+}
+
+/** The checked `type` and raw `entry` list of a batch or transaction Bundle (400/413 otherwise). */
+export function parseBundle(
+  body: unknown,
+  options: { maxEntries: number },
+): { type: 'batch' | 'transaction'; raw: unknown[] } {
+  const bundle = checkResource(body, 'Bundle');
+  const type = bundle.type;
+  if (type !== 'batch' && type !== 'transaction') {
+    throw new FhirError(400, 'invalid', 'Bundle.type must be batch or transaction', {
+      expression: ['Bundle.type'],
+    });
+  }
+  const raw = bundle.entry ?? [];
+  if (!Array.isArray(raw))
+    throw new FhirError(400, 'invalid', 'Bundle.entry must be an array', { expression: ['Bundle.entry'] });
+  if (raw.length > options.maxEntries) {
+    throw new FhirError(413, 'too-costly', `A Bundle may hold at most ${options.maxEntries} entries`);
+  }
+  return { type, raw };
+}

@@ -1,0 +1,139 @@
+/**
+ * The response Bundle of a batch or transaction: its entries, and its bytes with the stored text of
+ * written resources spliced in.
+ */
+import type { StoredResource, StoredText, WriteResult } from '../storage/types.js';
+import { isResourceType } from './resource-types.js';
+import { etagOf } from './versioning.js';
+
+/** A `Bundle` as JSON. */
+export interface BundleJson {
+  resourceType: 'Bundle';
+  id?: string;
+  type: string;
+  entry?: Record<string, unknown>[];
+  [key: string]: unknown;
+}
+
+/** What the response entries depend on. */
+export interface ResponseOptions {
+  /** Absolute URL of the FHIR base, for `fullUrl`s. */
+  baseUrl: string;
+  /** `Prefer: return=minimal`: no resources in the entries. */
+  returnMinimal?: boolean;
+}
+
+/** The response entry of an entry answered with `resource` (a read, a match, a stored object). */
+export function responseOf(
+  status: string,
+  resource: StoredResource | undefined,
+  options: ResponseOptions,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  if (!resource) return { response: { status, ...extra } };
+  return {
+    fullUrl: `${options.baseUrl}/${resource.resourceType}/${resource.id}`,
+    ...(options.returnMinimal ? {} : { resource }),
+    response: {
+      status,
+      location: `${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`,
+      etag: etagOf(resource.meta.versionId),
+      lastModified: resource.meta.lastUpdated,
+      ...extra,
+    },
+  };
+}
+
+/** What a written entry's `fullUrl` and `response` are made of; checked before they are written unescaped. */
+const PLAIN_FIELDS = /^[A-Za-z0-9\-.:+]+$/;
+
+/**
+ * The response entry of a write whose stored JSON text the store answered: {@link bundleBytes}
+ * splices that text in, and writes `fullUrl` and `response` from their parts, without making the
+ * objects. `toJSON` gives the same entry as FHIR JSON (the resource parsed from the text) for any
+ * other reader.
+ */
+class WrittenEntry {
+  constructor(
+    readonly status: string,
+    readonly baseUrl: string,
+    readonly stored: StoredText,
+    private readonly result: WriteResult,
+    readonly withResource: boolean,
+  ) {}
+
+  /** True when the type, id, version and instant need no JSON escaping (always, from the stores). */
+  get plain(): boolean {
+    const { resourceType, id, versionId, lastUpdated } = this.stored;
+    return (
+      isResourceType(resourceType) &&
+      PLAIN_FIELDS.test(id) &&
+      PLAIN_FIELDS.test(versionId) &&
+      PLAIN_FIELDS.test(lastUpdated)
+    );
+  }
+
+  toJSON(): Record<string, unknown> {
+    const { resourceType, id, versionId, lastUpdated } = this.stored;
+    return {
+      fullUrl: `${this.baseUrl}/${resourceType}/${id}`,
+      ...(this.withResource ? { resource: this.result.resource } : {}),
+      response: {
+        status: this.status,
+        location: `${resourceType}/${id}/_history/${versionId}`,
+        etag: etagOf(versionId),
+        lastModified: lastUpdated,
+      },
+    };
+  }
+}
+
+/** The response entry of a write (see {@link WrittenEntry}). */
+export function writeResponseOf(
+  status: string,
+  result: WriteResult,
+  options: ResponseOptions,
+): Record<string, unknown> {
+  const { stored } = result;
+  if (!stored) return responseOf(status, result.resource, options);
+  const entry = new WrittenEntry(status, options.baseUrl, stored, result, !options.returnMinimal);
+  return entry as unknown as Record<string, unknown>;
+}
+
+/**
+ * The response Bundle as UTF-8 JSON: entries written from stored text get that text spliced in
+ * (`"resource":<stored JSON>`) instead of a parse and a `JSON.stringify` of the resource. The
+ * pieces are encoded straight into one buffer (no joined copy of the whole text first).
+ */
+export function bundleBytes(bundle: BundleJson): Buffer {
+  const { entry, ...head } = bundle;
+  const headText = JSON.stringify(head);
+  const parts: string[] = [`${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[`];
+  let separator = '';
+  let base = { url: '', json: '' };
+  for (const e of entry ?? []) {
+    if (e instanceof WrittenEntry && e.plain) {
+      // `"<base>/` escaped once for all the entries of one base.
+      if (base.url !== e.baseUrl || base.json === '')
+        base = { url: e.baseUrl, json: JSON.stringify(`${e.baseUrl}/`).slice(0, -1) };
+      const { resourceType, id, versionId, lastUpdated } = e.stored;
+      const path = `${resourceType}/${id}`;
+      parts.push(`${separator}{"fullUrl":${base.json}${path}"${e.withResource ? ',"resource":' : ''}`);
+      if (e.withResource) parts.push(e.stored.json);
+      parts.push(
+        `,"response":{"status":"${e.status}","location":"${path}/_history/${versionId}",` +
+          `"etag":"W/\\"${versionId}\\"","lastModified":"${lastUpdated}"}}`,
+      );
+    } else {
+      parts.push(`${separator}${JSON.stringify(e)}`);
+    }
+    separator = ',';
+  }
+  parts.push(']}');
+  let length = 0;
+  for (const part of parts) length += Buffer.byteLength(part);
+  const bytes = Buffer.allocUnsafe(length);
+  let at = 0;
+  for (const part of parts) at += bytes.write(part, at);
+  return bytes;
+}
