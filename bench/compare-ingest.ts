@@ -27,7 +27,7 @@
  *   --no-upload         skip the NDJSON uploads
  *   --no-synthea        skip the Synthea transactions
  *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
- *                       `bench/profile-summary.ts`)
+ *                       `bench/profile-summary.ts`; `--last MS` keeps the final load's samples)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
  *
  * A baseline whose dependencies differ from this tree's gets its own `npm ci --ignore-scripts`
