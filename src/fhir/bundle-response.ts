@@ -74,17 +74,8 @@ class WrittenEntry {
   }
 
   toJSON(): Record<string, unknown> {
-    const { resourceType, id, versionId, lastUpdated } = this.stored;
-    return {
-      fullUrl: `${this.baseUrl}/${resourceType}/${id}`,
-      ...(this.withResource ? { resource: this.result.resource } : {}),
-      response: {
-        status: this.status,
-        location: `${resourceType}/${id}/_history/${versionId}`,
-        etag: etagOf(versionId),
-        lastModified: lastUpdated,
-      },
-    };
+    const options = { baseUrl: this.baseUrl, returnMinimal: !this.withResource };
+    return responseOf(this.status, this.result.resource, options);
   }
 }
 
@@ -110,11 +101,11 @@ export function bundleBytes(bundle: BundleJson): Buffer {
   const headText = JSON.stringify(head);
   const parts: string[] = [`${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[`];
   let separator = '';
-  let base = { url: '', json: '' };
+  let base: { url: string; json: string } | undefined;
   for (const e of entry ?? []) {
     if (e instanceof WrittenEntry && e.plain) {
       // `"<base>/` escaped once for all the entries of one base.
-      if (base.url !== e.baseUrl || base.json === '')
+      if (base?.url !== e.baseUrl)
         base = { url: e.baseUrl, json: JSON.stringify(`${e.baseUrl}/`).slice(0, -1) };
       const { resourceType, id, versionId, lastUpdated } = e.stored;
       const path = `${resourceType}/${id}`;
@@ -122,7 +113,7 @@ export function bundleBytes(bundle: BundleJson): Buffer {
       if (e.withResource) parts.push(e.stored.json);
       parts.push(
         `,"response":{"status":"${e.status}","location":"${path}/_history/${versionId}",` +
-          `"etag":"W/\\"${versionId}\\"","lastModified":"${lastUpdated}"}}`,
+          `"etag":${JSON.stringify(etagOf(versionId))},"lastModified":"${lastUpdated}"}}`,
       );
     } else {
       parts.push(`${separator}${JSON.stringify(e)}`);

@@ -144,10 +144,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           throw error;
         });
         if (!(await project).strictMode) return;
-        // Checked here, not left to the validator: the default one does not see these names.
         // The default validator's compiled check clears most resources with no issue and no
         // unknown (so no inherited) element name: nothing else to do for those.
         if (clearedByFastPath(config.validator, resource)) return;
+        // Checked here, not left to the validator: the default one does not see these names.
         const inherited = inheritedNameIssues(resource);
         const issues = inherited.length > 0 ? inherited : await config.validator(resource);
         if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))

@@ -20,7 +20,6 @@ export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Pro
  * heap) load on the first call only, so projects that are not strict never pay for them.
  */
 export function r4StructureValidator(): ResourceValidator {
-  let cleared: ((resource: FhirResource) => boolean) | undefined;
   const validator: ResourceValidator & FastPath = lazyValidator((r4) => {
     const clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
     const fast = (resource: FhirResource): boolean => {
@@ -30,10 +29,9 @@ export function r4StructureValidator(): ResourceValidator {
         return false; // e.g. a stack overflow on absurdly deep JSON: the library decides (and throws)
       }
     };
-    cleared = fast;
+    validator[FAST_PATH] = fast; // from now on `clearedByFastPath` can answer
     return (resource) => (fast(resource) ? [] : r4.validate(resource));
   });
-  validator[FAST_PATH] = (resource) => cleared?.(resource) ?? false;
   return validator;
 }
 

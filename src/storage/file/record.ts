@@ -30,6 +30,8 @@ function hex(value: number, width: number): string {
 const SPACE = 0x20;
 const ZERO = 0x30;
 const HEX_DIGITS = Buffer.from('0123456789abcdef', 'latin1');
+/** Where the header has its spaces (before the seq, superseded-at, lastUpdated and op fields, and after op). */
+const HEADER_SPACES = [SEQ_AT - 1, SUPERSEDED_AT - 1, LAST_UPDATED_AT - 1, OP_AT - 1, OP_AT + 1];
 
 /** Writes `value` as `width` lowercase hex digits at `at` (as `hex`, without making a string). */
 function putHex(buf: Buffer, at: number, value: number, width: number): void {
@@ -46,8 +48,7 @@ export function encodeRecord(seq: number, lastUpdatedMicros: number, op: RecordO
   const buf = Buffer.allocUnsafe(HEADER_LENGTH + jsonLength + 1);
   // The header written byte by byte: a record is encoded for every resource written.
   buf.fill(ZERO, 0, HEADER_LENGTH);
-  for (const at of [SEQ_AT - 1, SUPERSEDED_AT - 1, LAST_UPDATED_AT - 1, OP_AT - 1, OP_AT + 1])
-    buf[at] = SPACE;
+  for (const at of HEADER_SPACES) buf[at] = SPACE;
   putHex(buf, SEQ_AT, seq, SEQ_WIDTH);
   putHex(buf, LAST_UPDATED_AT, lastUpdatedMicros, LAST_UPDATED_WIDTH);
   buf[OP_AT] = op.charCodeAt(0);
