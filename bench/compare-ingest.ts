@@ -24,6 +24,8 @@
  *   --patients N        generated patients in the NDJSON upload (default 25 ≈ 10k resources)
  *   --synthea DIR       the Synthea bundle directory (default ../shared/data/synthea-r4-100)
  *   --txn-concurrency N patient bundles in flight in the concurrent row (default 4; 0 skips it)
+ *   --prefer VALUE      a `Prefer` header on the Synthea transactions (`return=minimal`: answers
+ *                       without the stored resources; a diagnostic, the target rows send none)
  *   --no-upload         skip the NDJSON uploads
  *   --no-synthea        skip the Synthea transactions
  *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
@@ -56,6 +58,7 @@ const { values } = parseArgs({
     patients: { type: 'string', default: '25' },
     synthea: { type: 'string', default: path.resolve(HERE, '../../shared/data/synthea-r4-100') },
     'txn-concurrency': { type: 'string', default: '4' },
+    prefer: { type: 'string' },
     'no-upload': { type: 'boolean', default: false },
     'no-synthea': { type: 'boolean', default: false },
     profile: { type: 'string' },
@@ -191,10 +194,10 @@ if (!values['no-synthea'] && fs.existsSync(values.synthea)) {
   for (const inFlight of concurrency > 1 ? [1, concurrency] : [1]) {
     tasks.push({
       key: `synthea.transactions.${inFlight}`,
-      label: `Synthea transaction Bundles, strict, ${inFlight} in flight`,
+      label: `Synthea transaction Bundles, strict, ${inFlight} in flight${values.prefer ? `, Prefer: ${values.prefer}` : ''}`,
       strict: true,
       run: async ({ server }, token) =>
-        postBundles(`${server.info.origin}/fhir/R4`, token, values.synthea, inFlight),
+        postBundles(`${server.info.origin}/fhir/R4`, token, values.synthea, inFlight, values.prefer),
     });
   }
 }

@@ -16,13 +16,15 @@ export function syntheaBundleFiles(dir: string): string[] {
  * `POST [base]` as a loader would: the shared hospital and practitioner bundles one after the other
  * (the patients' bundles refer to their resources), then the patients' bundles with `concurrency`
  * requests in flight. Answers the time from the first request to the last answer and the entries
- * posted. The files are read before the clock starts.
+ * posted. The files are read before the clock starts. `prefer`, when given, is sent as the `Prefer`
+ * header (`return=minimal`: answers without the stored resources).
  */
 export async function postBundles(
   fhirBase: string,
   token: string,
   dir: string,
   concurrency = 1,
+  prefer?: string,
 ): Promise<{ ms: number; resources: number }> {
   const files = syntheaBundleFiles(dir);
   const bodies = files.map((file) => fs.readFileSync(file));
@@ -31,7 +33,10 @@ export async function postBundles(
     resources += (JSON.parse(body.toString('utf8')) as { entry?: unknown[] }).entry?.length ?? 0;
   }
   const shared = files.filter((f) => /^(hospital|practitioner)Information/.test(path.basename(f))).length;
-  const headers = bearer(token, { 'content-type': 'application/fhir+json' });
+  const headers = bearer(token, {
+    'content-type': 'application/fhir+json',
+    ...(prefer ? { prefer } : {}),
+  });
   const post = (body: Buffer): Promise<unknown> =>
     expectJson(200, fhirBase, { method: 'POST', headers, body });
   const start = now();

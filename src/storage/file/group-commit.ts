@@ -8,14 +8,22 @@ import { readDirectory } from './directory.js';
 import { UnsyncedRenameError } from './durable-json-file.js';
 import { unavailable } from './faults.js';
 import type { FileRef, LogFile, Segment } from './log-file.js';
-import { encodeRecord, HEADER_LENGTH } from './record.js';
+import { encodeRecordInto, recordLength, type RecordOp } from './record.js';
 import { encodeOneTimeValue, recordLogWrite } from './record-logs.js';
 import type { DirectoryChange, StoreFiles } from './store-files.js';
 
-/** The records a batch appends to one log, written with one call. */
+/** A record queued by a batch, encoded when the batch is written. */
+interface QueuedRecord {
+  lastUpdatedMicros: number;
+  op: RecordOp;
+  json: string;
+  jsonLength: number;
+}
+
+/** The records a batch appends to one log, encoded into one buffer and written with one call. */
 interface Pending {
   log: LogFile;
-  parts: Buffer[];
+  records: QueuedRecord[];
   bytes: number;
 }
 
@@ -63,13 +71,33 @@ class Batch {
     this.directory = { changed: directoryChanged };
   }
 
-  /** Queues a record for a log; returns its offset relative to the batch's start in that log. */
-  add(log: LogFile, record: Buffer): number {
-    const p = getOrCreate(this.pending, log, () => ({ log, parts: [], bytes: 0 }));
+  /**
+   * Queues a record for a log; returns its offset relative to the batch's start in that log.
+   * `jsonLength`: the JSON's UTF-8 bytes, when the caller has measured them.
+   */
+  add(
+    log: LogFile,
+    lastUpdatedMicros: number,
+    op: RecordOp,
+    json: string,
+    jsonLength = Buffer.byteLength(json),
+  ): number {
+    const p = getOrCreate(this.pending, log, () => ({ log, records: [], bytes: 0 }));
     const at = p.bytes;
-    p.parts.push(record);
-    p.bytes += record.length;
+    p.records.push({ lastUpdatedMicros, op, json, jsonLength });
+    p.bytes += recordLength(jsonLength);
     return at;
+  }
+
+  /** The records queued for a log, encoded one after the other. */
+  encode(p: Pending): Buffer {
+    const buf = Buffer.allocUnsafe(p.bytes);
+    let at = 0;
+    for (const r of p.records) {
+      encodeRecordInto(buf, at, this.seq, r.lastUpdatedMicros, r.op, r.json, r.jsonLength);
+      at += recordLength(r.jsonLength);
+    }
+    return buf;
   }
 }
 
@@ -172,10 +200,7 @@ export class GroupCommit {
         batch.directory.changed = true;
         return;
       case 'one-time-value-put':
-        batch.add(
-          this.files.onceLog,
-          encodeRecord(batch.seq, 0, 'U', encodeOneTimeValue(m.key, m.expiresAt)),
-        );
+        batch.add(this.files.onceLog, 0, 'U', encodeOneTimeValue(m.key, m.expiresAt));
         return;
       case 'user-put':
       case 'user-delete':
@@ -185,7 +210,7 @@ export class GroupCommit {
       case 'export-job-delete': {
         const write = recordLogWrite(m)!;
         const log = await this.files.recordLog(write.projectId, write.log, batch.directory);
-        batch.add(log, encodeRecord(batch.seq, 0, write.op, write.json));
+        batch.add(log, 0, write.op, write.json);
         return;
       }
       case 'resource-put':
@@ -212,8 +237,9 @@ export class GroupCommit {
       ? undefined
       : base.resource(m.projectId, entry.resourceType, entry.id);
     const op = m.kind === 'resource-delete' ? 'D' : inBatch || committed ? 'U' : 'C';
-    const record = encodeRecord(batch.seq, entry.lastUpdatedMicros, op, entry.json);
-    const offsetInBatch = batch.add(log, record);
+    const jsonLength = Buffer.byteLength(entry.json);
+    const length = recordLength(jsonLength);
+    const offsetInBatch = batch.add(log, entry.lastUpdatedMicros, op, entry.json, jsonLength);
     if (inBatch) {
       batch.marks.push({
         log,
@@ -224,11 +250,16 @@ export class GroupCommit {
       });
     } else if (committed) {
       const ref = committed.ref as FileRef;
-      const length = ref.jsonLength + HEADER_LENGTH + 1;
-      batch.marks.push({ log, segment: ref.segment, offset: ref.offset, byInBatch: offsetInBatch, length });
+      batch.marks.push({
+        log,
+        segment: ref.segment,
+        offset: ref.offset,
+        byInBatch: offsetInBatch,
+        length: recordLength(ref.jsonLength),
+      });
     }
-    batch.latest.set(key, { log, offsetInBatch, length: record.length });
-    batch.refs[i] = { log, offsetInBatch, jsonLength: record.length - HEADER_LENGTH - 1 } satisfies BatchRef;
+    batch.latest.set(key, { log, offsetInBatch, length });
+    batch.refs[i] = { log, offsetInBatch, jsonLength } satisfies BatchRef;
   }
 
   /**
@@ -248,7 +279,7 @@ export class GroupCommit {
       const sync = this.files.sync;
       await settleAll(
         pending.map(async (p) => {
-          await p.log.append(p.parts.length === 1 ? p.parts[0]! : Buffer.concat(p.parts, p.bytes));
+          await p.log.append(batch.encode(p));
           if (sync) await p.log.sync();
         }),
       );
@@ -297,7 +328,7 @@ export class GroupCommit {
       }),
     );
     for (const p of batch.pending.values()) {
-      p.log.records += p.parts.length;
+      p.log.records += p.records.length;
       this.files.touched.add(p.log);
     }
     for (const dirName of batch.removedDirs) await this.files.dropProjectDir(dirName);

@@ -45,17 +45,39 @@ function putHex(buf: Buffer, at: number, value: number, width: number): void {
 
 export function encodeRecord(seq: number, lastUpdatedMicros: number, op: RecordOp, json: string): Buffer {
   const jsonLength = Buffer.byteLength(json);
-  const buf = Buffer.allocUnsafe(HEADER_LENGTH + jsonLength + 1);
-  // The header written byte by byte: a record is encoded for every resource written.
-  buf.fill(ZERO, 0, HEADER_LENGTH);
-  for (const at of HEADER_SPACES) buf[at] = SPACE;
-  putHex(buf, SEQ_AT, seq, SEQ_WIDTH);
-  putHex(buf, LAST_UPDATED_AT, lastUpdatedMicros, LAST_UPDATED_WIDTH);
-  buf[OP_AT] = op.charCodeAt(0);
-  buf.write(json, HEADER_LENGTH, jsonLength === json.length ? 'latin1' : 'utf8');
-  buf[buf.length - 1] = NEWLINE;
-  putHex(buf, 0, recordCrc(buf, 0, buf.length), 8);
+  const buf = Buffer.allocUnsafe(recordLength(jsonLength));
+  encodeRecordInto(buf, 0, seq, lastUpdatedMicros, op, json, jsonLength);
   return buf;
+}
+
+/** Bytes of a record whose JSON has `jsonLength` UTF-8 bytes. */
+export function recordLength(jsonLength: number): number {
+  return HEADER_LENGTH + jsonLength + 1;
+}
+
+/**
+ * Writes the record at `buf[at, at + recordLength(jsonLength))`, `jsonLength` being
+ * `Buffer.byteLength(json)`: a batch's records go into one buffer per log, without a buffer each.
+ */
+export function encodeRecordInto(
+  buf: Buffer,
+  at: number,
+  seq: number,
+  lastUpdatedMicros: number,
+  op: RecordOp,
+  json: string,
+  jsonLength: number,
+): void {
+  const end = at + recordLength(jsonLength);
+  // The header written byte by byte: a record is encoded for every resource written.
+  buf.fill(ZERO, at, at + HEADER_LENGTH);
+  for (const space of HEADER_SPACES) buf[at + space] = SPACE;
+  putHex(buf, at + SEQ_AT, seq, SEQ_WIDTH);
+  putHex(buf, at + LAST_UPDATED_AT, lastUpdatedMicros, LAST_UPDATED_WIDTH);
+  buf[at + OP_AT] = op.charCodeAt(0);
+  buf.write(json, at + HEADER_LENGTH, jsonLength, jsonLength === json.length ? 'latin1' : 'utf8');
+  buf[end - 1] = NEWLINE;
+  putHex(buf, at, recordCrc(buf, at, end), 8);
 }
 
 /** CRC of the record in `buf[start, end)` (`end` just past its newline). */
