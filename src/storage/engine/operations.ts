@@ -49,23 +49,37 @@ import {
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
 /**
- * The result of a create or update: `json` is the stored text, and `resource` is parsed from it on
- * first access only (a fresh object, as every read answers), so that bulk writers which never look
- * at it (NDJSON uploads, transactions answered from the stored text) do not pay for a parse.
+ * The result of a create or update: `stored.json` is the stored text, and `resource` is parsed from
+ * it on first access only (a fresh object, as every read answers), so that bulk writers which never
+ * look at it (NDJSON uploads, transactions answered from the stored text) do not pay for a parse.
+ * A class, not an object with its own accessor: one is made for every resource written.
  */
-function storedResult(op: 'create' | 'update', stored: StoredText): WriteResult {
-  let parsed: StoredResource | undefined;
-  const { json } = stored;
-  const result = { op, stored } as WriteResult;
-  Object.defineProperty(result, 'resource', {
-    enumerable: true,
-    configurable: true,
-    get: () => (parsed ??= JSON.parse(json) as StoredResource),
-    set: (value: StoredResource) => {
-      parsed = value;
-    },
-  });
-  return result;
+class StoredWriteResult implements WriteResult {
+  created?: boolean;
+  #resource: StoredResource | undefined;
+
+  constructor(
+    readonly op: 'create' | 'update',
+    readonly stored: StoredText,
+  ) {}
+
+  get resource(): StoredResource {
+    return (this.#resource ??= JSON.parse(this.stored.json) as StoredResource);
+  }
+
+  set resource(value: StoredResource) {
+    this.#resource = value;
+  }
+
+  /** Own enumerable fields as a plain result would have them (for spreads, logs and tests). */
+  toJSON(): WriteResult {
+    return {
+      op: this.op,
+      resource: this.resource,
+      stored: this.stored,
+      ...(this.created === undefined ? {} : { created: this.created }),
+    };
+  }
 }
 
 function isoNow(w: WriteContext): string {
@@ -406,7 +420,13 @@ export class EngineOperations implements StorageOperations {
         json,
       },
     });
-    const result = storedResult(write.op, { json, resourceType, id, versionId, lastUpdated: tick.iso });
+    const result = new StoredWriteResult(write.op, {
+      json,
+      resourceType,
+      id,
+      versionId,
+      lastUpdated: tick.iso,
+    });
     if (write.op === 'update') result.created = !live;
     return result;
   }
