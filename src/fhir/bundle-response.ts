@@ -94,37 +94,61 @@ export function writeResponseOf(
 /**
  * The response Bundle as UTF-8 JSON: entries written from stored text get that text spliced in
  * (`"resource":<stored JSON>`) instead of a parse and a `JSON.stringify` of the resource. The
- * pieces are encoded straight into one buffer (no joined copy of the whole text first).
+ * pieces are encoded straight into one buffer (no joined copy of the whole text first); a piece
+ * whose UTF-8 length is known (the parts of a plain entry, a stored text the store measured) is not
+ * measured again, and one of as many bytes as characters is copied as Latin-1.
  */
 export function bundleBytes(bundle: BundleJson): Buffer {
   const { entry, ...head } = bundle;
   const headText = JSON.stringify(head);
   const parts: string[] = [`${headText.slice(0, -1)}${headText.length > 2 ? ',' : ''}"entry":[`];
+  /** UTF-8 bytes of each part, aligned with `parts`; -1 when not known yet. */
+  const sizes: number[] = [-1];
   let separator = '';
-  let base: { url: string; json: string } | undefined;
+  let base: { url: string; json: string; ascii: boolean } | undefined;
   for (const e of entry ?? []) {
     if (e instanceof WrittenEntry && e.plain) {
-      // `"<base>/` escaped once for all the entries of one base.
-      if (base?.url !== e.baseUrl)
-        base = { url: e.baseUrl, json: JSON.stringify(`${e.baseUrl}/`).slice(0, -1) };
-      const { resourceType, id, versionId, lastUpdated } = e.stored;
+      // `"<base>/` escaped (and measured) once for all the entries of one base.
+      if (base?.url !== e.baseUrl) {
+        const json = JSON.stringify(`${e.baseUrl}/`).slice(0, -1);
+        base = { url: e.baseUrl, json, ascii: Buffer.byteLength(json) === json.length };
+      }
+      const { resourceType, id, versionId, lastUpdated, json, bytes } = e.stored;
       const path = `${resourceType}/${id}`;
-      parts.push(`${separator}{"fullUrl":${base.json}${path}"${e.withResource ? ',"resource":' : ''}`);
-      if (e.withResource) parts.push(e.stored.json);
-      parts.push(
+      const head = `${separator}{"fullUrl":${base.json}${path}"${e.withResource ? ',"resource":' : ''}`;
+      parts.push(head);
+      // Plain fields are ASCII: the only other characters can come from the base URL.
+      sizes.push(base.ascii ? head.length : -1);
+      if (e.withResource) {
+        parts.push(json);
+        sizes.push(bytes ?? -1);
+      }
+      const tail =
         `,"response":{"status":"${e.status}","location":"${path}/_history/${versionId}",` +
-          `"etag":${JSON.stringify(etagOf(versionId))},"lastModified":"${lastUpdated}"}}`,
-      );
+        `"etag":${JSON.stringify(etagOf(versionId))},"lastModified":"${lastUpdated}"}}`;
+      parts.push(tail);
+      sizes.push(tail.length);
     } else {
       parts.push(`${separator}${JSON.stringify(e)}`);
+      sizes.push(-1);
     }
     separator = ',';
   }
   parts.push(']}');
+  sizes.push(2);
   let length = 0;
-  for (const part of parts) length += Buffer.byteLength(part);
+  for (let i = 0; i < parts.length; i++) {
+    if (sizes[i]! < 0) sizes[i] = Buffer.byteLength(parts[i]!);
+    length += sizes[i]!;
+  }
   const bytes = Buffer.allocUnsafe(length);
   let at = 0;
-  for (const part of parts) at += bytes.write(part, at);
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    const size = sizes[i]!;
+    if (size === part.length) bytes.write(part, at, size, 'latin1');
+    else bytes.write(part, at, size, 'utf8');
+    at += size;
+  }
   return bytes;
 }

@@ -8,6 +8,39 @@ runStorageContract('memoryStorage', () => {
 });
 
 describe('memoryStorage', () => {
+  it('answers a write with its stored text, measured, and the resource parsed from it on demand', async () => {
+    const storage = memoryStorage();
+    const [created, updated] = await storage.writeResources('p1', [
+      { op: 'create', resource: { resourceType: 'Patient', name: [{ family: 'Zoë' }] } },
+      { op: 'update', resource: { resourceType: 'Patient', id: 'q', active: true } },
+    ]);
+    const stored = created!.stored!;
+    expect(stored.bytes).toBe(Buffer.byteLength(stored.json));
+    expect(stored.bytes).toBeGreaterThan(stored.json.length);
+    expect(created!.resource).toEqual(JSON.parse(stored.json));
+    // Parsed once, and not the store's: changing it changes no read.
+    expect(created!.resource).toBe(created!.resource);
+    (created!.resource as { active?: boolean }).active = false;
+    const read = await storage.readResource('p1', 'Patient', stored.id);
+    expect(read).toEqual(JSON.parse(stored.json));
+    const mine = { ...read! };
+    created!.resource = mine;
+    expect(created!.resource).toBe(mine);
+    // The JSON form has the plain fields, `created` only when the write says.
+    expect(JSON.parse(JSON.stringify(updated))).toEqual({
+      op: 'update',
+      created: true,
+      stored: updated!.stored,
+      resource: JSON.parse(updated!.stored!.json),
+    });
+    expect(Object.keys(JSON.parse(JSON.stringify(created)) as object).sort()).toEqual([
+      'op',
+      'resource',
+      'stored',
+    ]);
+    await storage.close();
+  });
+
   it('keeps old versions while a snapshot is open and drops them after', async () => {
     const storage = memoryStorage();
     const write = async (round: number) => {

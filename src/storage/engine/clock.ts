@@ -8,9 +8,17 @@ export interface Tick {
   ms: number;
 }
 
+/** The millisecond part of the last instant made: a bulk write makes many in the same millisecond. */
+let lastMs = Number.NaN;
+let lastMsText = '';
+
 export function isoMicros(micros: number): string {
   const ms = Math.floor(micros / 1000);
-  return `${new Date(ms).toISOString().slice(0, 23)}${String(micros % 1000).padStart(3, '0')}Z`;
+  if (ms !== lastMs) {
+    lastMsText = new Date(ms).toISOString().slice(0, 23);
+    lastMs = ms;
+  }
+  return `${lastMsText}${String(micros % 1000).padStart(3, '0')}Z`;
 }
 
 /**

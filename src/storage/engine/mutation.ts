@@ -48,6 +48,8 @@ export interface ResourceEntry {
    * adapters store, and the object handed to the caller is never shared with the store.
    */
   json?: string;
+  /** `Buffer.byteLength(json)`, when measured (resource writes: the file store and answers use it). */
+  jsonBytes?: number;
   /** Where the adapter keeps the committed body; opaque to the engine. */
   ref?: unknown;
 }

@@ -406,6 +406,8 @@ export class EngineOperations implements StorageOperations {
     } catch (error) {
       throw new InvalidRecordError('The resource is not JSON', { cause: error });
     }
+    // Measured once: the file store writes that many bytes, and an answer splices them in.
+    const bytes = Buffer.byteLength(json);
     w.emit({
       kind: 'resource-put',
       projectId,
@@ -418,15 +420,11 @@ export class EngineOperations implements StorageOperations {
         patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(stored),
         json,
+        jsonBytes: bytes,
       },
     });
-    const result = new StoredWriteResult(write.op, {
-      json,
-      resourceType,
-      id,
-      versionId,
-      lastUpdated: tick.iso,
-    });
+    const text = { json, bytes, resourceType, id, versionId, lastUpdated: tick.iso };
+    const result = new StoredWriteResult(write.op, text);
     if (write.op === 'update') result.created = !live;
     return result;
   }
