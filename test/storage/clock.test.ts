@@ -10,7 +10,7 @@ function spelled(micros: number): string {
 
 describe('isoMicros', () => {
   it('gives the instant with microseconds for any sequence, repeated milliseconds included', () => {
-    const micros = fc.integer({ min: 0, max: 253_402_300_799_999_999 });
+    const micros = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
     fc.assert(
       fc.property(
         fc.array(

@@ -23,7 +23,7 @@ describe('memoryStorage', () => {
     (created!.resource as { active?: boolean }).active = false;
     const read = await storage.readResource('p1', 'Patient', stored.id);
     expect(read).toEqual(JSON.parse(stored.json));
-    const mine = { ...read! };
+    const mine = { ...read };
     created!.resource = mine;
     expect(created!.resource).toBe(mine);
     // The JSON form has the plain fields, `created` only when the write says.

@@ -237,7 +237,7 @@ export class GroupCommit {
       ? undefined
       : base.resource(m.projectId, entry.resourceType, entry.id);
     const op = m.kind === 'resource-delete' ? 'D' : inBatch || committed ? 'U' : 'C';
-    const jsonLength = entry.jsonBytes ?? Buffer.byteLength(entry.json!);
+    const jsonLength = entry.jsonBytes ?? Buffer.byteLength(entry.json);
     const length = recordLength(jsonLength);
     const offsetInBatch = batch.add(log, entry.lastUpdatedMicros, op, entry.json, jsonLength);
     if (inBatch) {
