@@ -44,6 +44,49 @@ export function userIndexValue(user: UserRecord, index: UserIndex): string | und
   return user.profileId;
 }
 
+/** Shared by every index entry without patients or identifiers (an array made by `push` holds 17 slots). */
+const NONE: readonly string[] = Object.freeze([]);
+
+/**
+ * Sets of index entries by key (a patient id, an identifier key) that keep each key string once:
+ * `add` answers the string the map holds, which the entry then keeps instead of its own copy (often
+ * a slice of a reference that held its whole text alive). An index of a million resources holds
+ * one string per patient, not one per resource.
+ */
+class KeyedSets<T> {
+  private readonly slots = new Map<string, { key: string; members: Set<T> }>();
+
+  get(key: string): Set<T> | undefined {
+    return this.slots.get(key)?.members;
+  }
+
+  /** Adds `member` under `key`; answers the key string the map keeps. */
+  add(key: string, member: T): string {
+    let slot = this.slots.get(key);
+    if (!slot) {
+      slot = { key, members: new Set() };
+      this.slots.set(key, slot);
+    }
+    slot.members.add(member);
+    return slot.key;
+  }
+
+  delete(key: string, member: T): void {
+    const slot = this.slots.get(key);
+    if (!slot) return;
+    slot.members.delete(member);
+    if (slot.members.size === 0) this.slots.delete(key);
+  }
+}
+
+/** `keys` as the sets keep them, in an array of exactly their number (`NONE` when empty). */
+function keptKeys<T>(keys: readonly string[], sets: KeyedSets<T>, member: T): readonly string[] {
+  if (keys.length === 0) return NONE;
+  const kept = new Array<string>(keys.length);
+  for (let i = 0; i < keys.length; i++) kept[i] = sets.add(keys[i]!, member);
+  return kept;
+}
+
 class ProjectData {
   readonly users = new Map<string, UserRecord>();
   readonly byName = new Map<string, string>();
@@ -53,9 +96,9 @@ class ProjectData {
   readonly jobs = new Map<string, ExportJobRecord>();
   readonly resources = new Map<string, Map<string, ResourceEntry>>();
   /** patient id -> live entries in that patient's compartment. */
-  readonly compartment = new Map<string, Set<ResourceEntry>>();
+  readonly compartment = new KeyedSets<ResourceEntry>();
   /** type -> identifier key -> live entries with that key. */
-  readonly identifiers = new Map<string, Map<string, Set<ResourceEntry>>>();
+  readonly identifiers = new Map<string, KeyedSets<ResourceEntry>>();
 }
 
 /** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
@@ -243,24 +286,18 @@ export class BaseState implements StateView {
     const data = this.ensure(projectId);
     const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
     const previous = byId.get(entry.id);
-    const byKey = getOrCreate(data.identifiers, entry.resourceType, () => new Map());
+    const byKey = getOrCreate(data.identifiers, entry.resourceType, () => new KeyedSets());
     if (previous && !previous.deleted) {
-      for (const patient of previous.patients) {
-        const members = data.compartment.get(patient);
-        members?.delete(previous);
-        if (members?.size === 0) data.compartment.delete(patient);
-      }
-      for (const key of previous.identifiers) {
-        const members = byKey.get(key);
-        members?.delete(previous);
-        if (members?.size === 0) byKey.delete(key);
-      }
+      for (const patient of previous.patients) data.compartment.delete(patient, previous);
+      for (const key of previous.identifiers) byKey.delete(key, previous);
     }
     byId.set(entry.id, entry);
-    if (!entry.deleted) {
-      for (const patient of entry.patients)
-        getOrCreate(data.compartment, patient, () => new Set()).add(entry);
-      for (const key of entry.identifiers) getOrCreate(byKey, key, () => new Set()).add(entry);
+    if (entry.deleted) {
+      entry.patients = NONE;
+      entry.identifiers = NONE;
+    } else {
+      entry.patients = keptKeys(entry.patients, data.compartment, entry);
+      entry.identifiers = keptKeys(entry.identifiers, byKey, entry);
     }
   }
 
