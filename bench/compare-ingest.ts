@@ -28,6 +28,11 @@
  *                       without the stored resources; a diagnostic, the target rows send none)
  *   --no-upload         skip the NDJSON uploads
  *   --no-synthea        skip the Synthea transactions
+ *   --memory            also the server's memory per task: its peak RSS over its RSS just before
+ *                       (after a forced GC), and its heap used after a forced GC once the task is
+ *                       done (what the task left behind: for an upload, the store's index of what
+ *                       it wrote). With a large `--patients` this is the large-upload memory
+ *                       check, side by side in fresh servers
  *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
  *                       `bench/profile-summary.ts`; `--last MS` keeps the final load's samples)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
@@ -61,6 +66,7 @@ const { values } = parseArgs({
     prefer: { type: 'string' },
     'no-upload': { type: 'boolean', default: false },
     'no-synthea': { type: 'boolean', default: false },
+    memory: { type: 'boolean', default: false },
     profile: { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'compare-ingest.json') },
   },
@@ -257,6 +263,10 @@ try {
   for (const ref of baselines) contenders.push({ name: ref, ...extract(ref) });
   const ms = new Map<string, number[]>();
   const cpu = new Map<string, number[]>();
+  /** With --memory: MiB of peak RSS over the RSS before, and of heap used after the task. */
+  const peak = new Map<string, number[]>();
+  const heap = new Map<string, number[]>();
+  const MiB = 1024 * 1024;
   const resources = new Map<string, number>();
   for (let rep = 0; rep < reps; rep++) {
     for (const task of tasks) {
@@ -273,13 +283,24 @@ try {
             name: `${task.key}-${rep}`,
             strict: task.strict,
           });
+          const memoryBefore = values.memory ? await contender.server.call('resetPeak', {}) : undefined;
           const cpuBefore = cpuMs(contender.server.info.pid);
           const result = await task.run(contender, project.token);
           const cpuUsed = cpuMs(contender.server.info.pid) - cpuBefore;
-          log(
-            `${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}: ${Math.round(result.ms)} ms, server CPU ${Math.round(cpuUsed)} ms`,
-          );
           const key = `${task.key}|${contender.name}`;
+          let memoryNote = '';
+          if (memoryBefore) {
+            const during = await contender.server.call('memory', {});
+            const after = await contender.server.call('resetPeak', {});
+            const peakMiB = (during.peakRss - memoryBefore.rss) / MiB;
+            const heapMiB = after.heapUsed / MiB;
+            peak.set(key, [...(peak.get(key) ?? []), peakMiB]);
+            heap.set(key, [...(heap.get(key) ?? []), heapMiB]);
+            memoryNote = `, peak RSS +${peakMiB.toFixed(0)} MiB (${during.peakSource}), heap after GC ${heapMiB.toFixed(0)} MiB`;
+          }
+          log(
+            `${task.label}, ${contender.name} (${contender.commit}), ${rep + 1}/${reps}: ${Math.round(result.ms)} ms, server CPU ${Math.round(cpuUsed)} ms${memoryNote}`,
+          );
           ms.set(key, [...(ms.get(key) ?? []), result.ms]);
           cpu.set(key, [...(cpu.get(key) ?? []), cpuUsed]);
           resources.set(task.key, result.resources);
@@ -318,6 +339,17 @@ try {
       cpuSpeedUp: Object.fromEntries(
         contenders.slice(1).map((c, i) => [c.name, +(cpuRates[0]! / cpuRates[i + 1]!).toFixed(2)]),
       ),
+      ...(values.memory
+        ? {
+            /** MiB, medians: peak RSS over the RSS before; heap used after a forced GC. */
+            peakRssMiB: Object.fromEntries(
+              contenders.map((c) => [c.name, Math.round(median(peak.get(`${task.key}|${c.name}`)!))]),
+            ),
+            heapAfterMiB: Object.fromEntries(
+              contenders.map((c) => [c.name, Math.round(median(heap.get(`${task.key}|${c.name}`)!))]),
+            ),
+          }
+        : {}),
     };
   });
   const loadAfter = os.loadavg();
@@ -337,6 +369,23 @@ try {
       ...contenders.map((c) => t.cpuRates[c.name]!.toLocaleString('en-US')),
       ...contenders.slice(1).map((c) => `${t.cpuSpeedUp[c.name]}x`),
     ]),
+    ...table.flatMap((t) => {
+      const { peakRssMiB: peakRss, heapAfterMiB: heapAfter } = t;
+      if (!peakRss || !heapAfter) return [];
+      const blanks = contenders.slice(1).map(() => '');
+      return [
+        [
+          `${t.label}, server peak RSS over before (MiB)`,
+          ...contenders.map((c) => String(peakRss[c.name])),
+          ...blanks,
+        ],
+        [
+          `${t.label}, server heap after GC (MiB)`,
+          ...contenders.map((c) => String(heapAfter[c.name])),
+          ...blanks,
+        ],
+      ];
+    }),
   ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string =>
