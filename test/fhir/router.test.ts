@@ -557,39 +557,6 @@ describe('batch and transaction', () => {
     }
   });
 
-  it('in a strict project, stores clean resources and refuses inherited element names, in Bundles too', async () => {
-    await t.storage.createProject({ id: 'strict', name: 'Strict', strictMode: true });
-    const token = auth('strict');
-    const clean = await request(t.app)
-      .post(`${BASE}/Patient`)
-      .set('Authorization', token)
-      .send({ resourceType: 'Patient', name: [{ family: 'Ok' }], gender: 'female' });
-    expect(clean.status).toBe(201);
-    const inherited =
-      '{"resourceType":"Patient","name":[{"family":"x","constructor":"y"}],"__proto__":{"a":1}}';
-    const refused = await request(t.app)
-      .post(`${BASE}/Patient`)
-      .set('Authorization', token)
-      .set('Content-Type', 'application/fhir+json')
-      .send(inherited);
-    expectOutcome(refused, 400);
-    const expressions = (refused.body.issue as { expression?: string[] }[]).map((i) => i.expression?.[0]);
-    expect(expressions).toEqual(expect.arrayContaining(['Patient.__proto__', 'Patient.name[0].constructor']));
-    const bundle = await request(t.app)
-      .post(BASE)
-      .set('Authorization', token)
-      .set('Content-Type', 'application/fhir+json')
-      .send(
-        `{"resourceType":"Bundle","type":"transaction","entry":[` +
-          `{"resource":{"resourceType":"Patient","gender":"male"},"request":{"method":"POST","url":"Patient"}},` +
-          `{"resource":${inherited},"request":{"method":"POST","url":"Patient"}}]}`,
-      );
-    expectOutcome(bundle, 400);
-    expect(bundle.body.issue[0].expression).toEqual(['Patient.__proto__']);
-    const stored = await request(t.app).get(`${BASE}/Patient`).set('Authorization', token);
-    expect(stored.body.total).toBe(1); // the clean one posted alone; nothing of the refused Bundle
-  });
-
   it('is all-or-nothing', async () => {
     const res = await request(t.app)
       .post(BASE)
@@ -868,6 +835,39 @@ describe('strict mode', () => {
           .send(patient({ foo: 1 }))
       ).status,
     ).toBe(201);
+  });
+
+  it('in a strict project, stores clean resources and refuses inherited element names, in Bundles too', async () => {
+    await t.storage.createProject({ id: 'strict', name: 'Strict', strictMode: true });
+    const token = auth('strict');
+    const clean = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', token)
+      .send({ resourceType: 'Patient', name: [{ family: 'Ok' }], gender: 'female' });
+    expect(clean.status).toBe(201);
+    const inherited =
+      '{"resourceType":"Patient","name":[{"family":"x","constructor":"y"}],"__proto__":{"a":1}}';
+    const refused = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', token)
+      .set('Content-Type', 'application/fhir+json')
+      .send(inherited);
+    expectOutcome(refused, 400);
+    const expressions = (refused.body.issue as { expression?: string[] }[]).map((i) => i.expression?.[0]);
+    expect(expressions).toEqual(expect.arrayContaining(['Patient.__proto__', 'Patient.name[0].constructor']));
+    const bundle = await request(t.app)
+      .post(BASE)
+      .set('Authorization', token)
+      .set('Content-Type', 'application/fhir+json')
+      .send(
+        `{"resourceType":"Bundle","type":"transaction","entry":[` +
+          `{"resource":{"resourceType":"Patient","gender":"male"},"request":{"method":"POST","url":"Patient"}},` +
+          `{"resource":${inherited},"request":{"method":"POST","url":"Patient"}}]}`,
+      );
+    expectOutcome(bundle, 400);
+    expect(bundle.body.issue[0].expression).toEqual(['Patient.__proto__']);
+    const stored = await request(t.app).get(`${BASE}/Patient`).set('Authorization', token);
+    expect(stored.body.total).toBe(1); // the clean one posted alone; nothing of the refused Bundle
   });
 
   it('uses a custom validator when given, and never for non-strict projects', async () => {
