@@ -280,7 +280,7 @@ export interface WriteResult {
 /** A stored resource as its JSON text, with what a response needs to know of it. */
 export interface StoredText {
   json: string;
-  /** `Buffer.byteLength(json)`, when the adapter measured it (the file store does, to write it). */
+  /** `Buffer.byteLength(json)`, when the adapter measured it (the memory and file stores do). */
   bytes?: number;
   resourceType: string;
   id: string;

@@ -117,7 +117,7 @@ export const OP_DELETE = 0x44;
 /** True when `buf[start, end)` is a well-formed record whose CRC matches. */
 export function isValidRecord(buf: Buffer, start: number, end: number): boolean {
   if (end - start < HEADER_LENGTH + 1 || buf[end - 1] !== NEWLINE) return false;
-  for (const at of [8, 21, 34, 48, 50]) if (buf[start + at] !== 0x20) return false;
+  for (const at of HEADER_SPACES) if (buf[start + at] !== SPACE) return false;
   const op = buf[start + OP_AT];
   if (op !== 0x43 && op !== 0x55 && op !== OP_DELETE) return false;
   const crc = readHex(buf, start, 8);
