@@ -9,7 +9,7 @@ import { requestRecorder } from '../audit/request-recorder.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
-import { jsonBody } from '../http/body.js';
+import { contentTypeOf, jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
@@ -52,14 +52,10 @@ function setVersionHeaders(res: Response, resource: StoredResource): void {
 function isLargeJson(req: Request, limit: number): boolean {
   const length = Number(req.headers['content-length']);
   if (!(length > limit)) return false;
-  const [type, ...params] = (req.headers['content-type'] ?? '').split(';').map((p) => p.trim().toLowerCase());
+  const { type, charset } = contentTypeOf(req.headers['content-type']);
   if (type !== FHIR_JSON && type !== 'application/json') return false;
-  const charset = params
-    .find((p) => p.startsWith('charset='))
-    ?.slice(8)
-    .replace(/"/g, '');
   const encoding = (req.headers['content-encoding'] ?? 'identity').toLowerCase();
-  return (charset === undefined || charset === 'utf-8' || charset === 'utf8') && encoding === 'identity';
+  return (charset === 'utf-8' || charset === 'utf8') && encoding === 'identity';
 }
 
 function stringParam(value: unknown): string {

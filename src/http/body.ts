@@ -1,6 +1,6 @@
 import { isAscii } from 'node:buffer';
 import express, { type Request, type RequestHandler } from 'express';
-import { HttpError } from './http-error.js';
+import { HttpError, unsupportedEncoding } from './http-error.js';
 import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from './json-depth.js';
 
 export interface JsonBodyOptions {
@@ -21,14 +21,14 @@ export function jsonTooDeep(maxDepth: number): HttpError {
   );
 }
 
-/** The `charset` parameter of a Content-Type header, lower-cased (`utf-8` when absent). */
-function charsetOf(contentType: string | undefined): string {
-  const m = /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? '');
-  return m ? m[1]!.toLowerCase() : 'utf-8';
-}
-
-function unsupportedEncoding(cause?: unknown): HttpError {
-  return new HttpError(415, 'ERR_UNSUPPORTED_ENCODING', 'Unsupported body encoding or charset', { cause });
+/**
+ * A Content-Type header's media type and `charset` parameter, both lower-cased (`type` empty and
+ * `charset` `utf-8` when absent).
+ */
+export function contentTypeOf(header: string | undefined): { type: string; charset: string } {
+  const value = header ?? '';
+  const m = /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(value);
+  return { type: value.split(';')[0]!.trim().toLowerCase(), charset: m ? m[1]!.toLowerCase() : 'utf-8' };
 }
 
 /**
@@ -92,13 +92,12 @@ export function jsonBody(options: JsonBodyOptions): RequestHandler {
     const hasBody =
       req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
     if (!hasBody) return next();
-    const contentType = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-    if (!types.includes(contentType)) {
+    const { type, charset } = contentTypeOf(req.headers['content-type']);
+    if (!types.includes(type)) {
       return next(
         new HttpError(415, 'ERR_UNSUPPORTED_MEDIA_TYPE', `Content-Type must be one of: ${types.join(', ')}`),
       );
     }
-    const charset = charsetOf(req.headers['content-type']);
     if (!charset.startsWith('utf-')) return next(unsupportedEncoding());
     reader(req, res, (error?: unknown) => {
       if (error !== undefined) return next(error);

@@ -11,6 +11,7 @@ import {
   ScimError,
   type OAuthErrorType,
   type ScimType,
+  unsupportedEncoding,
 } from './http-error.js';
 
 /**
@@ -66,9 +67,7 @@ export function toHttpError(error: unknown): HttpError {
       return new HttpError(400, 'ERR_INVALID_JSON', 'Request body is not valid JSON', { cause: error });
     case 'encoding.unsupported':
     case 'charset.unsupported':
-      return new HttpError(415, 'ERR_UNSUPPORTED_ENCODING', 'Unsupported body encoding or charset', {
-        cause: error,
-      });
+      return unsupportedEncoding(error);
     case 'request.aborted':
       return new HttpError(400, 'ERR_REQUEST_ABORTED', 'Request aborted', { cause: error });
     default:

@@ -151,3 +151,8 @@ export class OAuthError extends HttpError {
     this.error = error;
   }
 }
+
+/** A 415 for a body whose charset or `Content-Encoding` is not supported (every router answers it alike). */
+export function unsupportedEncoding(cause?: unknown): HttpError {
+  return new HttpError(415, 'ERR_UNSUPPORTED_ENCODING', 'Unsupported body encoding or charset', { cause });
+}
