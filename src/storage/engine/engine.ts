@@ -238,19 +238,17 @@ export class Engine {
     try {
       result = await this.inTransaction.run(marker, () => job.fn(ctx));
     } catch (error) {
-      open = false;
-      marker.open = false;
-      this.inTransaction.disable();
       job.reject(error);
       return;
+    } finally {
+      open = false;
+      marker.open = false;
+      // On Node 20 an enabled AsyncLocalStorage makes every promise of the process run a hook (about
+      // 8% of a transaction Bundle load's time): keep it enabled only while a transaction function
+      // runs (transactions run one at a time; `run` enables it again). Promises still carry their
+      // marker, now closed, and the check only matters while a transaction is open.
+      this.inTransaction.disable();
     }
-    open = false;
-    marker.open = false;
-    // On Node 20 an enabled AsyncLocalStorage makes every promise of the process run a hook (about
-    // 8% of a transaction Bundle load's time): keep it enabled only while a transaction function runs
-    // (transactions run one at a time; `run` enables it again). Promises still carry their marker,
-    // now closed, and the check only matters while a transaction is open.
-    this.inTransaction.disable();
     try {
       await this.commit(layer.mutations);
       job.resolve(result);
