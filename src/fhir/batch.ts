@@ -53,7 +53,8 @@ async function runGet(
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
     activity?.accessed(readAccess('read', resource));
-    return responseOf('200 OK', resource, options);
+    // `Prefer: return=` is about writes: a read answers its resource either way.
+    return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
   }
   const result = await searchResources(
     ctx,

@@ -22,3 +22,14 @@ export function parsePrefer(header: string | string[] | undefined): FhirPreferen
   }
   return out;
 }
+
+/**
+ * What a successful write answers: the request's `Prefer: return=`, else the router's default
+ * (`OperationOutcome` only when asked for, as the FHIR spec says).
+ */
+export function returnPreference(
+  prefer: FhirPreferences,
+  defaultReturn: 'representation' | 'minimal',
+): 'minimal' | 'representation' | 'OperationOutcome' {
+  return prefer.return ?? defaultReturn;
+}

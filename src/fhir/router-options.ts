@@ -2,7 +2,7 @@ import { errorSink } from '../http/logger.js';
 import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import bytes from 'bytes';
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
-import { optionError, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
+import { oneOf, optionError, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
@@ -37,6 +37,17 @@ export interface FhirRouterOptions extends CommonRouterOptions {
   maxCount?: number;
   /** Most entries in a batch or transaction Bundle (413 above). @default 10000 */
   maxBundleEntries?: number;
+  /**
+   * What a successful create or update answers, and what each entry of a batch or transaction
+   * answer carries, when the request sends no `Prefer: return=`: the stored resource
+   * (`representation`), or none (`minimal`: a create or update answers with no body, a Bundle
+   * entry with its `fullUrl` and `response` only). A request's own `Prefer: return=` always wins.
+   * `minimal` suits a server that mostly takes loads (the answer to a large Bundle is then a
+   * fraction of its size) whose clients do not read the resources back.
+   * @see https://hl7.org/fhir/R4/http.html#prefer
+   * @default 'representation'
+   */
+  defaultReturn?: 'representation' | 'minimal';
   /** Limits of the multipart NDJSON upload (`POST [base]` with `multipart/form-data`). @default {} (1 GiB per file, 20 files, batches of 2000 lines or 8 MiB) */
   upload?: NdjsonUploadOptions;
   /**
@@ -65,7 +76,12 @@ export interface FhirRouterOptions extends CommonRouterOptions {
 /** Options with every default filled in. */
 export interface ResolvedFhirRouterOptions
   extends
-    Required<Omit<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail' | 'streamedBundleLimit'>>,
+    Required<
+      Omit<
+        FhirRouterOptions,
+        'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail' | 'streamedBundleLimit'
+      >
+    >,
     Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail'> {
   /** In bytes. */
   streamedBundleLimit: number;
@@ -86,6 +102,7 @@ const FHIR_ROUTER_KEYS: OptionKeys<FhirRouterOptions> = {
   defaultCount: true,
   maxCount: true,
   maxBundleEntries: true,
+  defaultReturn: true,
   upload: true,
   capabilities: true,
   software: true,
@@ -128,6 +145,8 @@ export function resolveFhirRouterOptions(
     defaultCount,
     maxCount,
     maxBundleEntries: positiveInteger(OWNER, 'maxBundleEntries', options.maxBundleEntries, 10_000),
+    defaultReturn:
+      oneOf(OWNER, 'defaultReturn', options.defaultReturn, ['representation', 'minimal']) ?? 'representation',
     upload: { ...(options.upload ?? {}) },
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),

@@ -32,7 +32,7 @@ import {
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from './outcome.js';
-import { parsePrefer } from './prefer.js';
+import { parsePrefer, returnPreference } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
 import { resolveFhirRouterOptions, sizeInBytes, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
@@ -217,7 +217,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     const response = await processBundle(contextOf(req), storage, bundle, {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
-      returnMinimal: prefer.return === 'minimal',
+      returnMinimal: returnPreference(prefer, config.defaultReturn) === 'minimal',
       search: { ...searchOptions, strict: prefer.handling === 'strict' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
@@ -352,10 +352,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       'Location',
       `${base(req)}/${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`,
     );
-    const prefer = parsePrefer(req.headers.prefer);
-    if (prefer.return === 'minimal') {
+    const answer = returnPreference(parsePrefer(req.headers.prefer), config.defaultReturn);
+    if (answer === 'minimal') {
       res.status(status).end();
-    } else if (prefer.return === 'OperationOutcome') {
+    } else if (answer === 'OperationOutcome') {
       const text = status === 201 ? 'Created' : 'OK';
       sendFhir(
         res,

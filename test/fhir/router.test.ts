@@ -112,6 +112,13 @@ describe('metadata', () => {
     expect(() => fhirRouter({ authenticate: testAuthenticate } as FhirRouterOptions)).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
+    expect(() =>
+      fhirRouter({
+        storage: t.storage,
+        authenticate: testAuthenticate,
+        defaultReturn: 'OperationOutcome' as 'minimal',
+      }),
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
 });
 
@@ -328,6 +335,35 @@ describe('CRUD', () => {
       .set('Prefer', 'return=OperationOutcome')
       .send(patient());
     expect(outcome.body.resourceType).toBe('OperationOutcome');
+  });
+
+  it('answers writes without their resource by default with defaultReturn: minimal, unless asked', async () => {
+    const quiet = await createTestApp({ defaultReturn: 'minimal' });
+    const post = (prefer?: string) => {
+      const req = request(quiet.app).post(`${BASE}/Patient`).set('Authorization', auth());
+      if (prefer) req.set('Prefer', prefer);
+      return req.send(patient());
+    };
+    const created = await post();
+    expect(created.status).toBe(201);
+    expect(created.text).toBe('');
+    const location = created.headers.location as string;
+    expect(location).toMatch(/\/Patient\/[^/]+\/_history\/1$/);
+    const id = location.split('/').at(-3)!;
+    const updated = await request(quiet.app)
+      .put(`${BASE}/Patient/${id}`)
+      .set('Authorization', auth())
+      .send(patient({ id, active: false }));
+    expect(updated.status).toBe(200);
+    expect(updated.text).toBe('');
+    expect(updated.headers.etag).toBe('W/"2"');
+    const asked = await post('return=representation');
+    expect(asked.status).toBe(201);
+    expect(asked.body.resourceType).toBe('Patient');
+    expect((await post('return=OperationOutcome')).body.resourceType).toBe('OperationOutcome');
+    // The default router still answers with the resource.
+    expect((await create(patient())).resourceType).toBe('Patient');
+    await quiet.storage.close();
   });
 
   it('never loses a write under concurrent updates', async () => {
@@ -555,6 +591,39 @@ describe('batch and transaction', () => {
         if (!prefer) expect(entry.resource).toEqual(read.body);
       }
     }
+  });
+
+  it('leaves the resources out of Bundle entries by default with defaultReturn: minimal, but not the reads', async () => {
+    const quiet = await createTestApp({ defaultReturn: 'minimal' });
+    await request(quiet.app)
+      .put(`${BASE}/Patient/known`)
+      .set('Authorization', auth())
+      .send(patient({ id: 'known' }));
+    for (const [type, prefer, withResource] of [
+      ['transaction', undefined, false],
+      ['batch', undefined, false],
+      ['transaction', 'return=representation', true],
+      ['batch', 'return=minimal', false],
+    ] as const) {
+      const req = request(quiet.app).post(BASE).set('Authorization', auth());
+      if (prefer) req.set('Prefer', prefer);
+      const res = await req.send(
+        transaction(
+          [
+            { resource: patient(), request: { method: 'POST', url: 'Patient' } },
+            { request: { method: 'GET', url: 'Patient/known' } },
+          ],
+          type,
+        ),
+      );
+      expect(res.status).toBe(200);
+      const [written, read] = res.body.entry as { resource?: { id: string }; response: { status: string } }[];
+      expect(written!.response.status).toBe('201 Created');
+      expect('resource' in written!).toBe(withResource);
+      // `Prefer: return=` is about writes: a read answers its resource either way.
+      expect(read!.resource?.id).toBe('known');
+    }
+    await quiet.storage.close();
   });
 
   it('is all-or-nothing', async () => {
