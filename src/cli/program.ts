@@ -113,6 +113,10 @@ export function buildProgram(): Command {
       'export kick-offs need Accept and Prefer: respond-async (BULK_REQUIRE_ASYNC_HEADERS=true)',
     )
     .option(
+      '--fhir-default-return <return>',
+      'what FHIR writes answer without Prefer: return=, representation or minimal (FHIR_DEFAULT_RETURN; default representation)',
+    )
+    .option(
       '--max-connections-per-address <n>',
       'open connections per client address, or Infinity behind a proxy (MAX_CONNECTIONS_PER_ADDRESS; default 128)',
     )

@@ -20,6 +20,8 @@ export interface StandaloneConfig {
   scimEchoUserName: boolean;
   /** Bulk kick-offs without `Accept` or `Prefer: respond-async` answer 400 (`requireAsyncHeaders`). */
   bulkRequireAsyncHeaders: boolean;
+  /** FHIR `defaultReturn`: what writes answer without `Prefer: return=`. */
+  fhirDefaultReturn: 'representation' | 'minimal';
   /**
    * Open connections allowed per client address (`protectServer`'s `maxConnectionsPerAddress`);
    * `Infinity` behind a proxy, whose address every connection then has.
@@ -29,8 +31,8 @@ export interface StandaloneConfig {
 
 /**
  * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID`,
- * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE`, `SCIM_ECHO_USER_NAME` and
- * `BULK_REQUIRE_ASYNC_HEADERS`.
+ * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE`, `SCIM_ECHO_USER_NAME`,
+ * `BULK_REQUIRE_ASYNC_HEADERS`, `FHIR_DEFAULT_RETURN` and `MAX_CONNECTIONS_PER_ADDRESS`.
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
@@ -73,6 +75,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       `BULK_REQUIRE_ASYNC_HEADERS (--bulk-require-async-headers) must be true or false, got "${env.BULK_REQUIRE_ASYNC_HEADERS}"`,
     );
   }
+  const defaultReturn = env.FHIR_DEFAULT_RETURN?.trim().toLowerCase() || 'representation';
+  if (defaultReturn !== 'representation' && defaultReturn !== 'minimal') {
+    throw new UsageError(
+      `FHIR_DEFAULT_RETURN (--fhir-default-return) must be representation or minimal, got "${env.FHIR_DEFAULT_RETURN}"`,
+    );
+  }
   const perAddressText = env.MAX_CONNECTIONS_PER_ADDRESS?.trim() || '128';
   const maxConnectionsPerAddress = /^infinity$/i.test(perAddressText)
     ? Number.POSITIVE_INFINITY
@@ -95,6 +103,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     ...(scimDefaultUserType ? { scimDefaultUserType } : {}),
     scimEchoUserName: echoText === 'true',
     bulkRequireAsyncHeaders: requireAsync === 'true',
+    fhirDefaultReturn: defaultReturn,
     maxConnectionsPerAddress,
   };
 }

@@ -15,6 +15,7 @@ export interface ServeFlags {
   scimDefaultUserType?: string;
   scimEchoUserName?: boolean;
   bulkRequireAsyncHeaders?: boolean;
+  fhirDefaultReturn?: string;
   maxConnectionsPerAddress?: string;
   logLevel?: string;
 }
@@ -36,6 +37,7 @@ export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): Nod
     SCIM_DEFAULT_USER_TYPE: set(flags.scimDefaultUserType),
     SCIM_ECHO_USER_NAME: set(flags.scimEchoUserName),
     BULK_REQUIRE_ASYNC_HEADERS: set(flags.bulkRequireAsyncHeaders),
+    FHIR_DEFAULT_RETURN: set(flags.fhirDefaultReturn),
     MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
   };
   const merged: NodeJS.ProcessEnv = { ...env };

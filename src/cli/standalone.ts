@@ -57,6 +57,7 @@ export async function startStandalone(
         ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
       },
       bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
+      fhir: { defaultReturn: config.fhirDefaultReturn },
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
     });

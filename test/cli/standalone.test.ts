@@ -63,6 +63,9 @@ describe('serve: configuration', () => {
     expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'true' }).bulkRequireAsyncHeaders).toBe(true);
     expect(readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'false' }).bulkRequireAsyncHeaders).toBe(false);
     expect(() => readConfig({ BULK_REQUIRE_ASYNC_HEADERS: 'yes' })).toThrow(/BULK_REQUIRE_ASYNC_HEADERS/);
+    expect(config.fhirDefaultReturn).toBe('representation');
+    expect(readConfig({ FHIR_DEFAULT_RETURN: 'Minimal' }).fhirDefaultReturn).toBe('minimal');
+    expect(() => readConfig({ FHIR_DEFAULT_RETURN: 'OperationOutcome' })).toThrow(/FHIR_DEFAULT_RETURN/);
     expect(config.maxConnectionsPerAddress).toBe(128);
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '16' }).maxConnectionsPerAddress).toBe(16);
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: 'Infinity' }).maxConnectionsPerAddress).toBe(Infinity);
@@ -130,7 +133,7 @@ describe('serve: the standalone server', () => {
     }
   });
 
-  it('provisions SCIM users without userType and echoes userName with the SCIM_* settings', async () => {
+  it('provisions SCIM users without userType and echoes userName with the SCIM_* settings, and answers FHIR writes minimally with FHIR_DEFAULT_RETURN', async () => {
     const standalone = await startStandalone(
       readConfig({
         PORT: '0',
@@ -138,6 +141,7 @@ describe('serve: the standalone server', () => {
         DATA_DIR: tempDir(),
         SCIM_DEFAULT_USER_TYPE: 'Practitioner',
         SCIM_ECHO_USER_NAME: 'true',
+        FHIR_DEFAULT_RETURN: 'minimal',
       }),
     );
     try {
@@ -176,6 +180,24 @@ describe('serve: the standalone server', () => {
       const user = (await created.json()) as { id: string; userName: string; userType: string };
       expect(user).toMatchObject({ userName: 'ann@idp.example', userType: 'Practitioner' });
       expect((await standalone.storage.readUser(project.id, user.id)).userType).toBe('Practitioner');
+
+      const projectToken = await fetch(`${base}/oauth2/token`, {
+        method: 'POST',
+        headers: {
+          Authorization: basic(client.id, client.secret),
+          'Content-Type': 'application/x-www-form-urlencoded',
+        },
+        body: 'grant_type=client_credentials',
+      });
+      const { access_token: fhirToken } = (await projectToken.json()) as { access_token: string };
+      const write = await fetch(`${base}/fhir/R4/Patient`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${fhirToken}`, 'Content-Type': 'application/fhir+json' },
+        body: JSON.stringify({ resourceType: 'Patient', active: true }),
+      });
+      expect(write.status).toBe(201);
+      expect(write.headers.get('location')).toMatch(/\/fhir\/R4\/Patient\/[^/]+\/_history\/1$/);
+      expect(await write.text()).toBe('');
     } finally {
       await standalone.close();
     }
