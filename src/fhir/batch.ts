@@ -13,7 +13,7 @@ import {
   type FhirContext,
 } from './interactions.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
-import type { OperationOutcome } from './outcome.js';
+import { FhirOutcomeError, type OperationOutcome } from './outcome.js';
 import {
   aliasesOf,
   entryError,
@@ -225,6 +225,7 @@ async function at<T>(index: number, work: Promise<T>): Promise<T> {
  * storage errors (an unknown id: 404) included.
  */
 function relabel(raw: unknown, index: number): unknown {
+  if (raw instanceof FhirOutcomeError) return withinEntry(raw, index);
   if (raw instanceof FhirError ? raw.expression !== undefined : !(raw instanceof StorageError)) return raw;
   const error = toHttpError(raw);
   if (!(raw instanceof FhirError) && error.status >= 500) return raw;
@@ -234,6 +235,23 @@ function relabel(raw: unknown, index: number): unknown {
     headers: error.headers,
     cause: raw,
   });
+}
+
+/**
+ * A validation error of a transaction entry, its issues' expressions made relative to the Bundle
+ * (`Patient.name[0].family` of entry 3 becomes `Bundle.entry[3].resource.name[0].family`): the
+ * answer to a transaction is one OperationOutcome for the whole Bundle.
+ */
+function withinEntry(error: FhirOutcomeError, index: number): FhirOutcomeError {
+  const entry = `Bundle.entry[${index}].resource`;
+  const rebase = (expression: string): string => {
+    const dot = expression.indexOf('.');
+    return dot === -1 ? entry : `${entry}${expression.slice(dot)}`;
+  };
+  const issues = error.issues.map((issue) =>
+    issue.expression ? { ...issue, expression: issue.expression.map(rebase) } : issue,
+  );
+  return new FhirOutcomeError(error.status, issues, { headers: error.headers });
 }
 
 async function processBatch(

@@ -132,7 +132,7 @@ describe('keys named like Object.prototype properties', () => {
       {"resource":{"resourceType":"Patient","constructor":{"name":"x"}},"request":{"method":"POST","url":"Patient"}}]}`;
     const res = await send(t.app, 'post', '', bundle);
     expectOutcome(res, 400, 'structure');
-    expect(res.body.issue[0].expression).toEqual(['Patient.constructor']);
+    expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1].resource.constructor']);
     expect((await t.storage.searchResources('strict', 'Patient', { count: 10 })).total).toBe(0);
   });
 

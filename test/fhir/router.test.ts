@@ -934,9 +934,61 @@ describe('strict mode', () => {
           `{"resource":${inherited},"request":{"method":"POST","url":"Patient"}}]}`,
       );
     expectOutcome(bundle, 400);
-    expect(bundle.body.issue[0].expression).toEqual(['Patient.__proto__']);
+    // One OperationOutcome for the whole transaction: each issue names the entry it is about.
+    expect(bundle.body.issue.map((i: { expression: string[] }) => i.expression)).toEqual([
+      ['Bundle.entry[1].resource.__proto__'],
+      ['Bundle.entry[1].resource.name[0].constructor'],
+    ]);
     const stored = await request(t.app).get(`${BASE}/Patient`).set('Authorization', token);
     expect(stored.body.total).toBe(1); // the clean one posted alone; nothing of the refused Bundle
+  });
+
+  it('in a strict project, names the failing entry of a transaction in each issue, and not in a batch entry', async () => {
+    await t.storage.createProject({ id: 'strict-entries', name: 'Strict', strictMode: true });
+    const token = auth('strict-entries');
+    const entries = [
+      { resource: { resourceType: 'Patient', gender: 'male' }, request: { method: 'POST', url: 'Patient' } },
+      {
+        resource: { resourceType: 'Patient', gender: 'female' },
+        request: { method: 'POST', url: 'Patient' },
+      },
+      {
+        resource: { resourceType: 'Patient', birthDate: '1990-13-45', name: [{ family: 'x', given: [7] }] },
+        request: { method: 'POST', url: 'Patient' },
+      },
+    ];
+    const single = await request(t.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', token)
+      .send(entries[2]!.resource);
+    expectOutcome(single, 400);
+    const own = (single.body.issue as { expression: string[] }[]).map((i) => i.expression);
+    expect(own).toEqual(expect.arrayContaining([['Patient.birthDate'], ['Patient.name[0].given[0]']]));
+
+    const txn = await request(t.app)
+      .post(BASE)
+      .set('Authorization', token)
+      .send({ resourceType: 'Bundle', type: 'transaction', entry: entries });
+    expectOutcome(txn, 400);
+    expect((txn.body.issue as { expression: string[] }[]).map((i) => i.expression)).toEqual(
+      own.map((expression) => expression.map((e) => e.replace(/^Patient/, 'Bundle.entry[2].resource'))),
+    );
+    // Everything else about the issues is the validator's own.
+    expect((txn.body.issue as Record<string, unknown>[]).map(({ expression: _, ...rest }) => rest)).toEqual(
+      (single.body.issue as Record<string, unknown>[]).map(({ expression: _, ...rest }) => rest),
+    );
+
+    const batch = await request(t.app)
+      .post(BASE)
+      .set('Authorization', token)
+      .send({ resourceType: 'Bundle', type: 'batch', entry: entries });
+    expect(batch.status).toBe(200);
+    const failed = batch.body.entry[2].response as {
+      status: string;
+      outcome: { issue: { expression: string[] }[] };
+    };
+    expect(failed.status).toBe('400');
+    expect(failed.outcome.issue.map((i) => i.expression)).toEqual(own);
   });
 
   it('uses a custom validator when given, and never for non-strict projects', async () => {
