@@ -23,6 +23,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
+import { isResourceType } from './resource-types.js';
 import type { ParseSearchOptions } from './search.js';
 
 /** Options of {@link processBundle}. */
@@ -240,13 +241,15 @@ function relabel(raw: unknown, index: number): unknown {
 /**
  * A validation error of a transaction entry, its issues' expressions made relative to the Bundle
  * (`Patient.name[0].family` of entry 3 becomes `Bundle.entry[3].resource.name[0].family`): the
- * answer to a transaction is one OperationOutcome for the whole Bundle.
+ * answer to a transaction is one OperationOutcome for the whole Bundle. An expression that does not
+ * start with a resource type (a custom validator's `name[0]`) is taken as relative to the resource.
  */
 function withinEntry(error: FhirOutcomeError, index: number): FhirOutcomeError {
   const entry = `Bundle.entry[${index}].resource`;
   const rebase = (expression: string): string => {
-    const dot = expression.indexOf('.');
-    return dot === -1 ? entry : `${entry}${expression.slice(dot)}`;
+    const type = /^[A-Za-z]+/.exec(expression)?.[0];
+    if (type === undefined || !isResourceType(type)) return `${entry}.${expression}`;
+    return `${entry}${expression.slice(type.length)}`;
   };
   const issues = error.issues.map((issue) =>
     issue.expression ? { ...issue, expression: issue.expression.map(rebase) } : issue,

@@ -996,19 +996,41 @@ describe('strict mode', () => {
     const custom = await createTestApp({
       validator: () => {
         calls++;
-        return [{ severity: 'error', code: 'business-rule', details: { text: 'no' } }];
+        return [
+          {
+            severity: 'error',
+            code: 'business-rule',
+            details: { text: 'no' },
+            expression: ['name[0]', 'Patient.gender'],
+          },
+        ];
       },
     });
     await custom.storage.createProject({ id: 'strict', name: 'Strict', strictMode: true });
-    expectOutcome(
-      await request(custom.app).post(`${BASE}/Patient`).set('Authorization', auth('strict')).send(patient()),
-      400,
-      'business-rule',
-    );
+    const single = await request(custom.app)
+      .post(`${BASE}/Patient`)
+      .set('Authorization', auth('strict'))
+      .send(patient());
+    expectOutcome(single, 400, 'business-rule');
+    expect(single.body.issue[0].expression).toEqual(['name[0]', 'Patient.gender']);
+    // In a transaction both expressions name the entry, whether or not they start with the type.
+    const txn = await request(custom.app)
+      .post(BASE)
+      .set('Authorization', auth('strict'))
+      .send({
+        resourceType: 'Bundle',
+        type: 'transaction',
+        entry: [{ resource: patient(), request: { method: 'POST', url: 'Patient' } }],
+      });
+    expectOutcome(txn, 400, 'business-rule');
+    expect(txn.body.issue[0].expression).toEqual([
+      'Bundle.entry[0].resource.name[0]',
+      'Bundle.entry[0].resource.gender',
+    ]);
     expect(
       (await request(custom.app).post(`${BASE}/Patient`).set('Authorization', auth()).send(patient())).status,
     ).toBe(201);
-    expect(calls).toBe(1);
+    expect(calls).toBe(2);
     await custom.storage.close();
   });
 });
