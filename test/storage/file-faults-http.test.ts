@@ -120,7 +120,7 @@ describe('SCIM routes on a failing disk', () => {
     const post = (userName: string) => t.scimUser(auth, userName);
     expect((await post('kept@acme.example')).status).toBe(201);
 
-    plan.fail({ op: 'fsync', file: /users\.log$/, code: 'EIO' });
+    plan.fail({ op: 'fsync', file: /batch\.log$/, code: 'EIO' });
     const refused = await post('refused@acme.example');
     expectScimError(refused, 503);
     expect(refused.body.scimType).toBeUndefined();

@@ -10,12 +10,15 @@ import type { StoreFiles } from './store-files.js';
 /**
  * Housekeeping after a batch: rewrites the logs it touched that are mostly dead (see
  * docs/storage.md, "Compaction"). `seq` is the last committed batch, given to rewritten records.
+ * `beforeRewrite` runs before any log is rewritten (the `batch.log` checkpoint: its entries name
+ * offsets in the files a rewrite replaces).
  */
 export async function compactTouchedLogs(
   files: StoreFiles,
   base: BaseState,
   seq: number,
   compactionMinDeadBytes: number,
+  beforeRewrite: () => Promise<void> = () => Promise.resolve(),
 ): Promise<void> {
   const logs = [...files.touched];
   files.touched.clear();
@@ -23,18 +26,25 @@ export async function compactTouchedLogs(
     const meta = files.meta.get(log);
     // Constant-time checks: this runs after every batch.
     if (log === files.onceLog) {
-      if (log.records > 2 * base.onceCount() + 1024) await rewriteOnce(files, base, seq);
+      if (log.records > 2 * base.onceCount() + 1024) {
+        await beforeRewrite();
+        await rewriteOnce(files, base, seq);
+      }
     } else if (meta?.recordLog !== undefined) {
       // Counting live memberships or jobs is linear, so it runs only when the log has grown
       // past the last count's threshold: amortised constant time per record.
       if (log.records > (meta.checkAt ?? 0)) {
         const live = [...liveRecords(base, meta.recordLog, meta.projectId)];
-        if (log.records > 2 * live.length + 1024) await rewriteRecords(log, live, seq, files);
+        if (log.records > 2 * live.length + 1024) {
+          await beforeRewrite();
+          await rewriteRecords(log, live, seq, files);
+        }
         meta.checkAt = 2 * live.length + 1024;
       }
     } else if (meta?.resourceType !== undefined) {
       const live = log.size - log.deadBytes;
       if (log.deadBytes >= compactionMinDeadBytes && log.deadBytes > live) {
+        await beforeRewrite();
         await compact(log, meta.projectId, meta.resourceType, base, files);
       }
     }

@@ -6,6 +6,7 @@ import type { EngineBackend } from '../engine/engine.js';
 import type { Mutation, ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import type { ExportSnapshotOptions, PatientCompartment, StoredResource } from '../types.js';
+import { BatchLog } from './batch-log.js';
 import { CommitLog } from './commit-log.js';
 import { compactTouchedLogs } from './compaction.js';
 import { takeLegacyRecords } from './directory.js';
@@ -14,7 +15,7 @@ import { GroupCommit } from './group-commit.js';
 import { acquireLock, releaseLock, type DirLock } from './lock.js';
 import { indexFingerprint, writeIndex } from './log-index.js';
 import type { FileRef, LogFile, Segment } from './log-file.js';
-import { recoverStore, removeOrphanProjectDirs, removeUnusedSnapshots } from './recovery.js';
+import { recoverStore, removeOrphanProjectDirs, removeUnusedSnapshots, replayBatchLog } from './recovery.js';
 import { takeSnapshot, type FileSnapshot } from './snapshot.js';
 import { StoreFiles } from './store-files.js';
 
@@ -25,6 +26,11 @@ export interface FileBackendOptions {
   compartment: PatientCompartment;
   /** Tests only: see `FaultHook`. */
   faults?: FaultHook | undefined;
+  /**
+   * Size of `batch.log` past which the writer checkpoints it (see `GroupCommit.checkpoint`); each
+   * open writes it all into the logs again. @default 32 MiB
+   */
+  checkpointBytes?: number;
 }
 
 /**
@@ -37,6 +43,7 @@ export class FileBackend implements EngineBackend {
   private readonly files: StoreFiles;
   private lock: DirLock | undefined;
   private commitLog: CommitLog | undefined;
+  private batchLog: BatchLog | undefined;
   private commit: GroupCommit | undefined;
   /** The engine's committed state (for the index files written on close). */
   private base: BaseState | undefined;
@@ -90,8 +97,18 @@ export class FileBackend implements EngineBackend {
       await this.files.openDirectory();
       if (!hadDirectory) await this.files.directory.write();
       this.commitLog = await CommitLog.open(dir, sync, faults);
-      const committed = Math.max(this.files.directory.data.seq, await this.commitLog.lastCommitted());
-      this.commit = new GroupCommit(this.files, this.commitLog);
+      // Opened whatever the durability: a store last used with 'fsync' may have entries to replay.
+      const batchLog = await BatchLog.open(dir, faults);
+      this.batchLog = batchLog;
+      const { entries, end } = await batchLog.read();
+      if (end < batchLog.size) await batchLog.truncate(end);
+      await replayBatchLog(this.files, entries);
+      const committed = Math.max(
+        this.files.directory.data.seq,
+        await this.commitLog.lastCommitted(),
+        ...entries.map((e) => e.seq),
+      );
+      this.commit = new GroupCommit(this.files, this.commitLog, sync ? batchLog : undefined);
       this.commit.seq = committed;
       const { compartment } = this.options;
       const { files, fingerprint } = this;
@@ -99,7 +116,9 @@ export class FileBackend implements EngineBackend {
       await this.migrateDirectory(base);
       await removeOrphanProjectDirs(this.files);
       await removeUnusedSnapshots(this.files, base);
+      // The replayed logs are synced, and commit.log now holds the last seq: batch.log is done with.
       await this.commitLog.reset(this.commit.seq);
+      if (batchLog.size > 0) await batchLog.truncate(0);
       this.opened = true;
     } catch (error) {
       await this.close().catch(() => undefined);
@@ -159,18 +178,30 @@ export class FileBackend implements EngineBackend {
     }
   }
 
-  maintain(base: BaseState): Promise<void> {
-    return compactTouchedLogs(this.files, base, this.writer.seq, this.options.compactionMinDeadBytes);
+  async maintain(base: BaseState): Promise<void> {
+    const { writer } = this;
+    await writer.checkpoint(this.options.checkpointBytes ?? 32 * 1024 * 1024);
+    await compactTouchedLogs(this.files, base, writer.seq, this.options.compactionMinDeadBytes, () =>
+      writer.checkpoint(),
+    );
   }
 
   async close(): Promise<void> {
     const { files } = this;
+    // The logs must hold all the data on their own before index files describe them.
+    const checkpointed =
+      this.opened && this.commit
+        ? await this.commit.checkpoint().then(
+            () => true,
+            () => false,
+          )
+        : false;
     const logs: LogFile[] = [...files.meta.keys()];
     if (files.onceLog) logs.push(files.onceLog);
     for (const log of logs) {
       const meta = files.meta.get(log);
       // Only after a successful open: a failed open must not describe a half-loaded state.
-      const index = meta?.resourceType !== undefined && this.opened && !this.commit?.broken;
+      const index = meta?.resourceType !== undefined && this.opened && checkpointed && !this.commit?.broken;
       // The index skips scanning (and so re-checking) the records it covers: they and their
       // superseded-at marks must be on disk first, whatever the durability.
       if (this.options.sync || index) await log.sync().catch(() => undefined);
@@ -180,6 +211,8 @@ export class FileBackend implements EngineBackend {
     }
     files.meta.clear();
     await this.commitLog?.close().catch(() => undefined);
+    await this.batchLog?.close().catch(() => undefined);
+    this.batchLog = undefined;
     if (this.lock) releaseLock(this.lock);
     this.lock = undefined;
   }

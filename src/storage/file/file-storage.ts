@@ -93,7 +93,8 @@ class FileStorage extends EngineStorage {
  * reader with the same compartment, for export workers; without it the store has no
  * `descriptor` and exports stream from the main thread.
  *
- * `internal.faults` is a test seam (see `FaultHook`), never a public option.
+ * `internal.faults` is a test seam (see `FaultHook`), never a public option; so is
+ * `internal.checkpointBytes` (the size of `batch.log` that makes the writer checkpoint it).
  *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
  * @throws StorageUnavailableError when `dir` cannot be created, locked or written (read-only, no
@@ -102,7 +103,7 @@ class FileStorage extends EngineStorage {
 export async function createFileStorage(
   options: WithCompartment<FileStorageOptions>,
   readerModule?: string,
-  internal: { faults?: FaultHook } = {},
+  internal: { faults?: FaultHook; checkpointBytes?: number } = {},
 ): Promise<Storage> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
     throw new InvalidOptionError('fileStorage: dir must be a non-empty string');
@@ -124,6 +125,7 @@ export async function createFileStorage(
     compactionMinDeadBytes,
     compartment,
     faults: internal.faults,
+    ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
   });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);

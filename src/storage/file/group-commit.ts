@@ -3,6 +3,8 @@ import { getOrCreate } from '../engine/map-entry.js';
 import { pairKey, type Mutation } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import { StorageUnavailableError } from '../errors.js';
+import path from 'node:path';
+import type { BatchLog } from './batch-log.js';
 import type { CommitLog } from './commit-log.js';
 import { readDirectory } from './directory.js';
 import { UnsyncedRenameError } from './durable-json-file.js';
@@ -107,6 +109,8 @@ interface Undo {
   starts: Map<LogFile, number>;
   /** `commit.log`'s end before the batch, when the batch tried to append its commit record. */
   commitEnd: number | undefined;
+  /** `batch.log`'s end before the batch, when the batch tried to append its entry. */
+  batchEnd?: number | undefined;
   /** The batch's `directory.json` was renamed into place, not known durable: put the old one back. */
   directory: boolean;
   /** The failure that left this undo to do. */
@@ -123,9 +127,15 @@ export class GroupCommit {
   /** A failed batch whose undo on disk failed too: retried before the next batch. */
   private pendingUndo: Undo | undefined;
 
+  /**
+   * `batchLog`: where batches that change no directory data commit, with one fsync (the file
+   * store's write-ahead log; given with `durability: 'fsync'`). Without it they commit by syncing
+   * each log they appended to, then a `commit.log` record.
+   */
   constructor(
     private readonly files: StoreFiles,
     private readonly commitLog: CommitLog,
+    private readonly batchLog?: BatchLog,
   ) {}
 
   /**
@@ -272,10 +282,34 @@ export class GroupCommit {
     const starts = new Map<LogFile, number>();
     for (const p of pending) starts.set(p.log, p.log.size);
     let commitEnd: number | undefined;
+    let batchEnd: number | undefined;
     try {
       // Each log is synced as soon as its own append is done (one wait for all, not one for the
       // appends and another for the syncs). allSettled: no append or sync may still be running
       // when a failure is undone.
+      const { batchLog } = this;
+      if (batchLog && !batch.directory.changed) {
+        // One entry in batch.log, synced, commits the batch; the logs' own appends go to the page
+        // cache alongside (see docs/storage.md, "Writes: group commit").
+        const data = pending.map((p) => batch.encode(p));
+        const parts = pending.map((p, i) => ({
+          file: path.relative(this.files.dir, p.log.file),
+          offset: starts.get(p.log)!,
+          data: data[i]!,
+        }));
+        batchEnd = batchLog.size;
+        await settleAll([
+          batchLog.append(seq, parts),
+          ...pending.map(async (p, i) => {
+            await p.log.append(data[i]!);
+            // A compaction's rename not known durable yet: sync it before the entry can name
+            // offsets in the new file.
+            if (p.log.renameUnsynced) await p.log.sync();
+            this.files.unsynced.add(p.log);
+          }),
+        ]);
+        return starts;
+      }
       const sync = this.files.sync;
       await settleAll(
         pending.map(async (p) => {
@@ -296,7 +330,7 @@ export class GroupCommit {
       this.seq = seq;
       const directory = error instanceof UnsyncedRenameError;
       const cause = directory ? error.cause : error;
-      await this.undo({ starts, commitEnd, directory, cause });
+      await this.undo({ starts, commitEnd, batchEnd, directory, cause });
       throw unavailable(cause, 'The file store could not write');
     }
     return starts;
@@ -335,6 +369,26 @@ export class GroupCommit {
   }
 
   /**
+   * Makes the logs hold on their own what `batch.log` holds for them, then empties it: syncs every
+   * log appended to since the last checkpoint, records the last committed seq in `commit.log`
+   * (durably: `batch.log` no longer carries it), and cuts `batch.log` to nothing. Runs in the
+   * writer, between batches: when `batch.log` has grown past `threshold` bytes, before a
+   * compaction rewrites a log (its entries name offsets in the files they were written to), and on
+   * close. Not while a failed batch is not undone (its seq must not be vouched for). A failure
+   * leaves `batch.log` as it was, and the next checkpoint tries again.
+   */
+  async checkpoint(threshold = 0): Promise<void> {
+    const { batchLog } = this;
+    if (!batchLog || batchLog.size === 0 || batchLog.size < threshold) return;
+    if (this.pendingUndo) throw this.pendingUndo.cause;
+    const logs = [...this.files.unsynced];
+    await settleAll(logs.map((log) => log.sync()));
+    for (const log of logs) this.files.unsynced.delete(log);
+    await this.commitLog.append(this.seq);
+    await batchLog.truncate(0);
+  }
+
+  /**
    * Undoes a failed batch on disk, in an order that keeps the store consistent at every step
    * should the process die: first whatever commits it (the old `directory.json` back, durably;
    * `commit.log` cut before its record, durably), then its records in the logs (cut, durably, so
@@ -351,6 +405,10 @@ export class GroupCommit {
       if (undo.commitEnd !== undefined) {
         await this.commitLog.truncate(undo.commitEnd);
         undo.commitEnd = undefined;
+      }
+      if (undo.batchEnd !== undefined) {
+        await this.batchLog!.truncate(undo.batchEnd);
+        undo.batchEnd = undefined;
       }
       for (const [log, start] of undo.starts) {
         await log.truncate(start);

@@ -68,7 +68,7 @@ export class LogFile {
   /** Number of records appended since the file was (re)written. */
   records = 0;
   /** A compaction renamed a new file into place but could not fsync the directory (see `sync`). */
-  private renameUnsynced = false;
+  renameUnsynced = false;
 
   private constructor(
     readonly file: string,

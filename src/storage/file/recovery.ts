@@ -1,11 +1,13 @@
 import fsSync from 'node:fs';
 import fs from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { getOrCreate } from '../engine/map-entry.js';
 import type { BaseState } from '../engine/state.js';
 import { identifierKeys } from '../identifier-keys.js';
 import type { PatientCompartment, StoredResource } from '../types.js';
 import { StorageError } from '../errors.js';
+import { writeAll, type BatchEntry } from './batch-log.js';
 import { directoryMutations } from './directory.js';
 import { syncDir } from './durable-json-file.js';
 import { readIndex } from './log-index.js';
@@ -60,6 +62,42 @@ export async function recoverStore(recovery: Recovery): Promise<number> {
   }
   await loadOnce(recovery);
   return maxLastUpdated;
+}
+
+/**
+ * Writes every intact `batch.log` entry into the logs it names again, in order, and syncs them: a
+ * crash may have kept an entry (a batch's commit) without all that the batch appended to its logs.
+ * Logs of projects no longer in the directory (deleted since) are skipped. Superseded-at marks the
+ * entries carry are stale; the scans that follow recompute them.
+ */
+export async function replayBatchLog(files: StoreFiles, entries: readonly BatchEntry[]): Promise<void> {
+  if (entries.length === 0) return;
+  const live = new Set(Object.values(files.directory.data.projectDirs));
+  const handles = new Map<string, FileHandle>();
+  try {
+    for (const { parts } of entries) {
+      for (const { file, offset, data } of parts) {
+        const [top, dirName] = file.split(path.sep);
+        if (path.isAbsolute(file) || top === '..' || (top === 'projects' && !live.has(dirName!))) continue;
+        const full = path.join(files.dir, file);
+        let handle = handles.get(full);
+        if (!handle) {
+          files.faults?.('open', full);
+          await fs.mkdir(path.dirname(full), { recursive: true });
+          handle = await fs.open(full, fsSync.constants.O_RDWR | fsSync.constants.O_CREAT);
+          handles.set(full, handle);
+        }
+        files.faults?.('write', full);
+        await writeAll(handle, [data], offset);
+      }
+    }
+    for (const [full, handle] of handles) {
+      files.faults?.('fsync', full);
+      await handle.datasync();
+    }
+  } finally {
+    for (const handle of handles.values()) await handle.close().catch(() => undefined);
+  }
 }
 
 /**

@@ -40,6 +40,8 @@ export class StoreFiles {
   readonly meta = new Map<LogFile, LogMeta>();
   /** Logs appended to since the last housekeeping. */
   readonly touched = new Set<LogFile>();
+  /** Logs appended to through `batch.log` since its last checkpoint (not synced on their own yet). */
+  readonly unsynced = new Set<LogFile>();
 
   constructor(
     readonly dir: string,
@@ -124,6 +126,7 @@ export class StoreFiles {
     for (const log of logs) {
       this.meta.delete(log);
       this.touched.delete(log);
+      this.unsynced.delete(log);
       log.segment.retire();
     }
     await fs
