@@ -89,6 +89,16 @@ export class BatchLog {
   }
 
   /**
+   * Whether an entry can describe `parts` (at most 65,535 logs, under 4 GiB in all); a batch that
+   * does not fit commits without `batch.log`.
+   */
+  static fits(parts: readonly { bytes: number }[]): boolean {
+    let total = 0;
+    for (const part of parts) total += part.bytes + 512;
+    return parts.length <= 0xffff && total < 0xffffffff;
+  }
+
+  /**
    * Appends batch `seq`'s entry and syncs it: once this resolves, the batch is committed. On
    * failure part of the entry may be in the file past `size`: the caller cuts it (`truncate`).
    */

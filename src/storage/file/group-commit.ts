@@ -4,7 +4,7 @@ import { pairKey, type Mutation } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import { StorageUnavailableError } from '../errors.js';
 import path from 'node:path';
-import type { BatchLog } from './batch-log.js';
+import { BatchLog } from './batch-log.js';
 import type { CommitLog } from './commit-log.js';
 import { readDirectory } from './directory.js';
 import { UnsyncedRenameError } from './durable-json-file.js';
@@ -288,7 +288,7 @@ export class GroupCommit {
       // appends and another for the syncs). allSettled: no append or sync may still be running
       // when a failure is undone.
       const { batchLog } = this;
-      if (batchLog && !batch.directory.changed) {
+      if (batchLog && !batch.directory.changed && BatchLog.fits(pending)) {
         // One entry in batch.log, synced, commits the batch; the logs' own appends go to the page
         // cache alongside (see docs/storage.md, "Writes: group commit").
         const data = pending.map((p) => batch.encode(p));
