@@ -1,9 +1,9 @@
+import path from 'node:path';
 import { assertNever } from '../assert-never.js';
 import { getOrCreate } from '../engine/map-entry.js';
 import { pairKey, type Mutation } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import { StorageUnavailableError } from '../errors.js';
-import path from 'node:path';
 import { BatchLog } from './batch-log.js';
 import type { CommitLog } from './commit-log.js';
 import { readDirectory } from './directory.js';
@@ -284,9 +284,7 @@ export class GroupCommit {
     let commitEnd: number | undefined;
     let batchEnd: number | undefined;
     try {
-      // Each log is synced as soon as its own append is done (one wait for all, not one for the
-      // appends and another for the syncs). allSettled: no append or sync may still be running
-      // when a failure is undone.
+      // allSettled (settleAll): no append or sync may still be running when a failure is undone.
       const { batchLog } = this;
       if (batchLog && !batch.directory.changed && BatchLog.fits(pending)) {
         // One entry in batch.log, synced, commits the batch; the logs' own appends go to the page
@@ -310,6 +308,8 @@ export class GroupCommit {
         ]);
         return starts;
       }
+      // Each log is synced as soon as its own append is done (one wait for all, not one for the
+      // appends and another for the syncs).
       const sync = this.files.sync;
       await settleAll(
         pending.map(async (p) => {
