@@ -1,10 +1,11 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { expect } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import type { FaultHook, FileOp } from '../../src/storage/file/faults.js';
 import { createFileStorage, type FileStorageOptions } from '../../src/storage/file/file-storage.js';
 import { StorageUnavailableError } from '../../src/storage/errors.js';
-import type { Storage } from '../../src/storage/types.js';
+import type { FhirResource, Storage } from '../../src/storage/types.js';
 
 const MESSAGES: Record<string, string> = {
   ENOSPC: 'no space left on device',
@@ -111,3 +112,19 @@ export async function expectUnavailable(
   expect((unavailable.cause as NodeJS.ErrnoException).code).toBe(code);
   return unavailable;
 }
+
+/** The file of the first project log of `type` under the store directory `dir`. */
+export function resourceLog(dir: string, type: string): string {
+  for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
+    const file = path.join(dir, 'projects', project, 'resources', `${type}.log`);
+    if (fs.existsSync(file)) return file;
+  }
+  throw new Error(`no ${type} log`);
+}
+
+/** A Patient with an id and a family name (the id by default). */
+export const patient = (id: string, family = id): FhirResource & { id: string } => ({
+  resourceType: 'Patient',
+  id,
+  name: [{ family }],
+});

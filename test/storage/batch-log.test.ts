@@ -3,8 +3,8 @@ import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import { createFileStorage } from '../../src/storage/file/file-storage.js';
-import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { FaultPlan } from '../helpers/file-faults.js';
+import type { Storage } from '../../src/storage/types.js';
+import { FaultPlan, patient, resourceLog } from '../helpers/file-faults.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /**
@@ -42,21 +42,7 @@ function crashCopy(dir: string): string {
   return copy;
 }
 
-function resourceLog(dir: string, type: string): string {
-  for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
-    const file = path.join(dir, 'projects', project, 'resources', `${type}.log`);
-    if (fs.existsSync(file)) return file;
-  }
-  throw new Error(`no ${type} log`);
-}
-
 const size = (file: string): number => fs.statSync(file).size;
-
-const patient = (id: string, family = id): FhirResource & { id: string } => ({
-  resourceType: 'Patient',
-  id,
-  name: [{ family }],
-});
 
 /** `id:family@version` of the project's Patients, sorted by id. */
 async function patients(storage: Storage): Promise<string[]> {

@@ -3,9 +3,15 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { StorageError } from '../../src/storage/errors.js';
 import { decodeIndexFile, encodeIndexFile } from '../../src/storage/file/log-index.js';
-import type { FhirResource, Storage } from '../../src/storage/types.js';
+import type { Storage } from '../../src/storage/types.js';
 import { collectNdjson } from '../../src/testing/storage-contract.js';
-import { expectUnavailable, FaultPlan, openFaultyStore } from '../helpers/file-faults.js';
+import {
+  expectUnavailable,
+  FaultPlan,
+  openFaultyStore,
+  patient,
+  resourceLog,
+} from '../helpers/file-faults.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /**
@@ -36,24 +42,10 @@ async function reopen(storage: Storage, dir: string): Promise<Storage> {
   return openStore(dir);
 }
 
-function resourceLog(dir: string, type: string): string {
-  for (const project of fs.readdirSync(path.join(dir, 'projects'))) {
-    const file = path.join(dir, 'projects', project, 'resources', `${type}.log`);
-    if (fs.existsSync(file)) return file;
-  }
-  throw new Error(`no ${type} log`);
-}
-
 /** Every file under `dir` whose name matches `pattern` (temp files, snapshot links). */
 function filesMatching(dir: string, pattern: RegExp): string[] {
   return (fs.readdirSync(dir, { recursive: true }) as string[]).filter((name) => pattern.test(name));
 }
-
-const patient = (id: string, family = id): FhirResource & { id: string } => ({
-  resourceType: 'Patient',
-  id,
-  name: [{ family }],
-});
 
 /** The ids and families of the project's Patients, sorted by id. */
 async function patients(storage: Storage): Promise<string[]> {
