@@ -1,0 +1,452 @@
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import type { IdentifierToken, Storage, StorageOperations, StoredResource } from '../storage/types.js';
+import { CONFLICT, NOT_FOUND, PRECONDITION, rejectsWith, code } from './contract-helpers.js';
+
+/**
+ * The resources' part of the storage contract: writes and reads, search, identifier search. Called inside `runStorageContract`, which makes a fresh store before each test.
+ */
+export function resourcesStorageContract(getStorage: () => Storage): void {
+  let storage: Storage;
+  beforeEach(() => {
+    storage = getStorage();
+  });
+
+  describe('resources', () => {
+    it('creates with id, versionId and lastUpdated, and reads copies', async () => {
+      const r = await storage.createResource('p1', { resourceType: 'Patient', name: [{ family: 'Doe' }] });
+      expect(r.id).toMatch(/\S+/);
+      expect(r.meta.versionId).toMatch(/\S+/);
+      expect(Number.isNaN(Date.parse(r.meta.lastUpdated))).toBe(false);
+      const read = await storage.readResource('p1', 'Patient', r.id);
+      expect(read).toEqual(r);
+      (read.name as { family: string }[])[0]!.family = 'X';
+      expect(await storage.readResource('p1', 'Patient', r.id)).toEqual(r);
+      const given = await storage.createResource('p1', {
+        resourceType: 'Patient',
+        id: 'given',
+        meta: { source: 's' },
+      });
+      expect(given.id).toBe('given');
+      expect(given.meta.source).toBe('s');
+      await rejectsWith(storage.createResource('p1', { resourceType: 'Patient', id: 'given' }), CONFLICT);
+      await rejectsWith(storage.readResource('p1', 'Patient', 'missing'), NOT_FOUND);
+      await rejectsWith(storage.readResource('p1', 'Observation', 'given'), NOT_FOUND);
+      await rejectsWith(storage.readResource('p2', 'Patient', 'given'), NOT_FOUND);
+    });
+
+    it('rejects an invalid resource type', async () => {
+      await rejectsWith(storage.createResource('p1', { resourceType: '../etc' }), 'ERR_STORAGE_INVALID');
+    });
+
+    it('updates: new versionId, increasing lastUpdated, created flag, ifMatch', async () => {
+      const { resource: v1, created } = await storage.updateResource('p1', {
+        resourceType: 'Patient',
+        id: 'a',
+        active: true,
+      });
+      expect(created).toBe(true);
+      const { resource: v2, created: created2 } = await storage.updateResource('p1', {
+        resourceType: 'Patient',
+        id: 'a',
+        active: false,
+      });
+      expect(created2).toBe(false);
+      expect(v2.meta.versionId).not.toBe(v1.meta.versionId);
+      expect(Date.parse(v2.meta.lastUpdated)).toBeGreaterThanOrEqual(Date.parse(v1.meta.lastUpdated));
+      expect(v2.meta.lastUpdated > v1.meta.lastUpdated).toBe(true);
+      await rejectsWith(
+        storage.updateResource('p1', { resourceType: 'Patient', id: 'a' }, { ifMatch: v1.meta.versionId }),
+        PRECONDITION,
+      );
+      const { resource: v3 } = await storage.updateResource(
+        'p1',
+        { resourceType: 'Patient', id: 'a', gender: 'other' },
+        { ifMatch: v2.meta.versionId },
+      );
+      expect(v3.active).toBeUndefined();
+      expect(await storage.readResource('p1', 'Patient', 'a')).toEqual(v3);
+    });
+
+    it('lastUpdated strictly increases across writes', async () => {
+      const stamps: string[] = [];
+      for (let i = 0; i < 50; i++)
+        stamps.push((await storage.createResource('p1', { resourceType: 'Basic' })).meta.lastUpdated);
+      const more = await Promise.all(
+        Array.from({ length: 50 }, () => storage.createResource('p1', { resourceType: 'Basic' })),
+      );
+      stamps.push(...more.map((r) => r.meta.lastUpdated).sort());
+      expect(new Set(stamps).size).toBe(stamps.length);
+      for (let i = 1; i < stamps.length; i++) expect(stamps[i]! > stamps[i - 1]!).toBe(true);
+    });
+
+    it('deletes into a tombstone; re-creates after delete; deleting an absent id is a no-op', async () => {
+      const r = await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+      await rejectsWith(storage.deleteResource('p1', 'Patient', 'a', { ifMatch: 'nope' }), PRECONDITION);
+      await storage.deleteResource('p1', 'Patient', 'a', { ifMatch: r.meta.versionId });
+      const gone = await rejectsWith(storage.readResource('p1', 'Patient', 'a'), NOT_FOUND);
+      expect((gone as { deleted?: boolean }).deleted).toBe(true);
+      const missing = await rejectsWith(storage.readResource('p1', 'Patient', 'zzz'), NOT_FOUND);
+      expect((missing as { deleted?: boolean }).deleted).toBe(false);
+      await storage.deleteResource('p1', 'Patient', 'a');
+      await storage.deleteResource('p1', 'Patient', 'never');
+      expect((await storage.searchResources('p1', 'Patient')).total).toBe(0);
+      const again = await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: true });
+      expect(again.meta.versionId).not.toBe(r.meta.versionId);
+      expect((await storage.readResource('p1', 'Patient', 'a')).active).toBe(true);
+      const { created } = await storage.updateResource('p1', { resourceType: 'Patient', id: 'a' });
+      expect(created).toBe(false);
+    });
+
+    it('writeResources is all-or-nothing', async () => {
+      await storage.createResource('p1', { resourceType: 'Patient', id: 'exists' });
+      await rejectsWith(
+        storage.writeResources('p1', [
+          { op: 'create', resource: { resourceType: 'Patient', id: 'new1' } },
+          { op: 'update', resource: { resourceType: 'Patient', id: 'exists', active: true } },
+          { op: 'create', resource: { resourceType: 'Patient', id: 'exists' } },
+        ]),
+        CONFLICT,
+      );
+      await rejectsWith(storage.readResource('p1', 'Patient', 'new1'), NOT_FOUND);
+      expect((await storage.readResource('p1', 'Patient', 'exists')).active).toBeUndefined();
+      const results = await storage.writeResources('p1', [
+        { op: 'create', resource: { resourceType: 'Patient', id: 'new1' } },
+        { op: 'update', resource: { resourceType: 'Patient', id: 'new1', active: true } },
+        { op: 'update', resource: { resourceType: 'Observation', id: 'o1', status: 'final' } },
+        { op: 'delete', resourceType: 'Patient', id: 'exists' },
+      ]);
+      expect(results.map((r) => r.op)).toEqual(['create', 'update', 'update', 'delete']);
+      expect(results[1]!.created).toBe(false);
+      expect(results[2]!.created).toBe(true);
+      expect(results[3]!.resource).toBeUndefined();
+      expect((await storage.readResource('p1', 'Patient', 'new1')).active).toBe(true);
+      await rejectsWith(storage.readResource('p1', 'Patient', 'exists'), NOT_FOUND);
+    });
+
+    it('never loses a write under concurrent ifMatch updates', async () => {
+      await storage.createResource('p1', { resourceType: 'Basic', id: 'counter', count: 0 });
+      const worker = async (increments: number) => {
+        for (let done = 0; done < increments;) {
+          const current = await storage.readResource('p1', 'Basic', 'counter');
+          try {
+            await storage.updateResource(
+              'p1',
+              { ...current, count: (current.count as number) + 1 },
+              { ifMatch: current.meta.versionId },
+            );
+            done += 1;
+          } catch (error) {
+            if (code(error) !== PRECONDITION) throw error;
+          }
+        }
+      };
+      await Promise.all([worker(10), worker(10), worker(10), worker(10)]);
+      expect((await storage.readResource('p1', 'Basic', 'counter')).count).toBe(40);
+    });
+  });
+
+  describe('search', () => {
+    async function seed() {
+      const made: StoredResource[] = [];
+      for (const [id, subject] of [
+        ['o1', 'Patient/a'],
+        ['o2', 'Patient/b'],
+        ['o3', 'Patient/a'],
+        ['o4', 'Patient/c'],
+      ] as const) {
+        made.push(
+          await storage.createResource('p1', {
+            resourceType: 'Observation',
+            id,
+            subject: { reference: subject },
+          }),
+        );
+      }
+      await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
+      await storage.createResource('p2', {
+        resourceType: 'Observation',
+        id: 'o1',
+        subject: { reference: 'Patient/a' },
+      });
+      return made;
+    }
+
+    it('returns every live resource of a type, by lastUpdated then id by default', async () => {
+      const made = await seed();
+      await storage.deleteResource('p1', 'Observation', 'o4');
+      const page = await storage.searchResources('p1', 'Observation');
+      expect(page.total).toBe(3);
+      expect(page.resources).toEqual(made.slice(0, 3));
+      expect((await storage.searchResources('p1', 'Condition')).total).toBe(0);
+    });
+
+    it('filters by ids, lastUpdated, compartment and where', async () => {
+      const made = await seed();
+      expect(
+        (await storage.searchResources('p1', 'Observation', { ids: ['o2', 'o3', 'zz'] })).resources.map(
+          (r) => r.id,
+        ),
+      ).toEqual(['o2', 'o3']);
+      const t2 = Date.parse(made[1]!.meta.lastUpdated);
+      const after = await storage.searchResources('p1', 'Observation', { lastUpdated: { gt: t2 } });
+      expect(after.resources.every((r) => Date.parse(r.meta.lastUpdated) >= t2)).toBe(true);
+      expect(after.resources.map((r) => r.id)).not.toContain('o1');
+      const upTo = await storage.searchResources('p1', 'Observation', {
+        lastUpdated: { le: Date.parse(made[0]!.meta.lastUpdated) },
+      });
+      expect(upTo.resources.map((r) => r.id)).toContain('o1');
+      expect(upTo.resources.map((r) => r.id)).not.toContain('o4');
+      const all = await storage.searchResources('p1', 'Observation', {
+        lastUpdated: { ge: 0, lt: Date.now() + 60_000 },
+      });
+      expect(all.total).toBe(4);
+      const comp = await storage.searchResources('p1', 'Observation', { compartment: ['a'] });
+      expect(comp.resources.map((r) => r.id)).toEqual(['o1', 'o3']);
+      const comp2 = await storage.searchResources('p1', 'Observation', {
+        compartment: ['a', 'b'],
+        sort: '-_id',
+      });
+      expect(comp2.resources.map((r) => r.id)).toEqual(['o3', 'o2', 'o1']);
+      expect(
+        (await storage.searchResources('p1', 'Patient', { compartment: ['a'] })).resources.map((r) => r.id),
+      ).toEqual(['a']);
+      const where = await storage.searchResources('p1', 'Observation', {
+        where: (r) => (r.subject as { reference: string }).reference === 'Patient/a',
+      });
+      expect(where.total).toBe(2);
+      // The compartment index follows updates.
+      await storage.updateResource('p1', {
+        resourceType: 'Observation',
+        id: 'o1',
+        subject: { reference: 'Patient/b' },
+      });
+      expect(
+        (await storage.searchResources('p1', 'Observation', { compartment: ['a'] })).resources.map(
+          (r) => r.id,
+        ),
+      ).toEqual(['o3']);
+      await storage.deleteResource('p1', 'Observation', 'o2');
+      expect(
+        (await storage.searchResources('p1', 'Observation', { compartment: ['b'] })).resources.map(
+          (r) => r.id,
+        ),
+      ).toEqual(['o1']);
+    });
+
+    it('sorts, pages with offset and count, and counts totals', async () => {
+      await seed();
+      const byId = await storage.searchResources('p1', 'Observation', { sort: '_id' });
+      expect(byId.resources.map((r) => r.id)).toEqual(['o1', 'o2', 'o3', 'o4']);
+      const desc = await storage.searchResources('p1', 'Observation', { sort: '-_lastUpdated' });
+      expect(desc.resources.map((r) => r.id)).toEqual(['o4', 'o3', 'o2', 'o1']);
+      const page = await storage.searchResources('p1', 'Observation', { sort: '_id', offset: 1, count: 2 });
+      expect(page).toMatchObject({ total: 4 });
+      expect(page.resources.map((r) => r.id)).toEqual(['o2', 'o3']);
+      const none = await storage.searchResources('p1', 'Observation', { count: 0 });
+      expect(none).toEqual({ total: 4, resources: [] });
+      const wherePage = await storage.searchResources('p1', 'Observation', {
+        sort: '_id',
+        offset: 1,
+        count: 1,
+        where: (r) => r.id !== 'o2',
+      });
+      expect(wherePage.total).toBe(3);
+      expect(wherePage.resources.map((r) => r.id)).toEqual(['o3']);
+      const past = await storage.searchResources('p1', 'Observation', { offset: 10 });
+      expect(past).toEqual({ total: 4, resources: [] });
+    });
+  });
+
+  describe('identifier search', () => {
+    /** Ids of the matches of `tokens` (ORed), by id. */
+    async function ids(tokens: IdentifierToken[], projectId = 'p1', ops: StorageOperations = storage) {
+      const page = await ops.searchResources(projectId, 'Observation', { identifier: tokens, sort: '_id' });
+      expect(page.total).toBe(page.resources.length);
+      return page.resources.map((r) => r.id);
+    }
+
+    async function seed() {
+      const observation = (id: string, identifier: unknown) => ({
+        resourceType: 'Observation',
+        id,
+        ...(identifier === undefined ? {} : { identifier }),
+        subject: { reference: 'Patient/a' },
+      });
+      await storage.writeResources('p1', [
+        { op: 'create', resource: observation('o1', [{ system: 'urn:lab', value: '1' }]) },
+        // Several identifiers per resource; one of them without a system.
+        {
+          op: 'create',
+          resource: observation('o2', [
+            { system: 'urn:lab', value: '2' },
+            { system: 'urn:mrn', value: '1' },
+            { value: 'free' },
+          ]),
+        },
+        // A single identifier object (not an array), and one with a system but no value.
+        { op: 'create', resource: observation('o3', { system: 'urn:other', value: '1' }) },
+        { op: 'create', resource: observation('o4', [{ system: 'urn:lab' }, { value: 1 }]) },
+        { op: 'create', resource: observation('o5', undefined) },
+        // Parts that would run together if keys were plain concatenations.
+        { op: 'create', resource: observation('o6', [{ system: 'urn:a|b', value: 'c' }]) },
+        { op: 'create', resource: observation('o7', [{ system: 'urn:a', value: 'b|c' }]) },
+      ]);
+      // Other types and projects never match.
+      await storage.createResource('p1', {
+        resourceType: 'Patient',
+        id: 'a',
+        identifier: [{ system: 'urn:lab', value: '1' }],
+      });
+      await storage.createResource('p2', observation('o1', [{ system: 'urn:lab', value: '1' }]));
+    }
+
+    it('matches system|value, value, system| and |value on any identifier element', async () => {
+      await seed();
+      expect(await ids([{ system: 'urn:lab', value: '1' }])).toEqual(['o1']);
+      expect(await ids([{ system: 'urn:mrn', value: '1' }])).toEqual(['o2']);
+      // o4's `value: 1` is a number, not the string '1': no match.
+      expect(await ids([{ value: '1' }])).toEqual(['o1', 'o2', 'o3']);
+      expect(await ids([{ system: 'urn:lab' }])).toEqual(['o1', 'o2', 'o4']);
+      expect(await ids([{ system: null, value: 'free' }])).toEqual(['o2']);
+      expect(await ids([{ system: null, value: '1' }])).toEqual([]);
+      expect(await ids([{ system: null }])).toEqual(['o2', 'o4']);
+      expect(await ids([{ system: 'urn:lab', value: '3' }])).toEqual([]);
+      expect(await ids([{ system: 'urn:a|b', value: 'c' }])).toEqual(['o6']);
+      expect(await ids([{ system: 'urn:a', value: 'b|c' }])).toEqual(['o7']);
+      // Tokens are ORed; a token with neither part matches nothing.
+      expect(await ids([{ system: 'urn:other' }, { system: 'urn:lab', value: '2' }, {}])).toEqual([
+        'o2',
+        'o3',
+      ]);
+      expect(await ids([])).toEqual([]);
+      expect(await ids([{ system: 'urn:lab', value: '1' }], 'p2')).toEqual(['o1']);
+      expect(await ids([{ system: 'urn:lab', value: '1' }], 'p3')).toEqual([]);
+    });
+
+    it('combines with ids, compartment, lastUpdated, where, sort and paging', async () => {
+      await seed();
+      const lab = [{ system: 'urn:lab' }];
+      const search = (extra: object) =>
+        storage.searchResources('p1', 'Observation', { identifier: lab, sort: '_id', ...extra });
+      expect((await search({ ids: ['o2', 'o3', 'o4'] })).resources.map((r) => r.id)).toEqual(['o2', 'o4']);
+      expect((await search({ compartment: ['a'] })).total).toBe(3);
+      expect((await search({ compartment: ['b'] })).total).toBe(0);
+      expect((await search({ lastUpdated: { gt: Date.now() + 60_000 } })).total).toBe(0);
+      expect(
+        (await search({ where: (r: StoredResource) => r.id !== 'o1' })).resources.map((r) => r.id),
+      ).toEqual(['o2', 'o4']);
+      const page = await search({ sort: '-_id', offset: 1, count: 1 });
+      expect(page.total).toBe(3);
+      expect(page.resources.map((r) => r.id)).toEqual(['o2']);
+      expect(await search({ count: 0 })).toEqual({ total: 3, resources: [] });
+    });
+
+    it('follows updates and deletes, in transactions too', async () => {
+      await seed();
+      // An update that changes the identifiers: the old keys stop matching, the new ones match.
+      await storage.updateResource('p1', {
+        resourceType: 'Observation',
+        id: 'o1',
+        identifier: [{ system: 'urn:lab', value: '9' }],
+      });
+      expect(await ids([{ system: 'urn:lab', value: '1' }])).toEqual([]);
+      expect(await ids([{ system: 'urn:lab', value: '9' }])).toEqual(['o1']);
+      // An update that drops them.
+      await storage.updateResource('p1', { resourceType: 'Observation', id: 'o2' });
+      expect(await ids([{ system: 'urn:mrn', value: '1' }])).toEqual([]);
+      expect(await ids([{ system: 'urn:lab' }])).toEqual(['o1', 'o4']);
+      await storage.deleteResource('p1', 'Observation', 'o4');
+      expect(await ids([{ system: 'urn:lab' }])).toEqual(['o1']);
+      // Re-created after its delete, with another identifier.
+      await storage.createResource('p1', {
+        resourceType: 'Observation',
+        id: 'o4',
+        identifier: { system: 'urn:new', value: 'x' },
+      });
+      expect(await ids([{ value: 'x' }])).toEqual(['o4']);
+      // Several versions of one resource in one batch: only the last one counts.
+      await storage.writeResources('p1', [
+        {
+          op: 'update',
+          resource: { resourceType: 'Observation', id: 'o8', identifier: [{ value: 'v1' }] },
+        },
+        {
+          op: 'update',
+          resource: { resourceType: 'Observation', id: 'o8', identifier: [{ value: 'v2' }] },
+        },
+        {
+          op: 'update',
+          resource: { resourceType: 'Observation', id: 'o9', identifier: [{ value: 'v1' }] },
+        },
+        { op: 'delete', resourceType: 'Observation', id: 'o9' },
+      ]);
+      expect(await ids([{ value: 'v1' }, { value: 'v2' }])).toEqual(['o8']);
+      // Inside a transaction: its own writes are seen through tx only, and rolled back on throw.
+      await expect(
+        storage.transaction(async (tx) => {
+          await tx.updateResource('p1', {
+            resourceType: 'Observation',
+            id: 'o1',
+            identifier: [{ value: 'tx' }],
+          });
+          await tx.deleteResource('p1', 'Observation', 'o4');
+          expect(await ids([{ value: 'tx' }], 'p1', tx)).toEqual(['o1']);
+          expect(await ids([{ system: 'urn:lab', value: '9' }], 'p1', tx)).toEqual([]);
+          expect(await ids([{ value: 'x' }], 'p1', tx)).toEqual([]);
+          throw new Error('roll back');
+        }),
+      ).rejects.toThrow('roll back');
+      expect(await ids([{ value: 'tx' }])).toEqual([]);
+      expect(await ids([{ system: 'urn:lab', value: '9' }])).toEqual(['o1']);
+      expect(await ids([{ value: 'x' }])).toEqual(['o4']);
+      await storage.createProject({ id: 'p1', name: 'P', strictMode: false });
+      await storage.deleteProject('p1');
+      expect(await ids([{ value: 'x' }])).toEqual([]);
+    });
+
+    it('finds identifiers of any length and characters', async () => {
+      const long = 'x'.repeat(5000);
+      const values = ['a\u0000b', `${long}1`, `${long}2`, 'é€😀', ' '];
+      await storage.writeResources(
+        'p1',
+        values.map((value, i) => ({
+          op: 'create' as const,
+          resource: {
+            resourceType: 'Observation',
+            id: `o${i}`,
+            identifier: [{ system: `urn:${value}`, value }],
+          },
+        })),
+      );
+      for (const [i, value] of values.entries()) {
+        expect(await ids([{ value }])).toEqual([`o${i}`]);
+        expect(await ids([{ system: `urn:${value}`, value }])).toEqual([`o${i}`]);
+        expect(await ids([{ system: `urn:${value}` }])).toEqual([`o${i}`]);
+      }
+      expect(await ids([{ value: 'a' }, { value: long }, { value: '' }])).toEqual([]);
+    });
+
+    it('reads only the matching resources (an index, not a scan of the type)', async () => {
+      const writes = [];
+      for (let i = 0; i < 600; i++) {
+        writes.push({
+          op: 'create' as const,
+          resource: {
+            resourceType: 'Observation',
+            id: `o${i}`,
+            identifier: [{ system: 'urn:lab', value: String(i) }],
+          },
+        });
+      }
+      await storage.writeResources('p1', writes);
+      const parse = vi.spyOn(JSON, 'parse');
+      try {
+        expect(await ids([{ system: 'urn:lab', value: '42' }, { value: '7' }])).toEqual(['o42', 'o7']);
+        // One parse per resource read (a scan would parse all 600).
+        expect(parse.mock.calls.length).toBeLessThanOrEqual(2);
+      } finally {
+        parse.mockRestore();
+      }
+    });
+  });
+}
