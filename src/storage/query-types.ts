@@ -1,0 +1,102 @@
+import type { FhirResource, StoredResource } from './types.js';
+
+/*
+ * What resource reads and writes take and answer in the storage contract (see `./types.ts`):
+ * queries, pages, writes, results, tombstones.
+ */
+
+export interface InstantRange {
+  gt?: number;
+  ge?: number;
+  lt?: number;
+  le?: number;
+}
+
+/**
+ * One value of a token search on `identifier` (`system|value`, `|value`, `system|`, `value`): an
+ * identifier element matches when each given part is equal. FHIR R4 token search.
+ * @see https://hl7.org/fhir/R4/search.html#token
+ */
+export interface IdentifierToken {
+  /** The element's `system`; `null`: only elements without a `system`; absent: any system. */
+  system?: string | null;
+  /** The element's `value`; absent: any value. */
+  value?: string;
+}
+
+export interface ResourceQuery {
+  /** Only these ids. */
+  ids?: string[];
+  lastUpdated?: InstantRange;
+  /** Only resources in the compartment of one of these patients (ids, not references). */
+  compartment?: string[];
+  /**
+   * Only resources with an `identifier` element (the top-level `identifier`, one object or an
+   * array) matching one of these tokens. Answered through an index kept on write; a token with
+   * neither `system` nor `value` matches nothing.
+   */
+  identifier?: IdentifierToken[];
+  /**
+   * A further test on each candidate (already narrowed by the fields above). Runs in the
+   * caller's thread; adapters call it on a private copy.
+   */
+  where?: (resource: StoredResource) => boolean;
+  /** Default: `_lastUpdated`, ties broken by id. */
+  sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
+  /** Number of matches to skip. @default 0 */
+  offset?: number;
+  /** Maximum number returned; 0 returns only the total. @default all */
+  count?: number;
+}
+
+export interface ResourcePage {
+  total: number;
+  resources: StoredResource[];
+}
+
+export interface WriteOptions {
+  /** The write fails with `PreconditionFailedError` unless the current `meta.versionId` equals it. */
+  ifMatch?: string;
+}
+
+/**
+ * One write of a batch. `create` fails with `ConflictError` if the id exists (ids are assigned by
+ * the adapter when absent); `update` creates or replaces; `delete` of an absent id is a no-op.
+ */
+export type ResourceWrite =
+  | { op: 'create'; resource: FhirResource }
+  | { op: 'update'; resource: FhirResource & { id: string }; ifMatch?: string }
+  | { op: 'delete'; resourceType: string; id: string; ifMatch?: string };
+
+/** What `writeResources` did for each write, in order (`resource` absent for deletes). */
+export interface WriteResult {
+  op: ResourceWrite['op'];
+  resource?: StoredResource;
+  /** True when an update created the resource. */
+  created?: boolean;
+  /**
+   * The stored JSON text of `resource` and its version, when the adapter has them at hand (the
+   * memory and file stores): a caller can answer with the resource without parsing or serialising
+   * it again.
+   */
+  stored?: StoredText;
+}
+
+/** A stored resource as its JSON text, with what a response needs to know of it. */
+export interface StoredText {
+  json: string;
+  /** `Buffer.byteLength(json)`, when the adapter measured it (the memory and file stores do). */
+  bytes?: number;
+  resourceType: string;
+  id: string;
+  versionId: string;
+  lastUpdated: string;
+}
+
+/** A deleted resource, as kept for exports (`_since` lists deletions). */
+export interface Tombstone {
+  resourceType: string;
+  id: string;
+  /** Time of the delete (FHIR instant). */
+  deletedAt: string;
+}

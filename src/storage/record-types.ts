@@ -1,0 +1,153 @@
+import type { ExportSnapshot } from './export-types.js';
+
+/*
+ * The records of the storage contract (see `./types.ts`): projects, users, memberships, clients,
+ * signing keys, export jobs.
+ */
+
+export interface ProjectRecord {
+  id: string;
+  name: string;
+  description?: string;
+  /** Validate resources against the FHIR R4 structure definitions. */
+  strictMode: boolean;
+  /** Id of the user who owns the project (its first admin). */
+  ownerUserId?: string;
+  /** The project's SCIM settings; each one absent follows the `scimRouter` option. */
+  scim?: ProjectScimSettings;
+  createdAt: string;
+  updatedAt: string;
+  /** Incremented on every change; the ETag of the record. */
+  version: number;
+}
+
+export type ProfileType = 'Patient' | 'Practitioner' | 'RelatedPerson';
+
+/** Per-project overrides of the `scimRouter` options of the same names. */
+export interface ProjectScimSettings {
+  /** Profile type of a user created without `userType`. */
+  defaultUserType?: ProfileType;
+  /** Answer `userName` with the name the client sent instead of the profile id. */
+  echoUserName?: boolean;
+}
+
+export interface UserRecord {
+  id: string;
+  projectId: string;
+  /**
+   * The login name given by whoever created the user (an identity provider's `userName`), or the
+   * profile resource id when none was given. Unique per project, compared case-insensitively.
+   */
+  userName: string;
+  /** Identifier of the user in the provisioning client; unique per project when set. */
+  externalId?: string;
+  userType: ProfileType;
+  /** Id of the linked FHIR resource of type `userType` in the same project. */
+  profileId: string;
+  active: boolean;
+  /** Every other attribute of the user (SCIM `name`, `emails`, `displayName`, …). */
+  data: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+  version: number;
+}
+
+/** Fields a caller supplies on user create; the adapter fills id (when absent), times and version. */
+export type NewUser = Omit<UserRecord, 'id' | 'createdAt' | 'updatedAt' | 'version'> & { id?: string };
+
+/** Fields a caller may change on update (full replacement of each given field). */
+export type UserChanges = Partial<
+  Pick<UserRecord, 'userName' | 'externalId' | 'active' | 'data' | 'profileId'>
+>;
+
+export interface UserQuery {
+  /** Case-insensitive match against the stored `userName`. */
+  userName?: string;
+  externalId?: string;
+  profileId?: string;
+}
+
+export interface MembershipRecord {
+  id: string;
+  projectId: string;
+  userId?: string;
+  clientId?: string;
+  /** Project-admin rights. */
+  admin: boolean;
+  /** `Type/id` of the member's FHIR profile, when it has one. */
+  profile?: string;
+  createdAt: string;
+}
+
+export type NewMembership = Omit<MembershipRecord, 'id' | 'createdAt'> & { id?: string };
+
+export interface ClientRecord {
+  /** The OAuth `client_id`. */
+  id: string;
+  /** Null only for a super-admin client, which belongs to no project. */
+  projectId: string | null;
+  name: string;
+  /** Hash of the client secret (never the secret itself). */
+  secretHash?: string;
+  /** Inline public JWKS for `private_key_jwt`. */
+  jwks?: { keys: Record<string, unknown>[] };
+  jwksUri?: string;
+  /** Space-separated scopes the client may be granted. */
+  scope: string;
+  admin: boolean;
+  superAdmin: boolean;
+  /** Access token lifetime in seconds; the server default when absent. */
+  accessTokenLifetime?: number;
+  revoked: boolean;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type NewClient = Omit<ClientRecord, 'createdAt' | 'updatedAt' | 'revoked'> & { revoked?: boolean };
+export type ClientChanges = Partial<Omit<ClientRecord, 'id' | 'projectId' | 'createdAt' | 'updatedAt'>>;
+
+/** A server signing key for access tokens. */
+export interface SigningKeyRecord {
+  kid: string;
+  alg: string;
+  privateJwk: Record<string, unknown>;
+  publicJwk: Record<string, unknown>;
+  createdAt: string;
+  /** After this time the key signs no new token; it still verifies until `expiresAt`. */
+  retiredAt?: string;
+  /** After this time the key is no longer published nor accepted. */
+  expiresAt?: string;
+}
+
+export type ExportJobStatus = 'accepted' | 'in-progress' | 'completed' | 'failed' | 'cancelled';
+
+export interface ExportJobRecord {
+  id: string;
+  projectId: string;
+  /** Client (or user) id of the principal that started the job. */
+  ownerId: string;
+  status: ExportJobStatus;
+  /** The kick-off request URL, absolute, with its query. */
+  request: string;
+  /** Kick-off time (FHIR instant). */
+  transactionTime: string;
+  /** Parsed kick-off parameters, plain JSON. */
+  params: Record<string, unknown>;
+  /** The storage snapshot the job reads (plain JSON from `exportSnapshot`). */
+  snapshot?: ExportSnapshot;
+  progress?: Record<string, unknown>;
+  /** Manifest `output` / `error` / `deleted` arrays once complete. */
+  result?: Record<string, unknown>;
+  /** OperationOutcome of a failed job. */
+  failure?: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+  /** When the job and its files may be removed. */
+  expiresAt?: string;
+  version: number;
+}
+
+export type NewExportJob = Omit<ExportJobRecord, 'createdAt' | 'updatedAt' | 'version'>;
+export type ExportJobChanges = Partial<
+  Pick<ExportJobRecord, 'status' | 'snapshot' | 'progress' | 'result' | 'failure' | 'expiresAt'>
+>;
