@@ -14,9 +14,10 @@ import type { ExportReader, Storage } from './storage/types.js';
  * The module export workers import to reopen a file store (`StorageDescriptor.module`): one whose
  * `openFileExportReader` supplies the default compartment. From source (vitest, tsx) that is
  * `src/stores.ts`; from the build, the package entry (`dist/index.js` or `dist/index.cjs`),
- * which re-exports `openFileExportReader`.
+ * which re-exports `openFileExportReader`. Exported for tests that open a file store with its
+ * internal settings; the package entry does not re-export it.
  */
-function fileStoreModule(): string {
+export function fileStoreModule(): string {
   return descriptorModule('./stores.ts', 'index');
 }
 

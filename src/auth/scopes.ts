@@ -27,6 +27,23 @@ const SCOPE_PATTERN = /^(system|user)\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|
  * grants).
  */
 export function parseResourceScope(text: string): ResourceScope | undefined {
+  // Every request checks its token's scopes (a transaction once per entry): the few distinct scope
+  // strings in use are parsed once. The results are shared: frozen, their `actions` read-only.
+  // Longer than any resource scope (a caller's `scope` parameter is not worth keeping).
+  if (text.length > 80) return undefined;
+  const known = parsedScopes.get(text);
+  if (known !== undefined || parsedScopes.has(text)) return known;
+  const scope = parseScope(text);
+  if (parsedScopes.size >= MAX_PARSED_SCOPES) parsedScopes.clear();
+  parsedScopes.set(text, scope);
+  return scope;
+}
+
+/** Scope strings parsed so far (emptied when it reaches {@link MAX_PARSED_SCOPES}). */
+const parsedScopes = new Map<string, ResourceScope | undefined>();
+const MAX_PARSED_SCOPES = 1024;
+
+function parseScope(text: string): ResourceScope | undefined {
   const match = SCOPE_PATTERN.exec(text);
   if (!match) return undefined;
   const [, context, resourceType, permission] = match as unknown as [
@@ -41,7 +58,7 @@ export function parseResourceScope(text: string): ResourceScope | undefined {
   else if (permission === 'write') actions = ['c', 'u', 'd'];
   else if (permission === '*') actions = [...ALL_ACTIONS];
   else actions = [...permission] as ScopeAction[];
-  return { context, resourceType, actions: new Set(actions), text };
+  return Object.freeze({ context, resourceType, actions: new Set(actions), text });
 }
 
 /** Splits a space-separated scope string. */

@@ -14,6 +14,28 @@ describe('SMART scopes', () => {
     expect(parseResourceScope('openid')).toBeUndefined();
   });
 
+  it('parses a scope once and shares the frozen result; the longest type name still parses', () => {
+    const first = parseResourceScope('system/Encounter.cruds')!;
+    expect(parseResourceScope('system/Encounter.cruds')).toBe(first);
+    expect(Object.isFrozen(first)).toBe(true);
+    expect(() => {
+      (first as { resourceType: string }).resourceType = 'Patient';
+    }).toThrow(TypeError);
+    const longest = `system/A${'b'.repeat(63)}.cruds`;
+    expect(parseResourceScope(longest)?.resourceType).toBe(`A${'b'.repeat(63)}`);
+    expect(parseResourceScope(`system/A${'b'.repeat(64)}.cruds`)).toBeUndefined();
+    // Many distinct strings (a caller's scope parameter) neither grow the memo without bound nor
+    // change what a known scope parses to.
+    for (let i = 0; i < 3000; i++) parseResourceScope(`system/Type${i}.rs`);
+    expect([...parseResourceScope('system/Encounter.cruds')!.actions].sort()).toEqual([
+      'c',
+      'd',
+      'r',
+      's',
+      'u',
+    ]);
+  });
+
   it('decides per type and action', () => {
     expect(scopesAllow(['system/Observation.read'], 'Observation', 's')).toBe(true);
     expect(scopesAllow(['system/Observation.read'], 'Patient', 'r')).toBe(false);
