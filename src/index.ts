@@ -163,7 +163,7 @@ export type {
 export { DirectoryExportFiles } from './bulk/directory-export-files.js';
 export { memoryStorage, fileStorage, openFileExportReader } from './stores.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
-export type { FileStorageOptions } from './storage/file/file-storage.js';
+export type { FileStorageOptions, FileStore, FileStoreBackup } from './storage/file/file-storage.js';
 export type { FileExportReaderOptions } from './storage/file/export-reader.js';
 
 // Storage adapter: PostgreSQL is the subpath `fhir-platform-kit/postgres` (src/postgres.ts), so

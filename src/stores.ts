@@ -2,7 +2,7 @@ import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { descriptorModule } from './package-entry.js';
 import { createFileExportReader, type FileExportReaderOptions } from './storage/file/export-reader.js';
-import { createFileStorage, type FileStorageOptions } from './storage/file/file-storage.js';
+import { createFileStorage, type FileStorageOptions, type FileStore } from './storage/file/file-storage.js';
 import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
 import type { ExportReader, Storage } from './storage/types.js';
 
@@ -46,7 +46,7 @@ const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
  * @throws StorageUnavailableError when `dir` cannot be created, locked or written (a read-only or
  *   inaccessible directory, a full disk).
  */
-export async function fileStorage(options: FileStorageOptions): Promise<Storage> {
+export async function fileStorage(options: FileStorageOptions): Promise<FileStore> {
   checkOptionKeys('fileStorage', options, FILE_STORAGE_KEYS);
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.

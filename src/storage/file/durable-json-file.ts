@@ -114,3 +114,14 @@ export async function syncDir(dir: string, faults?: FaultHook): Promise<void> {
     await handle.close();
   }
 }
+
+/** True when `file` exists (false for ENOENT; other errors, a permission denied, are thrown). */
+export async function pathExists(file: string): Promise<boolean> {
+  try {
+    await fs.access(file);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw error;
+  }
+}

@@ -7,8 +7,10 @@ import type { Mutation, ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import type { ExportSnapshotOptions, PatientCompartment, StoredResource } from '../types.js';
 import { BatchLog } from './batch-log.js';
+import { freezeStore, type FrozenStore } from './backup.js';
 import { CommitLog } from './commit-log.js';
 import { compactTouchedLogs } from './compaction.js';
+import { pathExists } from './durable-json-file.js';
 import { takeLegacyRecords } from './directory.js';
 import { unavailable, type FaultHook } from './faults.js';
 import { GroupCommit } from './group-commit.js';
@@ -86,7 +88,7 @@ export class FileBackend implements EngineBackend {
     try {
       // Every committed project is in directory.json, written when a store is created: without
       // it, the projects' logs would be taken for leftovers of uncommitted creations and removed.
-      const hadDirectory = await exists(path.join(dir, 'directory.json'));
+      const hadDirectory = await pathExists(path.join(dir, 'directory.json'));
       if (!hadDirectory && (await fs.readdir(path.join(dir, 'projects'))).length > 0) {
         throw new StorageError(
           'ERR_STORAGE_CORRUPT',
@@ -178,6 +180,15 @@ export class FileBackend implements EngineBackend {
     }
   }
 
+  /** Runs in the writer between batches (see `freezeStore`): the store as a backup copies it. */
+  freeze(takenAt: string): FrozenStore {
+    try {
+      return freezeStore(this.files, this.writer.seq, takenAt);
+    } catch (error) {
+      throw unavailable(error, 'The file store could not start a backup');
+    }
+  }
+
   async maintain(base: BaseState): Promise<void> {
     const { writer } = this;
     await writer.checkpoint(this.options.checkpointBytes ?? 32 * 1024 * 1024);
@@ -215,15 +226,5 @@ export class FileBackend implements EngineBackend {
     this.batchLog = undefined;
     if (this.lock) releaseLock(this.lock);
     this.lock = undefined;
-  }
-}
-
-async function exists(file: string): Promise<boolean> {
-  try {
-    await fs.access(file);
-    return true;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw error;
   }
 }

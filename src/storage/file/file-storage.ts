@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
 import { EngineStorage } from '../engine/engine-storage.js';
+import { checkBackupTarget, writeBackup, type FileStoreBackup } from './backup.js';
 import { FileBackend } from './file-backend.js';
 import type { FaultHook } from './faults.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
@@ -16,6 +17,9 @@ import type {
   StorageDescriptor,
 } from '../types.js';
 import { InvalidOptionError } from '../../errors.js';
+import { unavailable } from './faults.js';
+
+export type { FileStoreBackup } from './backup.js';
 
 /** Options of `fileStorage`. */
 export interface FileStorageOptions {
@@ -42,7 +46,23 @@ export interface FileStorageOptions {
   compartment?: PatientCompartment;
 }
 
-class FileStorage extends EngineStorage {
+/** The file store: a {@link Storage} that can also copy itself while it runs. */
+export interface FileStore extends Storage {
+  /**
+   * Writes a backup of the store into `dir`, a new directory (its parent must exist), while the
+   * store goes on serving: the store as it was between two batches (every write acknowledged
+   * before the call, none that started after it), which `fileStorage({ dir })` opens as a store.
+   * Writes are held only while the logs are listed, not while they are copied. Export snapshots,
+   * index files and the lock are not copied; export jobs in flight then fail in the copy.
+   * See docs/storage.md, "Backups".
+   * @throws InvalidOptionError when `dir` exists, is inside the store or has no parent directory.
+   * @throws StorageUnavailableError when the copy cannot be written (a full disk): nothing is left
+   *   at `dir`.
+   */
+  backup(dir: string): Promise<FileStoreBackup>;
+}
+
+class FileStorage extends EngineStorage implements FileStore {
   readonly exportReader: ExportReader;
   readonly descriptor: StorageDescriptor | undefined;
 
@@ -52,7 +72,7 @@ class FileStorage extends EngineStorage {
     dir: string,
     compartment: PatientCompartment,
     readerModule: string | undefined,
-    faults: FaultHook | undefined,
+    private readonly faults: FaultHook | undefined,
   ) {
     super(engine, compartment);
     this.exportReader = new FileExportReader({ dir }, compartment, faults);
@@ -67,6 +87,17 @@ class FileStorage extends EngineStorage {
     return this.engine.enqueueWrite((w) =>
       this.backend.snapshot(projectId, w.now().iso, this.engine.base, options),
     );
+  }
+
+  async backup(dir: string): Promise<FileStoreBackup> {
+    this.engine.assertOpen();
+    const target = await checkBackupTarget(this.backend.dir, dir);
+    const frozen = await this.engine.enqueueWrite((w) => this.backend.freeze(w.now().iso));
+    try {
+      return await writeBackup(frozen, target, this.faults);
+    } catch (error) {
+      throw unavailable(error, `The file store could not write a backup into ${target}`);
+    }
   }
 
   /** Open, and its directory still there and writable (a removed or read-only mount is not ready). */
@@ -104,7 +135,7 @@ export async function createFileStorage(
   options: WithCompartment<FileStorageOptions>,
   readerModule?: string,
   internal: { faults?: FaultHook; checkpointBytes?: number } = {},
-): Promise<Storage> {
+): Promise<FileStore> {
   if (typeof options?.dir !== 'string' || options.dir.length === 0) {
     throw new InvalidOptionError('fileStorage: dir must be a non-empty string');
   }

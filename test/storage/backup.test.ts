@@ -1,0 +1,244 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { fileStorage } from '../../src/stores.js';
+import type { FileStore } from '../../src/storage/file/file-storage.js';
+import { newUser } from '../../src/testing/contract-helpers.js';
+import { expectUnavailable, FaultPlan, openFaultyStore, patient } from '../helpers/file-faults.js';
+import { createApp } from '../helpers/bulk-export.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/** Every Patient of `p1` as `id:family@version`, sorted. */
+async function patients(storage: FileStore, projectId = 'p1'): Promise<string[]> {
+  const page = await storage.searchResources(projectId, 'Patient', { count: 10_000 });
+  return page.resources
+    .map((r) => `${r.id}:${(r as { name?: { family?: string }[] }).name?.[0]?.family}@${r.meta.versionId}`)
+    .sort();
+}
+
+async function newStore(dir = tempDir('fpk-backup-'), compactionMinDeadBytes?: number): Promise<FileStore> {
+  const storage = await fileStorage({
+    dir,
+    ...(compactionMinDeadBytes !== undefined ? { compactionMinDeadBytes } : {}),
+  });
+  await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+  await storage.createProject({ id: 'p2', name: 'Two', strictMode: false });
+  return storage;
+}
+
+describe('fileStorage backup', () => {
+  it('copies the store as it was: every record kind, none of the writes after it; both go on', async () => {
+    const storage = await newStore();
+    await storage.createResource('p1', patient('a', 'v1'));
+    await storage.updateResource('p1', patient('a', 'v2'));
+    await storage.createResource('p1', patient('b'));
+    await storage.deleteResource('p1', 'Patient', 'b');
+    await storage.writeResources('p2', [
+      { op: 'create', resource: patient('c') },
+      { op: 'create', resource: { resourceType: 'Observation', id: 'o1', status: 'final' } },
+    ]);
+    const alice = await storage.createUser('p1', newUser('alice'));
+    await storage.createMembership('p1', { projectId: 'p1', admin: true, userId: alice.id });
+    expect(await storage.useOnce('jti-1', Date.now() + 60_000)).toBe(true);
+
+    const target = path.join(tempDir('fpk-backup-to-'), 'copy');
+    const backup = await storage.backup(target);
+    expect(backup).toMatchObject({ dir: target });
+    expect(backup.logs).toBeGreaterThanOrEqual(5);
+    expect(backup.bytes).toBeGreaterThan(0);
+    expect(Date.parse(backup.takenAt)).not.toBeNaN();
+    // Nothing else is left next to it (the temporary directory was renamed).
+    expect(fs.readdirSync(path.dirname(target))).toEqual(['copy']);
+
+    // The store goes on; these are not in the backup.
+    await storage.updateResource('p1', patient('a', 'v3'));
+    await storage.createResource('p1', patient('d'));
+    await storage.deleteProject('p2');
+    await storage.close();
+
+    const copy = await fileStorage({ dir: target });
+    try {
+      expect(await patients(copy)).toEqual(['a:v2@2']);
+      await expect(copy.readResource('p1', 'Patient', 'b')).rejects.toMatchObject({ deleted: true });
+      expect((await copy.listProjects()).map((p) => p.id).sort()).toEqual(['p1', 'p2']);
+      expect(await patients(copy, 'p2')).toEqual(['c:c@1']);
+      expect(await copy.readResource('p2', 'Observation', 'o1')).toMatchObject({ status: 'final' });
+      expect((await copy.listUsers('p1')).map((u) => u.userName)).toEqual(['alice']);
+      expect(await copy.listMemberships('p1')).toMatchObject([{ userId: alice.id, admin: true }]);
+      // One-time values too: a replayed token stays refused in the restored store.
+      expect(await copy.useOnce('jti-1', Date.now() + 60_000)).toBe(false);
+      // The copy is a store of its own.
+      await copy.updateResource('p1', patient('a', 'v3b'));
+      expect(await patients(copy)).toEqual(['a:v3b@3']);
+    } finally {
+      await copy.close();
+    }
+    const original = await fileStorage({ dir: storage.descriptor!.options.dir as string });
+    try {
+      expect(await patients(original)).toEqual(['a:v3@3', 'd:d@1']);
+    } finally {
+      await original.close();
+    }
+  });
+
+  it('taken while writes and compactions run: a consistent cut, holding every write acknowledged before it', async () => {
+    // Every update supersedes a record: compaction rewrites the log after nearly every batch.
+    const storage = await newStore(undefined, 0);
+    for (let i = 0; i < 20; i++) await storage.createResource('p1', patient(`s${i}`, 'v0'));
+    let stop = false;
+    const acknowledged: string[] = [];
+    const writer = (async () => {
+      for (let n = 1; !stop; n++) {
+        // A transaction: the Patient's new version and an Observation naming it, both or neither.
+        const id = `s${n % 20}`;
+        await storage.writeResources('p1', [
+          { op: 'update', resource: patient(id, `v${n}`) },
+          {
+            op: 'create',
+            resource: {
+              resourceType: 'Observation',
+              id: `obs-${n}`,
+              status: 'final',
+              note: [{ text: `${id}:v${n}` }],
+            },
+          },
+        ]);
+        acknowledged.push(`obs-${n}`);
+      }
+    })();
+    while (acknowledged.length < 30) await new Promise((resolve) => setTimeout(resolve, 5));
+    const before = [...acknowledged];
+    const target = path.join(tempDir('fpk-backup-to-'), 'copy');
+    await storage.backup(target);
+    stop = true;
+    await writer;
+    await storage.close();
+
+    const copy = await fileStorage({ dir: target });
+    try {
+      const observations = (await copy.searchResources('p1', 'Observation', { count: 100_000 })).resources;
+      const ids = new Set(observations.map((o) => o.id));
+      for (const id of before) expect(ids.has(id), id).toBe(true);
+      // A prefix of the writes: obs-1 … obs-k, nothing missing in between.
+      expect([...ids].map((id) => Number(id.slice(4))).sort((a, b) => a - b)).toEqual(
+        Array.from({ length: ids.size }, (_, i) => i + 1),
+      );
+      // Each Patient is at the version its last Observation in the copy names (the same batch).
+      const last = new Map<string, string>();
+      for (const o of observations.sort((a, b) => Number(a.id.slice(4)) - Number(b.id.slice(4)))) {
+        const note = (o as unknown as { note: { text: string }[] }).note[0]!.text;
+        const [id, version] = note.split(':') as [string, string];
+        last.set(id, version);
+      }
+      for (const p of await patients(copy)) {
+        const [id, rest] = p.split(':') as [string, string];
+        expect(rest.split('@')[0]).toBe(last.get(id) ?? 'v0');
+      }
+    } finally {
+      await copy.close();
+    }
+  });
+
+  it('an export in flight at the backup: its job ends in the copy (failed: snapshots are not copied)', async () => {
+    const storage = await newStore();
+    await storage.createResource('p1', patient('a'));
+    const snapshot = await storage.exportSnapshot('p1');
+    const exportDir = tempDir('fpk-backup-exports-');
+    const jobId = randomUUID();
+    // A system-level export of Patients, as a kick-off on a router with this exportDir plans it.
+    const plan = {
+      params: { level: 'system', outputFormat: 'application/fhir+ndjson', lenient: false },
+      types: ['Patient'],
+      issues: [],
+      exportDir,
+      ownerKind: 'client',
+    };
+    await storage.createExportJob({
+      id: jobId,
+      projectId: 'p1',
+      ownerId: 'c',
+      status: 'in-progress',
+      request: 'http://x/fhir/R4/$export',
+      transactionTime: snapshot.takenAt,
+      params: plan,
+      snapshot,
+    });
+    const target = path.join(tempDir('fpk-backup-to-'), 'copy');
+    await storage.backup(target);
+    await storage.close();
+    expect(fs.existsSync(path.join(target, 'snapshots'))).toBe(false);
+
+    /** Opens the store in `dir` under a bulk router, which resumes the job; answers how it ended. */
+    const resumed = async (dir: string) => {
+      const store = await fileStorage({ dir });
+      const { router } = createApp(store, { exportDir });
+      try {
+        let job = await store.readExportJob('p1', jobId);
+        for (let i = 0; i < 200 && (job.status === 'accepted' || job.status === 'in-progress'); i++) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          job = await store.readExportJob('p1', jobId);
+        }
+        return job;
+      } finally {
+        await router.close();
+        await store.close();
+      }
+    };
+    const inCopy = await resumed(target);
+    expect(inCopy.status).toBe('failed');
+    expect(inCopy.failure).toMatchObject({ resourceType: 'OperationOutcome' });
+    // The same job in the original store, whose snapshot is there, completes.
+    const inOriginal = await resumed(storage.descriptor!.options.dir as string);
+    expect(inOriginal.failure ?? {}).toEqual({});
+    expect(inOriginal.status).toBe('completed');
+  });
+
+  it('refuses a target that exists, lies inside the store or has no parent; a closed store', async () => {
+    const dir = tempDir('fpk-backup-');
+    const storage = await newStore(dir);
+    const elsewhere = tempDir('fpk-backup-to-');
+    await expect(storage.backup(elsewhere)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION' });
+    await expect(storage.backup(path.join(dir, 'backup'))).rejects.toMatchObject({
+      code: 'ERR_INVALID_OPTION',
+    });
+    await expect(storage.backup(dir)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION' });
+    await expect(storage.backup(path.join(elsewhere, 'no', 'copy'))).rejects.toMatchObject({
+      code: 'ERR_INVALID_OPTION',
+    });
+    await expect(storage.backup('')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION' });
+    expect(fs.readdirSync(elsewhere)).toEqual([]);
+    await storage.close();
+    await expect(storage.backup(path.join(elsewhere, 'copy'))).rejects.toMatchObject({
+      code: 'ERR_STORAGE_CLOSED',
+    });
+  });
+
+  it('a full disk during the copy: StorageUnavailableError, nothing left at the target, the store unharmed', async () => {
+    const plan = new FaultPlan();
+    const dir = tempDir('fpk-backup-');
+    const storage = (await openFaultyStore(dir, plan)) as FileStore;
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+    await storage.createResource('p1', patient('a'));
+    await storage.createResource('p1', { resourceType: 'Observation', id: 'o1', status: 'final' });
+    const parent = tempDir('fpk-backup-to-');
+    const target = path.join(parent, 'copy');
+    // commit.log is written as commit.log.tmp, then renamed.
+    for (const file of [/Observation\.log$/, /directory\.json$/, /commit\.log\.tmp$/]) {
+      plan.fail({ op: ['write', 'fsync'], file: new RegExp(`^${parent}.*${file.source}`), code: 'ENOSPC' });
+      await expectUnavailable(storage.backup(target), 'ENOSPC');
+      expect(fs.readdirSync(parent)).toEqual([]);
+      plan.clear();
+    }
+    plan.fail({ op: 'rename', file: target, code: 'EIO', times: 1 });
+    await expectUnavailable(storage.backup(target), 'EIO');
+    expect(fs.readdirSync(parent)).toEqual([]);
+    // The store was never touched: it writes, and a backup after the fault works.
+    await storage.createResource('p1', patient('b'));
+    await storage.backup(target);
+    await storage.close();
+    const copy = await fileStorage({ dir: target });
+    expect(await patients(copy)).toEqual(['a:a@1', 'b:b@1']);
+    await copy.close();
+  });
+});
