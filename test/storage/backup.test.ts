@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
+import type { FaultHook } from '../../src/storage/file/faults.js';
+import { createFileStorage, type FileStore } from '../../src/storage/file/file-storage.js';
 import { fileStorage } from '../../src/stores.js';
-import type { FileStore } from '../../src/storage/file/file-storage.js';
 import { newUser } from '../../src/testing/contract-helpers.js';
 import { expectUnavailable, FaultPlan, openFaultyStore, patient } from '../helpers/file-faults.js';
 import { createApp } from '../helpers/bulk-export.js';
@@ -135,6 +137,44 @@ describe('fileStorage backup', () => {
         const [id, rest] = p.split(':') as [string, string];
         expect(rest.split('@')[0]).toBe(last.get(id) ?? 'v0');
       }
+    } finally {
+      await copy.close();
+    }
+  });
+
+  it('the project deleted while its log is being copied: the copy still reads the file it pinned', async () => {
+    const dir = tempDir('fpk-backup-');
+    let deletion: Promise<void> | undefined;
+    // When the backup opens its copy of the Patient log, p1 is deleted: the deletion's batch retires
+    // (closes, unless pinned) every open file of p1's logs while the copy reads them.
+    const hook: FaultHook = (op, file) => {
+      if (op === 'open' && file.includes('.tmp-') && file.endsWith('Patient.log')) {
+        deletion ??= storage.deleteProject('p1');
+      }
+    };
+    const storage = await createFileStorage({ dir, compartment: R4_PATIENT_COMPARTMENT }, undefined, {
+      faults: hook,
+    });
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+    // 1,000 Patients of about 20 KB: a 20 MB log, copied in 1 MiB reads.
+    const text = { status: 'generated', div: `<div>${'x'.repeat(20_000)}</div>` };
+    for (let i = 0; i < 10; i++) {
+      await storage.writeResources(
+        'p1',
+        Array.from({ length: 100 }, (_, j) => ({
+          op: 'create' as const,
+          resource: { ...patient(`s${i * 100 + j}`), text },
+        })),
+      );
+    }
+    const { dir: target } = await storage.backup(path.join(tempDir('fpk-backup-to-'), 'copy'));
+    expect(deletion).toBeDefined();
+    await deletion;
+    await expect(storage.readProject('p1')).rejects.toMatchObject({ code: 'ERR_STORAGE_NOT_FOUND' });
+    await storage.close();
+    const copy = await fileStorage({ dir: target });
+    try {
+      expect(await patients(copy)).toHaveLength(1000);
     } finally {
       await copy.close();
     }
