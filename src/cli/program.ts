@@ -120,6 +120,10 @@ export function buildProgram(): Command {
       '--max-connections-per-address <n>',
       'open connections per client address, or Infinity behind a proxy (MAX_CONNECTIONS_PER_ADDRESS; default 128)',
     )
+    .option(
+      '--backup-dir <dir>',
+      'file store only: each SIGUSR2 writes a backup of the running store into a new directory here (BACKUP_DIR)',
+    )
     .option('--log-level <level>', 'pino log level (LOG_LEVEL; default info)')
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof serve>[0]) => serve(flags));

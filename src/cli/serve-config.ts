@@ -27,12 +27,14 @@ export interface StandaloneConfig {
    * `Infinity` behind a proxy, whose address every connection then has.
    */
   maxConnectionsPerAddress: number;
+  /** File store only: where a `SIGUSR2` writes a backup of the running store (one new directory each). */
+  backupDir?: string;
 }
 
 /**
  * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID`,
  * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE`, `SCIM_ECHO_USER_NAME`,
- * `BULK_REQUIRE_ASYNC_HEADERS`, `FHIR_DEFAULT_RETURN` and `MAX_CONNECTIONS_PER_ADDRESS`.
+ * `BULK_REQUIRE_ASYNC_HEADERS`, `FHIR_DEFAULT_RETURN`, `MAX_CONNECTIONS_PER_ADDRESS` and `BACKUP_DIR`.
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
@@ -93,6 +95,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       `MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must be a positive integer or Infinity, got "${perAddressText}"`,
     );
   }
+  const backupDir = env.BACKUP_DIR?.trim() || undefined;
+  if (backupDir && env.DATABASE_URL) {
+    throw new UsageError(
+      "BACKUP_DIR (--backup-dir) backs up the file store; with DATABASE_URL, use the database's own backups (pg_dump, base backups)",
+    );
+  }
   return {
     port,
     host,
@@ -105,5 +113,6 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     bulkRequireAsyncHeaders: requireAsync === 'true',
     fhirDefaultReturn: defaultReturn,
     maxConnectionsPerAddress,
+    ...(backupDir ? { backupDir: path.resolve(backupDir) } : {}),
   };
 }

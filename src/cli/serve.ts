@@ -1,5 +1,6 @@
 import { pino, type Logger } from 'pino';
 import { readConfig } from './serve-config.js';
+import { backupOnSignal } from './backup-signal.js';
 import { startStandalone } from './standalone.js';
 import { UsageError } from './cli-error.js';
 
@@ -17,6 +18,7 @@ export interface ServeFlags {
   bulkRequireAsyncHeaders?: boolean;
   fhirDefaultReturn?: string;
   maxConnectionsPerAddress?: string;
+  backupDir?: string;
   logLevel?: string;
 }
 
@@ -39,6 +41,7 @@ export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): Nod
     BULK_REQUIRE_ASYNC_HEADERS: set(flags.bulkRequireAsyncHeaders),
     FHIR_DEFAULT_RETURN: set(flags.fhirDefaultReturn),
     MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
+    BACKUP_DIR: set(flags.backupDir),
   };
   const merged: NodeJS.ProcessEnv = { ...env };
   for (const [name, value] of Object.entries(overrides)) if (value !== undefined) merged[name] = value;
@@ -54,7 +57,7 @@ function createLogger(level: string): Logger {
 
 /**
  * `fhir-platform-kit serve`: runs the standalone server until SIGTERM or SIGINT, logging JSON lines
- * (pino) on stdout. A super-admin secret generated on the first start is written once to stderr as
+ * (pino) on stdout. With `BACKUP_DIR`, each SIGUSR2 backs the file store up there. A super-admin secret generated on the first start is written once to stderr as
  * plain text, never into the log. Resolves when the server has stopped.
  */
 export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): Promise<void> {
@@ -85,12 +88,15 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     );
   }
 
+  const backups = config.backupDir ? backupOnSignal(standalone.storage, config.backupDir, logger) : undefined;
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   logger.info({ signal }, 'shutting down');
   try {
+    // A backup under way finishes first (it reads the store's open files).
+    await backups?.stop();
     await standalone.close();
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
+import { fileStorage } from '../../src/stores.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -70,6 +71,9 @@ describe('serve: configuration', () => {
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '16' }).maxConnectionsPerAddress).toBe(16);
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: 'Infinity' }).maxConnectionsPerAddress).toBe(Infinity);
     expect(() => readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '0' })).toThrow(/MAX_CONNECTIONS_PER_ADDRESS/);
+    expect(config.backupDir).toBeUndefined();
+    expect(readConfig({ BACKUP_DIR: 'backups' }).backupDir).toBe(path.resolve('backups'));
+    expect(() => readConfig({ BACKUP_DIR: 'backups', DATABASE_URL: 'postgres://x/y' })).toThrow(/BACKUP_DIR/);
   });
 
   it('reads the SCIM settings for identity providers', () => {
@@ -291,5 +295,56 @@ describe('serve: the standalone server', () => {
     // The lock was released: the store opens again at once.
     const again = await startStandalone(readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir }));
     await again.close();
+  });
+
+  it('writes a backup of the running file store on SIGUSR2 (BACKUP_DIR), which opens as a store', async () => {
+    const dataDir = tempDir();
+    const backupDir = path.join(tempDir(), 'backups');
+    const port = await freePort();
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
+      cwd: path.resolve(import.meta.dirname, '../..'),
+      env: {
+        ...process.env,
+        BASE_URL: '',
+        PORT: String(port),
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        BACKUP_DIR: backupDir,
+        SUPER_ADMIN_CLIENT_ID: 'root',
+        SUPER_ADMIN_CLIENT_SECRET: 'root-secret-123',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const waitFor = async (msg: string): Promise<Record<string, unknown> | undefined> => {
+      for (let i = 0; i < 200; i++) {
+        const line = stdout.includes(`"${msg}"`) ? logLines(stdout).find((l) => l.msg === msg) : undefined;
+        if (line) return line;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return undefined;
+    };
+    try {
+      expect(await waitFor('listening')).toBeDefined();
+      child.kill('SIGUSR2');
+      const written = await waitFor('backup written');
+      expect(written).toMatchObject({ level: 30, dir: expect.stringContaining(backupDir) });
+      // The server still serves after it.
+      expect(await tokenStatus(`http://127.0.0.1:${port}`, 'root', 'root-secret-123')).toBe(200);
+      const [name] = fs.readdirSync(backupDir);
+      expect(name).toMatch(/^backup-\d{4}-\d\d-\d\dT/);
+      const copy = await fileStorage({ dir: path.join(backupDir, name!) });
+      try {
+        expect(await copy.readClient('root')).toMatchObject({ superAdmin: true });
+      } finally {
+        await copy.close();
+      }
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+    expect(logLines(stdout).map((line) => line.msg)).toContain('backup started');
   });
 });
