@@ -65,9 +65,10 @@ export async function checkBackupTarget(storeDir: string, target: unknown): Prom
 }
 
 /**
- * Runs in the writer between batches (synchronously: no batch may commit meanwhile), so every log's size is its committed end and `seq` the last
- * committed batch: pins each log's open file (compaction and project deletion then leave it open
- * until the copy is done) and reads `directory.json`. Appends past those sizes belong to later
+ * Runs in the writer between batches (synchronously: no batch may commit meanwhile), so every
+ * log's size is its committed end and `seq` the last committed batch: pins each log's open file
+ * (compaction and project deletion then leave it open until the copy is done) and reads
+ * `directory.json`. Appends past those sizes belong to later
  * batches and are left out; superseded-at marks written in place meanwhile may reach the copy,
  * and opening the backup recomputes them all (it has no index files).
  */
