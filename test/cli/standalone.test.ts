@@ -37,6 +37,27 @@ function logLines(text: string): Record<string, unknown>[] {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
+/**
+ * `serve` (`argv` after `node`) in a child process of the repository, on 127.0.0.1:`port`, with the
+ * super-admin client `root` / `root-secret-123` and `env` added; stdout and stderr piped.
+ */
+function spawnServe(argv: string[], port: number, env: Record<string, string>) {
+  return spawn(process.execPath, argv, {
+    cwd: path.resolve(import.meta.dirname, '../..'),
+    // (vitest sets BASE_URL to '/', which serve would refuse.)
+    env: {
+      ...process.env,
+      BASE_URL: '',
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      SUPER_ADMIN_CLIENT_ID: 'root',
+      SUPER_ADMIN_CLIENT_SECRET: 'root-secret-123',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
 async function tokenStatus(baseUrl: string, id: string, secret: string): Promise<number> {
   const res = await fetch(`${baseUrl}/oauth2/token`, {
     method: 'POST',
@@ -242,19 +263,7 @@ describe('serve: the standalone server', () => {
   ])('runs as %s and shuts down cleanly on SIGTERM', async (_name, argv) => {
     const dataDir = tempDir();
     const port = await freePort();
-    const child = spawn(process.execPath, argv, {
-      cwd: path.resolve(import.meta.dirname, '../..'),
-      env: {
-        ...process.env,
-        BASE_URL: '',
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        DATA_DIR: dataDir,
-        SUPER_ADMIN_CLIENT_ID: 'root',
-        SUPER_ADMIN_CLIENT_SECRET: 'root-secret-123',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawnServe(argv, port, { DATA_DIR: dataDir });
     let output = '';
     let stdout = '';
     child.stdout.on('data', (chunk: Buffer) => {
@@ -301,19 +310,9 @@ describe('serve: the standalone server', () => {
     const dataDir = tempDir();
     const backupDir = path.join(tempDir(), 'backups');
     const port = await freePort();
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'serve'], {
-      cwd: path.resolve(import.meta.dirname, '../..'),
-      env: {
-        ...process.env,
-        BASE_URL: '',
-        PORT: String(port),
-        HOST: '127.0.0.1',
-        DATA_DIR: dataDir,
-        BACKUP_DIR: backupDir,
-        SUPER_ADMIN_CLIENT_ID: 'root',
-        SUPER_ADMIN_CLIENT_SECRET: 'root-secret-123',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const child = spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
+      DATA_DIR: dataDir,
+      BACKUP_DIR: backupDir,
     });
     let stdout = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
