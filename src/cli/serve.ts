@@ -57,8 +57,9 @@ function createLogger(level: string): Logger {
 
 /**
  * `fhir-platform-kit serve`: runs the standalone server until SIGTERM or SIGINT, logging JSON lines
- * (pino) on stdout. With `BACKUP_DIR`, each SIGUSR2 backs the file store up there. A super-admin secret generated on the first start is written once to stderr as
- * plain text, never into the log. Resolves when the server has stopped.
+ * (pino) on stdout. With `BACKUP_DIR`, each SIGUSR2 backs the file store up there. A super-admin
+ * secret generated on the first start is written once to stderr as plain text, never into the log.
+ * Resolves when the server has stopped.
  */
 export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const config = readConfig(serveEnvironment(flags, env));

@@ -51,7 +51,8 @@ export interface FileStore extends Storage {
   /**
    * Writes a backup of the store into `dir`, a new directory (its parent must exist), while the
    * store goes on serving: the store as it was between two batches (every write acknowledged
-   * before the call, none that started after it), which `fileStorage({ dir })` opens as a store.
+   * before the call, whole batches only; writes still under way may or may not be in it), which
+   * `fileStorage({ dir })` opens as a store.
    * Writes are held only while the logs are listed, not while they are copied. Export snapshots,
    * index files and the lock are not copied; export jobs in flight then fail in the copy.
    * See docs/storage.md, "Backups".
