@@ -243,6 +243,11 @@ describe('fileStorage backup', () => {
       code: 'ERR_INVALID_OPTION',
     });
     await expect(storage.backup(dir)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION' });
+    // A name that merely starts with two dots is still inside.
+    await expect(storage.backup(path.join(dir, '..backup'))).rejects.toMatchObject({
+      code: 'ERR_INVALID_OPTION',
+    });
+    expect(fs.existsSync(path.join(dir, '..backup'))).toBe(false);
     await expect(storage.backup(path.join(elsewhere, 'no', 'copy'))).rejects.toMatchObject({
       code: 'ERR_INVALID_OPTION',
     });

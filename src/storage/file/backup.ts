@@ -43,8 +43,8 @@ export interface FrozenStore {
 }
 
 /**
- * Checks a backup's target: an absolute path outside the store, not there yet (a backup never
- * writes over anything), its parent existing.
+ * Checks a backup's target and answers it absolute (resolved against the working directory):
+ * outside the store, not there yet (a backup never writes over anything), its parent existing.
  */
 export async function checkBackupTarget(storeDir: string, target: unknown): Promise<string> {
   if (typeof target !== 'string' || target.length === 0) {
@@ -52,7 +52,8 @@ export async function checkBackupTarget(storeDir: string, target: unknown): Prom
   }
   const dir = path.resolve(target);
   const inside = path.relative(storeDir, dir);
-  if (inside === '' || (!inside.startsWith('..') && !path.isAbsolute(inside))) {
+  const outside = inside === '..' || inside.startsWith(`..${path.sep}`) || path.isAbsolute(inside);
+  if (!outside) {
     throw new InvalidOptionError('backup: the target must be outside the store directory', 'dir');
   }
   if (await pathExists(dir)) {
