@@ -57,6 +57,13 @@ const UNAVAILABLE_SQLSTATE = /^(08|53)|^57P0[123]$|^58030$/;
 const CONNECTION_LOST =
   /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Connection timeout)/;
 
+/**
+ * The store's own timeouts: 55P03 a lock not granted within `lock_timeout`, 57014 a statement
+ * cancelled by `statement_timeout`, 25P03 a session ended by `idle_in_transaction_session_timeout`.
+ * The database is busy, not the request wrong: answered 503 with `Retry-After`.
+ */
+const TIMED_OUT_SQLSTATE = /^(55P03|57014|25P03)$/;
+
 /** True when `error` says the database could not be reached or failed for now, not the request. */
 function isUnavailable(error: unknown): boolean {
   if (isSystemError(error)) return true;
@@ -81,6 +88,10 @@ export function guardCheckedOutClients(pool: Pool): void {
 /** Maps PostgreSQL failures onto the typed storage errors; anything else passes unchanged. */
 export function mapPgError(error: unknown): unknown {
   if (error instanceof StorageError) return error;
+  const timedOut = pgCode(error);
+  if (timedOut !== undefined && TIMED_OUT_SQLSTATE.test(timedOut)) {
+    return new StorageUnavailableError(`The database is busy: ${(error as Error).message}`, { cause: error });
+  }
   if (isUnavailable(error)) {
     // A connection lost while a commit was in flight leaves that commit's outcome unknown.
     return new StorageUnavailableError(`The database is unavailable: ${(error as Error).message}`, {
@@ -152,6 +163,8 @@ function inTransactionError(): StorageError {
  */
 export interface TransactionMarker {
   open: boolean;
+  /** The transaction's own executor: reads through the store in its flow run there. */
+  exec: Executor;
 }
 
 /** Runs `fn` in BEGIN … COMMIT on a client of its own, rolling back on any failure. */
@@ -186,7 +199,15 @@ export class PoolExecutor implements Executor {
   ) {}
 
   async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
-    if (kind !== 'read' && this.transactionScope.getStore()?.open) throw inTransactionError();
+    const marker = this.transactionScope.getStore();
+    if (marker?.open) {
+      if (kind !== 'read') throw inTransactionError();
+      // A read through the store inside a transaction function (a project's settings read while
+      // its entries are validated) runs on the transaction's own connection. Taking a second one
+      // while this one holds locks wedged the pool: with as many transactions as connections,
+      // each waited for a connection that only another one, waiting for its lock, could free.
+      return marker.exec.run(kind, fn);
+    }
     try {
       if (kind !== 'atomic') return await fn(queryOn(this.pool, this.names));
       for (let attempt = 1; ; attempt++) {

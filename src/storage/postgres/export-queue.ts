@@ -156,29 +156,54 @@ export class PostgresExportQueue implements ExportJobQueue {
     });
   }
 
+  /** Calls of `withProjectLock` holding (or waiting for) a connection now, and the ones queued. */
+  private lockHolders = 0;
+  private readonly lockQueue: Array<() => void> = [];
+
+  /**
+   * Runs `fn` once no more than half the pool's connections are held by project locks. A lock
+   * holds its connection while `fn` uses the pool for its own statements: with every connection
+   * held by a lock (or waiting for one), no `fn` could ever get the one it needs.
+   */
+  private async withLockSlot<T>(fn: () => Promise<T>): Promise<T> {
+    const slots = Math.max(1, Math.floor((this.pool.options.max ?? 10) / 2));
+    if (this.lockHolders >= slots) await new Promise<void>((resolve) => this.lockQueue.push(resolve));
+    else this.lockHolders++;
+    try {
+      return await fn();
+    } finally {
+      // The slot passes straight to the next caller in line.
+      const next = this.lockQueue.shift();
+      if (next) next();
+      else this.lockHolders--;
+    }
+  }
+
   withProjectLock<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
-    return this.track(async () => {
-      const key = `${this.lockPrefix}:export-kickoff:${projectId}`;
-      const client = await this.pool.connect().catch((error: unknown) => {
+    return this.track(() => this.withLockSlot(() => this.lockedRun(projectId, fn)));
+  }
+
+  private async lockedRun<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
+    const key = `${this.lockPrefix}:export-kickoff:${projectId}`;
+    const client = await this.pool.connect().catch((error: unknown) => {
+      throw mapPgError(error);
+    });
+    let broken: Error | undefined;
+    try {
+      await client.query('SELECT pg_advisory_lock(hashtext($1))', [key]).catch((error: unknown) => {
+        broken = error as Error;
         throw mapPgError(error);
       });
-      let broken: Error | undefined;
       try {
-        await client.query('SELECT pg_advisory_lock(hashtext($1))', [key]).catch((error: unknown) => {
-          broken = error as Error;
-          throw mapPgError(error);
-        });
-        try {
-          return await fn();
-        } finally {
-          await client.query('SELECT pg_advisory_unlock(hashtext($1))', [key]).catch((error: unknown) => {
-            // A lock that could not be released dies with its connection.
-            broken = error as Error;
-          });
-        }
+        return await fn();
       } finally {
-        client.release(broken);
+        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [key]).catch((error: unknown) => {
+          // A lock that could not be released dies with its connection.
+          broken = error as Error;
+        });
       }
-    });
+    } finally {
+      client.release(broken);
+    }
   }
 }

@@ -123,6 +123,8 @@ export class PostgresExportReader implements ExportReader {
     let broken: Error | undefined;
     let complete = false;
     try {
+      // An export reads for as long as its data takes: the store's `statement_timeout` is for requests.
+      await client.query('SET statement_timeout = 0');
       const lines = new LineChunks(this.chunkBytes, reuse);
       const copy = client.query(copyTo(sql));
       for await (const data of copy as AsyncIterable<Buffer>) {
@@ -134,6 +136,7 @@ export class PostgresExportReader implements ExportReader {
       }
       const last = lines.end();
       if (last) yield last;
+      await client.query('RESET statement_timeout');
       complete = true;
     } catch (error) {
       broken = error as Error;
@@ -171,8 +174,13 @@ export class PostgresExportReader implements ExportReader {
     const client = await this.pool.connect().catch((error: unknown) => {
       throw mapPgError(error);
     });
-    const cursor = client.query(new Cursor<R>(sql, values));
     let broken: Error | undefined;
+    // Exempt, as `copyOut` is, from the store's `statement_timeout`; reset before the release.
+    await client.query('SET statement_timeout = 0').catch((error: unknown) => {
+      client.release(error as Error);
+      throw mapPgError(error);
+    });
+    const cursor = client.query(new Cursor<R>(sql, values));
     try {
       for (;;) {
         const rows = await cursor.read(FETCH_ROWS);
@@ -187,6 +195,11 @@ export class PostgresExportReader implements ExportReader {
       await cursor.close().catch((error: unknown) => {
         broken ??= error as Error;
       });
+      if (!broken) {
+        await client.query('RESET statement_timeout').catch((error: unknown) => {
+          broken = error as Error;
+        });
+      }
       client.release(broken);
     }
   }

@@ -72,6 +72,42 @@ export interface PostgresStorageOptions {
    */
   maxConnections?: number;
   /**
+   * Longest wait for a free connection of the store's pool, in milliseconds; a call still waiting
+   * then fails with `StorageUnavailableError` (HTTP 503 with `Retry-After`). 0 waits forever.
+   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.)
+   * @default 10000
+   */
+  acquireTimeoutMs?: number;
+  /**
+   * Longest wait for a lock (a project's resource clock, a row, an advisory lock), in
+   * milliseconds: PostgreSQL's `lock_timeout` on the store's connections. A statement still
+   * waiting is cancelled and the call fails with `StorageUnavailableError`. 0 waits forever.
+   * (Not set on a caller's `pool`.)
+   * @default 15000
+   */
+  lockTimeoutMs?: number;
+  /**
+   * Longest run of one statement, in milliseconds: PostgreSQL's `statement_timeout` on the store's
+   * connections (an export's `COPY` and cursors are exempt). 0 is no limit. (Not set on a caller's
+   * `pool`.)
+   * @default 60000
+   */
+  statementTimeoutMs?: number;
+  /**
+   * Longest pause of an open transaction between two statements, in milliseconds: PostgreSQL's
+   * `idle_in_transaction_session_timeout`, which ends the session and frees its locks. 0 is no
+   * limit. (Not set on a caller's `pool`.)
+   * @default 60000
+   */
+  idleInTransactionTimeoutMs?: number;
+  /**
+   * How long `close()` waits for calls in flight, in milliseconds; then the store's connections
+   * still checked out are ended (their calls fail) and the pool is closed, so that a shutdown
+   * finishes even with work stuck.
+   * @default 10000
+   */
+  closeTimeoutMs?: number;
+  /**
    * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
    * @default 1048576
    */
@@ -107,7 +143,10 @@ class Lifecycle {
   private ready: Promise<void>;
   private retryReady = false;
 
-  constructor(private readonly migrate: () => Promise<void>) {
+  constructor(
+    private readonly migrate: () => Promise<void>,
+    readonly closeTimeoutMs: number,
+  ) {
     this.ready = this.start();
   }
 
@@ -146,12 +185,53 @@ class Lifecycle {
     }
   }
 
-  /** Refuses new calls and resolves once the calls in flight have settled. */
-  async close(): Promise<void> {
+  /**
+   * Refuses new calls and resolves once the calls in flight have settled, true; or false once
+   * `closeTimeoutMs` has passed with calls still in flight (0: waits as long as they take).
+   */
+  async close(): Promise<boolean> {
     this.closed = true;
-    if (this.inFlight > 0) await new Promise<void>((resolve) => (this.idle = resolve));
+    let settled = true;
+    if (this.inFlight > 0) {
+      const idle = new Promise<void>((resolve) => (this.idle = resolve));
+      settled = await settlesWithin(idle, this.closeTimeoutMs);
+    }
     await this.ready.catch(() => undefined);
+    return settled;
   }
+}
+
+/** True when `promise` settles within `ms` milliseconds (0: whenever it settles), false otherwise. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  if (ms === 0) {
+    await promise.catch(() => undefined);
+    return true;
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+    timer.unref();
+  });
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true as const,
+        () => true as const,
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The clients of `pool` checked out now (to end them when a close runs out of time). */
+function trackCheckedOut(pool: Pool): Set<pg.PoolClient> {
+  const out = new Set<pg.PoolClient>();
+  pool.on('acquire', (client) => out.add(client));
+  pool.on('release', (_error, client) => out.delete(client));
+  pool.on('remove', (client) => out.delete(client));
+  return out;
 }
 
 class GuardedExecutor implements Executor {
@@ -174,6 +254,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
   private readonly root: Executor;
   private closing: Promise<void> | undefined;
   private onceCalls = 0;
+  /** The pool's clients checked out now (tracked only on a pool the store owns). */
+  private readonly checkedOut: Set<pg.PoolClient>;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -189,6 +271,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
     super(root, quoteIdentifier(schema), compartment);
     this.root = root;
+    this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
     this.descriptor = descriptor;
     this.failureCounts = new PostgresFailureCounts(root, this.s);
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
@@ -215,7 +298,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
       let broken: Error | undefined;
       try {
         await client.query('BEGIN');
-        const marker: TransactionMarker = { open: true };
+        const marker: TransactionMarker = { open: true, exec };
         let result: T;
         this.openTransactions++;
         try {
@@ -415,11 +498,30 @@ class PostgresStorage extends PostgresOperations implements Storage {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await this.lifecycle.close();
-      if (this.ownsPool) await this.pool.end();
+      const settled = await this.lifecycle.close();
+      if (!this.ownsPool) return;
+      if (!settled) {
+        // Calls stuck past the close timeout (a lock wait, a lost network): end their connections,
+        // so that they fail and the pool can end.
+        for (const client of this.checkedOut) void client.end().catch(() => undefined);
+      }
+      const ended = this.pool.end();
+      // A client its holder never releases (an export read abandoned mid-way) keeps `end` pending.
+      if (!(await settlesWithin(ended, settled ? 0 : this.lifecycle.closeTimeoutMs))) {
+        ended.catch(() => undefined);
+      }
     })();
     return this.closing;
   }
+}
+
+/** A duration option in milliseconds: a non-negative integer (0: no limit). */
+function millis(value: number | undefined, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
+  }
+  return value;
 }
 
 /** The PostgreSQL store (see `postgresStorage` in `src/stores.ts`, which fills in the compartment). */
@@ -436,6 +538,11 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
   if (!Number.isInteger(max) || max < 2) {
     throw new InvalidOptionError('postgresStorage: maxConnections must be an integer of at least 2');
   }
+  const acquireTimeoutMs = millis(options.acquireTimeoutMs, 'acquireTimeoutMs', 10_000);
+  const lockTimeoutMs = millis(options.lockTimeoutMs, 'lockTimeoutMs', 15_000);
+  const statementTimeoutMs = millis(options.statementTimeoutMs, 'statementTimeoutMs', 60_000);
+  const idleTimeoutMs = millis(options.idleInTransactionTimeoutMs, 'idleInTransactionTimeoutMs', 60_000);
+  const closeTimeoutMs = millis(options.closeTimeoutMs, 'closeTimeoutMs', 10_000);
   const { connectionString } = options;
   if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
     throw new InvalidOptionError('postgresStorage: connectionString must be a non-empty string');
@@ -444,7 +551,14 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
   let pool = options.pool;
   const ownsPool = pool === undefined;
   if (!pool) {
-    pool = new pg.Pool({ ...(connectionString !== undefined ? { connectionString } : {}), max });
+    pool = new pg.Pool({
+      ...(connectionString !== undefined ? { connectionString } : {}),
+      max,
+      connectionTimeoutMillis: acquireTimeoutMs,
+      lock_timeout: lockTimeoutMs,
+      statement_timeout: statementTimeoutMs,
+      idle_in_transaction_session_timeout: idleTimeoutMs,
+    });
     // A connection dropped while idle must not crash the process; the next query reports it.
     pool.on('error', () => undefined);
   }
@@ -469,7 +583,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
   return new PostgresStorage(
     pool,
     ownsPool,
-    new Lifecycle(() => migrate(pool, schema)),
+    new Lifecycle(() => migrate(pool, schema), closeTimeoutMs),
     new AsyncLocalStorage(),
     schema,
     chunkBytes,

@@ -247,6 +247,9 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
+    // A backfill may run long, and another instance may hold the lock while it migrates.
+    await client.query('SET LOCAL statement_timeout = 0');
+    await client.query('SET LOCAL lock_timeout = 0');
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
     const s = quoteIdentifier(schema);
     // Up to date: no DDL at all. `ALTER TABLE … IF NOT EXISTS` still takes an exclusive lock on
