@@ -10,6 +10,7 @@ import {
   conditionalMatches,
   readResource,
   searchResources,
+  transactionContext,
   type FhirContext,
 } from './interactions.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
@@ -154,7 +155,7 @@ async function processTransaction(
   // Each run collects its own activity: an adapter may run `run` again (a retried transaction).
   let activity: RequestActivity | undefined;
   const run = async (tx: StorageOperations): Promise<Record<string, unknown>[]> => {
-    const txCtx: FhirContext = { ...ctx, storage: tx };
+    const txCtx = transactionContext(ctx, tx);
     const local = options.activity ? new RequestActivity() : undefined;
     activity = local;
     const responses: Record<string, unknown>[] = new Array<Record<string, unknown>>(entries.length);
@@ -298,16 +299,30 @@ async function runBatchEntry(
   options: BundleProcessingOptions,
 ): Promise<Record<string, unknown>> {
   if (entry.method === 'GET') return runGet(ctx, entry, options, options.activity);
-  if (entry.ifNoneExist !== undefined) {
-    const matches = await conditionalMatches(ctx, entry.type, entry.ifNoneExist);
-    if (matches.length > 1)
-      throw new FhirError(412, 'duplicate', 'ifNoneExist matches more than one resource');
-    if (matches[0]) {
-      options.activity?.accessed(readAccess('read', matches[0]));
-      return responseOf('200 OK', matches[0], options);
-    }
-  }
   if (entry.resource) rewriteReferences(entry.resource, references);
+  const { ifNoneExist } = entry;
+  if (ifNoneExist !== undefined) {
+    // The search and the create in one transaction (see `createResource`).
+    return ctx.atomically(async (tx) => {
+      const matches = await conditionalMatches(tx, entry.type, ifNoneExist);
+      if (matches.length > 1)
+        throw new FhirError(412, 'duplicate', 'ifNoneExist matches more than one resource');
+      if (matches[0]) {
+        options.activity?.accessed(readAccess('read', matches[0]));
+        return responseOf('200 OK', matches[0], options);
+      }
+      return writeBatchEntry(tx, entry, options);
+    });
+  }
+  return writeBatchEntry(ctx, entry, options);
+}
+
+/** Plans and applies the write of one batch entry; its response entry. */
+async function writeBatchEntry(
+  ctx: FhirContext,
+  entry: Entry,
+  options: BundleProcessingOptions,
+): Promise<Record<string, unknown>> {
   const write = await planWrite(ctx, entry);
   const [result] = await ctx.storage.writeResources(ctx.projectId, [write]);
   options.activity?.wrote(write, result);

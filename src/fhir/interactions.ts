@@ -19,6 +19,18 @@ export interface FhirContext {
   principal: Principal;
   /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
   validate(resource: FhirResource): Promise<void>;
+  /**
+   * Runs `fn` with a context whose reads and writes apply as one (a storage transaction), or with
+   * this one when it is that already: a conditional interaction's search and its write, so that
+   * concurrent requests cannot both find no match and both create.
+   */
+  atomically<T>(fn: (ctx: FhirContext) => Promise<T>): Promise<T>;
+}
+
+/** The context of `ctx` inside the transaction `tx`: nested `atomically` calls run in it as well. */
+export function transactionContext(ctx: FhirContext, tx: StorageOperations): FhirContext {
+  const inner: FhirContext = { ...ctx, storage: tx, atomically: (fn) => fn(inner) };
+  return inner;
 }
 
 /** Result of a write interaction. */
@@ -96,15 +108,22 @@ export async function createResource(
   const resource = withoutServerMeta(checkResource(body, type));
   delete resource.id;
   authorize(ctx, type, 'create');
-  if (options.ifNoneExist !== undefined) {
-    const matches = await conditionalMatches(ctx, type, options.ifNoneExist);
+  const { ifNoneExist } = options;
+  if (ifNoneExist === undefined) {
+    await ctx.validate(resource);
+    return { status: 201, resource: await ctx.storage.createResource(ctx.projectId, resource) };
+  }
+  // The search and the create in one transaction: of concurrent creates with the same criteria,
+  // one creates and the others find its resource.
+  return ctx.atomically(async (tx) => {
+    const matches = await conditionalMatches(tx, type, ifNoneExist);
     if (matches.length > 1) {
       throw new FhirError(412, 'duplicate', 'The conditional create criteria match more than one resource');
     }
     if (matches[0]) return { status: 200, resource: matches[0] };
-  }
-  await ctx.validate(resource);
-  return { status: 201, resource: await ctx.storage.createResource(ctx.projectId, resource) };
+    await tx.validate(resource);
+    return { status: 201, resource: await tx.storage.createResource(tx.projectId, resource) };
+  });
 }
 
 /**

@@ -26,6 +26,7 @@ import {
   readResource,
   readResourceVersion,
   searchResources,
+  transactionContext,
   updateResource,
   type FhirContext,
 } from './interactions.js';
@@ -132,6 +133,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       storage,
       projectId,
       principal,
+      atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {
           if (error instanceof NotFoundError) {

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { FhirContext } from '../../src/fhir/interactions.js';
+import { transactionContext, type FhirContext } from '../../src/fhir/interactions.js';
 import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
@@ -14,7 +14,7 @@ afterEach(async () => {
 });
 
 function context(ops: StorageOperations = storage): FhirContext {
-  return {
+  const ctx: FhirContext = {
     storage: ops,
     projectId: 'p',
     principal: {
@@ -26,7 +26,9 @@ function context(ops: StorageOperations = storage): FhirContext {
       superAdmin: false,
     },
     validate: () => Promise.resolve(),
+    atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
   };
+  return ctx;
 }
 
 async function* chunks(...parts: (string | Buffer)[]): AsyncGenerator<string | Buffer> {
