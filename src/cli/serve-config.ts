@@ -29,6 +29,11 @@ export interface StandaloneConfig {
   maxConnectionsPerAddress: number;
   /** File store only: where a `SIGUSR2` writes a backup of the running store (one new directory each). */
   backupDir?: string;
+  /**
+   * Milliseconds a shutdown waits for requests in flight before cutting their connections.
+   * @default 10000
+   */
+  shutdownTimeoutMs?: number;
 }
 
 /**

@@ -95,6 +95,13 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   logger.info({ signal }, 'shutting down');
+  // A second signal stops the process at once, whatever is still running.
+  const force = (again: NodeJS.Signals) => {
+    logger.warn({ signal: again }, 'second signal: exiting without waiting');
+    process.exit(1);
+  };
+  process.once('SIGTERM', force);
+  process.once('SIGINT', force);
   try {
     // A backup under way finishes first (it reads the store's open files).
     await backups?.stop();
@@ -102,6 +109,9 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
     throw error;
+  } finally {
+    process.off('SIGTERM', force);
+    process.off('SIGINT', force);
   }
   logger.info('stopped');
 }

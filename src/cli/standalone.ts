@@ -89,8 +89,16 @@ export async function startStandalone(
         (closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           server.closeIdleConnections();
-          await platform.close();
-          await closed;
+          // Requests still running after the grace period are cut: a stuck one (a slow upload, a
+          // wait on the database) must not hold the shutdown.
+          const cut = setTimeout(() => server.closeAllConnections(), config.shutdownTimeoutMs ?? 10_000);
+          cut.unref();
+          try {
+            await platform.close();
+            await closed;
+          } finally {
+            clearTimeout(cut);
+          }
           await storage.close();
         })()),
     };
