@@ -199,4 +199,5 @@ export type {
   ExportEvent,
   DownloadEvent,
   RefusedEvent,
+  RepeatedRefusals,
 } from './audit/events.js';

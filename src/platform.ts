@@ -124,7 +124,10 @@ export interface FhirPlatform {
   admin: PlatformAdmin;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
-  /** Stops export workers and timers. Does not close the storage (the host owns it). */
+  /**
+   * Stops export workers and timers, and closes the audit trail (the counts of refusals in open
+   * windows are recorded, every queued event written). Does not close the storage (the host owns it).
+   */
   close(): Promise<void>;
 }
 
