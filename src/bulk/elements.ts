@@ -1,7 +1,9 @@
 import type { FhirResource } from '../storage/types.js';
 
 const SUBSETTED_SYSTEM = 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue';
-const SUBSETTED = { system: SUBSETTED_SYSTEM, code: 'SUBSETTED', display: 'subsetted' };
+// `system` and `code` only, as in the Bulk Data IG's examples: conformance kits compare the tag
+// exactly (smart-on-fhir/bdt fails on an added `display`).
+const SUBSETTED = { system: SUBSETTED_SYSTEM, code: 'SUBSETTED' };
 
 /** What `_elements` keeps of the resources of one type. */
 export interface ElementSelection {

@@ -88,7 +88,11 @@ describe('_elements', () => {
       'status',
       'valueQuantity',
     ]);
-    expect((out.meta as { tag: { code: string }[] }).tag.map((t) => t.code)).toEqual(['x', 'SUBSETTED']);
+    // Exactly system and code, as the IG's examples (and the bdt conformance kit) have it.
+    expect((out.meta as { tag: unknown[] }).tag).toEqual([
+      { code: 'x' },
+      { system: 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue', code: 'SUBSETTED' },
+    ]);
     expect(r.meta.tag).toHaveLength(1);
     // Already tagged: not twice.
     const again = projectElements(out, elementsFor('Observation', ['status']));
