@@ -68,8 +68,11 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
   /**
    * Export kick-offs a project may make in any 60-minute window (accepted ones count, even when
    * cancelled since); one more answers 429 (`throttled`, `Retry-After` = until one leaves the
-   * window). `Infinity` disables it.
-   * @default 30
+   * window). `Infinity` disables it. A rate guard against a runaway client, not the disk's
+   * protection (that is `maxRunningExports`, `maxProjectExportSize`, `maxExportSize` and
+   * `minFreeSpace`): a conformance kit such as smart-on-fhir/bdt kicks off about 100 exports in
+   * a few minutes, most cancelled at once.
+   * @default 1000
    */
   maxKickoffsPerHour?: number;
   /**
@@ -195,7 +198,7 @@ export function resolveBulkExportRouterOptions(
     options.maxProjectExportSize,
     GIB,
   );
-  const maxKickoffsPerHour = positiveLimit(OWNER, 'maxKickoffsPerHour', options.maxKickoffsPerHour, 30);
+  const maxKickoffsPerHour = positiveLimit(OWNER, 'maxKickoffsPerHour', options.maxKickoffsPerHour, 1000);
   const minFreeSpace = nonNegativeNumber(OWNER, 'minFreeSpace', options.minFreeSpace ?? GIB, GIB);
   const freeSpaceProbe = optionalFunction(OWNER, 'freeSpaceProbe', options.freeSpaceProbe, statfsFreeSpace);
   const exportDir = path.resolve(options.exportDir ?? path.join(os.tmpdir(), 'fhir-platform-kit-exports'));

@@ -53,6 +53,18 @@ describe('kick-offs per hour', () => {
   });
 });
 
+describe('default limits', () => {
+  it("let a conformance kit's burst through: 120 kick-offs in a row, each cancelled, all 202", async () => {
+    // smart-on-fhir/bdt kicks off ~100 exports within minutes and cancels each; the old default
+    // of 30 an hour failed a third of its tests with 429.
+    const { app, auth } = await bulkTestApp();
+    for (let i = 0; i < 120; i++) {
+      const status = await kickoff(app, auth, '/$export?_type=Patient');
+      expect((await request(app).delete(status).set('Authorization', auth)).status).toBe(202);
+    }
+  });
+});
+
 describe('bytes kept per project', () => {
   it('a project at maxProjectExportSize gets 429 too-costly; another project is unaffected; DELETE frees it', async () => {
     const { app, auth } = await bulkTestApp({ maxProjectExportSize: 100 });
