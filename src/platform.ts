@@ -22,6 +22,7 @@ import { createAuditTrail } from './audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { booleanOption, optionError, positiveInteger, requireStorage } from './http/options.js';
 import { defaultIssuer } from './auth/issuer.js';
+import { baseUrlProblem } from './http/base-url.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
@@ -44,7 +45,11 @@ export interface FhirPlatformPaths {
 
 /** Options of {@link fhirPlatform}. */
 export interface FhirPlatformOptions {
-  /** Where everything lives (`fileStorage({ dir })`, `memoryStorage()`, a PostgreSQL store, …). */
+  /**
+   * Where everything lives (`await fileStorage({ dir })`, `memoryStorage()`, a PostgreSQL store,
+   * …). A promise of a store (`fileStorage()` without `await`) or an object without the `Storage`
+   * methods is refused with `ERR_INVALID_OPTION`.
+   */
   storage: Storage;
   /**
    * Directory for bulk export files (created when missing).
@@ -53,7 +58,9 @@ export interface FhirPlatformOptions {
    */
   exportDir?: string;
   /**
-   * Public origin (`https://fhir.example.org`), used for absolute URLs, the token `aud` and `iss`.
+   * Public origin (`https://fhir.example.org`), used for absolute URLs, the token `aud` and `iss`:
+   * an absolute `http:` or `https:` URL (a path is kept; no query or fragment), else
+   * `ERR_INVALID_OPTION`.
    * @default undefined (each request's own origin; set Express `trust proxy` behind a proxy)
    */
   baseUrl?: string;
@@ -198,6 +205,10 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
   checkOptionKeys(OWNER, options.audit, AUDIT_OPTION_KEYS, 'audit.');
   const { storage, baseUrl } = options;
+  const baseUrlRefused = baseUrl === undefined ? undefined : baseUrlProblem(baseUrl);
+  if (baseUrlRefused) {
+    optionError(OWNER, 'baseUrl', `baseUrl ${baseUrlRefused}, got ${JSON.stringify(baseUrl)}`);
+  }
   const paths: FhirPlatformPaths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   const filesElsewhere =

@@ -30,6 +30,10 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
  * for that). Every version of every resource is kept (exports read consistent snapshots from
  * them), so the resources table grows with the number of writes. Needs the `pg`, `pg-cursor` and
  * `pg-copy-streams` packages.
+ *
+ * Synchronous: the store is returned at once and connects lazily (the first call waits for the
+ * pool and the tables), so a database down at start is retried by each call instead of failing
+ * the host's start. `await postgresStorage(…)` is harmless, as with every factory.
  */
 export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
   checkOptionKeys('postgresStorage', options, POSTGRES_STORAGE_KEYS);

@@ -41,6 +41,10 @@ const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
  * bytes straight into NDJSON, in worker threads that reopen the store from its `descriptor`.
  * Opening repairs a torn tail left by a crash. See docs/storage.md.
  *
+ * Async, unlike `memoryStorage` and `postgresStorage`: it takes the directory's lock and replays
+ * the logs before it answers anything, so that a store that cannot be opened fails here rather
+ * than at the first request. `await` it: factories given the promise refuse it.
+ *
  * @throws StorageLockedError when another process (or another open store in this process) uses `dir`.
  * @throws InvalidOptionError (`ERR_INVALID_OPTION`, as a rejection) on a bad or unknown option.
  * @throws StorageUnavailableError when `dir` cannot be created, locked or written (a read-only or
@@ -68,7 +72,8 @@ export function openFileExportReader(options: FileExportReaderOptions): ExportRe
  * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
  * their own persistence. It keeps old versions while an export snapshot is open (exports read a
  * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
- * stream from the main thread (`descriptor` is undefined).
+ * stream from the main thread (`descriptor` is undefined). Synchronous (there is nothing to
+ * open); `await memoryStorage()` is harmless, so code may await every factory alike.
  */
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   checkOptionKeys('memoryStorage', options, MEMORY_STORAGE_KEYS);

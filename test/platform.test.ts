@@ -289,4 +289,73 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
   });
+
+  it.each([
+    // `new URL('localhost:3006')` parses, as scheme `localhost:`: discovery would then advertise
+    // `localhost:3006/oauth2/token`.
+    'localhost:3006',
+    'fhir.example.org',
+    '/api',
+    'ftp://fhir.example.org',
+    'http:fhir.example.org',
+    'https://fhir.example.org/?x=1',
+    'https://user:pass@fhir.example.org',
+  ])('refuses baseUrl %s (ERR_INVALID_OPTION)', (baseUrl) => {
+    expect(() => fhirPlatform({ storage, exportDir: dir, baseUrl })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'baseUrl' }),
+    );
+  });
+
+  it('accepts an http or https baseUrl, with a path', async () => {
+    for (const baseUrl of [
+      'http://localhost:3006',
+      'https://fhir.example.org/api/',
+      'HTTPS://FHIR.example.org',
+    ]) {
+      await fhirPlatform({ storage, exportDir: dir, baseUrl }).close();
+    }
+  });
+});
+
+describe('fhirPlatform: a storage that is not one', () => {
+  const dir = path.join(os.tmpdir(), 'fpk-platform-not-a-store');
+
+  it('refuses the promise of a store (fileStorage() without await), suggesting await', async () => {
+    const pending = Promise.resolve(memoryStorage());
+    let error: unknown;
+    try {
+      fhirPlatform({ storage: pending as unknown as Storage, exportDir: dir });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'storage' });
+    expect((error as Error).message).toMatch(/await/);
+    await (await pending).close();
+  });
+
+  it('refuses an object without the Storage methods, naming what is missing', () => {
+    // A store of an older contract: everything but listExportJobs.
+    const partial = new Proxy(memoryStorage(), {
+      get: (target, name) => (name === 'listExportJobs' ? undefined : Reflect.get(target, name)),
+    });
+    let error: unknown;
+    try {
+      fhirPlatform({ storage: partial, exportDir: dir });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'storage' });
+    expect((error as Error).message).toMatch(/listExportJobs/);
+    for (const notAStore of ['./data', 42, {}]) {
+      expect(() => fhirPlatform({ storage: notAStore as unknown as Storage, exportDir: dir })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'storage' }),
+      );
+    }
+  });
+
+  it('takes a store whose methods are inherited (a class instance, Object.create)', async () => {
+    const store = memoryStorage();
+    await fhirPlatform({ storage: Object.create(store) as Storage, exportDir: dir }).close();
+    await store.close();
+  });
 });

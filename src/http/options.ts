@@ -1,4 +1,5 @@
 import { InvalidOptionError } from '../errors.js';
+import { storageShapeProblem } from '../storage/storage-shape.js';
 /**
  * Checks of the options a factory (`fhirRouter`, `bulkExportRouter`, …) resolves once when it is
  * created: each returns the value (or its default) or fails through {@link optionError}, with a
@@ -18,7 +19,8 @@ export function optionError(owner: string, option: string, message: string): nev
 }
 
 /**
- * Requires `options.storage`.
+ * Requires `options.storage`, shaped like a `Storage`: an object with every method of the contract,
+ * and not a promise of one (the promise of `fileStorage()` passed without `await`).
  * @param label how the message names it
  * @default label 'storage'
  */
@@ -28,6 +30,8 @@ export function requireStorage(
   label = 'storage',
 ): void {
   if (!options?.storage) optionError(owner, 'storage', `${label} is required`);
+  const problem = storageShapeProblem(options.storage);
+  if (problem) optionError(owner, 'storage', `${label} ${problem}`);
 }
 
 /**
