@@ -8,6 +8,7 @@ import { runExport } from './export.js';
 import { importCheck, runImport } from './import.js';
 import { generateKeys, KEY_ALGORITHMS } from './keys.js';
 import { serve } from './serve.js';
+import { plainDescription, serveSettings } from './serve-settings.js';
 
 const DEFAULT_FHIR_URL = 'http://localhost:8103/fhir/R4';
 
@@ -91,40 +92,14 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText('after', EXIT_HELP);
 
-  program
+  const serveCommand = program
     .command('serve')
     .description(
       'run the standalone server (every router on the embedded file store, or PostgreSQL); logs JSON lines',
-    )
-    .option('--port <port>', 'listening port (PORT; default 8103)')
-    .option('--host <address>', 'listening address (HOST; default 0.0.0.0)')
-    .option('--base-url <url>', 'public origin for absolute URLs and token audiences (BASE_URL)')
-    .option('--data-dir <dir>', 'file store and export files (DATA_DIR; default ./data)')
-    .option('--database-url <url>', 'PostgreSQL connection string instead of the file store (DATABASE_URL)')
-    .option('--super-admin-client-id <id>', 'the super-admin client id (SUPER_ADMIN_CLIENT_ID)')
-    .option('--super-admin-client-secret <secret>', 'its secret (SUPER_ADMIN_CLIENT_SECRET)')
-    .option(
-      '--scim-default-user-type <type>',
-      'SCIM userType of users created without one (SCIM_DEFAULT_USER_TYPE)',
-    )
-    .option('--scim-echo-user-name', 'SCIM answers carry the userName sent (SCIM_ECHO_USER_NAME=true)')
-    .option(
-      '--bulk-require-async-headers',
-      'export kick-offs need Accept and Prefer: respond-async (BULK_REQUIRE_ASYNC_HEADERS=true)',
-    )
-    .option(
-      '--fhir-default-return <return>',
-      'what FHIR writes answer without Prefer: return=, representation or minimal (FHIR_DEFAULT_RETURN; default representation)',
-    )
-    .option(
-      '--max-connections-per-address <n>',
-      'open connections per client address, or Infinity behind a proxy (MAX_CONNECTIONS_PER_ADDRESS; default 128)',
-    )
-    .option(
-      '--backup-dir <dir>',
-      'file store only: each SIGUSR2 writes a backup of the running store into a new directory here (BACKUP_DIR)',
-    )
-    .option('--log-level <level>', 'pino log level (LOG_LEVEL; default info)')
+    );
+  // Every flag from SERVE_SETTINGS; each wins over its environment variable (serve.ts).
+  for (const [, setting] of serveSettings()) serveCommand.option(setting.flag, plainDescription(setting));
+  serveCommand
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof serve>[0]) => serve(flags));
 

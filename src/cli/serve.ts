@@ -1,59 +1,8 @@
-import { pino, type Logger } from 'pino';
+import { pino } from 'pino';
 import { readConfig } from './serve-config.js';
+import { serveEnvironment, type ServeFlags } from './serve-settings.js';
 import { backupOnSignal } from './backup-signal.js';
 import { startStandalone } from './standalone.js';
-import { UsageError } from './cli-error.js';
-
-/** `serve` flags; each one wins over the environment variable of the same setting. */
-export interface ServeFlags {
-  port?: string;
-  host?: string;
-  baseUrl?: string;
-  dataDir?: string;
-  databaseUrl?: string;
-  superAdminClientId?: string;
-  superAdminClientSecret?: string;
-  scimDefaultUserType?: string;
-  scimEchoUserName?: boolean;
-  bulkRequireAsyncHeaders?: boolean;
-  fhirDefaultReturn?: string;
-  maxConnectionsPerAddress?: string;
-  backupDir?: string;
-  logLevel?: string;
-}
-
-const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
-/** The environment with the flags laid over it, so `readConfig` checks flags and variables alike. */
-export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const set = (value: string | boolean | undefined): string | undefined =>
-    value === undefined ? undefined : String(value);
-  const overrides: Record<string, string | undefined> = {
-    PORT: set(flags.port),
-    HOST: set(flags.host),
-    BASE_URL: set(flags.baseUrl),
-    DATA_DIR: set(flags.dataDir),
-    DATABASE_URL: set(flags.databaseUrl),
-    SUPER_ADMIN_CLIENT_ID: set(flags.superAdminClientId),
-    SUPER_ADMIN_CLIENT_SECRET: set(flags.superAdminClientSecret),
-    SCIM_DEFAULT_USER_TYPE: set(flags.scimDefaultUserType),
-    SCIM_ECHO_USER_NAME: set(flags.scimEchoUserName),
-    BULK_REQUIRE_ASYNC_HEADERS: set(flags.bulkRequireAsyncHeaders),
-    FHIR_DEFAULT_RETURN: set(flags.fhirDefaultReturn),
-    MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
-    BACKUP_DIR: set(flags.backupDir),
-  };
-  const merged: NodeJS.ProcessEnv = { ...env };
-  for (const [name, value] of Object.entries(overrides)) if (value !== undefined) merged[name] = value;
-  return merged;
-}
-
-function createLogger(level: string): Logger {
-  if (!LOG_LEVELS.includes(level)) {
-    throw new UsageError(`LOG_LEVEL (--log-level) must be one of ${LOG_LEVELS.join(', ')}, got "${level}"`);
-  }
-  return pino({ name: 'fhir-platform-kit', level });
-}
 
 /**
  * `fhir-platform-kit serve`: runs the standalone server until SIGTERM or SIGINT, logging JSON lines
@@ -63,7 +12,7 @@ function createLogger(level: string): Logger {
  */
 export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const config = readConfig(serveEnvironment(flags, env));
-  const logger = createLogger(flags.logLevel ?? (env.LOG_LEVEL || 'info'));
+  const logger = pino({ name: 'fhir-platform-kit', level: config.logLevel });
   logger.info(
     { dataDir: config.dataDir, storage: config.databaseUrl ? 'postgres' : 'file' },
     'starting the standalone server',

@@ -38,7 +38,15 @@ export async function startStandalone(
 ): Promise<Standalone> {
   // The PostgreSQL adapter (and `pg`) is loaded only when it is used.
   const storage = config.databaseUrl
-    ? (await import('../postgres.js')).postgresStorage({ connectionString: config.databaseUrl })
+    ? (await import('../postgres.js')).postgresStorage({
+        connectionString: config.databaseUrl,
+        maxConnections: config.databaseMaxConnections,
+        acquireTimeoutMs: config.databaseAcquireTimeoutMs,
+        lockTimeoutMs: config.databaseLockTimeoutMs,
+        statementTimeoutMs: config.databaseStatementTimeoutMs,
+        idleInTransactionTimeoutMs: config.databaseIdleInTransactionTimeoutMs,
+        closeTimeoutMs: config.databaseCloseTimeoutMs,
+      })
     : await fileStorage({ dir: path.join(config.dataDir, 'store') });
   try {
     const admin = await provisionSuperAdminClient(storage, {
@@ -56,7 +64,15 @@ export async function startStandalone(
         echoUserName: config.scimEchoUserName,
         ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
       },
-      bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
+      bulk: {
+        requireAsyncHeaders: config.bulkRequireAsyncHeaders,
+        maxKickoffsPerHour: config.bulkMaxKickoffsPerHour,
+        maxRunningExports: config.bulkMaxRunningExports,
+        maxProjectExportSize: config.bulkMaxProjectExportSize,
+        maxExportSize: config.bulkMaxExportSize,
+        minFreeSpace: config.bulkMinFreeSpace,
+        pool: { maxThreads: config.bulkExportThreads },
+      },
       fhir: { defaultReturn: config.fhirDefaultReturn },
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
@@ -91,7 +107,7 @@ export async function startStandalone(
           server.closeIdleConnections();
           // Requests still running after the grace period are cut: a stuck one (a slow upload, a
           // wait on the database) must not hold the shutdown.
-          const cut = setTimeout(() => server.closeAllConnections(), config.shutdownTimeoutMs ?? 10_000);
+          const cut = setTimeout(() => server.closeAllConnections(), config.shutdownTimeoutMs);
           cut.unref();
           try {
             await platform.close();

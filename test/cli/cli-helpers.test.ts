@@ -3,7 +3,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { countLines, kickoffUrl, retryAfterMs } from '../../src/cli/export.js';
 import { reasonOf } from '../../src/cli/server-client.js';
-import { serveEnvironment } from '../../src/cli/serve.js';
+import { serveEnvironment } from '../../src/cli/serve-settings.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 const BASE = 'https://fhir.example.org/api/fhir/R4';

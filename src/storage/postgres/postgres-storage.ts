@@ -524,6 +524,16 @@ function millis(value: number | undefined, name: string, fallback: number): numb
   return value;
 }
 
+/** Defaults of the pool and timeout options (the `serve` settings table is checked against them). */
+export const POSTGRES_POOL_DEFAULTS = {
+  maxConnections: 10,
+  acquireTimeoutMs: 10_000,
+  lockTimeoutMs: 15_000,
+  statementTimeoutMs: 60_000,
+  idleInTransactionTimeoutMs: 60_000,
+  closeTimeoutMs: 10_000,
+} as const;
+
 /** The PostgreSQL store (see `postgresStorage` in `src/stores.ts`, which fills in the compartment). */
 export function createPostgresStorage(options: WithCompartment<PostgresStorageOptions>): Storage {
   const schema = options.schema ?? 'public';
@@ -534,15 +544,24 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
     throw new InvalidOptionError('postgresStorage: exportChunkBytes must be a positive integer');
   }
-  const max = options.maxConnections ?? 10;
+  const defaults = POSTGRES_POOL_DEFAULTS;
+  const max = options.maxConnections ?? defaults.maxConnections;
   if (!Number.isInteger(max) || max < 2) {
     throw new InvalidOptionError('postgresStorage: maxConnections must be an integer of at least 2');
   }
-  const acquireTimeoutMs = millis(options.acquireTimeoutMs, 'acquireTimeoutMs', 10_000);
-  const lockTimeoutMs = millis(options.lockTimeoutMs, 'lockTimeoutMs', 15_000);
-  const statementTimeoutMs = millis(options.statementTimeoutMs, 'statementTimeoutMs', 60_000);
-  const idleTimeoutMs = millis(options.idleInTransactionTimeoutMs, 'idleInTransactionTimeoutMs', 60_000);
-  const closeTimeoutMs = millis(options.closeTimeoutMs, 'closeTimeoutMs', 10_000);
+  const acquireTimeoutMs = millis(options.acquireTimeoutMs, 'acquireTimeoutMs', defaults.acquireTimeoutMs);
+  const lockTimeoutMs = millis(options.lockTimeoutMs, 'lockTimeoutMs', defaults.lockTimeoutMs);
+  const statementTimeoutMs = millis(
+    options.statementTimeoutMs,
+    'statementTimeoutMs',
+    defaults.statementTimeoutMs,
+  );
+  const idleTimeoutMs = millis(
+    options.idleInTransactionTimeoutMs,
+    'idleInTransactionTimeoutMs',
+    defaults.idleInTransactionTimeoutMs,
+  );
+  const closeTimeoutMs = millis(options.closeTimeoutMs, 'closeTimeoutMs', defaults.closeTimeoutMs);
   const { connectionString } = options;
   if (connectionString !== undefined && (typeof connectionString !== 'string' || connectionString === '')) {
     throw new InvalidOptionError('postgresStorage: connectionString must be a non-empty string');

@@ -1,0 +1,78 @@
+/**
+ * Writes the table of `serve`'s flags and environment variables, from `SERVE_SETTINGS`, into the
+ * README and docs/getting-started.md (`npm run docs:serve`); test/cli/serve-settings.test.ts
+ * checks that both pages match it.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { format, resolveConfig } from 'prettier';
+import { serveSettings } from '../src/cli/serve-settings.js';
+
+/** The pages holding the table, with the path their links are relative to (the repository root or docs/). */
+export const SERVE_DOCS_PAGES = [
+  { file: fileURLToPath(new URL('../README.md', import.meta.url)), linksFrom: '' },
+  { file: fileURLToPath(new URL('../docs/getting-started.md', import.meta.url)), linksFrom: 'docs/' },
+];
+export const TABLE_BEGIN =
+  '<!-- serve-settings:begin (generated from SERVE_SETTINGS by `npm run docs:serve`) -->';
+export const TABLE_END = '<!-- serve-settings:end -->';
+
+const HEADER = ['Variable', 'Flag', 'Default', 'Meaning'];
+const STORE = { file: 'File store only: ', postgres: 'PostgreSQL only: ' } as const;
+
+/**
+ * The cells of the table: a header row, then one row per setting. `linksFrom` is the page's
+ * directory: a description's link to `docs/x.md` becomes `x.md` in a page of docs/.
+ */
+export function serveTableCells(linksFrom = ''): string[][] {
+  const rows = serveSettings().map(([, setting]) => {
+    const description = setting.description.replace(/\]\(([^)]+)\)/g, (_, target: string) =>
+      linksFrom && target.startsWith(linksFrom) ? `](${target.slice(linksFrom.length)})` : `](${target})`,
+    );
+    return [
+      `\`${setting.env}\``,
+      `\`${setting.flag}\``,
+      setting.defaultText === undefined ? 'unset' : `\`${setting.defaultText}\``,
+      `${setting.store ? STORE[setting.store] : ''}${description}`,
+    ];
+  });
+  return [HEADER, ...rows];
+}
+
+/** The cells of the generated table in a page (formatting aside), or undefined without markers. */
+export function serveTableCellsIn(page: string): string[][] | undefined {
+  const begin = page.indexOf(TABLE_BEGIN);
+  const end = page.indexOf(TABLE_END);
+  if (begin < 0 || end < begin) return undefined;
+  return page
+    .slice(begin + TABLE_BEGIN.length, end)
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line.startsWith('|') && !/^\|[\s|:-]+\|$/.test(line))
+    .map((line) =>
+      line
+        .slice(1, -1)
+        .split(/(?<!\\)\|/)
+        .map((cell) => cell.trim()),
+    );
+}
+
+/** `page` with the generated table between the markers, formatted as Prettier would. */
+export async function withServeTable(page: string, file: string, linksFrom: string): Promise<string> {
+  const begin = page.indexOf(TABLE_BEGIN);
+  const end = page.indexOf(TABLE_END);
+  if (begin < 0 || end < begin) throw new Error(`${file} has no ${TABLE_BEGIN} … ${TABLE_END} markers`);
+  const [header, ...rows] = serveTableCells(linksFrom);
+  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+  const table = [line(header!), line(header!.map(() => '---')), ...rows.map(line)].join('\n');
+  const text = `${page.slice(0, begin)}${TABLE_BEGIN}\n\n${table}\n\n${page.slice(end)}`;
+  const options = (await resolveConfig(file)) ?? {};
+  return format(text, { ...options, filepath: file });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  for (const { file, linksFrom } of SERVE_DOCS_PAGES) {
+    writeFileSync(file, await withServeTable(readFileSync(file, 'utf8'), file, linksFrom));
+    console.log(`Wrote the serve settings table of ${file}`);
+  }
+}

@@ -1,0 +1,368 @@
+import path from 'node:path';
+import bytes from 'bytes';
+import { baseUrlProblem } from '../http/base-url.js';
+import type { ProfileType } from '../index.js';
+import { UsageError } from './cli-error.js';
+
+/**
+ * One setting of `serve`: its flag and environment variable, its default, its description and how
+ * its text is read. `SERVE_SETTINGS` below is the only place a setting is written: the commander
+ * options (program.ts), the flags laid over the environment (serve.ts), `readConfig`
+ * (serve-config.ts) and the tables of the README and docs/getting-started.md
+ * (`npm run docs:serve`) are all derived from it.
+ */
+export interface ServeSetting<T> {
+  /** The environment variable (`PORT`). */
+  env: string;
+  /**
+   * The flag, with its value's placeholder (`--port <port>`); without one it is a switch that
+   * stands for `true`. Its commander attribute (`--data-dir`: `dataDir`) is the setting's key.
+   */
+  flag: string;
+  /** The default as `--help` and the docs show it (`8103`); absent: unset. */
+  defaultText?: string;
+  /** What it does, one sentence (Markdown: the docs keep it, `--help` drops backticks and links). */
+  description: string;
+  /** `file` or `postgres`: given with the other store, `serve` refuses it rather than ignore it. */
+  store?: 'file' | 'postgres';
+  /**
+   * The value, from the variable's text: trimmed, `undefined` when unset or empty (the default
+   * then). Calls `invalid(expected)` on a bad text, which throws a `UsageError` naming the
+   * variable, the flag and the text.
+   */
+  read(text: string | undefined, invalid: (expected: string) => never): T;
+}
+
+const GIB = 1024 * 1024 * 1024;
+const PROFILE_TYPES: readonly ProfileType[] = ['Patient', 'Practitioner', 'RelatedPerson'];
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+type LogLevel = (typeof LOG_LEVELS)[number];
+
+// Readers of the usual kinds of value.
+
+/** An integer from `min` to `max`. */
+function integer(fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) {
+  return (text: string | undefined, invalid: (expected: string) => never): number => {
+    if (text === undefined) return fallback;
+    const n = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < min || n > max) {
+      invalid(max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer from ${min} to ${max}`);
+    }
+    return n;
+  };
+}
+
+/** A positive integer, or `Infinity` (no limit). */
+function countLimit(fallback: number) {
+  return (text: string | undefined, invalid: (expected: string) => never): number => {
+    if (text === undefined) return fallback;
+    if (/^infinity$/i.test(text)) return Number.POSITIVE_INFINITY;
+    const n = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1) invalid('a positive integer or Infinity');
+    return n;
+  };
+}
+
+/**
+ * Bytes: a whole number, or one with a unit `kb`, `mb`, `gb`, `tb` (1024-based, case-insensitive;
+ * `512mb`, `1.5gb`), or `Infinity` when `infinite`. (`bytes.parse` alone reads `1GiB` as 1.)
+ */
+function size(fallback: number, { zero = false, infinite = true } = {}) {
+  const expected = `bytes (1073741824) or a size (512mb, 4gb)${infinite ? ', or Infinity' : ''}${zero ? '; 0 to disable' : ''}`;
+  return (text: string | undefined, invalid: (expected: string) => never): number => {
+    if (text === undefined) return fallback;
+    if (infinite && /^infinity$/i.test(text)) return Number.POSITIVE_INFINITY;
+    if (!/^\d+(\.\d+)?\s*(b|kb|mb|gb|tb)?$/i.test(text)) invalid(expected);
+    const n = Math.floor(bytes.parse(text) ?? Number.NaN);
+    if (!Number.isSafeInteger(n) || n < (zero ? 0 : 1)) invalid(expected);
+    return n;
+  };
+}
+
+function boolean(text: string | undefined, invalid: (expected: string) => never): boolean {
+  const value = text?.toLowerCase() ?? 'false';
+  if (value !== 'true' && value !== 'false') invalid('true or false');
+  return value === 'true';
+}
+
+/** One of `values`, matched case-insensitively and answered as listed. */
+function oneOf<T extends string>(values: readonly T[]) {
+  return (text: string | undefined, invalid: (expected: string) => never): T | undefined => {
+    if (text === undefined) return undefined;
+    const found = values.find((v) => v.toLowerCase() === text.toLowerCase());
+    if (!found) invalid(`one of ${values.join(', ')}`);
+    return found;
+  };
+}
+
+const optionalText = (text: string | undefined): string | undefined => text;
+
+/**
+ * Every setting of `serve`, in the order of `--help` and the docs. Defaults of library options
+ * are the library's own (test/cli/serve-settings.test.ts compares them).
+ */
+export const SERVE_SETTINGS = {
+  port: {
+    env: 'PORT',
+    flag: '--port <port>',
+    defaultText: '8103',
+    description: 'listening port (`0`: any free port)',
+    read: integer(8103, 0, 65535),
+  },
+  host: {
+    env: 'HOST',
+    flag: '--host <address>',
+    defaultText: '0.0.0.0',
+    description: 'listening address',
+    read: (text) => text ?? '0.0.0.0',
+  },
+  baseUrl: {
+    env: 'BASE_URL',
+    flag: '--base-url <url>',
+    defaultText: 'http://localhost:$PORT',
+    description:
+      'public origin used in absolute URLs and token audiences: an absolute `http://` or `https://` URL (a path is kept)',
+    read: (text, invalid) => {
+      if (text === undefined) return undefined;
+      const problem = baseUrlProblem(text);
+      if (problem) invalid(`an absolute http or https URL such as https://fhir.example.org (it ${problem})`);
+      return text.replace(/\/+$/, '');
+    },
+  },
+  dataDir: {
+    env: 'DATA_DIR',
+    flag: '--data-dir <dir>',
+    defaultText: './data',
+    description:
+      'the file store (`store/`), export files (`exports/`) and audit journal; created when missing',
+    read: (text) => path.resolve(text ?? './data'),
+  },
+  superAdminClientId: {
+    env: 'SUPER_ADMIN_CLIENT_ID',
+    flag: '--super-admin-client-id <id>',
+    defaultText: 'super-admin',
+    description:
+      'the super-admin client; with `SUPER_ADMIN_CLIENT_SECRET`, created or updated with that secret at each start',
+    read: optionalText,
+  },
+  superAdminClientSecret: {
+    env: 'SUPER_ADMIN_CLIENT_SECRET',
+    flag: '--super-admin-client-secret <secret>',
+    description:
+      'its secret (give both or neither); unset, the first start generates one and prints it once on stderr (`rotate-super-admin-secret` replaces it)',
+    read: optionalText,
+  },
+  databaseUrl: {
+    env: 'DATABASE_URL',
+    flag: '--database-url <url>',
+    description:
+      'a PostgreSQL connection string: store everything there instead of the file store (several instances can share it)',
+    read: optionalText,
+  },
+  databaseMaxConnections: {
+    env: 'DATABASE_MAX_CONNECTIONS',
+    flag: '--database-max-connections <n>',
+    defaultText: '10',
+    description: "connections of the store's pool (at least 2)",
+    store: 'postgres',
+    read: integer(10, 2),
+  },
+  databaseAcquireTimeoutMs: {
+    env: 'DATABASE_ACQUIRE_TIMEOUT_MS',
+    flag: '--database-acquire-timeout-ms <ms>',
+    defaultText: '10000',
+    description: 'longest wait for a free connection; then `503` with `Retry-After` (`0`: no limit)',
+    store: 'postgres',
+    read: integer(10_000, 0),
+  },
+  databaseLockTimeoutMs: {
+    env: 'DATABASE_LOCK_TIMEOUT_MS',
+    flag: '--database-lock-timeout-ms <ms>',
+    defaultText: '15000',
+    description: "PostgreSQL's `lock_timeout` on the store's connections (`0`: no limit)",
+    store: 'postgres',
+    read: integer(15_000, 0),
+  },
+  databaseStatementTimeoutMs: {
+    env: 'DATABASE_STATEMENT_TIMEOUT_MS',
+    flag: '--database-statement-timeout-ms <ms>',
+    defaultText: '60000',
+    description: "PostgreSQL's `statement_timeout` (exports' `COPY` and cursors are exempt; `0`: no limit)",
+    store: 'postgres',
+    read: integer(60_000, 0),
+  },
+  databaseIdleInTransactionTimeoutMs: {
+    env: 'DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS',
+    flag: '--database-idle-in-transaction-timeout-ms <ms>',
+    defaultText: '60000',
+    description: "PostgreSQL's `idle_in_transaction_session_timeout` (`0`: no limit)",
+    store: 'postgres',
+    read: integer(60_000, 0),
+  },
+  databaseCloseTimeoutMs: {
+    env: 'DATABASE_CLOSE_TIMEOUT_MS',
+    flag: '--database-close-timeout-ms <ms>',
+    defaultText: '10000',
+    description: 'how long closing the store waits for calls in flight before it ends their connections',
+    store: 'postgres',
+    read: integer(10_000, 0),
+  },
+  backupDir: {
+    env: 'BACKUP_DIR',
+    flag: '--backup-dir <dir>',
+    description:
+      'each `kill -USR2 <pid>` writes a backup of the running file store into a new directory here ([docs/storage.md](docs/storage.md#backups))',
+    store: 'file',
+    read: (text) => (text === undefined ? undefined : path.resolve(text)),
+  },
+  bulkMaxKickoffsPerHour: {
+    env: 'BULK_MAX_KICKOFFS_PER_HOUR',
+    flag: '--bulk-max-kickoffs-per-hour <n>',
+    defaultText: '1000',
+    description:
+      "export kick-offs a project may make in any 60 minutes, then `429` (`Infinity`: no limit); a runaway client's guard, high enough for a conformance kit's burst",
+    read: countLimit(1000),
+  },
+  bulkMaxRunningExports: {
+    env: 'BULK_MAX_RUNNING_EXPORTS',
+    flag: '--bulk-max-running-exports <n>',
+    defaultText: '2',
+    description: 'exports of a project accepted or in progress at once, then `429`',
+    read: integer(2, 1),
+  },
+  bulkExportThreads: {
+    env: 'BULK_EXPORT_THREADS',
+    flag: '--bulk-export-threads <n>',
+    defaultText: '2',
+    description: 'worker threads running exports, for all projects together (others wait their turn)',
+    read: integer(2, 1),
+  },
+  bulkMaxProjectExportSize: {
+    env: 'BULK_MAX_PROJECT_EXPORT_SIZE',
+    flag: '--bulk-max-project-export-size <bytes>',
+    defaultText: '1gb',
+    description:
+      'export files a project may keep (until they expire or are deleted), then `429` `too-costly`',
+    read: size(GIB),
+  },
+  bulkMaxExportSize: {
+    env: 'BULK_MAX_EXPORT_SIZE',
+    flag: '--bulk-max-export-size <bytes>',
+    defaultText: '4gb',
+    description: 'files one export may write; beyond, it fails `too-costly` and its files are removed',
+    read: size(4 * GIB),
+  },
+  bulkMinFreeSpace: {
+    env: 'BULK_MIN_FREE_SPACE',
+    flag: '--bulk-min-free-space <bytes>',
+    defaultText: '1gb',
+    description:
+      'free space the export directory needs for a kick-off, else `503` (`0`: not checked; files in PostgreSQL are not)',
+    read: size(GIB, { zero: true, infinite: false }),
+  },
+  bulkRequireAsyncHeaders: {
+    env: 'BULK_REQUIRE_ASYNC_HEADERS',
+    flag: '--bulk-require-async-headers',
+    defaultText: 'false',
+    description: '`true`: bulk export kick-offs without `Accept` or `Prefer: respond-async` answer `400`',
+    read: boolean,
+  },
+  fhirDefaultReturn: {
+    env: 'FHIR_DEFAULT_RETURN',
+    flag: '--fhir-default-return <return>',
+    defaultText: 'representation',
+    description:
+      '`minimal`: FHIR writes and Bundle write entries answer without the resource unless `Prefer: return=representation`',
+    read: (text, invalid) => oneOf(['representation', 'minimal'] as const)(text, invalid) ?? 'representation',
+  },
+  scimDefaultUserType: {
+    env: 'SCIM_DEFAULT_USER_TYPE',
+    flag: '--scim-default-user-type <type>',
+    description:
+      'SCIM profile type of users created without `userType`: `Patient`, `Practitioner` or `RelatedPerson`',
+    read: oneOf(PROFILE_TYPES),
+  },
+  scimEchoUserName: {
+    env: 'SCIM_ECHO_USER_NAME',
+    flag: '--scim-echo-user-name',
+    defaultText: 'false',
+    description:
+      '`true`: SCIM answers carry the `userName` the identity provider sent ([docs/scim.md](docs/scim.md))',
+    read: boolean,
+  },
+  maxConnectionsPerAddress: {
+    env: 'MAX_CONNECTIONS_PER_ADDRESS',
+    flag: '--max-connections-per-address <n>',
+    defaultText: '128',
+    description:
+      'open connections per client address (slow clients); `Infinity` behind a proxy, whose address every connection has',
+    read: countLimit(128),
+  },
+  shutdownTimeoutMs: {
+    env: 'SHUTDOWN_TIMEOUT_MS',
+    flag: '--shutdown-timeout-ms <ms>',
+    defaultText: '10000',
+    description:
+      'on SIGTERM or SIGINT, how long requests still running may finish before their connections are cut',
+    read: integer(10_000, 0),
+  },
+  logLevel: {
+    env: 'LOG_LEVEL',
+    flag: '--log-level <level>',
+    defaultText: 'info',
+    description: `the log's level: ${LOG_LEVELS.map((l) => `\`${l}\``).join(', ')}`,
+    read: (text, invalid): LogLevel => oneOf(LOG_LEVELS)(text, invalid) ?? 'info',
+  },
+} satisfies Record<string, ServeSetting<unknown>>;
+
+export type ServeSettingKey = keyof typeof SERVE_SETTINGS;
+
+/** The value of every setting, as read (`readConfig` adds the rules that join settings). */
+export type ServeValues = {
+  [K in ServeSettingKey]: ReturnType<(typeof SERVE_SETTINGS)[K]['read']>;
+};
+
+/** `serve`'s flags as commander parses them: text, or `true` for a switch. */
+export type ServeFlags = { [K in ServeSettingKey]?: string | boolean };
+
+/** The settings with their keys, in order. */
+export function serveSettings(): [ServeSettingKey, ServeSetting<unknown>][] {
+  return Object.entries(SERVE_SETTINGS) as [ServeSettingKey, ServeSetting<unknown>][];
+}
+
+/** The text of one variable as `read` takes it: trimmed, `undefined` when unset or blank. */
+export function settingText(env: NodeJS.ProcessEnv, setting: ServeSetting<unknown>): string | undefined {
+  return env[setting.env]?.trim() || undefined;
+}
+
+/** Reads every setting from `env`, each through its own `read`. */
+export function readSettings(env: NodeJS.ProcessEnv): ServeValues {
+  const values: Record<string, unknown> = {};
+  for (const [key, setting] of serveSettings()) {
+    const text = settingText(env, setting);
+    const flag = setting.flag.split(' ')[0];
+    values[key] = setting.read(text, (expected) => {
+      throw new UsageError(`${setting.env} (${flag}) must be ${expected}, got "${env[setting.env]}"`);
+    });
+  }
+  return values as ServeValues;
+}
+
+/** The environment with the flags laid over it, so that flags and variables are read alike. */
+export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const merged: NodeJS.ProcessEnv = { ...env };
+  for (const [key, setting] of serveSettings()) {
+    const value = flags[key];
+    if (value !== undefined) merged[setting.env] = String(value);
+  }
+  return merged;
+}
+
+/** A description as `--help` prints it: Markdown links reduced to their text, no backticks. */
+export function plainDescription(setting: ServeSetting<unknown>): string {
+  const text = setting.description.replace(/\[([^\]]+)\]\([^)]*\)/g, '$1').replaceAll('`', '');
+  const store =
+    setting.store === 'file' ? 'file store only: ' : setting.store === 'postgres' ? 'PostgreSQL only: ' : '';
+  const fallback = setting.defaultText === undefined ? '' : `; default ${setting.defaultText}`;
+  return `${store}${text} (${setting.env}${fallback})`;
+}

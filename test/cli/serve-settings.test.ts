@@ -1,0 +1,184 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
+import { ExportPool } from '../../src/bulk/export-pool.js';
+import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
+import { buildProgram } from '../../src/cli/program.js';
+import { readConfig } from '../../src/cli/serve-config.js';
+import {
+  readSettings,
+  SERVE_SETTINGS,
+  serveEnvironment,
+  serveSettings,
+  type ServeSettingKey,
+} from '../../src/cli/serve-settings.js';
+import { POSTGRES_POOL_DEFAULTS } from '../../src/storage/postgres/postgres-storage.js';
+import { memoryStorage } from '../../src/stores.js';
+import { testAuthenticate } from '../helpers/test-auth.js';
+
+const REPO = path.resolve(import.meta.dirname, '../..');
+const invalid = (expected: string): never => {
+  throw new Error(expected);
+};
+
+describe('SERVE_SETTINGS: one definition per setting', () => {
+  it('gives every setting a commander option whose attribute is its key', () => {
+    const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
+    const options = serve.options.filter((o) => o.long !== '--help');
+    expect(options.map((o) => o.attributeName())).toEqual(Object.keys(SERVE_SETTINGS));
+    for (const option of options) {
+      const setting = SERVE_SETTINGS[option.attributeName() as ServeSettingKey];
+      expect(option.flags).toBe(setting.flag);
+      expect(option.description).toContain(setting.env);
+    }
+  });
+
+  it('names every environment variable the standalone server reads', () => {
+    // Any `env.NAME` or `env['NAME']` in the code serve runs must be a setting of the table.
+    const files = ['serve.ts', 'serve-config.ts', 'serve-settings.ts', 'standalone.ts', 'backup-signal.ts'];
+    const named = new Set(Object.values(SERVE_SETTINGS).map((s) => s.env));
+    for (const file of files) {
+      const source = fs.readFileSync(path.join(REPO, 'src/cli', file), 'utf8');
+      for (const [, name] of source.matchAll(/env(?:\.|\[['"])([A-Z][A-Z0-9_]*)/g)) {
+        expect(named, `${file} reads ${name}`).toContain(name);
+      }
+    }
+    expect(named).toContain('LOG_LEVEL');
+  });
+
+  it('shows each default as the value it stands for', () => {
+    for (const [key, setting] of serveSettings()) {
+      const unset = setting.read(undefined, invalid);
+      if (unset === undefined || setting.defaultText === undefined || key === 'dataDir') continue;
+      expect(setting.read(setting.defaultText, invalid), key).toEqual(unset);
+    }
+    expect(readConfig({}).dataDir).toBe(path.resolve('./data'));
+  });
+
+  it("has the library's defaults for the library's options", async () => {
+    const values = readSettings({});
+    const bulk = resolveBulkExportRouterOptions({ storage: memoryStorage(), authenticate: testAuthenticate });
+    expect({
+      maxKickoffsPerHour: values.bulkMaxKickoffsPerHour,
+      maxRunningExports: values.bulkMaxRunningExports,
+      maxProjectExportSize: values.bulkMaxProjectExportSize,
+      maxExportSize: values.bulkMaxExportSize,
+      minFreeSpace: values.bulkMinFreeSpace,
+    }).toEqual({
+      maxKickoffsPerHour: bulk.maxKickoffsPerHour,
+      maxRunningExports: bulk.maxRunningExports,
+      maxProjectExportSize: bulk.maxProjectExportSize,
+      maxExportSize: bulk.maxExportSize,
+      minFreeSpace: bulk.minFreeSpace,
+    });
+    expect(values.bulkMaxKickoffsPerHour).toBe(1000);
+    const pool = new ExportPool();
+    expect(values.bulkExportThreads).toBe(pool.maxThreads);
+    await pool.close();
+    expect({
+      maxConnections: values.databaseMaxConnections,
+      acquireTimeoutMs: values.databaseAcquireTimeoutMs,
+      lockTimeoutMs: values.databaseLockTimeoutMs,
+      statementTimeoutMs: values.databaseStatementTimeoutMs,
+      idleInTransactionTimeoutMs: values.databaseIdleInTransactionTimeoutMs,
+      closeTimeoutMs: values.databaseCloseTimeoutMs,
+    }).toEqual(POSTGRES_POOL_DEFAULTS);
+  });
+});
+
+describe('serve settings: reading', () => {
+  it('reads the bulk limits, in bytes with units or Infinity', () => {
+    const config = readConfig({
+      BULK_MAX_KICKOFFS_PER_HOUR: 'Infinity',
+      BULK_MAX_RUNNING_EXPORTS: '4',
+      BULK_EXPORT_THREADS: '3',
+      BULK_MAX_PROJECT_EXPORT_SIZE: '512mb',
+      BULK_MAX_EXPORT_SIZE: '1.5GB',
+      BULK_MIN_FREE_SPACE: '0',
+    });
+    expect(config).toMatchObject({
+      bulkMaxKickoffsPerHour: Infinity,
+      bulkMaxRunningExports: 4,
+      bulkExportThreads: 3,
+      bulkMaxProjectExportSize: 512 * 1024 * 1024,
+      bulkMaxExportSize: 1.5 * 1024 * 1024 * 1024,
+      bulkMinFreeSpace: 0,
+    });
+    expect(readConfig({ BULK_MAX_EXPORT_SIZE: '1048576' }).bulkMaxExportSize).toBe(1048576);
+  });
+
+  it.each([
+    ['BULK_MAX_KICKOFFS_PER_HOUR', '0'],
+    ['BULK_MAX_KICKOFFS_PER_HOUR', '2.5'],
+    ['BULK_MAX_RUNNING_EXPORTS', 'Infinity'],
+    ['BULK_EXPORT_THREADS', '0'],
+    // bytes.parse alone reads '1GiB' as 1 and '1e3' as 1.
+    ['BULK_MAX_PROJECT_EXPORT_SIZE', '1GiB'],
+    ['BULK_MAX_PROJECT_EXPORT_SIZE', '1e3'],
+    ['BULK_MAX_EXPORT_SIZE', '0'],
+    ['BULK_MIN_FREE_SPACE', 'Infinity'],
+    ['BULK_MIN_FREE_SPACE', '-1'],
+    ['SHUTDOWN_TIMEOUT_MS', 'soon'],
+    ['LOG_LEVEL', 'verbose'],
+    ['PORT', '65536'],
+    ['BASE_URL', 'localhost:3006'],
+    ['BASE_URL', 'ftp://fhir.example.org'],
+    ['MAX_CONNECTIONS_PER_ADDRESS', '-3'],
+  ])('refuses %s=%s with a usage error naming the variable and its flag', (name, value) => {
+    expect(() => readConfig({ [name]: value })).toThrow(
+      expect.objectContaining({ exitCode: 2, message: expect.stringContaining(name) }),
+    );
+    const flag = serveSettings()
+      .find(([, s]) => s.env === name)![1]
+      .flag.split(' ')[0]!;
+    expect(() => readConfig({ [name]: value })).toThrow(flag);
+  });
+
+  it('reads the PostgreSQL pool settings, and refuses them without DATABASE_URL', () => {
+    const config = readConfig({
+      DATABASE_URL: 'postgres://db/fhir',
+      DATABASE_MAX_CONNECTIONS: '20',
+      DATABASE_ACQUIRE_TIMEOUT_MS: '0',
+      DATABASE_LOCK_TIMEOUT_MS: '5000',
+      DATABASE_STATEMENT_TIMEOUT_MS: '30000',
+      DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: '1000',
+      DATABASE_CLOSE_TIMEOUT_MS: '2000',
+    });
+    expect(config).toMatchObject({
+      databaseMaxConnections: 20,
+      databaseAcquireTimeoutMs: 0,
+      databaseLockTimeoutMs: 5000,
+      databaseStatementTimeoutMs: 30000,
+      databaseIdleInTransactionTimeoutMs: 1000,
+      databaseCloseTimeoutMs: 2000,
+    });
+    expect(() => readConfig({ DATABASE_URL: 'postgres://db/fhir', DATABASE_MAX_CONNECTIONS: '1' })).toThrow(
+      /DATABASE_MAX_CONNECTIONS/,
+    );
+    expect(() => readConfig({ DATABASE_LOCK_TIMEOUT_MS: '5000' })).toThrow(
+      /DATABASE_LOCK_TIMEOUT_MS.*DATABASE_URL/,
+    );
+  });
+
+  it('lays flags over the variables', () => {
+    const env = serveEnvironment(
+      { bulkMaxKickoffsPerHour: '5', logLevel: 'warn', bulkRequireAsyncHeaders: true },
+      { BULK_MAX_KICKOFFS_PER_HOUR: '7', LOG_LEVEL: 'debug' },
+    );
+    expect(readConfig(env)).toMatchObject({
+      bulkMaxKickoffsPerHour: 5,
+      logLevel: 'warn',
+      bulkRequireAsyncHeaders: true,
+    });
+  });
+});
+
+describe('the serve settings tables of the README and docs/getting-started.md', () => {
+  it.each(SERVE_DOCS_PAGES.map((page) => [path.relative(REPO, page.file), page] as const))(
+    '%s lists every setting as SERVE_SETTINGS has it (regenerate with npm run docs:serve)',
+    (_name, { file, linksFrom }) => {
+      expect(serveTableCellsIn(fs.readFileSync(file, 'utf8'))).toEqual(serveTableCells(linksFrom));
+    },
+  );
+});
