@@ -36,6 +36,12 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
       'Super-admin client created (the secret is shown only this once; it is stored hashed):\n' +
         `  SUPER_ADMIN_CLIENT_ID=${clientId}\n  SUPER_ADMIN_CLIENT_SECRET=${clientSecret}\n`,
     );
+  } else if (!config.superAdminClientSecret) {
+    // A later start prints nothing: say where the secret went and how to get a new one.
+    logger.info(
+      { clientId: standalone.superAdminClientId },
+      'super-admin client exists; its secret was shown when it was created (a new one: fhir-platform-kit rotate-super-admin-secret)',
+    );
   }
 
   const backups = config.backupDir ? backupOnSignal(standalone.storage, config.backupDir, logger) : undefined;

@@ -10,9 +10,11 @@ import {
   notFoundHandler,
   protectServer,
   provisionSuperAdminClient,
+  type FhirPlatform,
   type Logger,
   type Storage,
 } from '../index.js';
+import { CliError, EXIT } from './cli-error.js';
 import type { StandaloneConfig } from './serve-config.js';
 
 /** A running standalone server. */
@@ -21,16 +23,40 @@ export interface Standalone {
   /** The origin it answers on (`BASE_URL`). */
   baseUrl: string;
   storage: Storage;
+  /** The super-admin client's id. */
+  superAdminClientId: string;
   /** Super-admin credentials generated on this start (shown once), if any. */
   generatedSuperAdmin?: { clientId: string; clientSecret: string };
   /** Stops accepting connections, stops export workers, flushes and closes the store. */
   close(): Promise<void>;
 }
 
+/** A failed `listen` said in terms of the settings that cause it; other errors as they are. */
+function listenError(error: unknown, config: StandaloneConfig): unknown {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  const where = `${config.host}:${config.port}`;
+  const message =
+    code === 'EADDRINUSE'
+      ? `Cannot listen on ${where}: the port is in use (another server?). Stop it, or choose another port with PORT (--port)`
+      : code === 'EADDRNOTAVAIL'
+        ? `Cannot listen on ${where}: ${config.host} is not an address of this machine. Set HOST (--host) to one of its addresses, or 0.0.0.0 for all`
+        : code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME'
+          ? `Cannot listen on ${where}: the host name does not resolve. Set HOST (--host) to an address of this machine, or 0.0.0.0 for all`
+          : code === 'EACCES'
+            ? `Cannot listen on ${where}: permission denied (ports below 1024 need privileges). Choose another port with PORT (--port)`
+            : undefined;
+  return message ? new CliError(message, EXIT.failure, { cause: error }) : error;
+}
+
 /**
- * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at the default paths on the embedded file store
- * under `config.dataDir` (`store/` for the data, `exports/` for bulk export files), or on PostgreSQL
- * when `config.databaseUrl` is set (export files then live in the database too).
+ * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at
+ * the default paths on the embedded file store under `config.dataDir` (`store/` for the data,
+ * `exports/` for bulk export files), or on PostgreSQL when `config.databaseUrl` is set (export
+ * files then live in the database too).
+ *
+ * The super-admin client is provisioned last, once the server listens: a start that fails (a port
+ * in use, a bad `HOST`) creates no credentials, so the first start that succeeds is the one that
+ * shows the generated secret. A failed start closes what it opened, the platform before the store.
  */
 export async function startStandalone(
   config: StandaloneConfig,
@@ -48,12 +74,10 @@ export async function startStandalone(
         closeTimeoutMs: config.databaseCloseTimeoutMs,
       })
     : await fileStorage({ dir: path.join(config.dataDir, 'store') });
+  let platform: FhirPlatform | undefined;
+  let server: Server | undefined;
   try {
-    const admin = await provisionSuperAdminClient(storage, {
-      ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
-      ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
-    });
-    const platform = fhirPlatform({
+    platform = fhirPlatform({
       storage,
       // Errors always go to the logger; one line per request too when asked (`serve` does).
       ...(logging.logger ? { logger: logging.logger, logRequests: logging.logRequests ?? false } : {}),
@@ -85,32 +109,45 @@ export async function startStandalone(
     app.use(fhirErrorHandler());
     // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
     // for every 2 s (Node's default is 30 s).
-    const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
+    const listening = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
     });
-    server.listen(config.port, config.host);
-    await once(server, 'listening');
+    server = listening;
+    listening.listen(config.port, config.host);
+    try {
+      await once(listening, 'listening');
+    } catch (error) {
+      server = undefined; // never listened: nothing to close
+      throw listenError(error, config);
+    }
     await platform.ready;
-    const port = (server.address() as AddressInfo).port;
+    // Last: nothing after it can fail, so a generated secret always reaches the caller.
+    const admin = await provisionSuperAdminClient(storage, {
+      ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
+      ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
+    });
+    const port = (listening.address() as AddressInfo).port;
     const baseUrl = config.port === 0 ? config.baseUrl.replace(/:0$/, `:${port}`) : config.baseUrl;
+    const running = platform;
     let closing: Promise<void> | undefined;
     return {
-      server,
+      server: listening,
       baseUrl,
       storage,
+      superAdminClientId: admin.clientId,
       ...(admin.clientSecret
         ? { generatedSuperAdmin: { clientId: admin.clientId, clientSecret: admin.clientSecret } }
         : {}),
       close: () =>
         (closing ??= (async () => {
-          const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-          server.closeIdleConnections();
+          const closed = new Promise<void>((resolve) => listening.close(() => resolve()));
+          listening.closeIdleConnections();
           // Requests still running after the grace period are cut: a stuck one (a slow upload, a
           // wait on the database) must not hold the shutdown.
-          const cut = setTimeout(() => server.closeAllConnections(), config.shutdownTimeoutMs);
+          const cut = setTimeout(() => listening.closeAllConnections(), config.shutdownTimeoutMs);
           cut.unref();
           try {
-            await platform.close();
+            await running.close();
             await closed;
           } finally {
             clearTimeout(cut);
@@ -119,6 +156,13 @@ export async function startStandalone(
         })()),
     };
   } catch (error) {
+    // The platform's background work (export resume, the audit trail) stops before the store
+    // closes under it.
+    if (server) {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server!.close(() => resolve()));
+    }
+    await platform?.close();
     await storage.close();
     throw error;
   }

@@ -347,3 +347,114 @@ describe('serve: the standalone server', () => {
     expect(logLines(stdout).map((line) => line.msg)).toContain('backup started');
   });
 });
+
+/** Collects a spawned serve's output and exit code. */
+function watch(child: ReturnType<typeof spawnServe>) {
+  const run = { stdout: '', stderr: '' };
+  child.stdout.on('data', (chunk: Buffer) => (run.stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (run.stderr += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const waitFor = async (text: string): Promise<boolean> => {
+    for (let i = 0; i < 200 && !run.stdout.includes(text); i++) await new Promise((r) => setTimeout(r, 100));
+    return run.stdout.includes(text);
+  };
+  return { run, exited, waitFor, process: child };
+}
+
+describe('serve: a start that fails', () => {
+  it('on a port in use: exit 1 with a clear line, no credentials created; the next start prints the secret', async () => {
+    const dataDir = tempDir();
+    const blocker = net.createServer().listen(0, '127.0.0.1');
+    await new Promise((resolve) => blocker.once('listening', resolve));
+    const port = (blocker.address() as net.AddressInfo).port;
+    // No SUPER_ADMIN_* variables: the server generates the client and shows its secret once.
+    const none = { DATA_DIR: dataDir, SUPER_ADMIN_CLIENT_ID: '', SUPER_ADMIN_CLIENT_SECRET: '' };
+    const first = watch(spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, none));
+    expect(await first.exited).toBe(1);
+    await new Promise((resolve) => blocker.close(resolve));
+    expect(first.run.stderr.split('\n').filter((line) => line !== '')).toEqual([
+      expect.stringMatching(
+        /^fhir-platform-kit: Cannot listen on 127\.0\.0\.1:\d+: the port is in use.*PORT \(--port\)/,
+      ),
+    ]);
+    // The platform stopped before the store closed under it.
+    expect(`${first.run.stdout}${first.run.stderr}`).not.toMatch(/storage is closed/i);
+    expect(first.run.stderr).not.toContain('SUPER_ADMIN_CLIENT_SECRET=');
+
+    const second = watch(spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, none));
+    try {
+      expect(await second.waitFor('"listening"')).toBe(true);
+      for (let i = 0; i < 50 && !second.run.stderr.includes('SECRET='); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const secret = /SUPER_ADMIN_CLIENT_SECRET=(\S+)/.exec(second.run.stderr)?.[1];
+      expect(secret).toBeDefined();
+      expect(await tokenStatus(`http://127.0.0.1:${port}`, 'super-admin', secret!)).toBe(200);
+    } finally {
+      second.process.kill('SIGTERM');
+    }
+    expect(await second.exited).toBe(0);
+  });
+
+  it.each([
+    ['999.1.1.1', /the host name does not resolve.*HOST \(--host\)/],
+    // TEST-NET-1 (RFC 5737): an address, but none of this machine's.
+    ['192.0.2.1', /not an address of this machine.*HOST \(--host\)/],
+  ])('on HOST=%s: a usage-level message naming HOST, and no credentials created', async (host, message) => {
+    const dataDir = tempDir();
+    await expect(
+      startStandalone(readConfig({ PORT: '0', HOST: host, DATA_DIR: dataDir })),
+    ).rejects.toMatchObject({ exitCode: 1, message: expect.stringMatching(message) });
+    // The store was closed (its lock released) and holds no super-admin client.
+    const store = await fileStorage({ dir: path.join(dataDir, 'store') });
+    try {
+      await expect(store.readClient('super-admin')).rejects.toMatchObject({ code: 'ERR_STORAGE_NOT_FOUND' });
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('serve: stopping', () => {
+  it('exits soon after SIGTERM with a request stuck mid-body (SHUTDOWN_TIMEOUT_MS=500)', async () => {
+    const port = await freePort();
+    const serve = watch(
+      spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
+        DATA_DIR: tempDir(),
+        SHUTDOWN_TIMEOUT_MS: '500',
+      }),
+    );
+    expect(await serve.waitFor('"listening"')).toBe(true);
+    const tokenRes = await fetch(`http://127.0.0.1:${port}/oauth2/token`, {
+      method: 'POST',
+      headers: {
+        Authorization: `Basic ${Buffer.from('root:root-secret-123').toString('base64')}`,
+        'Content-Type': 'application/x-www-form-urlencoded',
+      },
+      body: 'grant_type=client_credentials',
+    });
+    const { access_token: token } = (await tokenRes.json()) as { access_token: string };
+    // An authorised write whose headers announce 1000 bytes, then 10 of them: the request waits
+    // for the rest of its body.
+    const socket = net.connect(port, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.on('error', () => undefined);
+    let answered = '';
+    socket.on('data', (chunk: Buffer) => (answered += chunk.toString()));
+    const cut = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.write(
+      `POST /fhir/R4/Project/$init HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n` +
+        'Content-Type: application/fhir+json\r\nContent-Length: 1000\r\n\r\n{"resource',
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    expect(answered).toBe('');
+    const signalled = Date.now();
+    serve.process.kill('SIGTERM');
+    expect(await serve.exited).toBe(0);
+    // Well before the default 10 s, and before the server's own request timeout (120 s).
+    expect(Date.now() - signalled).toBeLessThan(5000);
+    await cut;
+    expect(answered).toBe('');
+    expect(logLines(serve.run.stdout).map((line) => line.msg)).toContain('stopped');
+  });
+});
