@@ -45,7 +45,11 @@ export { CLIENT_AUTH_METHODS } from './auth/client-authentication.js';
 export type { ClientAuthMethod } from './auth/client-authentication.js';
 export type { ClientJwksOptions } from './auth/client-jwks.js';
 export type { FailureLimitOptions } from './auth/failure-limiter.js';
-export { ensureSuperAdminClient, provisionSuperAdminClient } from './auth/super-admin.js';
+export {
+  ensureSuperAdminClient,
+  provisionSuperAdminClient,
+  rotateSuperAdminSecret,
+} from './auth/super-admin.js';
 export type { SuperAdminCredentials } from './auth/super-admin.js';
 export {
   smartConfigurationHandler,

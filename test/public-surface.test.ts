@@ -52,6 +52,7 @@ const ROOT = [
   'protectServer',
   'provisionSuperAdminClient',
   'r4StructureValidator',
+  'rotateSuperAdminSecret',
   'scimErrorHandler',
   'scimRouter',
   'signingKeys',

@@ -88,3 +88,25 @@ export async function provisionSuperAdminClient(
   const client = await ensureSuperAdminClient(storage, { clientId, clientSecret });
   return { clientId: client.id, clientSecret, created: true };
 }
+
+/**
+ * Replaces the secret of an existing super-admin client with a new random one and returns it, to
+ * be shown once (`fhir-platform-kit rotate-super-admin-secret`). The client is also made usable
+ * again if it was revoked. The old secret stops authenticating at once; access tokens already
+ * issued with it stay valid until they expire. Throws `NotFoundError` when there is no such client
+ * and `InvalidOptionError` when `clientId` names a client of a project.
+ * @default clientId 'super-admin'
+ */
+export async function rotateSuperAdminSecret(
+  storage: Storage,
+  options: { clientId?: string } = {},
+): Promise<SuperAdminCredentials> {
+  const clientId = options.clientId ?? 'super-admin';
+  const existing = await storage.readClient(clientId);
+  if (existing.projectId !== null || !existing.superAdmin) {
+    throw new InvalidOptionError(`rotateSuperAdminSecret: client ${clientId} is not a super-admin client`);
+  }
+  const clientSecret = generateClientSecret();
+  await ensureSuperAdminClient(storage, { clientId, clientSecret });
+  return { clientId, clientSecret };
+}

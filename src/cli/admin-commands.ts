@@ -3,9 +3,12 @@ import path from 'node:path';
 import {
   fhirPlatform,
   fileStorage,
+  NotFoundError,
+  rotateSuperAdminSecret,
   StorageLockedError,
   toOperationOutcome,
   type PlatformAdmin,
+  type Storage,
 } from '../index.js';
 import { CliError, UsageError } from './cli-error.js';
 import { connectionOf, reasonOf, ServerClient, type ConnectionFlags } from './server-client.js';
@@ -45,16 +48,19 @@ function parameters(list: (Parameter | false | undefined)[]): Parameters {
   return { resourceType: 'Parameters', parameter: list.filter((p): p is Parameter => Boolean(p)) };
 }
 
-/** Runs `action` with `platform.admin` over the file store in `dataDir`, then closes the store. */
-async function withOfflineAdmin<T>(
-  dataDir: string,
-  action: (admin: PlatformAdmin) => Promise<T>,
-): Promise<T> {
+/**
+ * Opens the file store of a data directory (`<dataDir>/store`, as `serve` keeps it). With `create`,
+ * a directory that does not exist yet is created (`init-project` seeds a store before its first
+ * start); without, it must hold a store already.
+ */
+async function openDataDir(dataDir: string, create: boolean): Promise<Storage> {
   const dir = path.resolve(dataDir);
-  if (!fs.existsSync(dir)) throw new CliError(`The data directory ${dir} does not exist`);
-  let storage: Awaited<ReturnType<typeof fileStorage>>;
+  const storeDir = path.join(dir, 'store');
+  if (!create && !fs.existsSync(storeDir)) {
+    throw new CliError(`The data directory ${dir} has no store yet (${storeDir} does not exist)`);
+  }
   try {
-    storage = await fileStorage({ dir: path.join(dir, 'store') });
+    return await fileStorage({ dir: storeDir });
   } catch (error) {
     if (error instanceof StorageLockedError) {
       throw new CliError(
@@ -65,12 +71,26 @@ async function withOfflineAdmin<T>(
     }
     throw error;
   }
+}
+
+/** A failure of the library said as one line: its HTTP answer's status and reason. */
+function refused(error: unknown): CliError {
+  if (error instanceof CliError) return error;
+  const { status, outcome } = toOperationOutcome(error);
+  return new CliError(`Refused: ${status} ${reasonOf(JSON.stringify(outcome))}`, 1, { cause: error });
+}
+
+/** Runs `action` with `platform.admin` over the file store in `dataDir`, then closes the store. */
+async function withOfflineAdmin<T>(
+  dataDir: string,
+  action: (admin: PlatformAdmin) => Promise<T>,
+  options: { create?: boolean } = {},
+): Promise<T> {
+  const storage = await openDataDir(dataDir, options.create ?? false);
   try {
     return await action(fhirPlatform({ storage, bulk: false }).admin);
   } catch (error) {
-    if (error instanceof CliError) throw error;
-    const { status, outcome } = toOperationOutcome(error);
-    throw new CliError(`Refused: ${status} ${reasonOf(JSON.stringify(outcome))}`, 1, { cause: error });
+    throw refused(error);
   } finally {
     await storage.close();
   }
@@ -106,10 +126,9 @@ export async function initProject(flags: InitProjectFlags): Promise<Record<strin
   const where = target(flags);
   const project =
     'dataDir' in where
-      ? ((await withOfflineAdmin(where.dataDir, (admin) => admin.initProject(body))) as unknown as Record<
-          string,
-          unknown
-        >)
+      ? ((await withOfflineAdmin(where.dataDir, (admin) => admin.initProject(body), {
+          create: true,
+        })) as unknown as Record<string, unknown>)
       : await where.client.operation('Project/$init', '/Project/$init', body);
   return { projectId: project.id, name: project.name, project };
 }
@@ -155,4 +174,42 @@ export async function newClient(flags: NewClientFlags): Promise<Record<string, u
     scope: client.scope,
     admin: client.admin,
   };
+}
+
+export interface RotateSuperAdminSecretFlags {
+  /** The server's data directory (its file store, which must not be in use). */
+  dataDir?: string;
+  /** The PostgreSQL store (servers may keep running on it). */
+  databaseUrl?: string;
+  /** The super-admin client. */
+  clientId: string;
+}
+
+/**
+ * `rotate-super-admin-secret`: a new random secret for the super-admin client of a file store
+ * (`--data-dir`, the server stopped) or a PostgreSQL store (`--database-url`); answers
+ * `{ clientId, clientSecret }`, the only time the secret is shown.
+ */
+export async function rotateSuperAdmin(flags: RotateSuperAdminSecretFlags): Promise<Record<string, unknown>> {
+  if (Boolean(flags.dataDir) === Boolean(flags.databaseUrl)) {
+    throw new UsageError('Give --data-dir (the file store) or --database-url (PostgreSQL), one of them');
+  }
+  const storage = flags.databaseUrl
+    ? (await import('../postgres.js')).postgresStorage({ connectionString: flags.databaseUrl })
+    : await openDataDir(flags.dataDir!, false);
+  try {
+    const { clientId, clientSecret } = await rotateSuperAdminSecret(storage, { clientId: flags.clientId });
+    return { clientId, clientSecret };
+  } catch (error) {
+    if (error instanceof NotFoundError) {
+      throw new CliError(
+        `This store has no client ${flags.clientId}: serve creates the super-admin client on its first start`,
+        1,
+        { cause: error },
+      );
+    }
+    throw refused(error);
+  } finally {
+    await storage.close();
+  }
 }

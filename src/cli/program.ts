@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { initProject, newClient } from './admin-commands.js';
+import { initProject, newClient, rotateSuperAdmin } from './admin-commands.js';
 import { CliError, EXIT, type ExitCode } from './cli-error.js';
 import { runExport } from './export.js';
 import { importCheck, runImport } from './import.js';
@@ -149,6 +149,22 @@ export function buildProgram(): Command {
     )
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof newClient>[0]) => printJson(await newClient(flags)));
+
+  program
+    .command('rotate-super-admin-secret')
+    .description(
+      'give the super-admin client a new random secret; prints { clientId, clientSecret } (the secret only this once)',
+    )
+    .option(
+      '--data-dir <dir>',
+      "the file store of this data directory (the server's DATA_DIR; stop the server first)",
+    )
+    .option('--database-url <url>', 'the PostgreSQL store (servers may keep running on it)')
+    .option('--client-id <id>', 'the super-admin client', 'super-admin')
+    .addHelpText('after', EXIT_HELP)
+    .action(async (flags: Parameters<typeof rotateSuperAdmin>[0]) =>
+      printJson(await rotateSuperAdmin(flags)),
+    );
 
   program
     .command('keys')

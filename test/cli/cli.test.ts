@@ -5,6 +5,7 @@ import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { fileStorage } from '../../src/stores.js';
@@ -144,7 +145,15 @@ const rootFlags = ['--client-id', ROOT.id, '--client-secret', ROOT.secret];
 
 describe('command line: usage', () => {
   it('prints help for the program and every command, exit 0', async () => {
-    const commands = ['serve', 'init-project', 'new-client', 'keys', 'export', 'import'];
+    const commands = [
+      'serve',
+      'init-project',
+      'new-client',
+      'keys',
+      'export',
+      'import',
+      'rotate-super-admin-secret',
+    ];
     const runs = await Promise.all([cli(['--help']), ...commands.map((c) => cli([c, '--help']))]);
     for (const run of runs) {
       expect(run.code, run.stderr).toBe(0);
@@ -511,5 +520,61 @@ describe('command line: against a server mounted under /api', () => {
     } finally {
       await storage.close();
     }
+  });
+
+  it('offline init-project seeds a data directory that does not exist yet; new-client wants a store', async () => {
+    const dataDir = path.join(tempDir('fpk-cli-new-'), 'new', 'data');
+    const noStore = await cli(['new-client', '--data-dir', dataDir, '--project', 'p', '--name', 'x']);
+    expect(noStore.code).toBe(1);
+    expect(noStore.stderr).toMatch(/has no store yet/);
+    expect(fs.existsSync(dataDir)).toBe(false);
+
+    const project = await cliJson(['init-project', '--data-dir', dataDir, '--name', 'Seeded']);
+    const storage = await fileStorage({ dir: path.join(dataDir, 'store') });
+    try {
+      expect((await storage.readProject(project.projectId)).name).toBe('Seeded');
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('rotate-super-admin-secret prints a new secret once; the old one stops working', async () => {
+    const dataDir = tempDir('fpk-cli-rotate-');
+    const seed = await fileStorage({ dir: path.join(dataDir, 'store') });
+    await ensureSuperAdminClient(seed, { clientId: 'super-admin', clientSecret: 'old-secret-0123456789' });
+    await seed.close();
+
+    const rotated = await cliJson(['rotate-super-admin-secret', '--data-dir', dataDir]);
+    expect(rotated).toEqual({ clientId: 'super-admin', clientSecret: expect.any(String) });
+    expect(rotated.clientSecret).toHaveLength(43);
+    const storage = await fileStorage({ dir: path.join(dataDir, 'store') });
+    try {
+      const { secretHash } = await storage.readClient('super-admin');
+      expect(await verifyClientSecret(rotated.clientSecret, secretHash!)).toBe(true);
+      expect(await verifyClientSecret('old-secret-0123456789', secretHash!)).toBe(false);
+    } finally {
+      await storage.close();
+    }
+
+    // Refusals: a running server's store, a client that is not there, no store at all, no target.
+    const locked = await cli([
+      'rotate-super-admin-secret',
+      '--data-dir',
+      host.dataDir,
+      '--client-id',
+      ROOT.id,
+    ]);
+    expect(locked.code).toBe(1);
+    expect(locked.stderr).toMatch(/a server is running on it/);
+    const missing = await cli(['rotate-super-admin-secret', '--data-dir', dataDir, '--client-id', 'nobody']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/has no client nobody/);
+    const empty = await cli(['rotate-super-admin-secret', '--data-dir', tempDir('fpk-cli-empty-')]);
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toMatch(/has no store yet/);
+    const neither = await cli(['rotate-super-admin-secret']);
+    expect(neither.code).toBe(2);
+    for (const run of [locked, missing, empty, neither])
+      expect(run.stderr.trim().split('\n')).toHaveLength(1);
   });
 });
