@@ -172,6 +172,8 @@ describe('command line: usage', () => {
       cli(['serve', '--port', 'abc']),
       cli(['export', '--client-id', 'a']), // neither a secret nor a key
       cli(['export', '--client-id', 'a', '--client-secret', 's', '--fhir-url', 'not a url']),
+      // `new URL('localhost:3006')` parses (scheme `localhost:`): refused, not advertised.
+      cli(['serve', '--base-url', 'localhost:3006']),
     ]);
     for (const run of runs) {
       expect(run.code, run.stderr).toBe(2);
@@ -182,6 +184,7 @@ describe('command line: usage', () => {
     expect(runs[3].stderr).toContain('--project');
     expect(runs[4].stderr).toMatch(/PORT \(--port\) must be an integer/);
     expect(runs[5].stderr).toContain('--client-secret');
+    expect(runs[7].stderr).toMatch(/BASE_URL \(--base-url\) must be an absolute http or https URL/);
   });
 });
 
