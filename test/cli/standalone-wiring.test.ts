@@ -1,0 +1,97 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { FhirPlatformOptions, Storage } from '../../src/index.js';
+
+// What the standalone server hands the library for each setting: the PostgreSQL store's options
+// and fhirPlatform's, captured (the store is a memory store, so no database is needed).
+const seen = vi.hoisted(() => ({
+  postgres: [] as Record<string, unknown>[],
+  platform: [] as FhirPlatformOptions[],
+}));
+
+vi.mock('../../src/postgres.js', async () => {
+  const { memoryStorage } = await import('../../src/stores.js');
+  return {
+    postgresStorage: (options: Record<string, unknown>): Storage => {
+      seen.postgres.push(options);
+      return memoryStorage();
+    },
+  };
+});
+
+vi.mock('../../src/index.js', async (importOriginal) => {
+  const original = await importOriginal<typeof import('../../src/index.js')>();
+  return {
+    ...original,
+    fhirPlatform: (options: FhirPlatformOptions) => {
+      seen.platform.push(options);
+      return original.fhirPlatform(options);
+    },
+  };
+});
+
+const { readConfig } = await import('../../src/cli/serve-config.js');
+const { startStandalone } = await import('../../src/cli/standalone.js');
+
+const dirs: string[] = [];
+afterEach(() => {
+  seen.postgres.length = 0;
+  seen.platform.length = 0;
+  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function start(env: Record<string, string>) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-wiring-'));
+  dirs.push(dir);
+  return startStandalone(readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, ...env }));
+}
+
+describe('serve settings reach the library', () => {
+  it('the bulk limits, as bulkExportRouter options', async () => {
+    const standalone = await start({
+      BULK_MAX_KICKOFFS_PER_HOUR: '5',
+      BULK_MAX_RUNNING_EXPORTS: '3',
+      BULK_EXPORT_THREADS: '4',
+      BULK_MAX_PROJECT_EXPORT_SIZE: '2gb',
+      BULK_MAX_EXPORT_SIZE: '100mb',
+      BULK_MIN_FREE_SPACE: '0',
+      BULK_REQUIRE_ASYNC_HEADERS: 'true',
+    });
+    await standalone.close();
+    expect(seen.platform[0]?.bulk).toEqual({
+      requireAsyncHeaders: true,
+      maxKickoffsPerHour: 5,
+      maxRunningExports: 3,
+      maxProjectExportSize: 2 * 1024 ** 3,
+      maxExportSize: 100 * 1024 ** 2,
+      minFreeSpace: 0,
+      pool: { maxThreads: 4 },
+    });
+  });
+
+  it("the PostgreSQL pool's size and timeouts, as postgresStorage options", async () => {
+    const standalone = await start({
+      DATABASE_URL: 'postgres://db.example/fhir',
+      DATABASE_MAX_CONNECTIONS: '20',
+      DATABASE_ACQUIRE_TIMEOUT_MS: '1000',
+      DATABASE_LOCK_TIMEOUT_MS: '2000',
+      DATABASE_STATEMENT_TIMEOUT_MS: '3000',
+      DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: '4000',
+      DATABASE_CLOSE_TIMEOUT_MS: '5000',
+    });
+    await standalone.close();
+    expect(seen.postgres).toEqual([
+      {
+        connectionString: 'postgres://db.example/fhir',
+        maxConnections: 20,
+        acquireTimeoutMs: 1000,
+        lockTimeoutMs: 2000,
+        statementTimeoutMs: 3000,
+        idleInTransactionTimeoutMs: 4000,
+        closeTimeoutMs: 5000,
+      },
+    ]);
+  });
+});
