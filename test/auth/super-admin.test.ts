@@ -1,6 +1,10 @@
 import request from 'supertest';
 import { describe, expect, it, vi } from 'vitest';
-import { ensureSuperAdminClient, provisionSuperAdminClient } from '../../src/auth/super-admin.js';
+import {
+  ensureSuperAdminClient,
+  provisionSuperAdminClient,
+  rotateSuperAdminSecret,
+} from '../../src/auth/super-admin.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { memoryStorage } from '../../src/stores.js';
 import { authApp } from './auth-app.js';
@@ -32,6 +36,36 @@ describe('super-admin client', () => {
     await expect(ensureSuperAdminClient(storage, { clientId: 'c', clientSecret: 'x' })).rejects.toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
     );
+  });
+
+  it('rotates the secret of an existing super-admin client only', async () => {
+    const storage = memoryStorage();
+    const { clientSecret: first } = await provisionSuperAdminClient(storage);
+    const rotated = await rotateSuperAdminSecret(storage);
+    expect(rotated.clientId).toBe('super-admin');
+    expect(rotated.clientSecret).not.toBe(first);
+    const { secretHash } = await storage.readClient('super-admin');
+    expect(await verifyClientSecret(rotated.clientSecret, secretHash!)).toBe(true);
+    expect(await verifyClientSecret(first!, secretHash!)).toBe(false);
+    // A revoked super admin is usable again with its new secret.
+    await storage.updateClient('super-admin', { revoked: true });
+    await rotateSuperAdminSecret(storage);
+    expect((await storage.readClient('super-admin')).revoked).toBe(false);
+
+    await expect(rotateSuperAdminSecret(storage, { clientId: 'nobody' })).rejects.toMatchObject({
+      code: 'ERR_STORAGE_NOT_FOUND',
+    });
+    await storage.createClient({
+      id: 'c',
+      projectId: 'p',
+      name: 'c',
+      scope: '',
+      admin: true,
+      superAdmin: false,
+    });
+    await expect(rotateSuperAdminSecret(storage, { clientId: 'c' })).rejects.toMatchObject({
+      code: 'ERR_INVALID_OPTION',
+    });
   });
 
   it('generates credentials once, and they get a super-admin token', async () => {
