@@ -1,3 +1,10 @@
+/**
+ * The package root: the routers and `fhirPlatform`, the file and memory stores, their option and
+ * record types, and the errors.
+ * @packageDocumentation
+ * @module fhir-platform-kit
+ */
+
 // The public API: the factories, the storage adapters, their option and record types, and the
 // errors. Every exported name is listed here explicitly (no `export *`); plumbing (renderers, token
 // and assertion internals, parsers) stays inside. The storage contract suite is the
@@ -134,7 +141,7 @@ export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js
 export { ExportPool } from './bulk/export-pool.js';
 export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
 export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
-export type { ExportParams, ExportLevel, KickoffIssue } from './bulk/kickoff-params.js';
+export type { ExportParams, ExportLevel, KickoffIssue, AssociatedData } from './bulk/kickoff-params.js';
 export type { ExportManifest, ManifestEntry } from './bulk/manifest.js';
 export { bulkExportCapability } from './bulk/capability.js';
 
@@ -178,6 +185,7 @@ export { createAuditTrail, PLATFORM_AUDIT_PROJECT_ID } from './audit/trail.js';
 export type { AuditTrail, AuditTrailOptions } from './audit/trail.js';
 export type { AuditOptions, AuditContext } from './audit/options.js';
 export { buildAuditEvent } from './audit/build-event.js';
+export type { Coding, AuditAction, AuditOutcomeCode } from './audit/codes.js';
 export type {
   AuditEventResource,
   AuditEventAgent,
