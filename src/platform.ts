@@ -73,12 +73,24 @@ export interface FhirPlatformOptions {
    * @default { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/token', jwks: '/oauth2/jwks', healthz: '/healthz', readyz: '/readyz' }
    */
   paths?: Partial<FhirPlatformPaths>;
-  /** Extra options of each router (shared ones above win). @default {} */
+  /**
+   * Options of the FHIR data plane, `fhirRouter` (docs/fhir.md). Here and in `scim`, `project`,
+   * `bulk` and `token`, the shared options above (`storage`, `authenticate`, `baseUrl`, `onError`,
+   * `logger`) are set once for every router.
+   * @default {}
+   */
   fhir?: Own<FhirRouterOptions>;
+  /** Options of the SCIM router, `scimRouter` (docs/scim.md). @default {} */
   scim?: Own<ScimRouterOptions>;
+  /** Options of `Project/$init` and client registration, `projectRouter` (docs/project-init.md). @default {} */
   project?: Own<ProjectRouterOptions>;
-  /** Bulk export router options, or `false` to mount no bulk export. @default {} */
+  /**
+   * Options of `bulkExportRouter` (docs/bulk-export.md), or `false` to mount no bulk export. An
+   * `exportDir` given here wins over the one above.
+   * @default {}
+   */
   bulk?: Own<BulkExportRouterOptions> | false;
+  /** Options of the token endpoint, `tokenRouter` (docs/auth.md). @default {} */
   token?: Own<TokenRouterOptions>;
   /**
    * Receives every error answered with a 5xx status, and errors of background work (export jobs).
