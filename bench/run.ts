@@ -17,7 +17,7 @@ const USAGE = `Usage: npm run bench -- [options]
 Runs every measurement once and prints one table (the same figures go to bench/out/results.json).
 
   --patients N      main dataset size (default 250 ≈ 100k resources)
-  --large           1,000,000 resources (2,513 patients); memory compared with N/5
+  --large           1,000,000 resources (2,494 patients); memory compared with N/5
   --reps R          repetitions of each main timing (default 3)
   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
