@@ -19,6 +19,7 @@ export interface ServeFlags {
   fhirDefaultReturn?: string;
   maxConnectionsPerAddress?: string;
   backupDir?: string;
+  allowPrivateJwksAddresses?: boolean;
   logLevel?: string;
 }
 
@@ -42,6 +43,7 @@ export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): Nod
     FHIR_DEFAULT_RETURN: set(flags.fhirDefaultReturn),
     MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
     BACKUP_DIR: set(flags.backupDir),
+    ALLOW_PRIVATE_JWKS_ADDRESSES: set(flags.allowPrivateJwksAddresses),
   };
   const merged: NodeJS.ProcessEnv = { ...env };
   for (const [name, value] of Object.entries(overrides)) if (value !== undefined) merged[name] = value;

@@ -45,6 +45,7 @@ export async function startStandalone(
       ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
       ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
     });
+    const privateJwks = config.allowPrivateJwksAddresses;
     const platform = fhirPlatform({
       storage,
       // Errors always go to the logger; one line per request too when asked (`serve` does).
@@ -58,6 +59,13 @@ export async function startStandalone(
       },
       bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
       fhir: { defaultReturn: config.fhirDefaultReturn },
+      // Registration and fetching follow one setting.
+      ...(privateJwks === undefined
+        ? {}
+        : {
+            project: { allowPrivateJwksAddresses: privateJwks },
+            token: { jwks: { allowPrivateAddresses: privateJwks } },
+          }),
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
     });

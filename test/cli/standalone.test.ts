@@ -3,10 +3,13 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
 import { fileStorage } from '../../src/stores.js';
+import { clientKey, signAssertion } from '../auth/client-keys.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -97,6 +100,13 @@ describe('serve: configuration', () => {
     expect(() => readConfig({ BACKUP_DIR: 'backups', DATABASE_URL: 'postgres://x/y' })).toThrow(/BACKUP_DIR/);
   });
 
+  it('reads ALLOW_PRIVATE_JWKS_ADDRESSES (unset: the library default)', () => {
+    expect(readConfig({}).allowPrivateJwksAddresses).toBeUndefined();
+    expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'true' }).allowPrivateJwksAddresses).toBe(true);
+    expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'FALSE' }).allowPrivateJwksAddresses).toBe(false);
+    expect(() => readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'yes' })).toThrow(/ALLOW_PRIVATE_JWKS_ADDRESSES/);
+  });
+
   it('reads the SCIM settings for identity providers', () => {
     expect(readConfig({})).toMatchObject({ scimEchoUserName: false });
     expect(readConfig({}).scimDefaultUserType).toBeUndefined();
@@ -135,6 +145,89 @@ describe('serve: the standalone server', () => {
       );
     } finally {
       await second.close();
+    }
+  });
+
+  it('ALLOW_PRIVATE_JWKS_ADDRESSES decides whether a loopback jwksUri is registered ($new-client) and fetched (token endpoint)', async () => {
+    const key = await clientKey('ES384');
+    let fetches = 0;
+    const jwksServer = createServer((_req, res) => {
+      fetches += 1;
+      res
+        .writeHead(200, { 'Content-Type': 'application/json' })
+        .end(JSON.stringify({ keys: [key.publicJwk] }));
+    });
+    jwksServer.listen(0, '127.0.0.1');
+    await once(jwksServer, 'listening');
+    const jwksUri = `http://127.0.0.1:${(jwksServer.address() as net.AddressInfo).port}/jwks.json`;
+    // Under production, where the default refuses them: the setting decides either way.
+    vi.stubEnv('NODE_ENV', 'production');
+    try {
+      for (const allow of [false, true]) {
+        const standalone = await startStandalone(
+          readConfig({
+            PORT: String(await freePort()),
+            HOST: '127.0.0.1',
+            DATA_DIR: tempDir(),
+            ALLOW_PRIVATE_JWKS_ADDRESSES: String(allow),
+          }),
+        );
+        try {
+          const base = standalone.baseUrl;
+          const tokenRes = await fetch(`${base}/oauth2/token`, {
+            method: 'POST',
+            headers: {
+              Authorization: `Basic ${Buffer.from(`super-admin:${standalone.generatedSuperAdmin!.clientSecret}`).toString('base64')}`,
+              'Content-Type': 'application/x-www-form-urlencoded',
+            },
+            body: 'grant_type=client_credentials',
+          });
+          const { access_token: token } = (await tokenRes.json()) as { access_token: string };
+          const operation = (path: string, parameter: unknown[]) =>
+            fetch(`${base}/fhir/R4${path}`, {
+              method: 'POST',
+              headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/fhir+json' },
+              body: JSON.stringify({ resourceType: 'Parameters', parameter }),
+            });
+          const project = (await (
+            await operation('/Project/$init', [{ name: 'name', valueString: 'P' }])
+          ).json()) as { id: string };
+          const registered = await operation(`/Project/${project.id}/$new-client`, [
+            { name: 'name', valueString: 'loopback' },
+            { name: 'jwksUri', valueUri: jwksUri },
+          ]);
+          expect(registered.status).toBe(allow ? 201 : 400);
+          // A client stored before (or by other means) is checked when its keys are fetched.
+          await standalone.storage.createClient({
+            id: 'stored',
+            projectId: project.id,
+            name: 'stored',
+            scope: 'system/*.rs',
+            admin: false,
+            superAdmin: false,
+            jwksUri,
+          });
+          const assertion = await signAssertion(key, { clientId: 'stored', aud: `${base}/oauth2/token` });
+          const answer = await fetch(`${base}/oauth2/token`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+            body: new URLSearchParams({
+              grant_type: 'client_credentials',
+              client_assertion_type: 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer',
+              client_assertion: assertion,
+            }),
+          });
+          expect([answer.status, ((await answer.json()) as { error?: string }).error]).toEqual(
+            allow ? [200, undefined] : [401, 'invalid_client'],
+          );
+          expect(fetches).toBe(allow ? 1 : 0);
+        } finally {
+          await standalone.close();
+        }
+      }
+    } finally {
+      vi.unstubAllEnvs();
+      jwksServer.close();
     }
   });
 
