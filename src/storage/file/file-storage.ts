@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
 import { EngineStorage } from '../engine/engine-storage.js';
-import { checkBackupTarget, writeBackup, type FileStoreBackup } from './backup.js';
+import { checkBackupTarget, removeStaleBackupTemps, writeBackup, type FileStoreBackup } from './backup.js';
 import { FileBackend } from './file-backend.js';
 import type { FaultHook } from './faults.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
@@ -93,6 +93,8 @@ class FileStorage extends EngineStorage implements FileStore {
   async backup(dir: string): Promise<FileStoreBackup> {
     this.engine.assertOpen();
     const target = await checkBackupTarget(this.backend.dir, dir);
+    // Before the store is frozen: the logs stay pinned only for the copy.
+    await removeStaleBackupTemps(path.dirname(target));
     const frozen = await this.engine.enqueueWrite((w) => this.backend.freeze(w.now().iso));
     try {
       return await writeBackup(frozen, target, this.faults);
