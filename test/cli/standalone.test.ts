@@ -1,4 +1,5 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -17,6 +18,11 @@ function tempDir(): string {
 afterEach(() => {
   for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
+
+/** A pid of no process: a child that has exited (and been reaped). */
+function deadPid(): number {
+  return spawnSync(process.execPath, ['-e', '']).pid;
+}
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -309,6 +315,9 @@ describe('serve: the standalone server', () => {
   it('writes a backup of the running file store on SIGUSR2 (BACKUP_DIR), which opens as a store', async () => {
     const dataDir = tempDir();
     const backupDir = path.join(tempDir(), 'backups');
+    // What a serve killed mid-backup leaves: a temporary directory named for its (gone) process.
+    const stale = path.join(backupDir, `.backup-2020-01-01T00-00-00-000Z.tmp-${deadPid()}-${randomUUID()}`);
+    fs.mkdirSync(path.join(stale, 'projects'), { recursive: true });
     const port = await freePort();
     const child = spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
       DATA_DIR: dataDir,
@@ -327,6 +336,9 @@ describe('serve: the standalone server', () => {
     };
     try {
       expect(await waitFor('listening')).toBeDefined();
+      // Removed on start, before any SIGUSR2.
+      expect(await waitFor('stale backup directory removed')).toMatchObject({ level: 30, dir: stale });
+      expect(fs.existsSync(stale)).toBe(false);
       child.kill('SIGUSR2');
       const written = await waitFor('backup written');
       expect(written).toMatchObject({ level: 30, dir: expect.stringContaining(backupDir) });
