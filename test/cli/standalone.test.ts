@@ -164,6 +164,55 @@ describe('serve: the standalone server', () => {
     }
   });
 
+  it('answers errors no router answers in the protocol of the path: SCIM under /scim/v2, OAuth at /oauth2', async () => {
+    const standalone = await startStandalone(
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+    );
+    try {
+      const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
+      const answer = async (res: Response) => ({
+        status: res.status,
+        type: res.headers.get('content-type'),
+        body: (await res.json()) as Record<string, unknown>,
+      });
+      // Over Node's 16 KB header limit: refused by its parser before any router sees it.
+      const parens = '('.repeat(20_000);
+      expect(await answer(await fetch(`${base}/scim/v2/Users?filter=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/scim\+json/),
+        body: { schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'], status: '431' },
+      });
+      expect(await answer(await fetch(`${base}/fhir/R4/Patient?name=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/fhir\+json/),
+        body: { resourceType: 'OperationOutcome' },
+      });
+      expect(
+        await answer(await fetch(`${base}/oauth2/token?${'a'.repeat(20_000)}`, { method: 'POST' })),
+      ).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      // No route: under the token endpoint and the JWKS, OAuth; elsewhere, FHIR.
+      expect(await answer(await fetch(`${base}/oauth2/token/more`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/oauth2/jwks`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/scim/v2x`))).toMatchObject({
+        status: 404,
+        body: { resourceType: 'OperationOutcome' },
+      });
+    } finally {
+      await standalone.close();
+    }
+  });
+
   it('provisions SCIM users without userType and echoes userName with the SCIM_* settings, and answers FHIR writes minimally with FHIR_DEFAULT_RETURN', async () => {
     const standalone = await startStandalone(
       readConfig({
