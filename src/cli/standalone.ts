@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import express from 'express';
 import {
-  fhirErrorHandler,
+  fallbackErrorHandler,
   fhirPlatform,
   fileStorage,
   notFoundHandler,
@@ -72,13 +72,16 @@ export async function startStandalone(
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);
-    // Anything the platform does not route answers JSON, never Express's HTML pages.
-    app.use(notFoundHandler());
-    app.use(fhirErrorHandler());
+    // Anything the platform does not route answers JSON, never Express's HTML pages: in the
+    // protocol of the path (SCIM under the SCIM mount, OAuth at the token and JWKS endpoints).
+    const { errorPaths } = platform;
+    app.use(notFoundHandler({ errorPaths }));
+    app.use(fallbackErrorHandler({ errorPaths }));
     // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
     // for every 2 s (Node's default is 30 s).
     const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
+      errorPaths,
     });
     server.listen(config.port, config.host);
     await once(server, 'listening');

@@ -1,4 +1,5 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -20,6 +21,11 @@ function tempDir(): string {
 afterEach(() => {
   for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
+
+/** A pid of no process: a child that has exited (and been reaped). */
+function deadPid(): number {
+  return spawnSync(process.execPath, ['-e', '']).pid;
+}
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -251,6 +257,55 @@ describe('serve: the standalone server', () => {
     }
   });
 
+  it('answers errors no router answers in the protocol of the path: SCIM under /scim/v2, OAuth at /oauth2', async () => {
+    const standalone = await startStandalone(
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+    );
+    try {
+      const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
+      const answer = async (res: Response) => ({
+        status: res.status,
+        type: res.headers.get('content-type'),
+        body: (await res.json()) as Record<string, unknown>,
+      });
+      // Over Node's 16 KB header limit: refused by its parser before any router sees it.
+      const parens = '('.repeat(20_000);
+      expect(await answer(await fetch(`${base}/scim/v2/Users?filter=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/scim\+json/),
+        body: { schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'], status: '431' },
+      });
+      expect(await answer(await fetch(`${base}/fhir/R4/Patient?name=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/fhir\+json/),
+        body: { resourceType: 'OperationOutcome' },
+      });
+      expect(
+        await answer(await fetch(`${base}/oauth2/token?${'a'.repeat(20_000)}`, { method: 'POST' })),
+      ).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      // No route: under the token endpoint and the JWKS, OAuth; elsewhere, FHIR.
+      expect(await answer(await fetch(`${base}/oauth2/token/more`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/oauth2/jwks`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/scim/v2x`))).toMatchObject({
+        status: 404,
+        body: { resourceType: 'OperationOutcome' },
+      });
+    } finally {
+      await standalone.close();
+    }
+  });
+
   it('provisions SCIM users without userType and echoes userName with the SCIM_* settings, and answers FHIR writes minimally with FHIR_DEFAULT_RETURN', async () => {
     const standalone = await startStandalone(
       readConfig({
@@ -402,6 +457,9 @@ describe('serve: the standalone server', () => {
   it('writes a backup of the running file store on SIGUSR2 (BACKUP_DIR), which opens as a store', async () => {
     const dataDir = tempDir();
     const backupDir = path.join(tempDir(), 'backups');
+    // What a serve killed mid-backup leaves: a temporary directory named for its (gone) process.
+    const stale = path.join(backupDir, `.backup-2020-01-01T00-00-00-000Z.tmp-${deadPid()}-${randomUUID()}`);
+    fs.mkdirSync(path.join(stale, 'projects'), { recursive: true });
     const port = await freePort();
     const child = spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
       DATA_DIR: dataDir,
@@ -420,6 +478,9 @@ describe('serve: the standalone server', () => {
     };
     try {
       expect(await waitFor('listening')).toBeDefined();
+      // Removed on start, before any SIGUSR2.
+      expect(await waitFor('stale backup directory removed')).toMatchObject({ level: 30, dir: stale });
+      expect(fs.existsSync(stale)).toBe(false);
       child.kill('SIGUSR2');
       const written = await waitFor('backup written');
       expect(written).toMatchObject({ level: 30, dir: expect.stringContaining(backupDir) });
