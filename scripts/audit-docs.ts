@@ -273,6 +273,43 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
       reason: "not found in the caller's project",
     },
   },
+  {
+    // The path as the trail keeps it with maxUrlLength 1024 would fill the page: 40 characters here.
+    title: 'Refused requests counted together (anonymous 401s in one window, the path cut)',
+    record: {
+      kind: 'refused',
+      status: 401,
+      method: 'GET',
+      path: '/fhir/R4/Patient?x=AAAAAAAAAAAAAAAAAAAAA',
+      pathLength: 14362,
+      projectId: null,
+      actor: { kind: 'anonymous' },
+      address,
+      recorded: new Date('2026-11-23T10:16:30.123Z'),
+      repeated: {
+        count: 1499,
+        first: new Date('2026-11-23T10:15:30.130Z'),
+        last: new Date('2026-11-23T10:15:37.021Z'),
+      },
+    },
+  },
+  {
+    title: 'Token requests refused over maxRefusalSources (counted together, platform log)',
+    record: {
+      kind: 'token',
+      result: 'refused',
+      error: 'invalid_client',
+      projectId: null,
+      actor: { kind: 'anonymous', name: 'callers over maxRefusalSources' },
+      recorded: new Date('2026-11-23T10:16:30.123Z'),
+      repeated: {
+        count: 5210,
+        first: new Date('2026-11-23T10:15:31.002Z'),
+        last: new Date('2026-11-23T10:16:29.870Z'),
+        overflow: true,
+      },
+    },
+  },
 ];
 
 /** Each example's AuditEvent, as the page shows it. */

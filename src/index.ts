@@ -21,14 +21,18 @@ export {
   fhirErrorHandler,
   scimErrorHandler,
   oauthErrorHandler,
+  // The last error handler of a host app: each error in the protocol of its path.
+  fallbackErrorHandler,
   // What an error thrown by `platform.admin` (or anything else) is answered as over FHIR.
   toOperationOutcome,
 } from './http/error-rendering.js';
-export type { ErrorLogger } from './http/error-rendering.js';
+export type { ErrorLogger, FallbackErrorHandlerOptions } from './http/error-rendering.js';
 
-// Host helpers: server timeouts and a FHIR 404, the logger shape, the router options shape
+// Host helpers: server timeouts and a JSON 404, which paths answer SCIM or OAuth errors, the
+// logger shape, the router options shape
 export { protectServer, notFoundHandler } from './http/server-limits.js';
-export type { ServerLimits } from './http/server-limits.js';
+export type { ServerLimits, NotFoundHandlerOptions } from './http/server-limits.js';
+export type { ErrorPaths } from './http/error-paths.js';
 export type { Logger, LoggedError } from './http/logger.js';
 export { unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';
@@ -207,4 +211,5 @@ export type {
   ExportEvent,
   DownloadEvent,
   RefusedEvent,
+  RepeatedRefusals,
 } from './audit/events.js';

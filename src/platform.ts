@@ -8,6 +8,7 @@ import { smartConfigurationHandler, smartSecurity } from './auth/smart-configura
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
+import type { ErrorPaths } from './http/error-paths.js';
 import { fhirRouter } from './fhir/router.js';
 import type { FhirRouterOptions } from './fhir/router-options.js';
 import { projectRouter, type ProjectRouterOptions } from './project/router.js';
@@ -134,9 +135,18 @@ export interface FhirPlatform {
    * through the same code as the HTTP operations, acting as the super admin.
    */
   admin: PlatformAdmin;
+  /**
+   * The platform's SCIM mount and token and JWKS endpoints as `ErrorPaths`, for the helpers that
+   * answer what no router does (`protectServer`, `notFoundHandler`, `fallbackErrorHandler`) in the
+   * same protocol as the routers: relative to where the host mounts `router` (prefix that path).
+   */
+  errorPaths: Required<ErrorPaths>;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
-  /** Stops export workers and timers. Does not close the storage (the host owns it). */
+  /**
+   * Stops export workers and timers, and closes the audit trail (the counts of refusals in open
+   * windows are recorded, every queued event written). Does not close the storage (the host owns it).
+   */
   close(): Promise<void>;
 }
 
@@ -339,6 +349,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   return {
     router,
     admin,
+    errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
     ready: bulk ? bulk.ready : Promise.resolve(),
     close: async () => {
       await bulk?.close();

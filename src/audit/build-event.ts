@@ -14,7 +14,7 @@ import {
   type AuditOutcomeCode,
   type Coding,
 } from './codes.js';
-import type { AuditActor, AuditRecord } from './events.js';
+import type { AuditActor, AuditRecord, RepeatedRefusals } from './events.js';
 
 /** An R4 `Reference` as the builder writes it. */
 export interface AuditReference {
@@ -49,6 +49,8 @@ export interface AuditEventResource extends FhirResource {
   type: Coding;
   subtype?: Coding[];
   action: AuditAction;
+  /** When the refusals an event counts came (the first, the last). */
+  period?: { start: string; end: string };
   recorded: string;
   outcome: AuditOutcomeCode;
   outcomeDesc?: string;
@@ -77,6 +79,12 @@ interface Described {
 
 function detail(type: string, value: string | number): { type: string; valueString: string } {
   return { type, valueString: String(value) };
+}
+
+/** The details of refusals counted together: how many, and whether from sources over the limit. */
+function repeatedDetails(repeated: RepeatedRefusals | undefined): { type: string; valueString: string }[] {
+  if (repeated === undefined) return [];
+  return [detail('count', repeated.count), ...(repeated.overflow ? [detail('overflow', 'true')] : [])];
 }
 
 function base64(text: string): string {
@@ -150,17 +158,25 @@ function describe(record: AuditRecord): Described {
   switch (record.kind) {
     case 'token': {
       const details = record.scopes?.length ? [detail('scope', record.scopes.join(' '))] : [];
-      const entity: AuditEventEntity[] =
-        record.actor.id === undefined
-          ? []
-          : [
-              {
-                what: identified(IDENTIFIER_SYSTEMS.client, record.actor.id),
-                type: ENTITY_KIND.systemObject,
-                role: ENTITY_ROLE.securityResource,
-                ...(details.length > 0 ? { detail: details } : {}),
-              },
-            ];
+      if (record.scopeLength !== undefined) details.push(detail('truncated', record.scopeLength));
+      details.push(...repeatedDetails(record.repeated));
+      const entity: AuditEventEntity[] = [];
+      if (record.actor.id !== undefined) {
+        entity.push({
+          what: identified(IDENTIFIER_SYSTEMS.client, record.actor.id),
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.securityResource,
+          ...(details.length > 0 ? { detail: details } : {}),
+        });
+      } else if (record.repeated !== undefined) {
+        // No client to hang the count on (none claimed, or callers over maxRefusalSources).
+        entity.push({
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.securityResource,
+          description: 'refused token requests',
+          detail: details,
+        });
+      }
       return {
         type: EVENT_TYPE.userAuthentication,
         subtype: [EVENT_SUBTYPE.login],
@@ -325,11 +341,14 @@ function describe(record: AuditRecord): Described {
     case 'refused': {
       const entity: AuditEventEntity[] = [];
       if (record.reference !== undefined) entity.push(resourceEntity(record.reference));
+      const details = [detail('status', record.status)];
+      if (record.pathLength !== undefined) details.push(detail('truncated', record.pathLength));
+      details.push(...repeatedDetails(record.repeated));
       entity.push({
         type: ENTITY_KIND.systemObject,
         role: ENTITY_ROLE.securityResource,
-        description: `${record.method.toUpperCase()} ${record.path}`,
-        detail: [detail('status', record.status)],
+        description: `${record.method.toUpperCase()} ${record.path}${record.pathLength !== undefined ? '…' : ''}`,
+        detail: details,
       });
       return {
         type: EVENT_TYPE.securityAlert,
@@ -347,17 +366,22 @@ function describe(record: AuditRecord): Described {
  * Builds the R4 `AuditEvent` of one event: `type` / `subtype` from DICOM and FHIR
  * `restful-interaction`, `action`, `recorded`, `outcome`, the requesting `agent` (client or user,
  * with its network address), `source` (this server) and the `entity` list (resources, the query
- * base64-encoded, the export job, file details). See docs/audit.md for one example per kind.
+ * base64-encoded, the export job, file details); refusals counted together carry their `period`
+ * and a `count` detail. See docs/audit.md for one example per kind.
  * @see https://hl7.org/fhir/R4/auditevent.html
  */
 export function buildAuditEvent(record: AuditRecord, options: BuildAuditEventOptions): AuditEventResource {
   const described = describe(record);
+  const repeated = record.kind === 'token' || record.kind === 'refused' ? record.repeated : undefined;
   const event: AuditEventResource = {
     resourceType: 'AuditEvent',
     ...(options.id !== undefined ? { id: options.id } : {}),
     type: described.type,
     ...(described.subtype.length > 0 ? { subtype: described.subtype } : {}),
     action: described.action,
+    ...(repeated !== undefined
+      ? { period: { start: repeated.first.toISOString(), end: repeated.last.toISOString() } }
+      : {}),
     recorded: (record.recorded ?? new Date()).toISOString(),
     outcome: described.outcome,
     ...(described.outcomeDesc !== undefined ? { outcomeDesc: described.outcomeDesc } : {}),

@@ -28,6 +28,24 @@ export interface AuditBase {
   recorded?: Date;
 }
 
+/**
+ * Refusals of one source counted into one event, instead of one event each (the trail's
+ * `refusalWindowMs`, docs/audit.md "Floods of refusals"). The event describes the first of them.
+ */
+export interface RepeatedRefusals {
+  /** How many refusals the event stands for, the one it describes included. */
+  count: number;
+  /** When the first of them came (`period.start`). */
+  first: Date;
+  /** When the last of them came (`period.end`). */
+  last: Date;
+  /**
+   * They came from sources over the trail's `maxRefusalSources` (many addresses, projects or
+   * clients): counted together, in the platform log, with no address and no client.
+   */
+  overflow?: boolean;
+}
+
 /** `POST /oauth2/token`: an access token granted or refused. */
 export interface TokenEvent extends AuditBase {
   kind: 'token';
@@ -36,6 +54,10 @@ export interface TokenEvent extends AuditBase {
   scopes?: string[];
   /** OAuth `error` of a refusal (`invalid_client`, …). */
   error?: string;
+  /** Set when the requested scopes were cut to the trail's `maxUrlLength`: their full length. */
+  scopeLength?: number;
+  /** Refusals counted into this event (refusals only). */
+  repeated?: RepeatedRefusals;
 }
 
 /** SCIM `/Users`: a user created, updated, deactivated (`active: false`) or deleted. */
@@ -127,11 +149,15 @@ export interface RefusedEvent extends AuditBase {
   kind: 'refused';
   status: 401 | 403 | 404;
   method: string;
-  /** The request path with its query. */
+  /** The request path with its query (the trail keeps at most `maxUrlLength` characters). */
   path: string;
+  /** Set when `path` was cut to the trail's `maxUrlLength`: its full length. */
+  pathLength?: number;
   /** The resource asked for (`Patient/123`), when the URL names one. */
   reference?: string;
   reason?: string;
+  /** Refusals counted into this event. */
+  repeated?: RepeatedRefusals;
 }
 
 /** Every kind of event the trail records. */

@@ -63,6 +63,31 @@ export interface AuditOptions {
   /** Most events per storage write; a full batch is written at once. @default 500 */
   batchSize?: number;
   /**
+   * Longest request text, in characters, that the event of a refusal keeps: the path with its
+   * query of a refused request (401/403/404), the client id and the scope a refused token request
+   * claimed. Longer ones are cut, and the event says so (`truncated` detail: the full length),
+   * so that an anonymous caller cannot make each event as large as its request line.
+   * @default 1024
+   */
+  maxUrlLength?: number;
+  /**
+   * Refusals (refused requests, refused token requests) are counted per source (address, project,
+   * refusal and status or OAuth error, client) in windows of this many milliseconds: the first
+   * refusal of a window is recorded at once, the others are counted, and their count is recorded
+   * as one event (`count` detail, `period`) when the window ends, or at `close()`. A flood of
+   * refusals from one address is then two events a window, its count exact. `0` records every
+   * refusal on its own.
+   * @default 60000
+   */
+  refusalWindowMs?: number;
+  /**
+   * Most sources counted apart in a window (a few hundred bytes each). Refusals of further
+   * sources are counted together, one count per kind of refusal and status, recorded in the
+   * platform log without address: the memory a flood from many addresses can take is bounded.
+   * @default 1000
+   */
+  maxRefusalSources?: number;
+  /**
    * Receives failures that must not break a request: a storage write that failed (the batch is
    * kept and retried), an `onAudit` that threw, unreadable journal lines.
    * @default logs with console.error
@@ -79,6 +104,9 @@ export const AUDIT_OPTION_KEYS: OptionKeys<AuditOptions> = {
   journalDir: true,
   flushIntervalMs: true,
   batchSize: true,
+  maxUrlLength: true,
+  refusalWindowMs: true,
+  maxRefusalSources: true,
   onError: true,
 };
 
@@ -91,11 +119,23 @@ export interface AuditConfig {
   journalDir: string | undefined;
   flushIntervalMs: number;
   batchSize: number;
+  maxUrlLength: number;
+  /** 0: refusals are not counted together. */
+  refusalWindowMs: number;
+  maxRefusalSources: number;
   onError: (error: unknown) => void;
 }
 
 function logError(error: unknown): void {
   console.error('fhir-platform-kit audit trail:', error);
+}
+
+/** `refusalWindowMs`: 0 (off) or a whole number of milliseconds up to an hour. */
+function refusalWindow(owner: string, value: number | undefined): number {
+  if (value === undefined) return 60_000;
+  if (!Number.isInteger(value) || value < 0 || value > 3_600_000)
+    optionError(owner, 'audit.refusalWindowMs', 'audit.refusalWindowMs must be an integer from 0 to 3600000');
+  return value;
 }
 
 /** Checks the `audit` options (owner: the factory that takes them). */
@@ -123,6 +163,15 @@ export function resolveAuditOptions(owner: string, options: AuditOptions | undef
       60_000,
     ),
     batchSize: positiveInteger(owner, 'audit.batchSize', o.batchSize, 500, 10_000),
+    maxUrlLength: positiveInteger(owner, 'audit.maxUrlLength', o.maxUrlLength, 1024, 65_536),
+    refusalWindowMs: refusalWindow(owner, o.refusalWindowMs),
+    maxRefusalSources: positiveInteger(
+      owner,
+      'audit.maxRefusalSources',
+      o.maxRefusalSources,
+      1000,
+      1_000_000,
+    ),
     onError: optionalFunction(owner, 'audit.onError', o.onError, logError),
   };
 }

@@ -27,7 +27,8 @@ export function beforeHeaders(res: ServerResponse, listener: (status: number) =>
 /**
  * Records every request answered 401, 403 or 404 (one place for every router mounted after it):
  * the caller when it was identified (else `anonymous` in the platform log), method, path with
- * query. The event is recorded before the answer's headers are written, so that an answer that
+ * query (the trail keeps `maxUrlLength` characters of it, and counts refusals per source and
+ * window rather than recording each: docs/audit.md "Floods of refusals"). The event is recorded before the answer's headers are written, so that an answer that
  * left the process always has its event (in the journal). `skip` leaves out requests whose
  * refusal is recorded elsewhere (the token endpoint).
  */

@@ -2,10 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import { requireStorage } from '../http/options.js';
 import type { ResourceWrite, Storage } from '../storage/types.js';
+import { boundRefusal } from './bound-refusal.js';
 import { buildAuditEvent, type AuditEventResource } from './build-event.js';
 import type { AuditRecord } from './events.js';
 import { AuditJournal, type JournalEntry } from './journal.js';
 import { AUDIT_OPTION_KEYS, resolveAuditOptions, type AuditConfig, type AuditOptions } from './options.js';
+import { isRefusal, RefusalCounter } from './refusal-counter.js';
 
 /**
  * The project id under which events that belong to no project are stored (super-admin actions,
@@ -38,6 +40,11 @@ export interface AuditTrail {
    * stored: treat it as read-only. Never throws for a failure of the store or of `onAudit` (they
    * go to `onError`); throws when the journal cannot be written or after `close()`, so that a
    * request is never acknowledged without its event.
+   *
+   * A refusal (`refused`, a refused `token`) keeps at most `maxUrlLength` characters of the
+   * request text, and is counted rather than recorded when its source had one already in the
+   * current `refusalWindowMs` window (answers undefined then): the window's count is recorded
+   * when it ends, or at `close()`.
    */
   record(record: AuditRecord): AuditEventResource | undefined;
   /** Writes every queued event to the store now; resolves when they are stored. */
@@ -47,7 +54,10 @@ export interface AuditTrail {
    * (what the internal sweep runs). Answers how many were removed; 0 without `retentionDays`.
    */
   sweep(at?: Date): Promise<number>;
-  /** Stops the timers, writes what is queued and releases the journal. */
+  /**
+   * Records the count of refusals of every open window, stops the timers, writes what is queued
+   * and releases the journal.
+   */
   close(): Promise<void>;
 }
 
@@ -94,6 +104,8 @@ class BatchedAuditTrail implements AuditTrail {
   private readonly sweepTimers: NodeJS.Timeout[] = [];
   private chain: Promise<void> = Promise.resolve();
   private closed = false;
+  /** Undefined with `refusalWindowMs: 0`: every refusal is recorded. */
+  private readonly refusals: RefusalCounter | undefined;
 
   constructor(
     private readonly storage: Storage,
@@ -115,10 +127,30 @@ class BatchedAuditTrail implements AuditTrail {
       this.sweepTimers.push(setInterval(sweep, SWEEP_INTERVAL_MS), setTimeout(sweep, FIRST_SWEEP_DELAY_MS));
       for (const timer of this.sweepTimers) timer.unref();
     }
+    if (config.refusalWindowMs > 0) {
+      this.refusals = new RefusalCounter({
+        windowMs: config.refusalWindowMs,
+        maxSources: config.maxRefusalSources,
+        record: (count) => {
+          try {
+            this.append(count);
+          } catch (error) {
+            config.onError(error);
+          }
+        },
+      });
+    }
   }
 
   record(record: AuditRecord): AuditEventResource | undefined {
     if (this.closed) throw new Error('The audit trail is closed');
+    const bounded = boundRefusal(record, this.config.maxUrlLength);
+    if (this.refusals && isRefusal(bounded) && !this.refusals.admit(bounded)) return undefined;
+    return this.append(bounded);
+  }
+
+  /** Builds, journals and queues one event (`record` after its checks; a window's count). */
+  private append(record: AuditRecord): AuditEventResource {
     const event = buildAuditEvent(record, { sourceName: this.config.sourceName, id: randomUUID() });
     const entry: Pending = {
       projectId: record.projectId,
@@ -234,6 +266,7 @@ class BatchedAuditTrail implements AuditTrail {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.refusals?.close(); // their counts join the queue written below
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     for (const timer of this.sweepTimers) clearTimeout(timer);

@@ -8,6 +8,7 @@ import { oauthErrorHandler } from '../http/error-rendering.js';
 import { HttpError, OAuthError } from '../http/http-error.js';
 import { optionError, positiveNumber, requireStorage } from '../http/options.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
+import type { ClientRecord, Storage } from '../storage/types.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
 import { clientJwks, type ClientJwksOptions } from './client-jwks.js';
@@ -172,6 +173,20 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
 }
 
 /**
+ * The client a refused token request named, so that its refusal is recorded in that client's
+ * project (brute force against a project's client is for its administrators to see); undefined
+ * for an id that names no client, or when the store cannot say: the refusal then goes to the
+ * platform log. (A store that fails here failed the request too, which reports it.)
+ */
+async function clientNamed(storage: Storage, clientId: string): Promise<ClientRecord | undefined> {
+  try {
+    return await storage.readClient(clientId);
+  } catch {
+    return undefined; // NotFoundError: no such client
+  }
+}
+
+/**
  * The OAuth 2.0 token endpoint for SMART Backend Services (RFC 6749 §4.4 client credentials;
  * SMART App Launch 2.x "Backend Services"). Mount it at the token path (conventionally
  * `/oauth2/token`); it answers `POST /` with `application/x-www-form-urlencoded` parameters and
@@ -197,7 +212,12 @@ export function tokenRouter(options: TokenRouterOptions): Router {
       const seen: NonNullable<TokenRequest['seen']> = {};
       const params = (req.body ?? {}) as FormParams;
       const requested = typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [];
-      const audit = (result: 'granted' | 'refused', scopes: string[], error?: string) => {
+      const audit = (
+        result: 'granted' | 'refused',
+        scopes: string[],
+        error?: string,
+        named?: ClientRecord,
+      ) => {
         const client = seen.client;
         if (!options.auditTrail) return;
         recordSafely(
@@ -207,7 +227,7 @@ export function tokenRouter(options: TokenRouterOptions): Router {
             result,
             scopes,
             ...(error ? { error } : {}),
-            projectId: client?.projectId ?? null,
+            projectId: (client ?? named)?.projectId ?? null,
             actor: client
               ? {
                   kind: client.projectId === null ? 'super-admin' : 'client',
@@ -235,7 +255,11 @@ export function tokenRouter(options: TokenRouterOptions): Router {
           config,
         );
       } catch (error) {
-        audit('refused', requested, error instanceof OAuthError ? error.error : 'server_error');
+        const named =
+          options.auditTrail?.enabled && !seen.client && seen.claimedClientId !== undefined
+            ? await clientNamed(options.storage, seen.claimedClientId)
+            : undefined;
+        audit('refused', requested, error instanceof OAuthError ? error.error : 'server_error', named);
         throw error;
       }
       audit('granted', answer.scope.split(' ').filter(Boolean));

@@ -124,6 +124,10 @@ export function buildProgram(): Command {
       '--backup-dir <dir>',
       'file store only: each SIGUSR2 writes a backup of the running store into a new directory here (BACKUP_DIR)',
     )
+    .option(
+      '--allow-private-jwks-addresses',
+      'register and fetch client jwksUris on loopback, private and link-local addresses (ALLOW_PRIVATE_JWKS_ADDRESSES=true; default: only when NODE_ENV is not production)',
+    )
     .option('--log-level <level>', 'pino log level (LOG_LEVEL; default info)')
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof serve>[0]) => serve(flags));

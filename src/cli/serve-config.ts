@@ -29,12 +29,24 @@ export interface StandaloneConfig {
   maxConnectionsPerAddress: number;
   /** File store only: where a `SIGUSR2` writes a backup of the running store (one new directory each). */
   backupDir?: string;
+  /**
+   * Milliseconds a shutdown waits for requests in flight before cutting their connections.
+   * @default 10000
+   */
+  shutdownTimeoutMs?: number;
+  /**
+   * Register and fetch `jwksUri`s on loopback, private and link-local addresses (`projectRouter`'s
+   * `allowPrivateJwksAddresses`, `tokenRouter`'s `jwks.allowPrivateAddresses`); undefined leaves
+   * their default (allowed unless `NODE_ENV=production`).
+   */
+  allowPrivateJwksAddresses?: boolean;
 }
 
 /**
  * Reads `PORT`, `HOST`, `BASE_URL`, `DATA_DIR`, `DATABASE_URL`, `SUPER_ADMIN_CLIENT_ID`,
  * `SUPER_ADMIN_CLIENT_SECRET`, `SCIM_DEFAULT_USER_TYPE`, `SCIM_ECHO_USER_NAME`,
- * `BULK_REQUIRE_ASYNC_HEADERS`, `FHIR_DEFAULT_RETURN`, `MAX_CONNECTIONS_PER_ADDRESS` and `BACKUP_DIR`.
+ * `BULK_REQUIRE_ASYNC_HEADERS`, `FHIR_DEFAULT_RETURN`, `MAX_CONNECTIONS_PER_ADDRESS`, `BACKUP_DIR`
+ * and `ALLOW_PRIVATE_JWKS_ADDRESSES`.
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConfig {
   const portText = env.PORT || '8103';
@@ -101,6 +113,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       "BACKUP_DIR (--backup-dir) backs up the file store; with DATABASE_URL, use the database's own backups (pg_dump, base backups)",
     );
   }
+  const privateJwks = env.ALLOW_PRIVATE_JWKS_ADDRESSES?.trim().toLowerCase() || undefined;
+  if (privateJwks !== undefined && privateJwks !== 'true' && privateJwks !== 'false') {
+    throw new UsageError(
+      `ALLOW_PRIVATE_JWKS_ADDRESSES (--allow-private-jwks-addresses) must be true or false, got "${env.ALLOW_PRIVATE_JWKS_ADDRESSES}"`,
+    );
+  }
   return {
     port,
     host,
@@ -114,5 +132,6 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     fhirDefaultReturn: defaultReturn,
     maxConnectionsPerAddress,
     ...(backupDir ? { backupDir: path.resolve(backupDir) } : {}),
+    ...(privateJwks ? { allowPrivateJwksAddresses: privateJwks === 'true' } : {}),
   };
 }

@@ -19,6 +19,7 @@ export interface ServeFlags {
   fhirDefaultReturn?: string;
   maxConnectionsPerAddress?: string;
   backupDir?: string;
+  allowPrivateJwksAddresses?: boolean;
   logLevel?: string;
 }
 
@@ -42,6 +43,7 @@ export function serveEnvironment(flags: ServeFlags, env: NodeJS.ProcessEnv): Nod
     FHIR_DEFAULT_RETURN: set(flags.fhirDefaultReturn),
     MAX_CONNECTIONS_PER_ADDRESS: set(flags.maxConnectionsPerAddress),
     BACKUP_DIR: set(flags.backupDir),
+    ALLOW_PRIVATE_JWKS_ADDRESSES: set(flags.allowPrivateJwksAddresses),
   };
   const merged: NodeJS.ProcessEnv = { ...env };
   for (const [name, value] of Object.entries(overrides)) if (value !== undefined) merged[name] = value;
@@ -95,6 +97,13 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   logger.info({ signal }, 'shutting down');
+  // A second signal stops the process at once, whatever is still running.
+  const force = (again: NodeJS.Signals) => {
+    logger.warn({ signal: again }, 'second signal: exiting without waiting');
+    process.exit(1);
+  };
+  process.once('SIGTERM', force);
+  process.once('SIGINT', force);
   try {
     // A backup under way finishes first (it reads the store's open files).
     await backups?.stop();
@@ -102,6 +111,9 @@ export async function serve(flags: ServeFlags, env: NodeJS.ProcessEnv = process.
   } catch (error) {
     logger.error({ err: error }, 'shutdown failed');
     throw error;
+  } finally {
+    process.off('SIGTERM', force);
+    process.off('SIGINT', force);
   }
   logger.info('stopped');
 }

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import express from 'express';
 import {
-  fhirErrorHandler,
+  fallbackErrorHandler,
   fhirPlatform,
   fileStorage,
   notFoundHandler,
@@ -45,6 +45,7 @@ export async function startStandalone(
       ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
       ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
     });
+    const privateJwks = config.allowPrivateJwksAddresses;
     const platform = fhirPlatform({
       storage,
       // Errors always go to the logger; one line per request too when asked (`serve` does).
@@ -58,19 +59,29 @@ export async function startStandalone(
       },
       bulk: { requireAsyncHeaders: config.bulkRequireAsyncHeaders },
       fhir: { defaultReturn: config.fhirDefaultReturn },
+      // Registration and fetching follow one setting.
+      ...(privateJwks === undefined
+        ? {}
+        : {
+            project: { allowPrivateJwksAddresses: privateJwks },
+            token: { jwks: { allowPrivateAddresses: privateJwks } },
+          }),
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
     });
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);
-    // Anything the platform does not route answers JSON, never Express's HTML pages.
-    app.use(notFoundHandler());
-    app.use(fhirErrorHandler());
+    // Anything the platform does not route answers JSON, never Express's HTML pages: in the
+    // protocol of the path (SCIM under the SCIM mount, OAuth at the token and JWKS endpoints).
+    const { errorPaths } = platform;
+    app.use(notFoundHandler({ errorPaths }));
+    app.use(fallbackErrorHandler({ errorPaths }));
     // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
     // for every 2 s (Node's default is 30 s).
     const server = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
+      errorPaths,
     });
     server.listen(config.port, config.host);
     await once(server, 'listening');
@@ -89,8 +100,16 @@ export async function startStandalone(
         (closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           server.closeIdleConnections();
-          await platform.close();
-          await closed;
+          // Requests still running after the grace period are cut: a stuck one (a slow upload, a
+          // wait on the database) must not hold the shutdown.
+          const cut = setTimeout(() => server.closeAllConnections(), config.shutdownTimeoutMs ?? 10_000);
+          cut.unref();
+          try {
+            await platform.close();
+            await closed;
+          } finally {
+            clearTimeout(cut);
+          }
           await storage.close();
         })()),
     };

@@ -138,7 +138,8 @@ describe('audit wiring: token endpoint', () => {
       actor: { kind: 'client', id: client.id, name: 'etl' },
     });
     expect(tokens[0]!.record.address).toMatch(/127\.0\.0\.1/);
-    expect(tokens[1]!.projectId).toBeNull();
+    // The caller failed to authenticate (anonymous), but the client it named is the project's.
+    expect(tokens[1]!.projectId).toBe(projectId);
     expect(tokens[1]!.record).toMatchObject({
       result: 'refused',
       error: 'invalid_client',
