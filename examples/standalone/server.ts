@@ -1,6 +1,7 @@
 // A standalone server built from the package's public API, as a host would build it: every router
-// at the default paths on the embedded file store, a super-admin client, FHIR JSON answers for
-// unrouted paths and stray errors, server timeouts, and a clean stop on SIGTERM or Ctrl-C.
+// at the default paths on the embedded file store, a super-admin client, protocol answers (FHIR,
+// SCIM or OAuth, by path) for unrouted paths, stray errors and requests Node's parser refuses,
+// server timeouts, and a clean stop on SIGTERM or Ctrl-C.
 // `fhir-platform-kit serve` (`npm start`) is this plus its flags, logging, PostgreSQL and backups.
 //
 //   node --import tsx examples/standalone/server.ts   # in a clone; PORT, DATA_DIR, SUPER_ADMIN_CLIENT_*
@@ -13,7 +14,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import express from 'express';
 import {
-  fhirErrorHandler,
+  fallbackErrorHandler,
   fhirPlatform,
   fileStorage,
   notFoundHandler,
@@ -52,9 +53,11 @@ export async function startStandaloneServer(options: StandaloneServerOptions): P
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);
-    app.use(notFoundHandler()); // JSON OperationOutcome 404s, never Express's HTML page
-    app.use(fhirErrorHandler());
-    const server = protectServer(createServer(app));
+    // Each in the protocol of its path (`errorPaths`: the platform's mounts), never Express's HTML.
+    const { errorPaths } = platform;
+    app.use(notFoundHandler({ errorPaths }));
+    app.use(fallbackErrorHandler({ errorPaths }));
+    const server = protectServer(createServer(app), { errorPaths });
     server.listen(options.port ?? 8103, options.host ?? '0.0.0.0');
     await once(server, 'listening');
     await platform.ready;

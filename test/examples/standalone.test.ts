@@ -39,6 +39,10 @@ describe('example: the standalone server built from the public API (examples/sta
     const unrouted = await fetch(`${baseUrl}/nowhere`);
     expect(unrouted.status).toBe(404);
     expect(unrouted.headers.get('content-type')).toMatch(/^application\/fhir\+json/);
+    // What Node's parser refuses (headers over 16 KB) answers in the protocol of its path too.
+    const huge = await fetch(`${baseUrl}/scim/v2/Users`, { headers: { 'X-Big': 'x'.repeat(20_000) } });
+    expect(huge.status).toBe(431);
+    expect(huge.headers.get('content-type')).toMatch(/^application\/scim\+json/);
 
     const root = await token(baseUrl, clientId, clientSecret!);
     const init = await fetch(`${baseUrl}/fhir/R4/Project/$init`, {
