@@ -1,31 +1,5 @@
-/**
- * `npm run bench`: runs every measurement once and prints one table; the same figures go to
- * `bench/out/results.json`.
- *
- *   --patients N      main dataset size (default 250 ≈ 100k resources)
- *   --large           1,000,000 resources (2,513 patients); memory compared with N/5
- *   --reps R          repetitions of each main timing (default 3)
- *   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
- *   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
- *   --audit-requests A  SCIM creates and FHIR reads timed on each of two servers, audit trail on
- *                     (with its journal) and off, in 40 alternating rounds (default 400; 0 skips the comparison)
- *   --store S         file (default), memory or postgres; a comma-separated list (file,postgres)
- *                     runs each in turn and prints one table with a column per store
- *   --database-url U  PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
- *                     $FPK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test);
- *                     each server process works in a fresh schema, dropped at its end
- *   --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
- *   --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
- *   --validator V     default, or reference: strict projects validate with @medplum/core alone
- *                     (diagnostic: the strict upload as before the validator's fast path)
- *   --group-percent P percent of the patients in the exported Group (default 1)
- *   --synthea DIR     the Synthea bundle directory (default ../shared/data/synthea-r4-100)
- *   --no-synthea      skip the Synthea sample
- *   --txn-concurrency N  patient bundles in flight in the concurrent Synthea transaction row (default 4)
- *   --no-memory       skip the second data size
- *   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
- *   --out FILE        JSON output (default bench/out/results.json)
- */
+// `npm run bench`: runs every measurement once and prints one table; the same figures go to
+// `bench/out/results.json`. `npm run bench -- --help` lists the options (USAGE below).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -34,12 +8,48 @@ import { parseArgs } from 'node:util';
 import { runBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
 import type { StoreKind } from './server-protocol.js';
-import { renderComparison, renderTable } from './table.js';
+import { renderComparison, renderMarkdown, renderTable } from './table.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 
+const USAGE = `Usage: npm run bench -- [options]
+
+Runs every measurement once and prints one table (the same figures go to bench/out/results.json).
+
+  --patients N      main dataset size (default 250 ≈ 100k resources)
+  --large           1,000,000 resources (2,494 patients); memory compared with N/5
+  --reps R          repetitions of each main timing (default 3)
+  --scim-users U    SCIM users (default 100000; 0 skips SCIM)
+  --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
+  --audit-requests A  SCIM creates and FHIR reads timed on each of two servers, audit trail on
+                    (with its journal) and off, in 40 alternating rounds (default 400; 0 skips the comparison)
+  --store S         file (default), memory or postgres; a comma-separated list (file,postgres)
+                    runs each in turn and prints one table with a column per store
+  --database-url U  PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
+                    $FPK_TEST_POSTGRES_URL, else postgres://postgres@127.0.0.1:5432/test);
+                    each server process works in a fresh schema, dropped at its end
+  --durability D    file store durability: fsync (default) or write (no fsync; diagnostic only)
+  --probe-gc        also sample the export worker's live memory after forced GCs (diagnostic)
+  --validator V     default, or reference: strict projects validate with @medplum/core alone
+                    (diagnostic: the strict upload as before the validator's fast path)
+  --group-percent P percent of the patients in the exported Group (default 1)
+  --synthea DIR     the Synthea bundle directory (default ../shared/data/synthea-r4-100)
+  --no-synthea      skip the Synthea sample
+  --txn-concurrency N  patient bundles in flight in the concurrent Synthea transaction row (default 4)
+  --no-memory       skip the second data size
+  --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
+  --out FILE        JSON output (default bench/out/results.json)
+  --markdown        print Markdown instead of plain text: the targets (figure, target, value,
+                    verdict), then every figure; docs/performance.md's targets table is this
+  --from FILE       measure nothing: print the tables of a saved run (an --out file)
+  --help            this text
+`;
+
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', default: false },
+    markdown: { type: 'boolean', default: false },
+    from: { type: 'string' },
     patients: { type: 'string' },
     large: { type: 'boolean', default: false },
     reps: { type: 'string' },
@@ -60,6 +70,22 @@ const { values } = parseArgs({
     out: { type: 'string', default: path.join(HERE, 'out', 'results.json') },
   },
 });
+
+/** The tables of `results` (one run, or one per store), as text or Markdown. */
+function render(results: BenchResults[]): string {
+  if (values.markdown) return renderMarkdown(results);
+  return results.length === 1 ? renderTable(results[0]!) : renderComparison(results);
+}
+
+if (values.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+if (values.from) {
+  const saved = JSON.parse(fs.readFileSync(values.from, 'utf8')) as BenchResults | BenchResults[];
+  console.log(render(Array.isArray(saved) ? saved : [saved]));
+  process.exit(0);
+}
 
 function int(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
@@ -116,5 +142,5 @@ const options = (store: StoreKind): BenchOptions => ({
 const results: BenchResults[] = [];
 for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
 fs.writeFileSync(values.out, `${JSON.stringify(results.length === 1 ? results[0] : results, null, 2)}\n`);
-console.log(results.length === 1 ? renderTable(results[0]!) : renderComparison(results));
+console.log(render(results));
 console.log(`\nJSON: ${path.relative(process.cwd(), values.out)}`);

@@ -36,11 +36,10 @@ export function renderTable(results: BenchResults): string {
   ].join('\n');
 }
 
-/**
- * Several runs of the same options on different stores, run one after the other: one row per
- * figure (in the order they first appear), one value column per store, and each store's verdict.
- */
-export function renderComparison(runs: BenchResults[]): string {
+type Found = BenchResults['figures'][number] | undefined;
+
+/** Every figure of `runs`, in the order they first appear, with each run's own (or undefined). */
+function merged(runs: BenchResults[]): { label: string; unit: string; found: Found[] }[] {
   const keys: string[] = [];
   const labels = new Map<string, { label: string; unit: string }>();
   for (const run of runs) {
@@ -50,9 +49,15 @@ export function renderComparison(runs: BenchResults[]): string {
     }
   }
   const byKey = runs.map((run) => new Map(run.figures.map((f) => [f.key, f])));
-  const rows = keys.map((key) => {
-    const { label, unit } = labels.get(key)!;
-    const found = byKey.map((figures) => figures.get(key));
+  return keys.map((key) => ({ ...labels.get(key)!, found: byKey.map((figures) => figures.get(key)) }));
+}
+
+/**
+ * Several runs of the same options on different stores, run one after the other: one row per
+ * figure (in the order they first appear), one value column per store, and each store's verdict.
+ */
+export function renderComparison(runs: BenchResults[]): string {
+  const rows = merged(runs).map(({ label, unit, found }) => {
     const verdicts = found.map(verdict);
     const targets = verdicts.some(Boolean)
       ? runs.map((run, i) => `${run.meta.store}: ${verdicts[i] || '–'}`).join('; ')
@@ -69,6 +74,62 @@ export function renderComparison(runs: BenchResults[]): string {
       ['Figure', ...runs.map((run) => run.meta.store), 'Unit', 'Target'],
       rows,
       (i) => i >= 1 && i <= runs.length,
+    ),
+  ].join('\n');
+}
+
+const cell = (text: string): string => text.replaceAll('|', '\\|');
+
+function markdownTable(header: string[], align: ('l' | 'r')[], rows: string[][]): string[] {
+  return [
+    `| ${header.map(cell).join(' | ')} |`,
+    `| ${align.map((a) => (a === 'r' ? '---:' : '---')).join(' | ')} |`,
+    ...rows.map((row) => `| ${row.map(cell).join(' | ')} |`),
+  ];
+}
+
+/**
+ * The run (or one run per store) as Markdown, for docs/performance.md: what ran, then the figures
+ * that carry a target with their verdicts, then every figure.
+ */
+export function renderMarkdown(runs: BenchResults[]): string {
+  const values = runs.length === 1 ? ['Value'] : runs.map((run) => run.meta.store);
+  const rows = merged(runs);
+  const verdicts = (found: Found[]): string =>
+    found
+      .map((f, i) =>
+        f?.target === undefined
+          ? ''
+          : `${runs.length === 1 ? '' : `${runs[i]!.meta.store}: `}${f.pass ? '**ok**' : '**missed**'}`,
+      )
+      .filter(Boolean)
+      .join('; ');
+  const withTarget = rows.filter(({ found }) => found.some((f) => f?.target !== undefined));
+  const first = runs[0]!.meta;
+  return [
+    `\`npm run bench\` on ${first.date}: node ${first.node}, ${first.cpus} CPUs (${first.cpuModel}), ${first.platform}.`,
+    ...runs.map((run) => `${storeLine(run.meta)}.`),
+    '',
+    '#### Targets',
+    '',
+    ...markdownTable(
+      ['Figure', 'Target', ...values, 'Unit', 'Verdict'],
+      ['l', 'l', ...values.map(() => 'r' as const), 'l', 'l'],
+      withTarget.map(({ label, unit, found }) => [
+        label,
+        found.find((f) => f?.target !== undefined)!.target!,
+        ...found.map((f) => (f ? format(f.value) : '–')),
+        unit,
+        verdicts(found),
+      ]),
+    ),
+    '',
+    '#### Every figure',
+    '',
+    ...markdownTable(
+      ['Figure', ...values, 'Unit'],
+      ['l', ...values.map(() => 'r' as const), 'l'],
+      rows.map(({ label, unit, found }) => [label, ...found.map((f) => (f ? format(f.value) : '–')), unit]),
     ),
   ].join('\n');
 }

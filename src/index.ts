@@ -1,3 +1,10 @@
+/**
+ * The package root: the routers and `fhirPlatform`, the file and memory stores, their option and
+ * record types, and the errors.
+ * @packageDocumentation
+ * @module fhir-platform-kit
+ */
+
 // The public API: the factories, the storage adapters, their option and record types, and the
 // errors. Every exported name is listed here explicitly (no `export *`); plumbing (renderers, token
 // and assertion internals, parsers) stays inside. The storage contract suite is the
@@ -14,14 +21,18 @@ export {
   fhirErrorHandler,
   scimErrorHandler,
   oauthErrorHandler,
+  // The last error handler of a host app: each error in the protocol of its path.
+  fallbackErrorHandler,
   // What an error thrown by `platform.admin` (or anything else) is answered as over FHIR.
   toOperationOutcome,
 } from './http/error-rendering.js';
-export type { ErrorLogger } from './http/error-rendering.js';
+export type { ErrorLogger, FallbackErrorHandlerOptions } from './http/error-rendering.js';
 
-// Host helpers: server timeouts and a FHIR 404, the logger shape, the router options shape
+// Host helpers: server timeouts and a JSON 404, which paths answer SCIM or OAuth errors, the
+// logger shape, the router options shape
 export { protectServer, notFoundHandler } from './http/server-limits.js';
-export type { ServerLimits } from './http/server-limits.js';
+export type { ServerLimits, NotFoundHandlerOptions } from './http/server-limits.js';
+export type { ErrorPaths } from './http/error-paths.js';
 export type { Logger, LoggedError } from './http/logger.js';
 export { unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';
@@ -138,7 +149,7 @@ export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js
 export { ExportPool } from './bulk/export-pool.js';
 export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
 export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
-export type { ExportParams, ExportLevel, KickoffIssue } from './bulk/kickoff-params.js';
+export type { ExportParams, ExportLevel, KickoffIssue, AssociatedData } from './bulk/kickoff-params.js';
 export type { ExportManifest, ManifestEntry } from './bulk/manifest.js';
 export { bulkExportCapability } from './bulk/capability.js';
 
@@ -182,6 +193,7 @@ export { createAuditTrail, PLATFORM_AUDIT_PROJECT_ID } from './audit/trail.js';
 export type { AuditTrail, AuditTrailOptions } from './audit/trail.js';
 export type { AuditOptions, AuditContext } from './audit/options.js';
 export { buildAuditEvent } from './audit/build-event.js';
+export type { Coding, AuditAction, AuditOutcomeCode } from './audit/codes.js';
 export type {
   AuditEventResource,
   AuditEventAgent,

@@ -8,6 +8,7 @@ import { smartConfigurationHandler, smartSecurity } from './auth/smart-configura
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
+import type { ErrorPaths } from './http/error-paths.js';
 import { fhirRouter } from './fhir/router.js';
 import type { FhirRouterOptions } from './fhir/router-options.js';
 import { projectRouter, type ProjectRouterOptions } from './project/router.js';
@@ -80,12 +81,24 @@ export interface FhirPlatformOptions {
    * @default { fhir: '/fhir/R4', scim: '/scim/v2', token: '/oauth2/token', jwks: '/oauth2/jwks', healthz: '/healthz', readyz: '/readyz' }
    */
   paths?: Partial<FhirPlatformPaths>;
-  /** Extra options of each router (shared ones above win). @default {} */
+  /**
+   * Options of the FHIR data plane, `fhirRouter` (docs/fhir.md). Here and in `scim`, `project`,
+   * `bulk` and `token`, the shared options above (`storage`, `authenticate`, `baseUrl`, `onError`,
+   * `logger`) are set once for every router.
+   * @default {}
+   */
   fhir?: Own<FhirRouterOptions>;
+  /** Options of the SCIM router, `scimRouter` (docs/scim.md). @default {} */
   scim?: Own<ScimRouterOptions>;
+  /** Options of `Project/$init` and client registration, `projectRouter` (docs/project-init.md). @default {} */
   project?: Own<ProjectRouterOptions>;
-  /** Bulk export router options, or `false` to mount no bulk export. @default {} */
+  /**
+   * Options of `bulkExportRouter` (docs/bulk-export.md), or `false` to mount no bulk export. An
+   * `exportDir` given here wins over the one above.
+   * @default {}
+   */
   bulk?: Own<BulkExportRouterOptions> | false;
+  /** Options of the token endpoint, `tokenRouter` (docs/auth.md). @default {} */
   token?: Own<TokenRouterOptions>;
   /**
    * Receives every error answered with a 5xx status, and errors of background work (export jobs).
@@ -129,6 +142,12 @@ export interface FhirPlatform {
    * through the same code as the HTTP operations, acting as the super admin.
    */
   admin: PlatformAdmin;
+  /**
+   * The platform's SCIM mount and token and JWKS endpoints as `ErrorPaths`, for the helpers that
+   * answer what no router does (`protectServer`, `notFoundHandler`, `fallbackErrorHandler`) in the
+   * same protocol as the routers: relative to where the host mounts `router` (prefix that path).
+   */
+  errorPaths: Required<ErrorPaths>;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
   /**
@@ -341,6 +360,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   return {
     router,
     admin,
+    errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
     ready: bulk ? bulk.ready : Promise.resolve(),
     close: async () => {
       await bulk?.close();

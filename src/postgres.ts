@@ -1,3 +1,9 @@
+/**
+ * The PostgreSQL store, its own entry so that hosts on the other stores never load `pg` (an
+ * optional peer dependency, with `pg-cursor` and `pg-copy-streams`).
+ * @packageDocumentation
+ * @module fhir-platform-kit/postgres
+ */
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';
 import { parameters, SCIM_JSON } from './helpers/platform-app.js';
@@ -70,6 +70,22 @@ describe('platform.admin', () => {
     expect(refused.status).toBe(401);
     // The host's authenticate admits nobody over HTTP.
     expect((await request(app).get('/api/scim/v2/Users').type(SCIM_JSON)).status).toBe(401);
+  });
+
+  it('refuses a jwksUri on a private address under NODE_ENV=production, as $new-client does', async () => {
+    vi.stubEnv('NODE_ENV', 'production');
+    try {
+      const { platform } = platformUnder('/');
+      const project = await platform.admin.initProject(parameters({ name: 'P' }));
+      await expect(
+        platform.admin.newClient(
+          project.id,
+          parameters({ name: 'x', jwksUri: 'https://169.254.169.254/keys' }),
+        ),
+      ).rejects.toMatchObject({ status: 400 });
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 
   it('validates like the HTTP operations and answers the same errors', async () => {

@@ -275,6 +275,17 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
     expect((await storage.listProjects()).map((p) => p.name).sort()).toEqual(['Acme', 'Second']);
   });
 
+  it('answers its SCIM mount and token endpoints as errorPaths, for the helpers outside the routers', async () => {
+    expect(platform.errorPaths).toEqual({ scim: ['/scim/v2'], oauth: ['/oauth2/token', '/oauth2/jwks'] });
+    const moved = fhirPlatform({
+      storage,
+      exportDir: dir,
+      paths: { scim: '/identity/scim', token: '/auth/token', jwks: '/auth/keys' },
+    });
+    expect(moved.errorPaths).toEqual({ scim: ['/identity/scim'], oauth: ['/auth/token', '/auth/keys'] });
+    await moved.close();
+  });
+
   it('validates its options early', () => {
     expect(() => fhirPlatform({ storage, paths: { fhir: 'fhir/' }, exportDir: dir })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),

@@ -38,6 +38,7 @@ const ROOT = [
   'bulkExportRouter',
   'createAuditTrail',
   'ensureSuperAdminClient',
+  'fallbackErrorHandler',
   'fhirErrorHandler',
   'fhirPlatform',
   'fhirRouter',

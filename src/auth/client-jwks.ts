@@ -1,9 +1,20 @@
-import { createLocalJWKSet, createRemoteJWKSet, type JWTVerifyGetKey } from 'jose';
+import { createLocalJWKSet, errors, type CryptoKey, type JWTVerifyGetKey } from 'jose';
+import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
+import { booleanOption, nonNegativeNumber, positiveInteger } from '../http/options.js';
 import type { ClientRecord } from '../storage/types.js';
+import { JwksFetchError, jwksFetcher, type JwksFetcher } from './jwks-fetch.js';
+import { privateAddressesAllowedByDefault } from './public-address.js';
+
+/**
+ * Largest JWKS: characters of a `jwks` registered inline, bytes of a `jwks_uri`'s answer. Real
+ * ones hold a few keys of under 1 KiB each.
+ */
+export const MAX_JWKS_SIZE = 64 * 1024;
 
 export interface ClientJwksOptions {
   /**
-   * Milliseconds to wait for a client's `jwks_uri`.
+   * Milliseconds a client's `jwks_uri` has to answer, body included; a slower one fails the
+   * assertion (`401 invalid_client`).
    * @default 5000
    */
   timeout?: number;
@@ -28,6 +39,34 @@ export interface ClientJwksOptions {
    * @default false
    */
   allowHttp?: boolean;
+  /**
+   * Most bytes read from a `jwks_uri`: the download is aborted as soon as it passes them, and the
+   * assertion fails (`401 invalid_client`). The same 64 KiB as an inline `jwks`.
+   * @default 65536
+   */
+  maxBytes?: number;
+  /**
+   * Keys kept from a fetched JWKS (the first ones that are RSA, EC or OKP keys not marked for
+   * encryption); the rest are ignored, so a `kid` among them is unknown.
+   * @default 100
+   */
+  maxKeys?: number;
+  /**
+   * Keys tried for one assertion when several of the client's keys match it (no `kid`, or a
+   * `kid` shared by several keys of the assertion's key type), inline or fetched; if none of
+   * these verifies it, it is refused. Real key sets hold one or two keys per key type (two while
+   * a key is rotated).
+   * @default 5
+   */
+  maxKeysTried?: number;
+  /**
+   * Connect to `jwks_uri`s on loopback, private (RFC 1918, unique local), link-local (cloud
+   * metadata services), CGNAT and other non-public addresses, whether the URL names the address
+   * or a name resolves to it when connecting. Refusing them keeps a URL a project admin
+   * registered from reaching the server's own network.
+   * @default true unless `NODE_ENV` is `production` (read when the router is created)
+   */
+  allowPrivateAddresses?: boolean;
 }
 
 /** Resolves the verification keys of clients: inline JWKS, or `jwks_uri` fetched and cached. */
@@ -36,7 +75,20 @@ export interface ClientJwks {
   keysFor(client: ClientRecord): JWTVerifyGetKey | undefined;
 }
 
+const CLIENT_JWKS_KEYS: OptionKeys<ClientJwksOptions> = {
+  timeout: true,
+  cacheMaxAge: true,
+  cooldown: true,
+  maxEntries: true,
+  allowHttp: true,
+  maxBytes: true,
+  maxKeys: true,
+  maxKeysTried: true,
+  allowPrivateAddresses: true,
+};
+
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
+const SIGNING_KEY_TYPES = new Set(['RSA', 'EC', 'OKP']);
 
 /** Whether `uri` may be fetched as a client JWKS under `allowHttp`. */
 export function isFetchableJwksUri(uri: string, allowHttp = false): boolean {
@@ -51,13 +103,27 @@ export function isFetchableJwksUri(uri: string, allowHttp = false): boolean {
   return url.protocol === 'http:' && (allowHttp || LOOPBACK.has(url.hostname));
 }
 
-/** Creates the per-mount cache of client key sets. */
-export function clientJwks(options: ClientJwksOptions = {}): ClientJwks {
-  const timeout = options.timeout ?? 5000;
-  const cacheMaxAge = options.cacheMaxAge ?? 600_000;
-  const cooldown = options.cooldown ?? 30_000;
-  const maxEntries = options.maxEntries ?? 1000;
-  const allowHttp = options.allowHttp ?? false;
+/**
+ * Creates the per-mount cache of client key sets; `owner` names the factory in option errors
+ * (whose `jwks` option this is).
+ */
+export function clientJwks(options: ClientJwksOptions = {}, owner = 'tokenRouter'): ClientJwks {
+  checkOptionKeys(owner, options, CLIENT_JWKS_KEYS, 'jwks.');
+  const timeout = positiveInteger(owner, 'jwks.timeout', options.timeout, 5000);
+  const cacheMaxAge = nonNegativeNumber(owner, 'jwks.cacheMaxAge', options.cacheMaxAge, 600_000);
+  const cooldown = nonNegativeNumber(owner, 'jwks.cooldown', options.cooldown, 30_000);
+  const maxEntries = positiveInteger(owner, 'jwks.maxEntries', options.maxEntries, 1000);
+  const allowHttp = booleanOption(owner, 'jwks.allowHttp', options.allowHttp, false);
+  const maxBytes = positiveInteger(owner, 'jwks.maxBytes', options.maxBytes, MAX_JWKS_SIZE);
+  const maxKeys = positiveInteger(owner, 'jwks.maxKeys', options.maxKeys, 100);
+  const maxKeysTried = positiveInteger(owner, 'jwks.maxKeysTried', options.maxKeysTried, 5);
+  const allowPrivateAddresses = booleanOption(
+    owner,
+    'jwks.allowPrivateAddresses',
+    options.allowPrivateAddresses,
+    privateAddressesAllowedByDefault(),
+  );
+  const fetcher = jwksFetcher({ timeout, maxBytes, allowPrivateAddresses });
   // Map keeps insertion order: re-inserting on use makes the first entry the least recently used.
   const remote = new Map<string, JWTVerifyGetKey>();
 
@@ -67,7 +133,7 @@ export function clientJwks(options: ClientJwksOptions = {}): ClientJwks {
         // Storage hands out fresh copies, so there is nothing to cache by identity; building the
         // set is cheap next to the signature check.
         try {
-          return createLocalJWKSet(client.jwks);
+          return triesAtMost(createLocalJWKSet(client.jwks), maxKeysTried);
         } catch {
           return undefined;
         }
@@ -78,11 +144,10 @@ export function clientJwks(options: ClientJwksOptions = {}): ClientJwks {
       if (set) {
         remote.delete(uri);
       } else {
-        set = createRemoteJWKSet(new URL(uri), {
-          timeoutDuration: timeout,
-          cacheMaxAge,
-          cooldownDuration: cooldown,
-        });
+        set = triesAtMost(
+          remoteKeySet(new URL(uri), fetcher, { cacheMaxAge, cooldown, maxKeys }),
+          maxKeysTried,
+        );
         if (remote.size >= maxEntries) {
           const oldest = remote.keys().next();
           if (!oldest.done) remote.delete(oldest.value);
@@ -91,5 +156,88 @@ export function clientJwks(options: ClientJwksOptions = {}): ClientJwks {
       remote.set(uri, set);
       return set;
     },
+  };
+}
+
+/**
+ * A key set fetched from `url` and cached as jose's `createRemoteJWKSet` does (reused for
+ * `cacheMaxAge`; an unknown `kid` refetches unless the last fetch is under `cooldown` old;
+ * concurrent callers share one fetch), through our bounded fetcher, keeping `maxKeys` keys.
+ */
+function remoteKeySet(
+  url: URL,
+  fetcher: JwksFetcher,
+  limits: { cacheMaxAge: number; cooldown: number; maxKeys: number },
+): JWTVerifyGetKey {
+  let local: JWTVerifyGetKey | undefined;
+  let fetchedAt = Number.NEGATIVE_INFINITY;
+  let pending: Promise<JWTVerifyGetKey> | undefined;
+  const reload = (): Promise<JWTVerifyGetKey> =>
+    (pending ??= fetcher
+      .fetch(url)
+      .then((json) => {
+        local = createLocalJWKSet({ keys: keptKeys(json, limits.maxKeys) });
+        fetchedAt = Date.now();
+        return local;
+      })
+      .finally(() => {
+        pending = undefined;
+      }));
+  return async (header, token) => {
+    const fresh = local && Date.now() < fetchedAt + limits.cacheMaxAge;
+    const keys = fresh && local ? local : await reload();
+    try {
+      return await keys(header, token);
+    } catch (error) {
+      if (error instanceof errors.JWKSNoMatchingKey && Date.now() >= fetchedAt + limits.cooldown) {
+        return (await reload())(header, token);
+      }
+      throw error;
+    }
+  };
+}
+
+/** The first `max` signing keys of a fetched JWK Set (RFC 7517 §5). */
+function keptKeys(json: unknown, max: number): Record<string, unknown>[] {
+  const keys = (json as { keys?: unknown } | null)?.keys;
+  if (typeof json !== 'object' || json === null || !Array.isArray(keys))
+    throw new JwksFetchError('invalid', 'The JWKS has no keys array');
+  const kept: Record<string, unknown>[] = [];
+  for (const key of keys as unknown[]) {
+    if (kept.length === max) break;
+    if (typeof key !== 'object' || key === null || Array.isArray(key)) continue;
+    const jwk = key as Record<string, unknown>;
+    if (typeof jwk.kty === 'string' && SIGNING_KEY_TYPES.has(jwk.kty) && jwk.use !== 'enc') kept.push(jwk);
+  }
+  return kept;
+}
+
+/**
+ * `keys`, with at most `max` of the candidates tried when several match an assertion: jose then
+ * throws `JWKSMultipleMatchingKeys`, iterable over every match, and the verifier tries each, so a
+ * JWKS of thousands of keys of one type would cost seconds of CPU per assertion without a `kid`.
+ */
+function triesAtMost(keys: JWTVerifyGetKey, max: number): JWTVerifyGetKey {
+  return async (header, token) => {
+    try {
+      return await keys(header, token);
+    } catch (error) {
+      if (error instanceof errors.JWKSMultipleMatchingKeys) {
+        // Each key is imported as it is pulled: none past the `max`th is even imported.
+        const all = error[Symbol.asyncIterator]();
+        error[Symbol.asyncIterator] = async function* (): AsyncIterableIterator<CryptoKey> {
+          try {
+            for (let tried = 0; tried < max; tried += 1) {
+              const next = await all.next();
+              if (next.done) return;
+              yield next.value;
+            }
+          } finally {
+            await all.return?.();
+          }
+        };
+      }
+      throw error;
+    }
   };
 }

@@ -13,10 +13,18 @@ export interface BackupTrigger {
  * `serve` with `BACKUP_DIR`: each SIGUSR2 writes a backup of the running file store
  * (`FileStore.backup`) into a new directory `<dir>/backup-<UTC time>`, logged when it starts and
  * when it is written (or failed). One at a time: a SIGUSR2 during a backup is logged and ignored.
+ * At start, the temporary directories of backups killed mid-copy are removed from `dir`, each
+ * logged (`FileStore.removeStaleBackupTemps`).
  */
 export function backupOnSignal(storage: Storage, dir: string, logger: Logger): BackupTrigger {
   const store = storage as Partial<FileStore>;
   let running: Promise<void> | undefined;
+  const sweep = (store.removeStaleBackupTemps?.(dir) ?? Promise.resolve([])).then(
+    (removed) => {
+      for (const temp of removed) logger.info({ dir: temp }, 'stale backup directory removed');
+    },
+    (error: unknown) => logger.warn({ err: error, dir }, 'stale backup directories could not be removed'),
+  );
   const onSignal = (): void => {
     if (running) {
       logger.warn('a backup is already running: this SIGUSR2 is ignored');
@@ -44,6 +52,7 @@ export function backupOnSignal(storage: Storage, dir: string, logger: Logger): B
   return {
     async stop() {
       process.off('SIGUSR2', onSignal);
+      await sweep;
       await running;
     },
   };

@@ -290,6 +290,13 @@ export const SERVE_SETTINGS = {
       '`true`: SCIM answers carry the `userName` the identity provider sent ([docs/scim.md](docs/scim.md))',
     read: boolean,
   },
+  allowPrivateJwksAddresses: {
+    env: 'ALLOW_PRIVATE_JWKS_ADDRESSES',
+    flag: '--allow-private-jwks-addresses',
+    description:
+      '`true`/`false`: register and fetch client `jwksUri`s on loopback, private and link-local addresses; unset: allowed unless `NODE_ENV=production` ([auth](docs/auth.md#client-keys-from-a-jwks_uri))',
+    read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
+  },
   maxConnectionsPerAddress: {
     env: 'MAX_CONNECTIONS_PER_ADDRESS',
     flag: '--max-connections-per-address <n>',

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import express from 'express';
 import {
-  fhirErrorHandler,
+  fallbackErrorHandler,
   fhirPlatform,
   fileStorage,
   notFoundHandler,
@@ -98,19 +98,29 @@ export async function startStandalone(
         pool: { maxThreads: config.bulkExportThreads },
       },
       fhir: { defaultReturn: config.fhirDefaultReturn },
+      // Registration and fetching follow one setting; unset leaves their default.
+      ...(config.allowPrivateJwksAddresses === undefined
+        ? {}
+        : {
+            project: { allowPrivateJwksAddresses: config.allowPrivateJwksAddresses },
+            token: { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } },
+          }),
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
     });
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);
-    // Anything the platform does not route answers JSON, never Express's HTML pages.
-    app.use(notFoundHandler());
-    app.use(fhirErrorHandler());
+    // Anything the platform does not route answers JSON, never Express's HTML pages: in the
+    // protocol of the path (SCIM under the SCIM mount, OAuth at the token and JWKS endpoints).
+    const { errorPaths } = platform;
+    app.use(notFoundHandler({ errorPaths }));
+    app.use(fallbackErrorHandler({ errorPaths }));
     // Timeouts and JSON answers to requests Node's parser refuses; expired requests are looked
     // for every 2 s (Node's default is 30 s).
     const listening = protectServer(createServer({ connectionsCheckingInterval: 2000 }, app), {
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
+      errorPaths,
     });
     server = listening;
     listening.listen(config.port, config.host);

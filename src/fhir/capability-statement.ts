@@ -40,7 +40,7 @@ export interface CapabilityStatementJson {
   [key: string]: unknown;
 }
 
-/** Input of {@link buildCapabilityStatement}. */
+/** What the CapabilityStatement that `fhirRouter` serves at `GET [base]/metadata` is built from. */
 export interface CapabilityStatementInput {
   /** Absolute URL of the FHIR base (`https://host/fhir/R4`). */
   baseUrl: string;

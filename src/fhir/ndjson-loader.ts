@@ -28,7 +28,11 @@ export interface NdjsonLoadOptions {
   maxIssues?: number;
   /** Receives the errors of lines that fail with a 5xx status (storage failures). @default writes to stderr */
   onError?: ErrorLogger;
-  /** Collects each write applied, for the audit trail. @default undefined (nothing collected) */
+  /**
+   * Collects each write applied, for the audit trail (set by the upload handler per request).
+   * @default undefined (nothing collected)
+   * @internal
+   */
   activity?: RequestActivity;
 }
 

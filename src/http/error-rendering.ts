@@ -2,7 +2,10 @@ import type { ErrorRequestHandler, Request, Response } from 'express';
 import { PlatformError } from '../errors.js';
 import { FhirOutcomeError, outcomeOf, type OperationOutcome } from '../fhir/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
+import { errorFormatOf, type ErrorFormat, type ErrorPaths } from './error-paths.js';
 import { ERROR_TABLE } from './error-table.js';
+import { checkOptionKeys, type OptionKeys } from './option-keys.js';
+import { optionalFunction } from './options.js';
 import {
   errorCodeForStatus,
   FhirError,
@@ -169,6 +172,37 @@ export function toOAuthErrorResponse(error: unknown): ErrorResponse<OAuthErrorBo
   };
 }
 
+/** An error answer ready to write: status, headers (its media type included) and the body. */
+export interface RenderedError {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/**
+ * An error as an answer in one protocol, with the renderer its routers use: FHIR OperationOutcome
+ * (`application/fhir+json`), SCIM Error (`application/scim+json`) or OAuth 2.0 error JSON.
+ */
+export function renderError(error: unknown, format: ErrorFormat): RenderedError {
+  switch (format) {
+    case 'scim': {
+      const { status, headers, body } = toScimErrorResponse(error);
+      const type = 'application/scim+json; charset=utf-8';
+      return { status, headers: { ...headers, 'Content-Type': type }, body: JSON.stringify(body) };
+    }
+    case 'oauth': {
+      const { status, headers, body } = toOAuthErrorResponse(error);
+      const type = 'application/json; charset=utf-8';
+      return { status, headers: { ...headers, 'Content-Type': type }, body: JSON.stringify(body) };
+    }
+    case 'fhir': {
+      const { status, headers, outcome } = toOperationOutcome(error);
+      const type = 'application/fhir+json; charset=utf-8';
+      return { status, headers: { ...headers, 'Content-Type': type }, body: JSON.stringify(outcome) };
+    }
+  }
+}
+
 /**
  * `toOperationOutcome` for one entry of a batch or one line of an upload: 5xx errors go to `log`.
  */
@@ -226,5 +260,39 @@ export function oauthErrorHandler(log: ErrorLogger = defaultErrorLogger): ErrorR
     const answer = toOAuthErrorResponse(err);
     if (answer.status >= 500) log(err, req);
     send(res, answer).json(answer.body);
+  };
+}
+
+/** Options of {@link fallbackErrorHandler}. */
+export interface FallbackErrorHandlerOptions {
+  /**
+   * Which paths answer SCIM or OAuth errors rather than OperationOutcomes.
+   * @default { scim: ['/scim/v2'], oauth: ['/oauth2/token', '/oauth2/jwks'] }
+   */
+  errorPaths?: ErrorPaths;
+  /**
+   * Called with each error answered with a 5xx.
+   * @default writes it to stderr
+   */
+  onError?: ErrorLogger;
+}
+
+const FALLBACK_KEYS: OptionKeys<FallbackErrorHandlerOptions> = { errorPaths: true, onError: true };
+
+/**
+ * The last error handler of a host app, for errors no router answered (a host's own body parser
+ * refusing a body before the routers, a malformed `%`-escape in its own route): each in the
+ * protocol of its path (`errorPaths`), as the routers there answer. Same renderers as the routers.
+ */
+export function fallbackErrorHandler(options: FallbackErrorHandlerOptions = {}): ErrorRequestHandler {
+  const owner = 'fallbackErrorHandler';
+  checkOptionKeys(owner, options, FALLBACK_KEYS);
+  const formatOf = errorFormatOf(owner, options.errorPaths);
+  const log = optionalFunction(owner, 'onError', options.onError, defaultErrorLogger);
+  return (err: unknown, req, res, next) => {
+    if (res.headersSent) return next(err);
+    const answer = renderError(err, formatOf(req.originalUrl));
+    if (answer.status >= 500) log(err, req);
+    send(res, answer).send(answer.body);
   };
 }

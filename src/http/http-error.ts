@@ -46,7 +46,10 @@ const FHIR_ISSUE_ERROR_CODES = {
   exception: 'ERR_FHIR_EXCEPTION',
 } as const satisfies Record<string, FhirErrorCode>;
 
-/** The OperationOutcome issue codes (R4 IssueType) an error is answered with. */
+/**
+ * The OperationOutcome issue codes (R4 IssueType) an error is answered with.
+ * @useDeclaredType
+ */
 export type FhirIssueCode = keyof typeof FHIR_ISSUE_ERROR_CODES;
 
 /** True when `code` is an issue code a `FhirError` can carry. */
@@ -67,7 +70,10 @@ const SCIM_TYPE_ERROR_CODES = {
   sensitive: 'ERR_SCIM_SENSITIVE',
 } as const satisfies Record<string, ScimErrorCode>;
 
-/** The SCIM `scimType` values (RFC 7644 §3.12). */
+/**
+ * The SCIM `scimType` values (RFC 7644 §3.12).
+ * @useDeclaredType
+ */
 export type ScimType = keyof typeof SCIM_TYPE_ERROR_CODES;
 
 const OAUTH_ERROR_CODES = {
@@ -81,7 +87,11 @@ const OAUTH_ERROR_CODES = {
   temporarily_unavailable: 'ERR_OAUTH_TEMPORARILY_UNAVAILABLE',
 } as const satisfies Record<string, OAuthErrorCode>;
 
-/** The OAuth 2.0 `error` values the token endpoint answers (RFC 6749 §5.2, plus `slow_down` and `temporarily_unavailable`). */
+/**
+ * The OAuth 2.0 `error` values the token endpoint answers (RFC 6749 §5.2, plus `slow_down` and
+ * `temporarily_unavailable`).
+ * @useDeclaredType
+ */
 export type OAuthErrorType = keyof typeof OAUTH_ERROR_CODES;
 
 /**

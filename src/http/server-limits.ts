@@ -1,12 +1,17 @@
-import { STATUS_CODES, type Server } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { RequestHandler } from 'express';
-import { toOperationOutcome } from './error-rendering.js';
+import { errorFormatOf, type ErrorFormat, type ErrorPaths } from './error-paths.js';
+import { renderError } from './error-rendering.js';
 import { HttpError } from './http-error.js';
+import { checkOptionKeys, type OptionKeys } from './option-keys.js';
 import { optionError } from './options.js';
 
-/** Connection limits of {@link protectServer}; every value is in milliseconds. */
+/**
+ * Options of {@link protectServer}: connection limits (the timeouts in milliseconds) and which
+ * paths answer SCIM or OAuth errors.
+ */
 export interface ServerLimits {
   /**
    * Time a client has to send the complete request headers (Node `server.headersTimeout`).
@@ -38,7 +43,22 @@ export interface ServerLimits {
    * @default 4096
    */
   maxConnections?: number;
+  /**
+   * Path prefixes whose refused requests are answered as SCIM or OAuth errors rather than
+   * OperationOutcomes (see `ErrorPaths`), as the routers mounted there answer.
+   * @default { scim: ['/scim/v2'], oauth: ['/oauth2/token', '/oauth2/jwks'] }
+   */
+  errorPaths?: ErrorPaths;
 }
+
+const SERVER_LIMIT_KEYS: OptionKeys<ServerLimits> = {
+  headersTimeout: true,
+  requestTimeout: true,
+  keepAliveTimeout: true,
+  maxConnectionsPerAddress: true,
+  maxConnections: true,
+  errorPaths: true,
+};
 
 /** How long a refused connection may still drain before it is destroyed. */
 const CLOSE_GRACE_MS = 1000;
@@ -63,13 +83,29 @@ function clientError(code: string | undefined): HttpError {
   }
 }
 
-/** A complete HTTP/1.1 response with an OperationOutcome body, written raw on a socket. */
-function rawJsonResponse(error: HttpError): string {
-  const { status, outcome } = toOperationOutcome(error);
-  const body = JSON.stringify(outcome);
+/**
+ * The target of the request Node's parser refused, when known: after its headers (a malformed
+ * body, a body not complete in time), the request being read; before, its request line, when the
+ * refused bytes begin with it (a request line and headers that arrived in one read, as a request
+ * written at once does). Unknown otherwise: a request line cut across reads, headers not complete
+ * in time.
+ */
+function refusedTarget(error: NodeJS.ErrnoException, socket: Duplex): string | undefined {
+  // `parser` is Node's own (undocumented) property of a server socket.
+  const incoming = (socket as { parser?: { incoming?: IncomingMessage | null } }).parser?.incoming;
+  if (incoming && !incoming.complete) return incoming.url;
+  const packet = (error as { rawPacket?: unknown }).rawPacket;
+  if (!Buffer.isBuffer(packet)) return undefined;
+  return /^[A-Za-z-]+ ([^\s]+)/.exec(packet.subarray(0, 16 * 1024).toString('latin1'))?.[1];
+}
+
+/** A complete HTTP/1.1 error response in `format`, written raw on a socket. */
+function rawErrorResponse(error: HttpError, format: ErrorFormat): string {
+  const { status, headers, body } = renderError(error, format);
+  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
   return (
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
-    'Content-Type: application/fhir+json; charset=utf-8\r\n' +
+    lines.join('') +
     `Content-Length: ${Buffer.byteLength(body)}\r\n` +
     'Connection: close\r\n\r\n' +
     body
@@ -78,12 +114,17 @@ function rawJsonResponse(error: HttpError): string {
 
 /**
  * Hardens a Node HTTP server that mounts the platform: requests that Node's parser refuses before
- * Express sees them (a request line or headers over `--max-http-header-size`, a byte not allowed
- * in a URL, a request that does not arrive in time) are answered with an OperationOutcome JSON body
- * instead of an empty one or a reset connection; header, request and keep-alive timeouts are set
- * so an incomplete request cannot hold a connection for minutes. Returns the server.
+ * Express sees them (a request line or headers over `--max-http-header-size` or the server's
+ * `maxHeaderSize`, a byte not allowed in a URL, a request that does not arrive in time) are
+ * answered with a JSON error body instead of an empty one or a reset connection: in the protocol
+ * of the request's path (`errorPaths`: SCIM Error under the SCIM mount, OAuth error at the token
+ * endpoint), an OperationOutcome elsewhere or when the path is not known; header, request and
+ * keep-alive timeouts are set so an incomplete request cannot hold a connection for minutes.
+ * Returns the server.
  */
 export function protectServer<S extends Server>(server: S, limits: ServerLimits = {}): S {
+  checkOptionKeys('protectServer', limits, SERVER_LIMIT_KEYS);
+  const formatOf = errorFormatOf('protectServer', limits.errorPaths);
   const resolved = { ...DEFAULT_LIMITS };
   for (const key of Object.keys(DEFAULT_LIMITS) as TimeoutLimit[]) {
     const value = limits[key];
@@ -108,12 +149,15 @@ export function protectServer<S extends Server>(server: S, limits: ServerLimits 
   server.headersTimeout = Math.min(resolved.headersTimeout, resolved.requestTimeout);
   server.keepAliveTimeout = resolved.keepAliveTimeout;
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
-    // The parser may report again while the connection closes; a reset peer wants no answer.
-    if (!socket.writable || error.code === 'ECONNRESET') {
+    // The parser may report again while the connection closes; a reset peer wants no answer; an
+    // answer already under way (a route that did not wait for the malformed body) is not followed
+    // by another. (`_httpMessage` is Node's own: the response of the request being read.)
+    const answering = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+    if (!socket.writable || error.code === 'ECONNRESET' || answering?.headersSent) {
       socket.destroy();
       return;
     }
-    socket.end(rawJsonResponse(clientError(error.code)));
+    socket.end(rawErrorResponse(clientError(error.code), formatOf(refusedTarget(error, socket))));
     // Read and drop what the client still sends, so closing does not reset the connection before
     // it reads the answer; but a client that goes on sending (a slowloris) never closes its side:
     // the connection is destroyed a moment later whatever it does.
@@ -142,15 +186,28 @@ function limitPerAddress(server: Server, limit: number): void {
   });
 }
 
+/** Options of {@link notFoundHandler}. */
+export interface NotFoundHandlerOptions {
+  /**
+   * Which paths answer SCIM or OAuth errors rather than OperationOutcomes.
+   * @default { scim: ['/scim/v2'], oauth: ['/oauth2/token', '/oauth2/jwks'] }
+   */
+  errorPaths?: ErrorPaths;
+}
+
+const NOT_FOUND_KEYS: OptionKeys<NotFoundHandlerOptions> = { errorPaths: true };
+
 /**
- * The last handler of a host app: any request no router answered gets a 404 OperationOutcome
- * (`application/fhir+json`) instead of Express's HTML page.
+ * The last handler of a host app: any request no router answered gets a 404 JSON error instead of
+ * Express's HTML page: an OperationOutcome (`application/fhir+json`), or a SCIM or OAuth error
+ * under `errorPaths` (an unknown path under the token endpoint, a POST to the JWKS).
  */
-export function notFoundHandler(): RequestHandler {
+export function notFoundHandler(options: NotFoundHandlerOptions = {}): RequestHandler {
+  checkOptionKeys('notFoundHandler', options, NOT_FOUND_KEYS);
+  const formatOf = errorFormatOf('notFoundHandler', options.errorPaths);
   return (req, res) => {
-    const { status, outcome } = toOperationOutcome(
-      new HttpError(404, 'ERR_NOT_FOUND', `No route answers ${req.method} ${req.path}`),
-    );
-    res.status(status).type('application/fhir+json').json(outcome);
+    const error = new HttpError(404, 'ERR_NOT_FOUND', `No route answers ${req.method} ${req.path}`);
+    const { status, headers, body } = renderError(error, formatOf(req.originalUrl));
+    res.status(status).set(headers).send(body);
   };
 }

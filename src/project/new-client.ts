@@ -4,7 +4,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isAdminScope } from '../auth/admin-scopes.js';
+import { MAX_JWKS_SIZE } from '../auth/client-jwks.js';
 import { generateClientSecret, hashClientSecret } from '../auth/client-secret.js';
+import { isPublicHostname } from '../auth/public-address.js';
 import { parseResourceScope } from '../auth/scopes.js';
 import type { ClientRecord, MembershipRecord, Storage } from '../storage/types.js';
 import { invalidParameter, readParameters } from './parameters.js';
@@ -29,6 +31,8 @@ export interface NewClientRules {
   maxClientTokenLifetime: number;
   /** Accept `http:` `jwksUri`s on any host, not only loopback ones. */
   allowHttpJwksUri: boolean;
+  /** Accept `jwksUri`s naming a loopback, private or link-local address (or `localhost`). */
+  allowPrivateJwksAddresses: boolean;
 }
 
 /** What `$new-client` was asked to register. */
@@ -43,7 +47,7 @@ export interface NewClientInput {
 }
 
 const MAX_NAME_LENGTH = 256;
-const MAX_JWKS_TEXT = 64 * 1024;
+const MAX_JWKS_TEXT = MAX_JWKS_SIZE;
 const MAX_URI_LENGTH = 2048;
 const MAX_SCOPE_LENGTH = 4096;
 // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ).
@@ -120,6 +124,13 @@ export function parseNewClientParameters(body: unknown, rules: NewClientRules): 
       throw invalidParameter(
         read.jwksUri.expression,
         "'jwksUri' must be an https URL (http only on localhost or 127.0.0.1), without credentials or fragment",
+      );
+    }
+    // A name is checked again, after DNS, each time the token endpoint connects.
+    if (!rules.allowPrivateJwksAddresses && !isPublicHostname(new URL(read.jwksUri.value).hostname)) {
+      throw invalidParameter(
+        read.jwksUri.expression,
+        "'jwksUri' must not name a loopback, private or link-local address",
       );
     }
     input.jwksUri = read.jwksUri.value;

@@ -2,13 +2,20 @@ import { errorSink } from '../http/logger.js';
 import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
 import type { Principal } from '../auth/principal.js';
+import { privateAddressesAllowedByDefault } from '../auth/public-address.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import { optionalFunction, optionError, requireFunction, requireStorage } from '../http/options.js';
+import {
+  booleanOption,
+  optionalFunction,
+  optionError,
+  requireFunction,
+  requireStorage,
+} from '../http/options.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import type { CommonRouterOptions } from '../http/router-options.js';
 import { checkClientScope, type NewClientRules } from './new-client.js';
@@ -53,6 +60,14 @@ export interface ProjectRouterOptions extends CommonRouterOptions {
    */
   allowHttpJwksUri?: boolean;
   /**
+   * Accept `jwksUri`s naming a loopback, private (RFC 1918, unique local), link-local (cloud
+   * metadata), CGNAT or other non-public IP address, or a `localhost` name; refused, they answer
+   * `400`. Names are not resolved here: the token endpoint checks the addresses a name resolves
+   * to when it connects (its `jwks.allowPrivateAddresses`; give both the same value).
+   * @default true unless `NODE_ENV` is `production` (read when the router is created)
+   */
+  allowPrivateJwksAddresses?: boolean;
+  /**
    * Largest request body, bytes or a size string.
    * @default '1mb'
    */
@@ -96,6 +111,7 @@ const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
   minAccessTokenLifetime: true,
   maxAccessTokenLifetime: true,
   allowHttpJwksUri: true,
+  allowPrivateJwksAddresses: true,
   bodyLimit: true,
 };
 
@@ -133,6 +149,12 @@ export function resolveProjectRouterOptions(options: ProjectRouterOptions): Reso
       minClientTokenLifetime: min,
       maxClientTokenLifetime: max,
       allowHttpJwksUri: options.allowHttpJwksUri ?? false,
+      allowPrivateJwksAddresses: booleanOption(
+        OWNER,
+        'allowPrivateJwksAddresses',
+        options.allowPrivateJwksAddresses,
+        privateAddressesAllowedByDefault(),
+      ),
     },
   };
 }

@@ -103,6 +103,12 @@ export interface ScimSearchResult {
   resources: Record<string, unknown>[];
 }
 
+/**
+ * `active` of a user created without it. A PATCH that removes `active` (or sets it to null) leaves
+ * it unassigned (RFC 7644 §3.5.2.2), which for a user is this default again.
+ */
+const DEFAULT_ACTIVE = true;
+
 function sameFields(current: UserRecord, changes: Omit<UserChanges, 'profileId'>): boolean {
   return (
     current.userName === changes.userName &&
@@ -205,7 +211,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
             ...(fields.externalId !== undefined ? { externalId: fields.externalId } : {}),
             userType: fields.userType,
             profileId: profile.id,
-            active: fields.active ?? true,
+            active: fields.active ?? DEFAULT_ACTIVE,
             data: fields.data,
           });
           await tx.createMembership(projectId, {
@@ -267,7 +273,10 @@ export function scimUserService(config: ScimUserServiceConfig) {
               maxOperations: config.maxOperations,
             });
             const fallback = settings.defaultUserType ? current.userType : undefined;
-            return write(tx, projectId, current, scimUserFields(patched, schemas, fallback));
+            const fields = scimUserFields(patched, schemas, fallback);
+            // The patched document holds `active` unless an operation unassigned it. (A replace
+            // without `active` keeps the current value instead: see `write`.)
+            return write(tx, projectId, current, { ...fields, active: fields.active ?? DEFAULT_ACTIVE });
           }),
         ),
       );

@@ -86,7 +86,7 @@ describe('error answers', () => {
 describe('serve flags', () => {
   it('win over the environment variables they stand for', () => {
     const env = serveEnvironment(
-      { port: '9000', dataDir: '/srv/fhir', scimEchoUserName: true },
+      { port: '9000', dataDir: '/srv/fhir', scimEchoUserName: true, allowPrivateJwksAddresses: true },
       { PORT: '8103', HOST: '127.0.0.1', DATA_DIR: './data' },
     );
     expect(env).toMatchObject({
@@ -94,6 +94,7 @@ describe('serve flags', () => {
       HOST: '127.0.0.1',
       DATA_DIR: '/srv/fhir',
       SCIM_ECHO_USER_NAME: 'true',
+      ALLOW_PRIVATE_JWKS_ADDRESSES: 'true',
     });
   });
 });

@@ -1,12 +1,16 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
 import { fileStorage } from '../../src/stores.js';
+import { clientKey, signAssertion } from '../auth/client-keys.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -17,6 +21,11 @@ function tempDir(): string {
 afterEach(() => {
   for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
+
+/** A pid of no process: a child that has exited (and been reaped). */
+function deadPid(): number {
+  return spawnSync(process.execPath, ['-e', '']).pid;
+}
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -97,6 +106,13 @@ describe('serve: configuration', () => {
     expect(() => readConfig({ BACKUP_DIR: 'backups', DATABASE_URL: 'postgres://x/y' })).toThrow(/BACKUP_DIR/);
   });
 
+  it('reads ALLOW_PRIVATE_JWKS_ADDRESSES (unset: the library default)', () => {
+    expect(readConfig({}).allowPrivateJwksAddresses).toBeUndefined();
+    expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'true' }).allowPrivateJwksAddresses).toBe(true);
+    expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'FALSE' }).allowPrivateJwksAddresses).toBe(false);
+    expect(() => readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'yes' })).toThrow(/ALLOW_PRIVATE_JWKS_ADDRESSES/);
+  });
+
   it('reads the SCIM settings for identity providers', () => {
     expect(readConfig({})).toMatchObject({ scimEchoUserName: false });
     expect(readConfig({}).scimDefaultUserType).toBeUndefined();
@@ -138,6 +154,89 @@ describe('serve: the standalone server', () => {
     }
   });
 
+  it('ALLOW_PRIVATE_JWKS_ADDRESSES decides whether a loopback jwksUri is registered ($new-client) and fetched (token endpoint)', async () => {
+    const key = await clientKey('ES384');
+    let fetches = 0;
+    const jwksServer = createServer((_req, res) => {
+      fetches += 1;
+      res
+        .writeHead(200, { 'Content-Type': 'application/json' })
+        .end(JSON.stringify({ keys: [key.publicJwk] }));
+    });
+    jwksServer.listen(0, '127.0.0.1');
+    await once(jwksServer, 'listening');
+    const jwksUri = `http://127.0.0.1:${(jwksServer.address() as net.AddressInfo).port}/jwks.json`;
+    // Under production, where the default refuses them: the setting decides either way.
+    vi.stubEnv('NODE_ENV', 'production');
+    try {
+      for (const allow of [false, true]) {
+        const standalone = await startStandalone(
+          readConfig({
+            PORT: String(await freePort()),
+            HOST: '127.0.0.1',
+            DATA_DIR: tempDir(),
+            ALLOW_PRIVATE_JWKS_ADDRESSES: String(allow),
+          }),
+        );
+        try {
+          const base = standalone.baseUrl;
+          const tokenRes = await fetch(`${base}/oauth2/token`, {
+            method: 'POST',
+            headers: {
+              Authorization: `Basic ${Buffer.from(`super-admin:${standalone.generatedSuperAdmin!.clientSecret}`).toString('base64')}`,
+              'Content-Type': 'application/x-www-form-urlencoded',
+            },
+            body: 'grant_type=client_credentials',
+          });
+          const { access_token: token } = (await tokenRes.json()) as { access_token: string };
+          const operation = (path: string, parameter: unknown[]) =>
+            fetch(`${base}/fhir/R4${path}`, {
+              method: 'POST',
+              headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/fhir+json' },
+              body: JSON.stringify({ resourceType: 'Parameters', parameter }),
+            });
+          const project = (await (
+            await operation('/Project/$init', [{ name: 'name', valueString: 'P' }])
+          ).json()) as { id: string };
+          const registered = await operation(`/Project/${project.id}/$new-client`, [
+            { name: 'name', valueString: 'loopback' },
+            { name: 'jwksUri', valueUri: jwksUri },
+          ]);
+          expect(registered.status).toBe(allow ? 201 : 400);
+          // A client stored before (or by other means) is checked when its keys are fetched.
+          await standalone.storage.createClient({
+            id: 'stored',
+            projectId: project.id,
+            name: 'stored',
+            scope: 'system/*.rs',
+            admin: false,
+            superAdmin: false,
+            jwksUri,
+          });
+          const assertion = await signAssertion(key, { clientId: 'stored', aud: `${base}/oauth2/token` });
+          const answer = await fetch(`${base}/oauth2/token`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/x-www-form-urlencoded' },
+            body: new URLSearchParams({
+              grant_type: 'client_credentials',
+              client_assertion_type: 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer',
+              client_assertion: assertion,
+            }),
+          });
+          expect([answer.status, ((await answer.json()) as { error?: string }).error]).toEqual(
+            allow ? [200, undefined] : [401, 'invalid_client'],
+          );
+          expect(fetches).toBe(allow ? 1 : 0);
+        } finally {
+          await standalone.close();
+        }
+      }
+    } finally {
+      vi.unstubAllEnvs();
+      jwksServer.close();
+    }
+  });
+
   it('answers JSON for unrouted paths and oversized URLs, and bounds slow requests', async () => {
     const standalone = await startStandalone(
       readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
@@ -153,6 +252,55 @@ describe('serve: the standalone server', () => {
       expect(((await long.json()) as { resourceType: string }).resourceType).toBe('OperationOutcome');
       expect(standalone.server.headersTimeout).toBeLessThanOrEqual(60_000);
       expect(standalone.server.requestTimeout).toBeLessThanOrEqual(120_000);
+    } finally {
+      await standalone.close();
+    }
+  });
+
+  it('answers errors no router answers in the protocol of the path: SCIM under /scim/v2, OAuth at /oauth2', async () => {
+    const standalone = await startStandalone(
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+    );
+    try {
+      const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
+      const answer = async (res: Response) => ({
+        status: res.status,
+        type: res.headers.get('content-type'),
+        body: (await res.json()) as Record<string, unknown>,
+      });
+      // Over Node's 16 KB header limit: refused by its parser before any router sees it.
+      const parens = '('.repeat(20_000);
+      expect(await answer(await fetch(`${base}/scim/v2/Users?filter=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/scim\+json/),
+        body: { schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'], status: '431' },
+      });
+      expect(await answer(await fetch(`${base}/fhir/R4/Patient?name=${parens}`))).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/fhir\+json/),
+        body: { resourceType: 'OperationOutcome' },
+      });
+      expect(
+        await answer(await fetch(`${base}/oauth2/token?${'a'.repeat(20_000)}`, { method: 'POST' })),
+      ).toMatchObject({
+        status: 431,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      // No route: under the token endpoint and the JWKS, OAuth; elsewhere, FHIR.
+      expect(await answer(await fetch(`${base}/oauth2/token/more`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        type: expect.stringMatching(/^application\/json/),
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/oauth2/jwks`, { method: 'POST' }))).toMatchObject({
+        status: 404,
+        body: { error: 'invalid_request' },
+      });
+      expect(await answer(await fetch(`${base}/scim/v2x`))).toMatchObject({
+        status: 404,
+        body: { resourceType: 'OperationOutcome' },
+      });
     } finally {
       await standalone.close();
     }
@@ -309,6 +457,9 @@ describe('serve: the standalone server', () => {
   it('writes a backup of the running file store on SIGUSR2 (BACKUP_DIR), which opens as a store', async () => {
     const dataDir = tempDir();
     const backupDir = path.join(tempDir(), 'backups');
+    // What a serve killed mid-backup leaves: a temporary directory named for its (gone) process.
+    const stale = path.join(backupDir, `.backup-2020-01-01T00-00-00-000Z.tmp-${deadPid()}-${randomUUID()}`);
+    fs.mkdirSync(path.join(stale, 'projects'), { recursive: true });
     const port = await freePort();
     const child = spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
       DATA_DIR: dataDir,
@@ -327,6 +478,9 @@ describe('serve: the standalone server', () => {
     };
     try {
       expect(await waitFor('listening')).toBeDefined();
+      // Removed on start, before any SIGUSR2.
+      expect(await waitFor('stale backup directory removed')).toMatchObject({ level: 30, dir: stale });
+      expect(fs.existsSync(stale)).toBe(false);
       child.kill('SIGUSR2');
       const written = await waitFor('backup written');
       expect(written).toMatchObject({ level: 30, dir: expect.stringContaining(backupDir) });

@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:http';
 import net from 'node:net';
 import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
+import { fallbackErrorHandler } from '../../src/http/error-rendering.js';
 import { notFoundHandler, protectServer } from '../../src/http/server-limits.js';
 
 const servers: Server[] = [];
@@ -126,7 +127,9 @@ describe('protectServer requestTimeout and maxConnections, tried just over', () 
   function bodyApp(): express.Express {
     const app = express();
     app.get('/ok', (_req, res) => res.json({ ok: true }));
-    app.post('/echo', express.raw({ type: '*/*' }), (req, res) => res.json({ size: (req.body as Buffer).length }));
+    app.post('/echo', express.raw({ type: '*/*' }), (req, res) =>
+      res.json({ size: (req.body as Buffer).length }),
+    );
     app.use(notFoundHandler());
     return app;
   }
@@ -283,5 +286,158 @@ describe('protectServer against slow clients (slowloris)', () => {
         expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
       );
     }
+  });
+});
+
+/** A raw answer's status, media type and JSON body. */
+function parseAny(answer: { text: string; error?: string }) {
+  expect(answer.error).toBeUndefined();
+  const [head, body] = answer.text.split('\r\n\r\n', 2) as [string, string];
+  return {
+    status: Number(head.split(' ')[1]),
+    type: /content-type:\s*([^\r\n;]+)/i.exec(head)?.[1],
+    body: JSON.parse(body) as Record<string, unknown>,
+  };
+}
+
+const SCIM_ERROR = 'urn:ietf:params:scim:api:messages:2.0:Error';
+
+/** What a SCIM, an OAuth and a FHIR error answer of `status` look like. */
+const scim = (status: number) => ({
+  status,
+  type: 'application/scim+json',
+  body: { schemas: [SCIM_ERROR], status: String(status) },
+});
+const oauth = (status: number) => ({ status, type: 'application/json', body: { error: 'invalid_request' } });
+const fhir = (status: number) => ({
+  status,
+  type: 'application/fhir+json',
+  body: { resourceType: 'OperationOutcome' },
+});
+
+describe('errors no router answers, in the protocol of their path', () => {
+  it('protectServer: SCIM under /scim/v2, OAuth under /oauth2/token and /oauth2/jwks, FHIR elsewhere', async () => {
+    const host = express();
+    // Reads the body: its malformed chunk is refused by the parser before any answer.
+    host.post('/scim/v2/Users', express.raw({ type: '*/*' }), (_req, res) => res.json({}));
+    host.use(notFoundHandler());
+    const port = await listen(host);
+    const parens = '('.repeat(20_000);
+    const cases: [string, Buffer | string, object][] = [
+      [
+        'a SCIM filter of 20,000 parentheses',
+        `GET /scim/v2/Users?filter=${parens} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        scim(431),
+      ],
+      // Express routes paths case-insensitively: so does the choice of the format.
+      [
+        'oversized headers',
+        `GET /SCIM/v2/Users HTTP/1.1\r\nHost: x\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`,
+        scim(431),
+      ],
+      [
+        'an absolute-form target',
+        `GET http://x/scim/v2/Users?filter=${parens} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        scim(431),
+      ],
+      [
+        'a raw 0xFF byte in a SCIM path',
+        Buffer.concat([
+          Buffer.from('GET /scim/v2/Users/a'),
+          Buffer.from([0xff]),
+          Buffer.from(' HTTP/1.1\r\nHost: x\r\n\r\n'),
+        ]),
+        scim(400),
+      ],
+      [
+        'a malformed chunk of a SCIM body (after the headers)',
+        'POST /scim/v2/Users HTTP/1.1\r\nHost: x\r\nContent-Type: application/scim+json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n',
+        scim(400),
+      ],
+      [
+        'the token endpoint',
+        `POST /oauth2/token?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        oauth(431),
+      ],
+      ['the JWKS', `GET /oauth2/jwks?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, oauth(431)],
+      ['a path that only starts like SCIM', `GET /scim/v2x?${parens} HTTP/1.1\r\nHost: x\r\n\r\n`, fhir(431)],
+      ['FHIR', `GET /fhir/R4/Patient?name=${parens} HTTP/1.1\r\nHost: x\r\n\r\n`, fhir(431)],
+      ['garbage instead of HTTP', 'HELLO THERE\r\n\r\n', fhir(400)],
+    ];
+    for (const [name, request, expected] of cases) {
+      expect({ name, ...parseAny(await rawRequest(port, request)) }).toMatchObject({ name, ...expected });
+    }
+  });
+
+  it('protectServer writes nothing more after an answer already sent (a malformed body after a 404)', async () => {
+    const port = await listen(app());
+    const answer = await rawRequest(
+      port,
+      'POST /scim/v2/Users HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n',
+    );
+    expect(answer.text.match(/HTTP\/1\.1 /g)).toHaveLength(1);
+    expect(parseAny(answer)).toMatchObject(scim(404));
+  });
+
+  it("protectServer follows the server's maxHeaderSize and the errorPaths given", async () => {
+    const server = protectServer(createServer({ maxHeaderSize: 2048 }, app()), {
+      errorPaths: { scim: ['/api/scim'], oauth: [] },
+    });
+    servers.push(server);
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as net.AddressInfo).port;
+    const line = (target: string) => `GET ${target}?filter=${'('.repeat(3000)} HTTP/1.1\r\nHost: x\r\n\r\n`;
+    expect(parseAny(await rawRequest(port, line('/api/scim/Users')))).toMatchObject(scim(431));
+    expect(parseAny(await rawRequest(port, line('/scim/v2/Users')))).toMatchObject(fhir(431));
+    expect(parseAny(await rawRequest(port, line('/oauth2/token')))).toMatchObject(fhir(431));
+    for (const errorPaths of [
+      { scim: ['scim'] },
+      { scim: ['/scim/'] },
+      { oauth: '/token' },
+      { scm: ['/scim'] },
+    ]) {
+      expect(() => protectServer(createServer(), { errorPaths } as never)).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+      );
+    }
+  });
+
+  it('notFoundHandler and fallbackErrorHandler: a 404, a body too large before routing, a malformed URL', async () => {
+    const host = express();
+    // A host's own body parser before the routers: its 413 reaches the last error handler.
+    host.use(express.json({ limit: '100b', type: ['application/json', 'application/scim+json'] }));
+    host.get('/scim/v2/Users/:id', (_req, res) => res.json({}));
+    host.use(notFoundHandler());
+    host.use(fallbackErrorHandler({ onError: () => undefined }));
+    const port = await listen(host);
+    const base = `http://127.0.0.1:${port}`;
+    const answer = async (res: Response) => ({
+      status: res.status,
+      type: res.headers.get('content-type')?.split(';')[0],
+      body: (await res.json()) as Record<string, unknown>,
+    });
+    const big = JSON.stringify({ userName: 'x'.repeat(1000) });
+    const post = (path: string) =>
+      fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/scim+json' },
+        body: big,
+      });
+    expect(await answer(await post('/scim/v2/Users'))).toMatchObject(scim(413));
+    expect(await answer(await post('/oauth2/token'))).toMatchObject({ ...oauth(413), body: {} });
+    expect(await answer(await post('/fhir/R4/Patient'))).toMatchObject(fhir(413));
+    expect(await answer(await fetch(`${base}/scim/v2/Users/%E0%A4%A`))).toMatchObject(scim(400));
+    expect(await answer(await fetch(`${base}/scim/v2/Nothing`))).toMatchObject(scim(404));
+    expect(await answer(await fetch(`${base}/oauth2/token/more`, { method: 'POST' }))).toMatchObject(
+      oauth(404),
+    );
+    expect(await answer(await fetch(`${base}/nowhere`))).toMatchObject(fhir(404));
+    // A given errorPaths replaces the defaults.
+    const other = express();
+    other.use(notFoundHandler({ errorPaths: { scim: ['/api/scim'] } }));
+    const otherBase = `http://127.0.0.1:${await listen(other)}`;
+    expect(await answer(await fetch(`${otherBase}/api/scim/Users`))).toMatchObject(scim(404));
+    expect(await answer(await fetch(`${otherBase}/scim/v2/Users`))).toMatchObject(fhir(404));
   });
 });

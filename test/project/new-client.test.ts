@@ -14,6 +14,7 @@ const RULES: NewClientRules = {
   minClientTokenLifetime: 60,
   maxClientTokenLifetime: 86400,
   allowHttpJwksUri: false,
+  allowPrivateJwksAddresses: true,
 };
 
 const p = (...parameter: unknown[]) => ({ resourceType: 'Parameters', parameter });
@@ -187,5 +188,42 @@ describe('parseNewClientParameters', () => {
     ],
   ])('rejects %s', (_label, body, expression) => {
     expect(expressionOf(() => parseNewClientParameters(body, RULES))).toEqual([expression]);
+  });
+});
+
+describe('jwksUri addresses', () => {
+  // The probe's jwksUris (issue 28 item 7), and more non-public addresses.
+  const NON_PUBLIC = [
+    'http://127.0.0.1:5432/',
+    'http://[::1]:6379/',
+    'http://2130706433:5432/',
+    'https://169.254.169.254/latest/meta-data/',
+    'http://localhost:8080/jwks',
+    'https://10.0.0.5/jwks',
+    'https://192.168.1.10/jwks',
+    'https://100.64.0.1/jwks',
+    'https://0.0.0.0/jwks',
+    'https://[fd00::1]/jwks',
+    'https://[fe80::1]/jwks',
+    'https://[::ffff:127.0.0.1]/jwks',
+  ];
+  const jwksUri = (uri: string) => p(named, { name: 'jwksUri', valueUri: uri });
+  const strict = { ...RULES, allowPrivateJwksAddresses: false };
+
+  it.each(NON_PUBLIC)('refuses %s unless private addresses are allowed', (uri) => {
+    expect(expressionOf(() => parseNewClientParameters(jwksUri(uri), strict))).toEqual([
+      'Parameters.parameter[1].valueUri',
+    ]);
+    expect(parseNewClientParameters(jwksUri(uri), RULES).jwksUri).toBe(uri);
+  });
+
+  it('accepts public addresses and names (what a name resolves to is checked when fetching)', () => {
+    for (const uri of [
+      'https://keys.example.org/jwks.json',
+      'https://8.8.8.8/jwks',
+      'https://[2606:4700::1111]/j',
+    ]) {
+      expect(parseNewClientParameters(jwksUri(uri), strict).jwksUri).toBe(uri);
+    }
   });
 });

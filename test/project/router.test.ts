@@ -1,7 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import express from 'express';
 import request from 'supertest';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Principal } from '../../src/auth/principal.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { projectRouter, type ProjectRouterOptions } from '../../src/project/router.js';
@@ -464,6 +464,38 @@ describe('client applications', () => {
       [expression],
     );
     expect(await storage.listClients(project.id)).toEqual([]);
+  });
+
+  it('refuses a jwksUri on a loopback, private or link-local address with 400 when private addresses are not allowed (by default under NODE_ENV=production)', async () => {
+    const register = async (app: express.Express, projectId: string, uri: string) =>
+      postJson(
+        app,
+        `/Project/${projectId}/$new-client`,
+        adminOf(projectId),
+        params({ name: 'name', valueString: 'x' }, { name: 'jwksUri', valueUri: uri }),
+      );
+    const strict = setup({ allowPrivateJwksAddresses: false });
+    const project = await init(strict.app);
+    for (const uri of ['http://127.0.0.1:5432/', 'http://[::1]:6379/', 'https://169.254.169.254/latest']) {
+      expectOutcome(await register(strict.app, project.id, uri), 400, 'invalid', [
+        'Parameters.parameter[1].valueUri',
+      ]);
+    }
+    expect(await strict.storage.listClients(project.id)).toEqual([]);
+    expect((await register(strict.app, project.id, 'https://keys.example.org/jwks')).status).toBe(201);
+
+    vi.stubEnv('NODE_ENV', 'production');
+    try {
+      const production = setup();
+      const other = await init(production.app);
+      expectOutcome(await register(production.app, other.id, 'http://2130706433:5432/'), 400, 'invalid');
+    } finally {
+      vi.unstubAllEnvs();
+    }
+    // Outside production (these tests), loopback JWKS servers are allowed by default.
+    const development = setup();
+    const third = await init(development.app);
+    expect((await register(development.app, third.id, 'http://127.0.0.1:5432/')).status).toBe(201);
   });
 
   it('revokes clients with $revoke-client or DELETE, only within the project', async () => {

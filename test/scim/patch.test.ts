@@ -117,6 +117,25 @@ describe('applyScimPatch', () => {
     ).toBeUndefined();
   });
 
+  it('unassigns a removed single-valued attribute (remove, or a null value); what cannot go is a 400', () => {
+    // The engine leaves `active` unassigned; the user service gives it its default (true).
+    for (const op of [
+      { op: 'remove', path: 'active' },
+      { op: 'replace', path: 'active', value: null },
+      { op: 'replace', value: { active: null } },
+    ]) {
+      expect(patch({ ...base(), active: false }, op)).not.toHaveProperty('active');
+    }
+    expect(patch({ ...base(), externalId: 'x' }, { op: 'remove', path: 'externalId' })).not.toHaveProperty(
+      'externalId',
+    );
+    expect(failure(() => patch(base(), { op: 'remove', path: 'userType' }))).toBe('mutability');
+    expect(failure(() => patch(base(), { op: 'remove', path: 'id' }))).toBe('mutability');
+    expect(failure(() => patch(base(), { op: 'remove', path: 'meta.created' }))).toBe('mutability');
+    // A required value missing (RFC 7644 §3.12).
+    expect(failure(() => patch(base(), { op: 'remove', path: 'userName' }))).toBe('invalidValue');
+  });
+
   it('handles the enterprise extension, including Entra manager strings', () => {
     const out = patch(
       base(),

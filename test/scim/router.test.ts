@@ -254,6 +254,55 @@ describe('scimRouter: users', () => {
     expect((await a.get(`/Users/${created.id}`)).body.meta.version).toBe('W/"2"');
   });
 
+  it('PATCH remove of active sets it to its default (true, as a user created without it); other removes apply or answer 400', async () => {
+    const { a, storage } = await setup({ defaultUserType: 'Practitioner' });
+    const created = (await a.post('/Users', newUser({ active: false }))).body;
+    expect(created.active).toBe(false);
+    const path = `/Users/${created.id}`;
+    const removed = await a.patch(path, patchOp({ op: 'remove', path: 'active' }));
+    expect(removed.status).toBe(200);
+    expect(removed.body.active).toBe(true);
+    expect(removed.body.meta.version).toBe('W/"2"');
+    expect((await storage.readUser('proj-a', created.id)).active).toBe(true);
+    // A null value unassigns too (RFC 7644 §3.5.2), with a path or without.
+    for (const unassign of [
+      { op: 'replace', path: 'active', value: null },
+      { op: 'replace', value: { active: null } },
+    ]) {
+      expect(
+        (await a.patch(path, patchOp({ op: 'replace', path: 'active', value: false }))).body.active,
+      ).toBe(false);
+      expect((await a.patch(path, patchOp(unassign))).body.active).toBe(true);
+    }
+    // Removing active from an active user changes nothing (no new version).
+    const { version } = (await a.get(path)).body.meta;
+    const again = await a.patch(path, patchOp({ op: 'remove', path: 'active' }));
+    expect(again.body).toMatchObject({ active: true, meta: { version } });
+    // Other attributes are removed, the profile following.
+    const others = await a.patch(
+      path,
+      patchOp(
+        { op: 'remove', path: 'externalId' },
+        { op: 'remove', path: 'name.givenName' },
+        { op: 'remove', path: 'emails[type eq "work"]' },
+      ),
+    );
+    expect(others.status).toBe(200);
+    expect(others.body).not.toHaveProperty('externalId');
+    expect(others.body).not.toHaveProperty('emails');
+    expect(others.body.name).toEqual({ familyName: 'Liddell' });
+    const user = await storage.readUser('proj-a', created.id);
+    expect(user.externalId).toBeUndefined();
+    const profile = await storage.readResource('proj-a', 'Practitioner', user.profileId);
+    expect(profile.name).toEqual([{ use: 'official', family: 'Liddell' }]);
+    expect(profile).not.toHaveProperty('telecom');
+    // What cannot be removed is refused, never answered 200 unchanged (even with a defaultUserType).
+    expectScimError(await a.patch(path, patchOp({ op: 'remove', path: 'userType' })), 400, 'mutability');
+    expectScimError(await a.patch(path, patchOp({ op: 'remove', path: 'userName' })), 400, 'invalidValue');
+    expectScimError(await a.patch(path, patchOp({ op: 'remove', path: 'groups' })), 400, 'mutability');
+    expect((await a.get(path)).body.meta.version).toBe(others.body.meta.version);
+  });
+
   it('honours If-Match and If-None-Match', async () => {
     const { a, agent, admin } = await setup();
     const created = (await a.post('/Users', newUser())).body;

@@ -1,6 +1,8 @@
+import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
@@ -285,5 +287,95 @@ describe('fileStorage backup', () => {
     const copy = await fileStorage({ dir: target });
     expect(await patients(copy)).toEqual(['a:a@1', 'b:b@1']);
     await copy.close();
+  });
+});
+
+const killedBackup = fileURLToPath(new URL('./fixtures/backup-killed.ts', import.meta.url));
+
+/** A pid of no process: a child that has exited (and been reaped). */
+function deadPid(): number {
+  return spawnSync(process.execPath, ['-e', '']).pid;
+}
+
+describe('fileStorage backup: temporary directories left behind', () => {
+  it('a backup killed mid-copy: the next backup into the same parent removes its temporary directory', async () => {
+    const dir = tempDir('fpk-backup-');
+    const storage = await newStore(dir);
+    await storage.createResource('p1', patient('a'));
+    await storage.close();
+    const parent = tempDir('fpk-backup-to-');
+    const child = spawn(process.execPath, ['--import', 'tsx', killedBackup, dir, path.join(parent, 'copy')], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        if (chunk.toString().includes('copying')) resolve();
+      });
+      child.on('exit', () => reject(new Error(`the backup ended before copying: ${stderr}`)));
+    });
+    child.kill('SIGKILL');
+    await exited;
+    const [left, ...more] = fs.readdirSync(parent);
+    expect(more).toEqual([]);
+    expect(left).toMatch(/^\.copy\.tmp-/);
+    expect(fs.readdirSync(path.join(parent, left!))).toContain('projects');
+
+    const again = await fileStorage({ dir });
+    try {
+      await again.backup(path.join(parent, 'copy'));
+    } finally {
+      await again.close();
+    }
+    expect(fs.readdirSync(parent)).toEqual(['copy']);
+  });
+
+  it('keeps the temporary directory of a backup under way (in this process or another live one) and other names', async () => {
+    const dir = tempDir('fpk-backup-');
+    const parent = tempDir('fpk-backup-to-');
+    let second: Promise<unknown> | undefined;
+    // When the first backup opens its first copied file, a second backup into the same parent
+    // starts, and looks for temporary directories left behind while the first one writes its own.
+    const hook: FaultHook = (op, file) => {
+      if (op === 'open' && file.startsWith(parent)) second ??= storage.backup(path.join(parent, 'second'));
+    };
+    const storage = await createFileStorage({ dir, compartment: R4_PATIENT_COMPARTMENT }, undefined, {
+      faults: hook,
+    });
+    await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+    // 250 Patients of about 20 KB: a 5 MB log to copy.
+    const text = { status: 'generated', div: `<div>${'x'.repeat(20_000)}</div>` };
+    await storage.writeResources(
+      'p1',
+      Array.from({ length: 250 }, (_, i) => ({
+        op: 'create' as const,
+        resource: { ...patient(`s${i}`), text },
+      })),
+    );
+    const dead = `.first.tmp-${deadPid()}-${randomUUID()}`;
+    // A backup of another process that still runs (the test runner's parent).
+    const live = `.first.tmp-${process.ppid}-${randomUUID()}`;
+    // Left by an earlier process that had this pid (a restarted container): no backup here writes it.
+    const reused = `.first.tmp-${process.pid}-${randomUUID()}`;
+    // Names not of a backup's temporary directory.
+    const others = ['.first.tmp', `.first.tmp-${deadPid()}`, `first.tmp-${deadPid()}-${randomUUID()}`];
+    for (const name of [dead, live, reused, ...others])
+      fs.mkdirSync(path.join(parent, name, 'projects'), { recursive: true });
+
+    await storage.backup(path.join(parent, 'first'));
+    expect(second).toBeDefined();
+    await second;
+    await storage.close();
+    expect(fs.readdirSync(parent).sort()).toEqual(['first', 'second', live, ...others].sort());
+    for (const name of ['first', 'second']) {
+      const copy = await fileStorage({ dir: path.join(parent, name) });
+      try {
+        expect(await patients(copy)).toHaveLength(250);
+      } finally {
+        await copy.close();
+      }
+    }
   });
 });

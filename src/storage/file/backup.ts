@@ -3,13 +3,14 @@
  * between two batches, taken while it keeps serving, that opens as a store of its own.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, type Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { InvalidOptionError } from '../../errors.js';
 import { CommitLog } from './commit-log.js';
 import { pathExists, syncDir } from './durable-json-file.js';
 import type { FaultHook } from './faults.js';
+import { processAlive } from './live-process.js';
 import type { LogFile, Segment } from './log-file.js';
 import type { StoreFiles } from './store-files.js';
 
@@ -66,6 +67,46 @@ export async function checkBackupTarget(storeDir: string, target: unknown): Prom
 }
 
 /**
+ * A backup's temporary directory, next to its target: `.<target name>.tmp-<pid>-<uuid>`, the pid
+ * of the process writing it.
+ */
+const TEMP_NAME = /^\..+\.tmp-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** The temporary directories backups of this process are writing (of every store). */
+const writing = new Set<string>();
+
+/**
+ * Removes the temporary directories that backups killed mid-copy left in `parent` (a backup that
+ * fails otherwise removes its own): those named for a process that no longer runs, or for this
+ * process when no backup of it writes there (an earlier process had the pid, as a restarted
+ * container does). Another live process's are kept: it may be writing them. Best effort: one
+ * that cannot be removed is left for the next time. Answers the paths removed.
+ */
+export async function removeStaleBackupTemps(parent: string): Promise<string[]> {
+  let entries: Dirent[];
+  try {
+    entries = await fs.readdir(parent, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const entry of entries) {
+    const pid = entry.isDirectory() ? TEMP_NAME.exec(entry.name)?.[1] : undefined;
+    if (pid === undefined) continue;
+    const temp = path.join(parent, entry.name);
+    const live = Number(pid) === process.pid ? writing.has(temp) : processAlive(Number(pid));
+    if (live) continue;
+    try {
+      await fs.rm(temp, { recursive: true, force: true });
+      removed.push(temp);
+    } catch {
+      // Left for the next backup.
+    }
+  }
+  return removed;
+}
+
+/**
  * Runs in the writer between batches (synchronously: no batch may commit meanwhile), so every
  * log's size is its committed end and `seq` the last committed batch: pins each log's open file
  * (compaction and project deletion then leave it open until the copy is done) and reads
@@ -90,8 +131,9 @@ export function freezeStore(files: StoreFiles, seq: number, takenAt: string): Fr
 }
 
 /**
- * Writes the frozen store into `target`: into a temporary sibling directory first, every file and
- * directory synced, then renamed into place (a backup that fails half-way leaves no `target`).
+ * Writes the frozen store into `target`: into a temporary sibling directory first (see
+ * `TEMP_NAME`), every file and directory synced, then renamed into place (a backup that fails
+ * half-way leaves no `target`, and removes its temporary directory unless killed).
  * `commit.log` holds the frozen seq; there is no `batch.log` (the logs hold every committed record),
  * no index files and no export snapshots. Unpins the logs whatever happens.
  */
@@ -100,7 +142,11 @@ export async function writeBackup(
   target: string,
   faults?: FaultHook,
 ): Promise<FileStoreBackup> {
-  const temp = path.join(path.dirname(target), `.${path.basename(target)}.tmp-${randomUUID()}`);
+  const temp = path.join(
+    path.dirname(target),
+    `.${path.basename(target)}.tmp-${process.pid}-${randomUUID()}`,
+  );
+  writing.add(temp);
   let bytes = frozen.directory.length;
   try {
     faults?.('mkdir', temp);
@@ -130,6 +176,7 @@ export async function writeBackup(
     await fs.rm(temp, { recursive: true, force: true }).catch(() => undefined);
     throw error;
   } finally {
+    writing.delete(temp);
     for (const log of frozen.logs) log.segment.unpin();
   }
   return { dir: target, takenAt: frozen.takenAt, logs: frozen.logs.length, bytes };

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
 import { EngineStorage } from '../engine/engine-storage.js';
-import { checkBackupTarget, writeBackup, type FileStoreBackup } from './backup.js';
+import { checkBackupTarget, removeStaleBackupTemps, writeBackup, type FileStoreBackup } from './backup.js';
 import { FileBackend } from './file-backend.js';
 import type { FaultHook } from './faults.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
@@ -61,6 +61,15 @@ export interface FileStore extends Storage {
    *   at `dir`.
    */
   backup(dir: string): Promise<FileStoreBackup>;
+  /**
+   * Removes from `dir` the temporary directories (`.<name>.tmp-<pid>-<uuid>`) of backups killed
+   * mid-copy: those of a process that no longer runs, or of this process's pid when no backup of
+   * this process writes them (an earlier process had the pid). `backup` does it in its target's
+   * parent; call it at start for a directory backups go to. Never touches a backup under way nor
+   * any other name; one that cannot be removed is left for the next time.
+   * @returns The directories removed (absolute); none when `dir` does not exist.
+   */
+  removeStaleBackupTemps(dir: string): Promise<string[]>;
 }
 
 class FileStorage extends EngineStorage implements FileStore {
@@ -93,12 +102,18 @@ class FileStorage extends EngineStorage implements FileStore {
   async backup(dir: string): Promise<FileStoreBackup> {
     this.engine.assertOpen();
     const target = await checkBackupTarget(this.backend.dir, dir);
+    // Before the store is frozen: the logs stay pinned only for the copy.
+    await removeStaleBackupTemps(path.dirname(target));
     const frozen = await this.engine.enqueueWrite((w) => this.backend.freeze(w.now().iso));
     try {
       return await writeBackup(frozen, target, this.faults);
     } catch (error) {
       throw unavailable(error, `The file store could not write a backup into ${target}`);
     }
+  }
+
+  removeStaleBackupTemps(dir: string): Promise<string[]> {
+    return removeStaleBackupTemps(path.resolve(dir));
   }
 
   /** Open, and its directory still there and writable (a removed or read-only mount is not ready). */
