@@ -313,6 +313,29 @@ export const SERVE_SETTINGS = {
       'on SIGTERM or SIGINT, how long requests still running may finish before their connections are cut',
     read: integer(10_000, 0),
   },
+  auditMaxUrlLength: {
+    env: 'AUDIT_MAX_URL_LENGTH',
+    flag: '--audit-max-url-length <chars>',
+    defaultText: '1024',
+    description:
+      'longest request text (path and query, claimed client id and scope) the audit event of a refusal keeps; longer ones are cut',
+    read: integer(1024, 1, 65_536),
+  },
+  auditRefusalWindowMs: {
+    env: 'AUDIT_REFUSAL_WINDOW_MS',
+    flag: '--audit-refusal-window-ms <ms>',
+    defaultText: '60000',
+    description:
+      'refusals from one source are recorded as the first one and a count per window of this length (`0`: one event each)',
+    read: integer(60_000, 0, 3_600_000),
+  },
+  auditMaxRefusalSources: {
+    env: 'AUDIT_MAX_REFUSAL_SOURCES',
+    flag: '--audit-max-refusal-sources <n>',
+    defaultText: '1000',
+    description: 'sources whose refusals are counted apart in a window; further ones are counted together',
+    read: integer(1000, 1, 1_000_000),
+  },
   logLevel: {
     env: 'LOG_LEVEL',
     flag: '--log-level <level>',

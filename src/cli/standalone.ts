@@ -106,7 +106,12 @@ export async function startStandalone(
             token: { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } },
           }),
       // Durable audit: an acknowledged request's event survives the process being killed.
-      audit: { journalDir: path.join(config.dataDir, 'audit-journal') },
+      audit: {
+        journalDir: path.join(config.dataDir, 'audit-journal'),
+        maxUrlLength: config.auditMaxUrlLength,
+        refusalWindowMs: config.auditRefusalWindowMs,
+        maxRefusalSources: config.auditMaxRefusalSources,
+      },
     });
     const app = express();
     app.disable('x-powered-by');

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
+import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
@@ -84,6 +85,16 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       idleInTransactionTimeoutMs: values.databaseIdleInTransactionTimeoutMs,
       closeTimeoutMs: values.databaseCloseTimeoutMs,
     }).toEqual(POSTGRES_POOL_DEFAULTS);
+    const audit = resolveAuditOptions('test', {});
+    expect({
+      maxUrlLength: values.auditMaxUrlLength,
+      refusalWindowMs: values.auditRefusalWindowMs,
+      maxRefusalSources: values.auditMaxRefusalSources,
+    }).toEqual({
+      maxUrlLength: audit.maxUrlLength,
+      refusalWindowMs: audit.refusalWindowMs,
+      maxRefusalSources: audit.maxRefusalSources,
+    });
   });
 });
 
