@@ -1,7 +1,7 @@
 import type { FhirPathAtom, TypedValue } from '@medplum/core';
 import { R4_RESOURCE_TYPES } from '../fhir/resource-types.js';
 import type { SearchParamType } from './search-request.js';
-import { expressionValueTypes, type JsonSchemaDefinitions } from './value-types.js';
+import { expressionValueTypes, resolveChoiceAs, type JsonSchemaDefinitions } from './value-types.js';
 
 /**
  * One alternative (`|`) of a search parameter's FHIRPath expression that applies to one resource
@@ -127,7 +127,7 @@ function branchesFor(
       branch = raw.replace(/^(\(*)(?:Domain)?Resource\b/, `$1${resourceType}`);
     } else continue;
     const m = RESOLVE_IS.exec(branch);
-    const expr = m ? branch.slice(0, m.index) : branch;
+    const expr = resolveChoiceAs(m ? branch.slice(0, m.index) : branch, resourceType, defs);
     out.push(
       Object.freeze({
         expression: expr,
@@ -179,24 +179,23 @@ export function buildSearchRegistry(
     for (const c of raw.component ?? []) {
       const target = c.definition === undefined ? undefined : byUrl.get(c.definition);
       if (!target?.code || !target.type || !c.expression || !TYPES.has(target.type)) continue;
-      expressions.add(c.expression);
       const base = branches[0]?.expression ?? resourceType;
+      const parts = splitUnion(c.expression).map((e) => resolveChoiceAs(e, base, schema));
+      const expression = parts.join(' | ');
+      expressions.add(expression);
+      const valueTypes = parts.flatMap((e) =>
+        expressionValueTypes(
+          e.startsWith('%resource.') ? `${resourceType}${e.slice(9)}` : `${base}.${e}`,
+          schema,
+        ),
+      );
       components.push(
         Object.freeze({
           code: target.code,
           definition: c.definition!,
           type: target.type as SearchParamType,
-          expression: c.expression,
-          valueTypes: Object.freeze([
-            ...new Set(
-              splitUnion(c.expression).flatMap((e) =>
-                expressionValueTypes(
-                  e.startsWith('%resource.') ? `${resourceType}${e.slice(9)}` : `${base}.${e}`,
-                  schema,
-                ),
-              ),
-            ),
-          ]),
+          expression,
+          valueTypes: Object.freeze([...new Set(valueTypes)]),
         }),
       );
     }

@@ -113,3 +113,30 @@ export function expressionValueTypes(expression: string, defs: JsonSchemaDefinit
   }
   return types;
 }
+
+const capitalize = (s: string): string => s[0]!.toUpperCase() + s.slice(1);
+
+/**
+ * Rewrites each `x.as(T)` / `(… .x as T)` of a choice element into its JSON name `xT`
+ * (`Observation.value.as(Quantity)` → `Observation.valueQuantity`), when `root` has that element.
+ * `@medplum/core`'s `as` keeps every value (an `onsetRange` passes `.as(Age)`), the JSON name
+ * selects exactly the one type. Other expressions are answered unchanged.
+ */
+export function resolveChoiceAs(expression: string, root: string, defs: JsonSchemaDefinitions): string {
+  const rewritten = expression
+    .replace(
+      /^\((.+?)\.([a-z][A-Za-z0-9]*) as ([A-Za-z]+)\)/,
+      (_, head: string, name: string, type: string) => `${head}.${name}${capitalize(type)}`,
+    )
+    .replace(
+      /^(.+?)\.([a-z][A-Za-z0-9]*) as ([A-Za-z]+)$/,
+      (_, head: string, name: string, type: string) => `${head}.${name}${capitalize(type)}`,
+    )
+    .replace(
+      /(^|\.)([a-z][A-Za-z0-9]*)\.as\(([A-Za-z]+)\)/g,
+      (_, dot: string, name: string, type: string) => `${dot}${name}${capitalize(type)}`,
+    );
+  if (rewritten === expression) return expression;
+  const probe = rewritten.startsWith(`${root}.`) ? rewritten : `${root}.${rewritten}`;
+  return expressionValueTypes(probe, defs).length > 0 ? rewritten : expression;
+}
