@@ -190,7 +190,7 @@ export async function parseSearch(
   }
 
   const { request } = parsed;
-  const query: ResourceQuery = { count: request.count };
+  const query: ResourceQuery = { count: request.count, search: request };
   if (request.offset > 0) query.offset = request.offset;
   if (sort !== undefined) query.sort = sort;
   let ids: string[] | undefined;
