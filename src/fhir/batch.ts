@@ -25,7 +25,7 @@ import {
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
 import { isResourceType } from './resource-types.js';
-import type { ParseSearchOptions } from './search.js';
+import type { SearchQueryOptions } from './search-query.js';
 
 /** Options of {@link processBundle}. */
 export interface BundleProcessingOptions {
@@ -36,7 +36,7 @@ export interface BundleProcessingOptions {
   /** `Prefer: return=minimal`: leave the resources out of the response entries. */
   returnMinimal?: boolean;
   /** Search options for GET entries. */
-  search?: ParseSearchOptions;
+  search?: SearchQueryOptions;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
   /**

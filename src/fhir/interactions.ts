@@ -5,7 +5,8 @@ import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
-import { parseSearchParams, type ParseSearchOptions, type ParsedSearch } from './search.js';
+import type { SearchResolver } from '../search/match.js';
+import { parseSearch, type ParsedSearch, type SearchQueryOptions } from './search-query.js';
 
 /**
  * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
@@ -87,8 +88,8 @@ export async function conditionalMatches(
   criteria: string,
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
-  const { query } = parseSearchParams(type, params, { strict: true });
   authorize(ctx, type, 'search');
+  const { query } = await parseSearch(type, params, {}, storeResolver(ctx));
   const page = await ctx.storage.searchResources(ctx.projectId, type, { ...query, offset: 0, count: 2 });
   return page.resources;
 }
@@ -209,7 +210,23 @@ export interface SearchOutcome extends ParsedSearch {
 }
 
 /**
- * `GET [base]/[type]?…`: one page of matches (see `parseSearchParams` for what is supported), only
+ * How a chained or reverse-chained search reads the resources of another type: every current one of
+ * the principal's project, each type authorized for search first (a chain must not reveal what the
+ * principal may not search).
+ */
+function storeResolver(ctx: FhirContext): SearchResolver {
+  return {
+    async *resources(resourceType) {
+      checkType(resourceType);
+      authorize(ctx, resourceType, 'search');
+      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {});
+      yield* page.resources;
+    },
+  };
+}
+
+/**
+ * `GET [base]/[type]?…`: one page of matches (see `parseSearch` for what is supported), only
  * ever of the principal's project.
  * @see https://hl7.org/fhir/R4/http.html#search
  */
@@ -217,11 +234,11 @@ export async function searchResources(
   ctx: FhirContext,
   type: string,
   params: Iterable<readonly [string, string]>,
-  options: ParseSearchOptions = {},
+  options: SearchQueryOptions = {},
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
-  const parsed = parseSearchParams(type, params, options);
+  const parsed = await parseSearch(type, params, options, storeResolver(ctx));
   const page = await ctx.storage.searchResources(ctx.projectId, type, parsed.query);
   return { ...parsed, page };
 }

@@ -220,7 +220,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
       returnMinimal: returnPreference(prefer, config.defaultReturn) === 'minimal',
-      search: { ...searchOptions, strict: prefer.handling === 'strict' },
+      search: { ...searchOptions, lenient: prefer.handling === 'lenient' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
     });
@@ -246,7 +246,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const params = new URL(req.originalUrl, 'http://x').searchParams;
         const result = await searchResources(contextOf(req), type, params, {
           ...searchOptions,
-          strict: prefer.handling === 'strict',
+          lenient: prefer.handling === 'lenient',
         });
         if (audit) auditAccess(req, res, searchAccess(type, queryString(req), result.page.resources));
         sendFhir(res, 200, buildSearchBundle(base(req), type, result));

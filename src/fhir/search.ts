@@ -137,8 +137,9 @@ function referencePredicate(
 }
 
 /**
- * Turns the search parameters of a type-level search (`GET /{type}?…`, or one `_typeFilter` query
- * of a bulk export) into a storage query. Supported: `_id` (comma list), `identifier` (token; the
+ * Turns the search parameters of one `_typeFilter` query of a bulk export into a storage query (the
+ * FHIR search itself goes through `parseSearch` and the search module; `_typeFilter` moves there
+ * next). Supported: `_id` (comma list), `identifier` (token; the
  * first such parameter becomes `query.identifier`, answered by the store's identifier index),
  * `_lastUpdated` (`eq` `gt` `ge` `lt` `le`, partial dates as ranges), `_sort` (`_lastUpdated`,
  * `_id`, either descending with `-`),

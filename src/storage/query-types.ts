@@ -1,3 +1,4 @@
+import type { SearchRequest } from '../search/search-request.js';
 import type { FhirResource, StoredResource } from './types.js';
 
 /*
@@ -41,6 +42,13 @@ export interface ResourceQuery {
    * caller's thread; adapters call it on a private copy.
    */
   where?: (resource: StoredResource) => boolean;
+  /**
+   * The parsed FHIR search this query answers (plain, structured-cloneable data), when it comes
+   * from one. Today the fields above and `where` decide and an adapter may ignore it; it is what a
+   * store with search indexes (PostgreSQL's SQL translation, the file store's indexes) will answer
+   * from instead. @see https://hl7.org/fhir/R4/search.html
+   */
+  search?: SearchRequest;
   /** Default: `_lastUpdated`, ties broken by id. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /** Number of matches to skip. @default 0 */

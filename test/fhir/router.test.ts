@@ -471,19 +471,27 @@ describe('search', () => {
     expectOutcome(await request(t.app).get(`${BASE}/Patient?_count=-3`).set('Authorization', auth()), 400);
   });
 
-  it('ignores unknown parameters leniently and rejects them under handling=strict', async () => {
+  it('rejects unknown parameters with 400, and ignores them under handling=lenient', async () => {
     await create(patient());
-    const lenient = await request(t.app).get(`${BASE}/Patient?family=Smith`).set('Authorization', auth());
+    const strict = await request(t.app).get(`${BASE}/Patient?nickname=Smith`).set('Authorization', auth());
+    expectOutcome(strict, 400, 'invalid');
+    expect(strict.body.issue[0].expression).toEqual(['nickname']);
+    const lenient = await request(t.app)
+      .get(`${BASE}/Patient?nickname=Smith`)
+      .set('Authorization', auth())
+      .set('Prefer', 'handling=lenient');
     expect(lenient.status).toBe(200);
     expect(lenient.body.total).toBe(1);
     const outcome = lenient.body.entry.find((e: { search: { mode: string } }) => e.search.mode === 'outcome');
     expect(outcome.resource.issue[0].code).toBe('not-supported');
-    expect(lenient.body.link[0].url).not.toContain('family');
-    const strict = await request(t.app)
-      .get(`${BASE}/Patient?family=Smith`)
-      .set('Authorization', auth())
-      .set('Prefer', 'handling=strict');
-    expectOutcome(strict, 400);
+    expect(lenient.body.link[0].url).not.toContain('nickname');
+    expectOutcome(
+      await request(t.app)
+        .get(`${BASE}/Patient?nickname=Smith`)
+        .set('Authorization', auth())
+        .set('Prefer', 'handling=strict'),
+      400,
+    );
   });
 });
 

@@ -1,0 +1,250 @@
+import { AUDIT_EVENT_TYPE } from '../audit/access-rule.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/search-params.js';
+import { FhirError } from '../http/http-error.js';
+import { loadSearchRegistry } from '../search/definitions.js';
+import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
+import { parseSearchRequest } from '../search/parse.js';
+import type { ParameterFilter, SearchFilter, SearchRequest } from '../search/search-request.js';
+import type { IdentifierToken, ResourceQuery, StoredResource } from '../storage/types.js';
+import { patientSearchParams } from './compartment.js';
+
+/** Options of {@link parseSearch}. */
+export interface SearchQueryOptions {
+  /**
+   * `Prefer: handling=lenient`: unknown or unsupported parameters are ignored (and listed) instead
+   * of answering 400. @default false
+   */
+  lenient?: boolean;
+  /** Page size when `_count` is absent. @default 20 */
+  defaultCount?: number;
+  /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
+  maxCount?: number;
+}
+
+/** A type-level search, parsed and turned into a storage query. */
+export interface ParsedSearch {
+  /** What to ask `storage.searchResources`. */
+  query: ResourceQuery;
+  /** The parsed search (plain data). */
+  request: SearchRequest;
+  /** Names of the parameters that were ignored (lenient handling only), in request order. */
+  ignored: string[];
+  /** The parameters applied, without paging: what a `self` / `next` link repeats. */
+  applied: [string, string][];
+}
+
+/** Sort orders the stores answer today. */
+const STORE_SORTS = new Set(['_lastUpdated', '-_lastUpdated', '_id', '-_id']);
+/** Result parameters parsed by the search module that this server does not render yet. */
+const NOT_RENDERED = new Set(['_include', '_revinclude', '_elements']);
+/** Prefixes of one `_lastUpdated` value the stores' range index answers exactly. */
+const RANGE_PREFIXES = new Set(['eq', 'gt', 'ge', 'lt', 'le']);
+
+/**
+ * The `[ge, lt)` bounds, on `meta.lastUpdated` in epoch ms, of a one-value `_lastUpdated` filter
+ * with one of `RANGE_PREFIXES`. Exact, not only a narrowing: the stores write `meta.lastUpdated`
+ * to the millisecond, whose range `[t, t + 1)` the R4 prefixes turn into these bounds.
+ */
+function lastUpdatedRange(filter: ParameterFilter): { ge?: number; lt?: number } | undefined {
+  const [value] = filter.values;
+  if (filter.modifier !== undefined || filter.values.length !== 1 || value?.type !== 'date') return undefined;
+  if (!RANGE_PREFIXES.has(value.prefix)) return undefined;
+  switch (value.prefix) {
+    case 'gt':
+      return { ge: value.end };
+    case 'ge':
+      return { ge: value.start };
+    case 'lt':
+      return { lt: value.start };
+    case 'le':
+      return { lt: value.end };
+    default:
+      return { ge: value.start, lt: value.end };
+  }
+}
+
+/** The ids of a plain `_id` filter (codes without system), or undefined. */
+function idsOf(filter: ParameterFilter): string[] | undefined {
+  if (filter.modifier !== undefined) return undefined;
+  const ids: string[] = [];
+  for (const v of filter.values) {
+    if (v.type !== 'token' || v.code === undefined || v.system !== undefined || v.typeSystem !== undefined) {
+      return undefined;
+    }
+    ids.push(v.code);
+  }
+  return ids;
+}
+
+/** The store's identifier tokens of a plain `identifier` filter, or undefined. */
+function identifierTokens(filter: ParameterFilter): IdentifierToken[] | undefined {
+  if (filter.modifier !== undefined) return undefined;
+  const tokens: IdentifierToken[] = [];
+  for (const v of filter.values) {
+    if (v.type !== 'token' || v.text !== undefined || v.typeSystem !== undefined) return undefined;
+    tokens.push({
+      ...(v.system === undefined ? {} : { system: v.system }),
+      ...(v.code === undefined ? {} : { value: v.code }),
+    });
+  }
+  return tokens;
+}
+
+/** The patient ids of a reference filter on a compartment parameter naming Patients only, or undefined. */
+function patientIds(resourceType: string, filter: ParameterFilter): string[] | undefined {
+  if (filter.modifier !== undefined || !patientSearchParams(resourceType).includes(filter.code)) return undefined;
+  if (filter.targetType !== undefined && filter.targetType !== 'Patient') return undefined;
+  const ids: string[] = [];
+  for (const v of filter.values) {
+    if (v.type !== 'reference' || v.resourceType !== 'Patient' || v.id === undefined) return undefined;
+    ids.push(v.id);
+  }
+  return ids;
+}
+
+const intersect = (a: string[] | undefined, b: string[]): string[] =>
+  a === undefined ? [...new Set(b)] : a.filter((x) => b.includes(x));
+
+/**
+ * Parses a type-level search (`GET [base]/[type]?…`, a batch `GET` entry, a conditional
+ * interaction's criteria) with the R4 search module (`src/search`) and turns it into a storage
+ * query: the parts the stores index (`_id`, one-value `_lastUpdated`, the first plain `identifier`,
+ * Patient references of compartment parameters) narrow the candidates, and a predicate compiled
+ * from every other filter (`where`) decides. Chains and `_has` read the resources they need through
+ * `resolver` (400 without one). `AuditEvent`'s own parameters keep their predicates
+ * (`auditSearchPredicate`: an agent's bare id also matches its identifier).
+ *
+ * Not yet answered (400, or ignored under lenient handling): `_include`, `_revinclude`,
+ * `_elements`, `_summary` other than `count` and `false`, `_sort` other than one of `_lastUpdated`
+ * and `_id` (either descending).
+ * @see https://hl7.org/fhir/R4/search.html
+ */
+export async function parseSearch(
+  resourceType: string,
+  params: Iterable<readonly [string, string]>,
+  options: SearchQueryOptions = {},
+  resolver?: SearchResolver,
+): Promise<ParsedSearch> {
+  const registry = await loadSearchRegistry();
+  const lenient = options.lenient ?? false;
+  const all = [...params];
+  const ignoredNames = new Set<number>();
+  const appliedHere: number[] = [];
+  const rest: [string, string][] = [];
+  const restIndex: number[] = [];
+  const auditTests: ((resource: StoredResource) => boolean)[] = [];
+  let sort: ResourceQuery['sort'];
+
+  all.forEach(([rawName, value], index) => {
+    const colon = rawName.indexOf(':');
+    const code = colon === -1 ? rawName : rawName.slice(0, colon);
+    const modifier = colon === -1 ? undefined : rawName.slice(colon + 1);
+    const unsupported = (why: string): void => {
+      if (!lenient) throw new FhirError(400, 'not-supported', why, { expression: [rawName] });
+      ignoredNames.add(index);
+    };
+    if (resourceType === AUDIT_EVENT_TYPE && AUDIT_EVENT_SEARCH_PARAMS.includes(code)) {
+      const test = auditSearchPredicate(code, modifier, value);
+      if (test === undefined) unsupported(`Unsupported search modifier on ${rawName}`);
+      else {
+        auditTests.push(test);
+        appliedHere.push(index);
+      }
+      return;
+    }
+    if (NOT_RENDERED.has(code)) return unsupported(`${code} is not supported yet`);
+    if (code === '_summary' && value !== 'count' && value !== 'false' && value !== '') {
+      return unsupported('_summary supports only count and false');
+    }
+    if (code === '_sort' && modifier === undefined) {
+      if (!STORE_SORTS.has(value)) return unsupported(`_sort supports ${[...STORE_SORTS].join(', ')}`);
+      sort = value as ResourceQuery['sort'];
+    }
+    rest.push([rawName, value]);
+    restIndex.push(index);
+  });
+
+  const parsed = parseSearchRequest(registry, resourceType, rest, {
+    lenient,
+    ...(options.defaultCount === undefined ? {} : { defaultCount: options.defaultCount }),
+    ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
+  });
+  // Map the module's ignored and applied parameters back to their place in the request.
+  const taken = new Set<number>();
+  const placeOf = ([name, value]: readonly [string, string]): number | undefined => {
+    const i = restIndex.find((at, k) => !taken.has(at) && rest[k]![0] === name && rest[k]![1] === value);
+    if (i !== undefined) taken.add(i);
+    return i;
+  };
+  for (const name of parsed.ignored) {
+    const i = restIndex.find((at, k) => !taken.has(at) && rest[k]![0] === name);
+    if (i !== undefined) {
+      taken.add(i);
+      ignoredNames.add(i);
+    }
+  }
+  const appliedAt = new Set(appliedHere);
+  for (const pair of parsed.applied) {
+    const i = placeOf(pair);
+    if (i !== undefined) appliedAt.add(i);
+  }
+
+  const { request } = parsed;
+  const query: ResourceQuery = { count: request.count, search: request };
+  if (request.offset > 0) query.offset = request.offset;
+  if (sort !== undefined) query.sort = sort;
+  let ids: string[] | undefined;
+  let compartment: string[] | undefined;
+  const predicateFilters: SearchFilter[] = [];
+  for (const filter of request.filters) {
+    if (filter.kind === 'parameter') {
+      if (filter.code === '_id') {
+        const list = idsOf(filter);
+        if (list) {
+          ids = intersect(ids, list);
+          continue;
+        }
+      }
+      if (filter.code === '_lastUpdated') {
+        const range = lastUpdatedRange(filter);
+        if (range) {
+          const lu = (query.lastUpdated ??= {});
+          if (range.ge !== undefined) lu.ge = lu.ge === undefined ? range.ge : Math.max(lu.ge, range.ge);
+          if (range.lt !== undefined) lu.lt = lu.lt === undefined ? range.lt : Math.min(lu.lt, range.lt);
+          continue;
+        }
+      }
+      const def = registry.get(resourceType, filter.code);
+      if (
+        filter.code === 'identifier' &&
+        query.identifier === undefined &&
+        def?.branches.length === 1 &&
+        def.branches[0]!.expression === `${resourceType}.identifier`
+      ) {
+        const tokens = identifierTokens(filter);
+        if (tokens) {
+          query.identifier = tokens;
+          continue;
+        }
+      }
+      const patients = patientIds(resourceType, filter);
+      if (patients) compartment = intersect(compartment, patients);
+    }
+    predicateFilters.push(filter);
+  }
+  if (ids !== undefined) query.ids = ids;
+  // An empty intersection matches nothing; keep the query well-formed and let `where` say no.
+  if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
+
+  const tests = [...auditTests];
+  if (predicateFilters.length > 0) tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
+  if (tests.length === 1) query.where = tests[0];
+  else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));
+
+  return {
+    query,
+    request,
+    ignored: all.flatMap(([name], i) => (ignoredNames.has(i) ? [name] : [])),
+    applied: all.filter((_, i) => appliedAt.has(i) && !ignoredNames.has(i)).map(([n, v]) => [n, v]),
+  };
+}

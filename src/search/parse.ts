@@ -1,0 +1,417 @@
+import { isResourceType, isValidId } from '../fhir/resource-types.js';
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
+import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
+import { invalidValue, parseSimpleValue } from './parse-value.js';
+import type {
+  ChainFilter,
+  ComponentSearchValue,
+  HasFilter,
+  IncludeTarget,
+  ParameterFilter,
+  SearchFilter,
+  SearchModifier,
+  SearchRequest,
+  SearchSummary,
+  SearchValue,
+  SortKey,
+} from './search-request.js';
+import { splitUnescaped } from './value-escaping.js';
+
+/** Options of {@link parseSearchRequest}. */
+export interface ParseSearchRequestOptions {
+  /**
+   * `Prefer: handling=lenient`: an unknown or unsupported parameter (or modifier) is ignored and
+   * listed in `ignored` instead of answering 400. A malformed value of a supported parameter is a
+   * 400 either way. @default false
+   */
+  lenient?: boolean;
+  /** Page size when `_count` is absent. @default 20 */
+  defaultCount?: number;
+  /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
+  maxCount?: number;
+  /** The time the `ap` date prefix is measured from, epoch ms. @default Date.now() */
+  now?: number;
+}
+
+/** What {@link parseSearchRequest} answers. */
+export interface ParsedSearchRequest {
+  request: SearchRequest;
+  /** Parameters ignored (lenient handling, or an empty value), as named in the request, in order. */
+  ignored: string[];
+  /**
+   * The parameters applied, as given, without paging (`_count`, `_offset`) and no-ops (`_format`,
+   * `_pretty`): what a `self` / `next` link repeats.
+   */
+  applied: [string, string][];
+}
+
+/**
+ * A parameter this server does not know or does not support: 400 under strict handling, ignored
+ * under lenient handling.
+ */
+class Unsupported extends Error {
+  constructor(
+    readonly issueCode: FhirIssueCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Result parameters with no effect on the answer's content (accepted, not repeated in links). */
+const NO_OPS = new Set(['_format', '_pretty']);
+/** Known R4 parameters this server does not answer. */
+const UNSUPPORTED_SPECIAL = new Set([
+  '_text',
+  '_content',
+  '_query',
+  '_list',
+  '_filter',
+  '_contained',
+  '_containedType',
+  '_type',
+  '_score',
+]);
+/** How many reference hops a chain may take (`subject:Patient.organization.name` is two). */
+const MAX_CHAIN = 2;
+
+const MODIFIERS_BY_TYPE: Readonly<Record<string, ReadonlySet<string>>> = {
+  string: new Set(['exact', 'contains', 'missing']),
+  token: new Set(['not', 'text', 'of-type', 'missing']),
+  date: new Set(['missing']),
+  number: new Set(['missing']),
+  quantity: new Set(['missing']),
+  reference: new Set(['identifier', 'missing']),
+  uri: new Set(['below', 'above', 'missing']),
+  composite: new Set(['missing']),
+};
+
+interface Context {
+  registry: SearchRegistry;
+  now: number;
+}
+
+/** Splits `name:modifier` (the modifier may be absent). */
+function splitModifier(key: string): { code: string; modifier?: string } {
+  const colon = key.indexOf(':');
+  return colon === -1 ? { code: key } : { code: key.slice(0, colon), modifier: key.slice(colon + 1) };
+}
+
+function definition(ctx: Context, resourceType: string, code: string): SearchParameterDefinition {
+  if (UNSUPPORTED_SPECIAL.has(code)) throw new Unsupported('not-supported', `${code} is not supported`);
+  const def = ctx.registry.get(resourceType, code);
+  if (!def) throw new Unsupported('invalid', `Unknown search parameter ${code} for ${resourceType}`);
+  if (def.type === 'special' || (def.branches.length === 0 && def.components.length === 0)) {
+    throw new Unsupported('not-supported', `${code} is not supported`);
+  }
+  return def;
+}
+
+/** The filter of one parameter (no chain) of `resourceType`. */
+function parameterFilter(
+  ctx: Context,
+  resourceType: string,
+  key: string,
+  rawName: string,
+  value: string,
+): ParameterFilter {
+  const { code, modifier: rawModifier } = splitModifier(key);
+  const def = definition(ctx, resourceType, code);
+  let modifier: SearchModifier | undefined;
+  let targetType: string | undefined;
+  if (rawModifier !== undefined) {
+    if (def.type === 'reference' && isResourceType(rawModifier)) {
+      if (def.targets.length > 0 && !def.targets.includes(rawModifier)) {
+        throw invalidValue(rawName, `${rawModifier} is not a target type of ${code}`);
+      }
+      targetType = rawModifier;
+    } else if (MODIFIERS_BY_TYPE[def.type]?.has(rawModifier)) {
+      modifier = rawModifier as SearchModifier;
+      if (modifier === 'of-type' && !def.branches.some((b) => b.valueTypes.includes('Identifier'))) {
+        throw new Unsupported('not-supported', `:of-type applies to identifiers only`);
+      }
+    } else {
+      throw new Unsupported('not-supported', `Unsupported search modifier :${rawModifier} on ${code}`);
+    }
+  }
+  if (modifier === 'missing') {
+    if (value !== 'true' && value !== 'false')
+      throw invalidValue(rawName, `${rawName} must be true or false`);
+    return { kind: 'parameter', code, type: def.type, modifier, missing: value === 'true', values: [] };
+  }
+  const values: SearchValue[] = splitUnescaped(value, ',').map((raw) => {
+    if (def.type === 'composite') return compositeValue(ctx, def, rawName, raw);
+    if (code === '_id' && !isValidId(raw))
+      throw invalidValue(rawName, '_id must be a comma-separated list of ids');
+    return parseSimpleValue(rawName, def.type as Exclude<typeof def.type, 'composite' | 'special'>, raw, {
+      ...(modifier === undefined ? {} : { modifier }),
+      ...(targetType === undefined ? {} : { targetType }),
+      targets: def.targets,
+      now: ctx.now,
+    });
+  });
+  return {
+    kind: 'parameter',
+    code,
+    type: def.type,
+    ...(modifier === undefined ? {} : { modifier }),
+    ...(targetType === undefined ? {} : { targetType }),
+    values,
+  };
+}
+
+function compositeValue(
+  ctx: Context,
+  def: SearchParameterDefinition,
+  rawName: string,
+  raw: string,
+): SearchValue {
+  const parts = splitUnescaped(raw, '$');
+  if (parts.length !== def.components.length) {
+    throw invalidValue(rawName, `${rawName} takes ${def.components.length} values joined by $`);
+  }
+  const components = def.components.map((component, i): ComponentSearchValue => {
+    if (component.type === 'composite' || component.type === 'special') {
+      throw new Unsupported('not-supported', `${def.code} is not supported`);
+    }
+    return parseSimpleValue(rawName, component.type, parts[i]!, { targets: [], now: ctx.now });
+  });
+  return { type: 'composite', components };
+}
+
+/**
+ * A chained key (`subject:Patient.name`, `subject.organization.name:exact`) of `resourceType`.
+ * @see https://hl7.org/fhir/R4/search.html#chaining
+ */
+function chainFilter(
+  ctx: Context,
+  resourceType: string,
+  links: string[],
+  rawName: string,
+  value: string,
+): ChainFilter {
+  if (links.length - 1 > MAX_CHAIN) {
+    throw new Unsupported('not-supported', `Chains of more than ${MAX_CHAIN} references are not supported`);
+  }
+  const { code, modifier } = splitModifier(links[0]!);
+  const def = definition(ctx, resourceType, code);
+  if (def.type !== 'reference') throw invalidValue(rawName, `${code} is not a reference parameter`);
+  let candidates: readonly string[];
+  if (modifier !== undefined) {
+    if (!isResourceType(modifier) || (def.targets.length > 0 && !def.targets.includes(modifier))) {
+      throw invalidValue(rawName, `${modifier} is not a target type of ${code}`);
+    }
+    candidates = [modifier];
+  } else candidates = def.targets;
+  const next = links.slice(1);
+  const nextCode = splitModifier(next[0]!).code;
+  const targetTypes = candidates.filter((t) => ctx.registry.get(t, nextCode) !== undefined);
+  if (targetTypes.length === 0) {
+    throw new Unsupported('invalid', `Unknown search parameter ${nextCode} for the targets of ${code}`);
+  }
+  const filters = targetTypes.map((t) =>
+    next.length > 1
+      ? chainFilter(ctx, t, next, rawName, value)
+      : parameterFilter(ctx, t, next[0]!, rawName, value),
+  );
+  const first = JSON.stringify(filters[0]);
+  if (filters.some((f) => JSON.stringify(f) !== first)) {
+    throw invalidValue(
+      rawName,
+      `${code} targets read ${nextCode} differently: name the type (${code}:Type.${nextCode})`,
+    );
+  }
+  return { kind: 'chain', code, targetTypes, filter: filters[0]! };
+}
+
+/**
+ * A reverse chain `_has:Type:reference:rest` of `resourceType` (`rest` a parameter, a chain or
+ * another `_has`). @see https://hl7.org/fhir/R4/search.html#has
+ */
+function hasFilter(
+  ctx: Context,
+  resourceType: string,
+  key: string,
+  rawName: string,
+  value: string,
+): HasFilter {
+  const parts = key.split(':');
+  const [, type, referenceParam] = parts;
+  const rest = parts.slice(3).join(':');
+  if (!type || !referenceParam || !rest) {
+    throw invalidValue(rawName, '_has must be _has:Type:reference:parameter');
+  }
+  if (!isResourceType(type)) throw invalidValue(rawName, `${type} is not a resource type`);
+  const ref = definition(ctx, type, referenceParam);
+  if (ref.type !== 'reference' || (ref.targets.length > 0 && !ref.targets.includes(resourceType))) {
+    throw invalidValue(rawName, `${type}.${referenceParam} does not reference ${resourceType}`);
+  }
+  return {
+    kind: 'has',
+    resourceType: type,
+    referenceParam,
+    filter: anyFilter(ctx, type, rest, rawName, value),
+  };
+}
+
+/** The filter of any search key of `resourceType`: a parameter, a chain or a `_has`. */
+function anyFilter(
+  ctx: Context,
+  resourceType: string,
+  key: string,
+  rawName: string,
+  value: string,
+): SearchFilter {
+  if (key.startsWith('_has:')) return hasFilter(ctx, resourceType, key, rawName, value);
+  const links = key.split('.');
+  if (links.length > 1) return chainFilter(ctx, resourceType, links, rawName, value);
+  return parameterFilter(ctx, resourceType, key, rawName, value);
+}
+
+function nonNegativeInteger(param: string, value: string): number {
+  if (!/^\d{1,9}$/.test(value)) throw invalidValue(param, `${param} must be a non-negative integer`);
+  return Number(value);
+}
+
+function includeTarget(ctx: Context, rawName: string, value: string, iterate: boolean): IncludeTarget {
+  if (value === '*' || value.endsWith(':*')) {
+    throw new Unsupported('not-supported', `${rawName}=* is not supported`);
+  }
+  const [type, param, targetType, extra] = value.split(':');
+  if (!type || !param || extra !== undefined || !isResourceType(type)) {
+    throw invalidValue(rawName, `${rawName} must be Type:parameter[:targetType]`);
+  }
+  const def = ctx.registry.get(type, param);
+  if (!def || def.type !== 'reference')
+    throw invalidValue(rawName, `${type}.${param} is not a reference parameter`);
+  if (
+    targetType !== undefined &&
+    (!isResourceType(targetType) || (def.targets.length > 0 && !def.targets.includes(targetType)))
+  ) {
+    throw invalidValue(rawName, `${targetType} is not a target type of ${type}.${param}`);
+  }
+  return {
+    resourceType: type,
+    searchParam: param,
+    ...(targetType === undefined ? {} : { targetType }),
+    iterate,
+  };
+}
+
+/**
+ * Parses the parameters of a type-level search (`GET [base]/[type]?…`, `POST _search`, one
+ * `_typeFilter` query) into a {@link SearchRequest}, from the R4 SearchParameter definitions: every
+ * parameter of the type with its modifiers and prefixes, chains (two references deep), `_has`,
+ * and the result parameters `_sort`, `_count`, `_offset`, `_summary`, `_elements`, `_total`,
+ * `_include` and `_revinclude` (`:iterate`). Comma means OR, a repeated parameter AND.
+ *
+ * An unknown parameter, an unsupported one (`_text`, `_filter`, …) or an unsupported modifier
+ * (`:in`, `:below` on a token, …) is a 400 `FhirError` naming it in `expression`; under `lenient`
+ * it is listed in `ignored` instead. A malformed value is always a 400.
+ * @see https://hl7.org/fhir/R4/search.html
+ */
+export function parseSearchRequest(
+  registry: SearchRegistry,
+  resourceType: string,
+  params: Iterable<readonly [string, string]>,
+  options: ParseSearchRequestOptions = {},
+): ParsedSearchRequest {
+  const lenient = options.lenient ?? false;
+  const maxCount = options.maxCount ?? 1000;
+  const ctx: Context = { registry, now: options.now ?? Date.now() };
+  const request: SearchRequest = {
+    resourceType,
+    filters: [],
+    sort: [],
+    include: [],
+    revinclude: [],
+    count: Math.min(options.defaultCount ?? 20, maxCount),
+    offset: 0,
+  };
+  const ignored: string[] = [];
+  const applied: [string, string][] = [];
+
+  for (const [rawName, value] of params) {
+    const { code, modifier } = splitModifier(rawName);
+    try {
+      if (NO_OPS.has(code)) continue;
+      if (code === '_count') {
+        request.count = Math.min(nonNegativeInteger('_count', value), maxCount);
+        continue;
+      }
+      if (code === '_offset') {
+        request.offset = nonNegativeInteger('_offset', value);
+        continue;
+      }
+      if (value === '') {
+        // A parameter without a value says nothing: ignored, and said so (R4 gives it no meaning).
+        ignored.push(rawName);
+        continue;
+      }
+      if (modifier !== undefined && ['_sort', '_summary', '_elements', '_total'].includes(code)) {
+        throw new Unsupported('not-supported', `Unsupported modifier on ${code}`);
+      }
+      switch (code) {
+        case '_sort':
+          request.sort = value.split(',').map((key): SortKey => {
+            const descending = key.startsWith('-');
+            const sortCode = descending ? key.slice(1) : key;
+            const def = registry.get(resourceType, sortCode);
+            if (!def || def.type === 'composite' || def.type === 'special' || def.branches.length === 0) {
+              throw invalidValue('_sort', `Cannot sort ${resourceType} by ${sortCode}`);
+            }
+            return { code: sortCode, type: def.type, descending };
+          });
+          break;
+        case '_summary':
+          if (!['true', 'text', 'data', 'count', 'false'].includes(value)) {
+            throw invalidValue('_summary', '_summary must be true, text, data, count or false');
+          }
+          request.summary = value as SearchSummary;
+          if (value === 'count') request.count = 0;
+          break;
+        case '_elements': {
+          const names = value
+            .split(',')
+            .map((n) => (n.startsWith(`${resourceType}.`) ? n.slice(resourceType.length + 1) : n));
+          if (names.some((n) => !/^[a-z][A-Za-z0-9]{0,63}$/.test(n))) {
+            throw invalidValue('_elements', '_elements must be a comma-separated list of element names');
+          }
+          request.elements = [...new Set([...(request.elements ?? []), ...names])];
+          break;
+        }
+        case '_total':
+          if (value !== 'none' && value !== 'estimate' && value !== 'accurate') {
+            throw invalidValue('_total', '_total must be none, estimate or accurate');
+          }
+          request.total = value;
+          break;
+        case '_include':
+        case '_revinclude': {
+          if (modifier !== undefined && modifier !== 'iterate') {
+            throw new Unsupported('not-supported', `Unsupported modifier on ${code}`);
+          }
+          const target = includeTarget(ctx, rawName, value, modifier === 'iterate');
+          if (code === '_include') {
+            if (!target.iterate && target.resourceType !== resourceType) {
+              throw invalidValue(
+                rawName,
+                `${rawName} must name a parameter of ${resourceType} (or use :iterate)`,
+              );
+            }
+            request.include.push(target);
+          } else request.revinclude.push(target);
+          break;
+        }
+        default:
+          request.filters.push(anyFilter(ctx, resourceType, rawName, rawName, value));
+      }
+      applied.push([rawName, value]);
+    } catch (error) {
+      if (!(error instanceof Unsupported)) throw error;
+      if (!lenient) throw new FhirError(400, error.issueCode, error.message, { expression: [rawName] });
+      ignored.push(rawName);
+    }
+  }
+  return { request, ignored, applied };
+}

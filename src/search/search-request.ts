@@ -1,0 +1,234 @@
+/*
+ * The parsed form of a FHIR R4 search: what `parseSearchRequest` answers and what every store is
+ * asked. Plain, structured-cloneable data only (no functions, no class instances, no `Infinity`):
+ * it crosses to worker threads and the PostgreSQL adapter translates it to SQL.
+ * @see https://hl7.org/fhir/R4/search.html
+ */
+
+/** The type of a search parameter (`SearchParameter.type`). @see https://hl7.org/fhir/R4/search.html#ptypes */
+export type SearchParamType =
+  'number' | 'date' | 'string' | 'token' | 'reference' | 'composite' | 'quantity' | 'uri' | 'special';
+
+/**
+ * A prefix of an ordered value (number, date, quantity); `eq` when the value has none.
+ * @see https://hl7.org/fhir/R4/search.html#prefix
+ */
+export type SearchPrefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb' | 'ap';
+
+/**
+ * A modifier this server applies (`name:exact=`). The reference `:[Type]` modifier is kept as the
+ * filter's `targetType`, not here. @see https://hl7.org/fhir/R4/search.html#modifiers
+ */
+export type SearchModifier =
+  'missing' | 'exact' | 'contains' | 'not' | 'text' | 'of-type' | 'identifier' | 'below' | 'above';
+
+/**
+ * A string value: matched against the start of each string the parameter sees (default), anywhere
+ * in it (`:contains`), both compared case- and accent-insensitively on `normalized`; or equal to
+ * `value` exactly (`:exact`). @see https://hl7.org/fhir/R4/search.html#string
+ */
+export interface StringSearchValue {
+  type: 'string';
+  /** As given (unescaped). */
+  value: string;
+  /** Lowercased, accents removed (see `normalizeText`). */
+  normalized: string;
+}
+
+/**
+ * A token value: `code`, `system|code`, `|code` (no system), `system|` (any code).
+ * With `:of-type` (identifiers only), `typeSystem|typeCode|value` in `typeSystem`, `typeCode`,
+ * `code`. With `:text`, only `text` (normalized), matched like a string against the display text.
+ * @see https://hl7.org/fhir/R4/search.html#token
+ */
+export interface TokenSearchValue {
+  type: 'token';
+  /** The system; `null`: the element must have none; absent: any system. */
+  system?: string | null;
+  /** The code (or identifier value); absent: any code. Case-sensitive. */
+  code?: string;
+  /** `:of-type`: the identifier type's coding system. */
+  typeSystem?: string;
+  /** `:of-type`: the identifier type's coding code. */
+  typeCode?: string;
+  /** `:text`: the normalized text. */
+  text?: string;
+}
+
+/**
+ * A date value: the prefix and the range of instants the value stands for, `[start, end)` in epoch
+ * milliseconds (a partial date covers its whole year, month or day; `ap` widens it by 10% of the
+ * distance to the time of parsing). A value without a time zone is read as UTC.
+ * @see https://hl7.org/fhir/R4/search.html#date
+ */
+export interface DateSearchValue {
+  type: 'date';
+  prefix: SearchPrefix;
+  start: number;
+  end: number;
+  /** As given, without the prefix. */
+  value: string;
+}
+
+/**
+ * A number value: the prefix, the number, and the range its significant digits imply,
+ * `[low, high)` (`100` stands for `[99.5, 100.5)`), used by `eq`, `ne` and `ap`.
+ * @see https://hl7.org/fhir/R4/search.html#number
+ */
+export interface NumberSearchValue {
+  type: 'number';
+  prefix: SearchPrefix;
+  value: number;
+  low: number;
+  high: number;
+}
+
+/**
+ * A quantity value `[prefix]number|system|code`: the number as for {@link NumberSearchValue}; a
+ * `code` matches `Quantity.code`, or `Quantity.unit` too when no system is given. No unit
+ * conversion. @see https://hl7.org/fhir/R4/search.html#quantity
+ */
+export interface QuantitySearchValue {
+  type: 'quantity';
+  prefix: SearchPrefix;
+  value: number;
+  low: number;
+  high: number;
+  system?: string;
+  code?: string;
+}
+
+/**
+ * A reference value: `Type/id` (a `/_history/` version is ignored), a bare `id` (any target type,
+ * or the one of `:[Type]`), an absolute URL (its `Type/id` tail also matches a relative reference,
+ * and the whole URL a canonical one, a `|version` included), or with `:identifier` a token on
+ * `Reference.identifier`. @see https://hl7.org/fhir/R4/search.html#reference
+ */
+export interface ReferenceSearchValue {
+  type: 'reference';
+  /** The target type, when the value or the `:[Type]` modifier names one. */
+  resourceType?: string;
+  /** The target id. */
+  id?: string;
+  /** An absolute or canonical URL, as given (a `|version` split off). */
+  url?: string;
+  /** The `|version` of a canonical URL. */
+  version?: string;
+  /** `:identifier`: the token on `Reference.identifier`. */
+  identifier?: { system?: string | null; value?: string };
+}
+
+/**
+ * A uri value: equal (default), or with `:below` a prefix of the element's uri, with `:above` the
+ * element's uri a prefix of it. @see https://hl7.org/fhir/R4/search.html#uri
+ */
+export interface UriSearchValue {
+  type: 'uri';
+  value: string;
+}
+
+/**
+ * A composite value: one value per component, in the definition's order, all to be matched by the
+ * same element. @see https://hl7.org/fhir/R4/search.html#composite
+ */
+export interface CompositeSearchValue {
+  type: 'composite';
+  components: ComponentSearchValue[];
+}
+
+/** A value of one component of a composite. */
+export type ComponentSearchValue =
+  | TokenSearchValue
+  | DateSearchValue
+  | NumberSearchValue
+  | QuantitySearchValue
+  | StringSearchValue
+  | ReferenceSearchValue
+  | UriSearchValue;
+
+/** One parsed value of a search parameter. */
+export type SearchValue = ComponentSearchValue | CompositeSearchValue;
+
+/**
+ * One occurrence of a search parameter: it matches when one of its `values` does (comma means OR).
+ * With `modifier: 'missing'`, `values` is empty and `missing` says which side matches.
+ */
+export interface ParameterFilter {
+  kind: 'parameter';
+  /** The parameter code (`name`, `_lastUpdated`, `code-value-quantity`). */
+  code: string;
+  type: SearchParamType;
+  modifier?: SearchModifier;
+  /** `:missing=true` (no value) or `:missing=false` (some value). */
+  missing?: boolean;
+  /** A reference parameter's `:[Type]` modifier. */
+  targetType?: string;
+  values: SearchValue[];
+}
+
+/**
+ * A chained parameter (`subject:Patient.name=Smith`): the resource's `code` references a resource of
+ * one of `targetTypes` that matches `filter`. @see https://hl7.org/fhir/R4/search.html#chaining
+ */
+export interface ChainFilter {
+  kind: 'chain';
+  /** The reference parameter of this resource. */
+  code: string;
+  /** The types tried: the `:[Type]` given, or the parameter's targets that define the next parameter. */
+  targetTypes: string[];
+  /** The test on the referenced resource. */
+  filter: ParameterFilter | ChainFilter;
+}
+
+/**
+ * A reverse chain (`_has:Observation:patient:code=1234`): some `resourceType` resource whose
+ * reference parameter `referenceParam` points at this resource matches `filter`.
+ * @see https://hl7.org/fhir/R4/search.html#has
+ */
+export interface HasFilter {
+  kind: 'has';
+  resourceType: string;
+  referenceParam: string;
+  filter: ParameterFilter | ChainFilter | HasFilter;
+}
+
+/** One test of a search; the filters of a request are ANDed (a repeated parameter means AND). */
+export type SearchFilter = ParameterFilter | ChainFilter | HasFilter;
+
+/** One `_sort` key. @see https://hl7.org/fhir/R4/search.html#sort */
+export interface SortKey {
+  code: string;
+  type: SearchParamType;
+  descending: boolean;
+}
+
+/** One `_include` / `_revinclude` value `Type:param[:targetType]`. @see https://hl7.org/fhir/R4/search.html#include */
+export interface IncludeTarget {
+  resourceType: string;
+  /** The reference parameter of `resourceType`. */
+  searchParam: string;
+  targetType?: string;
+  /** `:iterate`: applied to included resources too. */
+  iterate: boolean;
+}
+
+/** `_summary`. @see https://hl7.org/fhir/R4/search.html#summary */
+export type SearchSummary = 'true' | 'text' | 'data' | 'count' | 'false';
+
+/** A parsed type-level search: the filters, ANDed, and the result parameters. */
+export interface SearchRequest {
+  resourceType: string;
+  filters: SearchFilter[];
+  /** `_sort` keys in order; empty: the store's default order. */
+  sort: SortKey[];
+  include: IncludeTarget[];
+  revinclude: IncludeTarget[];
+  /** Page size (`_count`, capped; 0 with `_summary=count`). */
+  count: number;
+  /** Matches to skip (`_offset`). */
+  offset: number;
+  summary?: SearchSummary;
+  /** `_elements`: the top-level element names asked for. */
+  elements?: string[];
+  total?: 'none' | 'estimate' | 'accurate';
+}
