@@ -46,7 +46,9 @@ export interface ResourceQuery {
    * The parsed FHIR search this query answers (plain, structured-cloneable data), when it comes
    * from one. Today the fields above and `where` decide and an adapter may ignore it; it is what a
    * store with search indexes (PostgreSQL's SQL translation, the file store's indexes) will answer
-   * from instead. @see https://hl7.org/fhir/R4/search.html
+   * from instead. Internal until that contract settles (issue 30): adapters outside the package
+   * ignore it. @see https://hl7.org/fhir/R4/search.html
+   * @internal
    */
   search?: SearchRequest;
   /** Default: `_lastUpdated`, ties broken by id. */
