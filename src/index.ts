@@ -83,6 +83,7 @@ export {
   StorageLockedError,
   StorageUnavailableError,
 } from './storage/errors.js';
+export { compareSortValues } from './storage/result-page.js';
 export type {
   Storage,
   StorageOperations,
@@ -110,6 +111,9 @@ export type {
   InstantRange,
   IdentifierToken,
   ResourceQuery,
+  ResourceOrder,
+  ResourceCursor,
+  SortValue,
   ResourcePage,
   WriteOptions,
   ResourceWrite,

@@ -36,6 +36,7 @@ const ROOT = [
   'buildAuditEvent',
   'bulkExportCapability',
   'bulkExportRouter',
+  'compareSortValues',
   'createAuditTrail',
   'ensureSuperAdminClient',
   'fallbackErrorHandler',

@@ -51,12 +51,55 @@ export interface ResourceQuery {
    * @internal
    */
   search?: SearchRequest;
-  /** Default: `_lastUpdated`, ties broken by id. */
+  /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
+  /**
+   * Orders the matches by values read from each one (FHIR `_sort` on search parameters) instead of
+   * `sort`: by `keys` compared with {@link compareSortValues}, ties broken by id (ascending).
+   */
+  order?: ResourceOrder;
+  /**
+   * Keyset paging: the page starts right after this position of the order (`offset` then counts from
+   * there). A position, not a match: the match it was taken from may have changed or gone since.
+   */
+  after?: ResourceCursor;
+  /**
+   * Keyset paging backwards: the page is the `count` matches right before this position (`offset`
+   * skips that many of the nearest first), in the query's order. Not with `after`.
+   */
+  before?: ResourceCursor;
   /** Number of matches to skip. @default 0 */
   offset?: number;
   /** Maximum number returned; 0 returns only the total. @default all */
   count?: number;
+}
+
+/** One value a resource is sorted by: a string, a number, or `null` when it has none. */
+export type SortValue = string | number | null;
+
+/**
+ * An order by values read from each match (`ResourceQuery.order`). An adapter calls `keys` once per
+ * match, on its private copy (after `where`), and sorts with {@link compareSortValues}; values are
+ * plain data, kept in paging cursors.
+ */
+export interface ResourceOrder {
+  /** The values of one match, one per sort key. */
+  keys(resource: StoredResource): SortValue[];
+  /** Per sort key: descending (its values reversed; a `null` still sorts last). */
+  descending: boolean[];
+}
+
+/**
+ * A position in a query's order (`ResourceQuery.after` / `before`): what the ordering compares of
+ * the match it was taken from.
+ */
+export interface ResourceCursor {
+  /** Its id (every order ends with the id). */
+  id: string;
+  /** Its `meta.lastUpdated` (the FHIR instant as stored): needed when sorting by `_lastUpdated`. */
+  lastUpdated?: string;
+  /** Its `order.keys`: needed when sorting by `order`. */
+  keys?: SortValue[];
 }
 
 export interface ResourcePage {

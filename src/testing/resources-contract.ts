@@ -1,5 +1,11 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
-import type { IdentifierToken, Storage, StorageOperations, StoredResource } from '../storage/types.js';
+import type {
+  IdentifierToken,
+  SortValue,
+  Storage,
+  StorageOperations,
+  StoredResource,
+} from '../storage/types.js';
 import { CONFLICT, NOT_FOUND, PRECONDITION, rejectsWith, code } from './contract-helpers.js';
 
 /**
@@ -254,6 +260,76 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
       expect(wherePage.resources.map((r) => r.id)).toEqual(['o3']);
       const past = await storage.searchResources('p1', 'Observation', { offset: 10 });
       expect(past).toEqual({ total: 4, resources: [] });
+    });
+
+    it('orders by `order` values (null last, ties by id) and pages by keyset after and before', async () => {
+      const made = await seed();
+      // o1 and o3 share a value, o4 has none: ascending b, a, a, -; descending a, a, b, -.
+      const value: Record<string, SortValue> = { o1: 'a', o2: 'b', o3: 'a', o4: null };
+      const keys = (r: StoredResource): SortValue[] => [value[r.id] ?? null];
+      const ids = (page: { resources: StoredResource[] }) => page.resources.map((r) => r.id);
+      const asc = { order: { keys, descending: [false] } };
+      const desc = { order: { keys, descending: [true] } };
+      expect(ids(await storage.searchResources('p1', 'Observation', asc))).toEqual(['o1', 'o3', 'o2', 'o4']);
+      expect(ids(await storage.searchResources('p1', 'Observation', desc))).toEqual(['o2', 'o1', 'o3', 'o4']);
+      const second = await storage.searchResources('p1', 'Observation', {
+        ...asc,
+        count: 2,
+        after: { id: 'o3', keys: ['a'] },
+      });
+      expect(second).toMatchObject({ total: 4 });
+      expect(ids(second)).toEqual(['o2', 'o4']);
+      const back = await storage.searchResources('p1', 'Observation', {
+        ...asc,
+        count: 2,
+        before: { id: 'o2', keys: ['b'] },
+      });
+      expect(ids(back)).toEqual(['o1', 'o3']);
+      const filtered = await storage.searchResources('p1', 'Observation', {
+        ...desc,
+        where: (r) => r.id !== 'o2',
+        count: 1,
+        after: { id: 'o1', keys: ['a'] },
+      });
+      expect(filtered.total).toBe(3);
+      expect(ids(filtered)).toEqual(['o3']);
+      expect(await storage.searchResources('p1', 'Observation', { ...asc, count: 0 })).toEqual({
+        total: 4,
+        resources: [],
+      });
+
+      // Native sorts: the position of a match that has gone still places the page.
+      const [o1, o2, o3] = made;
+      const lu = (r: StoredResource | undefined) => ({ id: r!.id, lastUpdated: r!.meta.lastUpdated });
+      await storage.deleteResource('p1', 'Observation', 'o2');
+      const next = await storage.searchResources('p1', 'Observation', { count: 1, after: lu(o2) });
+      expect(next).toMatchObject({ total: 3 });
+      expect(ids(next)).toEqual(['o3']);
+      const prev = await storage.searchResources('p1', 'Observation', { count: 5, before: lu(o3) });
+      expect(ids(prev)).toEqual(['o1']);
+      const descLu = await storage.searchResources('p1', 'Observation', {
+        sort: '-_lastUpdated',
+        after: lu(o3),
+      });
+      expect(ids(descLu)).toEqual(['o1']);
+      const descBefore = await storage.searchResources('p1', 'Observation', {
+        sort: '-_lastUpdated',
+        before: lu(o1),
+        count: 1,
+      });
+      expect(ids(descBefore)).toEqual(['o3']);
+      const byId = await storage.searchResources('p1', 'Observation', {
+        sort: '-_id',
+        after: { id: 'o4' },
+        where: (r) => r.id !== 'o1',
+      });
+      expect(ids(byId)).toEqual(['o3']);
+      const idBefore = await storage.searchResources('p1', 'Observation', {
+        sort: '_id',
+        before: { id: 'o4' },
+        count: 1,
+      });
+      expect(ids(idBefore)).toEqual(['o3']);
     });
   });
 

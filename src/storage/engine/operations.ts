@@ -13,6 +13,7 @@ import type {
   ResourcePage,
   ResourceQuery,
   ResourceWrite,
+  SortValue,
   StorageOperations,
   StoredResource,
   UserChanges,
@@ -26,6 +27,7 @@ import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
+import { compareItems, PageWindow } from '../result-page.js';
 import {
   checkId,
   checkIfVersion,
@@ -94,22 +96,6 @@ function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
   if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
   if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
   return true;
-}
-
-function compareEntries(
-  sort: NonNullable<ResourceQuery['sort']>,
-): (a: ResourceEntry, b: ResourceEntry) => number {
-  const byId = (a: ResourceEntry, b: ResourceEntry): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
-  switch (sort) {
-    case '_id':
-      return byId;
-    case '-_id':
-      return (a, b) => byId(b, a);
-    case '-_lastUpdated':
-      return (a, b) => b.lastUpdatedMicros - a.lastUpdatedMicros || byId(a, b);
-    case '_lastUpdated':
-      return (a, b) => a.lastUpdatedMicros - b.lastUpdatedMicros || byId(a, b);
-  }
 }
 
 /**
@@ -467,29 +453,46 @@ export class EngineOperations implements StorageOperations {
       seenIds.add(e.id);
       matches.push(e);
     }
-    matches.sort(compareEntries(query.sort ?? '_lastUpdated'));
-    const offset = Math.max(0, query.offset ?? 0);
-    const count = query.count === undefined ? Infinity : Math.max(0, query.count);
     const release = this.ctx.pin(matches);
     try {
-      if (!query.where) {
-        const page = count === 0 ? [] : matches.slice(offset, offset + count);
-        const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
-        return { total: matches.length, resources };
+      const window = new PageWindow<ResourceEntry>(query);
+      if (!query.where && !query.order) {
+        matches.sort(compareItems(query));
+        if (!query.after && !query.before) {
+          const offset = Math.max(0, query.offset ?? 0);
+          const count = query.count === undefined ? Infinity : Math.max(0, query.count);
+          const page = count === 0 ? [] : matches.slice(offset, offset + count);
+          const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
+          return { total: matches.length, resources };
+        }
+        for (const e of matches) window.offer(e, e);
+        const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+        return { total: window.total, resources };
       }
-      const kept: StoredResource[] = [];
-      let total = 0;
+      const pageOf = new PageWindow<StoredResource>(query);
+      const { where } = query;
+      // Native order: filtered in order, the page's bodies kept as they pass. With `order`: the
+      // sort values of every match first, then the page's bodies read again. A count needs neither.
+      const order = pageOf.countOnly ? undefined : query.order;
+      if (!order && !pageOf.countOnly) matches.sort(compareItems(query));
+      const keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
       // Read bodies in slices so a large type is not held in memory at once.
       for (let i = 0; i < matches.length; i += 256) {
-        const bodies = await Promise.all(matches.slice(i, i + 256).map((e) => this.ctx.readBody(e)));
-        for (const body of bodies) {
-          if (!query.where(body)) continue;
-          if (total >= offset && kept.length < count) kept.push(body);
-          total += 1;
-        }
+        const slice = matches.slice(i, i + 256);
+        const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
+        bodies.forEach((body, k) => {
+          if (where && !where(body)) return;
+          const entry = slice[k]!;
+          if (order) keyed.push({ entry, id: entry.id, keys: order.keys(body) });
+          else pageOf.offer(entry, body);
+        });
       }
+      if (!order) return { total: pageOf.total, resources: pageOf.page() };
       matches = [];
-      return { total, resources: kept };
+      keyed.sort(compareItems(query));
+      for (const item of keyed) window.offer(item, item.entry);
+      const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+      return { total: window.total, resources };
     } finally {
       release();
     }

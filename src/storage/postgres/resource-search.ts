@@ -1,18 +1,41 @@
-import type { ResourcePage, ResourceQuery, StoredResource } from '../types.js';
+import type { ResourcePage, ResourceQuery, SortValue, StoredResource } from '../types.js';
+import { compareItems, cursorItem, PageWindow } from '../result-page.js';
 import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
 
-function orderBy(sort: ResourceQuery['sort'], t: string): string {
+/** The ORDER BY terms of a native sort on a FROM item `t` (`reversed`: each direction flipped). */
+function orderBy(sort: ResourceQuery['sort'], t: string, reversed = false): string {
+  const asc = reversed ? ' DESC' : '';
+  const desc = reversed ? '' : ' DESC';
   switch (sort ?? '_lastUpdated') {
     case '_lastUpdated':
-      return `${t}.lu, ${t}.id`;
+      return `${t}.lu${asc}, ${t}.id${asc}`;
     case '-_lastUpdated':
-      return `${t}.lu DESC, ${t}.id`;
+      return `${t}.lu${desc}, ${t}.id${asc}`;
     case '_id':
-      return `${t}.id`;
+      return `${t}.id${asc}`;
     case '-_id':
-      return `${t}.id DESC`;
+      return `${t}.id${desc}`;
+  }
+}
+
+/**
+ * The condition that a row of `t` comes after (`before` false) or before the cursor in the order
+ * of a native sort, with the cursor's id and `lu` (microseconds) in parameters `id` and `lu`.
+ */
+function beyond(sort: ResourceQuery['sort'], t: string, before: boolean, id: string, lu: string): string {
+  const gt = before ? '<' : '>';
+  const lt = before ? '>' : '<';
+  switch (sort ?? '_lastUpdated') {
+    case '_lastUpdated':
+      return `(${t}.lu, ${t}.id) ${gt} (${lu}::bigint, ${id}::text)`;
+    case '-_lastUpdated':
+      return `(${t}.lu ${lt} ${lu}::bigint OR (${t}.lu = ${lu}::bigint AND ${t}.id ${gt} ${id}::text))`;
+    case '_id':
+      return `${t}.id ${gt} ${id}::text`;
+    case '-_id':
+      return `${t}.id ${lt} ${id}::text`;
   }
 }
 
@@ -110,9 +133,10 @@ function inCompartments(s: string, r: string, patients: string): string {
 }
 
 /**
- * `searchResources` in SQL: the candidates, their order, the page and the total in one statement.
- * With a `where` predicate the order is still SQL's, but filtering and paging happen here, on
- * bodies read slice by slice (versions never change, so reading a slice later is still consistent).
+ * `searchResources` in SQL: the candidates, their order, the page (by offset or by keyset) and the
+ * total in one statement. With a `where` predicate or an `order` the candidates still come from
+ * SQL, but filtering, sorting by `order` and paging happen here, on bodies read slice by slice
+ * (versions never change, so reading a slice later, or a page's bodies again, is still consistent).
  */
 export async function searchResources(
   query: Query,
@@ -122,9 +146,21 @@ export async function searchResources(
   q: ResourceQuery,
 ): Promise<ResourcePage> {
   const { from, values } = candidates(s, projectId, resourceType, q);
-  const offset = Math.max(0, q.offset ?? 0);
-  const count = q.count === undefined ? null : Math.max(0, q.count);
-  if (!q.where) {
+  const window = new PageWindow<string>(q);
+  if (!q.where && !q.order) {
+    const offset = Math.max(0, q.offset ?? 0);
+    const count = q.count === undefined ? null : Math.max(0, q.count);
+    const cursor = q.after ?? q.before;
+    const backwards = q.before !== undefined;
+    let position = 'true';
+    if (cursor) {
+      const at = cursorItem(q, cursor);
+      values.push(at.id);
+      const id = `$${values.length}`;
+      // An unused parameter has no type PostgreSQL can infer: `lu` only for the `_lastUpdated` sorts.
+      if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
+      position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
+    }
     values.push(count, offset);
     const { rows } = await query<{ total: number; body: string | null }>(
       `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${from})
@@ -132,7 +168,8 @@ export async function searchResources(
          FROM (SELECT count(*)::int AS total FROM m) t
          LEFT JOIN LATERAL (
            SELECT r.body, m.id, m.lu FROM m JOIN ${s}.resources r USING (seq)
-           ORDER BY ${orderBy(q.sort, 'm')}
+            WHERE ${position}
+           ORDER BY ${orderBy(q.sort, 'm', backwards)}
            LIMIT $${values.length - 1} OFFSET $${values.length}) p ON true
         ORDER BY ${orderBy(q.sort, 'p')}`,
       values,
@@ -142,27 +179,44 @@ export async function searchResources(
       resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
     };
   }
-  const { rows: matches } = await query<{ seq: string }>(
-    `SELECT r.seq FROM ${from} ORDER BY ${orderBy(q.sort, 'r')}`,
+  const order = window.countOnly ? undefined : q.order;
+  const { rows: matches } = await query<{ seq: string; id: string; lu: string }>(
+    `SELECT r.seq, r.id, r.lu FROM ${from}${order || window.countOnly ? '' : ` ORDER BY ${orderBy(q.sort, 'r')}`}`,
     values,
   );
-  const kept: StoredResource[] = [];
-  let total = 0;
+  const keyed: { seq: string; id: string; keys: SortValue[] }[] = [];
   for (let i = 0; i < matches.length; i += SLICE) {
-    const seqs = matches.slice(i, i + SLICE).map((m) => m.seq);
+    const slice = matches.slice(i, i + SLICE);
     const { rows } = await query<{ seq: string; body: string }>(
       `SELECT seq, body FROM ${s}.resources WHERE seq = ANY($1::bigint[])`,
-      [seqs],
+      [slice.map((m) => m.seq)],
     );
     const bodies = new Map(rows.map((r) => [r.seq, r.body]));
-    for (const seq of seqs) {
-      const body = bodies.get(seq);
+    for (const match of slice) {
+      const body = bodies.get(match.seq);
       if (body === undefined) continue;
       const resource = JSON.parse(body) as StoredResource;
-      if (!q.where(resource)) continue;
-      if (total >= offset && (count === null || kept.length < count)) kept.push(resource);
-      total += 1;
+      if (q.where && !q.where(resource)) continue;
+      if (order) keyed.push({ seq: match.seq, id: match.id, keys: order.keys(resource) });
+      else window.offer({ id: match.id, lastUpdatedMicros: Number(match.lu) }, body);
     }
   }
-  return { total, resources: kept };
+  if (order) {
+    keyed.sort(compareItems(q));
+    for (const item of keyed) window.offer(item, item.seq);
+  }
+  let page = window.page();
+  if (order && page.length > 0) {
+    // The page's bodies, read again by seq (kept in the page's order).
+    const { rows } = await query<{ seq: string; body: string }>(
+      `SELECT seq, body FROM ${s}.resources WHERE seq = ANY($1::bigint[])`,
+      [page],
+    );
+    const bodies = new Map(rows.map((r) => [r.seq, r.body]));
+    page = page.flatMap((seq) => {
+      const body = bodies.get(seq);
+      return body === undefined ? [] : [body];
+    });
+  }
+  return { total: window.total, resources: page.map((body) => JSON.parse(body) as StoredResource) };
 }
