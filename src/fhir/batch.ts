@@ -25,6 +25,7 @@ import {
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
 import { isResourceType } from './resource-types.js';
+import { buildSearchBundle } from './search-bundle.js';
 import type { SearchQueryOptions } from './search-query.js';
 
 /** Options of {@link processBundle}. */
@@ -64,19 +65,11 @@ async function runGet(
     new URLSearchParams(entry.query ?? ''),
     options.search,
   );
-  activity?.accessed(searchAccess(entry.type, entry.query ?? '', result.page.resources));
-  const searchset: BundleJson = {
-    resourceType: 'Bundle',
-    id: randomUUID(),
-    type: 'searchset',
-    total: result.page.total,
-    entry: result.page.resources.map((r) => ({
-      fullUrl: `${options.baseUrl}/${r.resourceType}/${r.id}`,
-      resource: r,
-      search: { mode: 'match' },
-    })),
-  };
-  return { resource: searchset, response: { status: '200 OK' } };
+  activity?.accessed(
+    searchAccess(entry.type, entry.query ?? '', [...result.page.resources, ...result.included]),
+  );
+  // The same searchset a plain search answers: includes, subsetting, outcome and links.
+  return { resource: buildSearchBundle(options.baseUrl, entry.type, result), response: { status: '200 OK' } };
 }
 
 /** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */

@@ -6,7 +6,11 @@ import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import type { SearchResolver } from '../search/match.js';
+import { loadSearchRegistry } from '../search/definitions.js';
+import type { OutcomeIssue } from './outcome.js';
+import { collectIncludes } from './search-includes.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions } from './search-query.js';
+import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 
 /**
  * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
@@ -90,7 +94,9 @@ export async function conditionalMatches(
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
   const { query } = await parseSearch(type, params, {}, storeResolver(ctx));
-  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...query, offset: 0, count: 2 });
+  // Only whether there are none, one or several: no paging, no order needed.
+  const { after: _after, before: _before, order: _order, ...matching } = query;
+  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...matching, offset: 0, count: 2 });
   return page.resources;
 }
 
@@ -206,7 +212,18 @@ export async function deleteResource(
 
 /** Result of a search: the page, plus how it was parsed (for links and the ignored-parameter outcome). */
 export interface SearchOutcome extends ParsedSearch {
+  /** The matches of the page and the total of all matches. */
   page: ResourcePage;
+  /** What `_include` / `_revinclude` added (`search.mode = include`). */
+  included: StoredResource[];
+  /** Warnings of the `outcome` entry besides ignored parameters (includes left out or cut). */
+  issues: OutcomeIssue[];
+  /** Matches follow this page (a `next` link pages from its last entry). */
+  hasNext: boolean;
+  /** Matches precede this page (a `previous` link pages from its first entry, or by `_offset`). */
+  hasPrevious: boolean;
+  /** How `_summary` / `_elements` render each entry; undefined: whole. */
+  subset?: EntrySubsetter;
 }
 
 /**
@@ -225,9 +242,16 @@ function storeResolver(ctx: FhirContext): SearchResolver {
   };
 }
 
+/** Most resources `_include` / `_revinclude` add to one page. */
+export const MAX_INCLUDED = 1000;
+/** Most levels `:iterate` follows (the first level included). */
+export const MAX_INCLUDE_DEPTH = 3;
+
 /**
- * `GET [base]/[type]?…`: one page of matches (see `parseSearch` for what is supported), only
- * ever of the principal's project.
+ * `GET [base]/[type]?…` and `POST [base]/[type]/_search`: one page of matches (see `parseSearch` for
+ * what is supported), with what `_include` / `_revinclude` add (`collectIncludes`: at most
+ * {@link MAX_INCLUDED}, `:iterate` {@link MAX_INCLUDE_DEPTH} levels), only ever of the principal's
+ * project. The store is asked for one match more than the page to know whether another page follows.
  * @see https://hl7.org/fhir/R4/http.html#search
  */
 export async function searchResources(
@@ -239,6 +263,39 @@ export async function searchResources(
   checkType(type);
   authorize(ctx, type, 'search');
   const parsed = await parseSearch(type, params, options, storeResolver(ctx));
-  const page = await ctx.storage.searchResources(ctx.projectId, type, parsed.query);
-  return { ...parsed, page };
+  const { query, request } = parsed;
+  const wanted = query.count ?? Infinity;
+  const asked = wanted > 0 && wanted < Infinity ? { ...query, count: wanted + 1 } : query;
+  const found = await ctx.storage.searchResources(ctx.projectId, type, asked);
+  let resources = found.resources;
+  const more = resources.length > wanted;
+  // Backwards, the extra match is the furthest from the cursor: the first.
+  if (more)
+    resources = query.before ? resources.slice(resources.length - wanted) : resources.slice(0, wanted);
+  const page: ResourcePage = { total: found.total, resources };
+  const offset = query.offset ?? 0;
+  let included: StoredResource[] = [];
+  let issues: OutcomeIssue[] = [];
+  if (resources.length > 0 && (request.include.length > 0 || request.revinclude.length > 0)) {
+    ({ resources: included, issues } = await collectIncludes(
+      ctx,
+      await loadSearchRegistry(),
+      request,
+      resources,
+      {
+        maxIncluded: MAX_INCLUDED,
+        maxDepth: MAX_INCLUDE_DEPTH,
+      },
+    ));
+  }
+  const subset = await entrySubsetter(request);
+  return {
+    ...parsed,
+    page,
+    included,
+    issues,
+    hasNext: query.before ? resources.length > 0 : more,
+    hasPrevious: query.before ? more : offset > 0 || (query.after !== undefined && resources.length > 0),
+    ...(subset ? { subset } : {}),
+  };
 }

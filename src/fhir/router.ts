@@ -30,6 +30,7 @@ import {
   updateResource,
   type FhirContext,
 } from './interactions.js';
+import { formBody } from './form-body.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from './outcome.js';
@@ -234,22 +235,48 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     res.end(bytes);
   }
 
-  // --- type level: search, create ---
+  /** A type-level search of `params` (`query`: what the audit trail records), answered as a searchset. */
+  async function answerSearch(
+    req: Request,
+    res: Response,
+    params: Iterable<readonly [string, string]>,
+    query: string,
+  ): Promise<void> {
+    const type = stringParam(req.params.type);
+    const prefer = parsePrefer(req.headers.prefer);
+    const result = await searchResources(contextOf(req), type, params, {
+      ...searchOptions,
+      lenient: prefer.handling === 'lenient',
+    });
+    if (audit)
+      auditAccess(req, res, searchAccess(type, query, [...result.page.resources, ...result.included]));
+    sendFhir(res, 200, buildSearchBundle(base(req), type, result));
+  }
+
+  // --- type level: search (GET, or POST _search with a form body), create ---
+  router
+    .route('/:type/_search')
+    .post(
+      guard,
+      ...secured,
+      formBody(config.bodyLimit),
+      asyncHandler(async (req, res) => {
+        // The URL's parameters and the form's together, as R4 allows.
+        const params = [
+          ...new URL(req.originalUrl, 'http://x').searchParams,
+          ...(req.body as URLSearchParams),
+        ];
+        await answerSearch(req, res, params, new URLSearchParams(params).toString());
+      }),
+    )
+    .all(guard, methodNotAllowed('POST'));
   router
     .route('/:type')
     .get(
       guard,
       ...secured,
       asyncHandler(async (req, res) => {
-        const type = stringParam(req.params.type);
-        const prefer = parsePrefer(req.headers.prefer);
-        const params = new URL(req.originalUrl, 'http://x').searchParams;
-        const result = await searchResources(contextOf(req), type, params, {
-          ...searchOptions,
-          lenient: prefer.handling === 'lenient',
-        });
-        if (audit) auditAccess(req, res, searchAccess(type, queryString(req), result.page.resources));
-        sendFhir(res, 200, buildSearchBundle(base(req), type, result));
+        await answerSearch(req, res, new URL(req.originalUrl, 'http://x').searchParams, queryString(req));
       }),
     )
     .post(

@@ -1,12 +1,14 @@
 import { AUDIT_EVENT_TYPE } from '../audit/access-rule.js';
 import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/search-params.js';
 import { FhirError } from '../http/http-error.js';
-import { loadSearchRegistry } from '../search/definitions.js';
+import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
 import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
 import type { ParameterFilter, SearchFilter, SearchRequest } from '../search/search-request.js';
-import type { IdentifierToken, ResourceQuery, StoredResource } from '../storage/types.js';
+import { sortValuesOf } from '../search/sort-values.js';
+import type { IdentifierToken, ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
+import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
 
 /** Options of {@link parseSearch}. */
 export interface SearchQueryOptions {
@@ -31,12 +33,14 @@ export interface ParsedSearch {
   ignored: string[];
   /** The parameters applied, without paging: what a `self` / `next` link repeats. */
   applied: [string, string][];
+  /** The `_cursor` the page was asked from (set in `query.after` / `query.before` too). */
+  cursor?: PageCursor;
+  /** What a cursor of this search carries (for the links' cursors). */
+  cursorShape: CursorShape;
+  /** The position of a resource in this search's order (what a link's `_cursor` pages from). */
+  positionOf(resource: StoredResource): ResourceCursor;
 }
 
-/** Sort orders the stores answer today. */
-const STORE_SORTS = new Set(['_lastUpdated', '-_lastUpdated', '_id', '-_id']);
-/** Result parameters parsed by the search module that this server does not render yet. */
-const NOT_RENDERED = new Set(['_include', '_revinclude', '_elements']);
 /** Prefixes of one `_lastUpdated` value the stores' range index answers exactly. */
 const RANGE_PREFIXES = new Set(['eq', 'gt', 'ge', 'lt', 'le']);
 
@@ -92,7 +96,8 @@ function identifierTokens(filter: ParameterFilter): IdentifierToken[] | undefine
 
 /** The patient ids of a reference filter on a compartment parameter naming Patients only, or undefined. */
 function patientIds(resourceType: string, filter: ParameterFilter): string[] | undefined {
-  if (filter.modifier !== undefined || !patientSearchParams(resourceType).includes(filter.code)) return undefined;
+  if (filter.modifier !== undefined || !patientSearchParams(resourceType).includes(filter.code))
+    return undefined;
   if (filter.targetType !== undefined && filter.targetType !== 'Patient') return undefined;
   const ids: string[] = [];
   for (const v of filter.values) {
@@ -114,9 +119,10 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
  * `resolver` (400 without one). `AuditEvent`'s own parameters keep their predicates
  * (`auditSearchPredicate`: an agent's bare id also matches its identifier).
  *
- * Not yet answered (400, or ignored under lenient handling): `_include`, `_revinclude`,
- * `_elements`, `_summary` other than `count` and `false`, `_sort` other than one of `_lastUpdated`
- * and `_id` (either descending).
+ * `_sort` becomes the stores' `sort` or an `order` by the keys' values (see `orderQuery`); `_cursor`
+ * (what the paging links carry, see `search-cursor.ts`) becomes `after` / `before`. The result
+ * parameters (`_include`, `_revinclude`, `_summary`, `_elements`, `_total`) stay in `request` for
+ * the interaction and the Bundle.
  * @see https://hl7.org/fhir/R4/search.html
  */
 export async function parseSearch(
@@ -133,7 +139,7 @@ export async function parseSearch(
   const rest: [string, string][] = [];
   const restIndex: number[] = [];
   const auditTests: ((resource: StoredResource) => boolean)[] = [];
-  let sort: ResourceQuery['sort'];
+  let cursorText: string | undefined;
 
   all.forEach(([rawName, value], index) => {
     const colon = rawName.indexOf(':');
@@ -152,13 +158,12 @@ export async function parseSearch(
       }
       return;
     }
-    if (NOT_RENDERED.has(code)) return unsupported(`${code} is not supported yet`);
-    if (code === '_summary' && value !== 'count' && value !== 'false' && value !== '') {
-      return unsupported('_summary supports only count and false');
-    }
-    if (code === '_sort' && modifier === undefined) {
-      if (!STORE_SORTS.has(value)) return unsupported(`_sort supports ${[...STORE_SORTS].join(', ')}`);
-      sort = value as ResourceQuery['sort'];
+    if (rawName === '_cursor') {
+      if (cursorText !== undefined) {
+        throw new FhirError(400, 'invalid', '_cursor may be given once', { expression: ['_cursor'] });
+      }
+      cursorText = value;
+      return;
     }
     rest.push([rawName, value]);
     restIndex.push(index);
@@ -192,7 +197,16 @@ export async function parseSearch(
   const { request } = parsed;
   const query: ResourceQuery = { count: request.count, search: request };
   if (request.offset > 0) query.offset = request.offset;
-  if (sort !== undefined) query.sort = sort;
+  const cursorShape = orderQuery(registry, request, query);
+  let cursor: PageCursor | undefined;
+  if (cursorText !== undefined) {
+    if (request.offset > 0) {
+      throw new FhirError(400, 'invalid', '_cursor and _offset do not combine', { expression: ['_offset'] });
+    }
+    cursor = decodeCursor(cursorText, cursorShape);
+    if (cursor.direction === 'after') query.after = cursor.position;
+    else query.before = cursor.position;
+  }
   let ids: string[] | undefined;
   let compartment: string[] | undefined;
   const predicateFilters: SearchFilter[] = [];
@@ -237,14 +251,43 @@ export async function parseSearch(
   if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
 
   const tests = [...auditTests];
-  if (predicateFilters.length > 0) tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
+  if (predicateFilters.length > 0)
+    tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
   if (tests.length === 1) query.where = tests[0];
   else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));
 
+  const { order } = query;
   return {
     query,
     request,
     ignored: all.flatMap(([name], i) => (ignoredNames.has(i) ? [name] : [])),
     applied: all.filter((_, i) => appliedAt.has(i) && !ignoredNames.has(i)).map(([n, v]) => [n, v]),
+    ...(cursor ? { cursor } : {}),
+    cursorShape,
+    positionOf: (resource) => ({
+      id: resource.id,
+      ...(cursorShape.lastUpdated ? { lastUpdated: resource.meta.lastUpdated } : {}),
+      ...(order ? { keys: order.keys(resource) } : {}),
+    }),
   };
+}
+
+/**
+ * Sets the order of `query` from `_sort`: the stores' own `sort` when the first key is `_id` or
+ * `_lastUpdated` (each unique within a project, so later keys never matter), else `order` by the
+ * keys' values (`sortValuesOf`). Answers what a paging cursor of that order carries.
+ */
+function orderQuery(registry: SearchRegistry, request: SearchRequest, query: ResourceQuery): CursorShape {
+  const sort = request.sort.map((k) => `${k.descending ? '-' : ''}${k.code}`).join(',');
+  const [first] = request.sort;
+  if (!first) return { sort, lastUpdated: true, keys: undefined };
+  if (first.code === '_lastUpdated' || first.code === '_id') {
+    query.sort = `${first.descending ? '-' : ''}${first.code}` as NonNullable<ResourceQuery['sort']>;
+    return { sort, lastUpdated: first.code === '_lastUpdated', keys: undefined };
+  }
+  query.order = {
+    keys: sortValuesOf(registry, request.resourceType, request.sort),
+    descending: request.sort.map((k) => k.descending),
+  };
+  return { sort, lastUpdated: false, keys: request.sort.length };
 }

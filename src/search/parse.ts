@@ -273,20 +273,37 @@ function nonNegativeInteger(param: string, value: string): number {
   return Number(value);
 }
 
-function includeTarget(ctx: Context, rawName: string, value: string, iterate: boolean): IncludeTarget {
-  if (value === '*' || value.endsWith(':*')) {
-    throw new Unsupported('not-supported', `${rawName}=* is not supported`);
+function includeTarget(
+  ctx: Context,
+  resourceType: string,
+  rawName: string,
+  value: string,
+  iterate: boolean,
+): IncludeTarget {
+  const reverse = rawName.startsWith('_revinclude');
+  if (value === '*') {
+    // `_include=*`: every reference parameter of the searched type. A reverse one would read every
+    // type that may reference it: not supported.
+    if (reverse) throw new Unsupported('not-supported', `${rawName}=* is not supported`);
+    return { resourceType, searchParam: '*', iterate };
   }
   const [type, param, targetType, extra] = value.split(':');
   if (!type || !param || extra !== undefined || !isResourceType(type)) {
     throw invalidValue(rawName, `${rawName} must be Type:parameter[:targetType]`);
   }
-  const def = ctx.registry.get(type, param);
-  if (!def || def.type !== 'reference')
-    throw invalidValue(rawName, `${type}.${param} is not a reference parameter`);
+  let targets: readonly string[] = [];
+  if (param !== '*') {
+    const def = ctx.registry.get(type, param);
+    if (!def || def.type !== 'reference')
+      throw invalidValue(rawName, `${type}.${param} is not a reference parameter`);
+    targets = def.targets;
+    if (reverse && !iterate && targets.length > 0 && !targets.includes(resourceType)) {
+      throw invalidValue(rawName, `${type}.${param} does not reference ${resourceType}`);
+    }
+  }
   if (
     targetType !== undefined &&
-    (!isResourceType(targetType) || (def.targets.length > 0 && !def.targets.includes(targetType)))
+    (!isResourceType(targetType) || (targets.length > 0 && !targets.includes(targetType)))
   ) {
     throw invalidValue(rawName, `${targetType} is not a target type of ${type}.${param}`);
   }
@@ -391,7 +408,7 @@ export function parseSearchRequest(
           if (modifier !== undefined && modifier !== 'iterate') {
             throw new Unsupported('not-supported', `Unsupported modifier on ${code}`);
           }
-          const target = includeTarget(ctx, rawName, value, modifier === 'iterate');
+          const target = includeTarget(ctx, resourceType, rawName, value, modifier === 'iterate');
           if (code === '_include') {
             if (!target.iterate && target.resourceType !== resourceType) {
               throw invalidValue(
@@ -412,6 +429,9 @@ export function parseSearchRequest(
       if (!lenient) throw new FhirError(400, error.issueCode, error.message, { expression: [rawName] });
       ignored.push(rawName);
     }
+  }
+  if (request.elements && ['true', 'text', 'data'].includes(request.summary ?? '')) {
+    throw invalidValue('_elements', '_elements does not combine with _summary=true, text or data');
   }
   return { request, ignored, applied };
 }

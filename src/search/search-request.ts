@@ -202,10 +202,13 @@ export interface SortKey {
   descending: boolean;
 }
 
-/** One `_include` / `_revinclude` value `Type:param[:targetType]`. @see https://hl7.org/fhir/R4/search.html#include */
+/**
+ * One `_include` / `_revinclude` value `Type:param[:targetType]` (`_include=*` is the searched
+ * type's `Type:*`). @see https://hl7.org/fhir/R4/search.html#include
+ */
 export interface IncludeTarget {
   resourceType: string;
-  /** The reference parameter of `resourceType`. */
+  /** The reference parameter of `resourceType`; `*`: every one. */
   searchParam: string;
   targetType?: string;
   /** `:iterate`: applied to included resources too. */

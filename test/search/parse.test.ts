@@ -344,7 +344,23 @@ describe('parseSearchRequest: result parameters', () => {
     ]);
     expect400(() => parse('Patient', '_include=Patient:name'), '_include', 'invalid');
     expect400(() => parse('Patient', '_include=Observation:subject'), '_include', 'invalid');
-    expect400(() => parse('Patient', '_include=*'), '_include', 'not-supported');
+    expect(parse('Patient', '_include=*').request.include).toEqual([
+      { resourceType: 'Patient', searchParam: '*', iterate: false },
+    ]);
+    expect(parse('Patient', '_include=Patient:*:Organization').request.include).toEqual([
+      { resourceType: 'Patient', searchParam: '*', targetType: 'Organization', iterate: false },
+    ]);
+    expect(parse('Patient', '_revinclude=Observation:*').request.revinclude).toEqual([
+      { resourceType: 'Observation', searchParam: '*', iterate: false },
+    ]);
+    expect400(() => parse('Patient', '_revinclude=*'), '_revinclude', 'not-supported');
+    expect400(() => parse('Patient', '_revinclude=Observation:encounter'), '_revinclude', 'invalid');
+    expect(parse('Patient', '_revinclude:iterate=Observation:encounter').request.revinclude).toHaveLength(1);
+  });
+
+  it('refuses _elements with _summary=true, text or data', () => {
+    expect400(() => parse('Patient', '_elements=name&_summary=true'), '_elements', 'invalid');
+    expect(parse('Patient', '_elements=name&_summary=count').request.count).toBe(0);
   });
 });
 
