@@ -112,9 +112,7 @@ function searchSuite(name: string, open: () => Storage | Promise<Storage>): void
       expect(res.status).toBe(400);
       expect(res.body.issue[0].expression).toEqual(['nickname']);
       expect(await ids(app, 'Patient?nickname=x&name=smith', 'handling=lenient')).toHaveLength(1);
-      const unsupported = await request(app)
-        .get(`${BASE}/Patient?_content=smith`)
-        .set('Authorization', auth);
+      const unsupported = await request(app).get(`${BASE}/Patient?_content=smith`).set('Authorization', auth);
       expect(unsupported.status).toBe(400);
       expect(unsupported.body.issue[0].code).toBe('not-supported');
     });
