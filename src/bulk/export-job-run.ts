@@ -148,7 +148,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     await files.remove(ref);
     if (job.status !== 'in-progress')
       await storage.updateExportJob(job.projectId, job.id, { status: 'in-progress' });
-    let task: ExportTask = {
+    const task: ExportTask = {
       jobId: job.id,
       projectId: job.projectId,
       params: plan.params,
@@ -166,7 +166,6 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     if (plan.newPatientIds) task.newPatientIds = plan.newPatientIds;
     // A worker needs to reopen both the store and the files; otherwise the run stays here.
     if (storage.descriptor && (task.files || task.outputDir)) task.descriptor = storage.descriptor;
-    if (ctx.options.taskHook) task = ctx.options.taskHook(task);
     const result: ExportTaskResult = await ctx.options.pool.run(task, {
       signal,
       reader: storage.exportReader,

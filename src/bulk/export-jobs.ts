@@ -16,7 +16,7 @@ import type {
 import { DirectoryExportFiles, isJobId } from './directory-export-files.js';
 import { refOf, runJob, type RunContext, type RunningJob } from './export-job-run.js';
 import type { ExportPool } from './export-pool.js';
-import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { ExportProgress, ExportTaskResult } from './export-task.js';
 import type { KickoffLimits } from './kickoff-limits.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
 
@@ -69,8 +69,6 @@ export interface ExportJobManagerOptions {
   cleanupInterval: number;
   /** Limits every kick-off must pass. @default none */
   limits?: KickoffLimits;
-  /** Test hook: transforms each task before it runs. */
-  taskHook?: (task: ExportTask) => ExportTask;
   /** Receives unexpected failures (a job failing is not one). */
   onError: (error: unknown) => void;
   /**

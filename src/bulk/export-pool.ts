@@ -90,7 +90,6 @@ export class ExportPool {
     if (!task.descriptor) {
       if (!options.reader)
         throw new PlatformError('ERR_EXPORT_TASK_INVALID', 'A task without descriptor needs a reader');
-      if (task.crash) throw new PlatformError('ERR_INTERNAL', 'Export crash (test hook)');
       return runExport(options.reader, task, {
         signal: options.signal,
         onProgress: options.onProgress,

@@ -15,7 +15,6 @@ import type { CommonRouterOptions } from '../http/router-options.js';
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
-import type { ExportTask } from './export-task.js';
 
 /** Options of `bulkExportRouter` (./router.ts). */
 export interface BulkExportRouterOptions extends CommonRouterOptions {
@@ -117,11 +116,6 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    * @default false
    */
   requireAsyncHeaders?: boolean;
-  /**
-   * Test hook: transforms each task before it runs (e.g. `{ ...task, crash: 'exit' }`).
-   * @default undefined
-   */
-  taskHook?: (task: ExportTask) => ExportTask;
 }
 
 /** Bytes available to this process on the file system holding `dir`. */
@@ -154,7 +148,6 @@ const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
   retryAfter: true,
   pool: true,
   requireAsyncHeaders: true,
-  taskHook: true,
   exportFiles: true,
   leaseDuration: true,
   heartbeatInterval: true,
@@ -163,8 +156,8 @@ const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
 /** Options with every default filled in. */
 export interface ResolvedBulkExportRouterOptions
   extends
-    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'>>,
-    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'> {}
+    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'>>,
+    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'> {}
 
 /** An `exportFiles` option: an object with the store's methods. */
 function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportFileStore): ExportFileStore {

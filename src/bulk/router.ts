@@ -113,7 +113,6 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       retryAfter,
       onError,
     }),
-    taskHook: config.taskHook,
     onError,
     ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
   });

@@ -4,7 +4,6 @@ import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { ExportJobManager } from '../../src/bulk/export-jobs.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
-import type { ExportTask } from '../../src/bulk/export-task.js';
 import type { FhirResource } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
@@ -127,12 +126,16 @@ describe('worker crash', () => {
   it.each(['exit', 'throw'] as const)(
     'a worker that %ss fails its job with an OperationOutcome; the pool goes on',
     async (crash) => {
-      let tasks = 0;
-      const taskHook = (task: ExportTask): ExportTask => (++tasks === 1 ? { ...task, crash } : task);
-      const { storage, app, auth } = await bulkTestApp({ taskHook });
+      // The fixture reader crashes in the worker while the fault file says so.
+      const faultFile = path.join(tempDir('fault-'), 'fault.json');
+      fs.writeFileSync(faultFile, JSON.stringify({ crash }));
+      const { storage, app, auth } = await bulkTestApp({
+        storage: fixtureStorage({ dir: tempDir(), faultFile }),
+      });
       const failedPath = await kickoff(app, auth, '/$export?_type=Patient');
       expectOperationOutcome(await poll(app, auth, failedPath), 500, 'exception');
       expect(storage.state.snapshots.size).toBe(0);
+      fs.rmSync(faultFile);
       const okPath = await kickoff(app, auth, '/$export?_type=Patient');
       const ok = await poll(app, auth, okPath);
       expect(ok.status).toBe(200);
