@@ -20,7 +20,8 @@ import { recordRefusals } from './audit/refusals.js';
 import { safeAuditTrail } from './audit/record-safely.js';
 import { createAuditTrail } from './audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
-import { booleanOption, optionError, positiveInteger, requireStorage } from './http/options.js';
+import { booleanOption, optionalFunction, optionError, positiveInteger } from './http/options.js';
+import { baseUrlOption, loggingOptions, storageOption } from './http/router-options.js';
 import { defaultIssuer } from './auth/issuer.js';
 import type { Storage } from './storage/types.js';
 
@@ -190,8 +191,13 @@ function normalisePath(name: string, value: unknown): string {
  * tokens issued under `/api` are refused by a platform mounted elsewhere.
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
-  requireStorage(OWNER, options);
+  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
+  // The options the routers share are checked here, under this name, before any router sees them.
+  storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
+  optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
+  baseUrlOption(OWNER, options.baseUrl);
+  loggingOptions(OWNER, options);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
   checkOptionKeys(OWNER, options.audit, AUDIT_OPTION_KEYS, 'audit.');
   const { storage, baseUrl } = options;

@@ -1,8 +1,6 @@
 import { statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import {
   booleanOption,
   optionError,
@@ -11,7 +9,7 @@ import {
   positiveLimit,
   positiveNumber,
 } from '../http/options.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
@@ -128,13 +126,7 @@ const HOUR = 60 * 60 * 1000;
 const GIB = 1024 * 1024 * 1024;
 const OWNER = 'bulkExportRouter';
 
-const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   exportDir: true,
   maxFileSize: true,
   maxExportSize: true,
@@ -179,7 +171,7 @@ function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportF
 export function resolveBulkExportRouterOptions(
   options: BulkExportRouterOptions,
 ): ResolvedBulkExportRouterOptions {
-  checkOptionKeys(OWNER, options, BULK_ROUTER_KEYS);
+  const { onError } = checkRouterOptions(OWNER, options, BULK_ROUTER_KEYS, { authenticate: true });
   const retryAfter = positiveNumber(OWNER, 'retryAfter', options.retryAfter, 1);
   const maxRunningExports = positiveNumber(OWNER, 'maxRunningExports', options.maxRunningExports, 2);
   const maxProjectExportSize = positiveLimit(
@@ -213,7 +205,7 @@ export function resolveBulkExportRouterOptions(
   );
   return {
     ...options,
-    onError: errorSink(options),
+    onError,
     retryAfter,
     maxRunningExports,
     maxProjectExportSize,

@@ -1,3 +1,4 @@
+import bytes from 'bytes';
 import { InvalidOptionError } from '../errors.js';
 /**
  * Checks of the options a factory (`fhirRouter`, `bulkExportRouter`, …) resolves once when it is
@@ -17,17 +18,9 @@ export function optionError(owner: string, option: string, message: string): nev
   throw new InvalidOptionError(`${owner}: ${message}`, option);
 }
 
-/**
- * Requires `options.storage`.
- * @param label how the message names it
- * @default label 'storage'
- */
-export function requireStorage(
-  owner: string,
-  options: { storage?: unknown } | undefined,
-  label = 'storage',
-): void {
-  if (!options?.storage) optionError(owner, 'storage', `${label} is required`);
+/** Requires `options.storage` (routers check it with the other shared options: `checkRouterOptions`). */
+export function requireStorage(owner: string, options: { storage?: unknown } | undefined): void {
+  if (!options?.storage) optionError(owner, 'storage', 'storage is required');
 }
 
 /**
@@ -132,5 +125,28 @@ export function oneOf<T extends string>(
 ): T | undefined {
   if (value !== undefined && !allowed.includes(value))
     optionError(owner, name, `${name} must be one of ${allowed.join(', ')}`);
+  return value;
+}
+
+/** A size (bytes, or a string such as `'16mb'`) in bytes: `NaN` for a string `bytes` cannot read. */
+export function sizeInBytes(value: number | string): number {
+  return typeof value === 'number' ? value : (bytes.parse(value) ?? Number.NaN);
+}
+
+/**
+ * A size option: a positive number of bytes or a size string (`'16mb'`), or `fallback` when `value`
+ * is undefined; answered as given (body-parser reads both).
+ */
+export function sizeOption(
+  owner: string,
+  name: string,
+  value: number | string | undefined,
+  fallback: number | string,
+): number | string {
+  if (value === undefined) return fallback;
+  const size = typeof value === 'number' || typeof value === 'string' ? sizeInBytes(value) : Number.NaN;
+  if (!Number.isFinite(size) || size <= 0) {
+    optionError(owner, name, `${name} must be a positive number of bytes or a size string such as '1mb'`);
+  }
   return value;
 }

@@ -1,5 +1,3 @@
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
 import type { Principal } from '../auth/principal.js';
 import { asyncHandler } from '../http/async-handler.js';
@@ -8,16 +6,21 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import { optionalFunction, optionError, requireFunction, requireStorage } from '../http/options.js';
+import { optionalFunction, optionError } from '../http/options.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import {
+  checkRouterOptions,
+  type BodyLimitOptions,
+  type CommonRouterOptions,
+  type OwnOptionKeys,
+} from '../http/router-options.js';
 import { checkClientScope, type NewClientRules } from './new-client.js';
 import { invalidParameter } from './parameters.js';
 import { superAdminOnly } from './project-access.js';
 import { projectService } from './project-service.js';
 
 /** Options of `projectRouter`. */
-export interface ProjectRouterOptions extends CommonRouterOptions {
+export interface ProjectRouterOptions extends CommonRouterOptions, BodyLimitOptions {
   /**
    * Who may call `Project/$init`: return true to allow the principal, e.g. `() => true` for any
    * authenticated principal (others get 403). A user principal becomes the owner: the new project's admin user is
@@ -52,11 +55,6 @@ export interface ProjectRouterOptions extends CommonRouterOptions {
    * @default false
    */
   allowHttpJwksUri?: boolean;
-  /**
-   * Largest request body, bytes or a size string.
-   * @default '1mb'
-   */
-  bodyLimit?: number | string;
 }
 
 // RegExp routes: Express 4 reads `$` in a route string as a regex anchor, and `req.path` keeps
@@ -82,13 +80,7 @@ export interface ResolvedProjectRouterOptions extends ProjectRouterOptions {
 
 const OWNER = 'projectRouter';
 
-const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const PROJECT_ROUTER_KEYS: OwnOptionKeys<ProjectRouterOptions> = {
   allowInit: true,
   defaultClientScope: true,
   minClientTokenLifetime: true,
@@ -96,14 +88,14 @@ const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
   minAccessTokenLifetime: true,
   maxAccessTokenLifetime: true,
   allowHttpJwksUri: true,
-  bodyLimit: true,
 };
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveProjectRouterOptions(options: ProjectRouterOptions): ResolvedProjectRouterOptions {
-  requireStorage(OWNER, options);
-  checkOptionKeys(OWNER, options, PROJECT_ROUTER_KEYS);
-  requireFunction(OWNER, 'authenticate', options.authenticate);
+  const { onError, bodyLimit } = checkRouterOptions(OWNER, options, PROJECT_ROUTER_KEYS, {
+    authenticate: true,
+    bodyLimit: '1mb',
+  });
   const allowInit = optionalFunction(OWNER, 'allowInit', options.allowInit, superAdminOnly);
   for (const [name, old] of [
     ['minClientTokenLifetime', 'minAccessTokenLifetime'],
@@ -126,8 +118,8 @@ export function resolveProjectRouterOptions(options: ProjectRouterOptions): Reso
   return {
     ...options,
     allowInit,
-    onError: errorSink(options),
-    bodyLimit: options.bodyLimit ?? '1mb',
+    onError,
+    bodyLimit,
     rules: {
       defaultScope: scope.scope,
       minClientTokenLifetime: min,
