@@ -125,7 +125,12 @@ export interface FhirPlatform {
   admin: PlatformAdmin;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
-  /** Stops export workers and timers. Does not close the storage (the host owns it). */
+  /**
+   * Shuts down: running exports get up to `bulk.closeTimeout` ms (default 10000) to finish, those
+   * still running are stopped (they resume at the next start, or on another instance with a shared
+   * queue); then the export workers, timers and the audit trail (its queued events written) stop.
+   * Does not close the storage (the host owns it) nor the HTTP server.
+   */
   close(): Promise<void>;
 }
 
@@ -139,6 +144,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
 };
 
 const OWNER = 'fhirPlatform';
+
+/** The platform's default `bulk.closeTimeout`, ms (the router's own is 0). */
+const PLATFORM_EXPORT_CLOSE_TIMEOUT = 10_000;
 
 const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   storage: true,
@@ -293,6 +301,9 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
 
   if (options.bulk !== false) {
     bulk = bulkExportRouter({
+      // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
+      // run them again from the start later; those still running then resume later.
+      closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
       ...options.bulk,
       ...common,
       exportDir: options.bulk?.exportDir ?? options.exportDir,

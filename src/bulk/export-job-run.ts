@@ -30,8 +30,11 @@ export interface RunContext {
   lease: number;
   /** Milliseconds between two lease renewals. */
   heartbeat: number;
-  /** Whether the manager is closing (read at each step: it changes while a run goes on). */
-  closing(): boolean;
+  /**
+   * Whether the manager is stopping its running jobs, to resume them later (read at each step: it
+   * changes while a run goes on). Not while it only drains: a run that ends then ends as usual.
+   */
+  stopping(): boolean;
 }
 
 /** A job running in this process. */
@@ -209,7 +212,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
   } catch (error) {
     await persisting;
     // Stopping: the job stays in progress and resumes at next start (or on another instance).
-    if (ctx.closing()) {
+    if (ctx.stopping()) {
       if (ctx.queue && entry.run !== undefined)
         await ctx.queue.release(job.projectId, job.id, entry.run).catch(() => undefined);
       return;
@@ -289,7 +292,7 @@ async function fail(
       finished = await finish(ctx, job, run, changes);
     } catch {
       if (attempt >= FAIL_RETRIES) finished = !ctx.queue;
-      else if (!(await pause(delay, signal)) || ctx.closing()) return;
+      else if (!(await pause(delay, signal)) || ctx.stopping()) return;
     }
   }
   if (!finished) return;

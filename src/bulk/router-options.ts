@@ -102,6 +102,13 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    */
   retryAfter?: number;
   /**
+   * Milliseconds `close()` lets running exports go on to their end; those still running then are
+   * stopped, stay in progress and resume at the next start (with a shared queue, their leases are
+   * released for another instance to take over at once). `0` stops them at once.
+   * @default 0 (`fhirPlatform`: 10000, so that a shutdown finishes what it can within that)
+   */
+  closeTimeout?: number;
+  /**
    * The worker pool: an `ExportPool` shared with other routers (not closed by this router), or
    * options of a pool this router owns.
    * @default a pool of its own with default options
@@ -143,6 +150,7 @@ const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   exportFiles: true,
   leaseDuration: true,
   heartbeatInterval: true,
+  closeTimeout: true,
 };
 
 /** Options with every default filled in. */
@@ -197,6 +205,7 @@ export function resolveBulkExportRouterOptions(
   if (heartbeatInterval >= leaseDuration) {
     optionError(OWNER, 'heartbeatInterval', 'heartbeatInterval must be less than leaseDuration');
   }
+  const closeTimeout = nonNegativeNumber(OWNER, 'closeTimeout', options.closeTimeout, 0);
   const requireAsyncHeaders = booleanOption(
     OWNER,
     'requireAsyncHeaders',
@@ -221,5 +230,6 @@ export function resolveBulkExportRouterOptions(
     maxFileSize,
     maxExportSize,
     requireAsyncHeaders,
+    closeTimeout,
   };
 }

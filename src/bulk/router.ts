@@ -25,7 +25,12 @@ export type { BulkExportRouterOptions } from './router-options.js';
 export type BulkExportRouter = Router & {
   /** Settles once interrupted jobs have been restarted and leftover files swept. */
   readonly ready: Promise<void>;
-  /** Stops the retention timer, the running jobs (they resume at next start) and an owned pool. */
+  /**
+   * Stops the retention timer and the claims of new work, lets running jobs go on for up to
+   * `closeTimeout` ms, stops those still running (they resume at the next start, or on another
+   * instance with a shared queue), then drains and closes an owned pool (`ExportPool.close()`: by
+   * then nothing of this router runs in it). A shared pool is left open.
+   */
   close(): Promise<void>;
   /**
    * For readiness probes: `'ok'` once interrupted jobs have restarted and while the worker pool
@@ -280,7 +285,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     async close(): Promise<void> {
       closed = true;
       await ready;
-      await jobs.close();
+      await jobs.close(config.closeTimeout);
       if (ownsPool) await pool.close();
     },
   }) as BulkExportRouter;
