@@ -1,5 +1,5 @@
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
-import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
+import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { Storage } from './storage/types.js';
 

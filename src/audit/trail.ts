@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { requireStorage } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { requireStorage } from '../common/options.js';
 import type { ResourceWrite, Storage } from '../storage/types.js';
 import { buildAuditEvent, type AuditEventResource } from './build-event.js';
 import type { AuditRecord } from './events.js';

@@ -1,11 +1,11 @@
-import { errorSink } from '../http/logger.js';
+import { errorSink } from '../http/request-logging.js';
 import express, { Router } from 'express';
 import { recordSafely } from '../audit/record-safely.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
 import { HttpError, OAuthError } from '../http/http-error.js';
-import { optionError, positiveNumber } from '../http/options.js';
+import { optionError, positiveNumber } from '../common/options.js';
 import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';

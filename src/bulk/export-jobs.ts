@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import type { AuditTrail } from '../audit/trail.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { PlatformError } from '../errors.js';
 import { NotFoundError } from '../storage/errors.js';
 import type {

@@ -1,8 +1,8 @@
 import { existsSync } from 'node:fs';
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { optionError } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionError } from '../common/options.js';
 import type { ExportFileSink, ExportReader } from '../storage/types.js';
 import { runExport } from './export-runner.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';

@@ -8,7 +8,7 @@ import {
   optionalFunction,
   positiveLimit,
   positiveNumber,
-} from '../http/options.js';
+} from '../common/options.js';
 import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';

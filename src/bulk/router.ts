@@ -1,6 +1,6 @@
 import { Router, type ErrorRequestHandler, type Request, type RequestHandler } from 'express';
-import { requestRecorder } from '../audit/request-recorder.js';
-import { isValidId } from '../fhir/resource-types.js';
+import { requestRecorder } from '../http/request-recorder.js';
+import { isValidId } from '../common/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { findPrincipal, getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../http/base-url.js';

@@ -1,5 +1,5 @@
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
-import { oneOf, optionError, positiveInteger, sizeInBytes, sizeOption } from '../http/options.js';
+import { oneOf, optionError, positiveInteger, sizeInBytes, sizeOption } from '../common/options.js';
 import {
   checkRouterOptions,
   type BodyLimitOptions,

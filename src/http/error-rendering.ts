@@ -1,6 +1,6 @@
 import type { ErrorRequestHandler, Request, Response } from 'express';
 import { PlatformError } from '../errors.js';
-import { FhirOutcomeError, outcomeOf, type OperationOutcome } from '../fhir/outcome.js';
+import { FhirOutcomeError, outcomeOf, type OperationOutcome } from './outcome.js';
 import { NotFoundError } from '../storage/errors.js';
 import { ERROR_TABLE } from './error-table.js';
 import {

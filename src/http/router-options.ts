@@ -1,10 +1,11 @@
 import type { AuditTrail } from '../audit/trail.js';
-import type { Authenticate } from '../auth/principal.js';
+import type { Authenticate } from './principal.js';
 import type { Storage } from '../storage/types.js';
 import type { ErrorLogger } from './error-rendering.js';
-import { errorSink, type Logger } from './logger.js';
-import { checkOptionKeys, type OptionKeys } from './option-keys.js';
-import { optionalFunction, optionError, requireFunction, sizeOption } from './options.js';
+import type { Logger } from '../common/logger.js';
+import { errorSink } from './request-logging.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionalFunction, optionError, requireFunction, sizeOption } from '../common/options.js';
 
 /** Options every router factory takes. */
 export interface CommonRouterOptions {

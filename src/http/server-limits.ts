@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { RequestHandler } from 'express';
 import { toOperationOutcome } from './error-rendering.js';
 import { HttpError } from './http-error.js';
-import { optionError } from './options.js';
+import { optionError } from '../common/options.js';
 
 /** Connection limits of {@link protectServer}; every value is in milliseconds. */
 export interface ServerLimits {

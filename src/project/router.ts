@@ -1,12 +1,12 @@
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import { optionalFunction, optionError } from '../http/options.js';
+import { optionalFunction, optionError } from '../common/options.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import {
   checkRouterOptions,

@@ -5,7 +5,7 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { scimErrorHandler } from '../http/error-rendering.js';
 import { ScimError } from '../http/http-error.js';
-import { booleanOption, oneOf, positiveInteger } from '../http/options.js';
+import { booleanOption, oneOf, positiveInteger } from '../common/options.js';
 import { SCIM_JSON, methodNotAllowed, sendScim } from '../http/protocol-responses.js';
 import {
   checkRouterOptions,
@@ -23,7 +23,7 @@ import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './sc
 import { userEtag, userToScim } from './user-mapping.js';
 import type { ScimUserEvent } from '../audit/events.js';
 import { recordSafely } from '../audit/record-safely.js';
-import { requestParty } from '../audit/request-actor.js';
+import { requestParty } from '../http/request-actor.js';
 import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
 
 /** Options of `scimRouter`. */
