@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { PlatformError } from '../errors.js';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type {
   ExportFileSink,
   ExportReadOptions,
@@ -9,9 +8,9 @@ import type {
   StoredResource,
 } from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
-import { elementsFor, projectElements, type ElementSelection } from './elements.js';
+import { elementsFor, projectElements, type ElementSelection } from '../search/elements.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
-import { loadMandatoryElements } from './mandatory-elements.js';
+import { loadMandatoryElements } from '../search/element-tables.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
 import { chunkText, ndjsonLines } from './ndjson-lines.js';
 import { AssociatedProvenance } from './provenance.js';
@@ -235,7 +234,6 @@ export async function runExport(
             associated?.noteChunk(resourceType, chunk.data);
             await writer.write(chunk.data, chunk.count);
             progress.resources += chunk.count;
-            if (task.delayPerChunk) await sleep(task.delayPerChunk);
           } else {
             const lines = lineBatch(writer);
             for (const line of ndjsonLines(chunkText(chunk.data))) {

@@ -1,13 +1,13 @@
-import { refuseAuditEventWrite } from '../audit/append-only.js';
+import { refuseAuditEventWrite } from './audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import type { SearchResolver } from '../search/match.js';
 import { loadSearchRegistry } from '../search/definitions.js';
-import type { OutcomeIssue } from './outcome.js';
+import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';

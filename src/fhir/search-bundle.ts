@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { StoredResource } from '../storage/types.js';
 import type { BundleJson } from './bundle-response.js';
 import type { SearchOutcome } from './interactions.js';
-import { outcomeOf, type OutcomeIssue } from './outcome.js';
+import { outcomeOf, type OutcomeIssue } from '../http/outcome.js';
 import { encodeCursor, type PageCursor } from './search-cursor.js';
 
 /** The paging parameters of one link: `_count` always, then an `_offset` or a `_cursor`. */

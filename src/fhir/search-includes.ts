@@ -1,12 +1,12 @@
 import { canAccess } from '../auth/access.js';
 import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
 import { extractValues } from '../search/extract.js';
-import type { IncludeTarget, ParameterFilter, SearchRequest } from '../search/search-request.js';
+import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/search-request.js';
 import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
 import type { FhirContext } from './interactions.js';
-import type { OutcomeIssue } from './outcome.js';
-import { isResourceType, isValidId } from './resource-types.js';
+import type { OutcomeIssue } from '../http/outcome.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
 
 /** Bounds of {@link collectIncludes}. */
 export interface IncludeLimits {

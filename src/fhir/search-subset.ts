@@ -1,6 +1,6 @@
-import { elementsFor, projectElements, type ElementSelection } from '../bulk/elements.js';
-import { loadElementTables } from '../bulk/mandatory-elements.js';
-import type { SearchRequest } from '../search/search-request.js';
+import { elementsFor, projectElements, type ElementSelection } from '../search/elements.js';
+import { loadElementTables } from '../search/element-tables.js';
+import type { SearchRequest } from '../storage/search-request.js';
 import type { FhirResource } from '../storage/types.js';
 
 /** How a search entry is rendered: its resource, whole or subsetted. */

@@ -2,7 +2,7 @@ import type { FhirResource, SortValue } from '../storage/types.js';
 import type { SearchRegistry } from './definitions.js';
 import { extractValues } from './extract.js';
 import type { IndexValue } from './index-values.js';
-import type { SortKey } from './search-request.js';
+import type { SortKey } from '../storage/search-request.js';
 
 /*
  * The values a resource is sorted by for `_sort`: per key, the lowest of the values the parameter

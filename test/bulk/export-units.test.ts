@@ -6,9 +6,9 @@ import {
   bulkExportCapability,
   withBulkExportCapability,
 } from '../../src/bulk/capability.js';
-import { elementsFor, projectElements } from '../../src/bulk/elements.js';
+import { elementsFor, projectElements } from '../../src/search/elements.js';
 import { resolveGroupMembers } from '../../src/bulk/group-members.js';
-import { loadMandatoryElements, mandatoryElementsOf } from '../../src/bulk/mandatory-elements.js';
+import { loadMandatoryElements, mandatoryElementsOf } from '../../src/search/element-tables.js';
 import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
 import { compileTypeFilters } from '../../src/bulk/type-filter.js';
 import { NotFoundError } from '../../src/storage/errors.js';

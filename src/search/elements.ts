@@ -14,7 +14,7 @@ export interface ElementSelection {
 }
 
 /**
- * What Bulk Data 2.0.0 `_elements` keeps of a resource of `resourceType`: the unqualified entries
+ * What Bulk Data 2.0.0 `_elements` (and FHIR search's `_elements`, `_summary`) keeps of a resource of `resourceType`: the unqualified entries
  * (`status`), the entries qualified with this type (`Observation.code`) and the type's mandatory
  * elements (`mandatory`, min cardinality ≥ 1). Every type gets a selection: the IG asks the server
  * to "omit unlisted, non-mandatory elements from the resources returned", so a type no entry
@@ -48,7 +48,7 @@ function isChoiceOf(name: string, stem: string): boolean {
 }
 
 /**
- * Bulk Data `_elements`: keeps `resourceType`, `id`, `meta` and the selected top-level elements
+ * Bulk Data and FHIR search `_elements`: keeps `resourceType`, `id`, `meta` and the selected top-level elements
  * (with their `_element` primitive extensions), and adds the `SUBSETTED` tag to `meta.tag` (after
  * the existing tags, once) so that the result is never mistaken for the full resource.
  */
