@@ -14,14 +14,17 @@ import type { SortKey } from '../storage/search-request.js';
 const LOWEST = -Number.MAX_VALUE;
 const HIGHEST = Number.MAX_VALUE;
 
+/** `system` and `code` as one string that sorts like the pair (NUL joins them: below any character). */
+const pair = (system: string | undefined, code: string): string => `${system ?? ''}\u0000${code}`;
+
 /** The value one element gives a key: a number or a string; undefined when it gives none. */
 function valueOf(value: IndexValue, descending: boolean): string | number | undefined {
   switch (value.type) {
     case 'string':
       return value.normalized;
     case 'token':
-      // System, then code (identifiers by system, then value); a text alone is not a code.
-      return value.code === undefined ? undefined : `${value.system ?? ''}|${value.code}`;
+      // System (none first), then code: identifiers by system, then value. A text is not a code.
+      return value.code === undefined ? undefined : pair(value.system, value.code);
     case 'date':
       return descending ? (value.end ?? HIGHEST) : (value.start ?? LOWEST);
     case 'number':
@@ -33,7 +36,7 @@ function valueOf(value: IndexValue, descending: boolean): string | number | unde
         return `${value.resourceType}/${value.id}`;
       if (value.url !== undefined) return value.url;
       if (value.identifier?.value !== undefined) {
-        return `${value.identifier.system ?? ''}|${value.identifier.value}`;
+        return pair(value.identifier.system, value.identifier.value);
       }
       return undefined;
     case 'uri':
@@ -44,7 +47,7 @@ function valueOf(value: IndexValue, descending: boolean): string | number | unde
 /**
  * Compiles `_sort` keys of `resourceType` (as parsed: composite and special parameters are refused
  * there) into the function giving a resource's sort values, one per key: strings compare
- * case- and accent-insensitively (normalized), tokens as `system|code`, references as `Type/id`
+ * case- and accent-insensitively (normalized), tokens by system (none first) then code, references as `Type/id`
  * (else the URL, else `system|value` of the identifier), dates by the start of their range
  * ascending and its end descending (a Period's open end the furthest), numbers and quantities by
  * value (no unit conversion).
