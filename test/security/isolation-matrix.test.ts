@@ -87,6 +87,7 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/^\\/(?:\\$|%24)export-file\\/[^/]+\\/[^/]+$/': '/fhir/R4/$export-file/j1/f1',
   '/fhir/R4': '/fhir/R4',
   '/fhir/R4/:type': '/fhir/R4/Patient',
+  '/fhir/R4/:type/_search': '/fhir/R4/Patient/_search',
   '/fhir/R4/:type/:id': '/fhir/R4/Patient/p1',
   '/fhir/R4/:type/:id/_history/:vid': '/fhir/R4/Patient/p1/_history/1',
 };
@@ -161,6 +162,7 @@ function bodyFor(url: string): { type: string; body: unknown } {
         userType: 'Patient',
       },
     };
+  if (url.endsWith('/_search')) return { type: 'application/x-www-form-urlencoded', body: 'name=x' };
   const patient = /\/fhir\/R4\/Patient(?:\/([^/$]+))?$/.exec(url);
   if (patient)
     return { type: FHIR_JSON, body: { resourceType: 'Patient', ...(patient[1] ? { id: patient[1] } : {}) } };
@@ -185,7 +187,7 @@ async function send(method: string, url: string, auth: string): Promise<request.
   const req = request(t.app)[m](url).set('Authorization', auth);
   if (method === 'get' || method === 'delete') return req;
   const { type, body } = bodyFor(url);
-  return req.type(type).send(JSON.stringify(body));
+  return req.type(type).send(typeof body === 'string' ? body : JSON.stringify(body));
 }
 
 describe('who is calling, on every protected route', () => {
