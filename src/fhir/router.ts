@@ -76,7 +76,8 @@ function queryString(req: Request): string {
  *
  * - `GET /metadata`: the CapabilityStatement (public, no authentication).
  * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|DELETE /{type}/{id}`
- *   (`ETag` / `If-Match` versioning), `GET /{type}?…` searchset Bundles with `total` and paging links.
+ *   (`ETag` / `If-Match` versioning), `GET /{type}?…` and `POST /{type}/_search` (form body)
+ *   searchset Bundles with `total`, included resources and keyset paging links.
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
