@@ -330,6 +330,13 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
         count: 1,
       });
       expect(ids(idBefore)).toEqual(['o3']);
+      const whereBefore = await storage.searchResources('p1', 'Observation', {
+        before: lu(made[3]),
+        where: (r) => r.id !== 'o3',
+        count: 1,
+      });
+      expect(whereBefore).toMatchObject({ total: 2 });
+      expect(ids(whereBefore)).toEqual(['o1']);
     });
   });
 
