@@ -277,16 +277,9 @@ export async function searchResources(
   let included: StoredResource[] = [];
   let issues: OutcomeIssue[] = [];
   if (resources.length > 0 && (request.include.length > 0 || request.revinclude.length > 0)) {
-    ({ resources: included, issues } = await collectIncludes(
-      ctx,
-      await loadSearchRegistry(),
-      request,
-      resources,
-      {
-        maxIncluded: MAX_INCLUDED,
-        maxDepth: MAX_INCLUDE_DEPTH,
-      },
-    ));
+    const limits = { maxIncluded: MAX_INCLUDED, maxDepth: MAX_INCLUDE_DEPTH };
+    const registry = await loadSearchRegistry();
+    ({ resources: included, issues } = await collectIncludes(ctx, registry, request, resources, limits));
   }
   const subset = await entrySubsetter(request);
   return {
