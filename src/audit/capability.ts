@@ -27,6 +27,8 @@ export function auditEventCapability<T extends { type: string; searchParam?: unk
     interaction: [{ code: 'read' }, { code: 'vread' }, { code: 'search-type' }],
     updateCreate: false,
     conditionalCreate: false,
+    conditionalUpdate: false,
+    conditionalDelete: 'not-supported',
     searchParam: [
       ...(entry.searchParam ?? []),
       ...Object.entries(DOCS).map(([name, doc]) => ({

@@ -3,14 +3,27 @@ import { errorOutcome, toHttpError, type ErrorLogger } from '../http/error-rende
 import { ERROR_TABLE } from '../http/error-table.js';
 import { FhirError } from '../http/http-error.js';
 import { StorageError } from '../storage/errors.js';
-import type { FhirResource, ResourceWrite, Storage, StorageOperations } from '../storage/types.js';
+import type {
+  FhirResource,
+  ResourceWrite,
+  Storage,
+  StorageOperations,
+  StoredResource,
+} from '../storage/types.js';
 import {
   authorize,
   checkDeleteTarget,
+  conditionalDelete,
+  conditionalDeleteTargets,
   conditionalMatches,
+  conditionalUpdate,
+  conditionalUpdateTarget,
+  patchedResource,
+  patchResource,
   readResource,
   searchResources,
   transactionContext,
+  type ConditionalDeleteMode,
   type FhirContext,
 } from './interactions.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
@@ -37,6 +50,13 @@ export interface BundleProcessingOptions {
   returnMinimal?: boolean;
   /** Search options for GET entries. */
   search?: SearchQueryOptions;
+  /**
+   * What a conditional DELETE entry does with several matches (`fhirRouter`'s option), or `off`
+   * (the entry answers 405). At most `maxEntries` are deleted. @default 'single'
+   */
+  conditionalDelete?: ConditionalDeleteMode | 'off';
+  /** Deepest nesting of the JSON Patch of a PATCH entry's `Binary`. @default 100 */
+  maxJsonDepth?: number;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
   /**
@@ -81,6 +101,7 @@ async function runGet(
 
 /** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */
 async function planWrite(ctx: FhirContext, entry: Entry): Promise<ResourceWrite> {
+  if (entry.method === 'PATCH') throw new FhirError(500, 'exception', 'A PATCH entry is not planned here');
   if (entry.method === 'DELETE') {
     authorize(ctx, entry.type, 'delete');
     // Same rules as a plain DELETE: an unknown id (or another project's) is a 404.
@@ -132,13 +153,28 @@ export async function processBundle(
     : processBatch(ctx, raw, options);
 }
 
+/** A conditional DELETE entry's options, or a 405 for the entry when conditional delete is off. */
+function deleteModeOf(
+  entry: Entry,
+  options: BundleProcessingOptions,
+): { mode: ConditionalDeleteMode; maxMatches: number } {
+  const mode = options.conditionalDelete ?? 'single';
+  if (mode === 'off') {
+    throw entryError(entry.index, 'Conditional delete is not supported', 405, 'not-supported');
+  }
+  return { mode, maxMatches: options.maxEntries };
+}
+
+const isConditionalWrite = (entry: Entry): boolean =>
+  entry.query !== undefined && (entry.method === 'PUT' || entry.method === 'DELETE');
+
 async function processTransaction(
   ctx: FhirContext,
   storage: Storage,
   raw: unknown[],
   options: BundleProcessingOptions,
 ): Promise<BundleJson> {
-  const entries = raw.map((e, i) => parseEntry(i, e));
+  const entries = raw.map((e, i) => parseEntry(i, e, options.maxJsonDepth));
   const targets = new Set<string>();
   const references = new Map<string, string>();
   for (const entry of entries) {
@@ -178,13 +214,52 @@ async function processTransaction(
         responses[entry.index] = responseOf('200 OK', match, options);
       }
     }
+    // Then the criteria of conditional updates and deletes: what each writes to, no resource twice.
+    const taken = new Set(targets);
+    const take = (entry: Entry, id: string): void => {
+      const key = `${entry.type}/${id}`;
+      if (taken.has(key)) throw entryError(entry.index, `${key} appears more than once in the transaction`);
+      taken.add(key);
+    };
+    const updates = new Map<number, { id: string; ifMatch?: string }>();
+    const deletes = new Map<number, StoredResource[]>();
+    const resolve = async (entry: Entry): Promise<void> => {
+      if (entry.method === 'PUT') {
+        authorize(txCtx, entry.type, 'update');
+        const target = await conditionalUpdateTarget(
+          txCtx,
+          entry.type,
+          entry.query!,
+          entry.resource!.id,
+          entry.ifMatch,
+        );
+        take(entry, target.id);
+        for (const [alias, to] of aliasesOf(entry, `${entry.type}/${target.id}`)) references.set(alias, to);
+        const ifMatch = target.match?.meta.versionId;
+        updates.set(entry.index, { id: target.id, ...(ifMatch !== undefined ? { ifMatch } : {}) });
+        return;
+      }
+      authorize(txCtx, entry.type, 'delete');
+      const matches = await conditionalDeleteTargets(
+        txCtx,
+        entry.type,
+        entry.query!,
+        deleteModeOf(entry, options),
+      );
+      for (const match of matches) take(entry, match.id);
+      deletes.set(entry.index, matches);
+      if (matches.length === 0) responses[entry.index] = { response: { status: '204 No Content' } };
+    };
+    for (const entry of entries) if (isConditionalWrite(entry)) await at(entry.index, resolve(entry));
     const writes: ResourceWrite[] = [];
     const writeEntries: Entry[] = [];
     for (const entry of entries) {
       if (entry.method === 'GET' || responses[entry.index]) continue;
-      if (entry.resource) rewriteReferences(entry.resource, references);
-      writes.push(await at(entry.index, planWrite(txCtx, entry)));
-      writeEntries.push(entry);
+      const planned = await at(entry.index, planEntry(txCtx, entry, references, updates, deletes));
+      for (const write of planned) {
+        writes.push(write);
+        writeEntries.push(entry);
+      }
     }
     const results = writes.length > 0 ? await tx.writeResources(ctx.projectId, writes) : [];
     results.forEach((result, i) => {
@@ -203,14 +278,55 @@ async function processTransaction(
     return responses;
   };
 
-  // Reads (conditional creates, GETs, the existence check of DELETEs) must see the state the writes
-  // apply to.
+  // Reads (conditional creates, updates and deletes, GETs, the existence check of DELETEs, the
+  // current version a PATCH applies to) must see the state the writes apply to.
   const needsTransaction = entries.some(
-    (e) => e.ifNoneExist !== undefined || e.method === 'GET' || e.method === 'DELETE',
+    (e) =>
+      e.ifNoneExist !== undefined || (e.method !== 'POST' && e.method !== 'PUT') || isConditionalWrite(e),
   );
   const responses = needsTransaction ? await storage.transaction(run) : await run(ctx.storage);
   if (activity) options.activity?.absorb(activity);
   return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
+}
+
+/**
+ * The writes of one transaction entry (references to other entries rewritten): a PATCH read and
+ * patched, a conditional update or delete as its criteria resolved (`updates`, `deletes`), any other
+ * as {@link planWrite} plans it.
+ */
+async function planEntry(
+  ctx: FhirContext,
+  entry: Entry,
+  references: ReadonlyMap<string, string>,
+  updates: ReadonlyMap<number, { id: string; ifMatch?: string }>,
+  deletes: ReadonlyMap<number, StoredResource[]>,
+): Promise<ResourceWrite[]> {
+  if (entry.method === 'PATCH') {
+    authorize(ctx, entry.type, 'update');
+    const current = await ctx.storage.readResource(ctx.projectId, entry.type, entry.id!);
+    const resource = await patchedResource(ctx, current, entry.patch!, {
+      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
+      references,
+    });
+    return [{ op: 'update', resource, ifMatch: current.meta.versionId }];
+  }
+  const matches = deletes.get(entry.index);
+  if (matches) {
+    return matches.map((m) => ({
+      op: 'delete',
+      resourceType: entry.type,
+      id: m.id,
+      ifMatch: m.meta.versionId,
+    }));
+  }
+  if (entry.resource) rewriteReferences(entry.resource, references);
+  const update = updates.get(entry.index);
+  if (update) {
+    const resource = { ...entry.resource!, id: update.id };
+    await ctx.validate(resource);
+    return [{ op: 'update', resource, ...(update.ifMatch !== undefined ? { ifMatch: update.ifMatch } : {}) }];
+  }
+  return [await planWrite(ctx, entry)];
 }
 
 /** Awaits `work`, labelling a failure with the entry it belongs to. */
@@ -265,7 +381,7 @@ async function processBatch(
 ): Promise<BundleJson> {
   const parsed: (Entry | { index: number; error: unknown })[] = raw.map((e, i) => {
     try {
-      return parseEntry(i, e);
+      return parseEntry(i, e, options.maxJsonDepth);
     } catch (error) {
       return { index: i, error };
     }
@@ -299,7 +415,38 @@ async function runBatchEntry(
   options: BundleProcessingOptions,
 ): Promise<Record<string, unknown>> {
   if (entry.method === 'GET') return runGet(ctx, entry, options, options.activity);
+  if (entry.method === 'PATCH') {
+    const { resource } = await patchResource(ctx, entry.type, entry.id!, entry.patch!, {
+      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
+      references,
+    });
+    options.activity?.wrote({ op: 'update', resource }, { op: 'update', resource });
+    return responseOf('200 OK', resource, options);
+  }
+  if (entry.method === 'DELETE' && entry.query !== undefined) {
+    const deleted = await conditionalDelete(ctx, entry.type, entry.query, deleteModeOf(entry, options));
+    for (const reference of deleted) {
+      const [resourceType, id] = reference.split('/') as [string, string];
+      options.activity?.wrote({ op: 'delete', resourceType, id });
+    }
+    return { response: { status: '204 No Content' } };
+  }
   if (entry.resource) rewriteReferences(entry.resource, references);
+  if (entry.method === 'PUT' && entry.query !== undefined) {
+    const result = await conditionalUpdate(
+      ctx,
+      entry.type,
+      entry.query,
+      entry.resource,
+      entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {},
+    );
+    const { resource } = result;
+    options.activity?.wrote(
+      { op: 'update', resource },
+      { op: 'update', resource, created: result.status === 201 },
+    );
+    return responseOf(result.status === 201 ? '201 Created' : '200 OK', resource, options);
+  }
   const { ifNoneExist } = entry;
   if (ifNoneExist !== undefined) {
     // The search and the create in one transaction (see `createResource`).

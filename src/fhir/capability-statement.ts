@@ -50,9 +50,16 @@ export interface CapabilityStatementInput {
   date?: string;
   /** Contributions of other areas, applied in order. @default [] */
   contributions?: CapabilityContribution[];
+  /**
+   * What conditional delete does with several matches (`fhirRouter`'s `conditionalDelete`), or
+   * `not-supported`. @default 'single'
+   */
+  conditionalDelete?: 'single' | 'multiple' | 'not-supported';
 }
 
-const INTERACTIONS = ['read', 'vread', 'create', 'update', 'delete', 'search-type'].map((code) => ({ code }));
+const INTERACTIONS = ['read', 'vread', 'update', 'patch', 'delete', 'create', 'search-type'].map((code) => ({
+  code,
+}));
 
 const COMMON_SEARCH_PARAMS = [
   { name: '_id', type: 'token', definition: 'http://hl7.org/fhir/SearchParameter/Resource-id' },
@@ -76,8 +83,8 @@ function mergeSecurity(target: Record<string, unknown>, add: Record<string, unkn
 
 /**
  * The server's CapabilityStatement (`GET [base]/metadata`): FHIR 4.0.1, JSON, every R4 resource type
- * with read / create / update / delete / search-type, versioning with If-Match, the supported search
- * parameters, batch and transaction; extended by the given contributions (security service,
+ * with read / vread / update / patch / delete / create / search-type, versioning with If-Match,
+ * conditional create, read, update and delete, the supported search parameters, batch and transaction; extended by the given contributions (security service,
  * operations, instantiated statements).
  * @see https://hl7.org/fhir/R4/capabilitystatement.html
  */
@@ -109,8 +116,9 @@ export function buildCapabilityStatement(input: CapabilityStatementInput): Capab
     readHistory: false,
     updateCreate: true,
     conditionalCreate: true,
-    conditionalUpdate: false,
-    conditionalDelete: 'not-supported',
+    conditionalRead: 'full-support',
+    conditionalUpdate: true,
+    conditionalDelete: input.conditionalDelete ?? 'single',
     searchParam: [
       ...COMMON_SEARCH_PARAMS,
       ...patientSearchParams(type).map((name) => ({

@@ -15,14 +15,23 @@ import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
-import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
+import {
+  AUDITED_REFERENCES,
+  readAccess,
+  RequestActivity,
+  searchAccess,
+  type FhirAccessDetails,
+} from './audit-activity.js';
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {
+  conditionalDelete,
+  conditionalUpdate,
   createResource,
   deleteResource,
+  patchResource,
   readResource,
   readResourceVersion,
   searchResources,
@@ -33,12 +42,13 @@ import {
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from './outcome.js';
+import { JSON_PATCH, patchDocumentOf } from './patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';
 import { isResourceType, isValidId } from './resource-types.js';
 import { resolveFhirRouterOptions, sizeInBytes, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
 import { clearedByFastPath, r4StructureValidator } from './structure-validator.js';
-import { etagOf, parseIfMatch } from './versioning.js';
+import { etagOf, notModified, parseIfMatch } from './versioning.js';
 
 function setVersionHeaders(res: Response, resource: StoredResource): void {
   res.setHeader('ETag', etagOf(resource.meta.versionId));
@@ -93,6 +103,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     limit: config.bodyLimit,
     maxDepth: config.maxJsonDepth,
   });
+  const patchBody = jsonBody({
+    types: [JSON_PATCH, FHIR_JSON, 'application/json'],
+    limit: config.bodyLimit,
+    maxDepth: config.maxJsonDepth,
+  });
   const bodyLimitBytes = sizeInBytes(config.bodyLimit);
   const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
@@ -121,6 +136,12 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         new FhirError(400, 'invalid', 'The id does not match the FHIR id syntax', { expression: ['id'] }),
       );
     }
+    next();
+  };
+
+  /** A type-level PUT or DELETE is conditional: without a query there is nothing to address (405). */
+  const withCriteria: RequestHandler = (req, res, next) => {
+    if (queryString(req) === '') return methodNotAllowed('GET, POST')(req, res, next);
     next();
   };
 
@@ -171,6 +192,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       const statement = buildCapabilityStatement({
         baseUrl: base(req),
         contributions: config.capabilities,
+        conditionalDelete: config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
         ...(config.software ? { software: config.software } : {}),
       });
       sendFhir(res, 200, statement);
@@ -220,6 +242,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
       returnMinimal: returnPreference(prefer, config.defaultReturn) === 'minimal',
+      conditionalDelete: config.conditionalDelete,
+      maxJsonDepth: config.maxJsonDepth,
       search: { ...searchOptions, lenient: prefer.handling === 'lenient' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
@@ -274,6 +298,57 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         sendWrite(req, res, result.status, result.resource);
       }),
     )
+    .put(
+      guard,
+      withCriteria,
+      ...secured,
+      body,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const result = await conditionalUpdate(
+          contextOf(req),
+          stringParam(req.params.type),
+          queryString(req),
+          req.body,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        audit?.(req, res, {
+          kind: 'fhir-write',
+          interaction: 'update',
+          references: [`${result.resource.resourceType}/${result.resource.id}`],
+        });
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .delete(
+      guard,
+      withCriteria,
+      (_req, _res, next) => {
+        if (config.conditionalDelete === 'off') return methodNotAllowed('GET, POST')(_req, _res, next);
+        next();
+      },
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const references = await conditionalDelete(
+          contextOf(req),
+          stringParam(req.params.type),
+          queryString(req),
+          {
+            mode: config.conditionalDelete === 'multiple' ? 'multiple' : 'single',
+            maxMatches: config.maxBundleEntries,
+          },
+        );
+        if (references.length > 0) {
+          audit?.(req, res, {
+            kind: 'fhir-write',
+            interaction: 'delete',
+            references: references.slice(0, AUDITED_REFERENCES),
+            count: references.length,
+          });
+        }
+        res.status(204).end();
+      }),
+    )
     .all(guard, methodNotAllowed('GET, POST'));
 
   // --- instance level: read, update, delete ---
@@ -290,6 +365,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         );
         if (audit) auditAccess(req, res, readAccess('read', resource));
         setVersionHeaders(res, resource);
+        if (notModified(resource, req.get('If-None-Match'), req.get('If-Modified-Since'))) {
+          res.status(304).end();
+          return;
+        }
         sendFhir(res, 200, resource);
       }),
     )
@@ -326,7 +405,29 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         res.status(204).end();
       }),
     )
-    .all(guard, methodNotAllowed('GET, PUT, DELETE'));
+    .patch(
+      guard,
+      ...secured,
+      patchBody,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const result = await patchResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          patch,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        audit?.(req, res, {
+          kind: 'fhir-write',
+          interaction: 'update',
+          references: [`${result.resource.resourceType}/${result.resource.id}`],
+        });
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .all(guard, methodNotAllowed('GET, PUT, PATCH, DELETE'));
 
   // --- vread of the current version (what Location headers point at) ---
   router

@@ -283,7 +283,7 @@ describe('CRUD', () => {
   it('answers 405 for wrong methods on known routes', async () => {
     const created = await create(patient());
     for (const res of [
-      await request(t.app).patch(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send({}),
+      await request(t.app).patch(`${BASE}/Patient`).set('Authorization', auth()).send([]),
       await request(t.app).post(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send(patient()),
       await request(t.app).delete(`${BASE}/Patient`).set('Authorization', auth()),
       await request(t.app).put(`${BASE}/Patient`).set('Authorization', auth()).send(patient()),
@@ -767,7 +767,7 @@ describe('batch and transaction', () => {
             { resource: patient(), request: { method: 'POST', url: 'Patient' } },
             { request: { method: 'GET', url: 'Patient/missing' } },
             { resource: { resourceType: 'Patient' }, request: { method: 'POST', url: 'Observation' } },
-            { request: { method: 'PATCH', url: 'Patient/x' } },
+            { request: { method: 'HEAD', url: 'Patient/x' } },
             { resource: patient(), request: { method: 'POST', url: 'Unknown' } },
           ],
           'batch',
