@@ -1,6 +1,7 @@
 // Parallel requests over HTTP on every store: transactions and batches of every entry kind, more
 // of them than the PostgreSQL pool has connections, never wedge the server; conditional creates
-// racing on the same criteria make one resource.
+// and conditional updates racing on the same criteria make one resource; parallel PATCHes of one
+// resource lose none of their changes.
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import request from 'supertest';
@@ -157,6 +158,59 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
       expect(new Set(answers.map((r) => r.body.id as string)).size).toBe(1);
       expect(await countMatches(value)).toBe(1);
     }
+  });
+
+  it('makes one resource of parallel conditional updates, round after round', async () => {
+    for (let round = 0; round < 5; round++) {
+      const value = `update-${round}`;
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          http()
+            .put(`/fhir/R4/Patient?identifier=${encodeURIComponent(`urn:race|${value}`)}`)
+            .set('Authorization', auth)
+            .type(FHIR_JSON)
+            .timeout(ANSWER_WITHIN_MS)
+            .send(
+              JSON.stringify({ ...patient(value), birthDate: `2000-01-${String(i + 1).padStart(2, '0')}` }),
+            ),
+        ),
+      );
+      const statuses = answers.map((r) => r.status).sort();
+      expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
+      expect(new Set(answers.map((r) => r.body.id as string)).size).toBe(1);
+      // Each wrote its own version of the one resource.
+      expect(new Set(answers.map((r) => r.body.meta.versionId as string)).size).toBe(10);
+      expect(await countMatches(value)).toBe(1);
+    }
+  });
+
+  it('keeps every change of parallel PATCHes of one resource', async () => {
+    const [id] = await createPatients(1, 'patched');
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        http()
+          .patch(`/fhir/R4/Patient/${id}`)
+          .set('Authorization', auth)
+          .type('application/json-patch+json')
+          .timeout(ANSWER_WITHIN_MS)
+          .send(
+            JSON.stringify([
+              { op: 'add', path: '/identifier/-', value: { system: 'urn:patch', value: `${i}` } },
+            ]),
+          ),
+      ),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array.from({ length: 10 }, () => 200));
+    const res = await http()
+      .get(`/fhir/R4/Patient/${id}`)
+      .set('Authorization', auth)
+      .timeout(ANSWER_WITHIN_MS);
+    expect(res.body.meta.versionId).toBe('11');
+    const values = (res.body.identifier as { system: string; value: string }[])
+      .filter((i) => i.system === 'urn:patch')
+      .map((i) => i.value)
+      .sort();
+    expect(values).toEqual(['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
   });
 
   it('makes one resource of parallel batch entries with the same ifNoneExist', async () => {
