@@ -96,6 +96,21 @@ describe('metadata', () => {
     expect(rest.operation[0].name).toBe('export');
     const patientCaps = rest.resource.find((r: { type: string }) => r.type === 'Patient');
     expect(patientCaps.operation[0].name).toBe('export');
+    expect(patientCaps.interaction.map((i: { code: string }) => i.code)).toEqual([
+      'read',
+      'vread',
+      'update',
+      'patch',
+      'delete',
+      'create',
+      'search-type',
+    ]);
+    expect(patientCaps).toMatchObject({
+      conditionalCreate: true,
+      conditionalRead: 'full-support',
+      conditionalUpdate: true,
+      conditionalDelete: 'single',
+    });
     const obs = rest.resource.find((r: { type: string }) => r.type === 'Observation');
     expect(obs.searchParam.map((p: { name: string }) => p.name)).toEqual(
       expect.arrayContaining(['_id', 'patient']),
@@ -117,6 +132,13 @@ describe('metadata', () => {
         storage: t.storage,
         authenticate: testAuthenticate,
         defaultReturn: 'OperationOutcome' as 'minimal',
+      }),
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
+    expect(() =>
+      fhirRouter({
+        storage: t.storage,
+        authenticate: testAuthenticate,
+        conditionalDelete: 'all' as 'multiple',
       }),
     ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
