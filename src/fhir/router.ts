@@ -83,8 +83,10 @@ function queryString(req: Request): string {
  * The FHIR R4 data plane, mounted by default at `/fhir/R4`:
  *
  * - `GET /metadata`: the CapabilityStatement (public, no authentication).
- * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|DELETE /{type}/{id}`
- *   (`ETag` / `If-Match` versioning), `GET /{type}?…` searchset Bundles with `total` and paging links.
+ * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|PATCH|DELETE
+ *   /{type}/{id}` (`ETag` / `If-Match` versioning; `If-None-Match` / `If-Modified-Since` conditional
+ *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
+ *   `GET /{type}?…` searchset Bundles with `total` and paging links.
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
