@@ -1,5 +1,5 @@
 import { patientCompartmentIds } from '../fhir/compartment.js';
-import { isResourceType } from '../fhir/resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 import { parseSearchParams } from '../fhir/search.js';
 import { FhirError } from '../http/http-error.js';
 import { matchesIdentifier } from '../storage/identifier-keys.js';

@@ -1,5 +1,5 @@
 import { auditEventCapability } from '../audit/capability.js';
-import { R4_RESOURCE_TYPES } from './resource-types.js';
+import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { patientSearchParams } from './compartment.js';
 
 /** An operation to advertise in the CapabilityStatement. */

@@ -1,5 +1,5 @@
-import { AUDIT_EVENT_TYPE } from '../audit/access-rule.js';
-import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/search-params.js';
+import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit-event-search.js';
 import { FhirError } from '../http/http-error.js';
 import { matchesIdentifier } from '../storage/identifier-keys.js';
 import type { IdentifierToken, InstantRange, ResourceQuery, StoredResource } from '../storage/types.js';
@@ -9,8 +9,8 @@ import {
   patientSearchParams,
   referencesForParam,
 } from './compartment.js';
-import { parseDateRange } from './date-range.js';
-import { isValidId } from './resource-types.js';
+import { parseDateRange } from '../common/date-range.js';
+import { isValidId } from '../common/resource-types.js';
 
 /** Options of {@link parseSearchParams}. */
 export interface ParseSearchOptions {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
-import { parseDateRange } from '../../src/fhir/date-range.js';
+import { parseDateRange } from '../../src/common/date-range.js';
 import { parseSearchParams } from '../../src/fhir/search.js';
 import type { StoredResource } from '../../src/storage/types.js';
 
