@@ -30,6 +30,7 @@ import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
 import { FhirOutcomeError, type OperationOutcome } from '../http/outcome.js';
 import {
   aliasesOf,
+  conditionalReferencesOf,
   entryError,
   parseBundle,
   parseEntry,
@@ -188,6 +189,12 @@ async function processTransaction(
       for (const [alias, target] of aliasesOf(entry, key)) references.set(alias, target);
   }
 
+  const conditionalReferences = new Map<number, Set<string>>();
+  for (const entry of entries) {
+    const found = entry.resource ? conditionalReferencesOf(entry.resource) : undefined;
+    if (found && found.size > 0) conditionalReferences.set(entry.index, found);
+  }
+
   // Each run collects its own activity: an adapter may run `run` again (a retried transaction).
   let activity: RequestActivity | undefined;
   const run = async (tx: StorageOperations): Promise<Record<string, unknown>[]> => {
@@ -251,6 +258,10 @@ async function processTransaction(
       if (matches.length === 0) responses[entry.index] = { response: { status: '204 No Content' } };
     };
     for (const entry of entries) if (isConditionalWrite(entry)) await at(entry.index, resolve(entry));
+    // Conditional references, each to the one resource its criteria match, before any write.
+    for (const [index, found] of conditionalReferences) {
+      if (!responses[index]) await at(index, resolveConditionalReferences(txCtx, found, references));
+    }
     const writes: ResourceWrite[] = [];
     const writeEntries: Entry[] = [];
     for (const entry of entries) {
@@ -278,12 +289,14 @@ async function processTransaction(
     return responses;
   };
 
-  // Reads (conditional creates, updates and deletes, GETs, the existence check of DELETEs, the
-  // current version a PATCH applies to) must see the state the writes apply to.
-  const needsTransaction = entries.some(
-    (e) =>
-      e.ifNoneExist !== undefined || (e.method !== 'POST' && e.method !== 'PUT') || isConditionalWrite(e),
-  );
+  // Reads (conditional creates, updates, deletes and references, GETs, the existence check of
+  // DELETEs, the current version a PATCH applies to) must see the state the writes apply to.
+  const needsTransaction =
+    conditionalReferences.size > 0 ||
+    entries.some(
+      (e) =>
+        e.ifNoneExist !== undefined || (e.method !== 'POST' && e.method !== 'PUT') || isConditionalWrite(e),
+    );
   const responses = needsTransaction ? await storage.transaction(run) : await run(ctx.storage);
   if (activity) options.activity?.absorb(activity);
   return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
@@ -327,6 +340,33 @@ async function planEntry(
     return [{ op: 'update', resource, ...(update.ifMatch !== undefined ? { ifMatch: update.ifMatch } : {}) }];
   }
   return [await planWrite(ctx, entry)];
+}
+
+/**
+ * Adds to `references` the target of each of `found`, conditional references
+ * (`Patient?identifier=…` → `Patient/<id>` of its one match): 412 when its criteria match no
+ * resource or several.
+ * @see https://hl7.org/fhir/R4/http.html#trules
+ */
+async function resolveConditionalReferences(
+  ctx: FhirContext,
+  found: Iterable<string>,
+  references: Map<string, string>,
+): Promise<void> {
+  for (const reference of found) {
+    if (references.has(reference)) continue;
+    const q = reference.indexOf('?');
+    const type = reference.slice(0, q);
+    const matches = await conditionalMatches(ctx, type, reference.slice(q + 1), { requireCriteria: true });
+    if (matches.length !== 1) {
+      throw new FhirError(
+        412,
+        matches.length === 0 ? 'invalid' : 'duplicate',
+        `The conditional reference ${reference} matches ${matches.length === 0 ? 'no' : 'more than one'} resource`,
+      );
+    }
+    references.set(reference, `${type}/${matches[0]!.id}`);
+  }
 }
 
 /** Awaits `work`, labelling a failure with the entry it belongs to. */
@@ -431,7 +471,15 @@ async function runBatchEntry(
     }
     return { response: { status: '204 No Content' } };
   }
-  if (entry.resource) rewriteReferences(entry.resource, references);
+  if (entry.resource) {
+    const found = conditionalReferencesOf(entry.resource);
+    if (found.size > 0) {
+      const resolved = new Map(references);
+      await resolveConditionalReferences(ctx, found, resolved);
+      references = resolved;
+    }
+    rewriteReferences(entry.resource, references);
+  }
   if (entry.method === 'PUT' && entry.query !== undefined) {
     const result = await conditionalUpdate(
       ctx,

@@ -184,6 +184,30 @@ export function rewriteReferences(value: unknown, map: ReadonlyMap<string, strin
   }
 }
 
+/**
+ * The conditional references (`Patient?identifier=urn:mrn|123`) in `value`, each once: a
+ * `reference` made of a resource type, `?` and search criteria.
+ * @see https://hl7.org/fhir/R4/http.html#trules
+ */
+export function conditionalReferencesOf(value: unknown, out = new Set<string>()): Set<string> {
+  if (value === null || typeof value !== 'object') return out;
+  if (Array.isArray(value)) {
+    for (const item of value) conditionalReferencesOf(item, out);
+    return out;
+  }
+  const record = value as Record<string, unknown>;
+  for (const key in record) {
+    const child = record[key];
+    if (key === 'reference' && typeof child === 'string') {
+      const q = child.indexOf('?');
+      if (q > 0 && isResourceType(child.slice(0, q))) out.add(child);
+    } else if (typeof child === 'object') {
+      conditionalReferencesOf(child, out);
+    }
+  }
+  return out;
+}
+
 /** Every alias under which other entries may reference `entry`'s resource. */
 export function aliasesOf(entry: Entry, target: string): [string, string][] {
   const out: [string, string][] = [];

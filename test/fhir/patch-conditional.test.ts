@@ -527,6 +527,66 @@ function suite(name: string, open: Open): void {
       expect(await countOf(app, 'Patient?identifier=urn:test|c')).toBe(0);
       expect(await countOf(app, 'Patient?identifier=urn:test|e')).toBe(1);
     });
+
+    it('resolves conditional references of batch and transaction entries to their single match', async () => {
+      const { app } = await appOver(open);
+      const org = await create(app, {
+        resourceType: 'Organization',
+        identifier: [{ system: 'urn:org', value: 'o1' }],
+      });
+      await create(app, {
+        resourceType: 'Organization',
+        identifier: [{ system: 'urn:org', value: 'twice' }],
+      });
+      await create(app, {
+        resourceType: 'Organization',
+        identifier: [{ system: 'urn:org', value: 'twice' }],
+      });
+      const withOrg = (value: string, org: string) =>
+        patient(value, { managingOrganization: { reference: `Organization?identifier=urn:org|${org}` } });
+      const tx = await postBundle(
+        app,
+        bundle('transaction', [
+          { resource: withOrg('r1', 'o1'), request: { method: 'POST', url: 'Patient' } },
+          {
+            resource: withOrg('r2', 'o1'),
+            request: { method: 'PUT', url: 'Patient?identifier=urn:test|r2' },
+          },
+        ]),
+      );
+      expect(tx.status, JSON.stringify(tx.body)).toBe(200);
+      for (const entry of tx.body.entry as { resource: { managingOrganization: unknown } }[]) {
+        expect(entry.resource.managingOrganization).toEqual({ reference: `Organization/${org.id}` });
+      }
+      for (const [org, status] of [
+        ['none', 412],
+        ['twice', 412],
+      ] as const) {
+        const failed = await postBundle(
+          app,
+          bundle('transaction', [
+            { resource: patient('ok'), request: { method: 'POST', url: 'Patient' } },
+            { resource: withOrg('bad', org), request: { method: 'POST', url: 'Patient' } },
+          ]),
+        );
+        expectIssue(failed, status);
+        expect(failed.body.issue[0].expression).toEqual(['Bundle.entry[1]']);
+      }
+      expect(await countOf(app, 'Patient?identifier=urn:test|ok')).toBe(0);
+      const batch = await postBundle(
+        app,
+        bundle('batch', [
+          { resource: withOrg('b1', 'o1'), request: { method: 'POST', url: 'Patient' } },
+          { resource: withOrg('b2', 'twice'), request: { method: 'POST', url: 'Patient' } },
+        ]),
+      );
+      expect(
+        batch.body.entry.map((e: { response: { status: string } }) => e.response.status.slice(0, 3)),
+      ).toEqual(['201', '412']);
+      expect(batch.body.entry[0].resource.managingOrganization).toEqual({
+        reference: `Organization/${org.id}`,
+      });
+    });
   });
 }
 
