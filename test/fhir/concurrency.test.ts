@@ -13,9 +13,9 @@ import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/p
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
-/** Connections of the PostgreSQL pool: every burst below sends at least three times as many requests. */
+/** Connections of the PostgreSQL pool: every burst below sends four times as many requests. */
 const POOL = 4;
-const BURST = 3 * POOL;
+const BURST = 4 * POOL;
 /** A request still unanswered after this long counts as wedged. */
 const ANSWER_WITHIN_MS = 15_000;
 
@@ -85,7 +85,7 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
   /** One Bundle entry of each kind a probe sent, `i` choosing the kind and its target. */
   function entryOfKind(i: number, ids: string[], tag: string): Record<string, unknown> {
     const id = ids[i]!;
-    switch (i % 6) {
+    switch (i % 8) {
       case 0:
         return { request: { method: 'DELETE', url: `Patient/${id}` } };
       case 1:
@@ -103,6 +103,22 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
         return { request: { method: 'GET', url: `Patient/${id}` } };
       case 4:
         return { request: { method: 'GET', url: `Patient?identifier=urn:race|${tag}-${i}` } };
+      case 6:
+        return {
+          resource: {
+            resourceType: 'Binary',
+            contentType: 'application/json-patch+json',
+            data: Buffer.from(JSON.stringify([{ op: 'add', path: '/active', value: true }])).toString(
+              'base64',
+            ),
+          },
+          request: { method: 'PATCH', url: `Patient/${id}` },
+        };
+      case 7:
+        return {
+          resource: patient(`${tag}-upserted`),
+          request: { method: 'PUT', url: `Patient?identifier=urn:race|${tag}-upserted` },
+        };
       default:
         return { resource: patient(`${tag}-new-${i}`), request: { method: 'POST', url: 'Patient' } };
     }
@@ -141,6 +157,7 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
       }
       // The conditional entries made one Patient between them.
       expect(await countMatches(`${tag}-shared`)).toBe(1);
+      expect(await countMatches(`${tag}-upserted`)).toBe(1);
       await expectResponsive();
     },
   );
@@ -211,6 +228,29 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
       .map((i) => i.value)
       .sort();
     expect(values).toEqual(['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
+  });
+
+  it('makes one resource of parallel batch entries with the same conditional update', async () => {
+    for (let round = 0; round < 3; round++) {
+      const value = `batch-update-${round}`;
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          post('/fhir/R4', {
+            resourceType: 'Bundle',
+            type: 'batch',
+            entry: [
+              {
+                resource: patient(value),
+                request: { method: 'PUT', url: `Patient?identifier=urn:race|${value}` },
+              },
+            ],
+          }),
+        ),
+      );
+      const statuses = answers.map((r) => (r.body.entry[0].response.status as string).slice(0, 3)).sort();
+      expect(statuses).toEqual(['200', '200', '200', '200', '200', '200', '200', '200', '200', '201']);
+      expect(await countMatches(value)).toBe(1);
+    }
   });
 
   it('makes one resource of parallel batch entries with the same ifNoneExist', async () => {
