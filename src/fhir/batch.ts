@@ -49,6 +49,11 @@ export interface BundleProcessingOptions {
   maxEntries: number;
   /** `Prefer: return=minimal`: leave the resources out of the response entries. */
   returnMinimal?: boolean;
+  /**
+   * `Prefer: return=OperationOutcome`: an `informational` OperationOutcome in each write entry's
+   * `response.outcome` instead of its resource.
+   */
+  returnOutcome?: boolean;
   /** Search options for GET entries. */
   search?: SearchQueryOptions;
   /**

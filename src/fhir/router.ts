@@ -240,11 +240,13 @@ export function fhirRouter(options: FhirRouterOptions): Router {
 
   async function answerBundle(req: Request, res: Response, bundle: unknown): Promise<void> {
     const prefer = parsePrefer(req.headers.prefer);
+    const answer = returnPreference(prefer, config.defaultReturn);
     const activity = audit ? new RequestActivity() : undefined;
     const response = await processBundle(contextOf(req), storage, bundle, {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
-      returnMinimal: returnPreference(prefer, config.defaultReturn) === 'minimal',
+      returnMinimal: answer === 'minimal',
+      returnOutcome: answer === 'OperationOutcome',
       conditionalDelete: config.conditionalDelete,
       maxJsonDepth: config.maxJsonDepth,
       search: { ...searchOptions, lenient: prefer.handling === 'lenient' },

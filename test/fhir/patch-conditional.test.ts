@@ -86,6 +86,12 @@ function postBundle(app: express.Express, body: unknown) {
   return request(app).post(BASE).set('Authorization', auth).type(FHIR_JSON).send(JSON.stringify(body));
 }
 
+const binary = (ops: unknown[]) => ({
+  resourceType: 'Binary',
+  contentType: JSON_PATCH,
+  data: Buffer.from(JSON.stringify(ops)).toString('base64'),
+});
+
 const operation = (...parts: Record<string, unknown>[]) => ({ name: 'operation', part: parts });
 const parameters = (...operations: Record<string, unknown>[]) => ({
   resourceType: 'Parameters',
@@ -396,7 +402,7 @@ function suite(name: string, open: Open): void {
       expect((await read(app, `Patient/${p.id}`).set('If-Modified-Since', 'not a date')).status).toBe(200);
     });
 
-    it('Prefer: return on create and update', async () => {
+    it('Prefer: return on create, update and patch, plain and in Bundles', async () => {
       const { app } = await appOver(open);
       const minimal = await request(app)
         .post(`${BASE}/Patient`)
@@ -418,6 +424,25 @@ function suite(name: string, open: Open): void {
         'return=representation',
       );
       expect(representation.body).toMatchObject({ id, meta: { versionId: '3' } });
+
+      // In a Bundle: each write entry's response carries the outcome instead of the resource.
+      for (const type of ['transaction', 'batch'] as const) {
+        const res = await postBundle(
+          app,
+          bundle(type, [
+            { resource: patient(`${type}-o`), request: { method: 'POST', url: 'Patient' } },
+            {
+              resource: binary([{ op: 'add', path: '/active', value: true }]),
+              request: { method: 'PATCH', url: `Patient/${id}` },
+            },
+          ]),
+        ).set('Prefer', 'return=OperationOutcome');
+        expect(res.status).toBe(200);
+        for (const entry of res.body.entry as Record<string, { outcome?: { resourceType: string } }>[]) {
+          expect(entry.resource).toBeUndefined();
+          expect(entry.response!.outcome!.resourceType).toBe('OperationOutcome');
+        }
+      }
     });
 
     it('batch and transaction entries: PATCH (Binary and Parameters), conditional PUT and DELETE', async () => {
@@ -425,11 +450,6 @@ function suite(name: string, open: Open): void {
       const a = await create(app, patient('a'));
       const b = await create(app, patient('b'));
       await create(app, patient('gone'));
-      const binary = (ops: unknown[]) => ({
-        resourceType: 'Binary',
-        contentType: JSON_PATCH,
-        data: Buffer.from(JSON.stringify(ops)).toString('base64'),
-      });
       const tx = await postBundle(
         app,
         bundle('transaction', [
