@@ -222,12 +222,19 @@ class Locator {
     return property ? property.type === 'array' : Array.isArray(current);
   }
 
-  /** The JSON key of element `name` in `object` (a choice element's `name` + type), or undefined. */
+  /**
+   * The JSON key of element `name` in `object` (a choice element's `name` + a type name: `deceased`
+   * is `deceasedBoolean`, but `status` is never `statusReason`), or undefined.
+   */
   keyOf(object: Record<string, unknown>, type: string | undefined, name: string): string | undefined {
     if (Object.hasOwn(object, name)) return name;
+    if (this.property(type, name)) return undefined;
     for (const key of Object.keys(object)) {
-      if (key.length > name.length && key.startsWith(name) && /^[A-Z]/.test(key.slice(name.length))) {
-        if (type === undefined || this.property(type, key)) return key;
+      const suffix = key.slice(name.length);
+      if (key.length > name.length && key.startsWith(name) && /^[A-Z]/.test(suffix)) {
+        const primitive = suffix[0]!.toLowerCase() + suffix.slice(1);
+        const typeName = this.schema[suffix] !== undefined || this.schema[primitive] !== undefined;
+        if (typeName && (type === undefined || this.property(type, key))) return key;
       }
     }
     return undefined;

@@ -148,6 +148,12 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     next();
   };
 
+  /** With `conditionalDelete: 'off'`, `DELETE [type]?criteria` is not a route (405). */
+  const conditionalDeleteOn: RequestHandler = (req, res, next) => {
+    if (config.conditionalDelete === 'off') return methodNotAllowed('GET, POST')(req, res, next);
+    next();
+  };
+
   /** Builds the request's FHIR context: the principal's project, its strict mode read once per request. */
   const withContext: RequestHandler = (req, res, next) => {
     const principal = getPrincipal(res);
@@ -328,10 +334,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     .delete(
       guard,
       withCriteria,
-      (_req, _res, next) => {
-        if (config.conditionalDelete === 'off') return methodNotAllowed('GET, POST')(_req, _res, next);
-        next();
-      },
+      conditionalDeleteOn,
       ...secured,
       asyncHandler(async (req, res) => {
         const references = await conditionalDelete(

@@ -130,6 +130,22 @@ describe('FHIRPath Patch', () => {
     ).toMatchObject({ status: 400, code: 'ERR_FHIR_INVALID' });
   });
 
+  it('tells a choice element from an element whose name starts alike', async () => {
+    const obs: FhirResource = {
+      resourceType: 'Observation',
+      statusReason: 'x',
+      code: { text: 'c' },
+      valueQuantity: { value: 1 },
+    };
+    const out = (await apply(
+      obs,
+      op('add', 'Observation', { name: 'status', valueCode: 'final' }),
+      op('replace', 'Observation.value', { valueString: 'high' }),
+    )) as Record<string, unknown>;
+    expect(out).toMatchObject({ status: 'final', statusReason: 'x', valueString: 'high' });
+    expect(out.valueQuantity).toBeUndefined();
+  });
+
   it('deletes nothing when the path selects nothing', async () => {
     expect(await apply(patient(), op('delete', 'Patient.telecom'))).toEqual(patient());
   });
