@@ -62,6 +62,12 @@ const REQUIRED: Record<OperationType, readonly (keyof PatchOperation)[]> = {
   move: ['path', 'source', 'destination'],
 };
 
+/**
+ * Longest FHIRPath of an operation. Parsing and locating recurse once per step, so a path of
+ * thousands of steps would overflow the stack; real ones are a few dozen characters.
+ */
+const MAX_PATH_LENGTH = 1000;
+
 /** An element name a patch may write: FHIR's syntax, and never a property every object inherits. */
 function isElementName(name: string): boolean {
   return /^[a-z][A-Za-z0-9]{0,63}$/.test(name) && !(name in Object.prototype);
@@ -145,6 +151,9 @@ export function parseFhirPathPatch(parameters: FhirResource): PatchOperation[] {
         case 'path':
           if (typeof part.valueString !== 'string' || part.valueString === '') {
             throw malformed(at, 'path must be a valueString');
+          }
+          if (part.valueString.length > MAX_PATH_LENGTH) {
+            throw malformed(at, `path is longer than ${MAX_PATH_LENGTH} characters`);
           }
           op.path = part.valueString;
           break;

@@ -118,6 +118,9 @@ describe('FHIRPath Patch', () => {
     ).toMatchObject({ status: 422 });
     expect(await failure(apply(patient(), op('delete', 'Patient.name.(')))).toMatchObject({ status: 400 });
     expect(await failure(apply(patient(), op('remove', 'Patient.name')))).toMatchObject({ status: 400 });
+    expect(await failure(apply(patient(), op('delete', `Patient${'.name'.repeat(20_000)}`)))).toMatchObject({
+      status: 400,
+    });
     expect(
       await failure(apply(patient(), op('add', 'Patient', { name: '__proto__', valueString: 'x' }))),
     ).toMatchObject({
