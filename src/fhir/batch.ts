@@ -39,6 +39,7 @@ import {
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
 import { isResourceType } from '../common/resource-types.js';
+import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
 
 /** Options of {@link processBundle}. */
@@ -81,6 +82,15 @@ async function runGet(
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
     activity?.accessed(readAccess('read', resource));
+    if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
+      return {
+        response: {
+          status: '304 Not Modified',
+          etag: etagOf(resource.meta.versionId),
+          lastModified: resource.meta.lastUpdated,
+        },
+      };
+    }
     // `Prefer: return=` is about writes: a read answers its resource either way.
     return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
   }

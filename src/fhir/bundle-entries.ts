@@ -26,6 +26,9 @@ export interface Entry {
   /** The patch of a PATCH entry (its `Binary` or `Parameters` resource). */
   patch?: PatchDocument;
   ifNoneExist?: string;
+  /** `request.ifNoneMatch` / `request.ifModifiedSince` of a read: a conditional read. */
+  ifNoneMatch?: string;
+  ifModifiedSince?: string;
   ifMatch?: string;
   /** Id given to a created resource before writing (so references to it can be rewritten). */
   newId?: string;
@@ -103,7 +106,10 @@ export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): 
     throw entryError(index, 'Entry must be an object');
   const { request, resource, fullUrl } = raw as { request?: unknown; resource?: unknown; fullUrl?: unknown };
   if (request === null || typeof request !== 'object') throw entryError(index, 'Entry needs a request');
-  const { method, url, ifNoneExist, ifMatch } = request as Record<string, unknown>;
+  const { method, url, ifNoneExist, ifMatch, ifNoneMatch, ifModifiedSince } = request as Record<
+    string,
+    unknown
+  >;
   if (typeof url !== 'string' || url === '') throw entryError(index, 'request.url is required');
   if (fullUrl !== undefined && typeof fullUrl !== 'string')
     throw entryError(index, 'fullUrl must be a string');
@@ -125,6 +131,18 @@ export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): 
     } catch (error) {
       if (error instanceof FhirError) throw entryError(index, error.message);
       throw error;
+    }
+  }
+  if (verb === 'GET' && target.id !== undefined) {
+    if (ifNoneMatch !== undefined) {
+      if (typeof ifNoneMatch !== 'string')
+        throw entryError(index, 'ifNoneMatch must be an ETag such as W/"1"');
+      entry.ifNoneMatch = ifNoneMatch;
+    }
+    if (ifModifiedSince !== undefined) {
+      if (typeof ifModifiedSince !== 'string' || Number.isNaN(Date.parse(ifModifiedSince)))
+        throw entryError(index, 'ifModifiedSince must be an instant');
+      entry.ifModifiedSince = ifModifiedSince;
     }
   }
   if (verb === 'POST') {

@@ -400,6 +400,21 @@ function suite(name: string, open: Open): void {
       expect(changed.status).toBe(200);
       expect(changed.body.id).toBe(p.id);
       expect((await read(app, `Patient/${p.id}`).set('If-Modified-Since', 'not a date')).status).toBe(200);
+
+      // As batch entries: request.ifNoneMatch and request.ifModifiedSince.
+      const res = await postBundle(
+        app,
+        bundle('batch', [
+          { request: { method: 'GET', url: `Patient/${p.id}`, ifNoneMatch: 'W/"1"' } },
+          { request: { method: 'GET', url: `Patient/${p.id}`, ifNoneMatch: 'W/"0"' } },
+          { request: { method: 'GET', url: `Patient/${p.id}`, ifModifiedSince: future } },
+        ]),
+      );
+      expect(
+        res.body.entry.map((e: { response: { status: string } }) => e.response.status.slice(0, 3)),
+      ).toEqual(['304', '200', '304']);
+      expect(res.body.entry[0].resource).toBeUndefined();
+      expect(res.body.entry[0].response.etag).toBe('W/"1"');
     });
 
     it('Prefer: return on create, update and patch, plain and in Bundles', async () => {
