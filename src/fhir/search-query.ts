@@ -92,8 +92,7 @@ function identifierTokens(filter: ParameterFilter): IdentifierToken[] | undefine
 
 /** The patient ids of a reference filter on a compartment parameter naming Patients only, or undefined. */
 function patientIds(resourceType: string, filter: ParameterFilter): string[] | undefined {
-  if (filter.modifier !== undefined || !patientSearchParams(resourceType).includes(filter.code))
-    return undefined;
+  if (filter.modifier !== undefined || !patientSearchParams(resourceType).includes(filter.code)) return undefined;
   if (filter.targetType !== undefined && filter.targetType !== 'Patient') return undefined;
   const ids: string[] = [];
   for (const v of filter.values) {
@@ -238,8 +237,7 @@ export async function parseSearch(
   if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
 
   const tests = [...auditTests];
-  if (predicateFilters.length > 0)
-    tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
+  if (predicateFilters.length > 0) tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
   if (tests.length === 1) query.where = tests[0];
   else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));
 
