@@ -412,6 +412,60 @@ describe('command line: against a server mounted under /api', () => {
     expect(ids).toEqual(['p1', 'p2']);
   });
 
+  it('export --type-filter: the help example Observation?code=1234 exports only those', async () => {
+    const coded = (id: string, code: string) => ({
+      op: 'update' as const,
+      resource: {
+        resourceType: 'Observation',
+        id,
+        status: 'final',
+        category: [{ coding: [{ code: 'laboratory' }] }],
+        code: { coding: [{ system: 'http://loinc.org', code }] },
+        subject: { reference: 'Patient/p1' },
+      },
+    });
+    await host.storage.writeResources(projectId, [coded('lab1', '1234'), coded('lab2', '5678')]);
+    const help = await cli(['export', '--help']);
+    expect(help.stdout).toContain('Observation?code=1234');
+    const out = path.join(work, 'filtered');
+    const summary = await cliJson([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      key,
+      '--type',
+      'Observation',
+      '--type-filter',
+      'Observation?code=1234',
+      '--out',
+      out,
+      '--quiet',
+    ]);
+    expect(summary.files).toEqual([expect.objectContaining({ type: 'Observation', lines: 1, count: 1 })]);
+    const [observation] = fs
+      .readFileSync(path.join(out, summary.files[0].file), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(observation.id).toBe('lab1');
+    // A filter the server refuses: exit 1, the server's reason on one line.
+    const refused = await cli([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      key,
+      '--type-filter',
+      'Observation?_sort=date',
+      '--out',
+      path.join(work, 'refused'),
+      '--quiet',
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('_sort');
+  });
+
   it('resumes an interrupted download with Range when run again', async () => {
     const out = path.join(work, 'resume');
     const args = [
