@@ -13,6 +13,7 @@ import { contentTypeOf, jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
+import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
@@ -85,6 +86,9 @@ function queryString(req: Request): string {
 export function fhirRouter(options: FhirRouterOptions): Router {
   const config = resolveFhirRouterOptions(options, r4StructureValidator);
   const { storage } = config;
+  // Warmed now, so that the first search or `/metadata` does not wait for it (about 0.4 s). Not
+  // awaited; a failure is retried, and reported, by the first request that needs the registry.
+  loadSearchRegistry().catch(() => undefined);
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
@@ -167,14 +171,19 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   // --- metadata (public) ---
   router
     .route('/metadata')
-    .get((req, res) => {
-      const statement = buildCapabilityStatement({
-        baseUrl: base(req),
-        contributions: config.capabilities,
-        ...(config.software ? { software: config.software } : {}),
-      });
-      sendFhir(res, 200, statement);
-    })
+    .get(
+      asyncHandler(async (req, res) => {
+        const statement = buildCapabilityStatement(
+          {
+            baseUrl: base(req),
+            contributions: config.capabilities,
+            ...(config.software ? { software: config.software } : {}),
+          },
+          await loadSearchRegistry(),
+        );
+        sendFhir(res, 200, statement);
+      }),
+    )
     .all(methodNotAllowed('GET'));
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
