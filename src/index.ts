@@ -16,7 +16,7 @@ export { PlatformError, InvalidOptionError } from './errors.js';
 export type { ErrorCode, StorageErrorCode, FhirErrorCode, ScimErrorCode, OAuthErrorCode } from './errors.js';
 export { HttpError, ScimError, FhirError, OAuthError } from './http/http-error.js';
 export type { FhirIssueCode, ScimType, OAuthErrorType } from './http/http-error.js';
-export { FhirOutcomeError } from './fhir/outcome.js';
+export { FhirOutcomeError } from './http/outcome.js';
 export {
   fhirErrorHandler,
   scimErrorHandler,
@@ -33,12 +33,12 @@ export type { ErrorLogger, FallbackErrorHandlerOptions } from './http/error-rend
 export { protectServer, notFoundHandler } from './http/server-limits.js';
 export type { ServerLimits, NotFoundHandlerOptions } from './http/server-limits.js';
 export type { ErrorPaths } from './http/error-paths.js';
-export type { Logger, LoggedError } from './http/logger.js';
+export type { Logger, LoggedError } from './common/logger.js';
 export { unauthorized } from './http/authenticate.js';
 export type { CommonRouterOptions } from './http/router-options.js';
 
 // Auth: the token endpoint, the token verifier, signing keys, discovery, the super-admin client
-export type { Principal, Authenticate } from './auth/principal.js';
+export type { Principal, Authenticate } from './http/principal.js';
 export type { PerRequest } from './auth/issuer.js';
 export { tokenRouter } from './auth/token-router.js';
 export type { TokenRouterOptions } from './auth/token-router.js';
@@ -135,7 +135,7 @@ export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 export { r4StructureValidator } from './fhir/structure-validator.js';
 export type { ResourceValidator } from './fhir/structure-validator.js';
 export type { NdjsonUploadOptions } from './fhir/ndjson-upload.js';
-export type { OperationOutcome, OutcomeIssue } from './fhir/outcome.js';
+export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 
 // Projects: Project/$init, client registration
 export { projectRouter } from './project/router.js';

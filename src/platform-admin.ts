@@ -1,5 +1,5 @@
 import { recordSafely } from './audit/record-safely.js';
-import type { Principal } from './auth/principal.js';
+import type { Principal } from './http/principal.js';
 import { PLATFORM_ADMIN_SCOPE } from './auth/admin-scopes.js';
 import type { ClientApplicationResource } from './project/client-application.js';
 import type { ProjectResource } from './project/project-resource.js';

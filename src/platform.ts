@@ -1,6 +1,6 @@
 import { Router, type Request } from 'express';
 import { platformAdmin, type PlatformAdmin } from './platform-admin.js';
-import type { Authenticate } from './auth/principal.js';
+import type { Authenticate } from './http/principal.js';
 import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './auth/signing-keys.js';
 import { tokenRouter, type TokenRouterOptions } from './auth/token-router.js';
@@ -15,15 +15,16 @@ import { projectRouter, type ProjectRouterOptions } from './project/router.js';
 import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
 import { livenessHandler, readinessHandler, storageCheck, type ReadinessChecks } from './http/health.js';
-import { componentLogger, errorSink, requestLogger, type Logger } from './http/logger.js';
+import { componentLogger, type Logger } from './common/logger.js';
+import { errorSink, requestLogger } from './http/request-logging.js';
 import { AUDIT_OPTION_KEYS, type AuditOptions } from './audit/options.js';
-import { recordRefusals } from './audit/refusals.js';
+import { recordRefusals } from './http/audit-refusals.js';
 import { safeAuditTrail } from './audit/record-safely.js';
 import { createAuditTrail } from './audit/trail.js';
-import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
-import { booleanOption, optionError, positiveInteger, requireStorage } from './http/options.js';
+import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
+import { booleanOption, optionalFunction, optionError, positiveInteger } from './common/options.js';
+import { baseUrlOption, loggingOptions, storageOption } from './http/router-options.js';
 import { defaultIssuer } from './auth/issuer.js';
-import { baseUrlProblem } from './http/base-url.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
@@ -151,8 +152,11 @@ export interface FhirPlatform {
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
   /**
-   * Stops export workers and timers, and closes the audit trail (the counts of refusals in open
-   * windows are recorded, every queued event written). Does not close the storage (the host owns it).
+   * Shuts down: running exports get up to `bulk.closeTimeout` ms (default 10000) to finish, those
+   * still running are stopped (they resume at the next start, or on another instance with a shared
+   * queue); then the export workers, timers and the audit trail (the counts of refusals in open
+   * windows recorded, its queued events written) stop. Does not close the storage (the host owns
+   * it) nor the HTTP server.
    */
   close(): Promise<void>;
 }
@@ -167,6 +171,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
 };
 
 const OWNER = 'fhirPlatform';
+
+/** The platform's default `bulk.closeTimeout`, ms (the router's own is 0). */
+const PLATFORM_EXPORT_CLOSE_TIMEOUT = 10_000;
 
 const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   storage: true,
@@ -219,15 +226,16 @@ function normalisePath(name: string, value: unknown): string {
  * tokens issued under `/api` are refused by a platform mounted elsewhere.
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
-  requireStorage(OWNER, options);
+  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
+  // The options the routers share are checked here, under this name, before any router sees them.
+  storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
+  optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
+  baseUrlOption(OWNER, options.baseUrl);
+  loggingOptions(OWNER, options);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
   checkOptionKeys(OWNER, options.audit, AUDIT_OPTION_KEYS, 'audit.');
   const { storage, baseUrl } = options;
-  const baseUrlRefused = baseUrl === undefined ? undefined : baseUrlProblem(baseUrl);
-  if (baseUrlRefused) {
-    optionError(OWNER, 'baseUrl', `baseUrl ${baseUrlRefused}, got ${JSON.stringify(baseUrl)}`);
-  }
   const paths: FhirPlatformPaths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   const filesElsewhere =
@@ -320,6 +328,9 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
 
   if (options.bulk !== false) {
     bulk = bulkExportRouter({
+      // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
+      // run them again from the start later; those still running then resume later.
+      closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
       ...options.bulk,
       ...common,
       exportDir: options.bulk?.exportDir ?? options.exportDir,

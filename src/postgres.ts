@@ -5,7 +5,7 @@
  * @module fhir-platform-kit/postgres
  */
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
-import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
+import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { Storage } from './storage/types.js';
 

@@ -1,5 +1,5 @@
 import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
-import { checkOptionKeys, type OptionKeys } from './http/option-keys.js';
+import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { descriptorModule } from './package-entry.js';
 import { createFileExportReader, type FileExportReaderOptions } from './storage/file/export-reader.js';
 import { createFileStorage, type FileStorageOptions, type FileStore } from './storage/file/file-storage.js';

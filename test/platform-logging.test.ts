@@ -5,7 +5,7 @@ import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
-import type { Logger } from '../src/http/logger.js';
+import type { Logger } from '../src/common/logger.js';
 import { fhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';

@@ -1,4 +1,4 @@
-import { AUDIT_EVENT_TYPE } from './access-rule.js';
+import { AUDIT_EVENT_TYPE } from './codes.js';
 
 const DOCS: Record<string, { type: string; documentation: string }> = {
   date: { type: 'date', documentation: 'recorded; prefixes eq, gt, ge, lt, le; partial dates are ranges.' },

@@ -5,6 +5,9 @@
  * @see https://hl7.org/fhir/R4/auditevent.html
  */
 
+/** The resource type of the audit trail. */
+export const AUDIT_EVENT_TYPE = 'AuditEvent';
+
 /** A FHIR `Coding`. */
 export interface Coding {
   system: string;

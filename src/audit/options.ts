@@ -1,11 +1,11 @@
-import type { OptionKeys } from '../http/option-keys.js';
+import type { OptionKeys } from '../common/option-keys.js';
 import {
   booleanOption,
   optionError,
   optionalFunction,
   positiveInteger,
   positiveNumber,
-} from '../http/options.js';
+} from '../common/options.js';
 import type { AuditEventResource } from './build-event.js';
 import type { AuditRecord } from './events.js';
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { requireStorage } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { requireStorage } from '../storage/storage-shape.js';
 import type { ResourceWrite, Storage } from '../storage/types.js';
 import { boundRefusal } from './bound-refusal.js';
 import { buildAuditEvent, type AuditEventResource } from './build-event.js';

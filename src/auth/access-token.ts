@@ -4,7 +4,7 @@ import { PlatformError } from '../errors.js';
 import type { ClientRecord } from '../storage/types.js';
 import { PLATFORM_ADMIN_SCOPE, PROJECT_ADMIN_SCOPE, adminRights } from './admin-scopes.js';
 import { jwtNestingExceeds } from './jwt-nesting.js';
-import type { Principal } from './principal.js';
+import type { Principal } from '../http/principal.js';
 import { splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
 

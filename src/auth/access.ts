@@ -1,5 +1,6 @@
-import { AUDIT_EVENT_TYPE, auditEventAccess } from '../audit/access-rule.js';
-import type { Principal } from './principal.js';
+import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
+import { auditEventAccess } from './audit-event-access.js';
+import type { Principal } from '../http/principal.js';
 import { scopesAllow, type ScopeAction } from './scopes.js';
 
 /** FHIR interactions a router asks about. */

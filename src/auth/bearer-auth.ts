@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import type { Request } from 'express';
 import { unauthorized } from '../http/authenticate.js';
 import { HttpError } from '../http/http-error.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { requireStorage } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { requireStorage } from '../storage/storage-shape.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
@@ -19,7 +19,7 @@ import {
   type FailureLimitOptions,
 } from './failure-limiter.js';
 import { tokenIdentity, type PerRequest } from './issuer.js';
-import type { Authenticate, Principal } from './principal.js';
+import type { Authenticate, Principal } from '../http/principal.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import {
   SIGNING_ALGORITHMS,

@@ -1,6 +1,6 @@
 import { createLocalJWKSet, errors, type CryptoKey, type JWTVerifyGetKey } from 'jose';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { booleanOption, nonNegativeNumber, positiveInteger } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { booleanOption, nonNegativeNumber, positiveInteger } from '../common/options.js';
 import type { ClientRecord } from '../storage/types.js';
 import { JwksFetchError, jwksFetcher, type JwksFetcher } from './jwks-fetch.js';
 import { privateAddressesAllowedByDefault } from './public-address.js';

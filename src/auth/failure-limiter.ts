@@ -1,4 +1,4 @@
-import { optionError } from '../http/options.js';
+import { optionError } from '../common/options.js';
 import { concurrencyGate, GateFullError } from './concurrency-gate.js';
 import { PlatformError } from '../errors.js';
 import type { FailureCount, FailureCountStore } from '../storage/types.js';

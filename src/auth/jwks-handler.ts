@@ -1,9 +1,10 @@
 import type { RequestHandler } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { requireStorage } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { requireStorage } from '../storage/storage-shape.js';
 import { oauthErrorHandler, type ErrorLogger } from '../http/error-rendering.js';
-import { errorSink, type Logger } from '../http/logger.js';
+import type { Logger } from '../common/logger.js';
+import { errorSink } from '../http/request-logging.js';
 import type { Storage } from '../storage/types.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './signing-keys.js';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import { optionError } from '../http/options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionError } from '../common/options.js';
 import type { SigningKeyRecord, Storage } from '../storage/types.js';
 
 /** Algorithms the server signs access tokens with. */

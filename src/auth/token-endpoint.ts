@@ -1,4 +1,4 @@
-import { isResourceType } from '../fhir/resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 import { OAuthError } from '../http/http-error.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { issueAccessToken } from './access-token.js';

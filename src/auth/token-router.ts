@@ -1,13 +1,12 @@
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
+import { errorSink } from '../http/request-logging.js';
 import express, { Router } from 'express';
 import { recordSafely } from '../audit/record-safely.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { oauthErrorHandler } from '../http/error-rendering.js';
 import { HttpError, OAuthError } from '../http/http-error.js';
-import { optionError, positiveNumber, requireStorage } from '../http/options.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import { optionError, positiveNumber } from '../common/options.js';
+import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
 import type { ClientRecord, Storage } from '../storage/types.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
@@ -101,12 +100,7 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
 
 const OWNER = 'tokenRouter';
 
-const TOKEN_ROUTER_KEYS: OptionKeys<TokenRouterOptions> = {
-  storage: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const TOKEN_ROUTER_KEYS: OwnOptionKeys<TokenRouterOptions> = {
   issuer: true,
   audience: true,
   signingKeys: true,
@@ -125,8 +119,7 @@ const TOKEN_ROUTER_KEYS: OptionKeys<TokenRouterOptions> = {
 
 /** Resolves and validates `TokenRouterOptions` once. */
 export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEndpointConfig {
-  requireStorage(OWNER, options);
-  checkOptionKeys(OWNER, options, TOKEN_ROUTER_KEYS);
+  checkRouterOptions(OWNER, options, TOKEN_ROUTER_KEYS, { authenticate: false });
   const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
   for (const m of methods) {
     if (!CLIENT_AUTH_METHODS.includes(m))

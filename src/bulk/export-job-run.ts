@@ -30,8 +30,11 @@ export interface RunContext {
   lease: number;
   /** Milliseconds between two lease renewals. */
   heartbeat: number;
-  /** Whether the manager is closing (read at each step: it changes while a run goes on). */
-  closing(): boolean;
+  /**
+   * Whether the manager is stopping its running jobs, to resume them later (read at each step: it
+   * changes while a run goes on). Not while it only drains: a run that ends then ends as usual.
+   */
+  stopping(): boolean;
 }
 
 /** A job running in this process. */
@@ -148,7 +151,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     await files.remove(ref);
     if (job.status !== 'in-progress')
       await storage.updateExportJob(job.projectId, job.id, { status: 'in-progress' });
-    let task: ExportTask = {
+    const task: ExportTask = {
       jobId: job.id,
       projectId: job.projectId,
       params: plan.params,
@@ -166,7 +169,6 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     if (plan.newPatientIds) task.newPatientIds = plan.newPatientIds;
     // A worker needs to reopen both the store and the files; otherwise the run stays here.
     if (storage.descriptor && (task.files || task.outputDir)) task.descriptor = storage.descriptor;
-    if (ctx.options.taskHook) task = ctx.options.taskHook(task);
     const result: ExportTaskResult = await ctx.options.pool.run(task, {
       signal,
       reader: storage.exportReader,
@@ -210,7 +212,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
   } catch (error) {
     await persisting;
     // Stopping: the job stays in progress and resumes at next start (or on another instance).
-    if (ctx.closing()) {
+    if (ctx.stopping()) {
       if (ctx.queue && entry.run !== undefined)
         await ctx.queue.release(job.projectId, job.id, entry.run).catch(() => undefined);
       return;
@@ -290,7 +292,7 @@ async function fail(
       finished = await finish(ctx, job, run, changes);
     } catch {
       if (attempt >= FAIL_RETRIES) finished = !ctx.queue;
-      else if (!(await pause(delay, signal)) || ctx.closing()) return;
+      else if (!(await pause(delay, signal)) || ctx.stopping()) return;
     }
   }
   if (!finished) return;

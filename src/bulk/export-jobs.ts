@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import type { AuditTrail } from '../audit/trail.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { PlatformError } from '../errors.js';
 import { NotFoundError } from '../storage/errors.js';
 import type {
@@ -16,7 +16,7 @@ import type {
 import { DirectoryExportFiles, isJobId } from './directory-export-files.js';
 import { refOf, runJob, type RunContext, type RunningJob } from './export-job-run.js';
 import type { ExportPool } from './export-pool.js';
-import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { ExportProgress, ExportTaskResult } from './export-task.js';
 import type { KickoffLimits } from './kickoff-limits.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
 
@@ -69,8 +69,6 @@ export interface ExportJobManagerOptions {
   cleanupInterval: number;
   /** Limits every kick-off must pass. @default none */
   limits?: KickoffLimits;
-  /** Test hook: transforms each task before it runs. */
-  taskHook?: (task: ExportTask) => ExportTask;
   /** Receives unexpected failures (a job failing is not one). */
   onError: (error: unknown) => void;
   /**
@@ -133,6 +131,8 @@ export class ExportJobManager {
   #claimTimer: NodeJS.Timeout | undefined;
   #claiming: Promise<void> | undefined;
   #closing = false;
+  /** Closing and done waiting: the jobs still running are being stopped (to resume later). */
+  #stopping = false;
   #sweeping: Promise<void> | undefined;
   /** What each run of this manager's jobs reads from it. */
   readonly #runContext: RunContext;
@@ -149,7 +149,7 @@ export class ExportJobManager {
       queue: this.#queue,
       lease: this.#lease,
       heartbeat: this.#heartbeat,
-      closing: () => this.#closing,
+      stopping: () => this.#stopping,
     };
   }
 
@@ -306,17 +306,14 @@ export class ExportJobManager {
 
   /** Runs a new job here (with a queue, under the lease `run` it was created with). */
   async #start(job: ExportJobRecord, run: string | undefined): Promise<void> {
-    if (!this.#queue || run === undefined) {
-      this.#launch(job);
-      return;
-    }
     if (!this.#closing) {
       this.#launch(job, run);
       return;
     }
-    // Closing: the job is accepted all the same; another instance (or this one at its next
-    // start) claims it once the lease is given up.
-    await this.#queue.release(job.projectId, job.id, run).catch(this.#o.onError);
+    // Closing: the job is accepted all the same; this manager at its next start (or, with a shared
+    // queue, another instance once the lease is given up) runs it.
+    if (this.#queue && run !== undefined)
+      await this.#queue.release(job.projectId, job.id, run).catch(this.#o.onError);
   }
 
   /** In-memory progress of a job running here, else the persisted one. */
@@ -461,14 +458,25 @@ export class ExportJobManager {
   }
 
   /**
-   * Stops the timers and every running job (which stays `in-progress` and resumes at next start,
-   * or, with a shared queue, is released for another instance to take over at once).
+   * Stops the timers and the claims of new work, lets the running jobs go on for up to `drainMs`
+   * milliseconds, then stops those still running: they stay `in-progress` and resume at the next
+   * start (with a shared queue their leases are released, for another instance to take over at
+   * once). Jobs kicked off meanwhile are accepted and left for that next run.
+   * @param drainMs 0 stops the running jobs at once
+   * @default drainMs 0
    */
-  async close(): Promise<void> {
+  async close(drainMs = 0): Promise<void> {
     this.#closing = true;
     if (this.#timer) clearInterval(this.#timer);
     if (this.#claimTimer) clearInterval(this.#claimTimer);
     await this.#claiming;
+    if (drainMs > 0 && this.#running.size > 0) {
+      const drained = Promise.all([...this.#running.values()].map((job) => job.done));
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([drained, new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs)))]);
+      clearTimeout(timer);
+    }
+    this.#stopping = true;
     const running = [...this.#running.values()];
     for (const job of running)
       job.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export service closing'));

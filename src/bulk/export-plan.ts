@@ -1,7 +1,7 @@
 import { canAccess } from '../auth/access.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { patientCompartmentTypes } from '../fhir/compartment.js';
-import { R4_RESOURCE_TYPES } from '../fhir/resource-types.js';
+import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { StorageOperations } from '../storage/types.js';

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { PlatformError } from '../errors.js';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type {
   ExportFileSink,
   ExportReadOptions,
@@ -236,7 +235,6 @@ export async function runExport(
             associated?.noteChunk(resourceType, chunk.data);
             await writer.write(chunk.data, chunk.count);
             progress.resources += chunk.count;
-            if (task.delayPerChunk) await sleep(task.delayPerChunk);
           } else {
             const lines = lineBatch(writer);
             for (const line of ndjsonLines(chunkText(chunk.data))) {

@@ -45,10 +45,6 @@ export interface ExportTask {
   issues: KickoffIssue[];
   /** Receives {@link ExportProgress} messages. */
   progressPort?: MessagePort;
-  /** Test hook: milliseconds to wait after each chunk copied (a slow export). */
-  delayPerChunk?: number;
-  /** Test hook: make the worker throw or exit the thread. */
-  crash?: 'throw' | 'exit';
 }
 
 /** Progress of a running export, posted while it runs. */

@@ -32,8 +32,6 @@ export default async function exportTask(task: ExportTask): Promise<ExportTaskRe
 }
 
 async function runTask(task: ExportTask): Promise<ExportTaskResult> {
-  if (task.crash === 'exit') process.exit(1);
-  if (task.crash === 'throw') throw new PlatformError('ERR_INTERNAL', 'Export worker crash (test hook)');
   if (!task.descriptor)
     throw new PlatformError('ERR_EXPORT_TASK_INVALID', 'The export task has no storage descriptor');
   const reader = await openFrom<ExportReader>(task.descriptor);

@@ -1,4 +1,4 @@
-import { isResourceType, isValidId } from '../fhir/resource-types.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
 import { parseTypeFilter, type TypeFilterSearch } from './type-filter.js';

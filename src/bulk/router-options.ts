@@ -1,8 +1,6 @@
 import { statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import {
   booleanOption,
   optionError,
@@ -10,12 +8,11 @@ import {
   optionalFunction,
   positiveLimit,
   positiveNumber,
-} from '../http/options.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+} from '../common/options.js';
+import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
-import type { ExportTask } from './export-task.js';
 
 /** Options of `bulkExportRouter` (./router.ts). */
 export interface BulkExportRouterOptions extends CommonRouterOptions {
@@ -108,6 +105,13 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    */
   retryAfter?: number;
   /**
+   * Milliseconds `close()` lets running exports go on to their end; those still running then are
+   * stopped, stay in progress and resume at the next start (with a shared queue, their leases are
+   * released for another instance to take over at once). `0` stops them at once.
+   * @default 0 (`fhirPlatform`: 10000, so that a shutdown finishes what it can within that)
+   */
+  closeTimeout?: number;
+  /**
    * The worker pool: an `ExportPool` shared with other routers (not closed by this router), or
    * options of a pool this router owns.
    * @default a pool of its own with default options
@@ -120,11 +124,6 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    * @default false
    */
   requireAsyncHeaders?: boolean;
-  /**
-   * Test hook: transforms each task before it runs (e.g. `{ ...task, crash: 'exit' }`).
-   * @default undefined
-   */
-  taskHook?: (task: ExportTask) => ExportTask;
 }
 
 /** Bytes available to this process on the file system holding `dir`. */
@@ -137,13 +136,7 @@ const HOUR = 60 * 60 * 1000;
 const GIB = 1024 * 1024 * 1024;
 const OWNER = 'bulkExportRouter';
 
-const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   exportDir: true,
   maxFileSize: true,
   maxExportSize: true,
@@ -157,17 +150,17 @@ const BULK_ROUTER_KEYS: OptionKeys<BulkExportRouterOptions> = {
   retryAfter: true,
   pool: true,
   requireAsyncHeaders: true,
-  taskHook: true,
   exportFiles: true,
   leaseDuration: true,
   heartbeatInterval: true,
+  closeTimeout: true,
 };
 
 /** Options with every default filled in. */
 export interface ResolvedBulkExportRouterOptions
   extends
-    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'>>,
-    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'taskHook' | 'logger' | 'auditTrail'> {}
+    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'>>,
+    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'> {}
 
 /** An `exportFiles` option: an object with the store's methods. */
 function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportFileStore): ExportFileStore {
@@ -189,7 +182,7 @@ function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportF
 export function resolveBulkExportRouterOptions(
   options: BulkExportRouterOptions,
 ): ResolvedBulkExportRouterOptions {
-  checkOptionKeys(OWNER, options, BULK_ROUTER_KEYS);
+  const { onError } = checkRouterOptions(OWNER, options, BULK_ROUTER_KEYS, { authenticate: true });
   const retryAfter = positiveNumber(OWNER, 'retryAfter', options.retryAfter, 1);
   const maxRunningExports = positiveNumber(OWNER, 'maxRunningExports', options.maxRunningExports, 2);
   const maxProjectExportSize = positiveLimit(
@@ -215,6 +208,7 @@ export function resolveBulkExportRouterOptions(
   if (heartbeatInterval >= leaseDuration) {
     optionError(OWNER, 'heartbeatInterval', 'heartbeatInterval must be less than leaseDuration');
   }
+  const closeTimeout = nonNegativeNumber(OWNER, 'closeTimeout', options.closeTimeout, 0);
   const requireAsyncHeaders = booleanOption(
     OWNER,
     'requireAsyncHeaders',
@@ -223,7 +217,7 @@ export function resolveBulkExportRouterOptions(
   );
   return {
     ...options,
-    onError: errorSink(options),
+    onError,
     retryAfter,
     maxRunningExports,
     maxProjectExportSize,
@@ -239,5 +233,6 @@ export function resolveBulkExportRouterOptions(
     maxFileSize,
     maxExportSize,
     requireAsyncHeaders,
+    closeTimeout,
   };
 }

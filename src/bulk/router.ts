@@ -1,6 +1,6 @@
 import { Router, type ErrorRequestHandler, type Request, type RequestHandler } from 'express';
-import { requestRecorder } from '../audit/request-recorder.js';
-import { isValidId } from '../fhir/resource-types.js';
+import { requestRecorder } from '../http/request-recorder.js';
+import { isValidId } from '../common/resource-types.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { findPrincipal, getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../http/base-url.js';
@@ -26,7 +26,12 @@ export type { BulkExportRouterOptions } from './router-options.js';
 export type BulkExportRouter = Router & {
   /** Settles once interrupted jobs have been restarted and leftover files swept. */
   readonly ready: Promise<void>;
-  /** Stops the retention timer, the running jobs (they resume at next start) and an owned pool. */
+  /**
+   * Stops the retention timer and the claims of new work, lets running jobs go on for up to
+   * `closeTimeout` ms, stops those still running (they resume at the next start, or on another
+   * instance with a shared queue), then drains and closes an owned pool (`ExportPool.close()`: by
+   * then nothing of this router runs in it). A shared pool is left open.
+   */
   close(): Promise<void>;
   /**
    * For readiness probes: `'ok'` once interrupted jobs have restarted and while the worker pool
@@ -114,7 +119,6 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       retryAfter,
       onError,
     }),
-    taskHook: config.taskHook,
     onError,
     ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
   });
@@ -285,7 +289,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     async close(): Promise<void> {
       closed = true;
       await ready;
-      await jobs.close();
+      await jobs.close(config.closeTimeout);
       if (ownsPool) await pool.close();
     },
   }) as BulkExportRouter;

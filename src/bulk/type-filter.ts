@@ -1,9 +1,9 @@
-import { isResourceType } from '../fhir/resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
 import { matchesFilters } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
-import type { SearchRequest } from '../search/search-request.js';
+import type { SearchRequest } from '../storage/search-request.js';
 import type { FhirResource } from '../storage/types.js';
 
 /**

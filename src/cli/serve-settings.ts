@@ -1,6 +1,6 @@
 import path from 'node:path';
 import bytes from 'bytes';
-import { baseUrlProblem } from '../http/base-url.js';
+import { baseUrlProblem } from '../common/base-url.js';
 import type { ProfileType } from '../index.js';
 import { UsageError } from './cli-error.js';
 

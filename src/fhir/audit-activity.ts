@@ -1,4 +1,4 @@
-import type { AuditDetails } from '../audit/request-recorder.js';
+import type { AuditDetails } from '../http/request-recorder.js';
 import type { FhirAccessEvent } from '../audit/events.js';
 import type { FhirResource, ResourceWrite, WriteResult } from '../storage/types.js';
 import { isPatientCompartmentType, patientCompartmentIds } from './compartment.js';

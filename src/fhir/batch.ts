@@ -14,7 +14,7 @@ import {
   type FhirContext,
 } from './interactions.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
-import { FhirOutcomeError, type OperationOutcome } from './outcome.js';
+import { FhirOutcomeError, type OperationOutcome } from '../http/outcome.js';
 import {
   aliasesOf,
   entryError,
@@ -24,7 +24,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
-import { isResourceType } from './resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 import type { SearchQueryOptions } from './search-query.js';
 
 /** Options of {@link processBundle}. */

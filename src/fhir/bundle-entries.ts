@@ -5,7 +5,7 @@
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { FhirResource } from '../storage/types.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
-import { isResourceType } from './resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 
 type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 

@@ -3,7 +3,7 @@
  * written resources spliced in.
  */
 import type { StoredResource, StoredText, WriteResult } from '../storage/types.js';
-import { isResourceType } from './resource-types.js';
+import { isResourceType } from '../common/resource-types.js';
 import { etagOf } from './versioning.js';
 
 /** A `Bundle` as JSON. */

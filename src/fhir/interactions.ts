@@ -1,6 +1,6 @@
-import { refuseAuditEventWrite } from '../audit/append-only.js';
+import { refuseAuditEventWrite } from './audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';

@@ -5,7 +5,7 @@ import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import type { RequestActivity } from './audit-activity.js';
 import { authorize, type FhirContext } from './interactions.js';
-import type { OutcomeIssue } from './outcome.js';
+import type { OutcomeIssue } from '../http/outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
 
 /** Options of {@link loadNdjson}. */

@@ -4,7 +4,7 @@ import { FhirError } from '../http/http-error.js';
 import { RequestActivity } from './audit-activity.js';
 import type { FhirContext } from './interactions.js';
 import { loadNdjson, type NdjsonFileReport, type NdjsonLoadOptions } from './ndjson-loader.js';
-import { outcomeOf, type OperationOutcome, type OutcomeIssue } from './outcome.js';
+import { outcomeOf, type OperationOutcome, type OutcomeIssue } from '../http/outcome.js';
 
 /** Limits of the multipart NDJSON upload. */
 export interface NdjsonUploadOptions extends NdjsonLoadOptions {

@@ -1,6 +1,6 @@
 import { FhirError } from '../http/http-error.js';
 import type { FhirResource } from '../storage/types.js';
-import { isResourceType, isValidId } from './resource-types.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
 
 function invalid(message: string, expression?: string): FhirError {
   return new FhirError(400, 'invalid', message, expression ? { expression: [expression] } : undefined);

@@ -1,15 +1,17 @@
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
-import bytes from 'bytes';
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
-import { oneOf, optionError, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import { oneOf, optionError, positiveInteger, sizeInBytes, sizeOption } from '../common/options.js';
+import {
+  checkRouterOptions,
+  type BodyLimitOptions,
+  type CommonRouterOptions,
+  type OwnOptionKeys,
+} from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
 
 /** Options of `fhirRouter`. */
-export interface FhirRouterOptions extends CommonRouterOptions {
+export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions {
   /**
    * Largest JSON request body (a resource or a batch/transaction Bundle), bytes or a size string;
    * larger bodies answer 413.
@@ -89,14 +91,7 @@ export interface ResolvedFhirRouterOptions
 
 const OWNER = 'fhirRouter';
 
-const FHIR_ROUTER_KEYS: OptionKeys<FhirRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
-  bodyLimit: true,
+const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   streamedBundleLimit: true,
   maxJsonDepth: true,
   defaultCount: true,
@@ -110,37 +105,24 @@ const FHIR_ROUTER_KEYS: OptionKeys<FhirRouterOptions> = {
   fallthrough: true,
 };
 
-/** A size option (bytes, or a string such as `'16mb'`) in bytes; undefined-safe for valid input only. */
-export function sizeInBytes(value: number | string): number {
-  return typeof value === 'number' ? value : (bytes.parse(value) ?? Number.NaN);
-}
-
-function checkSize(name: string, value: number | string): number {
-  const size = sizeInBytes(value);
-  if (!Number.isFinite(size) || size <= 0) {
-    optionError(OWNER, name, `${name} must be a positive number of bytes or a size string such as '16mb'`);
-  }
-  return size;
-}
-
 /** Fills in defaults and fails fast on bad options. */
 export function resolveFhirRouterOptions(
   options: FhirRouterOptions,
   defaultValidator: () => ResourceValidator,
 ): ResolvedFhirRouterOptions {
-  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
-  requireStorage(OWNER, options);
-  checkOptionKeys(OWNER, options, FHIR_ROUTER_KEYS);
-  requireFunction(OWNER, 'authenticate', options.authenticate, 'must be a function');
+  const { onError, bodyLimit } = checkRouterOptions(OWNER, options, FHIR_ROUTER_KEYS, {
+    authenticate: true,
+    bodyLimit: '16mb',
+  });
   const maxCount = positiveInteger(OWNER, 'maxCount', options.maxCount, 1000);
   const defaultCount = positiveInteger(OWNER, 'defaultCount', options.defaultCount, 20);
   if (defaultCount > maxCount) optionError(OWNER, 'defaultCount', 'defaultCount must not exceed maxCount');
-  const bodyLimit = options.bodyLimit ?? '16mb';
-  checkSize('bodyLimit', bodyLimit);
   return {
     ...options,
     bodyLimit,
-    streamedBundleLimit: checkSize('streamedBundleLimit', options.streamedBundleLimit ?? '1gb'),
+    streamedBundleLimit: sizeInBytes(
+      sizeOption(OWNER, 'streamedBundleLimit', options.streamedBundleLimit, '1gb'),
+    ),
     maxJsonDepth: resolveMaxJsonDepth(OWNER, options.maxJsonDepth),
     defaultCount,
     maxCount,
@@ -151,6 +133,6 @@ export function resolveFhirRouterOptions(
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),
     fallthrough: options.fallthrough ?? false,
-    onError: errorSink(options),
+    onError,
   };
 }

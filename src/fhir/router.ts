@@ -5,7 +5,7 @@ import express, {
   type Response,
   type Router,
 } from 'express';
-import { requestRecorder } from '../audit/request-recorder.js';
+import { requestRecorder } from '../http/request-recorder.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
@@ -33,10 +33,11 @@ import {
 } from './interactions.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
-import { FhirOutcomeError, outcomeOf } from './outcome.js';
+import { FhirOutcomeError, outcomeOf } from '../http/outcome.js';
 import { parsePrefer, returnPreference } from './prefer.js';
-import { isResourceType, isValidId } from './resource-types.js';
-import { resolveFhirRouterOptions, sizeInBytes, type FhirRouterOptions } from './router-options.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
+import { sizeInBytes } from '../common/options.js';
+import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
 import { clearedByFastPath, r4StructureValidator } from './structure-validator.js';
 import { etagOf, parseIfMatch } from './versioning.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { BundleJson } from './bundle-response.js';
 import type { SearchOutcome } from './interactions.js';
-import { outcomeOf } from './outcome.js';
+import { outcomeOf } from '../http/outcome.js';
 
 function link(
   baseUrl: string,

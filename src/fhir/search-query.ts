@@ -1,10 +1,10 @@
-import { AUDIT_EVENT_TYPE } from '../audit/access-rule.js';
-import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/search-params.js';
+import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit-event-search.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
-import type { ParameterFilter, SearchFilter, SearchRequest } from '../search/search-request.js';
+import type { ParameterFilter, SearchFilter, SearchRequest } from '../storage/search-request.js';
 import type { IdentifierToken, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
 

@@ -1,5 +1,5 @@
 import type { FhirResource } from '../storage/types.js';
-import type { OutcomeIssue } from './outcome.js';
+import type { OutcomeIssue } from '../http/outcome.js';
 import { createCleanCheck } from './validation/clean-check.js';
 import { TypeCompiler } from './validation/compiled-types.js';
 import { loadMedplumR4, type MedplumR4 } from './validation/medplum-r4.js';

@@ -1,5 +1,5 @@
 import type { RequestHandler, Response } from 'express';
-import type { Authenticate, Principal } from '../auth/principal.js';
+import type { Authenticate, Principal } from './principal.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { Storage } from '../storage/types.js';
 import { asyncHandler } from './async-handler.js';

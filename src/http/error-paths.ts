@@ -1,5 +1,5 @@
-import { checkOptionKeys, type OptionKeys } from './option-keys.js';
-import { optionError } from './options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionError } from '../common/options.js';
 
 /**
  * Path prefixes whose errors are answered in another protocol than FHIR where no router of theirs

@@ -1,11 +1,11 @@
 import type { ErrorRequestHandler, Request, Response } from 'express';
 import { PlatformError } from '../errors.js';
-import { FhirOutcomeError, outcomeOf, type OperationOutcome } from '../fhir/outcome.js';
+import { FhirOutcomeError, outcomeOf, type OperationOutcome } from './outcome.js';
 import { NotFoundError } from '../storage/errors.js';
 import { errorFormatOf, type ErrorFormat, type ErrorPaths } from './error-paths.js';
 import { ERROR_TABLE } from './error-table.js';
-import { checkOptionKeys, type OptionKeys } from './option-keys.js';
-import { optionalFunction } from './options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionalFunction } from '../common/options.js';
 import {
   errorCodeForStatus,
   FhirError,

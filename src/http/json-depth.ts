@@ -7,7 +7,7 @@
  * at the limit (about a sixth of the scan's time on FHIR JSON: it visits values, not bytes).
  */
 
-import { positiveInteger } from './options.js';
+import { positiveInteger } from '../common/options.js';
 
 /**
  * Deepest nesting of objects and arrays accepted in a request's JSON (a body, an NDJSON line, a JWT

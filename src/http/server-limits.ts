@@ -5,8 +5,8 @@ import type { RequestHandler } from 'express';
 import { errorFormatOf, type ErrorFormat, type ErrorPaths } from './error-paths.js';
 import { renderError } from './error-rendering.js';
 import { HttpError } from './http-error.js';
-import { checkOptionKeys, type OptionKeys } from './option-keys.js';
-import { optionError } from './options.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
+import { optionError } from '../common/options.js';
 
 /**
  * Options of {@link protectServer}: connection limits (the timeouts in milliseconds) and which

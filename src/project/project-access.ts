@@ -1,4 +1,4 @@
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 
 /**
  * What a principal may do with one project's administration:

@@ -8,7 +8,7 @@ import type { AuditRecord } from '../audit/events.js';
 import { recordSafely } from '../audit/record-safely.js';
 import type { AuditTrail } from '../audit/trail.js';
 import { defaultErrorLogger } from '../http/error-rendering.js';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, ProjectRecord, Storage } from '../storage/types.js';

@@ -1,7 +1,5 @@
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
-import type { Principal } from '../auth/principal.js';
+import type { Principal } from '../http/principal.js';
 import { privateAddressesAllowedByDefault } from '../auth/public-address.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
@@ -9,22 +7,21 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import {
-  booleanOption,
-  optionalFunction,
-  optionError,
-  requireFunction,
-  requireStorage,
-} from '../http/options.js';
+import { booleanOption, optionalFunction, optionError } from '../common/options.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import {
+  checkRouterOptions,
+  type BodyLimitOptions,
+  type CommonRouterOptions,
+  type OwnOptionKeys,
+} from '../http/router-options.js';
 import { checkClientScope, type NewClientRules } from './new-client.js';
 import { invalidParameter } from './parameters.js';
 import { superAdminOnly } from './project-access.js';
 import { projectService } from './project-service.js';
 
 /** Options of `projectRouter`. */
-export interface ProjectRouterOptions extends CommonRouterOptions {
+export interface ProjectRouterOptions extends CommonRouterOptions, BodyLimitOptions {
   /**
    * Who may call `Project/$init`: return true to allow the principal, e.g. `() => true` for any
    * authenticated principal (others get 403). A user principal becomes the owner: the new project's admin user is
@@ -67,11 +64,6 @@ export interface ProjectRouterOptions extends CommonRouterOptions {
    * @default true unless `NODE_ENV` is `production` (read when the router is created)
    */
   allowPrivateJwksAddresses?: boolean;
-  /**
-   * Largest request body, bytes or a size string.
-   * @default '1mb'
-   */
-  bodyLimit?: number | string;
 }
 
 // RegExp routes: Express 4 reads `$` in a route string as a regex anchor, and `req.path` keeps
@@ -97,13 +89,7 @@ export interface ResolvedProjectRouterOptions extends ProjectRouterOptions {
 
 const OWNER = 'projectRouter';
 
-const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const PROJECT_ROUTER_KEYS: OwnOptionKeys<ProjectRouterOptions> = {
   allowInit: true,
   defaultClientScope: true,
   minClientTokenLifetime: true,
@@ -112,14 +98,14 @@ const PROJECT_ROUTER_KEYS: OptionKeys<ProjectRouterOptions> = {
   maxAccessTokenLifetime: true,
   allowHttpJwksUri: true,
   allowPrivateJwksAddresses: true,
-  bodyLimit: true,
 };
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveProjectRouterOptions(options: ProjectRouterOptions): ResolvedProjectRouterOptions {
-  requireStorage(OWNER, options);
-  checkOptionKeys(OWNER, options, PROJECT_ROUTER_KEYS);
-  requireFunction(OWNER, 'authenticate', options.authenticate);
+  const { onError, bodyLimit } = checkRouterOptions(OWNER, options, PROJECT_ROUTER_KEYS, {
+    authenticate: true,
+    bodyLimit: '1mb',
+  });
   const allowInit = optionalFunction(OWNER, 'allowInit', options.allowInit, superAdminOnly);
   for (const [name, old] of [
     ['minClientTokenLifetime', 'minAccessTokenLifetime'],
@@ -142,8 +128,8 @@ export function resolveProjectRouterOptions(options: ProjectRouterOptions): Reso
   return {
     ...options,
     allowInit,
-    onError: errorSink(options),
-    bodyLimit: options.bodyLimit ?? '1mb',
+    onError,
+    bodyLimit,
     rules: {
       defaultScope: scope.scope,
       minClientTokenLifetime: min,

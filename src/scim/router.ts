@@ -1,5 +1,3 @@
-import { errorSink } from '../http/logger.js';
-import { checkOptionKeys, type OptionKeys } from '../http/option-keys.js';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
@@ -7,9 +5,14 @@ import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { scimErrorHandler } from '../http/error-rendering.js';
 import { ScimError } from '../http/http-error.js';
-import { booleanOption, oneOf, positiveInteger, requireFunction, requireStorage } from '../http/options.js';
+import { booleanOption, oneOf, positiveInteger } from '../common/options.js';
 import { SCIM_JSON, methodNotAllowed, sendScim } from '../http/protocol-responses.js';
-import type { CommonRouterOptions } from '../http/router-options.js';
+import {
+  checkRouterOptions,
+  type BodyLimitOptions,
+  type CommonRouterOptions,
+  type OwnOptionKeys,
+} from '../http/router-options.js';
 import type { ProfileType } from '../storage/types.js';
 import { parseAttributeList, projectScimAttributes } from './attributes.js';
 import { schemaResources, serviceProviderConfig, userResourceType } from './discovery.js';
@@ -20,11 +23,11 @@ import { LIST_RESPONSE_SCHEMA_ID, USER_RESOURCE_SCHEMAS, USER_TYPES } from './sc
 import { userEtag, userToScim } from './user-mapping.js';
 import type { ScimUserEvent } from '../audit/events.js';
 import { recordSafely } from '../audit/record-safely.js';
-import { requestParty } from '../audit/request-actor.js';
+import { requestParty } from '../http/request-actor.js';
 import { entityTagMatches, parseEntityTags, scimUserService, type ScimUserSettings } from './user-service.js';
 
 /** Options of `scimRouter`. */
-export interface ScimRouterOptions extends CommonRouterOptions {
+export interface ScimRouterOptions extends CommonRouterOptions, BodyLimitOptions {
   /**
    * Most resources one list or search response holds; a larger `count` is lowered to it.
    * Advertised as `filter.maxResults` in `/ServiceProviderConfig`.
@@ -47,11 +50,6 @@ export interface ScimRouterOptions extends CommonRouterOptions {
    * @default undefined
    */
   defaultUserType?: ProfileType;
-  /**
-   * Largest request body, bytes or a size string; larger bodies answer 413.
-   * @default '1mb'
-   */
-  bodyLimit?: number | string;
   /**
    * Most operations in one PATCH request.
    * @default 1000
@@ -105,17 +103,10 @@ export type ResolvedScimRouterOptions = ScimRouterOptions &
 
 const OWNER = 'scimRouter';
 
-const SCIM_ROUTER_KEYS: OptionKeys<ScimRouterOptions> = {
-  storage: true,
-  authenticate: true,
-  baseUrl: true,
-  onError: true,
-  logger: true,
-  auditTrail: true,
+const SCIM_ROUTER_KEYS: OwnOptionKeys<ScimRouterOptions> = {
   maxResults: true,
   echoUserName: true,
   defaultUserType: true,
-  bodyLimit: true,
   maxPatchOperations: true,
   maxWriteAttempts: true,
   documentationUri: true,
@@ -125,9 +116,10 @@ const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedScimRouterOptions {
-  requireStorage(OWNER, options, 'options.storage');
-  checkOptionKeys(OWNER, options, SCIM_ROUTER_KEYS);
-  requireFunction(OWNER, 'options.authenticate', options.authenticate);
+  const { onError, bodyLimit } = checkRouterOptions(OWNER, options, SCIM_ROUTER_KEYS, {
+    authenticate: true,
+    bodyLimit: '1mb',
+  });
   const maxResults = positiveInteger(OWNER, 'maxResults', options.maxResults, 200, MAX_SAFE);
   const echoUserName = booleanOption(OWNER, 'echoUserName', options.echoUserName, false);
   oneOf(OWNER, 'defaultUserType', options.defaultUserType, USER_TYPES);
@@ -135,7 +127,7 @@ export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedSc
     ...options,
     maxResults,
     echoUserName,
-    bodyLimit: options.bodyLimit ?? '1mb',
+    bodyLimit,
     maxPatchOperations: positiveInteger(
       OWNER,
       'maxPatchOperations',
@@ -144,7 +136,7 @@ export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedSc
       MAX_SAFE,
     ),
     maxWriteAttempts: positiveInteger(OWNER, 'maxWriteAttempts', options.maxWriteAttempts, 5, MAX_SAFE),
-    onError: errorSink(options),
+    onError,
   };
 }
 

@@ -1,6 +1,6 @@
 import type { FhirPathAtom, TypedValue } from '@medplum/core';
-import { R4_RESOURCE_TYPES } from '../fhir/resource-types.js';
-import type { SearchParamType } from './search-request.js';
+import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
+import type { SearchParamType } from '../storage/search-request.js';
 import { expressionValueTypes, resolveChoiceAs, type JsonSchemaDefinitions } from './value-types.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { TypedValue } from '@medplum/core';
-import { parseDateRange } from '../fhir/date-range.js';
+import { parseDateRange } from '../common/date-range.js';
 import type { FhirResource } from '../storage/types.js';
 import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
 import type {
@@ -12,7 +12,7 @@ import type {
 } from './index-values.js';
 import { normalizeText } from './normalize-text.js';
 import { typedTail } from './parse-value.js';
-import type { SearchParamType } from './search-request.js';
+import type { SearchParamType } from '../storage/search-request.js';
 
 type Json = Record<string, unknown>;
 

@@ -21,7 +21,7 @@ import type {
   SearchPrefix,
   StringSearchValue,
   TokenSearchValue,
-} from './search-request.js';
+} from '../storage/search-request.js';
 
 /**
  * How a chain or a reverse chain reads other resources: every current resource of a type, of the

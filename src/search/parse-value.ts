@@ -1,5 +1,5 @@
-import { parseDateRange } from '../fhir/date-range.js';
-import { isResourceType, isValidId } from '../fhir/resource-types.js';
+import { parseDateRange } from '../common/date-range.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';
 import { normalizeText } from './normalize-text.js';
 import { parseDecimalRange } from './number-precision.js';
@@ -13,7 +13,7 @@ import type {
   SearchParamType,
   SearchPrefix,
   TokenSearchValue,
-} from './search-request.js';
+} from '../storage/search-request.js';
 import { splitUnescaped, unescapeValue } from './value-escaping.js';
 
 /** A 400 for a malformed value of `param` (never ignored, even under lenient handling). */

@@ -1,4 +1,4 @@
-import { isResourceType, isValidId } from '../fhir/resource-types.js';
+import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
 import { invalidValue, parseSimpleValue } from './parse-value.js';
@@ -14,7 +14,7 @@ import type {
   SearchSummary,
   SearchValue,
   SortKey,
-} from './search-request.js';
+} from '../storage/search-request.js';
 import { splitUnescaped } from './value-escaping.js';
 
 /** Options of {@link parseSearchRequest}. */

@@ -1,4 +1,4 @@
-import type { SearchRequest } from '../search/search-request.js';
+import type { SearchRequest } from './search-request.js';
 import type { FhirResource, StoredResource } from './types.js';
 
 /*

@@ -1,3 +1,4 @@
+import { optionError } from '../common/options.js';
 import type { Storage } from './types.js';
 
 /** The members of `T` that are required functions (the optional `failureCounts`, … are left out). */
@@ -66,4 +67,21 @@ export function storageShapeProblem(value: unknown): string | undefined {
   const shown = missing.slice(0, 5).join(', ');
   const more = missing.length > 5 ? ` and ${missing.length - 5} more` : '';
   return `is not a Storage: it has no method ${shown}${more} (see docs/storage.md)`;
+}
+
+/**
+ * Requires `options.storage` (routers check it with the other shared options: `checkRouterOptions`),
+ * shaped like a `Storage`: an object with every method of the contract,
+ * and not a promise of one (the promise of `fileStorage()` passed without `await`).
+ * @param label how the message names it
+ * @default label 'storage'
+ */
+export function requireStorage(
+  owner: string,
+  options: { storage?: unknown } | undefined,
+  label = 'storage',
+): void {
+  if (!options?.storage) optionError(owner, 'storage', `${label} is required`);
+  const problem = storageShapeProblem(options.storage);
+  if (problem) optionError(owner, 'storage', `${label} ${problem}`);
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Principal } from '../../src/auth/principal.js';
+import type { Principal } from '../../src/http/principal.js';
 import { canExport, planExport } from '../../src/bulk/export-plan.js';
 import type { ExportParams } from '../../src/bulk/kickoff-params.js';
 import { memoryStorage } from '../../src/stores.js';

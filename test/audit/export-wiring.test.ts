@@ -5,18 +5,22 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/build-event.js';
 import type { DownloadEvent, ExportEvent } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
-import type { ExportTask } from '../../src/bulk/export-task.js';
+import { ExportPool, type ExportRunOptions } from '../../src/bulk/export-pool.js';
+import type { ExportTask, ExportTaskResult } from '../../src/bulk/export-task.js';
+import { PlatformError } from '../../src/errors.js';
 import type { FhirPlatformOptions } from '../../src/platform.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 
 const apps: PlatformTestApp[] = [];
 const servers: http.Server[] = [];
+const pools: ExportPool[] = [];
 afterEach(async () => {
   for (const server of servers.splice(0)) {
     server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
   }
   for (const app of apps.splice(0)) await app.close();
+  for (const pool of pools.splice(0)) await pool.close();
 });
 
 interface Seen {
@@ -28,6 +32,19 @@ const pathOf = (url: string) => {
   const u = new URL(url);
   return `${u.pathname}${u.search}`;
 };
+
+/** A pool whose first export fails as a crashed run does (a host's pool: closed after the test). */
+class CrashFirstPool extends ExportPool {
+  #runs = 0;
+  constructor() {
+    super();
+    pools.push(this);
+  }
+  override run(task: ExportTask, options?: ExportRunOptions): Promise<ExportTaskResult> {
+    if (++this.#runs === 1) return Promise.reject(new PlatformError('ERR_INTERNAL', 'Export crash (test)'));
+    return super.run(task, options);
+  }
+}
 
 /** Waits until `check` answers something (events of background work and of finished responses). */
 async function eventually<T>(check: () => T | undefined, ms = 5000): Promise<T> {
@@ -139,9 +156,7 @@ describe('audit wiring: bulk export', () => {
   });
 
   it('records a failure (outcome 8, the job owner as agent) and a cancel', async () => {
-    let tasks = 0;
-    const taskHook = (task: ExportTask): ExportTask => (++tasks === 1 ? { ...task, crash: 'throw' } : task);
-    const { t, auth, client, kickoff, finished, exports } = await setup({ taskHook });
+    const { t, auth, client, kickoff, finished, exports } = await setup({ pool: new CrashFirstPool() });
     const failedPath = pathOf(
       (await kickoff('/$export?_type=Patient')).headers['content-location'] as string,
     );

@@ -2,7 +2,7 @@ import express, { type Response } from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import type { AuditRecord } from '../../src/audit/events.js';
-import { recordRefusals } from '../../src/audit/refusals.js';
+import { recordRefusals } from '../../src/http/audit-refusals.js';
 import type { AuditTrail } from '../../src/audit/trail.js';
 
 /** A trail that notes each record and whether the answer's headers had left when it came. */

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { createInterface } from 'node:readline';
 import type { Express } from 'express';
+import pg from 'pg';
 import request from 'supertest';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
@@ -34,8 +35,7 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
   });
 
   /** `count` stores over one fresh schema, each with its own pool, holding project p1 and two clients. */
-  async function instancesStorage(count: number): Promise<Storage[]> {
-    const schema = freshSchema();
+  async function instancesStorage(count: number, schema = freshSchema()): Promise<Storage[]> {
     const stores = Array.from({ length: count }, () =>
       postgresStorage({ connectionString, schema, maxConnections: 4 }),
     );
@@ -46,6 +46,17 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
     await first.createClient({ ...client, id: 'secret-client', name: 'secret', secretHash });
     await first.createClient({ ...client, id: 'jwt-client', name: 'jwt', jwks: { keys: [es256.publicJwk] } });
     return stores;
+  }
+
+  /** Ends every failure window of `schema` now (their end is epoch ms on the database clock). */
+  async function endFailureWindows(schema: string): Promise<void> {
+    const client = new pg.Client({ connectionString });
+    await client.connect();
+    try {
+      await client.query(`UPDATE "${schema}".auth_failures SET reset_at = 0`);
+    } finally {
+      await client.end();
+    }
   }
 
   function serve(app: Express): Server {
@@ -215,7 +226,8 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
 
   describe('PostgreSQL failure counters', () => {
     it('count per key in windows on the database clock, and forget them when the window ends', async () => {
-      const [a, b] = (await instancesStorage(2)) as [Storage, Storage];
+      const schema = freshSchema();
+      const [a, b] = (await instancesStorage(2, schema)) as [Storage, Storage];
       const counts = a.failureCounts!;
       const long = 'k'.repeat(10_000) + '\u0000'; // any key: length and NULs do not matter
       expect(await counts.get(['x', long])).toEqual([undefined, undefined]);
@@ -226,9 +238,11 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
       expect(l).toMatchObject({ failures: 1 });
       expect(x!.msLeft).toBeGreaterThan(55_000);
       expect(x!.msLeft).toBeLessThanOrEqual(60_000);
-      await counts.add(['short'], 150);
+      // A window that ends: moved to its end on the database clock rather than slept past (a short
+      // window could also end, on a loaded machine, before the first look).
+      await counts.add(['short'], 60_000);
       expect((await counts.get(['short']))[0]).toMatchObject({ failures: 1 });
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await endFailureWindows(schema);
       expect(await counts.get(['short'])).toEqual([undefined]);
       await counts.add(['short'], 60_000);
       expect((await counts.get(['short']))[0]).toMatchObject({ failures: 1 });

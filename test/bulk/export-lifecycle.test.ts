@@ -1,10 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import request from 'supertest';
 import { ExportJobManager } from '../../src/bulk/export-jobs.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
-import type { ExportTask } from '../../src/bulk/export-task.js';
 import type { FhirResource } from '../../src/storage/types.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
 import {
@@ -23,9 +22,8 @@ import {
   waitForProgress,
 } from '../helpers/bulk-export.js';
 import { afterTest } from '../helpers/cleanup.js';
+import { eventually } from '../helpers/eventually.js';
 import { expectOperationOutcome } from '../helpers/protocol-errors.js';
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The sample plus `n` more Observations, so that a slowed export takes a while. */
 function manyResources(n: number): FhirResource[] {
@@ -127,12 +125,16 @@ describe('worker crash', () => {
   it.each(['exit', 'throw'] as const)(
     'a worker that %ss fails its job with an OperationOutcome; the pool goes on',
     async (crash) => {
-      let tasks = 0;
-      const taskHook = (task: ExportTask): ExportTask => (++tasks === 1 ? { ...task, crash } : task);
-      const { storage, app, auth } = await bulkTestApp({ taskHook });
+      // The fixture reader crashes in the worker while the fault file says so.
+      const faultFile = path.join(tempDir('fault-'), 'fault.json');
+      fs.writeFileSync(faultFile, JSON.stringify({ crash }));
+      const { storage, app, auth } = await bulkTestApp({
+        storage: fixtureStorage({ dir: tempDir(), faultFile }),
+      });
       const failedPath = await kickoff(app, auth, '/$export?_type=Patient');
       expectOperationOutcome(await poll(app, auth, failedPath), 500, 'exception');
       expect(storage.state.snapshots.size).toBe(0);
+      fs.rmSync(faultFile);
       const okPath = await kickoff(app, auth, '/$export?_type=Patient');
       const ok = await poll(app, auth, okPath);
       expect(ok.status).toBe(200);
@@ -141,18 +143,30 @@ describe('worker crash', () => {
 });
 
 describe('retention', () => {
+  // Expiry is decided on `Date.now()`: the tests move a fake `Date` past it (timers stay real, the
+  // clock goes on with them) rather than sleep past a short retention, which a loaded machine
+  // could let lapse before the first download, or not yet reach when the test looks.
+  const HOUR = 3_600_000;
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('files and job records expire and are cleaned up', async () => {
-    const { storage, app, auth, exportDir } = await bulkTestApp({ retention: 300, cleanupInterval: 50 });
+    const { storage, app, auth, exportDir } = await bulkTestApp({ retention: HOUR, cleanupInterval: 50 });
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     const done = await poll(app, auth, statusPath);
     expect(done.status).toBe(200);
     const fileUrl = JSON.parse(done.text).output[0].url as string;
     expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(200);
-    await sleep(600);
+    vi.setSystemTime(Date.now() + HOUR + 1000);
+    // Expired: gone for clients at once, then removed by the next sweep (every 50 ms).
     expect((await request(app).get(statusPath).set('Authorization', auth)).status).toBe(404);
     expect((await request(app).get(pathOf(fileUrl)).set('Authorization', auth)).status).toBe(404);
+    await eventually('the sweep to remove the expired job', () => storage.state.jobs.size === 0);
     expect(fs.readdirSync(exportDir)).toEqual([]);
-    expect(storage.state.jobs.size).toBe(0);
     expect(storage.state.snapshots.size).toBe(0);
   });
 
@@ -166,7 +180,7 @@ describe('retention', () => {
       pool,
       exportDir,
       maxFileSize: 1 << 20,
-      retention: 50,
+      retention: HOUR,
       cleanupInterval: 1e9,
       onError: () => undefined,
     });
@@ -185,9 +199,12 @@ describe('retention', () => {
         issues: [],
       },
     });
-    while ((await storage.readExportJob('proj-a', job.id)).status !== 'completed') await sleep(10);
+    await eventually(
+      'the job to complete',
+      async () => (await storage.readExportJob('proj-a', job.id)).status === 'completed',
+    );
     const end = await jobs.beginDownload({ projectId: 'proj-a', jobId: job.id });
-    await sleep(100);
+    vi.setSystemTime(Date.now() + HOUR + 1000);
     await jobs.sweep();
     expect(fs.existsSync(path.join(exportDir, job.id, 'Patient-1.ndjson'))).toBe(true);
     expect(storage.state.jobs.size).toBe(1);

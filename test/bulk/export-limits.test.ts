@@ -4,7 +4,6 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import { bulkExportRouter } from '../../src/bulk/router.js';
-import type { ExportTask } from '../../src/bulk/export-task.js';
 import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 import { fixtureStorage } from './fixtures/fixture-storage.js';
@@ -130,8 +129,11 @@ describe('one export over maxExportSize', () => {
 
 describe('files of failed, cancelled and removed jobs', () => {
   it('a job whose worker crashes leaves no file', async () => {
-    const taskHook = (task: ExportTask): ExportTask => ({ ...task, crash: 'throw' });
-    const { app, auth, exportDir } = await bulkTestApp({ taskHook });
+    const faultFile = path.join(tempDir('fault-'), 'fault.json');
+    fs.writeFileSync(faultFile, JSON.stringify({ crash: 'throw' }));
+    const { app, auth, exportDir } = await bulkTestApp({
+      storage: fixtureStorage({ dir: tempDir(), faultFile }),
+    });
     const statusPath = await kickoff(app, auth, '/$export?_type=Patient');
     expect((await poll(app, auth, statusPath)).status).toBe(500);
     expect(fs.readdirSync(exportDir)).toEqual([]);

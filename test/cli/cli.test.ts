@@ -4,12 +4,14 @@ import fs from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import express from 'express';
+import { exportJWK, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { fileStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
+import { parameters } from '../helpers/platform-app.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
@@ -95,10 +97,11 @@ beforeAll(async () => {
         res.write = ((chunk: Buffer) => {
           if (!sent) {
             sent = true;
-            // The headers (with the whole file's Content-Length), half of the first chunk, then gone.
+            // The headers (with the whole file's Content-Length), half of the first chunk, then the
+            // connection closed after them (end, not destroy: a reset could drop bytes the client
+            // has not read yet, and a timer would race the client on a loaded machine).
             if (!res.headersSent) res.flushHeaders();
-            res.socket?.write(chunk.subarray(0, Math.floor(chunk.length / 2)));
-            setTimeout(() => res.socket?.destroy(), 50);
+            res.socket?.end(chunk.subarray(0, Math.floor(chunk.length / 2)));
           }
           return true;
         }) as typeof res.write;
@@ -190,11 +193,68 @@ describe('command line: usage', () => {
 
 describe('command line: against a server mounted under /api', () => {
   const work = tempDir('fpk-cli-work-');
+  /** The project the export tests read, its admin client (secret) and its client with a key. */
   let projectId = '';
   let admin = { id: '', secret: '' };
   let jwtClient = '';
+  /** A project of its own for the import test, and its admin client. */
+  let importer = { id: '', secret: '' };
   const key = path.join(work, 'private-key.json');
   const jwks = path.join(work, 'jwks.json');
+
+  const ndjsonPatients = ['p1', 'p2', 'p3', 'p4'].map((id) => ({
+    resourceType: 'Patient',
+    id,
+    name: [{ family: id }],
+  }));
+  // o0 and o2 have the LOINC code of the --type-filter help example.
+  const ndjsonObservations = ['p1', 'p1', 'p2', 'p3'].map((p, i) => ({
+    resourceType: 'Observation',
+    id: `o${i}`,
+    status: 'final',
+    code: { coding: [{ system: 'http://loinc.org', code: i % 2 === 0 ? '1234' : '5678' }], text: 'weight' },
+    subject: { reference: `Patient/${p}` },
+  }));
+  const ndjsonGroup = {
+    resourceType: 'Group',
+    id: 'g1',
+    type: 'person',
+    actual: true,
+    member: [{ entity: { reference: 'Patient/p1' } }, { entity: { reference: 'Patient/p2' } }],
+  };
+
+  // Each test stands alone (run alone or in any order): what several use is made here through the
+  // platform, not by the tests that exercise the commands making it.
+  beforeAll(async () => {
+    const platformAdmin = host.platform.admin;
+    projectId = (await platformAdmin.initProject(parameters({ name: 'CLI exports' }))).id;
+    const adminClient = await platformAdmin.newClient(projectId, parameters({ name: 'admin', admin: true }));
+    admin = { id: adminClient.id, secret: adminClient.secret! };
+    const { publicKey, privateKey } = await generateKeyPair('ES384', { extractable: true });
+    const meta = { kid: 'cli-test-key', alg: 'ES384', use: 'sig' };
+    fs.writeFileSync(key, JSON.stringify({ ...(await exportJWK(privateKey)), ...meta }), { mode: 0o600 });
+    const publicJwks = JSON.stringify({ keys: [{ ...(await exportJWK(publicKey)), ...meta }] });
+    fs.writeFileSync(jwks, publicJwks);
+    jwtClient = (
+      await platformAdmin.newClient(
+        projectId,
+        parameters({ name: 'exporter', jwks: publicJwks, scope: 'system/*.read' }),
+      )
+    ).id;
+    await host.storage.writeResources(
+      projectId,
+      [...ndjsonPatients, ...ndjsonObservations, ndjsonGroup].map((resource) => ({
+        op: 'update' as const,
+        resource,
+      })),
+    );
+    const imports = (await platformAdmin.initProject(parameters({ name: 'CLI imports' }))).id;
+    const importClient = await platformAdmin.newClient(
+      imports,
+      parameters({ name: 'importer', admin: true }),
+    );
+    importer = { id: importClient.id, secret: importClient.secret! };
+  });
 
   it('init-project and new-client over HTTP print ids and secrets as JSON', async () => {
     const project = await cliJson([
@@ -206,19 +266,30 @@ describe('command line: against a server mounted under /api', () => {
       'a@b.example',
     ]);
     expect(project).toMatchObject({ name: 'CLI project', project: { resourceType: 'Project' } });
-    projectId = project.projectId;
     const client = await cliJson([
       'new-client',
       ...rootFlags,
       '--project',
-      projectId,
+      project.projectId,
       '--name',
       'admin',
       '--admin',
     ]);
-    expect(client).toMatchObject({ projectId, admin: true, name: 'admin' });
+    expect(client).toMatchObject({ projectId: project.projectId, admin: true, name: 'admin' });
     expect(typeof client.clientSecret).toBe('string');
-    admin = { id: client.clientId, secret: client.clientSecret };
+    // The client works: it registers a client of its own.
+    const own = await cliJson([
+      'new-client',
+      '--client-id',
+      client.clientId,
+      '--client-secret',
+      client.clientSecret,
+      '--project',
+      project.projectId,
+      '--name',
+      'own',
+    ]);
+    expect(own).toMatchObject({ projectId: project.projectId, name: 'own' });
   });
 
   it('keys writes a private JWK (0600) and a public JWKS that new-client registers', async () => {
@@ -231,14 +302,16 @@ describe('command line: against a server mounted under /api', () => {
     ]);
     expect(stdoutJwks.keys[0]).toMatchObject({ kty: 'RSA', alg: 'RS384', use: 'sig' });
     expect(stdoutJwks.keys[0].d).toBeUndefined();
-    const written = await cliJson(['keys', '--private-key-out', key, '--jwks-out', jwks]);
-    expect(written).toMatchObject({ privateKey: key, jwks });
-    expect(fs.statSync(key).mode & 0o777).toBe(0o600);
-    const privateJwk = JSON.parse(fs.readFileSync(key, 'utf8'));
+    const keyOut = path.join(work, 'keys-test-private.json');
+    const jwksOut = path.join(work, 'keys-test-jwks.json');
+    const written = await cliJson(['keys', '--private-key-out', keyOut, '--jwks-out', jwksOut]);
+    expect(written).toMatchObject({ privateKey: keyOut, jwks: jwksOut });
+    expect(fs.statSync(keyOut).mode & 0o777).toBe(0o600);
+    const privateJwk = JSON.parse(fs.readFileSync(keyOut, 'utf8'));
     expect(privateJwk).toMatchObject({ kty: 'EC', crv: 'P-384', alg: 'ES384', kid: written.kid });
     expect(typeof privateJwk.d).toBe('string');
     // Never overwritten by accident.
-    const again = await cli(['keys', '--private-key-out', key]);
+    const again = await cli(['keys', '--private-key-out', keyOut]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('--force');
 
@@ -251,14 +324,27 @@ describe('command line: against a server mounted under /api', () => {
       '--project',
       projectId,
       '--name',
-      'exporter',
+      'key holder',
       '--jwks-file',
-      jwks,
+      jwksOut,
       '--client-scope',
       'system/*.read',
     ]);
     expect(client.scope).toBe('system/*.read');
-    jwtClient = client.clientId;
+    // The key it wrote signs the client's assertions.
+    const exported = await cli([
+      'export',
+      '--client-id',
+      client.clientId,
+      '--private-key',
+      keyOut,
+      '--type',
+      'Group',
+      '--out',
+      path.join(work, 'keys-test-export'),
+      '--quiet',
+    ]);
+    expect(exported.code, exported.stderr).toBe(0);
   });
 
   it('wrong credentials exit 1 with one clear line, no stack trace', async () => {
@@ -305,25 +391,9 @@ describe('command line: against a server mounted under /api', () => {
   it('import uploads NDJSON files and a directory, reports refused lines and exits 3', async () => {
     const dir = path.join(work, 'ndjson');
     fs.mkdirSync(dir);
-    const patients = ['p1', 'p2', 'p3'].map((id) => ({
-      resourceType: 'Patient',
-      id,
-      name: [{ family: id }],
-    }));
-    const observations = ['p1', 'p1', 'p2', 'p3'].map((p, i) => ({
-      resourceType: 'Observation',
-      id: `o${i}`,
-      status: 'final',
-      code: { text: 'weight' },
-      subject: { reference: `Patient/${p}` },
-    }));
-    const group = {
-      resourceType: 'Group',
-      id: 'g1',
-      type: 'person',
-      actual: true,
-      member: [{ entity: { reference: 'Patient/p1' } }, { entity: { reference: 'Patient/p2' } }],
-    };
+    const patients = ndjsonPatients.slice(0, 3);
+    const observations = ndjsonObservations;
+    const group = ndjsonGroup;
     const ndjson = (rows: object[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
     fs.writeFileSync(path.join(dir, 'Patient.ndjson'), ndjson(patients));
     fs.writeFileSync(path.join(dir, 'Observation.ndjson'), ndjson(observations));
@@ -331,7 +401,7 @@ describe('command line: against a server mounted under /api', () => {
     const groupFile = path.join(work, 'group.ndjson');
     fs.writeFileSync(groupFile, ndjson([group]));
     const good = await cliJson(
-      ['import', '--client-id', admin.id, '--client-secret', admin.secret, dir, groupFile],
+      ['import', '--client-id', importer.id, '--client-secret', importer.secret, dir, groupFile],
       { dist: true },
     );
     expect(good).toMatchObject({ resources: 8, failed: 0, errors: [] });
@@ -343,7 +413,7 @@ describe('command line: against a server mounted under /api', () => {
 
     const bad = path.join(work, 'bad.ndjson');
     fs.writeFileSync(bad, `${JSON.stringify({ resourceType: 'Patient', id: 'p4' })}\n{not json\n`);
-    const run = await cli(['import', '--client-id', admin.id, '--client-secret', admin.secret, bad]);
+    const run = await cli(['import', '--client-id', importer.id, '--client-secret', importer.secret, bad]);
     expect(run.code, run.stderr).toBe(3);
     const summary = JSON.parse(run.stdout);
     expect(summary).toMatchObject({ resources: 1, failed: 1, files: [{ lines: 2, loaded: 1, failed: 1 }] });
@@ -413,18 +483,6 @@ describe('command line: against a server mounted under /api', () => {
   });
 
   it('export --type-filter: the help example Observation?code=1234 exports only those', async () => {
-    const coded = (id: string, code: string) => ({
-      op: 'update' as const,
-      resource: {
-        resourceType: 'Observation',
-        id,
-        status: 'final',
-        category: [{ coding: [{ code: 'laboratory' }] }],
-        code: { coding: [{ system: 'http://loinc.org', code }] },
-        subject: { reference: 'Patient/p1' },
-      },
-    });
-    await host.storage.writeResources(projectId, [coded('lab1', '1234'), coded('lab2', '5678')]);
     const help = await cli(['export', '--help']);
     expect(help.stdout).toContain('Observation?code=1234');
     const out = path.join(work, 'filtered');
@@ -435,21 +493,27 @@ describe('command line: against a server mounted under /api', () => {
       '--private-key',
       key,
       '--type',
-      'Observation',
+      'Observation,Patient',
       '--type-filter',
       'Observation?code=1234',
       '--out',
       out,
       '--quiet',
     ]);
-    expect(summary.files).toEqual([expect.objectContaining({ type: 'Observation', lines: 1, count: 1 })]);
-    const [observation] = fs
-      .readFileSync(path.join(out, summary.files[0].file), 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l));
-    expect(observation.id).toBe('lab1');
-    // A filter the server refuses: exit 1, the server's reason on one line.
+    const ids = (type: string) =>
+      fs
+        .readFileSync(
+          path.join(out, summary.files.find((f: { type: string }) => f.type === type).file),
+          'utf8',
+        )
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).id)
+        .sort();
+    expect(ids('Observation')).toEqual(['o0', 'o2']);
+    // A type without a filter is exported whole.
+    expect(ids('Patient')).toEqual(['p1', 'p2', 'p3', 'p4']);
+    // A filter the server refuses: exit 1, its reason said.
     const refused = await cli([
       'export',
       '--client-id',

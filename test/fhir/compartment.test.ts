@@ -7,7 +7,7 @@ import {
   patientIdsForParam,
   patientSearchParams,
 } from '../../src/fhir/compartment.js';
-import { isResourceType } from '../../src/fhir/resource-types.js';
+import { isResourceType } from '../../src/common/resource-types.js';
 
 describe('patientCompartmentIds', () => {
   it('puts a Patient in its own compartment and in those of patients it links to', () => {

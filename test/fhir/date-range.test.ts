@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseDateRange } from '../../src/fhir/date-range.js';
+import { parseDateRange } from '../../src/common/date-range.js';
 
 const ms = (iso: string) => Date.parse(iso);
 

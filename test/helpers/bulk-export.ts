@@ -6,7 +6,7 @@ import {
   type BulkExportRouter,
   type BulkExportRouterOptions,
 } from '../../src/bulk/router.js';
-import type { Principal } from '../../src/auth/principal.js';
+import type { Principal } from '../../src/http/principal.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { fixtureStorage } from '../bulk/fixtures/fixture-storage.js';
 import { afterTest } from './cleanup.js';

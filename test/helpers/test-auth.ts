@@ -1,5 +1,5 @@
 import type { Request } from 'express';
-import type { Authenticate, Principal } from '../../src/auth/principal.js';
+import type { Authenticate, Principal } from '../../src/http/principal.js';
 
 const PREFIX = 'Bearer test.';
 

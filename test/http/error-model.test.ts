@@ -15,7 +15,7 @@ import { tokenRouter } from '../../src/auth/token-router.js';
 import { ExportTooLargeError } from '../../src/bulk/byte-budget.js';
 import { bulkExportRouter, type BulkExportRouter } from '../../src/bulk/router.js';
 import { InvalidOptionError, PlatformError, type ErrorCode } from '../../src/errors.js';
-import { FhirOutcomeError } from '../../src/fhir/outcome.js';
+import { FhirOutcomeError } from '../../src/http/outcome.js';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { unauthorized } from '../../src/http/authenticate.js';
 import { jsonTooDeep } from '../../src/http/body.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Principal } from '../../src/auth/principal.js';
+import type { Principal } from '../../src/http/principal.js';
 import { projectAdminAccess, superAdminOnly } from '../../src/project/project-access.js';
 
 const principal = (p: Partial<Principal>): Principal => ({

@@ -2,7 +2,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import express from 'express';
 import request from 'supertest';
 import { describe, expect, it, vi } from 'vitest';
-import type { Principal } from '../../src/auth/principal.js';
+import type { Principal } from '../../src/http/principal.js';
 import { verifyClientSecret } from '../../src/auth/client-secret.js';
 import { projectRouter, type ProjectRouterOptions } from '../../src/project/router.js';
 import { NotFoundError } from '../../src/storage/errors.js';

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { R4_RESOURCE_TYPES } from '../../src/fhir/resource-types.js';
+import { R4_RESOURCE_TYPES } from '../../src/common/resource-types.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { extractComposite, extractValues } from '../../src/search/extract.js';
 import type { FhirResource } from '../../src/storage/types.js';

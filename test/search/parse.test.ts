@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { parseSearchRequest, type ParseSearchRequestOptions } from '../../src/search/parse.js';
-import type { ParameterFilter, SearchFilter } from '../../src/search/search-request.js';
+import type { ParameterFilter, SearchFilter } from '../../src/storage/search-request.js';
 
 let registry: SearchRegistry;
 beforeAll(async () => {

@@ -4,6 +4,7 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DirectoryExportFiles } from '../../src/bulk/directory-export-files.js';
 import type { ExportFileStore, Storage } from '../../src/storage/types.js';
+import { eventually } from '../helpers/eventually.js';
 import { errnoError, FaultPlan, openFaultyStore } from '../helpers/file-faults.js';
 import {
   createPlatformApp,
@@ -373,7 +374,10 @@ describe('bulk export while the store fails', () => {
       .set('Prefer', 'respond-async')
       .expect(202);
     const statusPath = new URL(accepted.headers['content-location'] as string).pathname;
-    await new Promise((resolve) => setTimeout(resolve, 400));
+    // Once the store has failed to record the job's end (not after a fixed time), it is still running.
+    await eventually('the store to fail the job record', () =>
+      s.plan.injected.some((f) => f.op === 'write' && /jobs\.log$/.test(f.file)),
+    );
     expect((await request(t.app).get(statusPath).set('Authorization', auth)).status).toBe(202);
     s.plan.clear();
     let res: request.Response | undefined;

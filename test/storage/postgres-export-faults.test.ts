@@ -7,7 +7,6 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ExportTask } from '../../src/bulk/export-task.js';
 import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
 import { download } from '../helpers/bulk-export.js';
@@ -15,6 +14,7 @@ import { Relay } from '../helpers/pg-relay.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { expectOperationOutcome } from '../helpers/protocol-errors.js';
+import { slowExports } from '../helpers/slow-exports.js';
 
 /** Enough data (about 1 MB) that a COPY is still streaming, not buffered whole, when the fault hits. */
 const PATIENTS = 1000;
@@ -57,16 +57,16 @@ if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
     const connection = new URL(base);
     connection.searchParams.set('application_name', app);
     const name = schema();
-    const storage: Storage = postgresStorage({
-      connectionString: connection.href,
-      schema: name,
-      exportChunkBytes: 16 * 1024,
-      exportFileChunkBytes: 16 * 1024,
-    });
-    const t = await createPlatformApp(
-      { bulk: { taskHook: (task: ExportTask): ExportTask => ({ ...task, delayPerChunk: 20 }) } },
-      storage,
+    const storage: Storage = slowExports(
+      postgresStorage({
+        connectionString: connection.href,
+        schema: name,
+        exportChunkBytes: 16 * 1024,
+        exportFileChunkBytes: 16 * 1024,
+      }),
+      () => 20,
     );
+    const t = await createPlatformApp({}, storage);
     apps.push(t);
     const projectId = await t.initProject('Acme');
     const client = await t.newClient(projectId, { name: 'app', scope: 'system/*.*', admin: true });

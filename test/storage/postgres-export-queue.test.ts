@@ -51,6 +51,20 @@ if (url) {
     };
   }
 
+  /**
+   * Ends the lease (or download hold) of a job now, as the database's clock passing its end would:
+   * leases run on `clock_timestamp()`, so the tests move the lease rather than sleep past it, and
+   * hold every lease for a minute meanwhile (a slow machine cannot let one lapse early).
+   */
+  async function expireLease(schema: string, jobId: string): Promise<void> {
+    const { rowCount } = await admin.query(
+      `UPDATE "${schema}".export_jobs SET lease_until = clock_timestamp() - interval '1 second'
+        WHERE id = $1 AND lease_until IS NOT NULL`,
+      [jobId],
+    );
+    expect(rowCount).toBe(1);
+  }
+
   async function newJob(storage: Storage, projectId = 'p1'): Promise<ExportJobRecord> {
     return storage.createExportJob(await jobInput(storage, projectId));
   }
@@ -65,24 +79,24 @@ if (url) {
 
   describe('PostgreSQL export queue', () => {
     it('a job is leased to one run at a time; an expired lease is taken over and the old run is shut out', async () => {
-      const [a, b] = twoInstances();
+      const [a, b, schema] = twoInstances();
       const job = await newJob(a);
       const qa = a.exportQueue!;
       const qb = b.exportQueue!;
-      const claims = await Promise.all([qa.claim('run-a', 300), qb.claim('run-b', 300)]);
+      const claims = await Promise.all([qa.claim('run-a', 60_000), qb.claim('run-b', 60_000)]);
       expect(claims.filter((c) => c !== undefined).map((c) => c.id)).toEqual([job.id]);
       const winner = claims[0] ? 'run-a' : 'run-b';
       const loser = winner === 'run-a' ? 'run-b' : 'run-a';
-      expect(await qa.claim('run-c', 300)).toBeUndefined();
-      expect(await qb.renew('p1', job.id, winner, 300)).toBe(true);
-      expect(await qb.renew('p1', job.id, loser, 300)).toBe(false);
+      expect(await qa.claim('run-c', 60_000)).toBeUndefined();
+      expect(await qb.renew('p1', job.id, winner, 60_000)).toBe(true);
+      expect(await qb.renew('p1', job.id, loser, 60_000)).toBe(false);
       // The winner dies: no renewal; once the lease has expired, another run claims the job.
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await expireLease(schema, job.id);
       const taken = await qb.claim('run-d', 10_000);
       expect(taken?.id).toBe(job.id);
       expect(taken?.transactionTime).toBe(job.transactionTime);
       expect(taken?.snapshot).toEqual(job.snapshot);
-      expect(await qa.renew('p1', job.id, winner, 300)).toBe(false);
+      expect(await qa.renew('p1', job.id, winner, 60_000)).toBe(false);
       // The old run can neither finish the job nor add files to it.
       expect(await qa.finish('p1', job.id, winner, { status: 'completed' })).toBe(false);
       await expect(
@@ -91,34 +105,34 @@ if (url) {
       expect(await qb.finish('p1', job.id, 'run-d', { status: 'completed' })).toBe(true);
       expect((await a.readExportJob('p1', job.id)).status).toBe('completed');
       // Over: nothing to claim, no lease to renew.
-      expect(await qa.claim('run-e', 300)).toBeUndefined();
-      expect(await qb.renew('p1', job.id, 'run-d', 300)).toBe(false);
+      expect(await qa.claim('run-e', 60_000)).toBeUndefined();
+      expect(await qb.renew('p1', job.id, 'run-d', 60_000)).toBe(false);
     });
 
     it('a job created leased is not claimed by another instance until its lease expires', async () => {
-      const [a, b] = twoInstances();
-      const job = await a.exportQueue!.createLeased(await jobInput(a), 'run-a', 300);
+      const [a, b, schema] = twoInstances();
+      const job = await a.exportQueue!.createLeased(await jobInput(a), 'run-a', 60_000);
       expect((await b.readExportJob('p1', job.id)).status).toBe('accepted');
       expect(await b.exportQueue!.claim('run-b', 60_000)).toBeUndefined();
-      expect(await a.exportQueue!.renew('p1', job.id, 'run-a', 300)).toBe(true);
-      await expect(a.exportQueue!.createLeased({ ...job }, 'run-a', 300)).rejects.toMatchObject({
+      expect(await a.exportQueue!.renew('p1', job.id, 'run-a', 60_000)).toBe(true);
+      await expect(a.exportQueue!.createLeased({ ...job }, 'run-a', 60_000)).rejects.toMatchObject({
         code: 'ERR_STORAGE_CONFLICT',
       });
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await expireLease(schema, job.id);
       expect((await b.exportQueue!.claim('run-b', 60_000))?.id).toBe(job.id);
     });
 
-    it('a download hold keeps a finished job from every instance\'s expiry sweep until it lapses', async () => {
-      const [a, b] = twoInstances();
+    it("a download hold keeps a finished job from every instance's expiry sweep until it lapses", async () => {
+      const [a, b, schema] = twoInstances();
       const job = await newJob(a);
       // Runnable jobs are not download holds: a lease on them belongs to a run.
       await a.exportQueue!.holdForDownload('p1', job.id, 60_000);
       expect((await b.exportQueue!.claim('run-b', 60_000))?.id).toBe(job.id);
       expect(await b.exportQueue!.finish('p1', job.id, 'run-b', { status: 'completed' })).toBe(true);
-      await a.exportQueue!.holdForDownload('p1', job.id, 300);
+      await a.exportQueue!.holdForDownload('p1', job.id, 60_000);
       expect(await b.exportQueue!.deleteIfUnheld('p1', job.id)).toBe(false);
       expect((await b.readExportJob('p1', job.id)).status).toBe('completed');
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      await expireLease(schema, job.id);
       expect(await b.exportQueue!.deleteIfUnheld('p1', job.id)).toBe(true);
       await expect(a.readExportJob('p1', job.id)).rejects.toMatchObject({ code: 'ERR_STORAGE_NOT_FOUND' });
       // Gone already: nothing holds it.
@@ -158,7 +172,9 @@ if (url) {
       const dist = fileURLToPath(new URL('../../dist/', import.meta.url));
       if (!fs.existsSync(`${dist}index.js`)) throw new Error('dist/ is missing: run `npm run build` first');
       const mod = {
-        ...((await import(pathToFileURL(`${dist}postgres.js`).href)) as { postgresStorage: typeof postgresStorage }),
+        ...((await import(pathToFileURL(`${dist}postgres.js`).href)) as {
+          postgresStorage: typeof postgresStorage;
+        }),
         ...((await import(pathToFileURL(`${dist}index.js`).href)) as {
           bulkExportRouter: (options: Record<string, unknown>) => express.Router & { close(): Promise<void> };
         }),

@@ -6,6 +6,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { postgresStorage, type PostgresStorageOptions } from '../../src/postgres.js';
 import { StorageUnavailableError } from '../../src/storage/errors.js';
 import type { Storage } from '../../src/storage/types.js';
+import { eventually } from '../helpers/eventually.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 
@@ -37,6 +38,16 @@ if (postgresTestsEnabled('PostgreSQL timeouts')) {
       await client.query('ROLLBACK');
       client.release();
     };
+  }
+
+  /** Whether a backend of `schema`'s store waits on a lock (its queries name the schema). */
+  async function waitingOnLock(schema: string): Promise<boolean> {
+    const { rows } = await admin.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
+      [schema],
+    );
+    return rows[0]!.n > 0;
   }
 
   describe('PostgreSQL timeouts', () => {
@@ -78,13 +89,19 @@ if (postgresTestsEnabled('PostgreSQL timeouts')) {
       const { storage, schema } = await open({ maxConnections: 2, acquireTimeoutMs: 200, lockTimeoutMs: 0 });
       const release = await holdClockLock(schema);
       // Two writes take both connections and wait for the lock; the others find no connection.
+      let settled = 0;
       const writes = Array.from({ length: 4 }, () =>
-        storage.createResource('p', { resourceType: 'Patient' }).then(
-          () => 'created',
-          (error: unknown) => error,
-        ),
+        storage
+          .createResource('p', { resourceType: 'Patient' })
+          .then(
+            () => 'created',
+            (error: unknown) => error,
+          )
+          .finally(() => (settled += 1)),
       );
-      await new Promise((resolve) => setTimeout(resolve, 600));
+      // The lock is released once the two without a connection have given up (not after a fixed
+      // time, by which a loaded machine may not have got there).
+      await eventually('the writes without a connection to fail', () => settled === 2);
       await release();
       const results = await Promise.all(writes);
       expect(results.filter((r) => r === 'created')).toHaveLength(2);
@@ -100,7 +117,7 @@ if (postgresTestsEnabled('PostgreSQL timeouts')) {
           () => 'created',
           (error: unknown) => error,
         );
-        await new Promise((resolve) => setTimeout(resolve, 200));
+        await eventually('the write to wait on the lock', () => waitingOnLock(schema));
         const started = Date.now();
         await storage.close();
         expect(Date.now() - started).toBeLessThan(5_000);

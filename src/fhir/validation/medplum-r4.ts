@@ -1,5 +1,5 @@
 import type { FhirResource } from '../../storage/types.js';
-import type { OutcomeIssue } from '../outcome.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
 
 /** The `@medplum/core` module, loaded lazily. */
 export type MedplumCore = typeof import('@medplum/core');

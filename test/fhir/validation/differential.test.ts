@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { generatePatients } from '../../../bench/dataset.js';
 import { readSynthea } from '../../../bench/synthea.js';
 import { inheritedNameIssues } from '../../../src/fhir/inherited-names.js';
-import type { OutcomeIssue } from '../../../src/fhir/outcome.js';
+import type { OutcomeIssue } from '../../../src/http/outcome.js';
 import {
   r4StructureValidator,
   referenceR4Validator,

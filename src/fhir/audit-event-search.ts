@@ -1,4 +1,4 @@
-import { parseDateRange } from '../fhir/date-range.js';
+import { parseDateRange } from '../common/date-range.js';
 import { FhirError } from '../http/http-error.js';
 import type { StoredResource } from '../storage/types.js';
 

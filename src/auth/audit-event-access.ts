@@ -1,8 +1,6 @@
-import type { Principal } from '../auth/principal.js';
-import { parseResourceScope, type ScopeAction } from '../auth/scopes.js';
-
-/** The resource type of the audit trail. */
-export const AUDIT_EVENT_TYPE = 'AuditEvent';
+import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
+import type { Principal } from '../http/principal.js';
+import { parseResourceScope, type ScopeAction } from './scopes.js';
 
 /**
  * Who may see the audit trail: read and search of `AuditEvent` need an administrator (a token with

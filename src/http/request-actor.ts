@@ -1,6 +1,6 @@
 import type { Request } from 'express';
-import type { Principal } from '../auth/principal.js';
-import type { AuditActor } from './events.js';
+import type { Principal } from './principal.js';
+import type { AuditActor } from '../audit/events.js';
 
 /** The `actor`, `projectId` and `address` of an event recorded for a request by `principal`. */
 export function requestParty(

@@ -1,8 +1,8 @@
 import type { Request, Response } from 'express';
-import { getPrincipal } from '../http/authenticate.js';
-import type { AuditBase, AuditRecord } from './events.js';
+import { getPrincipal } from './authenticate.js';
+import type { AuditBase, AuditRecord } from '../audit/events.js';
 import { requestParty } from './request-actor.js';
-import type { AuditTrail } from './trail.js';
+import type { AuditTrail } from '../audit/trail.js';
 
 /** What a router says of an event: its kind and fields, without who, where and when (`AuditBase`). */
 export type AuditDetails = AuditRecord extends infer R

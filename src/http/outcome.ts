@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { FhirError, isFhirIssueCode } from '../http/http-error.js';
+import { FhirError, isFhirIssueCode } from './http-error.js';
 
 /** One OperationOutcome issue. @see https://hl7.org/fhir/R4/operationoutcome.html */
 export interface OutcomeIssue {

@@ -1,5 +1,5 @@
+import bytes from 'bytes';
 import { InvalidOptionError } from '../errors.js';
-import { storageShapeProblem } from '../storage/storage-shape.js';
 /**
  * Checks of the options a factory (`fhirRouter`, `bulkExportRouter`, …) resolves once when it is
  * created: each returns the value (or its default) or fails through {@link optionError}, with a
@@ -16,22 +16,6 @@ import { storageShapeProblem } from '../storage/storage-shape.js';
  */
 export function optionError(owner: string, option: string, message: string): never {
   throw new InvalidOptionError(`${owner}: ${message}`, option);
-}
-
-/**
- * Requires `options.storage`, shaped like a `Storage`: an object with every method of the contract,
- * and not a promise of one (the promise of `fileStorage()` passed without `await`).
- * @param label how the message names it
- * @default label 'storage'
- */
-export function requireStorage(
-  owner: string,
-  options: { storage?: unknown } | undefined,
-  label = 'storage',
-): void {
-  if (!options?.storage) optionError(owner, 'storage', `${label} is required`);
-  const problem = storageShapeProblem(options.storage);
-  if (problem) optionError(owner, 'storage', `${label} ${problem}`);
 }
 
 /**
@@ -136,5 +120,28 @@ export function oneOf<T extends string>(
 ): T | undefined {
   if (value !== undefined && !allowed.includes(value))
     optionError(owner, name, `${name} must be one of ${allowed.join(', ')}`);
+  return value;
+}
+
+/** A size (bytes, or a string such as `'16mb'`) in bytes: `NaN` for a string `bytes` cannot read. */
+export function sizeInBytes(value: number | string): number {
+  return typeof value === 'number' ? value : (bytes.parse(value) ?? Number.NaN);
+}
+
+/**
+ * A size option: a positive number of bytes or a size string (`'16mb'`), or `fallback` when `value`
+ * is undefined; answered as given (body-parser reads both).
+ */
+export function sizeOption(
+  owner: string,
+  name: string,
+  value: number | string | undefined,
+  fallback: number | string,
+): number | string {
+  if (value === undefined) return fallback;
+  const size = typeof value === 'number' || typeof value === 'string' ? sizeInBytes(value) : Number.NaN;
+  if (!Number.isFinite(size) || size <= 0) {
+    optionError(owner, name, `${name} must be a positive number of bytes or a size string such as '1mb'`);
+  }
   return value;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { R4_RESOURCE_TYPES, isResourceType, isValidId } from '../../src/fhir/resource-types.js';
+import { R4_RESOURCE_TYPES, isResourceType, isValidId } from '../../src/common/resource-types.js';
 
 describe('resource types', () => {
   it('knows the 146 R4 types, case-sensitively', () => {

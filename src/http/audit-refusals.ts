@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { RequestHandler } from 'express';
-import { findPrincipal } from '../http/authenticate.js';
-import type { AuditTrail } from './trail.js';
+import { findPrincipal } from './authenticate.js';
+import type { AuditTrail } from '../audit/trail.js';
 
 const REFUSED = new Set([401, 403, 404]);
 
