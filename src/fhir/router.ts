@@ -170,19 +170,30 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const secured = [authenticate, withContext];
 
   // --- metadata (public) ---
+  // The statement (about 500 KB: every search parameter of every type) is built once per base URL:
+  // it takes about 10 ms, and anyone may ask for it.
+  const statements = new Map<string, string>();
   router
     .route('/metadata')
     .get(
       asyncHandler(async (req, res) => {
-        const statement = buildCapabilityStatement(
-          {
-            baseUrl: base(req),
-            contributions: config.capabilities,
-            ...(config.software ? { software: config.software } : {}),
-          },
-          await loadSearchRegistry(),
-        );
-        sendFhir(res, 200, statement);
+        const baseUrl = base(req);
+        let text = statements.get(baseUrl);
+        if (text === undefined) {
+          const statement = buildCapabilityStatement(
+            {
+              baseUrl,
+              contributions: config.capabilities,
+              ...(config.software ? { software: config.software } : {}),
+            },
+            await loadSearchRegistry(),
+          );
+          text = JSON.stringify(statement);
+          // Keyed by base URL, which follows the Host header without `baseUrl`: a few kept.
+          if (statements.size >= 8) statements.delete(statements.keys().next().value!);
+          statements.set(baseUrl, text);
+        }
+        res.status(200).type(FHIR_JSON).send(text);
       }),
     )
     .all(methodNotAllowed('GET'));

@@ -167,3 +167,19 @@ function compositeSample(type: string, code: string): string[] {
   const definition = registry.get(type, code);
   return (definition?.components ?? []).map((c) => SAMPLE[c.type]!);
 }
+
+describe('the CapabilityStatement, built once per base URL', () => {
+  it('answers the same statement again, and each Host its own base URL', async () => {
+    const first = await request(app).get(`${BASE}/metadata`).set('Host', 'one.example');
+    const again = await request(app).get(`${BASE}/metadata`).set('Host', 'one.example');
+    const other = await request(app).get(`${BASE}/metadata`).set('Host', 'two.example');
+    expect(again.text).toBe(first.text);
+    expect(first.body.implementation.url).toBe('http://one.example/api/fhir/R4');
+    expect(other.body.implementation.url).toBe('http://two.example/api/fhir/R4');
+    // Many Hosts: the cache stays bounded and each answer still names its own.
+    for (let i = 0; i < 20; i++) {
+      const res = await request(app).get(`${BASE}/metadata`).set('Host', `h${i}.example`);
+      expect(res.body.implementation.url).toBe(`http://h${i}.example/api/fhir/R4`);
+    }
+  });
+});
