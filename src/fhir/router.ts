@@ -13,6 +13,7 @@ import { contentTypeOf, jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
+import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
 import {
@@ -98,6 +99,9 @@ function queryString(req: Request): string {
 export function fhirRouter(options: FhirRouterOptions): Router {
   const config = resolveFhirRouterOptions(options, r4StructureValidator);
   const { storage } = config;
+  // Warmed now, so that the first search or `/metadata` does not wait for it (about 0.4 s). Not
+  // awaited; a failure is retried, and reported, by the first request that needs the registry.
+  loadSearchRegistry().catch(() => undefined);
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
@@ -195,17 +199,34 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const secured = [authenticate, withContext];
 
   // --- metadata (public) ---
+  // The statement (about 500 KB: every search parameter of every type) is built once per base URL:
+  // it takes about 10 ms, and anyone may ask for it.
+  const statements = new Map<string, string>();
   router
     .route('/metadata')
-    .get((req, res) => {
-      const statement = buildCapabilityStatement({
-        baseUrl: base(req),
-        contributions: config.capabilities,
-        conditionalDelete: config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
-        ...(config.software ? { software: config.software } : {}),
-      });
-      sendFhir(res, 200, statement);
-    })
+    .get(
+      asyncHandler(async (req, res) => {
+        const baseUrl = base(req);
+        let text = statements.get(baseUrl);
+        if (text === undefined) {
+          const statement = buildCapabilityStatement(
+            {
+              baseUrl,
+              contributions: config.capabilities,
+              conditionalDelete:
+                config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
+              ...(config.software ? { software: config.software } : {}),
+            },
+            await loadSearchRegistry(),
+          );
+          text = JSON.stringify(statement);
+          // Keyed by base URL, which follows the Host header without `baseUrl`: a few kept.
+          if (statements.size >= 8) statements.delete(statements.keys().next().value!);
+          statements.set(baseUrl, text);
+        }
+        res.status(200).type(FHIR_JSON).send(text);
+      }),
+    )
     .all(methodNotAllowed('GET'));
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
