@@ -18,23 +18,36 @@ const DOCS: Record<string, { type: string; documentation: string }> = {
 
 /**
  * The CapabilityStatement entry of `AuditEvent`, from the generic one: read and search only (the
- * trail is append-only), with its own search parameters. Other types are returned unchanged.
+ * trail is append-only), its own parameters documented as this server answers them (in the place
+ * of the R4 entries of the same name). Other types are returned unchanged.
  */
-export function auditEventCapability<T extends { type: string; searchParam?: unknown[] }>(entry: T): T {
+export function auditEventCapability<T extends { type: string; searchParam?: { name: string }[] }>(
+  entry: T,
+): T {
   if (entry.type !== AUDIT_EVENT_TYPE) return entry;
+  const own = (name: string) => {
+    const doc = DOCS[name]!;
+    return {
+      name,
+      type: doc.type,
+      definition: `http://hl7.org/fhir/SearchParameter/AuditEvent-${name}`,
+      documentation: doc.documentation,
+    };
+  };
+  const given = entry.searchParam ?? [];
+  const names = new Set(given.map((p) => p.name));
   return {
     ...entry,
     interaction: [{ code: 'read' }, { code: 'vread' }, { code: 'search-type' }],
     updateCreate: false,
     conditionalCreate: false,
+    conditionalUpdate: false,
+    conditionalDelete: 'not-supported',
     searchParam: [
-      ...(entry.searchParam ?? []),
-      ...Object.entries(DOCS).map(([name, doc]) => ({
-        name,
-        type: doc.type,
-        definition: `http://hl7.org/fhir/SearchParameter/AuditEvent-${name}`,
-        documentation: doc.documentation,
-      })),
+      ...given.map((p) => (p.name in DOCS ? { ...p, ...own(p.name) } : p)),
+      ...Object.keys(DOCS)
+        .filter((name) => !names.has(name))
+        .map(own),
     ],
   };
 }

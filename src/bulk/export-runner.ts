@@ -14,7 +14,8 @@ import { loadMandatoryElements } from '../search/element-tables.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
 import { chunkText, ndjsonLines } from './ndjson-lines.js';
 import { AssociatedProvenance } from './provenance.js';
-import { compileTypeFilters, type CompiledTypeFilter } from './type-filter.js';
+import { loadSearchRegistry } from '../search/definitions.js';
+import { parseTypeFilter, typeFilterTests, type TypeFilterSearch } from './type-filter.js';
 
 /** Options of {@link runExport} besides the task. */
 export interface RunExportOptions {
@@ -90,7 +91,7 @@ export async function runExport(
         ? signal.reason
         : new PlatformError('ERR_EXPORT_STOPPED', 'Export cancelled');
   };
-  const filters = compileTypeFilters(params.typeFilters ?? []);
+  const filters = await typeFilterTestsOf(params);
   const mandatory = params.elements ? await loadMandatoryElements() : undefined;
   const selectionOf = (resourceType: string): ElementSelection | undefined =>
     params.elements ? elementsFor(resourceType, params.elements, mandatory?.get(resourceType)) : undefined;
@@ -175,8 +176,8 @@ export async function runExport(
       checkAborted();
       const writer = newWriter(resourceType);
       const kept = selectionOf(resourceType);
-      const typeFilters = filters.get(resourceType);
-      const transform = kept || typeFilters ? { kept, typeFilters } : undefined;
+      const typeFilter = filters.get(resourceType);
+      const transform = kept || typeFilter ? { kept, typeFilter } : undefined;
 
       if (!compartmentLevel || (oldIds && oldIds.length > 0)) {
         // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
@@ -223,7 +224,7 @@ export async function runExport(
 
       async function copy(
         chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
-        how: { kept?: ElementSelection; typeFilters?: CompiledTypeFilter[] } | undefined,
+        how: { kept?: ElementSelection; typeFilter?: (resource: FhirResource) => boolean } | undefined,
         seen: Set<string> | undefined,
         remember: boolean,
       ): Promise<void> {
@@ -242,7 +243,7 @@ export async function runExport(
                 if (remember) seen.add(resource.id);
                 else if (seen.has(resource.id)) continue;
               }
-              if (how?.typeFilters && !how.typeFilters.some((f) => f.matches(resource))) continue;
+              if (how?.typeFilter && !how.typeFilter(resource)) continue;
               associated?.note(resourceType, resource.id);
               const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
               await lines.add(how?.kept ? JSON.stringify(out) : line);
@@ -286,6 +287,27 @@ export async function runExport(
     }
     throw error;
   }
+}
+
+/**
+ * The `_typeFilter` test of each filtered type, from the searches parsed at kick-off (or, for a job
+ * kept before they were, from its `typeFilters`). The search registry is loaded only when a filter
+ * applies: an export without one neither waits for it nor parses a line.
+ */
+async function typeFilterTestsOf(
+  params: ExportTask['params'],
+): Promise<Map<string, (resource: FhirResource) => boolean>> {
+  const given = params.typeFilters ?? [];
+  if (given.length === 0 && !params.typeFilterSearches?.length) return new Map();
+  const registry = await loadSearchRegistry();
+  const searches: TypeFilterSearch[] =
+    params.typeFilterSearches ??
+    given.map((filter) => {
+      const parsed = parseTypeFilter(registry, filter);
+      if ('problem' in parsed) throw new PlatformError('ERR_INVALID_TYPE_FILTER', parsed.problem);
+      return parsed.search;
+    });
+  return typeFilterTests(registry, searches);
 }
 
 /** True when the snapshot holds at least one resource of `resourceType`. */

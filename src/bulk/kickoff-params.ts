@@ -1,6 +1,7 @@
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
-import { checkTypeFilter } from './type-filter.js';
+import type { SearchRegistry } from '../search/definitions.js';
+import { parseTypeFilter, type TypeFilterSearch } from './type-filter.js';
 
 /** The three kick-off endpoints (Bulk Data 2.0.0, "Bulk Data Kick-off Request"). */
 export type ExportLevel = 'system' | 'patient' | 'group';
@@ -52,6 +53,12 @@ export interface ExportParams {
   elements?: string[];
   /** `_typeFilter`: `Type?query` entries (query part URL-encoded, as sent). */
   typeFilters?: string[];
+  /**
+   * `typeFilters` parsed at kick-off by the search module, in the same order (plain data). Absent on
+   * jobs created before it was kept: the worker then parses `typeFilters`.
+   * @internal
+   */
+  typeFilterSearches?: TypeFilterSearch[];
   /** `patient` (POST only): Patient ids. */
   patients?: string[];
   /** `includeAssociatedData`: the values given, each once (several may be given). */
@@ -75,8 +82,10 @@ export interface KickoffInput {
   accept?: string;
   /** Refuse a kick-off without `Accept` or without `Prefer: respond-async` (a router option). */
   requireAsyncHeaders?: boolean;
-  /** The current time (epoch ms), for the `_since` check. @default Date.now() */
+  /** The current time (epoch ms), for the `_since` check and `_typeFilter`'s `ap` prefix. @default Date.now() */
   now?: number;
+  /** The R4 search parameters `_typeFilter` is parsed with (`loadSearchRegistry()`). */
+  registry: SearchRegistry;
 }
 
 export interface KickoffParseResult {
@@ -217,6 +226,7 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
   if (!acceptable(input.accept)) reject('Accept', 'Only application/fhir+json is supported in Accept');
 
   const values = collect(input);
+  const now = input.now ?? Date.now();
   const params: ExportParams = { level: input.level, outputFormat: 'application/fhir+ndjson', lenient };
   if (input.groupId !== undefined) params.groupId = input.groupId;
 
@@ -240,7 +250,7 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         const ms = Date.parse(value);
         if (!INSTANT.test(value) || Number.isNaN(ms))
           reject('_since', '_since must be a FHIR instant', 'invalid');
-        else if (ms > (input.now ?? Date.now()) + SINCE_CLOCK_SKEW_MS) {
+        else if (ms > now + SINCE_CLOCK_SKEW_MS) {
           // Refused even under lenient handling: dropping it would turn an incremental export into
           // a full one, and keeping it would answer an empty export that looks like a success.
           throw invalid('_since', '_since must not be in the future');
@@ -278,12 +288,19 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
       }
       case '_typeFilter': {
         const filters: string[] = [];
+        const searches: TypeFilterSearch[] = [];
         for (const filter of commaList(list)) {
-          const problem = checkTypeFilter(filter);
-          if (problem) reject('_typeFilter', problem);
-          else filters.push(filter);
+          const parsed = parseTypeFilter(input.registry, filter, now);
+          if ('problem' in parsed) reject('_typeFilter', parsed.problem, parsed.code);
+          else {
+            filters.push(filter);
+            searches.push(parsed.search);
+          }
         }
-        if (filters.length > 0) params.typeFilters = filters;
+        if (filters.length > 0) {
+          params.typeFilters = filters;
+          params.typeFilterSearches = searches;
+        }
         break;
       }
       case 'patient': {

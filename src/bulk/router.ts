@@ -8,6 +8,7 @@ import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler, operationOutcome, toHttpError } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
+import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
 import { findExportFile, sendExportFile } from './downloads.js';
 import { exportScope } from './export-audit.js';
@@ -152,7 +153,10 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
         if (groupId === undefined || !isValidId(groupId))
           throw new FhirError(404, 'not-found', 'No such Group');
       }
+      // Loaded once per process (the FHIR router warms it); `_typeFilter` is parsed with it.
+      const registry = await loadSearchRegistry();
       const { params, issues } = parseKickoff({
+        registry,
         level,
         groupId,
         method: req.method,

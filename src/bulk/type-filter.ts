@@ -1,18 +1,26 @@
-import { patientCompartmentIds } from '../fhir/compartment.js';
 import { isResourceType } from '../common/resource-types.js';
-import { parseSearchParams } from '../fhir/search.js';
-import { FhirError } from '../http/http-error.js';
-import { matchesIdentifier } from '../storage/identifier-keys.js';
-import type { ResourceQuery, StoredResource } from '../storage/types.js';
-import { PlatformError } from '../errors.js';
+import { FhirError, type FhirIssueCode } from '../http/http-error.js';
+import type { SearchRegistry } from '../search/definitions.js';
+import { matchesFilters } from '../search/match.js';
+import { parseSearchRequest } from '../search/parse.js';
+import type { SearchRequest } from '../storage/search-request.js';
+import type { FhirResource } from '../storage/types.js';
 
-/** A compiled `_typeFilter`: the type it applies to and a test on each resource of that type. */
-export interface CompiledTypeFilter {
-  resourceType: string;
-  matches: (resource: StoredResource) => boolean;
-}
+/**
+ * One parsed `_typeFilter` query: its type and its filters (ANDed), plain structured-cloneable data
+ * kept with the job and sent to the export worker.
+ */
+export type TypeFilterSearch = Pick<SearchRequest, 'resourceType' | 'filters'>;
 
-/** Search result parameters that Bulk Data 2.0.0 forbids in `_typeFilter` (they select no resources). */
+/** What {@link parseTypeFilter} answers: the parsed query, or why it cannot be applied. */
+export type ParsedTypeFilter =
+  | { search: TypeFilterSearch }
+  | { problem: string; code: Extract<FhirIssueCode, 'invalid' | 'not-supported'> };
+
+/**
+ * Search result parameters, which select no resources: Bulk Data 2.0.0 `_typeFilter` takes search
+ * parameters only.
+ */
 const RESULT_PARAMS = new Set([
   '_sort',
   '_count',
@@ -26,76 +34,64 @@ const RESULT_PARAMS = new Set([
   '_containedType',
 ]);
 
-/** Parses the query part of one `_typeFilter` with the FHIR router's search parser, or a problem text. */
-function toQuery(resourceType: string, search: string): ResourceQuery | string {
-  const params = [...new URLSearchParams(search)];
-  for (const [name] of params) {
-    if (RESULT_PARAMS.has(name.split(':')[0]!)) return `${name} is not allowed in _typeFilter`;
-  }
-  try {
-    const { query } = parseSearchParams(resourceType, params, { strict: true });
-    // Paging and sorting do not apply to a filter.
-    delete query.count;
-    delete query.offset;
-    delete query.sort;
-    return query;
-  } catch (error) {
-    if (error instanceof FhirError) return `_typeFilter ${resourceType}?${search}: ${error.message}`;
-    throw error;
-  }
-}
-
-function splitFilter(filter: string): { resourceType: string; search: string } | string {
+/**
+ * Parses one `_typeFilter` entry (`Type?query`, the query URL-encoded) with the search module:
+ * every search parameter a type-level search takes, with its modifiers and prefixes. Not applied
+ * (a problem is answered): an unknown type, a result parameter (`_sort`, `_include`, …), a
+ * parameter without a value, chains and `_has` (the export worker reads no other type), and
+ * whatever a type-level search refuses. `now` is the time the `ap` prefix is measured from.
+ * @see https://hl7.org/fhir/uv/bulkdata/STU2/export.html#_typefilter-experimental-query-parameter
+ */
+export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: number): ParsedTypeFilter {
   const q = filter.indexOf('?');
   const resourceType = q < 0 ? filter : filter.slice(0, q);
-  if (!isResourceType(resourceType)) return `Unknown resource type in _typeFilter ${filter}`;
-  return { resourceType, search: q < 0 ? '' : filter.slice(q + 1) };
-}
-
-/** Why a `_typeFilter` entry cannot be applied, or undefined when it can. */
-export function checkTypeFilter(filter: string): string | undefined {
-  const split = splitFilter(filter);
-  if (typeof split === 'string') return split;
-  const query = toQuery(split.resourceType, split.search);
-  return typeof query === 'string' ? query : undefined;
-}
-
-/** True when `resource` satisfies every criterion of `query` (the storage `ResourceQuery` semantics). */
-export function matchesQuery(resource: StoredResource, query: ResourceQuery): boolean {
-  if (query.ids && !query.ids.includes(resource.id)) return false;
-  if (query.lastUpdated) {
-    const t = Date.parse(resource.meta.lastUpdated);
-    const { gt, ge, lt, le } = query.lastUpdated;
-    if ((gt !== undefined && !(t > gt)) || (ge !== undefined && !(t >= ge))) return false;
-    if ((lt !== undefined && !(t < lt)) || (le !== undefined && !(t <= le))) return false;
+  if (!isResourceType(resourceType)) {
+    return { code: 'invalid', problem: `Unknown resource type in _typeFilter ${filter}` };
   }
-  if (query.compartment) {
-    const ids = patientCompartmentIds(resource);
-    if (!query.compartment.some((id) => ids.includes(id))) return false;
+  const params = [...new URLSearchParams(q < 0 ? '' : filter.slice(q + 1))];
+  for (const [name, value] of params) {
+    if (RESULT_PARAMS.has(name.split(':')[0]!)) {
+      return { code: 'not-supported', problem: `${name} is not allowed in _typeFilter ${filter}` };
+    }
+    // A search ignores it; a filter that silently exports more than asked would be worse.
+    if (value === '') return { code: 'invalid', problem: `${name} has no value in _typeFilter ${filter}` };
   }
-  if (query.identifier && !matchesIdentifier(resource, query.identifier)) return false;
-  if (query.where && !query.where(resource)) return false;
-  return true;
+  try {
+    const { request } = parseSearchRequest(registry, resourceType, params, now === undefined ? {} : { now });
+    if (request.filters.some((f) => f.kind !== 'parameter')) {
+      return {
+        code: 'not-supported',
+        problem: `Chained and _has parameters are not supported in _typeFilter ${filter}`,
+      };
+    }
+    return { search: { resourceType, filters: request.filters } };
+  } catch (error) {
+    if (!(error instanceof FhirError)) throw error;
+    return {
+      code: error.issueCode === 'not-supported' ? 'not-supported' : 'invalid',
+      problem: `_typeFilter ${filter}: ${error.message}`,
+    };
+  }
 }
 
 /**
- * Compiles validated `_typeFilter` entries. Bulk Data 2.0.0: several filters on one type are
- * alternatives (a resource is kept when it matches any of them).
+ * The test of each filtered type: Bulk Data 2.0.0, several filters on one type are alternatives (a
+ * resource is kept when it matches any of them). Types without a filter have no entry.
  */
-export function compileTypeFilters(filters: readonly string[]): Map<string, CompiledTypeFilter[]> {
-  const byType = new Map<string, CompiledTypeFilter[]>();
-  for (const filter of filters) {
-    const split = splitFilter(filter);
-    if (typeof split === 'string') throw new PlatformError('ERR_INVALID_TYPE_FILTER', split);
-    const query = toQuery(split.resourceType, split.search);
-    if (typeof query === 'string') throw new PlatformError('ERR_INVALID_TYPE_FILTER', query);
-    const compiled: CompiledTypeFilter = {
-      resourceType: split.resourceType,
-      matches: (resource) => matchesQuery(resource, query),
-    };
-    const list = byType.get(split.resourceType);
-    if (list) list.push(compiled);
-    else byType.set(split.resourceType, [compiled]);
+export function typeFilterTests(
+  registry: SearchRegistry,
+  searches: readonly TypeFilterSearch[],
+): Map<string, (resource: FhirResource) => boolean> {
+  const byType = new Map<string, TypeFilterSearch[]>();
+  for (const search of searches) {
+    const list = byType.get(search.resourceType);
+    if (list) list.push(search);
+    else byType.set(search.resourceType, [search]);
   }
-  return byType;
+  return new Map(
+    [...byType].map(([type, list]) => [
+      type,
+      (resource: FhirResource) => list.some((s) => matchesFilters(registry, resource, s.filters)),
+    ]),
+  );
 }

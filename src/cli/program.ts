@@ -200,7 +200,11 @@ export function buildProgram(): Command {
     .option('--group <id>', 'Group-level export (Group/<id>/$export)')
     .option('--type <types>', '_type: resource types, comma-separated (repeatable)', collect)
     .option('--since <instant>', '_since: only resources changed after this FHIR instant')
-    .option('--type-filter <filter>', '_typeFilter, e.g. Observation?code=1234 (repeatable)', collect)
+    .option(
+      '--type-filter <filter>',
+      '_typeFilter: Type?search, e.g. Observation?code=1234 (repeatable, ORed per type; a comma inside one as %2C)',
+      collect,
+    )
     .option('--output-format <format>', '_outputFormat')
     .option('-o, --out <dir>', 'the output directory', 'export')
     .option('--restart', 'forget an unfinished export in --out and start a new one')

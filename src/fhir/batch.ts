@@ -3,20 +3,34 @@ import { errorOutcome, toHttpError, type ErrorLogger } from '../http/error-rende
 import { ERROR_TABLE } from '../http/error-table.js';
 import { FhirError } from '../http/http-error.js';
 import { StorageError } from '../storage/errors.js';
-import type { FhirResource, ResourceWrite, Storage, StorageOperations } from '../storage/types.js';
+import type {
+  FhirResource,
+  ResourceWrite,
+  Storage,
+  StorageOperations,
+  StoredResource,
+} from '../storage/types.js';
 import {
   authorize,
   checkDeleteTarget,
+  conditionalDelete,
+  conditionalDeleteTargets,
   conditionalMatches,
+  conditionalUpdate,
+  conditionalUpdateTarget,
+  patchedResource,
+  patchResource,
   readResource,
   searchResources,
   transactionContext,
+  type ConditionalDeleteMode,
   type FhirContext,
 } from './interactions.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
 import { FhirOutcomeError, type OperationOutcome } from '../http/outcome.js';
 import {
   aliasesOf,
+  conditionalReferencesOf,
   entryError,
   parseBundle,
   parseEntry,
@@ -26,6 +40,7 @@ import {
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
 import { isResourceType } from '../common/resource-types.js';
 import { buildSearchBundle } from './search-bundle.js';
+import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
 
 /** Options of {@link processBundle}. */
@@ -36,8 +51,20 @@ export interface BundleProcessingOptions {
   maxEntries: number;
   /** `Prefer: return=minimal`: leave the resources out of the response entries. */
   returnMinimal?: boolean;
+  /**
+   * `Prefer: return=OperationOutcome`: an `informational` OperationOutcome in each write entry's
+   * `response.outcome` instead of its resource.
+   */
+  returnOutcome?: boolean;
   /** Search options for GET entries. */
   search?: SearchQueryOptions;
+  /**
+   * What a conditional DELETE entry does with several matches (`fhirRouter`'s option), or `off`
+   * (the entry answers 405). At most `maxEntries` are deleted. @default 'single'
+   */
+  conditionalDelete?: ConditionalDeleteMode | 'off';
+  /** Deepest nesting of the JSON Patch of a PATCH entry's `Binary`. @default 100 */
+  maxJsonDepth?: number;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
   /**
@@ -56,6 +83,15 @@ async function runGet(
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
     activity?.accessed(readAccess('read', resource));
+    if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
+      return {
+        response: {
+          status: '304 Not Modified',
+          etag: etagOf(resource.meta.versionId),
+          lastModified: resource.meta.lastUpdated,
+        },
+      };
+    }
     // `Prefer: return=` is about writes: a read answers its resource either way.
     return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
   }
@@ -74,6 +110,7 @@ async function runGet(
 
 /** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */
 async function planWrite(ctx: FhirContext, entry: Entry): Promise<ResourceWrite> {
+  if (entry.method === 'PATCH') throw new FhirError(500, 'exception', 'A PATCH entry is not planned here');
   if (entry.method === 'DELETE') {
     authorize(ctx, entry.type, 'delete');
     // Same rules as a plain DELETE: an unknown id (or another project's) is a 404.
@@ -125,13 +162,28 @@ export async function processBundle(
     : processBatch(ctx, raw, options);
 }
 
+/** A conditional DELETE entry's options, or a 405 for the entry when conditional delete is off. */
+function deleteModeOf(
+  entry: Entry,
+  options: BundleProcessingOptions,
+): { mode: ConditionalDeleteMode; maxMatches: number } {
+  const mode = options.conditionalDelete ?? 'single';
+  if (mode === 'off') {
+    throw entryError(entry.index, 'Conditional delete is not supported', 405, 'not-supported');
+  }
+  return { mode, maxMatches: options.maxEntries };
+}
+
+const isConditionalWrite = (entry: Entry): boolean =>
+  entry.query !== undefined && (entry.method === 'PUT' || entry.method === 'DELETE');
+
 async function processTransaction(
   ctx: FhirContext,
   storage: Storage,
   raw: unknown[],
   options: BundleProcessingOptions,
 ): Promise<BundleJson> {
-  const entries = raw.map((e, i) => parseEntry(i, e));
+  const entries = raw.map((e, i) => parseEntry(i, e, options.maxJsonDepth));
   const targets = new Set<string>();
   const references = new Map<string, string>();
   for (const entry of entries) {
@@ -143,6 +195,12 @@ async function processTransaction(
     targets.add(key);
     if (entry.method !== 'DELETE')
       for (const [alias, target] of aliasesOf(entry, key)) references.set(alias, target);
+  }
+
+  const conditionalReferences = new Map<number, Set<string>>();
+  for (const entry of entries) {
+    const found = entry.resource ? conditionalReferencesOf(entry.resource) : undefined;
+    if (found && found.size > 0) conditionalReferences.set(entry.index, found);
   }
 
   // Each run collects its own activity: an adapter may run `run` again (a retried transaction).
@@ -171,13 +229,56 @@ async function processTransaction(
         responses[entry.index] = responseOf('200 OK', match, options);
       }
     }
+    // Then the criteria of conditional updates and deletes: what each writes to, no resource twice.
+    const taken = new Set(targets);
+    const take = (entry: Entry, id: string): void => {
+      const key = `${entry.type}/${id}`;
+      if (taken.has(key)) throw entryError(entry.index, `${key} appears more than once in the transaction`);
+      taken.add(key);
+    };
+    const updates = new Map<number, { id: string; ifMatch?: string }>();
+    const deletes = new Map<number, StoredResource[]>();
+    const resolve = async (entry: Entry): Promise<void> => {
+      if (entry.method === 'PUT') {
+        authorize(txCtx, entry.type, 'update');
+        const target = await conditionalUpdateTarget(
+          txCtx,
+          entry.type,
+          entry.query!,
+          entry.resource!.id,
+          entry.ifMatch,
+        );
+        take(entry, target.id);
+        for (const [alias, to] of aliasesOf(entry, `${entry.type}/${target.id}`)) references.set(alias, to);
+        const ifMatch = target.match?.meta.versionId;
+        updates.set(entry.index, { id: target.id, ...(ifMatch !== undefined ? { ifMatch } : {}) });
+        return;
+      }
+      authorize(txCtx, entry.type, 'delete');
+      const matches = await conditionalDeleteTargets(
+        txCtx,
+        entry.type,
+        entry.query!,
+        deleteModeOf(entry, options),
+      );
+      for (const match of matches) take(entry, match.id);
+      deletes.set(entry.index, matches);
+      if (matches.length === 0) responses[entry.index] = { response: { status: '204 No Content' } };
+    };
+    for (const entry of entries) if (isConditionalWrite(entry)) await at(entry.index, resolve(entry));
+    // Conditional references, each to the one resource its criteria match, before any write.
+    for (const [index, found] of conditionalReferences) {
+      if (!responses[index]) await at(index, resolveConditionalReferences(txCtx, found, references));
+    }
     const writes: ResourceWrite[] = [];
     const writeEntries: Entry[] = [];
     for (const entry of entries) {
       if (entry.method === 'GET' || responses[entry.index]) continue;
-      if (entry.resource) rewriteReferences(entry.resource, references);
-      writes.push(await at(entry.index, planWrite(txCtx, entry)));
-      writeEntries.push(entry);
+      const planned = await at(entry.index, planEntry(txCtx, entry, references, updates, deletes));
+      for (const write of planned) {
+        writes.push(write);
+        writeEntries.push(entry);
+      }
     }
     const results = writes.length > 0 ? await tx.writeResources(ctx.projectId, writes) : [];
     results.forEach((result, i) => {
@@ -196,14 +297,84 @@ async function processTransaction(
     return responses;
   };
 
-  // Reads (conditional creates, GETs, the existence check of DELETEs) must see the state the writes
-  // apply to.
-  const needsTransaction = entries.some(
-    (e) => e.ifNoneExist !== undefined || e.method === 'GET' || e.method === 'DELETE',
-  );
+  // Reads (conditional creates, updates, deletes and references, GETs, the existence check of
+  // DELETEs, the current version a PATCH applies to) must see the state the writes apply to.
+  const needsTransaction =
+    conditionalReferences.size > 0 ||
+    entries.some(
+      (e) =>
+        e.ifNoneExist !== undefined || (e.method !== 'POST' && e.method !== 'PUT') || isConditionalWrite(e),
+    );
   const responses = needsTransaction ? await storage.transaction(run) : await run(ctx.storage);
   if (activity) options.activity?.absorb(activity);
   return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
+}
+
+/**
+ * The writes of one transaction entry (references to other entries rewritten): a PATCH read and
+ * patched, a conditional update or delete as its criteria resolved (`updates`, `deletes`), any other
+ * as {@link planWrite} plans it.
+ */
+async function planEntry(
+  ctx: FhirContext,
+  entry: Entry,
+  references: ReadonlyMap<string, string>,
+  updates: ReadonlyMap<number, { id: string; ifMatch?: string }>,
+  deletes: ReadonlyMap<number, StoredResource[]>,
+): Promise<ResourceWrite[]> {
+  if (entry.method === 'PATCH') {
+    authorize(ctx, entry.type, 'update');
+    const current = await ctx.storage.readResource(ctx.projectId, entry.type, entry.id!);
+    const resource = await patchedResource(ctx, current, entry.patch!, {
+      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
+      references,
+    });
+    return [{ op: 'update', resource, ifMatch: current.meta.versionId }];
+  }
+  const matches = deletes.get(entry.index);
+  if (matches) {
+    return matches.map((m) => ({
+      op: 'delete',
+      resourceType: entry.type,
+      id: m.id,
+      ifMatch: m.meta.versionId,
+    }));
+  }
+  if (entry.resource) rewriteReferences(entry.resource, references);
+  const update = updates.get(entry.index);
+  if (update) {
+    const resource = { ...entry.resource!, id: update.id };
+    await ctx.validate(resource);
+    return [{ op: 'update', resource, ...(update.ifMatch !== undefined ? { ifMatch: update.ifMatch } : {}) }];
+  }
+  return [await planWrite(ctx, entry)];
+}
+
+/**
+ * Adds to `references` the target of each of `found`, conditional references
+ * (`Patient?identifier=…` → `Patient/<id>` of its one match): 412 when its criteria match no
+ * resource or several.
+ * @see https://hl7.org/fhir/R4/http.html#trules
+ */
+async function resolveConditionalReferences(
+  ctx: FhirContext,
+  found: Iterable<string>,
+  references: Map<string, string>,
+): Promise<void> {
+  for (const reference of found) {
+    if (references.has(reference)) continue;
+    const q = reference.indexOf('?');
+    const type = reference.slice(0, q);
+    const matches = await conditionalMatches(ctx, type, reference.slice(q + 1), { requireCriteria: true });
+    if (matches.length !== 1) {
+      throw new FhirError(
+        412,
+        matches.length === 0 ? 'invalid' : 'duplicate',
+        `The conditional reference ${reference} matches ${matches.length === 0 ? 'no' : 'more than one'} resource`,
+      );
+    }
+    references.set(reference, `${type}/${matches[0]!.id}`);
+  }
 }
 
 /** Awaits `work`, labelling a failure with the entry it belongs to. */
@@ -258,7 +429,7 @@ async function processBatch(
 ): Promise<BundleJson> {
   const parsed: (Entry | { index: number; error: unknown })[] = raw.map((e, i) => {
     try {
-      return parseEntry(i, e);
+      return parseEntry(i, e, options.maxJsonDepth);
     } catch (error) {
       return { index: i, error };
     }
@@ -292,7 +463,46 @@ async function runBatchEntry(
   options: BundleProcessingOptions,
 ): Promise<Record<string, unknown>> {
   if (entry.method === 'GET') return runGet(ctx, entry, options, options.activity);
-  if (entry.resource) rewriteReferences(entry.resource, references);
+  if (entry.method === 'PATCH') {
+    const { resource } = await patchResource(ctx, entry.type, entry.id!, entry.patch!, {
+      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
+      references,
+    });
+    options.activity?.wrote({ op: 'update', resource }, { op: 'update', resource });
+    return responseOf('200 OK', resource, options);
+  }
+  if (entry.method === 'DELETE' && entry.query !== undefined) {
+    const deleted = await conditionalDelete(ctx, entry.type, entry.query, deleteModeOf(entry, options));
+    for (const reference of deleted) {
+      const [resourceType, id] = reference.split('/') as [string, string];
+      options.activity?.wrote({ op: 'delete', resourceType, id });
+    }
+    return { response: { status: '204 No Content' } };
+  }
+  if (entry.resource) {
+    const found = conditionalReferencesOf(entry.resource);
+    if (found.size > 0) {
+      const resolved = new Map(references);
+      await resolveConditionalReferences(ctx, found, resolved);
+      references = resolved;
+    }
+    rewriteReferences(entry.resource, references);
+  }
+  if (entry.method === 'PUT' && entry.query !== undefined) {
+    const result = await conditionalUpdate(
+      ctx,
+      entry.type,
+      entry.query,
+      entry.resource,
+      entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {},
+    );
+    const { resource } = result;
+    options.activity?.wrote(
+      { op: 'update', resource },
+      { op: 'update', resource, created: result.status === 201 },
+    );
+    return responseOf(result.status === 201 ? '201 Created' : '200 OK', resource, options);
+  }
   const { ifNoneExist } = entry;
   if (ifNoneExist !== undefined) {
     // The search and the create in one transaction (see `createResource`).

@@ -4,10 +4,11 @@
  */
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { FhirResource } from '../storage/types.js';
+import { patchDocumentOfEntry, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
 import { isResourceType } from '../common/resource-types.js';
 
-type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /** One entry of a batch or transaction Bundle, as parsed and checked. */
 export interface Entry {
@@ -15,11 +16,19 @@ export interface Entry {
   method: Method;
   type: string;
   id?: string;
-  /** Query string of a search (GET) or conditional request, without `?`. */
+  /**
+   * Query string, without `?`, of a search (GET) or of the criteria of a conditional update (PUT)
+   * or delete (DELETE).
+   */
   query?: string;
   fullUrl?: string;
   resource?: FhirResource;
+  /** The patch of a PATCH entry (its `Binary` or `Parameters` resource). */
+  patch?: PatchDocument;
   ifNoneExist?: string;
+  /** `request.ifNoneMatch` / `request.ifModifiedSince` of a read: a conditional read. */
+  ifNoneMatch?: string;
+  ifModifiedSince?: string;
   ifMatch?: string;
   /** Id given to a created resource before writing (so references to it can be rewritten). */
   newId?: string;
@@ -86,21 +95,30 @@ function parseIfMatch(index: number, header: unknown): string | undefined {
   return m[1];
 }
 
-export function parseEntry(index: number, raw: unknown): Entry {
+/**
+ * Reads one entry of a batch or transaction Bundle (400 when malformed): `GET`, `POST`, `PUT`
+ * (`[type]/[id]`, or `[type]?[criteria]`: a conditional update), `PATCH` (`[type]/[id]`, with a
+ * `Parameters` or `Binary` resource) and `DELETE` (`[type]/[id]`, or a conditional delete).
+ * `maxJsonDepth` bounds the JSON Patch of a `Binary`.
+ */
+export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): Entry {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
     throw entryError(index, 'Entry must be an object');
   const { request, resource, fullUrl } = raw as { request?: unknown; resource?: unknown; fullUrl?: unknown };
   if (request === null || typeof request !== 'object') throw entryError(index, 'Entry needs a request');
-  const { method, url, ifNoneExist, ifMatch } = request as Record<string, unknown>;
+  const { method, url, ifNoneExist, ifMatch, ifNoneMatch, ifModifiedSince } = request as Record<
+    string,
+    unknown
+  >;
   if (typeof url !== 'string' || url === '') throw entryError(index, 'request.url is required');
   if (fullUrl !== undefined && typeof fullUrl !== 'string')
     throw entryError(index, 'fullUrl must be a string');
   const verb = typeof method === 'string' ? method.toUpperCase() : '';
-  if (verb === 'PATCH' || verb === 'HEAD') {
+  if (verb === 'HEAD') {
     throw entryError(index, `request.method ${verb} is not supported`, 405, 'not-supported');
   }
-  if (verb !== 'GET' && verb !== 'POST' && verb !== 'PUT' && verb !== 'DELETE') {
-    throw entryError(index, 'request.method must be GET, POST, PUT or DELETE');
+  if (verb !== 'GET' && verb !== 'POST' && verb !== 'PUT' && verb !== 'PATCH' && verb !== 'DELETE') {
+    throw entryError(index, 'request.method must be GET, POST, PUT, PATCH or DELETE');
   }
   const target = parseRequestUrl(index, url);
   const entry: Entry = { index, method: verb, type: target.type };
@@ -115,6 +133,18 @@ export function parseEntry(index: number, raw: unknown): Entry {
       throw error;
     }
   }
+  if (verb === 'GET' && target.id !== undefined) {
+    if (ifNoneMatch !== undefined) {
+      if (typeof ifNoneMatch !== 'string')
+        throw entryError(index, 'ifNoneMatch must be an ETag such as W/"1"');
+      entry.ifNoneMatch = ifNoneMatch;
+    }
+    if (ifModifiedSince !== undefined) {
+      if (typeof ifModifiedSince !== 'string' || Number.isNaN(Date.parse(ifModifiedSince)))
+        throw entryError(index, 'ifModifiedSince must be an instant');
+      entry.ifModifiedSince = ifModifiedSince;
+    }
+  }
   if (verb === 'POST') {
     if (target.id !== undefined || target.query !== undefined)
       throw entryError(index, 'POST request.url must be [type]');
@@ -124,21 +154,30 @@ export function parseEntry(index: number, raw: unknown): Entry {
       entry.ifNoneExist = ifNoneExist;
     }
   }
-  if (verb === 'PUT' || verb === 'DELETE') {
-    if (target.id === undefined) {
+  if (verb === 'PUT' || verb === 'DELETE' || verb === 'PATCH') {
+    if (target.id === undefined && (verb === 'PATCH' || !target.query)) {
       throw entryError(
         index,
-        `Conditional ${verb} is not supported: request.url must be [type]/[id]`,
-        400,
-        'not-supported',
+        `request.url of ${verb} must be [type]/[id]${verb === 'PATCH' ? '' : ' or [type]?[criteria]'}`,
       );
+    }
+    if (target.id !== undefined && target.query !== undefined) {
+      throw entryError(index, `request.url of ${verb} must be [type]/[id] or [type]?[criteria], not both`);
     }
     const version = parseIfMatch(index, ifMatch);
     if (version !== undefined) entry.ifMatch = version;
   }
-  if (verb === 'PUT') {
+  if (verb === 'PUT' && target.id !== undefined) {
     if (entry.resource!.id !== target.id)
       throw entryError(index, 'resource.id must equal the id of request.url');
+  }
+  if (verb === 'PATCH') {
+    try {
+      entry.patch = patchDocumentOfEntry(resource, maxJsonDepth);
+    } catch (error) {
+      if (error instanceof FhirError) throw entryError(index, error.message);
+      throw error;
+    }
   }
   return entry;
 }
@@ -161,6 +200,30 @@ export function rewriteReferences(value: unknown, map: ReadonlyMap<string, strin
       rewriteReferences(child, map);
     }
   }
+}
+
+/**
+ * The conditional references (`Patient?identifier=urn:mrn|123`) in `value`, each once: a
+ * `reference` made of a resource type, `?` and search criteria.
+ * @see https://hl7.org/fhir/R4/http.html#trules
+ */
+export function conditionalReferencesOf(value: unknown, out = new Set<string>()): Set<string> {
+  if (value === null || typeof value !== 'object') return out;
+  if (Array.isArray(value)) {
+    for (const item of value) conditionalReferencesOf(item, out);
+    return out;
+  }
+  const record = value as Record<string, unknown>;
+  for (const key in record) {
+    const child = record[key];
+    if (key === 'reference' && typeof child === 'string') {
+      const q = child.indexOf('?');
+      if (q > 0 && isResourceType(child.slice(0, q))) out.add(child);
+    } else if (typeof child === 'object') {
+      conditionalReferencesOf(child, out);
+    }
+  }
+  return out;
 }
 
 /** Every alias under which other entries may reference `entry`'s resource. */

@@ -4,6 +4,7 @@
  */
 import type { StoredResource, StoredText, WriteResult } from '../storage/types.js';
 import { isResourceType } from '../common/resource-types.js';
+import { outcomeOf } from '../http/outcome.js';
 import { etagOf } from './versioning.js';
 
 /** A `Bundle` as JSON. */
@@ -21,6 +22,11 @@ export interface ResponseOptions {
   baseUrl: string;
   /** `Prefer: return=minimal`: no resources in the entries. */
   returnMinimal?: boolean;
+  /**
+   * `Prefer: return=OperationOutcome`: no resources in the entries, an `informational`
+   * OperationOutcome in each `response.outcome` instead.
+   */
+  returnOutcome?: boolean;
 }
 
 /** The response entry of an entry answered with `resource` (a read, a match, a stored object). */
@@ -31,14 +37,18 @@ export function responseOf(
   extra: Record<string, unknown> = {},
 ): Record<string, unknown> {
   if (!resource) return { response: { status, ...extra } };
+  const outcome = options.returnOutcome
+    ? { outcome: outcomeOf([{ severity: 'information', code: 'informational', details: { text: status } }]) }
+    : {};
   return {
     fullUrl: `${options.baseUrl}/${resource.resourceType}/${resource.id}`,
-    ...(options.returnMinimal ? {} : { resource }),
+    ...(options.returnMinimal || options.returnOutcome ? {} : { resource }),
     response: {
       status,
       location: `${resource.resourceType}/${resource.id}/_history/${resource.meta.versionId}`,
       etag: etagOf(resource.meta.versionId),
       lastModified: resource.meta.lastUpdated,
+      ...outcome,
       ...extra,
     },
   };
@@ -86,7 +96,7 @@ export function writeResponseOf(
   options: ResponseOptions,
 ): Record<string, unknown> {
   const { stored } = result;
-  if (!stored) return responseOf(status, result.resource, options);
+  if (!stored || options.returnOutcome) return responseOf(status, result.resource, options);
   const entry = new WrittenEntry(status, options.baseUrl, stored, result, !options.returnMinimal);
   return entry as unknown as Record<string, unknown>;
 }

@@ -1,6 +1,7 @@
 import { auditEventCapability } from '../audit/capability.js';
+import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
+import { isSupportedParameter } from '../search/parse.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
-import { patientSearchParams } from './compartment.js';
 
 /** An operation to advertise in the CapabilityStatement. */
 export interface CapabilityOperation {
@@ -50,20 +51,66 @@ export interface CapabilityStatementInput {
   date?: string;
   /** Contributions of other areas, applied in order. @default [] */
   contributions?: CapabilityContribution[];
+  /**
+   * What conditional delete does with several matches (`fhirRouter`'s `conditionalDelete`), or
+   * `not-supported`. @default 'single'
+   */
+  conditionalDelete?: 'single' | 'multiple' | 'not-supported';
 }
 
-const INTERACTIONS = ['read', 'vread', 'create', 'update', 'delete', 'search-type'].map((code) => ({ code }));
+const INTERACTIONS = ['read', 'vread', 'update', 'patch', 'delete', 'create', 'search-type'].map((code) => ({
+  code,
+}));
 
-const COMMON_SEARCH_PARAMS = [
-  { name: '_id', type: 'token', definition: 'http://hl7.org/fhir/SearchParameter/Resource-id' },
-  {
-    name: '_lastUpdated',
-    type: 'date',
-    definition: 'http://hl7.org/fhir/SearchParameter/Resource-lastUpdated',
-    documentation: 'Prefixes eq, gt, ge, lt, le; partial dates are ranges.',
-  },
-  { name: 'identifier', type: 'token', documentation: 'system|value, |value, system| or value.' },
-];
+/** One `rest.resource.searchParam` entry. */
+interface SearchParamEntry {
+  name: string;
+  definition: string;
+  type: string;
+  documentation?: string;
+}
+
+/**
+ * The documentation of `def` for its type: the type's own line of an R4 description shared by
+ * several types (`Multiple Resources: * [Observation](observation.html): The code of …`), or the
+ * description itself.
+ */
+function documentationOf(def: SearchParameterDefinition): string | undefined {
+  const text = def.description?.trim();
+  if (!text?.startsWith('Multiple Resources:')) return text || undefined;
+  const line = text.split(/\r?\n/).find((l) => l.startsWith(`* [${def.resourceType}](`));
+  return line?.slice(line.indexOf('): ') + 3).trim() || undefined;
+}
+
+/** The entries of each type, derived once per registry (fresh copies are served). */
+const entriesByRegistry = new WeakMap<SearchRegistry, Map<string, readonly SearchParamEntry[]>>();
+
+/**
+ * The search parameters a type search answers for `resourceType`: every R4 parameter the search
+ * module parses (the common `_id`, `_lastUpdated`, `_tag`, `_profile`, `_security` and `_source`
+ * included), none it refuses (`_text`, `_content`, `_query`, `near`).
+ */
+function searchParamsOf(registry: SearchRegistry, resourceType: string): SearchParamEntry[] {
+  let byType = entriesByRegistry.get(registry);
+  if (!byType) entriesByRegistry.set(registry, (byType = new Map<string, readonly SearchParamEntry[]>()));
+  let entries = byType.get(resourceType);
+  if (!entries) {
+    entries = registry
+      .parameters(resourceType)
+      .filter(isSupportedParameter)
+      .map((def) => {
+        const documentation = documentationOf(def);
+        return {
+          name: def.code,
+          definition: def.url,
+          type: def.type,
+          ...(documentation === undefined ? {} : { documentation }),
+        };
+      });
+    byType.set(resourceType, entries);
+  }
+  return entries.map((entry) => ({ ...entry }));
+}
 
 function mergeSecurity(target: Record<string, unknown>, add: Record<string, unknown>): void {
   for (const [key, value] of Object.entries(add)) {
@@ -76,12 +123,16 @@ function mergeSecurity(target: Record<string, unknown>, add: Record<string, unkn
 
 /**
  * The server's CapabilityStatement (`GET [base]/metadata`): FHIR 4.0.1, JSON, every R4 resource type
- * with read / create / update / delete / search-type, versioning with If-Match, the supported search
- * parameters, batch and transaction; extended by the given contributions (security service,
- * operations, instantiated statements).
+ * with read / vread / update / patch / delete / create / search-type, versioning with If-Match,
+ * conditional create, read, update and delete, the search parameters each type answers (from
+ * `registry`, with their definition URLs), batch and transaction; extended by the given
+ * contributions (security service, operations, instantiated statements).
  * @see https://hl7.org/fhir/R4/capabilitystatement.html
  */
-export function buildCapabilityStatement(input: CapabilityStatementInput): CapabilityStatementJson {
+export function buildCapabilityStatement(
+  input: CapabilityStatementInput,
+  registry: SearchRegistry,
+): CapabilityStatementJson {
   const contributions = input.contributions ?? [];
   const typeOperations = new Map<string, { name: string; definition: string }[]>();
   const systemOperations: { name: string; definition: string }[] = [];
@@ -109,16 +160,10 @@ export function buildCapabilityStatement(input: CapabilityStatementInput): Capab
     readHistory: false,
     updateCreate: true,
     conditionalCreate: true,
-    conditionalUpdate: false,
-    conditionalDelete: 'not-supported',
-    searchParam: [
-      ...COMMON_SEARCH_PARAMS,
-      ...patientSearchParams(type).map((name) => ({
-        name,
-        type: 'reference',
-        documentation: 'Patient/[id], [id] or an absolute Patient URL; another Type/[id] matches exactly.',
-      })),
-    ],
+    conditionalRead: 'full-support',
+    conditionalUpdate: true,
+    conditionalDelete: input.conditionalDelete ?? 'single',
+    searchParam: searchParamsOf(registry, type),
     ...(typeOperations.has(type) ? { operation: typeOperations.get(type) } : {}),
   })).map(auditEventCapability);
 
@@ -146,7 +191,12 @@ export function buildCapabilityStatement(input: CapabilityStatementInput): Capab
             documentation: 'Number of matches to skip (next links use it).',
           },
           { name: '_sort', type: 'string', documentation: '_lastUpdated, -_lastUpdated, _id, -_id.' },
-          { name: '_summary', type: 'token', documentation: 'count only.' },
+          { name: '_summary', type: 'token', documentation: 'count or false.' },
+          {
+            name: '_has',
+            type: 'special',
+            documentation: 'Reverse chaining: _has:Type:reference:parameter=value, nested.',
+          },
         ],
         ...(systemOperations.length > 0 ? { operation: systemOperations } : {}),
       },

@@ -1,9 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import { refuseAuditEventWrite } from './audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
-import { NotFoundError } from '../storage/errors.js';
+import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
+import { rewriteReferences } from './bundle-entries.js';
+import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import type { SearchResolver } from '../search/match.js';
 import { loadSearchRegistry } from '../search/definitions.js';
@@ -83,20 +86,27 @@ export async function readResourceVersion(
 }
 
 /**
- * The resources matching a conditional request (`ifNoneExist`, `If-None-Exist`): a search with
- * strict handling, at most two results needed to tell none / one / several apart.
+ * The resources matching a conditional request (`ifNoneExist`, `If-None-Exist`, the query of a
+ * conditional update or delete): a search with strict handling, at most `limit` results (two tell
+ * none / one / several apart). With `requireCriteria`, criteria without any search parameter
+ * (which would match every resource of the type) are a 412.
  */
 export async function conditionalMatches(
   ctx: FhirContext,
   type: string,
   criteria: string,
+  options: { limit?: number; requireCriteria?: boolean } = {},
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const { query } = await parseSearch(type, params, {}, storeResolver(ctx));
-  // Only whether there are none, one or several: no paging, no order needed.
+  const { query, applied } = await parseSearch(type, params, {}, storeResolver(ctx));
+  if (options.requireCriteria && applied.length === 0) {
+    throw new FhirError(412, 'invalid', 'Conditional criteria must name at least one search parameter');
+  }
+  const count = options.limit ?? 2;
+  // Which resources match, not a page of them: no paging cursor, no order by values.
   const { after: _after, before: _before, order: _order, ...matching } = query;
-  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...matching, offset: 0, count: 2 });
+  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...matching, offset: 0, count });
   return page.resources;
 }
 
@@ -164,6 +174,203 @@ export async function updateResource(
     options.ifMatch !== undefined ? { ifMatch: options.ifMatch } : undefined,
   );
   return { status: result.created ? 201 : 200, resource: result.resource };
+}
+
+/**
+ * `PUT [base]/[type]?[criteria]`: conditional update, its search and its write in one transaction
+ * (of concurrent requests with the same criteria, one creates and the others update it).
+ *
+ * - No match: the resource is created, with the body's id when it has one that is not taken
+ *   (201; a taken id is a 409), else with a new id.
+ * - One match: it is updated (200); a body id must be the match's (400 otherwise).
+ * - Several matches: 412.
+ *
+ * With `ifMatch`, the match must be at that version (412 otherwise, and when nothing matches).
+ * @see https://hl7.org/fhir/R4/http.html#cond-update
+ */
+export async function conditionalUpdate(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+  body: unknown,
+  options: { ifMatch?: string } = {},
+): Promise<WriteOutcome> {
+  checkType(type);
+  const resource = withoutServerMeta(checkResource(body, type));
+  authorize(ctx, type, 'update');
+  return ctx.atomically(async (tx) => {
+    const target = await conditionalUpdateTarget(tx, type, criteria, resource.id, options.ifMatch);
+    const write = { ...resource, id: target.id };
+    await tx.validate(write);
+    if (target.match === undefined) {
+      // A new id, or the body's free one: create (an update of a free id creates it).
+      const result = await tx.storage.updateResource(tx.projectId, write);
+      return { status: 201, resource: result.resource };
+    }
+    const result = await tx.storage.updateResource(tx.projectId, write, {
+      ifMatch: target.match.meta.versionId,
+    });
+    return { status: 200, resource: result.resource };
+  });
+}
+
+/**
+ * What a conditional update writes to (see {@link conditionalUpdate}): the id, and the match when
+ * it updates one. Run it in the transaction of the write.
+ */
+export async function conditionalUpdateTarget(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+  bodyId: string | undefined,
+  ifMatch: string | undefined,
+): Promise<{ id: string; match?: StoredResource }> {
+  const matches = await conditionalMatches(ctx, type, criteria, { requireCriteria: true });
+  if (matches.length > 1) {
+    throw new FhirError(412, 'duplicate', 'The conditional update criteria match more than one resource');
+  }
+  const match = matches[0];
+  if (match) {
+    if (bodyId !== undefined && bodyId !== match.id) {
+      throw new FhirError(
+        400,
+        'invalid',
+        'The id in the body is not the id of the resource the criteria match',
+        {
+          expression: [`${type}.id`],
+        },
+      );
+    }
+    if (ifMatch !== undefined && match.meta.versionId !== ifMatch) {
+      throw new PreconditionFailedError(`${type}/${match.id} is not at version ${ifMatch}`);
+    }
+    return { id: match.id, match };
+  }
+  if (ifMatch !== undefined)
+    throw new PreconditionFailedError('No resource matches the conditional update criteria');
+  if (bodyId === undefined) return { id: randomUUID() };
+  try {
+    await ctx.storage.readResource(ctx.projectId, type, bodyId);
+  } catch (error) {
+    // Free (never used, or deleted): the resource is created with the body's id.
+    if (error instanceof NotFoundError) return { id: bodyId };
+    throw error;
+  }
+  throw new FhirError(409, 'conflict', `${type}/${bodyId} exists and does not match the criteria`, {
+    expression: [`${type}.id`],
+  });
+}
+
+/**
+ * `PATCH [base]/[type]/[id]`: applies a JSON Patch or FHIRPath Patch to the current version and
+ * stores the result, reading and writing in one transaction (the write also asks for the version
+ * read, so nothing written meanwhile is lost). With `ifMatch`, the current version must be that one
+ * (412 otherwise). The patch may not change `resourceType` or `id` (422); the result goes through
+ * the checks and validation of an update (400 in a strict project when invalid: nothing is written).
+ * Needs the `update` right.
+ * @see https://hl7.org/fhir/R4/http.html#patch
+ */
+export async function patchResource(
+  ctx: FhirContext,
+  type: string,
+  id: string,
+  patch: PatchDocument,
+  options: { ifMatch?: string; references?: ReadonlyMap<string, string> } = {},
+): Promise<WriteOutcome> {
+  checkType(type);
+  checkId(id);
+  authorize(ctx, type, 'update');
+  return ctx.atomically(async (tx) => {
+    const current = await tx.storage.readResource(tx.projectId, type, id);
+    const resource = await patchedResource(tx, current, patch, options);
+    const result = await tx.storage.updateResource(tx.projectId, resource, {
+      ifMatch: current.meta.versionId,
+    });
+    return { status: 200, resource: result.resource };
+  });
+}
+
+/**
+ * `current` with `patch` applied, checked and validated as an update's body is (see
+ * {@link patchResource}); what to write with `ifMatch: current.meta.versionId`. In a Bundle,
+ * `references` rewrites the references to other entries' `fullUrl`s the patch wrote.
+ */
+export async function patchedResource(
+  ctx: FhirContext,
+  current: StoredResource,
+  patch: PatchDocument,
+  options: { ifMatch?: string; references?: ReadonlyMap<string, string> } = {},
+): Promise<FhirResource & { id: string }> {
+  const { resourceType: type, id } = current;
+  const { ifMatch } = options;
+  if (ifMatch !== undefined && current.meta.versionId !== ifMatch) {
+    throw new PreconditionFailedError(`${type}/${id} is not at version ${ifMatch}`);
+  }
+  const patched = await applyPatchDocument(current, patch);
+  const record = patched as { resourceType?: unknown; id?: unknown } | null;
+  if (record === null || typeof record !== 'object' || Array.isArray(record)) {
+    throw new FhirError(422, 'invalid', 'The patch does not leave a resource');
+  }
+  if (record.resourceType !== type || record.id !== id) {
+    throw new FhirError(422, 'invalid', 'A patch may not change the resourceType or the id', {
+      expression: [record.resourceType !== type ? `${type}.resourceType` : `${type}.id`],
+    });
+  }
+  const resource = withoutServerMeta(checkResource(patched, type)) as FhirResource & { id: string };
+  if (options.references) rewriteReferences(resource, options.references);
+  await ctx.validate(resource);
+  return resource;
+}
+
+/** How a conditional delete treats several matches: 412 (`single`), or deletes them all (`multiple`). */
+export type ConditionalDeleteMode = 'single' | 'multiple';
+
+/**
+ * `DELETE [base]/[type]?[criteria]`: deletes the resource the criteria match, its search and its
+ * deletes in one transaction. No match deletes nothing (still a success, as a delete is). Several
+ * matches are a 412 in `single` mode; in `multiple` mode all are deleted, at most `maxMatches`
+ * (412 `too-costly` when more match). Answers the references deleted.
+ * @see https://hl7.org/fhir/R4/http.html#cdelete
+ */
+export async function conditionalDelete(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+  options: { mode: ConditionalDeleteMode; maxMatches: number },
+): Promise<string[]> {
+  checkType(type);
+  authorize(ctx, type, 'delete');
+  return ctx.atomically(async (tx) => {
+    const matches = await conditionalDeleteTargets(tx, type, criteria, options);
+    if (matches.length === 0) return [];
+    await tx.storage.writeResources(
+      tx.projectId,
+      matches.map((m) => ({ op: 'delete', resourceType: type, id: m.id, ifMatch: m.meta.versionId })),
+    );
+    return matches.map((m) => `${type}/${m.id}`);
+  });
+}
+
+/** The resources a conditional delete deletes (see {@link conditionalDelete}). */
+export async function conditionalDeleteTargets(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+  options: { mode: ConditionalDeleteMode; maxMatches: number },
+): Promise<StoredResource[]> {
+  const limit = options.mode === 'single' ? 2 : options.maxMatches + 1;
+  const matches = await conditionalMatches(ctx, type, criteria, { limit, requireCriteria: true });
+  if (options.mode === 'single' && matches.length > 1) {
+    throw new FhirError(412, 'duplicate', 'The conditional delete criteria match more than one resource');
+  }
+  if (matches.length > options.maxMatches) {
+    throw new FhirError(
+      412,
+      'too-costly',
+      `The conditional delete criteria match more than ${options.maxMatches} resources`,
+    );
+  }
+  return matches;
 }
 
 /**

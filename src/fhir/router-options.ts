@@ -50,6 +50,15 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
    * @default 'representation'
    */
   defaultReturn?: 'representation' | 'minimal';
+  /**
+   * Conditional delete (`DELETE [base]/[type]?[criteria]`, and batch or transaction entries so
+   * addressed): `single` deletes the one match and answers 412 when several match; `multiple`
+   * deletes every match (at most `maxBundleEntries`; 412 when more match); `off` answers 405 (in an
+   * entry, 405 as its status). The CapabilityStatement says which.
+   * @see https://hl7.org/fhir/R4/http.html#cdelete
+   * @default 'single'
+   */
+  conditionalDelete?: 'single' | 'multiple' | 'off';
   /** Limits of the multipart NDJSON upload (`POST [base]` with `multipart/form-data`). @default {} (1 GiB per file, 20 files, batches of 2000 lines or 8 MiB) */
   upload?: NdjsonUploadOptions;
   /**
@@ -98,6 +107,7 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   maxCount: true,
   maxBundleEntries: true,
   defaultReturn: true,
+  conditionalDelete: true,
   upload: true,
   capabilities: true,
   software: true,
@@ -129,6 +139,8 @@ export function resolveFhirRouterOptions(
     maxBundleEntries: positiveInteger(OWNER, 'maxBundleEntries', options.maxBundleEntries, 10_000),
     defaultReturn:
       oneOf(OWNER, 'defaultReturn', options.defaultReturn, ['representation', 'minimal']) ?? 'representation',
+    conditionalDelete:
+      oneOf(OWNER, 'conditionalDelete', options.conditionalDelete, ['single', 'multiple', 'off']) ?? 'single',
     upload: { ...(options.upload ?? {}) },
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),

@@ -13,16 +13,26 @@ import { contentTypeOf, jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
+import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
-import { readAccess, RequestActivity, searchAccess, type FhirAccessDetails } from './audit-activity.js';
+import {
+  AUDITED_REFERENCES,
+  readAccess,
+  RequestActivity,
+  searchAccess,
+  type FhirAccessDetails,
+} from './audit-activity.js';
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {
+  conditionalDelete,
+  conditionalUpdate,
   createResource,
   deleteResource,
+  patchResource,
   readResource,
   readResourceVersion,
   searchResources,
@@ -34,13 +44,14 @@ import { formBody } from './form-body.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from '../http/outcome.js';
+import { JSON_PATCH, patchDocumentOf } from './patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import { sizeInBytes } from '../common/options.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
 import { buildSearchBundle } from './search-bundle.js';
 import { clearedByFastPath, r4StructureValidator } from './structure-validator.js';
-import { etagOf, parseIfMatch } from './versioning.js';
+import { etagOf, notModified, parseIfMatch } from './versioning.js';
 
 function setVersionHeaders(res: Response, resource: StoredResource): void {
   res.setHeader('ETag', etagOf(resource.meta.versionId));
@@ -75,9 +86,11 @@ function queryString(req: Request): string {
  * The FHIR R4 data plane, mounted by default at `/fhir/R4`:
  *
  * - `GET /metadata`: the CapabilityStatement (public, no authentication).
- * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|DELETE /{type}/{id}`
- *   (`ETag` / `If-Match` versioning), `GET /{type}?…` and `POST /{type}/_search` (form body)
- *   searchset Bundles with `total`, included resources and keyset paging links.
+ * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|PATCH|DELETE
+ *   /{type}/{id}` (`ETag` / `If-Match` versioning; `If-None-Match` / `If-Modified-Since` conditional
+ *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
+ *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles with `total`, included
+ *   resources and keyset paging links.
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
@@ -88,11 +101,19 @@ function queryString(req: Request): string {
 export function fhirRouter(options: FhirRouterOptions): Router {
   const config = resolveFhirRouterOptions(options, r4StructureValidator);
   const { storage } = config;
+  // Warmed now, so that the first search or `/metadata` does not wait for it (about 0.4 s). Not
+  // awaited; a failure is retried, and reported, by the first request that needs the registry.
+  loadSearchRegistry().catch(() => undefined);
   const router = express.Router();
   const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
   const body = jsonBody({
     types: [FHIR_JSON, 'application/json'],
+    limit: config.bodyLimit,
+    maxDepth: config.maxJsonDepth,
+  });
+  const patchBody = jsonBody({
+    types: [JSON_PATCH, FHIR_JSON, 'application/json'],
     limit: config.bodyLimit,
     maxDepth: config.maxJsonDepth,
   });
@@ -124,6 +145,18 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         new FhirError(400, 'invalid', 'The id does not match the FHIR id syntax', { expression: ['id'] }),
       );
     }
+    next();
+  };
+
+  /** A type-level PUT or DELETE is conditional: without a query there is nothing to address (405). */
+  const withCriteria: RequestHandler = (req, res, next) => {
+    if (queryString(req) === '') return methodNotAllowed('GET, POST')(req, res, next);
+    next();
+  };
+
+  /** With `conditionalDelete: 'off'`, `DELETE [type]?criteria` is not a route (405). */
+  const conditionalDeleteOn: RequestHandler = (req, res, next) => {
+    if (config.conditionalDelete === 'off') return methodNotAllowed('GET, POST')(req, res, next);
     next();
   };
 
@@ -168,16 +201,34 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   const secured = [authenticate, withContext];
 
   // --- metadata (public) ---
+  // The statement (about 500 KB: every search parameter of every type) is built once per base URL:
+  // it takes about 10 ms, and anyone may ask for it.
+  const statements = new Map<string, string>();
   router
     .route('/metadata')
-    .get((req, res) => {
-      const statement = buildCapabilityStatement({
-        baseUrl: base(req),
-        contributions: config.capabilities,
-        ...(config.software ? { software: config.software } : {}),
-      });
-      sendFhir(res, 200, statement);
-    })
+    .get(
+      asyncHandler(async (req, res) => {
+        const baseUrl = base(req);
+        let text = statements.get(baseUrl);
+        if (text === undefined) {
+          const statement = buildCapabilityStatement(
+            {
+              baseUrl,
+              contributions: config.capabilities,
+              conditionalDelete:
+                config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
+              ...(config.software ? { software: config.software } : {}),
+            },
+            await loadSearchRegistry(),
+          );
+          text = JSON.stringify(statement);
+          // Keyed by base URL, which follows the Host header without `baseUrl`: a few kept.
+          if (statements.size >= 8) statements.delete(statements.keys().next().value!);
+          statements.set(baseUrl, text);
+        }
+        res.status(200).type(FHIR_JSON).send(text);
+      }),
+    )
     .all(methodNotAllowed('GET'));
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
@@ -218,11 +269,15 @@ export function fhirRouter(options: FhirRouterOptions): Router {
 
   async function answerBundle(req: Request, res: Response, bundle: unknown): Promise<void> {
     const prefer = parsePrefer(req.headers.prefer);
+    const answer = returnPreference(prefer, config.defaultReturn);
     const activity = audit ? new RequestActivity() : undefined;
     const response = await processBundle(contextOf(req), storage, bundle, {
       baseUrl: base(req),
       maxEntries: config.maxBundleEntries,
-      returnMinimal: returnPreference(prefer, config.defaultReturn) === 'minimal',
+      returnMinimal: answer === 'minimal',
+      returnOutcome: answer === 'OperationOutcome',
+      conditionalDelete: config.conditionalDelete,
+      maxJsonDepth: config.maxJsonDepth,
       search: { ...searchOptions, lenient: prefer.handling === 'lenient' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
@@ -303,6 +358,54 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         sendWrite(req, res, result.status, result.resource);
       }),
     )
+    .put(
+      guard,
+      withCriteria,
+      ...secured,
+      body,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const result = await conditionalUpdate(
+          contextOf(req),
+          stringParam(req.params.type),
+          queryString(req),
+          req.body,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        audit?.(req, res, {
+          kind: 'fhir-write',
+          interaction: 'update',
+          references: [`${result.resource.resourceType}/${result.resource.id}`],
+        });
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .delete(
+      guard,
+      withCriteria,
+      conditionalDeleteOn,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const references = await conditionalDelete(
+          contextOf(req),
+          stringParam(req.params.type),
+          queryString(req),
+          {
+            mode: config.conditionalDelete === 'multiple' ? 'multiple' : 'single',
+            maxMatches: config.maxBundleEntries,
+          },
+        );
+        if (references.length > 0) {
+          audit?.(req, res, {
+            kind: 'fhir-write',
+            interaction: 'delete',
+            references: references.slice(0, AUDITED_REFERENCES),
+            count: references.length,
+          });
+        }
+        res.status(204).end();
+      }),
+    )
     .all(guard, methodNotAllowed('GET, POST'));
 
   // --- instance level: read, update, delete ---
@@ -319,6 +422,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         );
         if (audit) auditAccess(req, res, readAccess('read', resource));
         setVersionHeaders(res, resource);
+        if (notModified(resource, req.get('If-None-Match'), req.get('If-Modified-Since'))) {
+          res.status(304).end();
+          return;
+        }
         sendFhir(res, 200, resource);
       }),
     )
@@ -355,7 +462,29 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         res.status(204).end();
       }),
     )
-    .all(guard, methodNotAllowed('GET, PUT, DELETE'));
+    .patch(
+      guard,
+      ...secured,
+      patchBody,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const result = await patchResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          patch,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        audit?.(req, res, {
+          kind: 'fhir-write',
+          interaction: 'update',
+          references: [`${result.resource.resourceType}/${result.resource.id}`],
+        });
+        sendWrite(req, res, result.status, result.resource);
+      }),
+    )
+    .all(guard, methodNotAllowed('GET, PUT, PATCH, DELETE'));
 
   // --- vread of the current version (what Location headers point at) ---
   router

@@ -110,7 +110,12 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ),
 
   // FhirError
-  ERR_FHIR_INVALID: answer(400, 'invalid', 'A FHIR request or resource is invalid (with `expression`)'),
+  ERR_FHIR_INVALID: answer(
+    400,
+    'invalid',
+    'A FHIR request or resource is invalid (with `expression`); 422 for a patch that cannot be applied, 412 for conditional criteria without a search parameter',
+    { otherStatuses: [412, 422] },
+  ),
   ERR_FHIR_STRUCTURE: answer(400, 'structure', 'An NDJSON line or resource is not well-formed'),
   ERR_FHIR_REQUIRED: answer(400, 'required', 'A required element, header or file is missing'),
   ERR_FHIR_VALUE: answer(400, 'value', 'A value is not allowed (validation)'),
@@ -129,15 +134,19 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_FHIR_NOT_SUPPORTED: answer(400, 'not-supported', 'An unsupported parameter, type or method', {
     otherStatuses: [405],
   }),
-  ERR_FHIR_DUPLICATE: answer(412, 'duplicate', 'Conditional create criteria match more than one resource'),
+  ERR_FHIR_DUPLICATE: answer(
+    412,
+    'duplicate',
+    'Conditional create, update or (single) delete criteria match more than one resource',
+  ),
   ERR_FHIR_CONFLICT: answer(409, 'conflict', 'The resource conflicts with an existing one', {
     scimType: 'uniqueness',
   }),
   ERR_FHIR_TOO_COSTLY: answer(
     413,
     'too-costly',
-    'Over a size limit; 429 when the project export files reach `maxProjectExportSize`',
-    { otherStatuses: [429] },
+    'Over a size limit; 429 when the project export files reach `maxProjectExportSize`; 412 when a multiple conditional delete matches more than `maxBundleEntries`',
+    { otherStatuses: [429, 412] },
   ),
   ERR_FHIR_THROTTLED: answer(
     429,

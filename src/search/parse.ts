@@ -97,13 +97,24 @@ function splitModifier(key: string): { code: string; modifier?: string } {
   return colon === -1 ? { code: key } : { code: key.slice(0, colon), modifier: key.slice(colon + 1) };
 }
 
+/**
+ * True when {@link parseSearchRequest} answers `def` as a search parameter (the CapabilityStatement
+ * lists these): not a `special` one (`near`, `_text`, …) nor one of the unsupported common
+ * parameters, with a FHIRPath to evaluate, and, for a composite, components of simple types.
+ */
+export function isSupportedParameter(def: SearchParameterDefinition): boolean {
+  if (UNSUPPORTED_SPECIAL.has(def.code) || def.type === 'special' || def.branches.length === 0) return false;
+  return (
+    def.type !== 'composite' ||
+    (def.components.length > 0 && def.components.every((c) => c.type !== 'composite' && c.type !== 'special'))
+  );
+}
+
 function definition(ctx: Context, resourceType: string, code: string): SearchParameterDefinition {
   if (UNSUPPORTED_SPECIAL.has(code)) throw new Unsupported('not-supported', `${code} is not supported`);
   const def = ctx.registry.get(resourceType, code);
   if (!def) throw new Unsupported('invalid', `Unknown search parameter ${code} for ${resourceType}`);
-  if (def.type === 'special' || (def.branches.length === 0 && def.components.length === 0)) {
-    throw new Unsupported('not-supported', `${code} is not supported`);
-  }
+  if (!isSupportedParameter(def)) throw new Unsupported('not-supported', `${code} is not supported`);
   return def;
 }
 

@@ -98,6 +98,38 @@ describe('audit wiring: FHIR writes', () => {
     expect(events.map((e) => e.event.action)).toEqual(['C', 'U', 'D']);
   });
 
+  it('records a PATCH and a conditional update as updates, a conditional delete as a delete', async () => {
+    const { post, put, take, t, auth } = await setup();
+    const created = await post('/Patient', {
+      resourceType: 'Patient',
+      identifier: [{ system: 'urn:a', value: '1' }],
+    });
+    const id = created.body.id as string;
+    take();
+    const patched = await request(t.app)
+      .patch(`/fhir/R4/Patient/${id}`)
+      .set('Authorization', auth)
+      .type('application/json-patch+json')
+      .send(JSON.stringify([{ op: 'add', path: '/active', value: true }]));
+    expect(patched.status).toBe(200);
+    const upserted = await put('/Patient?identifier=urn:a|1', {
+      resourceType: 'Patient',
+      identifier: [{ system: 'urn:a', value: '1' }],
+    });
+    expect(upserted.status).toBe(200);
+    const deleted = await request(t.app)
+      .delete('/fhir/R4/Patient?identifier=urn:a|1')
+      .set('Authorization', auth);
+    expect(deleted.status).toBe(204);
+    const events = take();
+    expect(records(events)).toMatchObject([
+      { kind: 'fhir-write', interaction: 'update', references: [`Patient/${id}`] },
+      { kind: 'fhir-write', interaction: 'update', references: [`Patient/${id}`] },
+      { kind: 'fhir-write', interaction: 'delete', references: [`Patient/${id}`], count: 1 },
+    ]);
+    expect(events.map((e) => e.event.action)).toEqual(['U', 'U', 'D']);
+  });
+
   it('records nothing for a write refused with a protocol error', async () => {
     const { post, put, take } = await setup();
     expect((await post('/Patient', { resourceType: 'Observation' })).status).toBe(400);

@@ -10,6 +10,7 @@ import {
   downloadAll,
   expectMatchesStore,
   exportManifest,
+  keysOf,
   seed,
   tempDir,
   token,
@@ -65,6 +66,13 @@ async function flowOn(mod: DistModule, storage: Storage): Promise<void> {
   const byType = await downloadAll(app, auth, manifest);
   expect(byType.get('Patient')).toHaveLength(4);
   await expectMatchesStore(storage, 'proj-a', byType);
+  // `_typeFilter` parsed at kick-off and matched in the built worker (which loads the registry).
+  const filtered = await exportManifest(
+    app,
+    auth,
+    `/Patient/$export?_type=Observation&_typeFilter=${encodeURIComponent('Observation?code:text=a')}`,
+  );
+  expect(keysOf(await downloadAll(app, auth, filtered))).toEqual(['Observation/o1']);
   expect((await request(app).get(`${BASE}/$export-status/nope`).set('Authorization', auth)).status).toBe(404);
 }
 

@@ -8,6 +8,7 @@ import {
   downloadAll,
   exportManifest,
   keysOf,
+  sampleResources,
   tempDir,
   token,
 } from '../helpers/bulk-export.js';
@@ -151,7 +152,7 @@ describe('kick-off parameters', () => {
     await expect400(app, auth, '/$export?_elements=name.given');
   });
 
-  it('_typeFilter: filters its type only; several filters are ORed; unsupported 400', async () => {
+  it('_typeFilter: filters its type only; several filters are ORed', async () => {
     const { app, auth } = await bulkTestApp();
     const filters = [
       `Observation?${new URLSearchParams({ subject: 'Patient/p1' }).toString()}`,
@@ -167,9 +168,110 @@ describe('kick-off parameters', () => {
       'Observation/o1',
       'Observation/o3',
     ]);
-    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Observation?code=1234')}`);
-    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Observation?_sort=_id')}`);
-    await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent('Nope?_id=1')}`);
+  });
+
+  it('_typeFilter: every search parameter of the type (Observation?code=1234, ?category=laboratory)', async () => {
+    const category = (code: string) => [
+      { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/observation-category', code }] },
+    ];
+    const loinc = (code: string) => ({ coding: [{ system: 'http://loinc.org', code }] });
+    const { app, auth } = await bulkTestApp({
+      seed: [
+        ...sampleResources(),
+        {
+          resourceType: 'Observation',
+          id: 'lab1',
+          status: 'final',
+          category: category('laboratory'),
+          code: loinc('1234'),
+          subject: { reference: 'Patient/p1' },
+          effectiveDateTime: '2021-05-01',
+        },
+        {
+          resourceType: 'Observation',
+          id: 'lab2',
+          status: 'final',
+          category: category('laboratory'),
+          code: loinc('5678'),
+          subject: { reference: 'Patient/p2' },
+          effectiveDateTime: '2019-05-01',
+        },
+        {
+          resourceType: 'Observation',
+          id: 'vs1',
+          status: 'final',
+          category: category('vital-signs'),
+          code: loinc('1234'),
+          subject: { reference: 'Patient/p3' },
+        },
+      ],
+    });
+    const exported = async (target: string, ...filters: string[]) =>
+      keysOf(
+        await downloadAll(
+          app,
+          auth,
+          await exportManifest(
+            app,
+            auth,
+            `${target}${target.includes('?') ? '&' : '?'}${filters
+              .map((f) => `_typeFilter=${encodeURIComponent(f)}`)
+              .join('&')}`,
+          ),
+        ),
+      );
+    // The CLI's help example, and a category.
+    expect(await exported('/$export?_type=Observation', 'Observation?code=1234')).toEqual([
+      'Observation/lab1',
+      'Observation/vs1',
+    ]);
+    expect(await exported('/$export?_type=Observation,Condition', 'Observation?category=laboratory')).toEqual(
+      ['Condition/c1', 'Observation/lab1', 'Observation/lab2'],
+    );
+    // Two filters (repeated _typeFilter): ORed; two parameters of one filter: ANDed.
+    expect(
+      await exported(
+        '/$export?_type=Observation',
+        'Observation?code=1234',
+        'Observation?category=laboratory',
+      ),
+    ).toEqual(['Observation/lab1', 'Observation/lab2', 'Observation/vs1']);
+    expect(
+      await exported(
+        '/$export?_type=Observation',
+        `Observation?${new URLSearchParams({ code: 'http://loinc.org|1234', category: 'laboratory' }).toString()}`,
+      ),
+    ).toEqual(['Observation/lab1']);
+    // Prefixes and modifiers; a comma in the query (encoded inside the filter) ORs values.
+    expect(
+      await exported(
+        '/$export?_type=Observation,Patient',
+        `Observation?${new URLSearchParams({ date: 'ge2020', 'code:not': '5678' }).toString()}`,
+        `Patient?${new URLSearchParams({ name: 'p2,p4' }).toString()}`,
+      ),
+    ).toEqual(['Observation/lab1', 'Patient/p2', 'Patient/p4']);
+    // Within a Group's compartments (members p1 and p3).
+    expect(await exported('/Group/g1/$export?_type=Observation', 'Observation?category=laboratory')).toEqual([
+      'Observation/lab1',
+    ]);
+  });
+
+  it('_typeFilter: result parameters, chains, unknown parameters and types answer 400 naming _typeFilter', async () => {
+    const { app, auth } = await bulkTestApp();
+    for (const filter of [
+      'Observation?_sort=_id',
+      'Observation?_include=Observation:subject',
+      'Observation?_count=10',
+      'Observation?subject:Patient.name=p1',
+      'Patient?_has:Observation:patient:code=1234',
+      'Observation?nope=1',
+      'Observation?code:in=http://x',
+      'Observation?date=tomorrow',
+      'Nope?_id=1',
+    ]) {
+      const res = await expect400(app, auth, `/$export?_typeFilter=${encodeURIComponent(filter)}`);
+      expect(res.body.issue[0].expression, filter).toEqual(['_typeFilter']);
+    }
   });
 
   it('patient: POST only, Patient and Group level; unknown ones are reported, not refused', async () => {
@@ -260,7 +362,7 @@ describe('kick-off parameters', () => {
     const m = await exportManifest(
       app,
       auth,
-      '/$export?_type=Patient,NotAType&_outputFormat=csv&includeAssociatedData=NotAValue&_typeFilter=Observation%3Fcode%3D1&_foo=1',
+      '/$export?_type=Patient,NotAType&_outputFormat=csv&includeAssociatedData=NotAValue&_typeFilter=Observation%3Fnope%3D1&_foo=1',
       { prefer: 'respond-async, handling=lenient' },
     );
     expect(m.output.map((o) => o.type)).toEqual(['Patient']);

@@ -10,7 +10,8 @@ import { elementsFor, projectElements } from '../../src/search/elements.js';
 import { resolveGroupMembers } from '../../src/bulk/group-members.js';
 import { loadMandatoryElements, mandatoryElementsOf } from '../../src/search/element-tables.js';
 import { NdjsonFileWriter } from '../../src/bulk/ndjson-file-writer.js';
-import { compileTypeFilters } from '../../src/bulk/type-filter.js';
+import { parseTypeFilter, typeFilterTests } from '../../src/bulk/type-filter.js';
+import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { NotFoundError } from '../../src/storage/errors.js';
 import type { StoredResource } from '../../src/storage/types.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -148,51 +149,69 @@ describe('_elements', () => {
 });
 
 describe('_typeFilter', () => {
-  it('filters of one type are ORed', () => {
-    const filters = compileTypeFilters([
-      'Observation?_id=a',
-      'Observation?subject=Patient/p',
-      'Condition?_id=c',
-    ]);
-    const obs = (id: string, patient: string) =>
-      ({
-        resourceType: 'Observation',
-        id,
-        meta: { versionId: '1', lastUpdated: '2024-01-01T00:00:00Z' },
-        subject: { reference: `Patient/${patient}` },
-      }) as StoredResource;
-    const test = (r: StoredResource) => filters.get('Observation')!.some((f) => f.matches(r));
-    expect(test(obs('a', 'q'))).toBe(true);
-    expect(test(obs('b', 'p'))).toBe(true);
-    expect(test(obs('b', 'q'))).toBe(false);
-    expect(filters.get('Condition')).toHaveLength(1);
+  const tests = async (filters: string[]) => {
+    const registry = await loadSearchRegistry();
+    const searches = filters.map((filter) => {
+      const parsed = parseTypeFilter(registry, filter);
+      if (!('search' in parsed)) throw new Error(parsed.problem);
+      return parsed.search;
+    });
+    return typeFilterTests(registry, searches);
+  };
+  const obs = (id: string, extra: Record<string, unknown> = {}) =>
+    ({
+      resourceType: 'Observation',
+      id,
+      meta: { versionId: '1', lastUpdated: '2024-01-01T00:00:00Z' },
+      status: 'final',
+      code: { coding: [{ system: 'http://loinc.org', code: '1234' }] },
+      ...extra,
+    }) as StoredResource;
+
+  it('filters of one type are ORed; a type without a filter has no test', async () => {
+    const filters = await tests(['Observation?_id=a', 'Observation?subject=Patient/p', 'Condition?_id=c']);
+    const test = filters.get('Observation')!;
+    expect(test(obs('a', { subject: { reference: 'Patient/q' } }))).toBe(true);
+    expect(test(obs('b', { subject: { reference: 'Patient/p' } }))).toBe(true);
+    expect(test(obs('b', { subject: { reference: 'Patient/q' } }))).toBe(false);
+    expect(filters.has('Condition')).toBe(true);
+    expect(filters.has('Patient')).toBe(false);
   });
 
-  it('applies identifier tokens (which search answers through the store index)', () => {
-    const filters = compileTypeFilters([
-      'Observation?identifier=urn:lab|1,|free',
-      'Observation?identifier=urn:x|',
+  it('parameters of one filter are ANDed, commas OR values, with modifiers and prefixes', async () => {
+    const filters = await tests([
+      `Observation?${new URLSearchParams({
+        code: 'http://loinc.org|1234,http://loinc.org|5678',
+        category: 'laboratory',
+        date: 'ge2020-03',
+      }).toString()}`,
     ]);
-    const obs = (identifier: unknown) =>
-      ({
-        resourceType: 'Observation',
-        id: 'o',
-        meta: { versionId: '1', lastUpdated: '2024-01-01T00:00:00Z' },
-        identifier,
-      }) as StoredResource;
-    const test = (r: StoredResource) => filters.get('Observation')!.some((f) => f.matches(r));
-    expect(test(obs([{ system: 'urn:lab', value: '1' }]))).toBe(true);
-    expect(test(obs([{ system: 'urn:lab', value: '2' }, { value: 'free' }]))).toBe(true);
-    expect(test(obs({ system: 'urn:x', value: '9' }))).toBe(true);
+    const test = filters.get('Observation')!;
+    const lab = { category: [{ coding: [{ code: 'laboratory' }] }] };
+    expect(test(obs('a', { ...lab, effectiveDateTime: '2020-03-05' }))).toBe(true);
+    expect(test(obs('b', { ...lab, effectiveDateTime: '2020-02-05' }))).toBe(false);
+    expect(test(obs('c', { effectiveDateTime: '2021-01-01' }))).toBe(false);
+    expect(
+      test(obs('d', { ...lab, effectiveDateTime: '2021-01-01', code: { coding: [{ code: '1234' }] } })),
+    ).toBe(false);
+  });
+
+  it('applies identifier tokens', async () => {
+    const filters = await tests(['Observation?identifier=urn:lab|1,|free', 'Observation?identifier=urn:x|']);
+    const test = filters.get('Observation')!;
+    const withId = (identifier: unknown) => obs('o', { identifier });
+    expect(test(withId([{ system: 'urn:lab', value: '1' }]))).toBe(true);
+    expect(test(withId([{ system: 'urn:lab', value: '2' }, { value: 'free' }]))).toBe(true);
+    expect(test(withId([{ system: 'urn:x', value: '9' }]))).toBe(true);
     expect(
       test(
-        obs([
+        withId([
           { system: 'urn:lab', value: '2' },
           { system: 'urn:y', value: 'free' },
         ]),
       ),
     ).toBe(false);
-    expect(test(obs(undefined))).toBe(false);
+    expect(test(obs('o'))).toBe(false);
   });
 });
 

@@ -6,8 +6,12 @@ import {
   type KickoffInput,
 } from '../../src/bulk/kickoff-params.js';
 import { FhirError } from '../../src/http/http-error.js';
+import { loadSearchRegistry } from '../../src/search/definitions.js';
+
+const registry = await loadSearchRegistry();
 
 const input = (query: Record<string, unknown>, extra: Partial<KickoffInput> = {}): KickoffInput => ({
+  registry,
   level: 'system',
   method: 'GET',
   query,
@@ -202,7 +206,7 @@ describe('parseKickoff', () => {
     expect(status(() => parseKickoff(input({ _type: { a: 1 } })))).toBe(400);
   });
 
-  it('_elements and _typeFilter are kept as given', () => {
+  it('_elements and _typeFilter are kept as given, _typeFilter parsed too', () => {
     const { params } = parseKickoff(
       input({
         _elements: 'Patient.name,id',
@@ -211,5 +215,71 @@ describe('parseKickoff', () => {
     );
     expect(params.elements).toEqual(['Patient.name', 'id']);
     expect(params.typeFilters).toEqual(['Observation?_id=o1']);
+    expect(params.typeFilterSearches).toEqual([
+      {
+        resourceType: 'Observation',
+        filters: [{ kind: 'parameter', code: '_id', type: 'token', values: [{ type: 'token', code: 'o1' }] }],
+      },
+    ]);
+    // Plain data: it is kept with the job and crosses to the worker thread unchanged.
+    expect(structuredClone(params)).toEqual(params);
+  });
+
+  it('_typeFilter: every search parameter of the type; several filters, one entry each', () => {
+    const { params } = parseKickoff(
+      input({
+        _typeFilter: [
+          'Observation?code=1234',
+          `Observation?${new URLSearchParams({ category: 'laboratory', date: 'ge2020-01', 'value-quantity': 'gt5' }).toString()}`,
+          `Patient?${new URLSearchParams({ name: 'smith', gender: 'female,other' }).toString()}`,
+          `Condition?${new URLSearchParams({ 'code:not': 'http://snomed.info/sct|1', 'onset-date:missing': 'false' }).toString()}`,
+        ],
+      }),
+    );
+    expect(
+      params.typeFilterSearches?.map((s) => [
+        s.resourceType,
+        s.filters.map((f) => (f.kind === 'has' ? '_has' : f.code)),
+      ]),
+    ).toEqual([
+      ['Observation', ['code']],
+      ['Observation', ['category', 'date', 'value-quantity']],
+      ['Patient', ['name', 'gender']],
+      ['Condition', ['code', 'onset-date']],
+    ]);
+  });
+
+  it('_typeFilter: result parameters, chains, _has, unknown parameters and empty values are refused', () => {
+    for (const filter of [
+      'Observation?_sort=date',
+      'Observation?_include=Observation:subject',
+      'Observation?_revinclude=Provenance:target',
+      'Observation?_count=5',
+      'Observation?_summary=count',
+      'Observation?_elements=code',
+      'Observation?subject:Patient.name=smith',
+      'Patient?_has:Observation:patient:code=1234',
+      'Observation?nope=1',
+      'Observation?code:in=http://x',
+      'Observation?code=',
+      'Observation?date=notadate',
+      'Nope?_id=1',
+    ]) {
+      let error: unknown;
+      try {
+        parseKickoff(input({ _typeFilter: filter }));
+      } catch (e) {
+        error = e;
+      }
+      expect(error, filter).toBeInstanceOf(FhirError);
+      expect((error as FhirError).status, filter).toBe(400);
+      expect((error as FhirError).expression, filter).toEqual(['_typeFilter']);
+      const lenient = parseKickoff(input({ _typeFilter: filter }, { prefer: 'handling=lenient' }));
+      expect(lenient.params.typeFilters, filter).toBeUndefined();
+      expect(
+        lenient.issues.map((i) => i.expression[0]),
+        filter,
+      ).toEqual(['_typeFilter']);
+    }
   });
 });

@@ -207,11 +207,12 @@ describe('command line: against a server mounted under /api', () => {
     id,
     name: [{ family: id }],
   }));
+  // o0 and o2 have the LOINC code of the --type-filter help example.
   const ndjsonObservations = ['p1', 'p1', 'p2', 'p3'].map((p, i) => ({
     resourceType: 'Observation',
     id: `o${i}`,
     status: 'final',
-    code: { text: 'weight' },
+    code: { coding: [{ system: 'http://loinc.org', code: i % 2 === 0 ? '1234' : '5678' }], text: 'weight' },
     subject: { reference: `Patient/${p}` },
   }));
   const ndjsonGroup = {
@@ -479,6 +480,54 @@ describe('command line: against a server mounted under /api', () => {
       .map((l) => JSON.parse(l).id)
       .sort();
     expect(ids).toEqual(['p1', 'p2']);
+  });
+
+  it('export --type-filter: the help example Observation?code=1234 exports only those', async () => {
+    const help = await cli(['export', '--help']);
+    expect(help.stdout).toContain('Observation?code=1234');
+    const out = path.join(work, 'filtered');
+    const summary = await cliJson([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      key,
+      '--type',
+      'Observation,Patient',
+      '--type-filter',
+      'Observation?code=1234',
+      '--out',
+      out,
+      '--quiet',
+    ]);
+    const ids = (type: string) =>
+      fs
+        .readFileSync(
+          path.join(out, summary.files.find((f: { type: string }) => f.type === type).file),
+          'utf8',
+        )
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).id)
+        .sort();
+    expect(ids('Observation')).toEqual(['o0', 'o2']);
+    // A type without a filter is exported whole.
+    expect(ids('Patient')).toEqual(['p1', 'p2', 'p3', 'p4']);
+    // A filter the server refuses: exit 1, its reason said.
+    const refused = await cli([
+      'export',
+      '--client-id',
+      jwtClient,
+      '--private-key',
+      key,
+      '--type-filter',
+      'Observation?_sort=date',
+      '--out',
+      path.join(work, 'refused'),
+      '--quiet',
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('_sort');
   });
 
   it('resumes an interrupted download with Range when run again', async () => {

@@ -1,6 +1,7 @@
 // Parallel requests over HTTP on every store: transactions and batches of every entry kind, more
 // of them than the PostgreSQL pool has connections, never wedge the server; conditional creates
-// racing on the same criteria make one resource.
+// and conditional updates racing on the same criteria make one resource; parallel PATCHes of one
+// resource lose none of their changes.
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import request from 'supertest';
@@ -12,9 +13,9 @@ import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/p
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
-/** Connections of the PostgreSQL pool: every burst below sends at least three times as many requests. */
+/** Connections of the PostgreSQL pool: every burst below sends four times as many requests. */
 const POOL = 4;
-const BURST = 3 * POOL;
+const BURST = 4 * POOL;
 /** A request still unanswered after this long counts as wedged. */
 const ANSWER_WITHIN_MS = 15_000;
 
@@ -84,7 +85,7 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
   /** One Bundle entry of each kind a probe sent, `i` choosing the kind and its target. */
   function entryOfKind(i: number, ids: string[], tag: string): Record<string, unknown> {
     const id = ids[i]!;
-    switch (i % 6) {
+    switch (i % 8) {
       case 0:
         return { request: { method: 'DELETE', url: `Patient/${id}` } };
       case 1:
@@ -102,6 +103,22 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
         return { request: { method: 'GET', url: `Patient/${id}` } };
       case 4:
         return { request: { method: 'GET', url: `Patient?identifier=urn:race|${tag}-${i}` } };
+      case 6:
+        return {
+          resource: {
+            resourceType: 'Binary',
+            contentType: 'application/json-patch+json',
+            data: Buffer.from(JSON.stringify([{ op: 'add', path: '/active', value: true }])).toString(
+              'base64',
+            ),
+          },
+          request: { method: 'PATCH', url: `Patient/${id}` },
+        };
+      case 7:
+        return {
+          resource: patient(`${tag}-upserted`),
+          request: { method: 'PUT', url: `Patient?identifier=urn:race|${tag}-upserted` },
+        };
       default:
         return { resource: patient(`${tag}-new-${i}`), request: { method: 'POST', url: 'Patient' } };
     }
@@ -140,6 +157,7 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
       }
       // The conditional entries made one Patient between them.
       expect(await countMatches(`${tag}-shared`)).toBe(1);
+      expect(await countMatches(`${tag}-upserted`)).toBe(1);
       await expectResponsive();
     },
   );
@@ -155,6 +173,82 @@ describe.each(stores)('parallel requests on the %s store', (_name, open) => {
       const statuses = answers.map((r) => r.status).sort();
       expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
       expect(new Set(answers.map((r) => r.body.id as string)).size).toBe(1);
+      expect(await countMatches(value)).toBe(1);
+    }
+  });
+
+  it('makes one resource of parallel conditional updates, round after round', async () => {
+    for (let round = 0; round < 5; round++) {
+      const value = `update-${round}`;
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          http()
+            .put(`/fhir/R4/Patient?identifier=${encodeURIComponent(`urn:race|${value}`)}`)
+            .set('Authorization', auth)
+            .type(FHIR_JSON)
+            .timeout(ANSWER_WITHIN_MS)
+            .send(
+              JSON.stringify({ ...patient(value), birthDate: `2000-01-${String(i + 1).padStart(2, '0')}` }),
+            ),
+        ),
+      );
+      const statuses = answers.map((r) => r.status).sort();
+      expect(statuses).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
+      expect(new Set(answers.map((r) => r.body.id as string)).size).toBe(1);
+      // Each wrote its own version of the one resource.
+      expect(new Set(answers.map((r) => r.body.meta.versionId as string)).size).toBe(10);
+      expect(await countMatches(value)).toBe(1);
+    }
+  });
+
+  it('keeps every change of parallel PATCHes of one resource', async () => {
+    const [id] = await createPatients(1, 'patched');
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        http()
+          .patch(`/fhir/R4/Patient/${id}`)
+          .set('Authorization', auth)
+          .type('application/json-patch+json')
+          .timeout(ANSWER_WITHIN_MS)
+          .send(
+            JSON.stringify([
+              { op: 'add', path: '/identifier/-', value: { system: 'urn:patch', value: `${i}` } },
+            ]),
+          ),
+      ),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array.from({ length: 10 }, () => 200));
+    const res = await http()
+      .get(`/fhir/R4/Patient/${id}`)
+      .set('Authorization', auth)
+      .timeout(ANSWER_WITHIN_MS);
+    expect(res.body.meta.versionId).toBe('11');
+    const values = (res.body.identifier as { system: string; value: string }[])
+      .filter((i) => i.system === 'urn:patch')
+      .map((i) => i.value)
+      .sort();
+    expect(values).toEqual(['0', '1', '2', '3', '4', '5', '6', '7', '8', '9']);
+  });
+
+  it('makes one resource of parallel batch entries with the same conditional update', async () => {
+    for (let round = 0; round < 3; round++) {
+      const value = `batch-update-${round}`;
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          post('/fhir/R4', {
+            resourceType: 'Bundle',
+            type: 'batch',
+            entry: [
+              {
+                resource: patient(value),
+                request: { method: 'PUT', url: `Patient?identifier=urn:race|${value}` },
+              },
+            ],
+          }),
+        ),
+      );
+      const statuses = answers.map((r) => (r.body.entry[0].response.status as string).slice(0, 3)).sort();
+      expect(statuses).toEqual(['200', '200', '200', '200', '200', '200', '200', '200', '200', '201']);
       expect(await countMatches(value)).toBe(1);
     }
   });

@@ -211,6 +211,47 @@ describe('inherited names elsewhere in FHIR input', () => {
 });
 
 describe('JSON nesting depth', () => {
+  it('PATCH: inherited names are unknown elements in a strict project, never a prototype change', async () => {
+    const patch = (id: string, json: string, project: string, type = 'application/json-patch+json') =>
+      request(t.app)
+        .patch(`${BASE}/Patient/${id}`)
+        .set('Authorization', auth(project))
+        .set('Content-Type', type)
+        .send(json);
+    for (const project of ['strict', 'lenient']) {
+      const created = await send(t.app, 'post', '/Patient', '{"resourceType":"Patient"}', project);
+      const id = created.body.id as string;
+      for (const name of INHERITED) {
+        const key = JSON.stringify(name);
+        const value = `{"polluted":"yes",${JSON.stringify('__proto__')}:{"polluted":"yes"}}`;
+        const res = await patch(
+          id,
+          `[{"op":"add","path":${JSON.stringify(`/${name}`)},"value":${value}}]`,
+          project,
+        );
+        if (name === '__proto__') expectOutcome(res, 400, 'invalid');
+        else if (project === 'strict') expectOutcome(res, 400, 'structure');
+        else expect(res.status).toBe(200);
+        const nested = await patch(id, `[{"op":"add","path":"/name","value":[{${key}:${value}}]}]`, project);
+        if (project === 'strict') expectOutcome(nested, 400, 'structure');
+        else expect(nested.status).toBe(200);
+      }
+      const deep = await patch(
+        id,
+        `[{"op":"add","path":"/extension","value":[${deepPatientJson(5000)}]}]`,
+        project,
+      );
+      expectOutcome(deep, 400, 'invalid');
+      const binary = `{"resourceType":"Bundle","type":"batch","entry":[{"resource":{"resourceType":"Binary",
+        "contentType":"application/json-patch+json","data":"${Buffer.from(`[{"op":"add","path":"/x","value":${nestedJson(5000)}}]`).toString('base64')}"},
+        "request":{"method":"PATCH","url":"Patient/${id}"}}]}`;
+      const bundle = await send(t.app, 'post', '', binary, project);
+      expect(bundle.status).toBe(200);
+      expect(bundle.body.entry[0].response.status).toMatch(/^400/);
+    }
+    expect(t.errors).toEqual([]);
+  });
+
   it('answers 400 OperationOutcome, not 500, for a Patient with extensions nested 5,000 deep', async () => {
     for (const project of ['strict', 'lenient']) {
       const res = await send(t.app, 'post', '/Patient', deepPatientJson(5000), project);

@@ -96,6 +96,21 @@ describe('metadata', () => {
     expect(rest.operation[0].name).toBe('export');
     const patientCaps = rest.resource.find((r: { type: string }) => r.type === 'Patient');
     expect(patientCaps.operation[0].name).toBe('export');
+    expect(patientCaps.interaction.map((i: { code: string }) => i.code)).toEqual([
+      'read',
+      'vread',
+      'update',
+      'patch',
+      'delete',
+      'create',
+      'search-type',
+    ]);
+    expect(patientCaps).toMatchObject({
+      conditionalCreate: true,
+      conditionalRead: 'full-support',
+      conditionalUpdate: true,
+      conditionalDelete: 'single',
+    });
     const obs = rest.resource.find((r: { type: string }) => r.type === 'Observation');
     expect(obs.searchParam.map((p: { name: string }) => p.name)).toEqual(
       expect.arrayContaining(['_id', 'patient']),
@@ -117,6 +132,13 @@ describe('metadata', () => {
         storage: t.storage,
         authenticate: testAuthenticate,
         defaultReturn: 'OperationOutcome' as 'minimal',
+      }),
+    ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
+    expect(() =>
+      fhirRouter({
+        storage: t.storage,
+        authenticate: testAuthenticate,
+        conditionalDelete: 'all' as 'multiple',
       }),
     ).toThrow(expect.objectContaining({ code: 'ERR_INVALID_OPTION' }));
   });
@@ -283,7 +305,7 @@ describe('CRUD', () => {
   it('answers 405 for wrong methods on known routes', async () => {
     const created = await create(patient());
     for (const res of [
-      await request(t.app).patch(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send({}),
+      await request(t.app).patch(`${BASE}/Patient`).set('Authorization', auth()).send([]),
       await request(t.app).post(`${BASE}/Patient/${created.id}`).set('Authorization', auth()).send(patient()),
       await request(t.app).delete(`${BASE}/Patient`).set('Authorization', auth()),
       await request(t.app).put(`${BASE}/Patient`).set('Authorization', auth()).send(patient()),
@@ -767,7 +789,7 @@ describe('batch and transaction', () => {
             { resource: patient(), request: { method: 'POST', url: 'Patient' } },
             { request: { method: 'GET', url: 'Patient/missing' } },
             { resource: { resourceType: 'Patient' }, request: { method: 'POST', url: 'Observation' } },
-            { request: { method: 'PATCH', url: 'Patient/x' } },
+            { request: { method: 'HEAD', url: 'Patient/x' } },
             { resource: patient(), request: { method: 'POST', url: 'Unknown' } },
           ],
           'batch',

@@ -1,0 +1,185 @@
+import express from 'express';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fhirRouter } from '../../src/fhir/router.js';
+import { parseSearch } from '../../src/fhir/search-query.js';
+import { loadSearchRegistry } from '../../src/search/definitions.js';
+import { memoryStorage } from '../../src/stores.js';
+import type { Storage } from '../../src/storage/types.js';
+import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+
+const BASE = '/api/fhir/R4';
+const registry = await loadSearchRegistry();
+
+interface SearchParamEntry {
+  name: string;
+  type: string;
+  definition?: string;
+  documentation?: string;
+}
+
+interface ResourceEntry {
+  type: string;
+  searchParam: SearchParamEntry[];
+}
+
+/** A syntactically valid value of each parameter type. */
+const SAMPLE: Record<string, string> = {
+  string: 'a',
+  token: 'a',
+  date: '2020',
+  number: '1',
+  quantity: '1',
+  reference: 'x',
+  uri: 'http://a.example',
+};
+
+let storage: Storage;
+let app: express.Express;
+let resources: Map<string, ResourceEntry>;
+let statement: { rest: { searchParam: SearchParamEntry[] }[] };
+
+beforeAll(async () => {
+  storage = memoryStorage();
+  await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
+  // One resource of each sampled type, so that each parameter is evaluated on something.
+  const subject = { reference: 'Patient/x' };
+  const code = { coding: [{ system: 'http://a.example', code: 'a' }], text: 'a' };
+  await storage.writeResources(
+    'p1',
+    [
+      { resourceType: 'Patient', id: 'x', name: [{ family: 'a' }], gender: 'female', birthDate: '2020' },
+      { resourceType: 'Observation', status: 'final', code, subject, valueQuantity: { value: 1 } },
+      { resourceType: 'Condition', code, subject, onsetDateTime: '2020-01-01' },
+      { resourceType: 'Encounter', status: 'finished', class: { code: 'a' }, subject },
+      { resourceType: 'MedicationRequest', status: 'active', intent: 'order', subject },
+      { resourceType: 'Group', type: 'person', actual: true, member: [{ entity: subject }] },
+    ].map((resource) => ({ op: 'create' as const, resource })),
+  );
+  app = express();
+  app.use(BASE, fhirRouter({ storage, authenticate: testAuthenticate, onError: () => undefined }));
+  const res = await request(app).get(`${BASE}/metadata`);
+  expect(res.status).toBe(200);
+  statement = res.body;
+  resources = new Map(
+    (res.body.rest[0].resource as ResourceEntry[]).map((entry) => [entry.type, entry] as const),
+  );
+});
+
+afterAll(() => storage.close());
+
+/** A value `entry` parses: a sample of its type, or one per component of a composite, joined by `$`. */
+function valueOf(entry: SearchParamEntry, components: () => string[]): string {
+  return entry.type === 'composite' ? components().join('$') : SAMPLE[entry.type]!;
+}
+
+describe('the CapabilityStatement lists the search parameters of each type', () => {
+  it('Patient: name, birthdate, gender, identifier and the common ones, with definition and type', () => {
+    const byName = new Map(resources.get('Patient')!.searchParam.map((p) => [p.name, p]));
+    expect(byName.get('name')).toEqual({
+      name: 'name',
+      type: 'string',
+      definition: 'http://hl7.org/fhir/SearchParameter/Patient-name',
+      documentation: expect.stringContaining('HumanName'),
+    });
+    expect(byName.get('birthdate')).toEqual({
+      name: 'birthdate',
+      type: 'date',
+      definition: 'http://hl7.org/fhir/SearchParameter/individual-birthdate',
+      // The Patient line of a description shared with Person and RelatedPerson.
+      documentation: "The patient's date of birth",
+    });
+    expect(byName.get('gender')).toMatchObject({
+      type: 'token',
+      definition: 'http://hl7.org/fhir/SearchParameter/individual-gender',
+    });
+    expect(byName.get('identifier')).toMatchObject({
+      type: 'token',
+      definition: 'http://hl7.org/fhir/SearchParameter/Patient-identifier',
+    });
+    for (const [name, url] of [
+      ['_id', 'Resource-id'],
+      ['_lastUpdated', 'Resource-lastUpdated'],
+      ['_tag', 'Resource-tag'],
+      ['_profile', 'Resource-profile'],
+      ['_security', 'Resource-security'],
+      ['_source', 'Resource-source'],
+    ]) {
+      expect(byName.get(name!)?.definition).toBe(`http://hl7.org/fhir/SearchParameter/${url}`);
+    }
+  });
+
+  it('lists nothing the server refuses', () => {
+    for (const entry of resources.values()) {
+      const names = entry.searchParam.map((p) => p.name);
+      for (const refused of ['_text', '_content', '_query', '_list', '_filter', 'near']) {
+        expect(names, entry.type).not.toContain(refused);
+      }
+      expect(new Set(names).size, entry.type).toBe(names.length);
+      for (const p of entry.searchParam) {
+        expect(p.definition, `${entry.type}.${p.name}`).toMatch(
+          /^http:\/\/hl7\.org\/fhir\/SearchParameter\//,
+        );
+      }
+    }
+    // Observation: composites whose components the module parses.
+    const observation = resources.get('Observation')!.searchParam.map((p) => p.name);
+    expect(observation).toEqual(expect.arrayContaining(['code', 'category', 'code-value-quantity']));
+    expect(statement.rest[0]!.searchParam.map((p) => p.name)).not.toContain('_include');
+  });
+
+  it('every listed parameter of every type parses with a valid value', async () => {
+    let count = 0;
+    for (const [type, entry] of resources) {
+      for (const p of entry.searchParam) {
+        const value = valueOf(p, () => compositeSample(type, p.name));
+        await expect(
+          parseSearch(type, [[p.name, value]]),
+          `${type}?${p.name}=${value}`,
+        ).resolves.toBeDefined();
+        count += 1;
+      }
+    }
+    expect(count).toBeGreaterThan(2000);
+  });
+
+  it('each listed parameter of a sample of types answers a search (no 400)', async () => {
+    const token = testToken({ projectId: 'p1', scopes: ['system/*.*'] });
+    let count = 0;
+    for (const type of ['Patient', 'Observation', 'Condition', 'Encounter', 'MedicationRequest', 'Group']) {
+      for (const p of resources.get(type)!.searchParam) {
+        const value = valueOf(p, () => compositeSample(type, p.name));
+        const res = await request(app)
+          .get(`${BASE}/${type}`)
+          .query({ [p.name]: value })
+          .set('Authorization', token);
+        expect(res.status, `${type}?${p.name}=${value}: ${JSON.stringify(res.body)}`).toBe(200);
+        expect(res.body.resourceType).toBe('Bundle');
+        count += 1;
+      }
+    }
+    expect(count).toBeGreaterThan(150);
+  });
+});
+
+/** Sample values of the components of a composite, from its R4 definition. */
+function compositeSample(type: string, code: string): string[] {
+  const definition = registry.get(type, code);
+  return (definition?.components ?? []).map((c) => SAMPLE[c.type]!);
+}
+
+describe('the CapabilityStatement, built once per base URL', () => {
+  it('answers the same statement again, and each Host its own base URL', async () => {
+    const first = await request(app).get(`${BASE}/metadata`).set('Host', 'one.example');
+    const again = await request(app).get(`${BASE}/metadata`).set('Host', 'one.example');
+    const other = await request(app).get(`${BASE}/metadata`).set('Host', 'two.example');
+    expect(again.text).toBe(first.text);
+    expect(first.body.implementation.url).toBe('http://one.example/api/fhir/R4');
+    expect(other.body.implementation.url).toBe('http://two.example/api/fhir/R4');
+    // Many Hosts: the cache stays bounded and each answer still names its own.
+    for (let i = 0; i < 20; i++) {
+      const res = await request(app).get(`${BASE}/metadata`).set('Host', `h${i}.example`);
+      expect(res.body.implementation.url).toBe(`http://h${i}.example/api/fhir/R4`);
+    }
+  });
+});

@@ -1,0 +1,180 @@
+import { describe, expect, it } from 'vitest';
+import { applyFhirPathPatch } from '../../src/fhir/fhirpath-patch.js';
+import { applyJsonPatch } from '../../src/fhir/json-patch.js';
+import type { FhirResource } from '../../src/storage/types.js';
+
+const op = (type: string, path: string, rest: Record<string, unknown> = {}) => {
+  const part: Record<string, unknown>[] = [
+    { name: 'type', valueCode: type },
+    { name: 'path', valueString: path },
+  ];
+  for (const [name, value] of Object.entries(rest)) {
+    if (name === 'name') part.push({ name, valueString: value });
+    else if (name === 'index' || name === 'source' || name === 'destination')
+      part.push({ name, valueInteger: value });
+    else part.push({ name: 'value', [name]: value });
+  }
+  return { name: 'operation', part };
+};
+const apply = (resource: FhirResource, ...operations: Record<string, unknown>[]) =>
+  applyFhirPathPatch(resource, { resourceType: 'Parameters', parameter: operations });
+
+const patient = (): FhirResource => ({
+  resourceType: 'Patient',
+  id: 'p',
+  name: [
+    { family: 'A', given: ['x', 'y', 'x'], _given: [null, { id: 'g2' }, null] },
+    { family: 'B', given: ['z'] },
+  ],
+  identifier: [{ system: 's', value: '1' }],
+  active: true,
+});
+
+async function failure(work: Promise<unknown>): Promise<{ status: number; code: string }> {
+  try {
+    await work;
+  } catch (error) {
+    return error as { status: number; code: string };
+  }
+  throw new Error('expected a failure');
+}
+
+describe('FHIRPath Patch', () => {
+  it('leaves its input alone and answers a changed copy', async () => {
+    const input = patient();
+    const out = (await apply(
+      input,
+      op('replace', 'Patient.active', { valueBoolean: false }),
+    )) as FhirResource;
+    expect(out.active).toBe(false);
+    expect(input.active).toBe(true);
+  });
+
+  it('selects with indexes, where() on primitives, first() and last(), across the collection', async () => {
+    const deleted = (await apply(
+      patient(),
+      op('delete', "Patient.name[0].given.where($this = 'y')"),
+      op('replace', 'Patient.name.given.last()', { valueString: 'w' }),
+      op('replace', 'Patient.name.first().family', { valueString: 'C' }),
+    )) as { name: { family: string; given: string[]; _given?: unknown[] }[] };
+    expect(deleted.name[0]).toEqual({ family: 'C', given: ['x', 'x'], _given: [null, null] });
+    expect(deleted.name[1]!.given).toEqual(['w']);
+    // `given[2]` counts every given of every name.
+    const third = (await apply(patient(), op('delete', 'Patient.name.given[3]'))) as {
+      name: { given?: string[] }[];
+    };
+    expect(third.name[1]!.given).toBeUndefined();
+  });
+
+  it('inserts and moves list items, keeping primitive extensions in step', async () => {
+    const out = (await apply(
+      patient(),
+      op('insert', 'Patient.name[0].given', { index: 1, valueString: 'n' }),
+      op('move', 'Patient.name[0].given', { source: 2, destination: 0 }),
+    )) as { name: { given: string[]; _given: unknown[] }[] };
+    expect(out.name[0]!.given).toEqual(['y', 'x', 'n', 'x']);
+    expect(out.name[0]!._given).toEqual([{ id: 'g2' }, null, null, null]);
+    const fresh = (await apply(
+      patient(),
+      op('insert', 'Patient.telecom', { index: 0, valueContactPoint: { system: 'phone', value: '1' } }),
+    )) as { telecom: unknown[] };
+    expect(fresh.telecom).toEqual([{ system: 'phone', value: '1' }]);
+  });
+
+  it('adds a list item, a single element, or a choice element under its typed name', async () => {
+    const out = (await apply(
+      patient(),
+      op('add', 'Patient', { name: 'identifier', valueIdentifier: { value: '2' } }),
+      op('add', 'Patient', { name: 'birthDate', valueDate: '2000-01-01' }),
+      op('add', 'Patient', { name: 'multipleBirth', valueInteger: 2 }),
+      op('add', 'Patient', { name: 'photo', valueAttachment: { url: 'http://x' } }),
+    )) as Record<string, unknown>;
+    expect(out.identifier).toHaveLength(2);
+    expect(out.birthDate).toBe('2000-01-01');
+    expect(out.multipleBirthInteger).toBe(2);
+    expect(out.photo).toEqual([{ url: 'http://x' }]);
+  });
+
+  it('answers 422 for what cannot apply and 400 for what is malformed', async () => {
+    expect(
+      await failure(apply(patient(), op('add', 'Patient', { name: 'active', valueBoolean: false }))),
+    ).toMatchObject({
+      status: 422,
+    });
+    expect(
+      await failure(apply(patient(), op('replace', 'Patient.name.family', { valueString: 'x' }))),
+    ).toMatchObject({
+      status: 422,
+    });
+    expect(await failure(apply(patient(), op('delete', 'Patient.name.given.count()')))).toMatchObject({
+      status: 422,
+    });
+    expect(await failure(apply(patient(), op('delete', 'Patient')))).toMatchObject({ status: 422 });
+    expect(
+      await failure(apply(patient(), op('insert', 'Patient.name', { index: 5, valueHumanName: {} }))),
+    ).toMatchObject({ status: 422 });
+    expect(
+      await failure(apply(patient(), op('insert', 'Patient.active', { index: 0, valueBoolean: true }))),
+    ).toMatchObject({ status: 422 });
+    expect(await failure(apply(patient(), op('delete', 'Patient.name.(')))).toMatchObject({ status: 400 });
+    expect(await failure(apply(patient(), op('remove', 'Patient.name')))).toMatchObject({ status: 400 });
+    expect(await failure(apply(patient(), op('delete', `Patient${'.name'.repeat(20_000)}`)))).toMatchObject({
+      status: 400,
+    });
+    expect(
+      await failure(apply(patient(), op('add', 'Patient', { name: '__proto__', valueString: 'x' }))),
+    ).toMatchObject({
+      status: 400,
+    });
+    expect(
+      await failure(
+        applyFhirPathPatch(patient(), { resourceType: 'Parameters', parameter: [{ name: 'x' }] }),
+      ),
+    ).toMatchObject({ status: 400, code: 'ERR_FHIR_INVALID' });
+  });
+
+  it('tells a choice element from an element whose name starts alike', async () => {
+    const obs: FhirResource = {
+      resourceType: 'Observation',
+      statusReason: 'x',
+      code: { text: 'c' },
+      valueQuantity: { value: 1 },
+    };
+    const out = (await apply(
+      obs,
+      op('add', 'Observation', { name: 'status', valueCode: 'final' }),
+      op('replace', 'Observation.value', { valueString: 'high' }),
+    )) as Record<string, unknown>;
+    expect(out).toMatchObject({ status: 'final', statusReason: 'x', valueString: 'high' });
+    expect(out.valueQuantity).toBeUndefined();
+  });
+
+  it('deletes nothing when the path selects nothing', async () => {
+    expect(await apply(patient(), op('delete', 'Patient.telecom'))).toEqual(patient());
+  });
+});
+
+describe('JSON Patch', () => {
+  it('applies to a copy, and tells a malformed document (400) from one that cannot apply (422)', () => {
+    const input = patient();
+    const out = applyJsonPatch(input, [{ op: 'copy', from: '/name/0/family', path: '/name/1/family' }]) as {
+      name: { family: string }[];
+    };
+    expect(out.name[1]!.family).toBe('A');
+    expect((input.name as { family: string }[])[1]!.family).toBe('B');
+    expect(() => applyJsonPatch(input, {})).toThrow(expect.objectContaining({ status: 400 }));
+    expect(() => applyJsonPatch(input, [{ op: 'add', path: 'name' }])).toThrow(
+      expect.objectContaining({ status: 400 }),
+    );
+    expect(() => applyJsonPatch(input, [{ op: 'remove', path: '/telecom' }])).toThrow(
+      expect.objectContaining({ status: 422 }),
+    );
+    expect(() => applyJsonPatch(input, [{ op: 'add', path: '/__proto__/x', value: 1 }])).toThrow(
+      expect.objectContaining({ status: 400 }),
+    );
+    expect(() =>
+      applyJsonPatch(input, [{ op: 'add', path: '/constructor/prototype/x', value: 1 }]),
+    ).toThrow();
+    expect(({} as Record<string, unknown>).x).toBeUndefined();
+  });
+});
