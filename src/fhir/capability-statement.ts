@@ -112,6 +112,28 @@ function searchParamsOf(registry: SearchRegistry, resourceType: string): SearchP
   return entries.map((entry) => ({ ...entry }));
 }
 
+/** `_include` values by source type and `_revinclude` values by target type, from the reference parameters. */
+function includesOf(registry: SearchRegistry): {
+  includes: Map<string, string[]>;
+  revIncludes: Map<string, string[]>;
+} {
+  const includes = new Map<string, string[]>();
+  const revIncludes = new Map<string, string[]>();
+  const add = (map: Map<string, string[]>, key: string, value: string) => {
+    const list = map.get(key);
+    if (list) list.push(value);
+    else map.set(key, [value]);
+  };
+  for (const source of R4_RESOURCE_TYPES) {
+    for (const def of registry.parameters(source)) {
+      if (def.type !== 'reference' || !isSupportedParameter(def)) continue;
+      add(includes, source, `${source}:${def.code}`);
+      for (const target of def.targets) add(revIncludes, target, `${source}:${def.code}`);
+    }
+  }
+  return { includes, revIncludes };
+}
+
 function mergeSecurity(target: Record<string, unknown>, add: Record<string, unknown>): void {
   for (const [key, value] of Object.entries(add)) {
     const current = target[key];
@@ -152,6 +174,7 @@ export function buildCapabilityStatement(
     instantiates.push(...(c.instantiates ?? []));
   }
 
+  const { includes, revIncludes } = includesOf(registry);
   const resource = R4_RESOURCE_TYPES.map((type) => ({
     type,
     profile: `http://hl7.org/fhir/StructureDefinition/${type}`,
@@ -163,6 +186,8 @@ export function buildCapabilityStatement(
     conditionalRead: 'full-support',
     conditionalUpdate: true,
     conditionalDelete: input.conditionalDelete ?? 'single',
+    searchInclude: ['*', ...(includes.get(type) ?? [])],
+    searchRevInclude: revIncludes.get(type) ?? [],
     searchParam: searchParamsOf(registry, type),
     ...(typeOperations.has(type) ? { operation: typeOperations.get(type) } : {}),
   })).map(auditEventCapability);
@@ -190,8 +215,25 @@ export function buildCapabilityStatement(
             type: 'number',
             documentation: 'Number of matches to skip (next links use it).',
           },
-          { name: '_sort', type: 'string', documentation: '_lastUpdated, -_lastUpdated, _id, -_id.' },
-          { name: '_summary', type: 'token', documentation: 'count or false.' },
+          {
+            name: '_sort',
+            type: 'string',
+            documentation:
+              'Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending.',
+          },
+          { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
+          { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
+          { name: '_total', type: 'token', documentation: 'none, estimate or accurate.' },
+          {
+            name: '_include',
+            type: 'special',
+            documentation: 'Type:parameter[:target], * and :iterate (3 levels, at most 1000 a page).',
+          },
+          {
+            name: '_revinclude',
+            type: 'special',
+            documentation: 'Type:parameter[:target] and :iterate (3 levels, at most 1000 a page).',
+          },
           {
             name: '_has',
             type: 'special',

@@ -28,6 +28,7 @@ import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
 import {
+  authorize,
   conditionalDelete,
   conditionalUpdate,
   createResource,
@@ -360,8 +361,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     )
     .put(
       guard,
-      withCriteria,
       ...secured,
+      withCriteria,
       body,
       asyncHandler(async (req, res) => {
         const ifMatch = parseIfMatch(req.get('If-Match'));
@@ -382,9 +383,10 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     )
     .delete(
       guard,
+      // Who is calling first: a caller without credentials gets 401 whatever the URL's shape.
+      ...secured,
       withCriteria,
       conditionalDeleteOn,
-      ...secured,
       asyncHandler(async (req, res) => {
         const references = await conditionalDelete(
           contextOf(req),
@@ -468,6 +470,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       patchBody,
       asyncHandler(async (req, res) => {
         const ifMatch = parseIfMatch(req.get('If-Match'));
+        // A caller without the right to update gets 403, whatever its patch document holds.
+        authorize(contextOf(req), stringParam(req.params.type), 'update');
         const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
         const result = await patchResource(
           contextOf(req),

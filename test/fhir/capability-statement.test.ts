@@ -109,7 +109,7 @@ describe('the CapabilityStatement lists the search parameters of each type', () 
     }
   });
 
-  it('lists nothing the server refuses', () => {
+  it('lists nothing the server refuses', async () => {
     for (const entry of resources.values()) {
       const names = entry.searchParam.map((p) => p.name);
       for (const refused of ['_text', '_content', '_query', '_list', '_filter', 'near']) {
@@ -125,7 +125,24 @@ describe('the CapabilityStatement lists the search parameters of each type', () 
     // Observation: composites whose components the module parses.
     const observation = resources.get('Observation')!.searchParam.map((p) => p.name);
     expect(observation).toEqual(expect.arrayContaining(['code', 'category', 'code-value-quantity']));
-    expect(statement.rest[0]!.searchParam.map((p) => p.name)).not.toContain('_include');
+    // Every result parameter listed at the server level parses.
+    for (const name of statement.rest[0]!.searchParam.map((p) => p.name)) {
+      const value = {
+        _count: '5',
+        _offset: '0',
+        _sort: '-_lastUpdated',
+        _summary: 'count',
+        _elements: 'id',
+        _total: 'none',
+        _include: 'Observation:subject',
+        _revinclude: 'Observation:subject',
+      }[name];
+      if (value === undefined) continue;
+      await expect(
+        parseSearch(name === '_revinclude' ? 'Patient' : 'Observation', [[name, value]]),
+        name,
+      ).resolves.toBeDefined();
+    }
   });
 
   it('every listed parameter of every type parses with a valid value', async () => {
@@ -181,5 +198,26 @@ describe('the CapabilityStatement, built once per base URL', () => {
       const res = await request(app).get(`${BASE}/metadata`).set('Host', `h${i}.example`);
       expect(res.body.implementation.url).toBe(`http://h${i}.example/api/fhir/R4`);
     }
+  });
+});
+
+describe('the CapabilityStatement lists includes', () => {
+  it('lists the reference parameters as _include and _revinclude values, and they answer', async () => {
+    const observation = resources.get('Observation') as ResourceEntry & { searchInclude: string[] };
+    const patient = resources.get('Patient') as ResourceEntry & { searchRevInclude: string[] };
+    expect(observation.searchInclude).toEqual(expect.arrayContaining(['*', 'Observation:subject']));
+    expect(patient.searchRevInclude).toEqual(expect.arrayContaining(['Observation:subject']));
+    const included = await request(app)
+      .get(`${BASE}/Observation?_include=Observation:subject`)
+      .set('Authorization', testToken({ projectId: 'p1' }));
+    expect(included.status).toBe(200);
+    expect(included.body.entry.map((e: { search: { mode: string } }) => e.search.mode)).toEqual(
+      expect.arrayContaining(['match', 'include']),
+    );
+    const revIncluded = await request(app)
+      .get(`${BASE}/Patient?_revinclude=Observation:subject`)
+      .set('Authorization', testToken({ projectId: 'p1' }));
+    expect(revIncluded.status).toBe(200);
+    expect(revIncluded.body.entry).toHaveLength(2);
   });
 });

@@ -86,7 +86,8 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/^\\/(?:\\$|%24)export-status\\/[^/]+\\/?$/': '/fhir/R4/$export-status/j1',
   '/fhir/R4/^\\/(?:\\$|%24)export-file\\/[^/]+\\/[^/]+$/': '/fhir/R4/$export-file/j1/f1',
   '/fhir/R4': '/fhir/R4',
-  '/fhir/R4/:type': '/fhir/R4/Patient',
+  // With criteria: PUT and DELETE of a type are conditional update and delete.
+  '/fhir/R4/:type': '/fhir/R4/Patient?identifier=urn:matrix|none',
   '/fhir/R4/:type/_search': '/fhir/R4/Patient/_search',
   '/fhir/R4/:type/:id': '/fhir/R4/Patient/p1',
   '/fhir/R4/:type/:id/_history/:vid': '/fhir/R4/Patient/p1/_history/1',
@@ -163,7 +164,7 @@ function bodyFor(url: string): { type: string; body: unknown } {
       },
     };
   if (url.endsWith('/_search')) return { type: 'application/x-www-form-urlencoded', body: 'name=x' };
-  const patient = /\/fhir\/R4\/Patient(?:\/([^/$]+))?$/.exec(url);
+  const patient = /\/fhir\/R4\/Patient(?:\/([^/$?]+))?(?:\?.*)?$/.exec(url);
   if (patient)
     return { type: FHIR_JSON, body: { resourceType: 'Patient', ...(patient[1] ? { id: patient[1] } : {}) } };
   if (url === '/fhir/R4')
