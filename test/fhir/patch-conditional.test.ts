@@ -1,18 +1,11 @@
-import { randomBytes } from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
-import pg from 'pg';
 import request from 'supertest';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { postgresStorage } from '../../src/postgres.js';
-import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
-import { postgresTestUrl } from '../helpers/postgres.js';
+import { forEachStore } from '../helpers/each-store.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 // PATCH (JSON Patch and FHIRPath Patch), conditional update, delete and read, and Prefer: return,
@@ -625,29 +618,4 @@ function suite(name: string, open: Open): void {
   });
 }
 
-suite('memory', () => memoryStorage());
-
-const dirs: string[] = [];
-afterAll(() => {
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
-});
-suite('file', () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-patch-'));
-  dirs.push(dir);
-  return fileStorage({ dir, durability: 'write' });
-});
-
-const url = postgresTestUrl('PATCH and conditional interactions: PostgreSQL');
-if (url) {
-  const schemas: string[] = [];
-  afterAll(async () => {
-    const admin = new pg.Pool({ connectionString: url });
-    for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await admin.end();
-  });
-  suite('PostgreSQL', () => {
-    const schema = `fpk_patch_${randomBytes(6).toString('hex')}`;
-    schemas.push(schema);
-    return postgresStorage({ connectionString: url, schema });
-  });
-}
+forEachStore('PATCH and conditional interactions', suite);

@@ -1,17 +1,10 @@
-import { randomBytes } from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
-import pg from 'pg';
 import request from 'supertest';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { postgresStorage } from '../../src/postgres.js';
-import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
-import { postgresTestUrl } from '../helpers/postgres.js';
+import { forEachStore } from '../helpers/each-store.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 // The result parameters of FHIR search over HTTP (_include, _revinclude, _sort, _summary,
@@ -427,29 +420,4 @@ function resultsSuite(name: string, open: () => Storage | Promise<Storage>): voi
   });
 }
 
-resultsSuite('memory', () => memoryStorage());
-
-const dirs: string[] = [];
-afterAll(() => {
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
-});
-resultsSuite('file', async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-results-'));
-  dirs.push(dir);
-  return fileStorage({ dir, durability: 'write' });
-});
-
-const url = postgresTestUrl('search results over HTTP: PostgreSQL');
-if (url) {
-  const schemas: string[] = [];
-  afterAll(async () => {
-    const admin = new pg.Pool({ connectionString: url });
-    for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await admin.end();
-  });
-  resultsSuite('PostgreSQL', () => {
-    const schema = `fpk_results_${randomBytes(6).toString('hex')}`;
-    schemas.push(schema);
-    return postgresStorage({ connectionString: url, schema });
-  });
-}
+forEachStore('search results over HTTP', resultsSuite);
