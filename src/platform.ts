@@ -279,103 +279,114 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     auditErrors,
   );
   const common = { storage, authenticate, baseUrl, ...logging, auditTrail };
-
-  const router = Router();
-  router.use((req, _res, next) => {
-    mounts.set(req, req.baseUrl);
-    next();
-  });
-
-  // Health probes: before the request log (probes would flood it), unauthenticated, no data.
   let bulk: ReturnType<typeof bulkExportRouter> | undefined;
-  const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
-  if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
-  router.get(paths.healthz, livenessHandler());
-  router.get(paths.readyz, readinessHandler(checks));
-  if (logRequests && logger) router.use(requestLogger(logger));
-  // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
-  router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
-
-  router.use(
-    paths.token,
-    tokenRouter({
-      ...options.token,
-      storage,
-      baseUrl,
-      signingKeys: keys,
-      issuer,
-      audience,
-      ...logging,
-      auditTrail,
-    }),
-  );
-  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
-
-  const smartConfig = smartConfigurationHandler({
-    baseUrl,
-    tokenEndpoint: paths.token,
-    jwksEndpoint: paths.jwks,
-    relativeToMount: true,
-  });
-  router.get('/.well-known/smart-configuration', smartConfig);
-  router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
-
-  const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
-  const projectOptions = { ...options.project, ...common };
-  router.use(paths.scim, scimRouter(scimOptions));
-  router.use(paths.fhir, projectRouter(projectOptions));
-  const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
-
-  if (options.bulk !== false) {
-    bulk = bulkExportRouter({
-      // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
-      // run them again from the start later; those still running then resume later.
-      closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
-      ...options.bulk,
-      ...common,
-      exportDir: options.bulk?.exportDir ?? options.exportDir,
-    });
-    router.use(paths.fhir, bulk);
+  try {
+    return mountRouters();
+  } catch (error) {
+    // A router refused its options: what was already started (the trail's journal lock and
+    // timers, export workers) must not outlive the failed call.
+    void bulk?.close().catch(() => undefined);
+    void auditTrail.close().catch(() => undefined);
+    throw error;
   }
 
-  const tokenPath = paths.token;
-  router.use(
-    paths.fhir,
-    fhirRouter({
-      ...options.fhir,
-      ...common,
-      capabilities: [
-        ...(bulk ? [bulkExportCapability()] : []),
-        {
-          // The token URL is absolute; without a configured origin it follows the request's.
-          customize: (statement) => {
-            // `implementation.url` is the FHIR base as requested (origin, the host's mount path,
-            // then paths.fhir): the token URL shares everything before paths.fhir.
-            const implementation = statement.implementation as { url?: string } | undefined;
-            const fhirBase = implementation?.url ?? baseUrl ?? '';
-            const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
-            const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
-            if (rest[0])
-              rest[0].security = {
-                ...(rest[0].security as object),
-                ...smartSecurity(`${root}${tokenPath}`),
-              };
-            return statement;
-          },
-        },
-        ...(options.fhir?.capabilities ?? []),
-      ],
-    }),
-  );
+  function mountRouters(): FhirPlatform {
+    const router = Router();
+    router.use((req, _res, next) => {
+      mounts.set(req, req.baseUrl);
+      next();
+    });
 
-  return {
-    router,
-    admin,
-    errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
-    ready: bulk ? bulk.ready : Promise.resolve(),
-    close: async () => {
-      await bulk?.close();
-      await auditTrail.close();
-    },
-  };
+    // Health probes: before the request log (probes would flood it), unauthenticated, no data.
+    const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
+    if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
+    router.get(paths.healthz, livenessHandler());
+    router.get(paths.readyz, readinessHandler(checks));
+    if (logRequests && logger) router.use(requestLogger(logger));
+    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
+    router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
+
+    router.use(
+      paths.token,
+      tokenRouter({
+        ...options.token,
+        storage,
+        baseUrl,
+        signingKeys: keys,
+        issuer,
+        audience,
+        ...logging,
+        auditTrail,
+      }),
+    );
+    router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
+
+    const smartConfig = smartConfigurationHandler({
+      baseUrl,
+      tokenEndpoint: paths.token,
+      jwksEndpoint: paths.jwks,
+      relativeToMount: true,
+    });
+    router.get('/.well-known/smart-configuration', smartConfig);
+    router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
+
+    const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
+    const projectOptions = { ...options.project, ...common };
+    router.use(paths.scim, scimRouter(scimOptions));
+    router.use(paths.fhir, projectRouter(projectOptions));
+    const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
+
+    if (options.bulk !== false) {
+      bulk = bulkExportRouter({
+        // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
+        // run them again from the start later; those still running then resume later.
+        closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
+        ...options.bulk,
+        ...common,
+        exportDir: options.bulk?.exportDir ?? options.exportDir,
+      });
+      router.use(paths.fhir, bulk);
+    }
+
+    const tokenPath = paths.token;
+    router.use(
+      paths.fhir,
+      fhirRouter({
+        ...options.fhir,
+        ...common,
+        capabilities: [
+          ...(bulk ? [bulkExportCapability()] : []),
+          {
+            // The token URL is absolute; without a configured origin it follows the request's.
+            customize: (statement) => {
+              // `implementation.url` is the FHIR base as requested (origin, the host's mount path,
+              // then paths.fhir): the token URL shares everything before paths.fhir.
+              const implementation = statement.implementation as { url?: string } | undefined;
+              const fhirBase = implementation?.url ?? baseUrl ?? '';
+              const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
+              const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
+              if (rest[0])
+                rest[0].security = {
+                  ...(rest[0].security as object),
+                  ...smartSecurity(`${root}${tokenPath}`),
+                };
+              return statement;
+            },
+          },
+          ...(options.fhir?.capabilities ?? []),
+        ],
+      }),
+    );
+
+    return {
+      router,
+      admin,
+      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
+      ready: bulk ? bulk.ready : Promise.resolve(),
+      close: async () => {
+        await bulk?.close();
+        await auditTrail.close();
+      },
+    };
+  }
 }

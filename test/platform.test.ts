@@ -11,6 +11,7 @@ import {
   type FhirPlatform,
   type Storage,
 } from '../src/index.js';
+import { eventually } from './helpers/eventually.js';
 
 const FHIR_JSON = 'application/fhir+json';
 
@@ -368,5 +369,30 @@ describe('fhirPlatform: a storage that is not one', () => {
     const store = memoryStorage();
     await fhirPlatform({ storage: Object.create(store) as Storage, exportDir: dir }).close();
     await store.close();
+  });
+});
+
+describe('fhirPlatform: a router refusing its options', () => {
+  it('leaves nothing started: the audit journal is free for the next platform', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-refused-'));
+    const storage = memoryStorage();
+    const audit = { journalDir: path.join(dir, 'journal') };
+    try {
+      expect(() => fhirPlatform({ storage, exportDir: dir, audit, scim: { bodyLimit: 'banana' } })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION' }),
+      );
+      // The journal's lock is released as the refused platform's trail closes.
+      const platform = await eventually('the journal lock to be free', () => {
+        try {
+          return fhirPlatform({ storage, exportDir: dir, audit });
+        } catch {
+          return undefined;
+        }
+      });
+      await platform.close();
+    } finally {
+      await storage.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
