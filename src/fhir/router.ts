@@ -373,12 +373,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           req.body,
           ifMatch !== undefined ? { ifMatch } : {},
         );
-        audit?.(req, res, {
-          kind: 'fhir-write',
-          interaction: 'update',
-          references: [`${result.resource.resourceType}/${result.resource.id}`],
-        });
-        sendWrite(req, res, result.status, result.resource);
+        sendUpdated(req, res, result);
       }),
     )
     .delete(
@@ -444,12 +439,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           req.body,
           ifMatch !== undefined ? { ifMatch } : {},
         );
-        audit?.(req, res, {
-          kind: 'fhir-write',
-          interaction: 'update',
-          references: [`${result.resource.resourceType}/${result.resource.id}`],
-        });
-        sendWrite(req, res, result.status, result.resource);
+        sendUpdated(req, res, result);
       }),
     )
     .delete(
@@ -480,12 +470,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           patch,
           ifMatch !== undefined ? { ifMatch } : {},
         );
-        audit?.(req, res, {
-          kind: 'fhir-write',
-          interaction: 'update',
-          references: [`${result.resource.resourceType}/${result.resource.id}`],
-        });
-        sendWrite(req, res, result.status, result.resource);
+        sendUpdated(req, res, result);
       }),
     )
     .all(guard, methodNotAllowed('GET, PUT, PATCH, DELETE'));
@@ -509,6 +494,20 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       }),
     )
     .all(guard, methodNotAllowed('GET'));
+
+  /** Records an update (plain, conditional or PATCH) in the audit trail, then answers it. */
+  function sendUpdated(
+    req: Request,
+    res: Response,
+    result: { status: number; resource: StoredResource },
+  ): void {
+    audit?.(req, res, {
+      kind: 'fhir-write',
+      interaction: 'update',
+      references: [`${result.resource.resourceType}/${result.resource.id}`],
+    });
+    sendWrite(req, res, result.status, result.resource);
+  }
 
   function sendWrite(req: Request, res: Response, status: number, resource: StoredResource): void {
     setVersionHeaders(res, resource);
