@@ -9,7 +9,7 @@ import type {
   QuantityIndexValue,
   ReferenceIndexValue,
   TokenIndexValue,
-} from './index-values.js';
+} from '../storage/index-values.js';
 import { normalizeText } from './normalize-text.js';
 import { typedTail } from './parse-value.js';
 import type { SearchParamType } from '../storage/search-request.js';

@@ -9,7 +9,7 @@ import type {
   ReferenceIndexValue,
   StringIndexValue,
   TokenIndexValue,
-} from './index-values.js';
+} from '../storage/index-values.js';
 import type {
   ComponentSearchValue,
   DateSearchValue,

@@ -1,7 +1,7 @@
 import type { FhirResource, SortValue } from '../storage/types.js';
 import type { SearchRegistry } from './definitions.js';
 import { extractValues } from './extract.js';
-import type { IndexValue } from './index-values.js';
+import type { IndexValue } from '../storage/index-values.js';
 import type { SortKey } from '../storage/search-request.js';
 
 /*

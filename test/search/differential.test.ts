@@ -6,7 +6,7 @@ import { readSynthea } from '../../bench/synthea.js';
 import { loadMedplumR4, type MedplumCore } from '../../src/fhir/validation/medplum-r4.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { extractValues } from '../../src/search/extract.js';
-import type { IndexValue } from '../../src/search/index-values.js';
+import type { IndexValue } from '../../src/storage/index-values.js';
 import { matchesFilters } from '../../src/search/match.js';
 import { normalizeText } from '../../src/search/normalize-text.js';
 import { parseSearchRequest } from '../../src/search/parse.js';

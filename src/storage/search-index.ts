@@ -1,0 +1,28 @@
+import type { CompositeIndexValue, IndexValue } from './index-values.js';
+import type { FhirResource } from './types.js';
+
+/*
+ * What a store indexes for search: the values each search parameter sees in a version, computed
+ * once per write by a `ResourceIndexer` the package fills in (src/stores.ts, src/postgres.ts: the
+ * R4 definitions through `src/search/`), so that every adapter indexes exactly the same normalized
+ * values. `src/storage` knows nothing of FHIR search definitions: like the patient compartment,
+ * the indexer reaches it as an option. See docs/storage.md, "Next: the contract changes".
+ */
+
+/**
+ * The values of one version, by search parameter code (`name`, `code`, `code-value-quantity`):
+ * only the parameters of its type that see at least one value. Plain, structured-cloneable data.
+ * Composite parameters hold `CompositeIndexValue`s, every other type `IndexValue`s.
+ */
+export type ResourceIndexEntries = Record<string, (IndexValue | CompositeIndexValue)[]>;
+
+/** Computes what a store indexes of each version it writes. Pure and deterministic. */
+export interface ResourceIndexer {
+  /**
+   * Changes whenever the definitions or the normalization change: index data a store kept with
+   * another fingerprint (a file store's `.idx`, PostgreSQL's index tables) must be rebuilt.
+   */
+  readonly fingerprint: string;
+  /** The index entries of `resource` (a stored version, with its `resourceType` and `id`). */
+  index(resource: FhirResource): ResourceIndexEntries;
+}
