@@ -26,3 +26,23 @@ export interface ResourceIndexer {
   /** The index entries of `resource` (a stored version, with its `resourceType` and `id`). */
   index(resource: FhirResource): ResourceIndexEntries;
 }
+
+/**
+ * How a store is given its indexer: the indexer itself, or a loader the store calls (once) before
+ * its first write or index rebuild (the package's R4 indexer loads its definitions asynchronously).
+ */
+export type IndexerOption = ResourceIndexer | (() => Promise<ResourceIndexer>);
+
+/** A memoized getter of an `IndexerOption`: `undefined` when the store was given none. */
+export function indexerGetter(option: IndexerOption | undefined): () => Promise<ResourceIndexer | undefined> {
+  if (option === undefined) return () => Promise.resolve(undefined);
+  if (typeof option !== 'function') return () => Promise.resolve(option);
+  let loading: Promise<ResourceIndexer> | undefined;
+  return () => {
+    loading ??= option().catch((error: unknown) => {
+      loading = undefined;
+      throw error;
+    });
+    return loading;
+  };
+}
