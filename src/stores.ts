@@ -5,6 +5,7 @@ import { createFileExportReader, type FileExportReaderOptions } from './storage/
 import { createFileStorage, type FileStorageOptions, type FileStore } from './storage/file/file-storage.js';
 import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
 import type { ExportReader, Storage } from './storage/types.js';
+import { loadR4Indexer } from './search/index-resource.js';
 
 // The storage adapters with this package's FHIR R4 defaults. `src/storage` knows nothing of
 // FHIR: the patient compartment reaches it as an option, filled in here (see docs/storage.md,
@@ -26,11 +27,13 @@ const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
   durability: true,
   compactionMinDeadBytes: true,
   compartment: true,
+  indexer: true,
 };
 
 const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
   exportChunkBytes: true,
   compartment: true,
+  indexer: true,
 };
 
 /**
@@ -55,7 +58,8 @@ export async function fileStorage(options: FileStorageOptions): Promise<FileStor
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
-  return createFileStorage({ ...options, compartment }, readerModule);
+  const indexer = options.indexer ?? loadR4Indexer;
+  return createFileStorage({ ...options, compartment, indexer }, readerModule);
 }
 
 /**
@@ -77,5 +81,9 @@ export function openFileExportReader(options: FileExportReaderOptions): ExportRe
  */
 export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   checkOptionKeys('memoryStorage', options, MEMORY_STORAGE_KEYS);
-  return createMemoryStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
+  return createMemoryStorage({
+    ...options,
+    compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
+    indexer: options.indexer ?? loadR4Indexer,
+  });
 }

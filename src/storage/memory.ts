@@ -19,6 +19,8 @@ import type {
   Tombstone,
 } from './types.js';
 import { InvalidOptionError } from '../errors.js';
+import type { IndexerOption } from './search-index.js';
+import { Indexing } from './engine/indexing.js';
 
 /** Options of `memoryStorage`. */
 export interface MemoryStorageOptions {
@@ -32,6 +34,12 @@ export interface MemoryStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Computes what each written version is indexed by for search (the indexer itself, or a loader
+   * called once before the first write). Without one, every search scans its type.
+   * @default the FHIR R4 indexer (`memoryStorage` fills it in)
+   */
+  indexer?: IndexerOption;
 }
 
 interface Version {
@@ -273,8 +281,9 @@ class MemoryStorage extends EngineStorage {
     private readonly backend: MemoryBackend,
     chunkBytes: number,
     compartment: PatientCompartment,
+    indexing: Indexing,
   ) {
-    super(engine, compartment);
+    super(engine, compartment, indexing);
     this.exportReader = new MemoryExportReader(backend, chunkBytes);
   }
 
@@ -296,6 +305,8 @@ class MemoryStorage extends EngineStorage {
   }
 
   async close(): Promise<void> {
+    // Writes made before the indexer loaded wait for it: they are queued once it has.
+    await this.indexing.load().catch(() => undefined);
     await this.engine.close();
   }
 }
@@ -308,5 +319,6 @@ export function createMemoryStorage(options: WithCompartment<MemoryStorageOption
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend();
-  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment);
+  const indexing = new Indexing(options.indexer);
+  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment, indexing);
 }

@@ -18,6 +18,9 @@ import type {
 } from '../types.js';
 import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
+import type { IndexerOption } from '../search-index.js';
+import { Indexing } from '../engine/indexing.js';
+import { rebuildSearchIndex } from '../engine/rebuild-postings.js';
 
 export type { FileStoreBackup } from './backup.js';
 
@@ -44,6 +47,13 @@ export interface FileStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Computes what each written version is indexed by for search (the indexer itself, or a loader
+   * called once at open). The search index lives in memory: opening rebuilds it from the current
+   * versions. Without one, every search scans its type.
+   * @default the FHIR R4 indexer (`fileStorage` fills it in)
+   */
+  indexer?: IndexerOption;
 }
 
 /** The file store: a {@link Storage} that can also copy itself while it runs. */
@@ -83,8 +93,9 @@ class FileStorage extends EngineStorage implements FileStore {
     compartment: PatientCompartment,
     readerModule: string | undefined,
     private readonly faults: FaultHook | undefined,
+    indexing: Indexing,
   ) {
-    super(engine, compartment);
+    super(engine, compartment, indexing);
     this.exportReader = new FileExportReader({ dir }, compartment, faults);
     this.descriptor =
       readerModule === undefined
@@ -175,6 +186,14 @@ export async function createFileStorage(
     ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
   });
   const engine = new Engine(backend);
+  const indexing = new Indexing(options.indexer);
   await backend.open(engine.base, engine.clock);
-  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults);
+  try {
+    const indexer = await indexing.load();
+    if (indexer) await rebuildSearchIndex(engine.base, indexer, (entry) => backend.readBody(entry));
+  } catch (error) {
+    await backend.close();
+    throw error;
+  }
+  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }
