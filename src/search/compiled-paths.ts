@@ -2,7 +2,8 @@ import type { TypedValue } from '@medplum/core';
 
 /*
  * Most R4 search expressions are plain paths (`Patient.name`, `(Observation.subject)`,
- * `Patient.address.city`, `(Observation.value as Quantity)`, `Observation.value.as(Quantity)`).
+ * `Patient.address.city`, `(Observation.value as Quantity)`, `Observation.value.as(Quantity)`,
+ * `valueDateTime | valuePeriod`, `Patient.telecom.where(system='email')`).
  * Walking the JSON for those is about a hundred times cheaper than the FHIRPath interpreter, and
  * indexing runs on every write. The walk reproduces what `@medplum/core`'s evaluator does on
  * plain JSON (without StructureDefinitions loaded): a property present is taken as is (each item
@@ -14,10 +15,11 @@ import type { TypedValue } from '@medplum/core';
  * agree on every parameter over Synthea and generated resources.
  */
 
-/** One step of a path: a property name, and the choice type an `as` keeps. */
+/** One step of a path: a property name, the choice type an `as` keeps, a `.where(name = 'text')`. */
 interface Step {
   name: string;
   as?: string;
+  where?: { name: string; value: string };
 }
 
 /**
@@ -34,6 +36,12 @@ function parsePath(expression: string, rooted: boolean): { root?: string; steps:
   if (text.startsWith('(') && text.endsWith(')') && !text.slice(1, -1).includes('('))
     text = text.slice(1, -1).trim();
   let as: string | undefined;
+  let where: Step['where'];
+  const filter = /\.where\(([A-Za-z]+) ?= ?'([^'\\]*)'\)$/.exec(text);
+  if (filter) {
+    where = { name: filter[1]!, value: filter[2]! };
+    text = text.slice(0, filter.index);
+  }
   const infix = / as ([A-Za-z]+)$/.exec(text);
   const call = /\.as\(([A-Za-z]+)\)$/.exec(text);
   if (infix) {
@@ -46,9 +54,12 @@ function parsePath(expression: string, rooted: boolean): { root?: string; steps:
   const names = text.split('.');
   if (!names.every((n) => NAME.test(n))) return undefined;
   const root = rooted ? names.shift() : undefined;
-  if (names.length === 0) return as === undefined ? { ...(root ? { root } : {}), steps: [] } : undefined;
+  if (names.length === 0)
+    return as === undefined && where === undefined ? { ...(root ? { root } : {}), steps: [] } : undefined;
+  if (as !== undefined && where !== undefined) return undefined;
   const steps: Step[] = names.map((name) => ({ name }));
   if (as !== undefined) steps[steps.length - 1]!.as = as;
+  if (where !== undefined) steps[steps.length - 1]!.where = where;
   return { ...(root ? { root } : {}), steps };
 }
 
@@ -62,6 +73,28 @@ export function compilePath(
   rooted: boolean,
   choiceTypes: readonly string[],
 ): CompiledPath | undefined {
+  // A union of plain paths (`valueDateTime | valuePeriod`): each walked, in order.
+  if (expression.includes('|')) {
+    const paths = expression.split('|').map((part) => compileOne(part, rooted, choiceTypes));
+    if (paths.some((path) => !path)) return undefined;
+    return (input) => {
+      const out: unknown[] = [];
+      for (const path of paths) {
+        const values = path!(input);
+        if (!values) return undefined;
+        out.push(...values);
+      }
+      return out;
+    };
+  }
+  return compileOne(expression, rooted, choiceTypes);
+}
+
+function compileOne(
+  expression: string,
+  rooted: boolean,
+  choiceTypes: readonly string[],
+): CompiledPath | undefined {
   const parsed = parsePath(expression, rooted);
   if (!parsed) return undefined;
   const { root, steps } = parsed;
@@ -69,7 +102,7 @@ export function compilePath(
   return (input) => {
     if (root !== undefined && (input as { resourceType?: unknown } | null)?.resourceType !== root) return [];
     let nodes: unknown[] = [input];
-    for (const { name, as } of steps) {
+    for (const { name, as, where } of steps) {
       const next: unknown[] = [];
       for (const node of nodes) {
         if (!node || typeof node !== 'object') continue;
@@ -87,7 +120,15 @@ export function compilePath(
           for (const item of value) if (item !== null && item !== undefined) next.push(item);
         } else if (value !== null && value !== undefined) next.push(value);
       }
-      nodes = next;
+      // FHIRPath `=` on a string: equal text; an absent or repeated element never is.
+      nodes = where
+        ? next.filter((node) => {
+            const value = (node as Record<string, unknown> | null)?.[where.name];
+            return Array.isArray(value)
+              ? value.length === 1 && value[0] === where.value
+              : value === where.value;
+          })
+        : next;
     }
     return nodes;
   };

@@ -179,7 +179,14 @@ describe('compiled paths', () => {
       )?.({ resourceType: 'Observation', value: {} }),
     ).toBeUndefined();
     expect(compilePath('Patient.name', true, types)?.({ resourceType: 'Person', name: [{}] })).toEqual([]);
-    expect(compilePath('Patient.name.where(use = "official")', true, types)).toBeUndefined();
+    expect(compilePath('Patient.name.where(use.exists())', true, types)).toBeUndefined();
+    const email = compilePath("Patient.telecom.where(system='email')", true, types);
+    expect(
+      email?.({ resourceType: 'Patient', telecom: [{ system: 'email', value: 'a' }, { value: 'b' }] }),
+    ).toEqual([{ system: 'email', value: 'a' }]);
+    expect(
+      compilePath('valueDateTime | valuePeriod', false, types)?.({ valuePeriod: { start: '2020' } }),
+    ).toEqual([{ start: '2020' }]);
     expect(
       compilePath('Patient.deceased.exists() and Patient.deceased != false', true, types),
     ).toBeUndefined();
