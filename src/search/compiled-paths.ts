@@ -98,7 +98,8 @@ function compileOne(
   const parsed = parsePath(expression, rooted);
   if (!parsed) return undefined;
   const { root, steps } = parsed;
-  const suffixes = choiceTypes.map((t) => t.charAt(0).toUpperCase() + t.slice(1));
+  // Choice suffix (`DateTime`) -> its place in `choiceTypes`: the first present in that order wins.
+  const order = new Map(choiceTypes.map((t, i) => [t.charAt(0).toUpperCase() + t.slice(1), i]));
   return (input) => {
     if (root !== undefined && (input as { resourceType?: unknown } | null)?.resourceType !== root) return [];
     let nodes: unknown[] = [input];
@@ -112,9 +113,16 @@ function compileOne(
           if (as !== undefined) return undefined;
           value = object[name];
         } else {
-          const at = suffixes.findIndex((suffix) => `${name}${suffix}` in object);
+          // The element's own keys (a few), not every choice name (dozens) per absent property.
+          let at = -1;
+          let found = '';
+          for (const key in object) {
+            if (key.length <= name.length || !key.startsWith(name)) continue;
+            const place = order.get(key.slice(name.length));
+            if (place !== undefined && (at === -1 || place < at)) [at, found] = [place, key];
+          }
           if (at === -1 || (as !== undefined && choiceTypes[at] !== as)) continue;
-          value = object[`${name}${suffixes[at]!}`];
+          value = object[found];
         }
         if (Array.isArray(value)) {
           for (const item of value) if (item !== null && item !== undefined) next.push(item);
