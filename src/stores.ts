@@ -6,6 +6,7 @@ import { createFileStorage, type FileStorageOptions, type FileStore } from './st
 import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
 import type { ExportReader, Storage } from './storage/types.js';
 import { loadR4Indexer } from './search/index-resource.js';
+import type { ResourceIndexer } from './storage/search-index.js';
 
 // The storage adapters with this package's FHIR R4 defaults. `src/storage` knows nothing of
 // FHIR: the patient compartment reaches it as an option, filled in here (see docs/storage.md,
@@ -21,6 +22,9 @@ import { loadR4Indexer } from './search/index-resource.js';
 export function fileStoreModule(): string {
   return descriptorModule('./stores.ts', 'index');
 }
+
+/** The embedded stores' default indexer: R4, without composites (they do not post them). */
+const embeddedIndexer = (): Promise<ResourceIndexer> => loadR4Indexer({ composites: false });
 
 const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
   dir: true,
@@ -58,7 +62,7 @@ export async function fileStorage(options: FileStorageOptions): Promise<FileStor
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
-  const indexer = options.indexer ?? loadR4Indexer;
+  const indexer = options.indexer ?? embeddedIndexer;
   return createFileStorage({ ...options, compartment, indexer }, readerModule);
 }
 
@@ -84,6 +88,6 @@ export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   return createMemoryStorage({
     ...options,
     compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
-    indexer: options.indexer ?? loadR4Indexer,
+    indexer: options.indexer ?? embeddedIndexer,
   });
 }

