@@ -14,6 +14,8 @@ import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
 /** The entries posted under one key: one entry alone (most keys), or a set. */
 interface Slot {
   readonly key: string;
+  /** The parameter code of an ordered value's key (undefined for other kinds). */
+  readonly ordered: string | undefined;
   one: ResourceEntry | undefined;
   many: Set<ResourceEntry> | undefined;
 }
@@ -144,9 +146,8 @@ export class TypePostings {
         slot.many.add(entry);
       }
       kept[i] = slot.key;
-      const sep = slot.key.indexOf(KEY_SEPARATOR);
-      if (slot.key[sep + 1] === 'o') {
-        const code = slot.key.slice(0, sep);
+      const code = slot.ordered;
+      if (code !== undefined) {
         if (code === orderedCode) this.params.get(code)!.multi = true;
         orderedCode = code;
       }
@@ -181,10 +182,16 @@ export class TypePostings {
   }
 
   private createSlot(key: string): Slot {
-    const slot: Slot = { key, one: undefined, many: undefined };
-    this.slots.set(key, slot);
     const sep = key.indexOf(KEY_SEPARATOR);
-    const param = this.param(key.slice(0, sep));
+    const code = key.slice(0, sep);
+    const slot: Slot = {
+      key,
+      ordered: key[sep + 1] === 'o' ? code : undefined,
+      one: undefined,
+      many: undefined,
+    };
+    this.slots.set(key, slot);
+    const param = this.param(code);
     const value = key.slice(sep + 2);
     switch (key[sep + 1]) {
       case 't': {
