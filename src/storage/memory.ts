@@ -37,6 +37,8 @@ export interface MemoryStorageOptions {
   /**
    * Computes what each written version is indexed by for search (the indexer itself, or a loader
    * called once before the first write). Without one, every search scans its type.
+   * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
+   * parameter it is asked about: the store narrows searches by them.
    * @default the FHIR R4 indexer (`memoryStorage` fills it in)
    */
   indexer?: IndexerOption;

@@ -51,6 +51,8 @@ export interface FileStorageOptions {
    * Computes what each written version is indexed by for search (the indexer itself, or a loader
    * called once at open). The search index lives in memory: opening rebuilds it from the current
    * versions. Without one, every search scans its type.
+   * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
+   * parameter it is asked about: the store narrows searches by them.
    * @default the FHIR R4 indexer (`fileStorage` fills it in)
    */
   indexer?: IndexerOption;
