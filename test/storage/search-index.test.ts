@@ -187,6 +187,40 @@ function searchCases(open: () => Storage | Promise<Storage>): void {
     expect(await of(s, 'Patient', [['birthdate', 'eq1985']])).toEqual(['pb']);
   });
 
+  it('ranges: a value spread over several elements, a Period ending before it starts', async () => {
+    const s = await ready();
+    await s.writeResources(P, [
+      {
+        op: 'create',
+        resource: {
+          resourceType: 'Observation',
+          id: 'c1',
+          status: 'final',
+          code: { text: 'panel' },
+          component: [
+            { code: { text: 'a' }, valueQuantity: { value: 1 } },
+            { code: { text: 'b' }, valueQuantity: { value: 20 } },
+          ],
+          effectivePeriod: { start: '2021-05', end: '2019-02' },
+        },
+      },
+    ]);
+    // Each filter matches a different component: ANDed per resource, not per value.
+    expect(
+      await of(s, 'Observation', [
+        ['component-value-quantity', 'ge10'],
+        ['component-value-quantity', 'le2'],
+      ]),
+    ).toEqual(['c1']);
+    expect(await of(s, 'Observation', [['date', 'eq2021']])).toEqual(sorted('c1', 'o3'));
+    expect(
+      await of(s, 'Observation', [
+        ['date', 'ge2021-05'],
+        ['date', 'lt2021-06'],
+      ]),
+    ).toEqual(sorted('c1', 'o6')); // o6's Period has no end: it reaches past any date.
+  });
+
   it('numbers and quantities: prefixes, value|system|code', async () => {
     const s = await ready();
     expect(await of(s, 'Observation', [['value-quantity', '10']])).toEqual(['o2']);
