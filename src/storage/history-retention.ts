@@ -14,7 +14,12 @@ export function checkHistoryRetention(owner: string, value: unknown): HistoryRet
     const keys = Object.keys(value);
     const [key] = keys;
     const n = (value as Record<string, unknown>)[key ?? ''];
-    if (keys.length === 1 && (key === 'versions' || key === 'days') && Number.isSafeInteger(n) && (n as number) >= 1)
+    if (
+      keys.length === 1 &&
+      (key === 'versions' || key === 'days') &&
+      Number.isSafeInteger(n) &&
+      (n as number) >= 1
+    )
       return key === 'versions' ? { versions: n as number } : { days: n as number };
   }
   return optionError(

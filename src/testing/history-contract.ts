@@ -49,7 +49,11 @@ export function historyStorageContract(getStorage: () => Storage): void {
   describe('versions and history', () => {
     it('keeps every version: create, update, delete, re-create', async () => {
       const v1 = await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: true });
-      const { resource: v2 } = await storage.updateResource('p1', { resourceType: 'Patient', id: 'a', active: false });
+      const { resource: v2 } = await storage.updateResource('p1', {
+        resourceType: 'Patient',
+        id: 'a',
+        active: false,
+      });
       await storage.deleteResource('p1', 'Patient', 'a');
       const { resource: v4, created } = await storage.updateResource('p1', {
         resourceType: 'Patient',
@@ -71,7 +75,10 @@ export function historyStorageContract(getStorage: () => Storage): void {
         ['Patient', 'nobody', '1'],
         ['Observation', 'a', '1'],
       ] as const) {
-        const missing = (await rejectsWith(storage.readResourceVersion('p1', type, id, version), NOT_FOUND)) as {
+        const missing = (await rejectsWith(
+          storage.readResourceVersion('p1', type, id, version),
+          NOT_FOUND,
+        )) as {
           deleted: boolean;
         };
         expect(missing.deleted).toBe(false);
@@ -92,7 +99,9 @@ export function historyStorageContract(getStorage: () => Storage): void {
       expect(first!.resource).toEqual(v1);
       expect(first!.lastUpdated).toBe(v1.meta.lastUpdated);
       expect(deletion!.resource).toBeUndefined();
-      expect(deletion!.lastUpdated > v2.meta.lastUpdated && deletion!.lastUpdated < v4.meta.lastUpdated).toBe(true);
+      expect(deletion!.lastUpdated > v2.meta.lastUpdated && deletion!.lastUpdated < v4.meta.lastUpdated).toBe(
+        true,
+      );
       // Plain data the caller owns.
       latest!.resource!.active = true;
       expect((await storage.readResource('p1', 'Patient', 'a')).active).toBeUndefined();
@@ -121,27 +130,47 @@ export function historyStorageContract(getStorage: () => Storage): void {
         'Patient/p/1 POST',
       ]);
       expect(all.entries.map((e) => e.lastUpdated)).toEqual(
-        all.entries.map((e) => e.lastUpdated).sort().reverse(),
+        all.entries
+          .map((e) => e.lastUpdated)
+          .sort()
+          .reverse(),
       );
       expect(all.entries[2]!.resource).toMatchObject({ id: 'o2', status: 'final', meta: { versionId: '1' } });
       const observations = await storage.readHistory('p1', { type: 'Observation', count: 50 });
-      expect(shape(observations.entries)).toEqual(shape(all.entries.filter((e) => e.resourceType === 'Observation')));
+      expect(shape(observations.entries)).toEqual(
+        shape(all.entries.filter((e) => e.resourceType === 'Observation')),
+      );
       expect(await storage.readHistory('p1', { type: 'Encounter', count: 5 })).toEqual({ entries: [] });
-      expect((await storage.readHistory('p1', { type: 'Patient', id: 'nobody', count: 5 })).entries).toEqual([]);
+      expect((await storage.readHistory('p1', { type: 'Patient', id: 'nobody', count: 5 })).entries).toEqual(
+        [],
+      );
     });
 
     it('keeps versions made at or after _since, and those current during _at', async () => {
       const v1 = await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: true });
       await tick();
-      const other = await storage.createResource('p1', { resourceType: 'Observation', id: 'o', status: 'final' });
+      const other = await storage.createResource('p1', {
+        resourceType: 'Observation',
+        id: 'o',
+        status: 'final',
+      });
       await tick(10);
-      const { resource: v2 } = await storage.updateResource('p1', { resourceType: 'Patient', id: 'a', active: false });
+      const { resource: v2 } = await storage.updateResource('p1', {
+        resourceType: 'Patient',
+        id: 'a',
+        active: false,
+      });
       await tick(10);
       await storage.deleteResource('p1', 'Patient', 'a');
 
       const since = await storage.readHistory('p1', { since: ms(v2), count: 10 });
       expect(shape(since.entries)).toEqual(['Patient/a/3 DELETE', 'Patient/a/2 PUT']);
-      const sinceOne = await storage.readHistory('p1', { type: 'Patient', id: 'a', since: ms(v2), count: 10 });
+      const sinceOne = await storage.readHistory('p1', {
+        type: 'Patient',
+        id: 'a',
+        since: ms(v2),
+        count: 10,
+      });
       expect(sinceOne.total).toBe(2);
 
       // Between v2 and the delete: v2 of the patient, and the observation (current since before).
@@ -152,18 +181,17 @@ export function historyStorageContract(getStorage: () => Storage): void {
       ]);
       // A range over the update: both the version it replaced and the new one were current in it.
       const across = { from: ms(other) + 1, to: ms(v2) + 1 };
-      expect(shape((await storage.readHistory('p1', { type: 'Patient', at: across, count: 10 })).entries)).toEqual([
-        'Patient/a/2 PUT',
-        'Patient/a/1 POST',
-      ]);
+      expect(
+        shape((await storage.readHistory('p1', { type: 'Patient', at: across, count: 10 })).entries),
+      ).toEqual(['Patient/a/2 PUT', 'Patient/a/1 POST']);
       // Before the first version: nothing was current.
       const before = { from: ms(v1) - 10, to: ms(v1) - 5 };
       expect((await storage.readHistory('p1', { at: before, count: 10 })).entries).toEqual([]);
       // After the delete, the deletion is what is current.
       const after = { from: Date.now() + 1000, to: Date.now() + 2000 };
-      expect(shape((await storage.readHistory('p1', { type: 'Patient', at: after, count: 10 })).entries)).toEqual([
-        'Patient/a/3 DELETE',
-      ]);
+      expect(
+        shape((await storage.readHistory('p1', { type: 'Patient', at: after, count: 10 })).entries),
+      ).toEqual(['Patient/a/3 DELETE']);
     });
 
     it('pages by cursor while others write: no entry repeated or skipped, later writes left out', async () => {
@@ -196,7 +224,9 @@ export function historyStorageContract(getStorage: () => Storage): void {
       await storage.createResource('p2', { resourceType: 'Patient', id: 'a', active: true });
       await storage.updateResource('p2', { resourceType: 'Patient', id: 'b' });
       expect(shape((await storage.readHistory('p1', { count: 10 })).entries)).toEqual(['Patient/a/1 POST']);
-      expect(shape((await storage.readHistory('p1', { type: 'Patient', id: 'b', count: 10 })).entries)).toEqual([]);
+      expect(
+        shape((await storage.readHistory('p1', { type: 'Patient', id: 'b', count: 10 })).entries),
+      ).toEqual([]);
       expect((await storage.readResourceVersion('p1', 'Patient', 'a', '1')).active).toBeUndefined();
       await rejectsWith(storage.readResourceVersion('p1', 'Patient', 'b', '1'), NOT_FOUND);
       await rejectsWith(storage.readResourceVersion('p3', 'Patient', 'a', '1'), NOT_FOUND);

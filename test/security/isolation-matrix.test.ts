@@ -91,6 +91,9 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/:type/_search': '/fhir/R4/Patient/_search',
   '/fhir/R4/:type/:id': '/fhir/R4/Patient/p1',
   '/fhir/R4/:type/:id/_history/:vid': '/fhir/R4/Patient/p1/_history/1',
+  '/fhir/R4/_history': '/fhir/R4/_history',
+  '/fhir/R4/:type/_history': '/fhir/R4/Patient/_history',
+  '/fhir/R4/:type/:id/_history': '/fhir/R4/Patient/p1/_history',
 };
 
 function routes(): Walked[] {
@@ -373,6 +376,8 @@ describe('who is calling, on every protected route', () => {
       '/scim/v2/Users',
       '/fhir/R4/Patient',
       '/fhir/R4/Group',
+      '/fhir/R4/_history',
+      '/fhir/R4/Patient/_history',
       `/fhir/R4/Project/${ids.project}/ClientApplication`,
     ]) {
       const res = await request(t.app).get(url).set('Authorization', adminB);

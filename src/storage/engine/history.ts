@@ -70,7 +70,11 @@ export function methodOf(list: VersionList, index: number): HistoryMethod {
 }
 
 /** The index of a resource's version in `list`, if kept. */
-export function findVersion(list: VersionList | undefined, id: string, versionId: string): number | undefined {
+export function findVersion(
+  list: VersionList | undefined,
+  id: string,
+  versionId: string,
+): number | undefined {
   let index = list?.latest.get(id) ?? -1;
   while (index >= 0) {
     const head = list!.versions[index]!;
@@ -81,7 +85,12 @@ export function findVersion(list: VersionList | undefined, id: string, versionId
 }
 
 /** The `NotFoundError` of a version that is not kept, or of a deletion (`deleted`). */
-export function versionNotFound(resourceType: string, id: string, versionId: string, deleted = false): NotFoundError {
+export function versionNotFound(
+  resourceType: string,
+  id: string,
+  versionId: string,
+  deleted = false,
+): NotFoundError {
   return deleted
     ? new NotFoundError(`${resourceType}/${id} version ${versionId} is a deletion`, { deleted: true })
     : new NotFoundError(`${resourceType}/${id} has no version ${versionId}`);
@@ -153,7 +162,8 @@ export function pickHistory<H extends VersionHead>(
       for (const index of newestFirst(source, query.id, Infinity, since))
         if (inTime(source.list, source.list.versions[index]!, since, query.at)) total += 1;
   }
-  const micros = (c: (typeof candidates)[number]): number => c.source.list.versions[c.index]!.lastUpdatedMicros;
+  const micros = (c: (typeof candidates)[number]): number =>
+    c.source.list.versions[c.index]!.lastUpdatedMicros;
   candidates.sort((a, b) => micros(b) - micros(a));
   const page = candidates.slice(0, query.count);
   const picked = page.map(({ source, index }) => ({
@@ -189,10 +199,7 @@ export async function historyEntries<H extends VersionHead>(
 }
 
 /** A page of `HistoryPage` shape from `pickHistory`'s answer and the entries read. */
-export function historyPage(
-  choice: { next?: string; total?: number },
-  entries: HistoryEntry[],
-): HistoryPage {
+export function historyPage(choice: { next?: string; total?: number }, entries: HistoryEntry[]): HistoryPage {
   return {
     entries,
     ...(choice.next !== undefined ? { next: choice.next } : {}),

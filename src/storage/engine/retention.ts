@@ -12,9 +12,7 @@ export function keptVersions(list: VersionList, retention: HistoryRetention, now
   if (retention === 'all') return versions.map(() => true);
   if ('days' in retention) {
     const after = nowMicros - retention.days * DAY_MICROS;
-    return versions.map(
-      (v) => v.superseded < 0 || versions[v.superseded]!.lastUpdatedMicros >= after,
-    );
+    return versions.map((v) => v.superseded < 0 || versions[v.superseded]!.lastUpdatedMicros >= after);
   }
   const kept = versions.map(() => false);
   for (const latest of list.latest.values()) {

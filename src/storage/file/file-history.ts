@@ -52,7 +52,12 @@ async function pinned<T>(lists: Iterable<FileVersionList>, read: () => Promise<T
 export async function readFileVersion(
   engine: Engine,
   backend: FileBackend,
-  { projectId, resourceType, id, versionId }: { projectId: string; resourceType: string; id: string; versionId: string },
+  {
+    projectId,
+    resourceType,
+    id,
+    versionId,
+  }: { projectId: string; resourceType: string; id: string; versionId: string },
 ): Promise<StoredResource> {
   const current = engine.root.view().resource(projectId, resourceType, id);
   if (!current) throw versionNotFound(resourceType, id, versionId);

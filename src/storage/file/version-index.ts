@@ -89,7 +89,11 @@ export class FileVersionIndex {
   }
 
   /** Adds a committed batch's versions to the lists built (refs as `persist` answers them). */
-  record(mutations: readonly Mutation[], refs: readonly unknown[], liveLogs: ReadonlyMap<LogFile, unknown>): void {
+  record(
+    mutations: readonly Mutation[],
+    refs: readonly unknown[],
+    liveLogs: ReadonlyMap<LogFile, unknown>,
+  ): void {
     if (this.lists.size === 0) return;
     mutations.forEach((m, i) => {
       if (m.kind === 'project-delete') {

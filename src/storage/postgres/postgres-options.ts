@@ -85,4 +85,3 @@ export interface PostgresStorageOptions {
    */
   history?: HistoryRetention;
 }
-

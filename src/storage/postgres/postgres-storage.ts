@@ -105,7 +105,12 @@ class PostgresStorage extends PostgresOperations implements Storage {
     return results;
   }
 
-  readResourceVersion(projectId: string, type: string, id: string, versionId: string): Promise<StoredResource> {
+  readResourceVersion(
+    projectId: string,
+    type: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource> {
     return this.root.run('read', (query) => readPgVersion(query, this.s, projectId, type, id, versionId));
   }
 

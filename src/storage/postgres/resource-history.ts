@@ -2,7 +2,14 @@ import { isoMicros } from '../engine/clock.js';
 import { checkHistoryQuery, versionNotFound } from '../engine/history.js';
 import { InvalidRecordError } from '../errors.js';
 import { DAY_MICROS } from '../history-retention.js';
-import type { HistoryEntry, HistoryMethod, HistoryPage, HistoryQuery, HistoryRetention, StoredResource } from '../types.js';
+import type {
+  HistoryEntry,
+  HistoryMethod,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
+  StoredResource,
+} from '../types.js';
 import type { Executor, Query } from './executor.js';
 
 /**
