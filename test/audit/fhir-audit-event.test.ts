@@ -127,7 +127,9 @@ describe('AuditEvent through the FHIR API', () => {
       .set('Prefer', 'handling=lenient');
     expect(lenient.status).toBe(200);
     expect(lenient.body.total).toBe(3);
-    const strict = await request(ctx.app).get(`${FHIR}/AuditEvent?type:text=Query`).set('Authorization', auditor);
+    const strict = await request(ctx.app)
+      .get(`${FHIR}/AuditEvent?type:text=Query`)
+      .set('Authorization', auditor);
     expect(strict.status).toBe(400);
   });
 
