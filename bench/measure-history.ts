@@ -228,3 +228,11 @@ for (const config of configs) {
       `${fmt(bytes / row.versions)} | ${fmt(kept)} | ${fmt(bytes / kept)} |`,
   );
 }
+console.log('');
+for (const config of configs)
+  console.log(
+    `${config.name}: ingest ms ${rows
+      .get(config.name)!
+      .ms.map((ms) => Math.round(ms))
+      .join(', ')}`,
+  );
