@@ -9,10 +9,9 @@
  *   file, history 'all'          every version kept; resource logs never compacted (the default)
  *   file, { versions: 1 }        the starting point: compaction drops every superseded version, as
  *                                the file store did before history (same `--min-dead` threshold)
- *   postgres, history 'all'      every version kept, with migration 5's history indexes (the default)
- *   postgres, before             the starting point: the same store with the two history indexes
- *                                dropped after open (the schema before migration 5, which kept every
- *                                version too)
+ *   postgres, history 'all'      every version kept, with migration 5's history index (the default)
+ *   postgres, before             the starting point: the same store with that index dropped after
+ *                                open (the schema before migration 5, which kept every version too)
  *   postgres, { versions: 1 }    the sweep deleting superseded versions every 256 writes
  *
  * Reported per configuration: versions written per second (median), bytes on disk per version
@@ -26,6 +25,9 @@
  *   --min-dead B   the file store's compactionMinDeadBytes (default 4 MiB)
  *   --store LIST   file,postgres (default both; postgres needs FPK_TEST_POSTGRES_URL or --pg URL)
  *   --pg URL       the PostgreSQL connection string
+ *
+ * Run with `node --expose-gc --import tsx bench/measure-history.ts` to also measure the file store's
+ * version lists: the heap they take once built (a type history of every type), per version.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -125,10 +127,9 @@ function pgConfig(name: string, history: HistoryRetention, dropIndexes: boolean,
       const admin = new pg.Client({ connectionString: pgUrl });
       await admin.connect();
       const s = `"${schema}"`;
-      // The first call made the tables (migration 5 included): the schema before it lacks these.
+      // The first call made the tables (migration 5 included): the schema before it lacks this one.
       if (dropIndexes) {
         await admin.query(`DROP INDEX ${s}.resources_history_instance`);
-        await admin.query(`DROP INDEX ${s}.resources_history_system`);
       }
       const count = async (sql: string): Promise<number> =>
         Number((await admin.query<{ n: string }>(sql)).rows[0]!.n);
@@ -227,6 +228,31 @@ for (const config of configs) {
     `| ${config.name} | ${fmt((row.versions / ms) * 1000)} | ${base ? fmt(ms / base, 3) : '1 (starting point)'} | ` +
       `${fmt(bytes / row.versions)} | ${fmt(kept)} | ${fmt(bytes / kept)} |`,
   );
+}
+/** The heap the file store's version lists take, per version (needs `--expose-gc`). */
+async function versionListBytes(): Promise<number | undefined> {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) return undefined;
+  const opened = await fileConfig('lists', 'all').open();
+  try {
+    const { versions } = await ingest(opened.storage);
+    gc();
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (const type of new Set(resources.map((r) => r.resourceType)))
+      await opened.storage.readHistory('p1', { type, count: 1 });
+    gc();
+    gc();
+    return (process.memoryUsage().heapUsed - before) / versions;
+  } finally {
+    await opened.done();
+  }
+}
+
+if (stores.includes('file')) {
+  const perVersion = await versionListBytes();
+  if (perVersion !== undefined)
+    console.log(`\nfile store version lists: ${fmt(perVersion)} bytes of heap per version`);
 }
 console.log('');
 for (const config of configs)

@@ -16,8 +16,8 @@ import type { Executor, Query } from './executor.js';
  * History on PostgreSQL: every version is a row of `resources`, numbered by `seq`. A project's
  * writers hold its clock row until they commit, so its versions become visible in `seq` order:
  * `seq` is the paging cursor (a page continues below the last `seq` of the one before, and
- * versions committed meanwhile are above it). The walks use `resources_history_instance`,
- * `resources_history` and `resources_history_system` (migration 5).
+ * versions committed meanwhile are above it). The walks use `resources_history_instance`
+ * (migration 5) and `resources_history`.
  */
 
 const CURSOR = /^p([0-9]{1,19})$/;
@@ -101,12 +101,29 @@ export async function readPgHistory(
   const params = [...filter.params];
   const cursorCondition = before === undefined ? '' : ` AND r.seq < $${params.push(before)}`;
   const limit = `$${params.push(history.count + 1)}`;
+  // A type's or a resource's versions: one walk back along `resources_history` or
+  // `resources_history_instance`. The project's: the same walk per type, merged; the types come
+  // from a loose scan of `resources_history` (one index probe per type), so no index on
+  // `(project_id, seq)` has to be written with every version.
+  const versions =
+    history.type !== undefined
+      ? `SELECT r.* FROM ${s}.resources r WHERE ${where}${cursorCondition} ORDER BY r.seq DESC LIMIT ${limit}`
+      : `WITH RECURSIVE types(rt) AS (
+           SELECT (SELECT min(resource_type) FROM ${s}.resources WHERE project_id = $1)
+           UNION ALL
+           SELECT (SELECT min(resource_type) FROM ${s}.resources WHERE project_id = $1 AND resource_type > t.rt)
+             FROM types t WHERE t.rt IS NOT NULL)
+         SELECT r.* FROM types CROSS JOIN LATERAL (
+           SELECT r.* FROM ${s}.resources r
+            WHERE ${where}${cursorCondition} AND r.resource_type = types.rt
+            ORDER BY r.seq DESC LIMIT ${limit}) r
+         WHERE types.rt IS NOT NULL ORDER BY r.seq DESC LIMIT ${limit}`;
   const { rows } = await query<HistoryRow>(
     `SELECT r.seq, r.resource_type, r.id, r.version_id, r.lu, r.deleted, r.body,
         (SELECT p.deleted FROM ${s}.resources p
           WHERE p.project_id = r.project_id AND p.resource_type = r.resource_type AND p.id = r.id
             AND p.seq < r.seq ORDER BY p.seq DESC LIMIT 1) AS prev_deleted
-       FROM ${s}.resources r WHERE ${where}${cursorCondition} ORDER BY r.seq DESC LIMIT ${limit}`,
+       FROM (${versions}) r ORDER BY r.seq DESC`,
     params,
   );
   const page = rows.slice(0, history.count);

@@ -154,11 +154,10 @@ function migrationStatements(s: string): string[] {
       key text COLLATE "C" PRIMARY KEY,
       failures integer NOT NULL,
       reset_at bigint NOT NULL)`,
-    // Migration 5: history walks (instance: a resource's versions; system: a project's, in commit
-    // order; a type's use `resources_history`), and the sweep's look-up of a superseding version.
+    // Migration 5: the history walk of one resource (a type's and the project's use
+    // `resources_history`), its previous version, and the sweep's count of newer versions.
     `CREATE INDEX IF NOT EXISTS resources_history_instance
       ON ${s}.resources (project_id, resource_type, id, seq)`,
-    `CREATE INDEX IF NOT EXISTS resources_history_system ON ${s}.resources (project_id, seq)`,
   ];
 }
 
