@@ -3,8 +3,10 @@
  *
  * Each configuration ingests the same work into a fresh store: the resources of `--patients`
  * generated patients (bench/dataset.ts), created, then updated `--versions - 1` times each, in
- * `writeResources` batches of `--batch` writes (the NDJSON upload's path). Configurations run in
- * turns, the order rotating with each repetition; the figures are medians.
+ * `writeResources` batches of `--batch` writes (the NDJSON upload's path). Every configuration's
+ * store is open at once and gets each batch in turn (the order rotating with each batch); a
+ * repetition's ingest time per configuration is the sum of its batches' times, and the figures are
+ * medians over repetitions.
  *
  *   file, history 'all'          every version kept; resource logs never compacted (the default)
  *   file, { versions: 1 }        the starting point: compaction drops every superseded version, as
@@ -166,21 +168,26 @@ if (stores.includes('postgres')) {
 
 const resources = [...generatePatients(PATIENTS)] as FhirResource[];
 
-/** Every version of every resource, in batches: creates first, then each round of updates. */
-async function ingest(storage: Storage): Promise<{ ms: number; versions: number }> {
-  const start = now();
-  let versions = 0;
+/** The batches of the ingest: every resource's first version, then each round of updates. */
+function* batches(): Generator<ResourceWrite[]> {
   for (let v = 1; v <= VERSIONS; v++) {
     for (let i = 0; i < resources.length; i += BATCH) {
-      const writes: ResourceWrite[] = resources.slice(i, i + BATCH).map((r) => ({
+      yield resources.slice(i, i + BATCH).map((r) => ({
         op: 'update',
         resource: { ...r, id: r.id!, meta: { tag: [{ code: `v${v}` }] } },
       }));
-      await storage.writeResources('p1', writes);
-      versions += writes.length;
     }
   }
-  return { ms: now() - start, versions };
+}
+
+/** The whole ingest into one store (for the memory measurement). */
+async function ingest(storage: Storage): Promise<{ versions: number }> {
+  let versions = 0;
+  for (const writes of batches()) {
+    await storage.writeResources('p1', writes);
+    versions += writes.length;
+  }
+  return { versions };
 }
 
 interface Row {
@@ -194,21 +201,34 @@ const rows = new Map<string, Row>(configs.map((c) => [c.name, { ms: [], versions
 console.error(
   `history bench: ${resources.length} resources x ${VERSIONS} versions, batches of ${BATCH}, ${REPS} reps`,
 );
+// Every configuration's store is open at once and gets each batch in turn (the order rotating
+// with each batch), so that the load of a shared machine, which drifts over seconds, weighs on
+// them alike; each one's ingest time is the sum of its batches' times.
 for (let rep = 0; rep < REPS; rep++) {
-  const order = configs.map((_, i) => configs[(i + rep) % configs.length]!);
-  for (const config of order) {
-    const opened = await config.open();
-    try {
-      const { ms, versions } = await ingest(opened.storage);
-      const row = rows.get(config.name)!;
-      row.ms.push(ms);
-      row.versions = versions;
-      row.bytes.push(await opened.bytes());
-      row.kept.push(await opened.kept());
-      console.error(`  rep ${rep + 1}: ${config.name}: ${Math.round(ms)} ms`);
-    } finally {
-      await opened.done();
+  const opened = [];
+  for (const config of configs) opened.push({ config, store: await config.open(), ms: 0, versions: 0 });
+  try {
+    let k = 0;
+    for (const writes of batches()) {
+      for (let j = 0; j < opened.length; j++) {
+        const o = opened[(j + k) % opened.length]!;
+        const start = now();
+        await o.store.storage.writeResources('p1', writes);
+        o.ms += now() - start;
+        o.versions += writes.length;
+      }
+      k += 1;
     }
+    for (const o of opened) {
+      const row = rows.get(o.config.name)!;
+      row.ms.push(o.ms);
+      row.versions = o.versions;
+      row.bytes.push(await o.store.bytes());
+      row.kept.push(await o.store.kept());
+      console.error(`  rep ${rep + 1}: ${o.config.name}: ${Math.round(o.ms)} ms`);
+    }
+  } finally {
+    for (const o of opened) await o.store.done();
   }
 }
 
