@@ -237,6 +237,20 @@ export function historyStorageContract(getStorage: () => Storage): void {
       await rejectsWith(storage.readHistory('p1', { count: -1 }), 'ERR_STORAGE_INVALID');
     });
 
+    it('forgets the history of a deleted project', async () => {
+      await storage.createProject({ id: 'gone', name: 'Gone', strictMode: false });
+      await storage.createResource('gone', { resourceType: 'Patient', id: 'a' });
+      await storage.updateResource('gone', { resourceType: 'Patient', id: 'a', active: true });
+      expect((await storage.readHistory('gone', { count: 10 })).entries).toHaveLength(2);
+      await storage.deleteProject('gone');
+      expect(await storage.readHistory('gone', { count: 10 })).toEqual({ entries: [] });
+      await rejectsWith(storage.readResourceVersion('gone', 'Patient', 'a', '1'), NOT_FOUND);
+      // A project of that id made again starts a history of its own.
+      await storage.createProject({ id: 'gone', name: 'Again', strictMode: false });
+      await storage.createResource('gone', { resourceType: 'Patient', id: 'a' });
+      expect(shape((await storage.readHistory('gone', { count: 10 })).entries)).toEqual(['Patient/a/1 POST']);
+    });
+
     it('keeps exports on current versions only', async () => {
       await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: true });
       await storage.updateResource('p1', { resourceType: 'Patient', id: 'a', active: false });
