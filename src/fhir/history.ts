@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { canAccess } from '../auth/access.js';
 import { parseDateRange } from '../common/date-range.js';
-import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
+import { isValidId, R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type {
@@ -36,6 +36,11 @@ export async function readVersion(
   checkType(type);
   checkId(id);
   authorize(ctx, type, 'read');
+  // `meta.versionId` is an `id`: anything else names no version.
+  if (!isValidId(versionId))
+    throw new FhirError(400, 'invalid', 'The version id does not match the FHIR id syntax', {
+      expression: ['vid'],
+    });
   return storage.readResourceVersion(ctx.projectId, type, id, versionId);
 }
 

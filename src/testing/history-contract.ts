@@ -232,6 +232,12 @@ export function historyStorageContract(getStorage: () => Storage): void {
       await rejectsWith(storage.readResourceVersion('p3', 'Patient', 'a', '1'), NOT_FOUND);
       expect(await storage.readHistory('p3', { count: 10 })).toEqual({ entries: [] });
 
+      // Ids no store could hold find nothing (never a failure of the store).
+      await rejectsWith(storage.readResourceVersion('p1', 'Patient', 'a\u0000', '1'), NOT_FOUND);
+      await rejectsWith(storage.readResourceVersion('p1', 'Patient', 'a', '1\u0000'), NOT_FOUND);
+      expect((await storage.readHistory('p1', { type: 'Patient', id: 'a\u0000', count: 5 })).entries).toEqual(
+        [],
+      );
       await rejectsWith(storage.readHistory('p1', { count: 10, cursor: 'nonsense' }), 'ERR_STORAGE_INVALID');
       await rejectsWith(storage.readHistory('p1', { id: 'a', count: 10 }), 'ERR_STORAGE_INVALID');
       await rejectsWith(storage.readHistory('p1', { count: -1 }), 'ERR_STORAGE_INVALID');

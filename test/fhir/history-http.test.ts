@@ -79,6 +79,8 @@ forEachStore('FHIR history', (store, open) => {
       expectOutcome(await get(`/Patient/${id}/_history/3`), 410, 'deleted');
       expectOutcome(await get(`/Patient/${id}/_history/5`), 404, 'not-found');
       expectOutcome(await get(`/Patient/nobody/_history/1`), 404, 'not-found');
+      expectOutcome(await get(`/Patient/${id}/_history/%00`), 400, 'invalid');
+      expectOutcome(await get(`/Patient/${id}/_history/${'9'.repeat(65)}`), 400, 'invalid');
       expectOutcome(
         await get(`/Patient/${id}/_history/1`, auth(['system/Observation.rs'])),
         403,

@@ -38,6 +38,9 @@ export async function readPgVersion(
   id: string,
   versionId: string,
 ): Promise<StoredResource> {
+  // PostgreSQL text cannot hold NUL: no stored record has one.
+  if ([projectId, resourceType, id, versionId].some((v) => v.includes('\u0000')))
+    throw versionNotFound(resourceType, id, versionId);
   const { rows } = await query<{ deleted: boolean; body: string | null }>(
     `SELECT deleted, body FROM ${s}.resources
       WHERE project_id = $1 AND resource_type = $2 AND id = $3 AND version_id = $4
@@ -96,6 +99,9 @@ export async function readPgHistory(
 ): Promise<HistoryPage> {
   checkHistoryQuery(history);
   const before = decodeCursor(history.cursor);
+  // PostgreSQL text cannot hold NUL: no stored record has one.
+  if ([projectId, history.type ?? '', history.id ?? ''].some((v) => v.includes('\u0000')))
+    return history.id !== undefined ? { entries: [], total: 0 } : { entries: [] };
   const filter = conditions(s, projectId, history);
   const { where } = filter;
   const params = [...filter.params];
