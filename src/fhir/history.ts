@@ -98,7 +98,7 @@ export function parseHistoryRequest(
   const since = single(params, '_since');
   if (since !== undefined) {
     const range = parseDateRange(since);
-    if (!range || !/T.*(Z|[+-]\d{2}:\d{2})$/.test(since))
+    if (!range || !/T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(since))
       throw invalid('_since', '_since must be an instant (a dateTime with seconds and a time zone)');
     query.since = range.start;
     applied.push(['_since', since]);

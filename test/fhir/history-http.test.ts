@@ -173,6 +173,9 @@ forEachStore('FHIR history', (store, open) => {
 
       expectOutcome(await get('/_history?_since=yesterday'), 400, 'invalid');
       expectOutcome(await get('/_history?_since=2024-01-01'), 400, 'invalid');
+      expectOutcome(await get('/_history?_since=2024-01-01T10:00Z'), 400, 'invalid');
+      expectOutcome(await get('/_history?_since=2024-01-01T10:00:00'), 400, 'invalid');
+      expect((await get('/_history?_since=2024-01-01T10:00:00%2B02:00')).status).toBe(200);
       expectOutcome(await get('/_history?_at=2024-13'), 400, 'invalid');
       expectOutcome(await get('/_history?_count=-1'), 400, 'invalid');
       expectOutcome(await get('/_history?_cursor=nonsense'), 400, 'invalid');
