@@ -87,15 +87,27 @@ async function runBatchEntry(
     }
     return { response: { status: '204 No Content' } };
   }
-  if (entry.resource) {
-    const found = conditionalReferencesOf(entry.resource);
-    if (found.size > 0) {
+  // An entry with conditional references resolves them and writes in one storage transaction, so
+  // that what they resolved to still exists when it is written.
+  const found = entry.resource ? conditionalReferencesOf(entry.resource) : undefined;
+  if (found && found.size > 0) {
+    return ctx.atomically(async (tx) => {
       const resolved = new Map(references);
-      await resolveConditionalReferences(ctx, found, resolved);
-      references = resolved;
-    }
-    rewriteReferences(entry.resource, references);
+      await resolveConditionalReferences(tx, found, resolved);
+      return writeEntry(tx, entry, resolved, options);
+    });
   }
+  return writeEntry(ctx, entry, references, options);
+}
+
+/** A POST or PUT entry (conditional or not) or a plain DELETE, references to other entries rewritten. */
+async function writeEntry(
+  ctx: FhirContext,
+  entry: Entry,
+  references: ReadonlyMap<string, string>,
+  options: BundleProcessingOptions,
+): Promise<Record<string, unknown>> {
+  if (entry.resource) rewriteReferences(entry.resource, references);
   if (entry.method === 'PUT' && entry.query !== undefined) {
     const result = await conditionalUpdate(
       ctx,

@@ -18,6 +18,9 @@ import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';
 import { buildSearchBundle } from './search-bundle.js';
+import { allPatientsEverything, patientEverything } from './everything.js';
+import { everythingBundle, everythingQuery } from './everything-bundle.js';
+import { parseEverythingParams } from './everything-params.js';
 import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
 
@@ -59,6 +62,7 @@ export async function runGet(
   options: BundleProcessingOptions,
   activity: RequestActivity | undefined,
 ): Promise<Record<string, unknown>> {
+  if (entry.operation === 'everything') return runEverything(ctx, entry, options, activity);
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
     activity?.accessed(readAccess('read', resource));
@@ -85,6 +89,27 @@ export async function runGet(
   );
   // The same searchset a plain search answers: includes, subsetting, outcome and links.
   return { resource: buildSearchBundle(options.baseUrl, entry.type, result), response: { status: '200 OK' } };
+}
+
+/** A `Patient/$everything` or `Patient/[id]/$everything` GET entry: its first page (or the one its `_cursor` names). */
+async function runEverything(
+  ctx: FhirContext,
+  entry: Entry,
+  options: BundleProcessingOptions,
+  activity: RequestActivity | undefined,
+): Promise<Record<string, unknown>> {
+  const params = parseEverythingParams(new URLSearchParams(entry.query ?? ''), options.search);
+  const page =
+    entry.id === undefined
+      ? await allPatientsEverything(ctx, params)
+      : await patientEverything(ctx, entry.id, params);
+  const resources = page.entries.map((e) => e.resource);
+  activity?.accessed(searchAccess('Patient', everythingQuery(params), resources));
+  const url = `${options.baseUrl}/Patient/${entry.id === undefined ? '' : `${entry.id}/`}$everything`;
+  return {
+    resource: everythingBundle(url, params, page, options.baseUrl),
+    response: { status: '200 OK' },
+  };
 }
 
 /** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */
@@ -131,8 +156,10 @@ export function deleteModeOf(
 
 /**
  * Adds to `references` the target of each of `found`, conditional references
- * (`Patient?identifier=…` → `Patient/<id>` of its one match): 412 when its criteria match no
- * resource or several.
+ * (`Patient?identifier=…` → `Patient/<id>` of its one match): 404 (`not-found`) when its criteria
+ * match no resource, 412 (`duplicate`) when they match several, 412 (`invalid`) when they name no
+ * search parameter. A reference that is the `fullUrl` of an entry of the Bundle (already in
+ * `references`) names that entry's resource and is not searched.
  * @see https://hl7.org/fhir/R4/http.html#trules
  */
 export async function resolveConditionalReferences(
@@ -145,11 +172,14 @@ export async function resolveConditionalReferences(
     const q = reference.indexOf('?');
     const type = reference.slice(0, q);
     const matches = await conditionalMatches(ctx, type, reference.slice(q + 1), { requireCriteria: true });
-    if (matches.length !== 1) {
+    if (matches.length === 0) {
+      throw new FhirError(404, 'not-found', `The conditional reference ${reference} matches no resource`);
+    }
+    if (matches.length > 1) {
       throw new FhirError(
         412,
-        matches.length === 0 ? 'invalid' : 'duplicate',
-        `The conditional reference ${reference} matches ${matches.length === 0 ? 'no' : 'more than one'} resource`,
+        'duplicate',
+        `The conditional reference ${reference} matches more than one resource`,
       );
     }
     references.set(reference, `${type}/${matches[0]!.id}`);

@@ -1,20 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import type { StoredResource } from '../storage/types.js';
 import { searchAccess, type FhirAccessDetails } from './audit-activity.js';
-import type { BundleJson } from './bundle-response.js';
-import { allPatientsEverything, patientEverything, type EverythingPage } from './everything.js';
-import {
-  encodeEverythingCursor,
-  parseEverythingParams,
-  type EverythingParamOptions,
-  type EverythingParams,
-} from './everything-params.js';
+import { allPatientsEverything, patientEverything } from './everything.js';
+import { everythingBundle, everythingQuery } from './everything-bundle.js';
+import { parseEverythingParams, type EverythingParamOptions } from './everything-params.js';
 import { formBody } from './form-body.js';
 import type { FhirContext } from './interactions.js';
-import { outcomeOf } from '../http/outcome.js';
 import { parsePrefer } from './prefer.js';
 
 /** The canonical URL of the R4 OperationDefinition of `Patient/$everything`. */
@@ -42,50 +35,6 @@ export interface EverythingRouteDeps {
   bodyLimit: number | string;
   /** Records a read of patient data in the audit trail (undefined: no trail). */
   audit: ((req: Request, res: Response, details: FhirAccessDetails) => void) | undefined;
-}
-
-/**
- * The searchset Bundle of a page: a `self` link (as asked) and a `next` link (the same parameters
- * with the `_cursor` of the page's last entry) when more follows; no `total` (counting would walk
- * the whole record).
- */
-function everythingBundle(
-  url: string,
-  params: EverythingParams,
-  page: EverythingPage,
-  baseUrl: string,
-): BundleJson {
-  const link = (cursor: string | undefined): string => {
-    const query = new URLSearchParams(params.applied);
-    query.set('_count', String(params.count));
-    if (cursor !== undefined) query.set('_cursor', cursor);
-    return `${url}?${query.toString()}`;
-  };
-  const self = params.cursor ? encodeEverythingCursor(params.cursor) : undefined;
-  const links = [{ relation: 'self', url: link(self) }];
-  if (page.next) links.push({ relation: 'next', url: link(encodeEverythingCursor(page.next)) });
-  const entry: Record<string, unknown>[] = page.entries.map(({ resource, mode }) => ({
-    fullUrl: `${baseUrl}/${resource.resourceType}/${resource.id}`,
-    resource,
-    search: { mode },
-  }));
-  if (params.ignored.length > 0) {
-    const issues = params.ignored.map((name) => ({
-      severity: 'warning' as const,
-      code: 'not-supported' as const,
-      details: { text: `Parameter ${name} is not supported and was ignored` },
-      expression: [name],
-    }));
-    entry.push({ resource: outcomeOf(issues), search: { mode: 'outcome' } });
-  }
-  return {
-    resourceType: 'Bundle',
-    id: randomUUID(),
-    meta: { lastUpdated: new Date().toISOString() },
-    type: 'searchset',
-    link: links,
-    entry,
-  };
 }
 
 /** The parameters of the query string and, for a POST, of the form body. */
@@ -119,8 +68,7 @@ export function mountEverything(router: Router, deps: EverythingRouteDeps): void
           ? await allPatientsEverything(ctx, params)
           : await patientEverything(ctx, id, params);
       const resources: StoredResource[] = page.entries.map((e) => e.resource);
-      const query = `$everything${params.applied.length > 0 ? `?${new URLSearchParams(params.applied).toString()}` : ''}`;
-      const details = searchAccess('Patient', query, resources);
+      const details = searchAccess('Patient', everythingQuery(params), resources);
       if (details) deps.audit?.(req, res, details);
       const baseUrl = deps.base(req);
       const url = `${baseUrl}/Patient/${id === undefined ? '' : `${id}/`}$everything`;
