@@ -13,6 +13,12 @@ import { instantMicros } from '../storage/result-page.js';
 export interface EverythingParams {
   /** `_since`: only resources whose `meta.lastUpdated` is at or after it (epoch ms). */
   since?: number;
+  /**
+   * `start` / `end` (care dates, R4 `date`): as the search values `ge<start>` and `le<end>` of each
+   * type's `date` search parameter.
+   */
+  start?: string;
+  end?: string;
   /** `_type`: only resources of these types (each listed once, in request order). */
   types?: string[];
   /** Page size: `_count`, else the router's default, at most its maximum. */
@@ -50,6 +56,7 @@ export interface EverythingParamOptions {
 /** Longest `_cursor` accepted. */
 const MAX_CURSOR = 512;
 
+const DATE = /^\d{4}(?:-\d{2}(?:-\d{2})?)?$/;
 const INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;
 
 const invalid = (name: string, why: string): FhirError =>
@@ -103,8 +110,8 @@ export function decodeEverythingCursor(text: string): EverythingCursor {
  * Reads the parameters of a `$everything` request (the query string, or a form body): `_since` (an
  * instant, with seconds and a time zone), `_type` (comma-separated resource types, repeatable),
  * `_count` (a positive integer) and `_cursor`. Each of `_since`, `_count` and `_cursor` may be given
- * once. A malformed value answers 400 (`invalid`); an unknown parameter 400 (`not-supported`) unless
- * `lenient`. `start` and `end` (care dates) are not supported.
+ * once, and `start` / `end` (dates: `2024`, `2024-01` or `2024-01-31`). A malformed value answers 400
+ * (`invalid`); an unknown parameter 400 (`not-supported`) unless `lenient`.
  */
 export function parseEverythingParams(
   params: Iterable<readonly [string, string]>,
@@ -125,6 +132,16 @@ export function parseEverythingParams(
         const range = INSTANT.test(value) ? parseDateRange(value) : undefined;
         if (!range) throw invalid(name, '_since must be an instant, such as 2024-01-31T12:00:00Z');
         out.since = range.start;
+        out.applied.push([name, value]);
+        break;
+      }
+      case 'start':
+      case 'end': {
+        once(name);
+        if (!DATE.test(value) || !parseDateRange(value)) {
+          throw invalid(name, `${name} must be a date, such as 2024-01-31`);
+        }
+        out[name] = value;
         out.applied.push([name, value]);
         break;
       }

@@ -6,6 +6,8 @@ import { patientCompartmentTypes } from './compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
 import type { FhirContext } from './interactions.js';
 import { checkId } from './resource-checks.js';
+import { loadSearchRegistry } from '../search/definitions.js';
+import { parseSearch } from './search-query.js';
 
 /**
  * `Patient/[id]/$everything` and `Patient/$everything`: a patient's record as one paged walk.
@@ -68,11 +70,15 @@ function walkTypes(ctx: FhirContext, params: EverythingParams): string[] {
   return types;
 }
 
-/** The ids, per referenced type, that the patient's compartment resources of `sources` reference. */
+/**
+ * The ids, per referenced type, that the patient's compartment resources of `sources` reference
+ * (those within `start` / `end` when given, whatever `_since` says).
+ */
 async function referencedIds(
   ctx: FhirContext,
   patientId: string,
   sources: readonly string[],
+  params: EverythingParams,
 ): Promise<Map<string, string[]>> {
   const found = new Map<string, Set<string>>();
   const visit = (value: unknown): void => {
@@ -96,10 +102,32 @@ async function referencedIds(
     }
   };
   for (const type of sources) {
-    const page = await ctx.storage.searchResources(ctx.projectId, type, { compartment: [patientId] });
+    const where = await careDateTest(type, params);
+    const page = await ctx.storage.searchResources(ctx.projectId, type, {
+      compartment: [patientId],
+      ...(where ? { where } : {}),
+    });
     for (const resource of page.resources) visit(resource);
   }
   return new Map([...found].map(([type, ids]) => [type, [...ids]]));
+}
+
+/**
+ * The test of `start` / `end` for resources of `type`: its R4 `date` search parameter searched with
+ * `ge<start>` and `le<end>` (a resource without a date fails it). Undefined when neither is given,
+ * for the Patient, and for types without a `date` parameter (all of whose resources are kept).
+ */
+async function careDateTest(
+  type: string,
+  params: EverythingParams,
+): Promise<ResourceQuery['where'] | undefined> {
+  if ((params.start === undefined && params.end === undefined) || type === 'Patient') return undefined;
+  const registry = await loadSearchRegistry();
+  if (registry.get(type, 'date')?.type !== 'date') return undefined;
+  const values: [string, string][] = [];
+  if (params.start !== undefined) values.push(['date', `ge${params.start}`]);
+  if (params.end !== undefined) values.push(['date', `le${params.end}`]);
+  return (await parseSearch(type, values)).query.where;
 }
 
 /**
@@ -126,9 +154,11 @@ async function walkPatient(
     if (params.since !== undefined) query.lastUpdated = { ge: params.since };
     if (isCompartmentType(type)) {
       query.compartment = [patientId];
+      const where = await careDateTest(type, params);
+      if (where) query.where = where;
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };
     } else {
-      references ??= await referencedIds(ctx, patientId, types.filter(isCompartmentType));
+      references ??= await referencedIds(ctx, patientId, types.filter(isCompartmentType), params);
       const ids = references.get(type);
       if (!ids || ids.length === 0) continue;
       query.ids = ids;

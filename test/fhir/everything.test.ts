@@ -241,6 +241,46 @@ function suite(name: string, open: Open): void {
       ).toBe(405);
     });
 
+    it('takes start and end as care dates: the date search parameter of each type that has one', async () => {
+      const { app } = await appOver(open);
+      await seed(app);
+      const dated = (id: string, when: string) => ({
+        resourceType: 'Observation',
+        id,
+        status: 'final',
+        code: { text: 'x' },
+        subject: { reference: 'Patient/ann' },
+        performer: [{ reference: 'Practitioner/doc1' }],
+        effectiveDateTime: when,
+      });
+      await put(app, dated('ann-obs1', '2020-05-01'));
+      await put(app, dated('ann-obs2', '2023-02-01T10:00:00Z'));
+      const range = async (query: string) =>
+        keys(
+          (await get(app, `Patient/ann/$everything?_type=Patient,Observation,Practitioner&${query}`))
+            .body as Bundle,
+        );
+      expect(await range('start=2022')).toEqual(['Patient/ann', 'Observation/ann-obs2', 'Practitioner/doc1']);
+      expect(await range('end=2021-12')).toEqual([
+        'Patient/ann',
+        'Observation/ann-obs1',
+        'Practitioner/doc1',
+      ]);
+      expect(await range('start=2021&end=2022')).toEqual(['Patient/ann']);
+      // A type without a `date` parameter is kept whole.
+      await put(app, {
+        resourceType: 'Condition',
+        id: 'ann-cond',
+        subject: { reference: 'Patient/ann' },
+      });
+      expect(
+        keys((await get(app, 'Patient/ann/$everything?_type=Condition&start=2030')).body as Bundle),
+      ).toEqual(['Condition/ann-cond']);
+      expectIssue(await get(app, 'Patient/ann/$everything?start=2024-13'), 400, 'invalid');
+      expectIssue(await get(app, 'Patient/ann/$everything?end=soon'), 400, 'invalid');
+      expectIssue(await get(app, 'Patient/ann/$everything?start=2020&start=2021'), 400, 'invalid');
+    });
+
     it('answers 404 for an unknown patient, 410 for a deleted one, and stays in the caller project', async () => {
       const { app } = await appOver(open);
       await seed(app);
