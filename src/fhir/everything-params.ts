@@ -109,8 +109,8 @@ export function decodeEverythingCursor(text: string): EverythingCursor {
 /**
  * Reads the parameters of a `$everything` request (the query string, or a form body): `_since` (an
  * instant, with seconds and a time zone), `_type` (comma-separated resource types, repeatable),
- * `_count` (a positive integer) and `_cursor`. Each of `_since`, `_count` and `_cursor` may be given
- * once, and `start` / `end` (dates: `2024`, `2024-01` or `2024-01-31`). A malformed value answers 400
+ * `_count` (a positive integer), `_cursor`, and `start` / `end` (dates: `2024`, `2024-01` or
+ * `2024-01-31`); each but `_type` at most once. A malformed or repeated value answers 400
  * (`invalid`); an unknown parameter 400 (`not-supported`) unless `lenient`.
  */
 export function parseEverythingParams(
