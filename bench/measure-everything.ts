@@ -3,7 +3,8 @@
  * loads the hospital and practitioner bundles and the first `PATIENTS` patient bundles of the Synthea
  * sample (`../shared/data/synthea-r4-100`, or `FPK_SYNTHEA_DIR`) into a project, then for each
  * patient times, alternately, the full `$everything` walk (pages of 1000), its first page of 100,
- * and the first page of `Observation?patient=<id>&_count=100`. Prints medians per store.
+ * and the first page of `Observation?patient=<id>&_count=100`; then the first page of 100 of the
+ * type-level `Patient/$everything`. Prints medians per store.
  *
  *   node --import tsx bench/measure-everything.ts
  */
@@ -86,11 +87,18 @@ async function measure(name: string, storage: Storage): Promise<void> {
         search.push(now() - t);
       }
     }
+    const typeLevel: number[] = [];
+    for (let rep = 0; rep < REPS; rep++) {
+      const t = now();
+      await expectJson(200, `${base}/Patient/$everything?_count=100`);
+      typeLevel.push(now() - t);
+    }
     const ms = (v: number) => `${v.toFixed(1)} ms`;
     console.log(
       `${name}: ${ids.length} patients, ${(resources / ids.length).toFixed(0)} resources each on average;` +
         ` medians over ${REPS} rounds: whole $everything walk ${ms(median(whole))},` +
-        ` first page of 100 ${ms(median(first))}, Observation?patient= first page of 100 ${ms(median(search))}`,
+        ` first page of 100 ${ms(median(first))}, Observation?patient= first page of 100 ${ms(median(search))},` +
+        ` Patient/$everything first page of 100 ${ms(median(typeLevel))}`,
     );
   } finally {
     server.close();
