@@ -94,6 +94,8 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/_history': '/fhir/R4/_history',
   '/fhir/R4/:type/_history': '/fhir/R4/Patient/_history',
   '/fhir/R4/:type/:id/_history': '/fhir/R4/Patient/p1/_history',
+  '/fhir/R4/^\\/Patient\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/$everything',
+  '/fhir/R4/^\\/Patient\\/([^/]+)\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/p1/$everything',
 };
 
 function routes(): Walked[] {
@@ -167,6 +169,8 @@ function bodyFor(url: string): { type: string; body: unknown } {
       },
     };
   if (url.endsWith('/_search')) return { type: 'application/x-www-form-urlencoded', body: 'name=x' };
+  // POST $everything takes its parameters as a form, as a search does.
+  if (url.endsWith('/$everything')) return { type: 'application/x-www-form-urlencoded', body: '_count=1' };
   const patient = /\/fhir\/R4\/Patient(?:\/([^/$?]+))?(?:\?.*)?$/.exec(url);
   if (patient)
     return { type: FHIR_JSON, body: { resourceType: 'Patient', ...(patient[1] ? { id: patient[1] } : {}) } };
