@@ -25,6 +25,7 @@ import type {
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
+import { candidateEntries } from './candidates.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -428,29 +429,7 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    let candidates: Iterable<ResourceEntry>;
-    if (query.ids) {
-      candidates = query.ids
-        .map((id) => view.resource(projectId, resourceType, id))
-        .filter((e): e is ResourceEntry => e !== undefined);
-    } else if (keys) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const key of keys)
-        for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
-      candidates = seen.values();
-    } else if (!query.compartment && query.search?.resourceType === resourceType) {
-      candidates =
-        view.searched(projectId, resourceType, query.search) ?? view.resources(projectId, resourceType);
-    } else if (query.compartment) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const patient of query.compartment) {
-        for (const e of view.compartment(projectId, patient))
-          if (e.resourceType === resourceType) seen.set(e.id, e);
-      }
-      candidates = seen.values();
-    } else {
-      candidates = view.resources(projectId, resourceType);
-    }
+    const candidates = candidateEntries(view, projectId, resourceType, query, keys);
     const ids = query.ids ? new Set(query.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
