@@ -23,8 +23,14 @@ export function fileStoreModule(): string {
   return descriptorModule('./stores.ts', 'index');
 }
 
-/** The embedded stores' default indexer: R4, without composites (they do not post them). */
-const embeddedIndexer = (): Promise<ResourceIndexer> => loadR4Indexer({ composites: false });
+/**
+ * The FHIR R4 search indexer of the embedded stores (without composites: they do not post them), to
+ * pass as `fileStorage({ dir, indexer: r4SearchIndexer })` or `memoryStorage({ indexer: r4SearchIndexer })`.
+ * Off by default: a selective search answers 10-80x faster with it, but ingest costs about 2x the
+ * CPU and opening a file store about 5x the time (docs/storage.md, "Search index"), beyond what the
+ * default store may cost until the index is built on demand.
+ */
+export const r4SearchIndexer = (): Promise<ResourceIndexer> => loadR4Indexer({ composites: false });
 
 const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
   dir: true,
@@ -64,8 +70,7 @@ export async function fileStorage(options: FileStorageOptions): Promise<FileStor
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
-  const indexer = options.indexer ?? embeddedIndexer;
-  return createFileStorage({ ...options, compartment, indexer }, readerModule);
+  return createFileStorage({ ...options, compartment }, readerModule);
 }
 
 /**
@@ -91,6 +96,5 @@ export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   return createMemoryStorage({
     ...options,
     compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
-    indexer: options.indexer ?? embeddedIndexer,
   });
 }

@@ -59,7 +59,7 @@ export interface FileStorageOptions {
    * versions. Without one, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
    * parameter it is asked about: the store narrows searches by them.
-   * @default the FHIR R4 indexer (`fileStorage` fills it in)
+   * @default none: every search scans its type; `r4SearchIndexer` (package entry) is the R4 one
    */
   indexer?: IndexerOption;
   /**
