@@ -173,7 +173,7 @@ describe('scimUserService search paging', () => {
     const list = vi.spyOn(storage, 'listUsers');
     const walked = await walkScim((q) => users.search('p', q, locationOf), { descending: false, sortBy }, 7);
     expect(walked.ids).toHaveLength(30);
-    const calls = list.mock.calls.map(([, options]) => options!);
+    const calls = list.mock.calls.map(([, options]) => options);
     expect(calls).toHaveLength(5);
     expect(calls[0]).toMatchObject({ sortBy: 'userName', offset: 0, count: 7 });
     for (const options of calls.slice(1)) {
