@@ -38,6 +38,10 @@ import { migrate, quoteIdentifier } from './schema.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
+import { millis, POSTGRES_POOL_DEFAULTS } from './pool-options.js';
+import { ReplicaExecutor, replicaRouterFor, type ReplicaRouter } from './replicas.js';
+
+export { POSTGRES_POOL_DEFAULTS } from './pool-options.js';
 
 /** Options of `postgresStorage`. */
 export interface PostgresStorageOptions {
@@ -115,6 +119,15 @@ export interface PostgresStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Connection strings of streaming replicas of the database. Reads outside a transaction
+   * (resources, searches, users, SCIM listings) run on one of them once it has replayed every
+   * commit this store has made, else on the primary; writes, transactions, leases, limits, export
+   * jobs, snapshots and files stay on the primary. A replica that cannot be reached or was promoted
+   * is skipped for 30 s. See docs/deployment.md, "Read replicas".
+   * @default [] (every call on the primary)
+   */
+  readReplicas?: string[];
 }
 
 interface JobRow {
@@ -146,9 +159,15 @@ class PostgresStorage extends PostgresOperations implements Storage {
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
     files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
+    private readonly replicas?: ReplicaRouter,
   ) {
-    const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
-    super(root, quoteIdentifier(schema), compartment);
+    const primary = new PoolExecutor(pool, scope);
+    const root = new GuardedExecutor(lifecycle, primary);
+    super(
+      replicas ? new GuardedExecutor(lifecycle, new ReplicaExecutor(primary, pool, replicas, scope)) : root,
+      quoteIdentifier(schema),
+      compartment,
+    );
     this.root = root;
     this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
     this.descriptor = descriptor;
@@ -193,6 +212,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         await exec.end();
         exec.assertCommittable();
         const commit = await client.query('COMMIT');
+        this.replicas?.noteWrite();
         // PostgreSQL answers COMMIT of an aborted transaction with a rollback, not an error.
         if (commit.command === 'ROLLBACK') {
           throw new StorageError('ERR_STORAGE_TRANSACTION_ABORTED', 'The transaction was rolled back');
@@ -384,6 +404,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         // so that they fail and the pool can end.
         for (const client of this.checkedOut) void client.end().catch(() => undefined);
       }
+      await this.replicas?.close();
       const ended = this.pool.end();
       // A client its holder never releases (an export read abandoned mid-way) keeps `end` pending.
       if (!(await settlesWithin(ended, settled ? 0 : this.lifecycle.closeTimeoutMs))) {
@@ -393,25 +414,6 @@ class PostgresStorage extends PostgresOperations implements Storage {
     return this.closing;
   }
 }
-
-/** A duration option in milliseconds: a non-negative integer (0: no limit). */
-function millis(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
-  }
-  return value;
-}
-
-/** Defaults of the pool and timeout options (the `serve` settings table is checked against them). */
-export const POSTGRES_POOL_DEFAULTS = {
-  maxConnections: 10,
-  acquireTimeoutMs: 10_000,
-  lockTimeoutMs: 15_000,
-  statementTimeoutMs: 60_000,
-  idleInTransactionTimeoutMs: 60_000,
-  closeTimeoutMs: 10_000,
-} as const;
 
 /** The PostgreSQL store (see `postgresStorage` in `src/stores.ts`, which fills in the compartment). */
 export function createPostgresStorage(options: WithCompartment<PostgresStorageOptions>): Storage {
@@ -478,6 +480,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           exportName: 'openPostgresExportFiles',
           options: { connectionString, schema, chunkBytes: fileChunkBytes },
         };
+  const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs);
   return new PostgresStorage(
     pool,
     ownsPool,
@@ -488,5 +491,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     descriptor,
     options.compartment,
     { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
+    replicas,
   );
 }
