@@ -7,7 +7,9 @@
  * page, so an identity provider walking every page would cost O(n²). Each answered page remembers
  * the keyset position where the next page starts, under the walk (project, filter, order) and that
  * next `startIndex`; a client asking for it gets a page read from that position, in time
- * independent of the users before it, and a whole walk costs O(n). A `startIndex` nobody asked to
+ * independent of the users before it, and a whole walk costs O(n). The walk's `totalResults` is
+ * counted on the page no position led to (its first) and carried along: counting the matches again
+ * on every page would cost O(n) a page on PostgreSQL. A `startIndex` nobody asked to
  * continue to (a client jumping, another instance behind a load balancer, an expired entry) is
  * answered with an offset: correct, and as costly as before.
  */
@@ -117,6 +119,12 @@ export function scimStorageSortKey(
   return undefined;
 }
 
+/** Where a walk's next page starts, and the walk's total when its first page was counted. */
+export interface ScimWalkPosition {
+  cursor: UserCursor;
+  total: number;
+}
+
 /** Options of a `ScimPageCursors`. */
 export interface ScimPageCursorOptions {
   /** Most positions kept; the oldest go first. @default 10000 */
@@ -130,7 +138,7 @@ export interface ScimPageCursorOptions {
  * (see the module comment). Owned by one SCIM router; bounded in number and age; no timers.
  */
 export class ScimPageCursors {
-  private readonly entries = new Map<string, { cursor: UserCursor; expires: number }>();
+  private readonly entries = new Map<string, { next: ScimWalkPosition; expires: number }>();
   private readonly max: number;
   private readonly ttlMs: number;
 
@@ -140,7 +148,7 @@ export class ScimPageCursors {
   }
 
   /** The position from which the walk's page at `startIndex` starts, when a previous page left it. */
-  find(walk: string, startIndex: number, now = Date.now()): UserCursor | undefined {
+  find(walk: string, startIndex: number, now = Date.now()): ScimWalkPosition | undefined {
     const key = `${walk}\u0000${startIndex}`;
     const entry = this.entries.get(key);
     if (!entry) return undefined;
@@ -149,15 +157,15 @@ export class ScimPageCursors {
       return undefined;
     }
     // Kept (a page asked again, a retry, starts from the same position) and made the newest.
-    this.remember(walk, startIndex, entry.cursor, now);
-    return entry.cursor;
+    this.remember(walk, startIndex, entry.next, now);
+    return entry.next;
   }
 
-  /** Records that the walk's page at `startIndex` starts right after `cursor`. */
-  remember(walk: string, startIndex: number, cursor: UserCursor, now = Date.now()): void {
+  /** Records that the walk's page at `startIndex` starts right after `next.cursor`. */
+  remember(walk: string, startIndex: number, next: ScimWalkPosition, now = Date.now()): void {
     const key = `${walk}\u0000${startIndex}`;
     this.entries.delete(key);
-    this.entries.set(key, { cursor, expires: now + this.ttlMs });
+    this.entries.set(key, { next, expires: now + this.ttlMs });
     while (this.entries.size > this.max) {
       const oldest = this.entries.keys().next().value;
       if (oldest === undefined) break;

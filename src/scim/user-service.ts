@@ -337,18 +337,20 @@ export function scimUserService(config: ScimUserServiceConfig) {
         sortBy,
         sortOrder,
       ]);
-      const after = cursors.find(walk, query.startIndex);
+      const known = cursors.find(walk, query.startIndex);
       const page = await guard(() =>
         storage.listUsers(projectId, {
           ...matching,
           sortBy: sortBy ?? 'createdAt',
           sortOrder,
-          ...(after ? { after } : { offset: query.startIndex - 1 }),
+          ...(known ? { after: known.cursor, total: false } : { offset: query.startIndex - 1 }),
           count: query.count,
         }),
       );
-      if (page.next) cursors.remember(walk, query.startIndex + page.users.length, page.next);
-      return { totalResults: page.total, resources: project(page.users.map(render)) };
+      const total = known ? known.total : page.total;
+      if (page.next)
+        cursors.remember(walk, query.startIndex + page.users.length, { cursor: page.next, total });
+      return { totalResults: total, resources: project(page.users.map(render)) };
     },
   };
 }

@@ -51,13 +51,18 @@ export interface UserListOptions {
   offset?: number;
   /** Most users returned; 0 returns only the total. */
   count: number;
+  /**
+   * Count every match into `total`. `false` when the caller knows it already (the next page of a
+   * walk): the store then reads only as far as the page, and `total` is -1. @default true
+   */
+  total?: boolean;
 }
 
 /** One page of a paged `listUsers`. */
 export interface UserPage {
   /** At most `count` users, in the listing's order. */
   users: UserRecord[];
-  /** Number of users matching the query, whatever the page. */
+  /** Number of users matching the query, whatever the page (-1 with `total: false`). */
   total: number;
   /** The position of the last user of the page, when more users match after it: the next `after`. */
   next?: UserCursor;
@@ -178,11 +183,23 @@ export interface ResolvedUserList {
   after?: UserCursor;
   offset: number;
   count: number;
+  /** Count every match (`UserListOptions.total`). */
+  countAll: boolean;
 }
 
 /** Checks `options` (an `InvalidRecordError` names what is wrong) and fills the defaults. */
 export function resolveUserList(options: UserListOptions): ResolvedUserList {
-  const { filter, where, sortBy = 'createdAt', sortOrder = 'ascending', after, offset = 0, count } = options;
+  const {
+    filter,
+    where,
+    sortBy = 'createdAt',
+    sortOrder = 'ascending',
+    after,
+    offset = 0,
+    count,
+    total = true,
+  } = options;
+  if (typeof total !== 'boolean') throw new InvalidRecordError('listUsers: total must be a boolean');
   if (!SORT_KEYS.has(sortBy)) throw new InvalidRecordError(`listUsers: cannot sort by ${String(sortBy)}`);
   if (sortOrder !== 'ascending' && sortOrder !== 'descending')
     throw new InvalidRecordError('listUsers: sortOrder is ascending or descending');
@@ -210,6 +227,7 @@ export function resolveUserList(options: UserListOptions): ResolvedUserList {
     ...(after !== undefined ? { after: { key: after.key, id: after.id } } : {}),
     offset,
     count,
+    countAll: total,
   };
 }
 
@@ -230,13 +248,16 @@ export function pageOrdered(
   for (const user of ordered) {
     if (!matches(user)) continue;
     if (seen >= list.offset && users.length < list.count) users.push(structuredClone(user));
-    else if (users.length === list.count && seen >= list.offset) more = true;
+    else if (users.length === list.count && seen >= list.offset) {
+      more = true;
+      if (!list.countAll) break;
+    }
     seen++;
   }
   const last = users[users.length - 1];
   return {
     users,
-    total: before + seen,
+    total: list.countAll ? before + seen : -1,
     ...(more && last ? { next: userPosition(last, list.sortBy) } : {}),
   };
 }

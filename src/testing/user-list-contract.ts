@@ -109,6 +109,34 @@ export function userListStorageContract(getStorage: () => Storage): void {
       }
     });
 
+    it('with total: false, reads only the page: the same pages, total -1', async () => {
+      const where = (u: UserRecord) => u.userName.length === 5;
+      const cases: UserListOptions[] = [
+        { count: 3 },
+        { sortBy: 'externalId', sortOrder: 'descending', count: 2 },
+        { sortBy: 'externalId', count: 4, where },
+        { sortBy: 'userName', count: 1, filter: { attribute: 'active', eq: true } },
+        { sortBy: 'id', count: 2, filter: { attribute: 'email', eq: 'shared0@example.org' }, where },
+      ];
+      for (const options of cases) {
+        const counted = await walk(storage, 'p1', options);
+        expect(await walk(storage, 'p1', { ...options, total: false })).toEqual(counted);
+        const first = await storage.listUsers('p1', { ...options, total: false });
+        expect(first.total).toBe(-1);
+        if (first.next) {
+          const second = await storage.listUsers('p1', {
+            ...options,
+            total: false,
+            after: first.next,
+            offset: 1,
+          });
+          expect(second.users.map((u) => u.id)).toEqual(
+            counted.slice(options.count + 1, 2 * options.count + 1),
+          );
+        } else expect(counted).toHaveLength(first.users.length);
+      }
+    });
+
     it('defaults to createdAt ascending and answers records equal to readUser', async () => {
       const page = await storage.listUsers('p1', { count: 20 });
       expect(page.users.map((u) => u.id)).toEqual(referenceOrder(users, 'createdAt', false));
@@ -267,6 +295,7 @@ export function userListStorageContract(getStorage: () => Storage): void {
         { count: 1, filter: { attribute: 'displayName', eq: 'x' } },
         { count: 1, filter: { attribute: 'active', eq: 'yes' } },
         { count: 1, filter: { and: 'x' } },
+        { count: 1, total: 'no' },
       ];
       for (const options of bad)
         await rejectsWith(storage.listUsers('p1', options as UserListOptions), INVALID);

@@ -87,14 +87,14 @@ describe('scimStorageSortKey', () => {
 describe('ScimPageCursors', () => {
   it('keeps positions by walk and startIndex, refreshes what is found, drops the oldest and the expired', () => {
     const cursors = new ScimPageCursors({ max: 2, ttlMs: 1000 });
-    cursors.remember('w', 11, { key: 'k', id: 'a' }, 0);
-    cursors.remember('v', 11, { key: 'k', id: 'b' }, 0);
-    expect(cursors.find('w', 11, 10)).toEqual({ key: 'k', id: 'a' });
+    cursors.remember('w', 11, { cursor: { key: 'k', id: 'a' }, total: 5 }, 0);
+    cursors.remember('v', 11, { cursor: { key: 'k', id: 'b' }, total: 5 }, 0);
+    expect(cursors.find('w', 11, 10)).toEqual({ cursor: { key: 'k', id: 'a' }, total: 5 });
     expect(cursors.find('w', 12, 10)).toBeUndefined();
-    cursors.remember('x', 1, { key: null, id: 'c' }, 10);
+    cursors.remember('x', 1, { cursor: { key: null, id: 'c' }, total: 1 }, 10);
     // `v` was the least recently used.
     expect(cursors.find('v', 11, 10)).toBeUndefined();
-    expect(cursors.find('w', 11, 1009)).toEqual({ key: 'k', id: 'a' });
+    expect(cursors.find('w', 11, 1009)).toEqual({ cursor: { key: 'k', id: 'a' }, total: 5 });
     expect(cursors.find('x', 1, 1010)).toBeUndefined();
     expect(cursors.size).toBe(1);
   });
@@ -179,6 +179,8 @@ describe('scimUserService search paging', () => {
     for (const options of calls.slice(1)) {
       expect(options.after).toBeDefined();
       expect(options.offset).toBeUndefined();
+      // The total was counted on the first page; the next ones read only themselves.
+      expect(options.total).toBe(false);
     }
   });
 

@@ -81,6 +81,7 @@ export function userQueryList(query: UserQuery): ResolvedUserList {
     descending: false,
     offset: 0,
     count: Number.MAX_SAFE_INTEGER,
+    countAll: true,
   };
 }
 
@@ -126,11 +127,11 @@ export function engineUserPage(view: StateView, projectId: string, list: Resolve
     const last = users[users.length - 1];
     return {
       users,
-      total: length,
+      total: list.countAll ? length : -1,
       ...(end < length && last ? { next: userPosition(last, list.sortBy) } : {}),
     };
   }
   let before = 0;
-  for (let p = 0; p < start; p++) if (matches(at(p))) before++;
+  if (list.countAll) for (let p = 0; p < start; p++) if (matches(at(p))) before++;
   return pageOrdered(from(start), list, matches, before);
 }

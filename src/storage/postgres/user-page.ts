@@ -140,10 +140,13 @@ async function* everyCandidate(
   s: string,
   projectId: string,
   list: ResolvedUserList,
+  from?: UserCursor,
 ): AsyncIterable<UserRecord> {
   const batch = 1000;
   for (const keyed of nullable(list.sortBy) ? [true, false] : [true]) {
-    let after: UserCursor | undefined;
+    // From the cursor: its slice (with a key, or without) from there, and the slices after it.
+    if (from && from.key === null && keyed) continue;
+    let after: UserCursor | undefined = from && (from.key === null) === !keyed ? from : undefined;
     for (;;) {
       const rows = await readSlice(query, s, projectId, list, {
         keyed,
@@ -170,6 +173,16 @@ export async function postgresUserPage(
   projectId: string,
   list: ResolvedUserList,
 ): Promise<UserPage> {
+  if (list.where && !list.countAll) {
+    // Only the page: read from the cursor, as far as the page goes.
+    const matched: UserRecord[] = [];
+    for await (const user of everyCandidate(query, s, projectId, list, list.after)) {
+      if (!list.where(user)) continue;
+      matched.push(user);
+      if (matched.length > list.offset + list.count) break;
+    }
+    return pageOrdered(matched, list, () => true, 0);
+  }
   if (list.where) {
     const where = list.where;
     const all: UserRecord[] = [];
@@ -181,7 +194,7 @@ export async function postgresUserPage(
     const from = start < 0 ? all.length : start;
     return pageOrdered(all.slice(from), list, () => true, from);
   }
-  const total = await countSql(query, s, projectId, list);
+  const total = list.countAll ? await countSql(query, s, projectId, list) : -1;
   const want = list.count + 1;
   const users: UserRecord[] = [];
   let offset = list.offset;
