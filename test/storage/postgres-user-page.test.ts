@@ -114,10 +114,10 @@ if (postgresTestsEnabled('postgres user pages') && POSTGRES_URL) {
       }
     });
 
-    it('migration 5 fills the listing columns of users written before it', async () => {
+    it('migration 6 fills the listing columns of users written before it', async () => {
       const s = quoteIdentifier(schema);
       await admin.query(`UPDATE ${s}.users SET updated_at = NULL, emails = NULL`);
-      await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 5`);
+      await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 6`);
       const reopened = postgresStorage({ connectionString, schema });
       try {
         const page = await reopened.listUsers('p1', {

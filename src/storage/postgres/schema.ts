@@ -155,7 +155,11 @@ function migrationStatements(s: string): string[] {
       key text COLLATE "C" PRIMARY KEY,
       failures integer NOT NULL,
       reset_at bigint NOT NULL)`,
-    // Migration 5: paged user listings (listUsers with options). Each sort key has an index in the
+    // Migration 5: the history walk of one resource (a type's and the project's use
+    // `resources_history`), its previous version, and the sweep's count of newer versions.
+    `CREATE INDEX IF NOT EXISTS resources_history_instance
+      ON ${s}.resources (project_id, resource_type, id, seq)`,
+    // Migration 6: paged user listings (listUsers with options). Each sort key has an index in the
     // order the other stores compare ("C": code units), with the id to break ties, so that a page
     // is a range scan from its cursor; `emails` holds the lower-cased `data.emails[].value`.
     `ALTER TABLE ${s}.users ADD COLUMN IF NOT EXISTS updated_at text`,
@@ -170,7 +174,7 @@ function migrationStatements(s: string): string[] {
 }
 
 /**
- * Migration 5: fills `updated_at` and `emails` of the users written before they existed, in
+ * Migration 6: fills `updated_at` and `emails` of the users written before they existed, in
  * JavaScript (`userEmails` folds case as the other stores do), in slices by key.
  */
 async function backfillUserColumns(client: PoolClient, s: string): Promise<void> {
@@ -259,7 +263,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -280,7 +284,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, and 4, the shared failed-login counters, are DDL only; 5: the users' listing columns and indexes, filled by `backfillUserColumns`), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -304,7 +308,7 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     const applied = await appliedVersions(client, schema);
     // A schema created by this version has no resources yet: the backfill finds nothing.
     if (!applied.has(2)) await backfillIdentifiers(client, s);
-    if (!applied.has(5)) await backfillUserColumns(client, s);
+    if (!applied.has(6)) await backfillUserColumns(client, s);
     await client.query(
       `INSERT INTO ${s}.schema_migrations (version) SELECT generate_series(1, $1::int) ON CONFLICT DO NOTHING`,
       [SCHEMA_VERSION],
