@@ -26,6 +26,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   exportChunkBytes: true,
   exportFileChunkBytes: true,
   compartment: true,
+  readReplicas: true,
   history: true,
 };
 

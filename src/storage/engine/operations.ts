@@ -18,6 +18,8 @@ import type {
   StoredResource,
   UserChanges,
   UserQuery,
+  UserListOptions,
+  UserPage,
   UserRecord,
   WriteOptions,
   WriteResult,
@@ -29,6 +31,8 @@ import { candidateEntries } from './candidates.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
+import { resolveUserList } from '../user-list.js';
+import { engineUserPage, userQueryList } from './user-page.js';
 import { compareItems, PageWindow } from '../result-page.js';
 import {
   checkId,
@@ -188,40 +192,15 @@ export class EngineOperations implements StorageOperations {
   }
 
   async findUsers(projectId: string, query: UserQuery): Promise<UserRecord[]> {
-    const view = this.ctx.view();
-    let candidates: Iterable<UserRecord>;
-    if (query.userName !== undefined)
-      candidates = this.usersBy(view, projectId, 'name', query.userName.toLowerCase());
-    else if (query.externalId !== undefined)
-      candidates = this.usersBy(view, projectId, 'externalId', query.externalId);
-    else if (query.profileId !== undefined)
-      candidates = this.usersBy(view, projectId, 'profileId', query.profileId);
-    else candidates = view.users(projectId);
-    const out: UserRecord[] = [];
-    for (const u of candidates) {
-      if (query.userName !== undefined && u.userName.toLowerCase() !== query.userName.toLowerCase()) continue;
-      if (query.externalId !== undefined && u.externalId !== query.externalId) continue;
-      if (query.profileId !== undefined && u.profileId !== query.profileId) continue;
-      out.push(structuredClone(u));
-    }
-    return Promise.resolve(out.sort(byCreatedThenId));
+    return Promise.resolve(engineUserPage(this.ctx.view(), projectId, userQueryList(query)).users);
   }
 
-  async listUsers(projectId: string): Promise<UserRecord[]> {
-    const users = [...this.ctx.view().users(projectId)].sort(byCreatedThenId);
-    return Promise.resolve(structuredClone(users));
-  }
-
-  private usersBy(
-    view: StateView,
-    projectId: string,
-    index: 'name' | 'externalId' | 'profileId',
-    value: string,
-  ) {
-    return view
-      .userIds(projectId, index, value)
-      .map((id) => view.user(projectId, id))
-      .filter((u): u is UserRecord => u !== undefined);
+  listUsers(projectId: string): Promise<UserRecord[]>;
+  listUsers(projectId: string, options: UserListOptions): Promise<UserPage>;
+  async listUsers(projectId: string, options?: UserListOptions): Promise<UserRecord[] | UserPage> {
+    if (options === undefined)
+      return Promise.resolve(structuredClone([...this.ctx.view().sortedUsers(projectId, 'createdAt')]));
+    return Promise.resolve(engineUserPage(this.ctx.view(), projectId, resolveUserList(options)));
   }
 
   private checkUserUnique(
