@@ -58,7 +58,12 @@ export async function runHttpExport(options: {
     path.join(options.exportDir, jobId, decodeURIComponent(new URL(o.url).pathname.split('/').pop() ?? '')),
   );
   const bytes = options.sizes
-    ? (await options.sizes(jobId, files.map((file) => path.basename(file)))).reduce((sum, n) => sum + n, 0)
+    ? (
+        await options.sizes(
+          jobId,
+          files.map((file) => path.basename(file)),
+        )
+      ).reduce((sum, n) => sum + n, 0)
     : files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
   const resources = manifest.output.reduce((sum, o) => sum + o.count, 0);
   const types = [...new Set(manifest.output.map((o) => o.type))];

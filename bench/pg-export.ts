@@ -43,7 +43,10 @@ const MIB = 1024 * 1024;
 const log = (line: string): void => console.error(`[pg-export] ${line}`);
 
 /** The whole body of `url` as received (no decoding), with its `Content-Encoding`. */
-function fetchRaw(url: string, headers: Record<string, string>): Promise<{ body: Buffer; encoding?: string }> {
+function fetchRaw(
+  url: string,
+  headers: Record<string, string>,
+): Promise<{ body: Buffer; encoding?: string }> {
   return new Promise((resolve, reject) => {
     http
       .get(url, { headers }, (res) => {
@@ -71,8 +74,11 @@ const lsn = async (): Promise<string> =>
   (await db.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!.lsn;
 const walBytes = async (from: string): Promise<number> =>
   Number(
-    (await db.query<{ n: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::text AS n', [from]))
-      .rows[0]!.n,
+    (
+      await db.query<{ n: string }>('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::text AS n', [
+        from,
+      ])
+    ).rows[0]!.n,
   );
 
 const server = await startServer({
@@ -90,7 +96,8 @@ try {
   const { projectId, token } = project;
   log(`loading ${patients} patients (${patients * RESOURCES_PER_PATIENT} resources)`);
   const load = await server.call('loadGenerated', { projectId, patients, seed: 42, batchSize: 1000 });
-  const sizes = (jobId: string, names: string[]) => server.call('exportFileSizes', { projectId, jobId, names });
+  const sizes = (jobId: string, names: string[]) =>
+    server.call('exportFileSizes', { projectId, jobId, names });
   const warmUp = await runHttpExport({
     fhirBase,
     token,

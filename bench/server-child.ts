@@ -108,7 +108,8 @@ class BenchServer {
     auditJournalDir,
     exportFiles,
   }: Commands['open']['args']): Promise<ServerInfo> {
-    if (exportFiles === 'database' && store !== 'postgres') throw new Error('exportFiles database needs postgres');
+    if (exportFiles === 'database' && store !== 'postgres')
+      throw new Error('exportFiles database needs postgres');
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
       this.#pg = { connectionString: databaseUrl, schema: `fpk_bench_${randomBytes(6).toString('hex')}` };
@@ -351,7 +352,8 @@ class BenchServer {
 
   async exportFileSizes({ projectId, jobId, names }: Commands['exportFileSizes']['args']): Promise<number[]> {
     const files = this.storage.exportFiles;
-    if (!files) throw new Error('exportFileSizes: the store keeps no export files (exportFiles: database only)');
+    if (!files)
+      throw new Error('exportFileSizes: the store keeps no export files (exportFiles: database only)');
     return Promise.all(names.map(async (name) => (await files.size({ projectId, jobId }, name)) ?? -1));
   }
 

@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { crc32 } from 'node:zlib';
 import pg from 'pg';
 import { PlatformError, InvalidOptionError } from '../../errors.js';
 import type {
@@ -11,6 +12,14 @@ import type {
 } from '../types.js';
 import { quoteIdentifier } from './schema.js';
 import { guardCheckedOutClients, mapPgError } from './executor.js';
+import {
+  deflateChunk,
+  GZIP_HEADER,
+  GZIP_OVERHEAD,
+  gzipTrailer,
+  inflateChunk,
+  type ChunkEncoding,
+} from './deflate-chunks.js';
 
 /** Options of {@link openPostgresExportFiles} (what `postgresStorage().exportFiles.descriptor` holds). */
 export interface PostgresExportFilesOptions {
@@ -26,9 +35,35 @@ export interface PostgresExportFilesOptions {
    * @default 1048576
    */
   chunkBytes?: number;
+  /**
+   * zlib level (1–9) each chunk is compressed at before it is written, or 0 to store the bytes
+   * uncompressed. Level 1 compresses export NDJSON about 7x at over 100 MiB/s per core.
+   * @default 1
+   */
+  gzipLevel?: number;
 }
 
 const DEFAULT_CHUNK = 1024 * 1024;
+const DEFAULT_GZIP_LEVEL = 1;
+
+/** A completed file's row. */
+interface StoredFile {
+  id: string;
+  /** Bytes of the file (NDJSON, uncompressed). */
+  size: number;
+  encoding: ChunkEncoding;
+  /** CRC-32 of the uncompressed bytes (`deflate` files). */
+  crc: number;
+  /** Bytes of its chunks as stored. */
+  storedSize: number;
+}
+
+/** A chunk row: `len` bytes of the file from `off`, as stored (compressed for `deflate` files). */
+interface ChunkRow {
+  off: number;
+  len: number;
+  data: Buffer;
+}
 
 /** Binary result values as received (Buffers): bytea without the hex text encoding. */
 const RAW_BINARY: pg.CustomTypesConfig = {
@@ -37,6 +72,10 @@ const RAW_BINARY: pg.CustomTypesConfig = {
 
 /** SQLSTATE of a foreign key violation: the file's job (or the file) was deleted meanwhile. */
 const FOREIGN_KEY_VIOLATION = '23503';
+
+function gone(): PlatformError {
+  return new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
+}
 
 function stopped(): PlatformError {
   return new PlatformError(
@@ -52,11 +91,15 @@ function mapWriteError(error: unknown): unknown {
 
 /**
  * Export files kept in PostgreSQL, so that every instance on the database serves every job's files:
- * a row per file in `export_files`, its bytes in `export_file_chunks` (about `chunkBytes` each,
- * stored uncompressed out of line). Files belong to their job row (`ON DELETE CASCADE`): deleting
+ * a row per file in `export_files`, its bytes in `export_file_chunks` (`chunkBytes` of the file
+ * each, compressed on their own at `gzipLevel` (see `deflate-chunks.ts`) and stored out of line).
+ * Clients that accept gzip get the chunks as stored; others, and `Range` requests, get them
+ * inflated. Files written uncompressed (level 0, or before migration 5) are served as they are.
+ * Files belong to their job row (`ON DELETE CASCADE`): deleting
  * the job deletes them, and a run still writing for a deleted job fails on its next chunk. A new
  * file is accepted only while its job is running and, when the sink has a `run`, leased to that run.
- * Downloads read one chunk at a time, so memory stays bounded whatever the file's size.
+ * Downloads read one chunk ahead (the next is fetched while one is sent), so memory stays bounded
+ * whatever the file's size; writes likewise compress a chunk while the previous one is inserted.
  */
 export class PostgresExportFiles implements ExportFileStore {
   readonly descriptor?: StorageDescriptor;
@@ -69,6 +112,8 @@ export class PostgresExportFiles implements ExportFileStore {
     /** Ends the pool on close (a store opened from a descriptor owns its pool). */
     private readonly ownsPool: boolean,
     descriptor?: StorageDescriptor,
+    /** zlib level of new chunks; 0 stores them uncompressed. */
+    private readonly gzipLevel: number = DEFAULT_GZIP_LEVEL,
   ) {
     this.s = quoteIdentifier(schema);
     if (descriptor) this.descriptor = descriptor;
@@ -110,21 +155,41 @@ export class PostgresExportFiles implements ExportFileStore {
     );
     const fileId = rows[0]?.file_id;
     if (fileId === undefined) throw stopped();
+    const level = this.gzipLevel;
+    const encoding: ChunkEncoding = level > 0 ? 'deflate' : 'identity';
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     let written = 0;
+    let stored = 0;
+    let crc = 0;
+    // One insert in flight: the next chunk is gathered and compressed meanwhile. Its failure is
+    // reported by the next write or the commit (the no-op handler keeps it from being unhandled).
+    let inflight: Promise<unknown> = Promise.resolve();
+    const insert = (off: number, len: number, data: Buffer): Promise<unknown> => {
+      const done = this.query(
+        `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
+        [fileId, off, len, data],
+        mapWriteError,
+      );
+      done.catch(() => undefined);
+      return done;
+    };
     const flush = async (): Promise<void> => {
       if (pendingBytes === 0) return;
       const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
       pending = [];
       const len = pendingBytes;
       pendingBytes = 0;
-      await this.query(
-        `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
-        [fileId, written, len, data],
-        mapWriteError,
-      );
+      const off = written;
       written += len;
+      let body = data;
+      if (encoding === 'deflate') {
+        crc = crc32(data, crc);
+        body = await deflateChunk(data, level);
+      }
+      stored += body.length;
+      await inflight;
+      inflight = insert(off, len, body);
     };
     return {
       write: async (data) => {
@@ -136,9 +201,12 @@ export class PostgresExportFiles implements ExportFileStore {
       },
       commit: async () => {
         await flush();
+        await inflight;
         const { rowCount } = await this.query(
-          `UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`,
-          [fileId, written],
+          `UPDATE ${this.s}.export_files
+              SET complete = true, size = $2, encoding = $3, crc32 = $4, stored_size = $5
+            WHERE file_id = $1`,
+          [fileId, written, encoding, encoding === 'deflate' ? crc : null, stored],
           mapWriteError,
         );
         if (rowCount === 0) throw stopped();
@@ -146,55 +214,132 @@ export class PostgresExportFiles implements ExportFileStore {
       abort: async () => {
         pending = [];
         pendingBytes = 0;
+        await inflight.catch(() => undefined);
         await this.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
       },
     };
   }
 
-  private async file(ref: ExportFilesRef, name: string): Promise<{ id: string; size: number } | undefined> {
-    const { rows } = await this.query<{ file_id: string; size: string }>(
-      `SELECT file_id, size FROM ${this.s}.export_files
+  private async file(ref: ExportFilesRef, name: string): Promise<StoredFile | undefined> {
+    const { rows } = await this.query<{
+      file_id: string;
+      size: string;
+      encoding: ChunkEncoding;
+      crc32: string | null;
+      stored_size: string | null;
+    }>(
+      `SELECT file_id, size, encoding, crc32, stored_size FROM ${this.s}.export_files
         WHERE project_id = $1 AND job_id = $2 AND name = $3 AND complete
         ORDER BY file_id LIMIT 1`,
       [ref.projectId, ref.jobId, name],
     );
     const row = rows[0];
-    return row ? { id: row.file_id, size: Number(row.size) } : undefined;
+    if (!row) return undefined;
+    const size = Number(row.size);
+    return {
+      id: row.file_id,
+      size,
+      encoding: row.encoding,
+      crc: Number(row.crc32 ?? 0),
+      storedSize: row.stored_size === null ? size : Number(row.stored_size),
+    };
   }
 
   async size(ref: ExportFilesRef, name: string): Promise<number | undefined> {
     return (await this.file(ref, name))?.size;
   }
 
-  read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable {
-    return Readable.from(this.chunks(ref, name, range), { objectMode: false });
+  async gzipSize(ref: ExportFilesRef, name: string): Promise<number | undefined> {
+    const file = await this.file(ref, name);
+    return file?.encoding === 'deflate' ? file.storedSize + GZIP_OVERHEAD : undefined;
   }
 
-  /** The bytes of `range` (default: all), one stored chunk per query. */
-  private async *chunks(ref: ExportFilesRef, name: string, range?: ExportFileRange): AsyncIterable<Buffer> {
+  read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable {
+    return Readable.from(this.bytesOf(ref, name, range), { objectMode: false });
+  }
+
+  readGzip(ref: ExportFilesRef, name: string): Readable {
+    return Readable.from(this.gzipOf(ref, name), { objectMode: false });
+  }
+
+  /** The bytes of `range` (default: all), inflated when stored compressed. */
+  private async *bytesOf(ref: ExportFilesRef, name: string, range?: ExportFileRange): AsyncIterable<Buffer> {
     const file = await this.file(ref, name);
-    if (!file) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
+    if (!file) throw gone();
+    const start = range?.start ?? 0;
     const end = Math.min(range?.end ?? file.size - 1, file.size - 1);
-    let at = range?.start ?? 0;
-    while (at <= end) {
-      // Binary results: bytea in text format would be hex, twice the bytes to send and decode.
-      // (`binary` is a pg query option its type declarations lack.)
-      const config: pg.QueryConfig & { binary: boolean } = {
-        text: `SELECT off::text AS start, data FROM ${this.s}.export_file_chunks
-                WHERE file_id = $1 AND off <= $2 ORDER BY off DESC LIMIT 1`,
-        values: [file.id, at],
-        binary: true,
-        types: RAW_BINARY,
-      };
-      const { rows } = await this.query<{ start: Buffer; data: Buffer }>(config);
-      const row = rows[0];
-      if (!row) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
-      const off = Number(row.start.toString());
-      const piece = row.data.subarray(at - off, Math.min(row.data.length, end - off + 1));
-      if (piece.length === 0) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
-      yield piece;
-      at += piece.length;
+    const decode = async (row: ChunkRow): Promise<ChunkRow> => {
+      if (file.encoding === 'identity') return row;
+      const data = await inflateChunk(row.data).catch(() => Buffer.alloc(0));
+      return { ...row, data };
+    };
+    for await (const row of this.chunkRows(file.id, start, end, file.encoding === 'identity', decode)) {
+      if (row.data.length !== row.len) {
+        throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is damaged');
+      }
+      yield row.data.subarray(Math.max(0, start - row.off), Math.min(row.len, end - row.off + 1));
     }
+  }
+
+  /** The gzip form of a `deflate` file: a header, its chunks as stored, the trailer. */
+  private async *gzipOf(ref: ExportFilesRef, name: string): AsyncIterable<Buffer> {
+    const file = await this.file(ref, name);
+    if (file?.encoding !== 'deflate') throw gone();
+    yield Buffer.from(GZIP_HEADER);
+    for await (const row of this.chunkRows(file.id, 0, file.size - 1, false, (r) => Promise.resolve(r)))
+      yield row.data;
+    yield gzipTrailer(file.crc, file.size);
+  }
+
+  /**
+   * The chunk rows covering bytes `start` to `end` of a file, in order, each through `decode`; the
+   * next row is fetched (and decoded) while the caller handles one.
+   */
+  private async *chunkRows(
+    fileId: string,
+    start: number,
+    end: number,
+    binary: boolean,
+    decode: (row: ChunkRow) => Promise<ChunkRow>,
+  ): AsyncIterable<ChunkRow> {
+    const fetch = (at: number): Promise<ChunkRow> => {
+      const next = this.chunkAt(fileId, at, binary).then(decode);
+      // Awaited by the loop unless the reader stops first: never an unhandled rejection.
+      next.catch(() => undefined);
+      return next;
+    };
+    let next = start <= end ? fetch(start) : undefined;
+    while (next) {
+      const row = await next;
+      const after = row.off + row.len;
+      next = after <= end ? fetch(after) : undefined;
+      yield row;
+    }
+  }
+
+  /**
+   * The chunk holding byte `at` of a file. `binary`: the data in binary format (half the bytes of
+   * hex), for uncompressed chunks only: node-postgres decodes every field of a binary result as
+   * UTF-8 first, which keeps NDJSON (whole lines, valid UTF-8) intact but would mangle compressed
+   * bytes, read as hex instead.
+   */
+  private async chunkAt(fileId: string, at: number, binary: boolean): Promise<ChunkRow> {
+    // (`binary` is a pg query option its type declarations lack.)
+    const config: pg.QueryConfig & { binary: boolean } = {
+      // (Not `AS off`: ORDER BY would then sort the text.)
+      text: `SELECT off::text AS start, len::text AS len, data FROM ${this.s}.export_file_chunks
+              WHERE file_id = $1 AND off <= $2 ORDER BY off DESC LIMIT 1`,
+      values: [fileId, at],
+      binary,
+      ...(binary ? { types: RAW_BINARY } : {}),
+    };
+    const { rows } = await this.query<{ start: string | Buffer; len: string | Buffer; data: Buffer }>(config);
+    const row = rows[0];
+    if (!row) throw gone();
+    const off = Number(row.start.toString());
+    const len = Number(row.len.toString());
+    if (off + len <= at) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
+    return { off, len, data: row.data };
   }
 
   async bytes(ref: ExportFilesRef): Promise<number> {
@@ -227,6 +372,15 @@ export function exportFileChunkBytes(value: unknown, owner: string): number {
   return value as number;
 }
 
+/** Checks `gzipLevel` (an integer from 0 to 9) of the PostgreSQL export file store. */
+export function exportFileGzipLevel(value: unknown, owner: string): number {
+  if (value === undefined) return DEFAULT_GZIP_LEVEL;
+  if (!Number.isInteger(value) || (value as number) < 0 || (value as number) > 9) {
+    throw new InvalidOptionError(`${owner}: exportFileGzipLevel must be an integer from 0 to 9`);
+  }
+  return value as number;
+}
+
 /**
  * Opens the PostgreSQL export file store in an export worker thread: the target of
  * `postgresStorage().exportFiles.descriptor`. It owns a small pool, ended by `close()`.
@@ -251,5 +405,7 @@ export function openPostgresExportFiles(options: PostgresExportFilesOptions): Ex
     options.schema ?? 'public',
     exportFileChunkBytes(options.chunkBytes, 'openPostgresExportFiles'),
     true,
+    undefined,
+    exportFileGzipLevel(options.gzipLevel, 'openPostgresExportFiles'),
   );
 }

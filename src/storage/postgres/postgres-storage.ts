@@ -28,7 +28,7 @@ import {
   guardCheckedOutClients,
 } from './executor.js';
 import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js';
-import { exportFileChunkBytes, PostgresExportFiles } from './export-files.js';
+import { exportFileChunkBytes, exportFileGzipLevel, PostgresExportFiles } from './export-files.js';
 import { PostgresExportQueue, updateJobRow } from './export-queue.js';
 import { PostgresFailureCounts } from './failure-counts.js';
 import { PostgresOperations } from './operations.js';
@@ -111,6 +111,10 @@ export interface PostgresStorageOptions {
    */
   exportFileChunkBytes?: number;
   /**
+   * zlib level (1–9) of export file chunks, or 0: uncompressed (docs/deployment.md). @default 1
+   */
+  exportFileGzipLevel?: number;
+  /**
    * The patient compartment resources are indexed by (on write: export workers read the index).
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
@@ -145,7 +149,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     chunkBytes: number,
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
-    files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
+    files: { chunkBytes: number; gzipLevel: number; descriptor: StorageDescriptor | undefined },
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
     super(root, quoteIdentifier(schema), compartment);
@@ -156,7 +160,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
       lifecycle.assertOpen(),
     );
-    this.exportFiles = new PostgresExportFiles(pool, schema, files.chunkBytes, false, files.descriptor);
+    const { chunkBytes: fileChunk, gzipLevel, descriptor: filesDescriptor } = files;
+    this.exportFiles = new PostgresExportFiles(pool, schema, fileChunk, false, filesDescriptor, gzipLevel);
     this.exportQueue = new PostgresExportQueue(root, pool, this.s, `fhir-platform-kit:${schema}`, (fn) =>
       lifecycle.track(fn),
     );
@@ -470,13 +475,14 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           options: { connectionString, schema, exportChunkBytes: chunkBytes },
         };
   const fileChunkBytes = exportFileChunkBytes(options.exportFileChunkBytes, 'postgresStorage');
+  const gzipLevel = exportFileGzipLevel(options.exportFileGzipLevel, 'postgresStorage');
   const filesDescriptor: StorageDescriptor | undefined =
     connectionString === undefined
       ? undefined
       : {
           module: postgresExportReaderModule('./export-files.ts'),
           exportName: 'openPostgresExportFiles',
-          options: { connectionString, schema, chunkBytes: fileChunkBytes },
+          options: { connectionString, schema, chunkBytes: fileChunkBytes, gzipLevel },
         };
   return new PostgresStorage(
     pool,
@@ -487,6 +493,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     chunkBytes,
     descriptor,
     options.compartment,
-    { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
+    { chunkBytes: fileChunkBytes, gzipLevel, descriptor: filesDescriptor },
   );
 }
