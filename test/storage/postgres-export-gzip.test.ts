@@ -154,6 +154,25 @@ if (url) {
       const empty = await buffer(files.readGzip!(ref, 'Observation-2.ndjson'));
       expect(empty.length).toBe(await files.gzipSize!(ref, 'Observation-2.ndjson'));
       expect(gunzipSync(empty).length).toBe(0);
+
+      // A reader that stops half-way leaves nothing behind (its read-ahead is dropped quietly).
+      const stream = files.read(ref, 'Observation-1.ndjson');
+      for await (const piece of stream) {
+        expect((piece as Buffer).length).toBeGreaterThan(0);
+        break;
+      }
+      expect(stream.destroyed).toBe(true);
+      // A chunk missing in the middle: both forms fail, neither serves a file with a hole.
+      await admin.query(
+        `DELETE FROM "${schema}".export_file_chunks
+          WHERE off = (SELECT min(off) FROM "${schema}".export_file_chunks WHERE off > 5000)`,
+      );
+      await expect(buffer(files.read(ref, 'Observation-1.ndjson'))).rejects.toMatchObject({
+        code: 'ERR_EXPORT_STOPPED',
+      });
+      await expect(buffer(files.readGzip!(ref, 'Observation-1.ndjson'))).rejects.toMatchObject({
+        code: 'ERR_EXPORT_STOPPED',
+      });
     });
 
     it('level 0 stores the bytes as they are and keeps no gzip form', async () => {

@@ -70,6 +70,34 @@ const RAW_BINARY: pg.CustomTypesConfig = {
   getTypeParser: (() => (value: unknown) => value) as pg.CustomTypesConfig['getTypeParser'],
 };
 
+/** Stored bytes a download reads per query (after the first chunk). */
+const BATCH_BYTES = 2 * 1024 * 1024;
+
+/**
+ * `rows` through `map`, which runs one row ahead: the next row's `map` (an inflate on the libuv
+ * thread pool) runs while the caller handles the current one.
+ */
+async function* readAhead<T>(rows: AsyncIterable<T>, map: (row: T) => Promise<T>): AsyncIterable<T> {
+  const iterator = rows[Symbol.asyncIterator]();
+  const pull = async (): Promise<IteratorResult<T>> => {
+    const next = await iterator.next();
+    return next.done ? next : { done: false, value: await map(next.value) };
+  };
+  let next = pull();
+  try {
+    for (;;) {
+      const current = await next;
+      if (current.done) return;
+      next = pull();
+      // Awaited at the next turn unless the caller stops first: never an unhandled rejection.
+      next.catch(() => undefined);
+      yield current.value;
+    }
+  } finally {
+    await iterator.return?.();
+  }
+}
+
 /** SQLSTATE of a foreign key violation: the file's job (or the file) was deleted meanwhile. */
 const FOREIGN_KEY_VIOLATION = '23503';
 
@@ -268,12 +296,14 @@ export class PostgresExportFiles implements ExportFileStore {
     if (!file) throw gone();
     const start = range?.start ?? 0;
     const end = Math.min(range?.end ?? file.size - 1, file.size - 1);
-    const decode = async (row: ChunkRow): Promise<ChunkRow> => {
-      if (file.encoding === 'identity') return row;
-      const data = await inflateChunk(row.data).catch(() => Buffer.alloc(0));
-      return { ...row, data };
-    };
-    for await (const row of this.chunkRows(file.id, start, end, file.encoding === 'identity', decode)) {
+    let rows = this.chunkRows(file, start, end);
+    if (file.encoding === 'deflate') {
+      rows = readAhead(rows, async (row) => ({
+        ...row,
+        data: await inflateChunk(row.data).catch(() => Buffer.alloc(0)),
+      }));
+    }
+    for await (const row of rows) {
       if (row.data.length !== row.len) {
         throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is damaged');
       }
@@ -286,60 +316,70 @@ export class PostgresExportFiles implements ExportFileStore {
     const file = await this.file(ref, name);
     if (file?.encoding !== 'deflate') throw gone();
     yield Buffer.from(GZIP_HEADER);
-    for await (const row of this.chunkRows(file.id, 0, file.size - 1, false, (r) => Promise.resolve(r)))
-      yield row.data;
+    for await (const row of this.chunkRows(file, 0, file.size - 1)) yield row.data;
     yield gzipTrailer(file.crc, file.size);
   }
 
   /**
-   * The chunk rows covering bytes `start` to `end` of a file, in order, each through `decode`; the
-   * next row is fetched (and decoded) while the caller handles one.
+   * The chunk rows, as stored, covering bytes `start` to `end` of a file, in order: the first
+   * alone, then in batches of up to {@link BATCH_BYTES} of stored bytes (about 8 chunks of a
+   * compressed file, 2 of an uncompressed one); the next batch is fetched while the caller
+   * handles one.
    */
-  private async *chunkRows(
-    fileId: string,
-    start: number,
-    end: number,
-    binary: boolean,
-    decode: (row: ChunkRow) => Promise<ChunkRow>,
-  ): AsyncIterable<ChunkRow> {
-    const fetch = (at: number): Promise<ChunkRow> => {
-      const next = this.chunkAt(fileId, at, binary).then(decode);
+  private async *chunkRows(file: StoredFile, start: number, end: number): AsyncIterable<ChunkRow> {
+    const identity = file.encoding === 'identity';
+    const chunks = Math.max(1, Math.ceil(file.size / this.chunkBytes));
+    const perBatch = Math.max(1, Math.floor(BATCH_BYTES / Math.max(1, file.storedSize / chunks)));
+    const fetch = (at: number, limit: number): Promise<ChunkRow[]> => {
+      const rows = this.chunksFrom(file.id, at, limit, identity);
       // Awaited by the loop unless the reader stops first: never an unhandled rejection.
-      next.catch(() => undefined);
-      return next;
+      rows.catch(() => undefined);
+      return rows;
     };
-    let next = start <= end ? fetch(start) : undefined;
+    let next = start <= end ? fetch(start, 1) : undefined;
+    let at = start;
     while (next) {
-      const row = await next;
-      const after = row.off + row.len;
-      next = after <= end ? fetch(after) : undefined;
-      yield row;
+      const rows = await next;
+      const last = rows[rows.length - 1];
+      if (!last) throw gone();
+      const after = last.off + last.len;
+      next = after <= end ? fetch(after, perBatch) : undefined;
+      for (const row of rows) {
+        // Chunks hold consecutive ranges: one missing (or a file cut short) is a damaged file.
+        if (row.off > at || row.off + row.len <= at) {
+          throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
+        }
+        at = row.off + row.len;
+        yield row;
+        if (at > end) return;
+      }
     }
   }
 
   /**
-   * The chunk holding byte `at` of a file. `binary`: the data in binary format (half the bytes of
-   * hex), for uncompressed chunks only: node-postgres decodes every field of a binary result as
-   * UTF-8 first, which keeps NDJSON (whole lines, valid UTF-8) intact but would mangle compressed
-   * bytes, read as hex instead.
+   * Up to `limit` chunks of a file from the one holding byte `at`. `binary`: the data in binary
+   * format (half the bytes of hex), for uncompressed chunks only: node-postgres decodes every field
+   * of a binary result as UTF-8 first, which keeps NDJSON (whole lines, valid UTF-8) intact but
+   * would mangle compressed bytes, read as hex instead.
    */
-  private async chunkAt(fileId: string, at: number, binary: boolean): Promise<ChunkRow> {
-    // (`binary` is a pg query option its type declarations lack.)
+  private async chunksFrom(fileId: string, at: number, limit: number, binary: boolean): Promise<ChunkRow[]> {
+    // (`binary` is a pg query option its type declarations lack. Not `AS off`: ORDER BY would then
+    // sort the text.)
     const config: pg.QueryConfig & { binary: boolean } = {
-      // (Not `AS off`: ORDER BY would then sort the text.)
       text: `SELECT off::text AS start, len::text AS len, data FROM ${this.s}.export_file_chunks
-              WHERE file_id = $1 AND off <= $2 ORDER BY off DESC LIMIT 1`,
-      values: [fileId, at],
+              WHERE file_id = $1 AND off >= (SELECT coalesce(max(off), 0) FROM ${this.s}.export_file_chunks
+                                              WHERE file_id = $1 AND off <= $2)
+              ORDER BY off LIMIT $3`,
+      values: [fileId, at, limit],
       binary,
       ...(binary ? { types: RAW_BINARY } : {}),
     };
     const { rows } = await this.query<{ start: string | Buffer; len: string | Buffer; data: Buffer }>(config);
-    const row = rows[0];
-    if (!row) throw gone();
-    const off = Number(row.start.toString());
-    const len = Number(row.len.toString());
-    if (off + len <= at) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
-    return { off, len, data: row.data };
+    return rows.map((row) => ({
+      off: Number(row.start.toString()),
+      len: Number(row.len.toString()),
+      data: row.data,
+    }));
   }
 
   async bytes(ref: ExportFilesRef): Promise<number> {
