@@ -123,11 +123,12 @@ function mapWriteError(error: unknown): unknown {
  * each, compressed on their own at `gzipLevel` (see `deflate-chunks.ts`) and stored out of line).
  * Clients that accept gzip get the chunks as stored; others, and `Range` requests, get them
  * inflated. Files written uncompressed (level 0, or before migration 5) are served as they are.
- * Files belong to their job row (`ON DELETE CASCADE`): deleting
- * the job deletes them, and a run still writing for a deleted job fails on its next chunk. A new
- * file is accepted only while its job is running and, when the sink has a `run`, leased to that run.
- * Downloads read one chunk ahead (the next is fetched while one is sent), so memory stays bounded
- * whatever the file's size; writes likewise compress a chunk while the previous one is inserted.
+ * Files belong to their job row (`ON DELETE CASCADE`): deleting the job deletes them, and a run
+ * still writing for a deleted job fails on its next chunk. A new file is accepted only while its
+ * job is running and, when the sink has a `run`, leased to that run. Downloads read about
+ * {@link BATCH_BYTES} of stored chunks per query, the next batch fetched (and the next chunk
+ * inflated) while one is sent, so memory stays at a few MiB whatever the file's size; writes
+ * likewise compress a chunk while the previous one is inserted.
  */
 export class PostgresExportFiles implements ExportFileStore {
   readonly descriptor?: StorageDescriptor;
