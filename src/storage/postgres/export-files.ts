@@ -70,6 +70,9 @@ const RAW_BINARY: pg.CustomTypesConfig = {
   getTypeParser: (() => (value: unknown) => value) as pg.CustomTypesConfig['getTypeParser'],
 };
 
+/** Chunks of a file being compressed or inserted while its writer produces the next. */
+const CHUNKS_AHEAD = 2;
+
 /** Stored bytes a download reads per query (after the first chunk). */
 const BATCH_BYTES = 2 * 1024 * 1024;
 
@@ -191,34 +194,42 @@ export class PostgresExportFiles implements ExportFileStore {
     let written = 0;
     let stored = 0;
     let crc = 0;
-    // One insert in flight: the next chunk is gathered and compressed meanwhile. Its failure is
-    // reported by the next write or the commit (the no-op handler keeps it from being unhandled).
-    let inflight: Promise<unknown> = Promise.resolve();
-    const insert = (off: number, len: number, data: Buffer): Promise<unknown> => {
-      const done = this.query(
-        `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
-        [fileId, off, len, data],
-        mapWriteError,
-      );
-      done.catch(() => undefined);
-      return done;
-    };
+    // Up to CHUNKS_AHEAD chunks being compressed (on the libuv thread pool) and inserted (one at a
+    // time, in order) while the caller produces the next: a write waits only when that many are
+    // pending. A failure is reported by a later write or the commit (the no-op handlers keep it
+    // from being unhandled meanwhile).
+    const steps: Promise<void>[] = [];
+    let inserted: Promise<unknown> = Promise.resolve();
     const flush = async (): Promise<void> => {
-      if (pendingBytes === 0) return;
-      const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
-      pending = [];
-      const len = pendingBytes;
-      pendingBytes = 0;
-      const off = written;
-      written += len;
-      let body = data;
-      if (encoding === 'deflate') {
-        crc = crc32(data, crc);
-        body = await deflateChunk(data, level);
+      if (pendingBytes > 0) {
+        const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
+        pending = [];
+        const len = pendingBytes;
+        pendingBytes = 0;
+        const off = written;
+        written += len;
+        if (encoding === 'deflate') crc = crc32(data, crc);
+        const body = encoding === 'deflate' ? deflateChunk(data, level) : Promise.resolve(data);
+        body.catch(() => undefined);
+        const previous = inserted;
+        const step = (async () => {
+          const bytes = await body;
+          await previous;
+          stored += bytes.length;
+          await this.query(
+            `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
+            [fileId, off, len, bytes],
+            mapWriteError,
+          );
+        })();
+        step.catch(() => undefined);
+        inserted = step;
+        steps.push(step);
       }
-      stored += body.length;
-      await inflight;
-      inflight = insert(off, len, body);
+      while (steps.length > CHUNKS_AHEAD) await steps.shift();
+    };
+    const settle = async (): Promise<void> => {
+      while (steps.length > 0) await steps.shift();
     };
     return {
       write: async (data) => {
@@ -230,7 +241,7 @@ export class PostgresExportFiles implements ExportFileStore {
       },
       commit: async () => {
         await flush();
-        await inflight;
+        await settle();
         const { rowCount } = await this.query(
           `UPDATE ${this.s}.export_files
               SET complete = true, size = $2, encoding = $3, crc32 = $4, stored_size = $5
@@ -243,7 +254,7 @@ export class PostgresExportFiles implements ExportFileStore {
       abort: async () => {
         pending = [];
         pendingBytes = 0;
-        await inflight.catch(() => undefined);
+        await settle().catch(() => undefined);
         await this.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
       },
     };
