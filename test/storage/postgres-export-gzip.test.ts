@@ -1,4 +1,4 @@
-// PostgreSQL export files stored compressed (migration 5): the store's two forms of a file, the
+// PostgreSQL export files stored compressed (migration 6): the store's two forms of a file, the
 // download route serving them (gzip as stored, identity and Range inflated), and files written
 // uncompressed before the migration still served after it.
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -255,7 +255,7 @@ if (url) {
       expect(none.status).toBe(401);
     });
 
-    it('files written uncompressed before migration 5 are still served, whole, by range and gzip', async () => {
+    it('files written uncompressed before migration 6 are still served, whole, by range and gzip', async () => {
       const schema = newSchema();
       const before = postgresStorage({
         connectionString,
@@ -280,7 +280,7 @@ if (url) {
       await before.close();
 
       // Back to the tables of an earlier version: the chunks as the NDJSON bytes themselves, the
-      // columns of migration 5 gone and the migration not recorded.
+      // columns of migration 6 gone and the migration not recorded.
       const s = `"${schema}"`;
       const { rows: chunks } = await admin.query<{ file_id: string; off: string; data: Buffer }>(
         `SELECT file_id, off, data FROM ${s}.export_file_chunks`,
@@ -297,7 +297,7 @@ if (url) {
       await admin.query(
         `ALTER TABLE ${s}.export_files DROP COLUMN encoding, DROP COLUMN crc32, DROP COLUMN stored_size`,
       );
-      await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 5`);
+      await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 6`);
 
       const after = open(schema);
       const { app, router } = createApp(after);
@@ -318,7 +318,7 @@ if (url) {
       );
       expect(rows.map((r) => r.encoding)).toEqual(['identity']);
       const { rows: versions } = await admin.query<{ version: number }>(
-        `SELECT version FROM ${s}.schema_migrations WHERE version = 5`,
+        `SELECT version FROM ${s}.schema_migrations WHERE version = 6`,
       );
       expect(versions).toHaveLength(1);
     });

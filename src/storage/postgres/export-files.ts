@@ -125,7 +125,7 @@ function mapWriteError(error: unknown): unknown {
  * a row per file in `export_files`, its bytes in `export_file_chunks` (`chunkBytes` of the file
  * each, compressed on their own at `gzipLevel` (see `deflate-chunks.ts`) and stored out of line).
  * Clients that accept gzip get the chunks as stored; others, and `Range` requests, get them
- * inflated. Files written uncompressed (level 0, or before migration 5) are served as they are.
+ * inflated. Files written uncompressed (level 0, or before migration 6) are served as they are.
  * Files belong to their job row (`ON DELETE CASCADE`): deleting the job deletes them, and a run
  * still writing for a deleted job fails on its next chunk. A new file is accepted only while its
  * job is running and, when the sink has a `run`, leased to that run. Downloads read about

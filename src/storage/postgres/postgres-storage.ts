@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import pg, { type Pool } from 'pg';
+import pg from 'pg';
 import { isoMicros } from '../engine/clock.js';
 import { ConflictError, NotFoundError, StorageError } from '../errors.js';
 import type {
@@ -11,6 +11,9 @@ import type {
   ExportReader,
   ExportSnapshot,
   FailureCountStore,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
   NewExportJob,
   PatientCompartment,
   ProjectRecord,
@@ -18,6 +21,9 @@ import type {
   Storage,
   StorageDescriptor,
   StorageOperations,
+  StoredResource,
+  ResourceWrite,
+  WriteResult,
 } from '../types.js';
 import {
   type Executor,
@@ -38,88 +44,11 @@ import { migrate, quoteIdentifier } from './schema.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
+import type { PostgresStorageOptions } from './postgres-options.js';
+import { checkHistoryRetention } from '../history-retention.js';
+import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history.js';
 
-/** Options of `postgresStorage`. */
-export interface PostgresStorageOptions {
-  /**
-   * libpq connection string (`postgres://user:password@host:5432/db`). The store creates its own
-   * pool from it, ended by `close()`, and export workers reopen the store with it (`descriptor`).
-   * With `pool` as well, only workers use it.
-   * @default undefined (pg's environment defaults: PGHOST, PGUSER, …)
-   */
-  connectionString?: string;
-  /**
-   * A pool owned by the caller: the store uses it and never ends it. Without `connectionString`,
-   * the store has no `descriptor` and exports stream from the main thread.
-   * @default undefined (a pool created from `connectionString`)
-   */
-  pool?: Pool;
-  /**
-   * Schema holding the store's tables, created on open when missing.
-   * @default 'public'
-   */
-  schema?: string;
-  /**
-   * Connections of the pool the store creates (unused with `pool`).
-   * @default 10
-   */
-  maxConnections?: number;
-  /**
-   * Longest wait for a free connection of the store's pool, in milliseconds; a call still waiting
-   * then fails with `StorageUnavailableError` (HTTP 503 with `Retry-After`). 0 waits forever.
-   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.)
-   * @default 10000
-   */
-  acquireTimeoutMs?: number;
-  /**
-   * Longest wait for a lock (a project's resource clock, a row, an advisory lock), in
-   * milliseconds: PostgreSQL's `lock_timeout` on the store's connections. A statement still
-   * waiting is cancelled and the call fails with `StorageUnavailableError`. 0 waits forever.
-   * (Not set on a caller's `pool`.)
-   * @default 15000
-   */
-  lockTimeoutMs?: number;
-  /**
-   * Longest run of one statement, in milliseconds: PostgreSQL's `statement_timeout` on the store's
-   * connections (an export's `COPY` and cursors are exempt). 0 is no limit. (Not set on a caller's
-   * `pool`.)
-   * @default 60000
-   */
-  statementTimeoutMs?: number;
-  /**
-   * Longest pause of an open transaction between two statements, in milliseconds: PostgreSQL's
-   * `idle_in_transaction_session_timeout`, which ends the session and frees its locks. 0 is no
-   * limit. (Not set on a caller's `pool`.)
-   * @default 60000
-   */
-  idleInTransactionTimeoutMs?: number;
-  /**
-   * How long `close()` waits for calls in flight, in milliseconds; then the store's connections
-   * still checked out are ended (their calls fail) and the pool is closed, so that a shutdown
-   * finishes even with work stuck.
-   * @default 10000
-   */
-  closeTimeoutMs?: number;
-  /**
-   * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
-   * @default 1048576
-   */
-  exportChunkBytes?: number;
-  /**
-   * Bytes of export file data written per row of `export_file_chunks` (the store's `exportFiles`).
-   * @default 1048576
-   */
-  exportFileChunkBytes?: number;
-  /**
-   * zlib level (1–9) of export file chunks, or 0: uncompressed (docs/deployment.md). @default 1
-   */
-  exportFileGzipLevel?: number;
-  /**
-   * The patient compartment resources are indexed by (on write: export workers read the index).
-   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
-   */
-  compartment?: PatientCompartment;
-}
+export type { PostgresStorageOptions } from './postgres-options.js';
 
 interface JobRow {
   record: ExportJobRecord;
@@ -150,6 +79,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
     files: { chunkBytes: number; gzipLevel: number; descriptor: StorageDescriptor | undefined },
+    history: HistoryRetention,
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
     super(root, quoteIdentifier(schema), compartment);
@@ -165,6 +95,28 @@ class PostgresStorage extends PostgresOperations implements Storage {
     this.exportQueue = new PostgresExportQueue(root, pool, this.s, `fhir-platform-kit:${schema}`, (fn) =>
       lifecycle.track(fn),
     );
+    this.sweeper = history === 'all' ? undefined : new HistorySweeper(root, this.s, history);
+  }
+
+  private readonly sweeper: HistorySweeper | undefined;
+
+  override async writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
+    const results = await super.writeResources(projectId, writes);
+    await this.sweeper?.afterWrite(projectId);
+    return results;
+  }
+
+  readResourceVersion(
+    projectId: string,
+    type: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource> {
+    return this.root.run('read', (query) => readPgVersion(query, this.s, projectId, type, id, versionId));
+  }
+
+  readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage> {
+    return this.root.run('read', (q) => readPgHistory(q, this.s, projectId, query));
   }
 
   /** Transaction functions running now (the scope is disabled when none is). */
@@ -494,5 +446,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     descriptor,
     options.compartment,
     { chunkBytes: fileChunkBytes, gzipLevel, descriptor: filesDescriptor },
+    checkHistoryRetention('postgresStorage', options.history),
   );
 }
