@@ -10,6 +10,7 @@ import { assertNever } from '../assert-never.js';
 import { getOrCreate } from './map-entry.js';
 import { pairKey, type Mutation, type ResourceEntry } from './mutation.js';
 import { userIndexValue, type StateView, type UserIndex } from './state.js';
+import type { SearchRequest } from '../search-request.js';
 
 type Scoped<V> = Map<string, Map<string, V | null>>;
 
@@ -174,6 +175,22 @@ export class Layer implements StateView {
       for (const e of this.parent.identified(projectId, resourceType, key)) if (!own?.has(e.id)) yield e;
     }
     if (own) for (const e of own.values()) if (!e.deleted && e.identifiers.includes(key)) yield e;
+  }
+
+  /** The parent's candidates this layer did not change, then every entry of the type it wrote. */
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined {
+    const own = this.resourceEntries.get(projectId)?.get(resourceType);
+    if (!this.visible(projectId)) return own?.values() ?? [];
+    const parent = this.parent.searched(projectId, resourceType, search);
+    if (!parent || !own) return parent;
+    return (function* () {
+      for (const e of parent) if (!own.has(e.id)) yield e;
+      yield* own.values();
+    })();
   }
 
   private *scopedList<V>(

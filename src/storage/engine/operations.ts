@@ -24,6 +24,8 @@ import type {
 } from '../types.js';
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
+import { Indexing } from './indexing.js';
+import { candidateEntries } from './candidates.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -107,6 +109,7 @@ export class EngineOperations implements StorageOperations {
   constructor(
     protected readonly ctx: OpContext,
     protected readonly compartment: PatientCompartment,
+    protected readonly indexing: Indexing = new Indexing(undefined),
   ) {}
 
   // Projects
@@ -335,7 +338,10 @@ export class EngineOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    return this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
+    const plan = (): Promise<WriteResult[]> =>
+      this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
+    // Every version is indexed: the first writes wait for the indexer to load.
+    return this.indexing.pending ? this.indexing.load().then(plan) : plan();
   }
 
   private planWrite(w: WriteContext, projectId: string, write: ResourceWrite): WriteResult {
@@ -405,6 +411,7 @@ export class EngineOperations implements StorageOperations {
         deleted: false,
         patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(stored),
+        postings: this.indexing.keys(stored),
         json,
         jsonBytes: bytes,
       },
@@ -422,26 +429,7 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    let candidates: Iterable<ResourceEntry>;
-    if (query.ids) {
-      candidates = query.ids
-        .map((id) => view.resource(projectId, resourceType, id))
-        .filter((e): e is ResourceEntry => e !== undefined);
-    } else if (keys) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const key of keys)
-        for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
-      candidates = seen.values();
-    } else if (query.compartment) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const patient of query.compartment) {
-        for (const e of view.compartment(projectId, patient))
-          if (e.resourceType === resourceType) seen.set(e.id, e);
-      }
-      candidates = seen.values();
-    } else {
-      candidates = view.resources(projectId, resourceType);
-    }
+    const candidates = candidateEntries(view, projectId, resourceType, query, keys);
     const ids = query.ids ? new Set(query.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();

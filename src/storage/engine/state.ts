@@ -9,6 +9,8 @@ import type {
 import { assertNever } from '../assert-never.js';
 import { getOrCreate } from './map-entry.js';
 import type { Mutation, ResourceEntry } from './mutation.js';
+import { TypePostings } from './postings.js';
+import type { SearchRequest } from '../search-request.js';
 
 /** A user attribute with an index: `name` is the lower-cased `userName`. */
 export type UserIndex = 'name' | 'externalId' | 'profileId';
@@ -36,6 +38,15 @@ export interface StateView {
   compartment(projectId: string, patientId: string): Iterable<ResourceEntry>;
   /** Live entries of a type with an identifier index key (see `identifierKeys`). */
   identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry>;
+  /**
+   * Entries of a type (tombstones possibly included) holding every current match of `search`,
+   * from the search postings; undefined when they cannot narrow it (then scan `resources`).
+   */
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined;
 }
 
 export function userIndexValue(user: UserRecord, index: UserIndex): string | undefined {
@@ -99,6 +110,8 @@ class ProjectData {
   readonly compartment = new KeyedSets<ResourceEntry>();
   /** type -> identifier key -> live entries with that key. */
   readonly identifiers = new Map<string, KeyedSets<ResourceEntry>>();
+  /** type -> search postings of its live entries. */
+  readonly postings = new Map<string, TypePostings>();
 }
 
 /** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
@@ -202,6 +215,15 @@ export class BaseState implements StateView {
     return this.get(projectId)?.identifiers.get(resourceType)?.get(key)?.values() ?? [];
   }
 
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined {
+    const postings = this.get(projectId)?.postings.get(resourceType);
+    return postings ? postings.candidates(search) : [];
+  }
+
   /** Drops expired one-time values once the map has doubled since the last purge. */
   purgeOnce(now: number): void {
     if (this.onceValues.size < 1024 || this.onceValues.size < this.onceSizeAtPurge * 2) return;
@@ -272,6 +294,7 @@ export class BaseState implements StateView {
           deleted: e.deleted,
           patients: e.patients,
           identifiers: e.identifiers,
+          postings: e.postings,
           ref,
         });
         return;
@@ -287,17 +310,21 @@ export class BaseState implements StateView {
     const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
     const previous = byId.get(entry.id);
     const byKey = getOrCreate(data.identifiers, entry.resourceType, () => new KeyedSets());
+    const postings = getOrCreate(data.postings, entry.resourceType, () => new TypePostings());
     if (previous && !previous.deleted) {
       for (const patient of previous.patients) data.compartment.delete(patient, previous);
       for (const key of previous.identifiers) byKey.delete(key, previous);
+      postings.remove(previous);
     }
     byId.set(entry.id, entry);
     if (entry.deleted) {
       entry.patients = NONE;
       entry.identifiers = NONE;
+      entry.postings = undefined;
     } else {
       entry.patients = keptKeys(entry.patients, data.compartment, entry);
       entry.identifiers = keptKeys(entry.identifiers, byKey, entry);
+      postings.add(entry);
     }
   }
 
