@@ -25,6 +25,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   closeTimeoutMs: true,
   exportChunkBytes: true,
   exportFileChunkBytes: true,
+  exportFileGzipLevel: true,
   compartment: true,
   readReplicas: true,
   history: true,
