@@ -60,6 +60,7 @@ const ROOT = [
   'projectRouter',
   'protectServer',
   'provisionSuperAdminClient',
+  'r4SearchIndexer',
   'r4StructureValidator',
   'rotateSuperAdminSecret',
   'scimErrorHandler',
