@@ -33,8 +33,10 @@ import { PostgresExportQueue, updateJobRow } from './export-queue.js';
 import { PostgresFailureCounts } from './failure-counts.js';
 import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
-import { GuardedExecutor, Lifecycle, settlesWithin, trackCheckedOut } from './lifecycle.js';
+import { GuardedExecutor, Lifecycle, millis, settlesWithin, trackCheckedOut } from './lifecycle.js';
 import { migrate, quoteIdentifier } from './schema.js';
+import type { IndexerOption } from '../search-index.js';
+import { INDEX_TABLES, searchIndexOf, type SearchIndex } from './search-tables.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
@@ -115,6 +117,12 @@ export interface PostgresStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * What the store indexes for search (index tables written with each version; FHIR searches are
+   * then answered in SQL). Rebuilt on open when its `fingerprint` changes; every instance sharing
+   * a schema needs the same one. @default loadR4Indexer (filled in by `postgresStorage`)
+   */
+  indexer?: IndexerOption;
 }
 
 interface JobRow {
@@ -146,9 +154,10 @@ class PostgresStorage extends PostgresOperations implements Storage {
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
     files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
+    index: SearchIndex,
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
-    super(root, quoteIdentifier(schema), compartment);
+    super(root, quoteIdentifier(schema), compartment, index);
     this.root = root;
     this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
     this.descriptor = descriptor;
@@ -182,7 +191,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         this.openTransactions++;
         try {
           result = await this.scope.run(marker, () =>
-            fn(new PostgresOperations(exec, this.s, this.compartment, true)),
+            fn(new PostgresOperations(exec, this.s, this.compartment, this.index, true)),
           );
         } finally {
           marker.open = false;
@@ -221,6 +230,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         'resource_clocks',
         'resource_compartments',
         'resource_identifiers',
+        ...INDEX_TABLES,
         'resources',
         'users',
         'memberships',
@@ -394,15 +404,6 @@ class PostgresStorage extends PostgresOperations implements Storage {
   }
 }
 
-/** A duration option in milliseconds: a non-negative integer (0: no limit). */
-function millis(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
-  }
-  return value;
-}
-
 /** Defaults of the pool and timeout options (the `serve` settings table is checked against them). */
 export const POSTGRES_POOL_DEFAULTS = {
   maxConnections: 10,
@@ -478,15 +479,17 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           exportName: 'openPostgresExportFiles',
           options: { connectionString, schema, chunkBytes: fileChunkBytes },
         };
+  const index = searchIndexOf(pool, schema, options.indexer);
   return new PostgresStorage(
     pool,
     ownsPool,
-    new Lifecycle(() => migrate(pool, schema), closeTimeoutMs),
+    new Lifecycle(() => migrate(pool, schema).then(() => index.open()), closeTimeoutMs),
     new AsyncLocalStorage(),
     schema,
     chunkBytes,
     descriptor,
     options.compartment,
     { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
+    index,
   );
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource } from '../types.js';
+import { searchTableStatements } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -154,6 +155,8 @@ function migrationStatements(s: string): string[] {
       key text COLLATE "C" PRIMARY KEY,
       failures integer NOT NULL,
       reset_at bigint NOT NULL)`,
+    // Migration 5: the search index tables (filled by `syncSearchIndex` once the indexer is known).
+    ...searchTableStatements(s),
   ];
 }
 
@@ -218,7 +221,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -239,7 +242,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, and 4, the shared failed-login counters, are DDL only), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, and 5, the search index tables, are DDL only: `syncSearchIndex` fills those), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */

@@ -1,0 +1,434 @@
+import { assertNever } from '../assert-never.js';
+import type {
+  ComponentSearchValue,
+  DateSearchValue,
+  ParameterFilter,
+  QuantitySearchValue,
+  ReferenceSearchValue,
+  SearchFilter,
+  SearchModifier,
+  SearchParamType,
+  SortKey,
+  StringSearchValue,
+  TokenSearchValue,
+} from '../search-request.js';
+import { type IndexTable, INDEX_TABLES, KEY_CHARS, pgText } from './search-tables.js';
+
+/*
+ * A `SearchRequest`'s filters and sort keys as SQL over the search index tables (search-tables.ts),
+ * with exactly the semantics of `src/search/match.ts` and `sort-values.ts` on the same index values:
+ * each parameter filter is a semi-join (`seq IN (SELECT seq FROM <table> WHERE <values, ORed>)`),
+ * filters are ANDed, chains join the reference rows to the referenced current versions, `_has` the
+ * referencing rows to this version's id. Values travel as bind parameters.
+ * @see https://hl7.org/fhir/R4/search.html
+ */
+
+/** A resource a filter is evaluated on: SQL expressions of its `seq` and `id`, and its type (a parameter). */
+export interface Level {
+  seq: string;
+  id: string;
+  type: string;
+}
+
+/** The table holding the index values of a search value (or parameter) type. */
+function tableOf(type: SearchParamType | ComponentSearchValue['type']): IndexTable[] {
+  switch (type) {
+    case 'string':
+      return ['search_strings'];
+    case 'token':
+      return ['search_tokens'];
+    case 'date':
+      return ['search_dates'];
+    case 'number':
+    case 'quantity':
+      return ['search_numbers'];
+    case 'reference':
+      return ['search_references'];
+    case 'uri':
+      return ['search_uris'];
+    case 'composite':
+    case 'special':
+      return [...INDEX_TABLES];
+  }
+}
+
+const likeEscape = (text: string): string => text.replace(/[\\%_]/g, (c) => `\\${c}`);
+
+/** Builds the SQL of one search, its bind values appended to `values`. */
+export class SearchSql {
+  private aliases = 0;
+
+  constructor(
+    private readonly s: string,
+    private readonly values: unknown[],
+    /** The parameter holding the project id. */
+    private readonly project: string,
+  ) {}
+
+  /** A bind parameter holding `value`. */
+  param(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+
+  private text(value: string): string {
+    return `${this.param(pgText(value))}::text`;
+  }
+
+  private alias(prefix: string): string {
+    return `${prefix}${++this.aliases}`;
+  }
+
+  /** The filters, ANDed, on the resource `level`. */
+  filters(filters: readonly SearchFilter[], level: Level): string {
+    if (filters.length === 0) return 'true';
+    return filters.map((f) => `(${this.filter(f, level)})`).join(' AND ');
+  }
+
+  private filter(filter: SearchFilter, level: Level): string {
+    switch (filter.kind) {
+      case 'parameter':
+        return this.parameter(filter, level);
+      case 'chain':
+        return this.chain(filter.code, filter.targetTypes, filter.filter, level);
+      case 'has':
+        return this.has(filter.resourceType, filter.referenceParam, filter.filter, level);
+      default:
+        return assertNever(filter);
+    }
+  }
+
+  /** A reference of `level` to a current resource of one of `types` that matches `inner`. */
+  private chain(code: string, types: readonly string[], inner: SearchFilter, level: Level): string {
+    if (types.length === 0) return 'false';
+    const f = this.alias('f');
+    const r = this.alias('r');
+    const codeParam = this.text(code);
+    return types
+      .map((type) => {
+        const t = this.text(type);
+        const where = this.filter(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
+        return `${level.seq} IN (
+          SELECT ${f}.seq FROM ${this.s}.search_references ${f}
+            JOIN ${this.s}.resources ${r} ON ${r}.project_id = ${this.project} AND ${r}.resource_type = ${t}
+              AND ${r}.id = ${f}.target_id AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
+           WHERE ${f}.project_id = ${this.project} AND ${f}.resource_type = ${level.type}
+             AND ${f}.param = ${codeParam} AND ${f}.target_type = ${t} AND (${where}))`;
+      })
+      .join(' OR ');
+  }
+
+  /** A current `type` resource whose `param` references `level` and matches `inner` (`_has`). */
+  private has(type: string, param: string, inner: SearchFilter, level: Level): string {
+    const h = this.alias('h');
+    const t = this.text(type);
+    // Index rows are those of current, live versions only: the source's id is needed only by a
+    // further `_has`.
+    const needsId = inner.kind === 'has' || (inner.kind === 'parameter' && inner.code === '_id');
+    const r = needsId ? this.alias('r') : undefined;
+    const where = this.filter(inner, { seq: `${h}.seq`, id: r ? `${r}.id` : 'NULL', type: t });
+    return `${level.id} IN (
+      SELECT ${h}.target_id FROM ${this.s}.search_references ${h}
+        ${r ? `JOIN ${this.s}.resources ${r} ON ${r}.seq = ${h}.seq` : ''}
+       WHERE ${h}.project_id = ${this.project} AND ${h}.resource_type = ${t}
+         AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${level.type} AND (${where}))`;
+  }
+
+  private parameter(filter: ParameterFilter, level: Level): string {
+    if (filter.code === '_id') return this.idFilter(filter, level);
+    const code = this.text(filter.code);
+    if (filter.modifier === 'missing') {
+      const present = tableOf(filter.type)
+        .map((table) => {
+          const a = this.alias('p');
+          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a} WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code})`;
+        })
+        .join(' OR ');
+      return filter.missing ? `NOT (${present})` : `(${present})`;
+    }
+    if (filter.type === 'composite') return this.composite(filter, code, level);
+    const table = tableOf(filter.type)[0]!;
+    const a = this.alias('v');
+    const values = filter.values.flatMap((value) =>
+      value.type === 'composite' ? [] : [this.value(value, a, filter)],
+    );
+    const any =
+      values.length === 0
+        ? 'false'
+        : `${level.seq} IN (SELECT ${a}.seq FROM ${this.s}.${table} ${a}
+             WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${level.type}
+               AND ${a}.param = ${code} AND (${values.join(' OR ')}))`;
+    return filter.modifier === 'not' ? `NOT (${any})` : any;
+  }
+
+  /** `_id`: a token on the version's own id (no system, no text, no identifier type). */
+  private idFilter(filter: ParameterFilter, level: Level): string {
+    if (filter.modifier === 'missing') return filter.missing ? 'false' : 'true';
+    const tests = filter.values.flatMap((v) =>
+      v.type === 'token'
+        ? [this.token(v, { system: 'NULL', value: level.id, display: 'NULL', types: 'NULL' })]
+        : [],
+    );
+    const any = tests.length === 0 ? 'false' : tests.join(' OR ');
+    return filter.modifier === 'not' ? `NOT (${any})` : `(${any})`;
+  }
+
+  /**
+   * A composite: one element (`elem`) of the version whose every component has a value matching the
+   * value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's table).
+   */
+  private composite(filter: ParameterFilter, code: string, level: Level): string {
+    const alternatives = filter.values.flatMap((value) => {
+      if (value.type !== 'composite' || value.components.length === 0) return [];
+      const aliases = value.components.map(() => this.alias('c'));
+      const [first, ...rest] = value.components;
+      const c0 = aliases[0]!;
+      const nested = rest
+        .map((component, k) => {
+          const c = aliases[k + 1]!;
+          return `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
+             WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${code} AND ${c}.elem = ${c0}.elem
+               AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})})`;
+        })
+        .map((x) => ` AND ${x}`)
+        .join('');
+      return [
+        `${level.seq} IN (SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
+           WHERE ${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}
+             AND ${c0}.param = ${code} AND ${c0}.comp = 0 AND ${this.value(first!, c0, {})}${nested})`,
+      ];
+    });
+    return alternatives.length === 0 ? 'false' : alternatives.join(' OR ');
+  }
+
+  /** One search value against a row `a` of its value kind's table (`matchValue`). */
+  private value(
+    value: ComponentSearchValue,
+    a: string,
+    filter: Pick<ParameterFilter, 'modifier' | 'targetType'>,
+  ): string {
+    switch (value.type) {
+      case 'string':
+        return this.string(value, a, filter.modifier);
+      case 'token':
+        return this.token(value, {
+          system: `${a}.system`,
+          value: `${a}.value`,
+          display: `${a}.display`,
+          types: `${a}.types`,
+        });
+      case 'date':
+        return this.date(value, a);
+      case 'number':
+        return `NOT ${a}.empty AND ${this.number(value, a)}`;
+      case 'quantity':
+        return `${a}.quantity AND NOT ${a}.empty AND ${this.quantity(value, a)}`;
+      case 'reference':
+        return this.reference(value, a, filter.targetType);
+      case 'uri':
+        return this.uri(value.value, `${a}.value`, filter.modifier);
+      default:
+        return assertNever(value);
+    }
+  }
+
+  /** `column` equal to `value`, through the column's indexed prefix. */
+  private equal(column: string, value: string): string {
+    const p = this.text(value);
+    return `left(${column}, ${KEY_CHARS}) = left(${p}, ${KEY_CHARS}) AND ${column} = ${p}`;
+  }
+
+  /** `column` starting with `prefix`, through the column's indexed prefix. */
+  private startsWith(column: string, prefix: string): string {
+    if (prefix.length <= KEY_CHARS) {
+      return `left(${column}, ${KEY_CHARS}) LIKE ${this.text(`${likeEscape(pgText(prefix))}%`)}`;
+    }
+    const p = this.text(prefix);
+    return `left(${column}, ${KEY_CHARS}) = left(${p}, ${KEY_CHARS}) AND starts_with(${column}, ${p})`;
+  }
+
+  private string(value: StringSearchValue, a: string, modifier?: SearchModifier): string {
+    if (modifier === 'exact') return `${a}.exact = ${this.text(value.value)}`;
+    if (modifier === 'contains') return `strpos(${a}.norm, ${this.text(value.normalized)}) > 0`;
+    return this.startsWith(`${a}.norm`, value.normalized);
+  }
+
+  private token(
+    value: TokenSearchValue,
+    c: { system: string; value: string; display: string; types: string },
+  ): string {
+    if (value.text !== undefined) {
+      return `${c.display} IS NOT NULL AND starts_with(${c.display}, ${this.text(value.text)})`;
+    }
+    const opt = (x: string | undefined): string => (x === undefined ? 'NULL::text' : this.text(x));
+    if (value.typeSystem !== undefined) {
+      return `${c.value} IS NOT DISTINCT FROM ${opt(value.code)} AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements(${c.types}) e
+         WHERE (e->>'system') IS NOT DISTINCT FROM ${opt(value.typeSystem)}
+           AND (e->>'code') IS NOT DISTINCT FROM ${opt(value.typeCode)})`;
+    }
+    const tests: string[] = [];
+    if (value.code !== undefined) tests.push(this.equal(c.value, value.code));
+    if (value.system === null) tests.push(`${c.system} IS NULL AND ${c.value} IS NOT NULL`);
+    else if (value.system !== undefined) tests.push(`${c.system} = ${this.text(value.system)}`);
+    return tests.length === 0 ? 'true' : tests.join(' AND ');
+  }
+
+  /** `matchDate` on the row's `[lo, hi)` (open ends stored as the largest finite numbers). */
+  private date(value: DateSearchValue, a: string): string {
+    // Bind parameters only for the bounds used (an unused one has no type PostgreSQL can infer).
+    let start: string | undefined;
+    let end: string | undefined;
+    const ps = (): string => (start ??= `${this.param(value.start)}::float8`);
+    const pe = (): string => (end ??= `${this.param(value.end)}::float8`);
+    const [lo, hi] = [`${a}.lo`, `${a}.hi`];
+    const contained = (): string => `(${lo} >= ${ps()} AND ${hi} <= ${pe()})`;
+    switch (value.prefix) {
+      case 'eq':
+        return contained();
+      case 'ne':
+        return `NOT ${contained()}`;
+      case 'gt':
+        return `${hi} > ${pe()}`;
+      case 'lt':
+        return `${lo} < ${ps()}`;
+      case 'ge':
+        return `(${hi} > ${pe()} OR ${contained()})`;
+      case 'le':
+        return `(${lo} < ${ps()} OR ${contained()})`;
+      case 'sa':
+        return `${lo} >= ${pe()}`;
+      case 'eb':
+        return `${hi} <= ${ps()}`;
+      case 'ap':
+        return `(${lo} < ${pe()} AND ${hi} > ${ps()})`;
+    }
+  }
+
+  /** `matchNumber` on the row's `lo` (value, else low) and `hi` (value, else high). */
+  private number(value: { prefix: string; value: number; low: number; high: number }, a: string): string {
+    const f = (x: number): string => `${this.param(x)}::float8`;
+    const [lo, hi] = [`${a}.lo`, `${a}.hi`];
+    const v = value.value;
+    const margin = Math.abs(v) * 0.1;
+    switch (value.prefix) {
+      case 'eq':
+        return `(${lo} >= ${f(value.low)} AND ${hi} < ${f(value.high)})`;
+      case 'ne':
+        return `NOT (${lo} >= ${f(value.low)} AND ${hi} < ${f(value.high)})`;
+      case 'gt':
+        return `${hi} > ${f(v)}`;
+      case 'lt':
+        return `${lo} < ${f(v)}`;
+      case 'sa':
+        return `${lo} > ${f(v)}`;
+      case 'eb':
+        return `${hi} < ${f(v)}`;
+      case 'ge':
+        return `${hi} >= ${f(v)}`;
+      case 'le':
+        return `${lo} <= ${f(v)}`;
+      default:
+        return `(${lo} <= ${f(v + margin)} AND ${hi} >= ${f(v - margin)})`;
+    }
+  }
+
+  private quantity(value: QuantitySearchValue, a: string): string {
+    const tests: string[] = [];
+    if (value.system !== undefined) {
+      tests.push(`${a}.system = ${this.text(value.system)}`);
+      if (value.code !== undefined) tests.push(`${a}.unit_code = ${this.text(value.code)}`);
+    } else if (value.code !== undefined) {
+      const code = this.text(value.code);
+      tests.push(`(${a}.unit_code = ${code} OR ${a}.unit = ${code})`);
+    }
+    tests.push(this.number(value, a));
+    return tests.join(' AND ');
+  }
+
+  private reference(value: ReferenceSearchValue, a: string, targetType?: string): string {
+    if (value.identifier !== undefined) {
+      const { system, value: v } = value.identifier;
+      const tests = [`${a}.ident`];
+      if (v !== undefined) tests.push(`${a}.id_value = ${this.text(v)}`);
+      if (system === null) tests.push(`${a}.id_system IS NULL`);
+      else if (system !== undefined) tests.push(`${a}.id_system = ${this.text(system)}`);
+      return tests.join(' AND ');
+    }
+    const type = targetType === undefined ? '' : `${a}.target_type = ${this.text(targetType)} AND `;
+    let byId = 'false';
+    if (value.id !== undefined) {
+      byId = this.equal(`${a}.target_id`, value.id);
+      if (value.resourceType !== undefined)
+        byId += ` AND ${a}.target_type = ${this.text(value.resourceType)}`;
+    }
+    if (value.url === undefined) return `${type}(${byId})`;
+    // `matchReference`: an equal url decides (by the version); else the id.
+    const url = this.text(value.url);
+    const version = value.version === undefined ? 'true' : `${a}.version = ${this.text(value.version)}`;
+    return `${type}((${a}.url = ${url} AND ${version}) OR (${a}.url IS DISTINCT FROM ${url} AND ${byId}))`;
+  }
+
+  private uri(value: string, column: string, modifier?: SearchModifier): string {
+    if (modifier === 'below') return this.startsWith(column, value);
+    if (modifier === 'above') return `starts_with(${this.text(value)}, ${column})`;
+    return this.equal(column, value);
+  }
+
+  /**
+   * The sort value of `key` for the version `seq` (`sortValuesOf`): the lowest of its values
+   * ascending, the highest descending, NULL when it has none. Token and identifier pairs join their
+   * parts with U+0001 where `sortValuesOf` uses NUL (which PostgreSQL text cannot hold):
+   * {@link sortCursorValue} maps a cursor's values the same way.
+   */
+  sortValue(key: SortKey, seq: string, id: string): string {
+    const agg = key.descending ? 'max' : 'min';
+    const t = this.alias('k');
+    const pair = (system: string, code: string): string => `coalesce(${system}, '') || chr(1) || ${code}`;
+    let table: IndexTable;
+    let expression: string;
+    switch (key.type) {
+      case 'string':
+        [table, expression] = ['search_strings', `${t}.norm`];
+        break;
+      case 'token':
+        if (key.code === '_id') return `(chr(1) || ${id})`;
+        [table, expression] = [
+          'search_tokens',
+          `CASE WHEN ${t}.value IS NOT NULL THEN ${pair(`${t}.system`, `${t}.value`)} END`,
+        ];
+        break;
+      case 'date':
+        [table, expression] = ['search_dates', key.descending ? `${t}.hi` : `${t}.lo`];
+        break;
+      case 'number':
+      case 'quantity':
+        [table, expression] = ['search_numbers', key.descending ? `${t}.hi` : `${t}.lo`];
+        break;
+      case 'reference':
+        table = 'search_references';
+        expression = `CASE WHEN ${t}.target_type IS NOT NULL AND ${t}.target_id IS NOT NULL
+            THEN ${t}.target_type || '/' || ${t}.target_id
+          WHEN ${t}.url IS NOT NULL THEN ${t}.url
+          WHEN ${t}.id_value IS NOT NULL THEN ${pair(`${t}.id_system`, `${t}.id_value`)} END`;
+        break;
+      case 'uri':
+        [table, expression] = ['search_uris', `${t}.value`];
+        break;
+      default:
+        return 'NULL';
+    }
+    return `(SELECT ${agg}(${expression}) FROM ${this.s}.${table} ${t}
+              WHERE ${t}.seq = ${seq} AND ${t}.param = ${this.text(key.code)} AND ${t}.elem IS NULL)`;
+  }
+}
+
+/** A cursor's sort value as {@link SearchSql.sortValue} computes it (NUL as U+0001 in strings). */
+export function sortCursorValue(value: string | number | null): string | number | null {
+  return typeof value === 'string' ? value.replaceAll('\u0000', '\u0001') : value;
+}
+
+/** Whether a sort key's values are numbers (dates, numbers, quantities) rather than text. */
+export function numericSortKey(key: SortKey): boolean {
+  return key.type === 'date' || key.type === 'number' || key.type === 'quantity';
+}
