@@ -80,17 +80,23 @@ function candidates(
     const p = param(value * 1000);
     conditions.push((r) => `${r}lu ${op} ${p}::float8`);
   }
-  // The search's filters, on `r` (every FROM below names the version `r`).
-  if (sql && query.search) {
-    const filters = sql.filters(query.search.filters, { seq: 'r.seq', id: 'r.id', type: '$2' });
-    conditions.push(() => filters);
-  }
-  const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
   const keys = query.identifier
     ? param([...new Set(identifierTokenKeys(query.identifier).map(pgIdentifierKey))])
     : undefined;
   const patients = query.compartment ? param([...new Set(query.compartment)]) : undefined;
   const ids = query.ids ? param([...new Set(query.ids)]) : undefined;
+  // The search's filters, on `r` (every FROM below names the version `r`); without a lookup of
+  // the query's own, one of them drives (its index lookup gives the candidates).
+  const driver =
+    sql && query.search && keys === undefined && patients === undefined && ids === undefined
+      ? sql.driver(query.search.filters, '$2')
+      : undefined;
+  if (sql && query.search) {
+    const rest = query.search.filters.filter((f) => f !== driver?.filter);
+    const tests = sql.filters(rest, { seq: 'r.seq', id: 'r.id', type: '$2' });
+    conditions.push(() => tests);
+  }
+  const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
   // Conditions outside the fenced lookups, so that those stay lookups by key.
   if (keys !== undefined) {
     if (patients !== undefined) conditions.push((r) => inCompartments(s, r, patients));
@@ -119,6 +125,11 @@ function candidates(
                SELECT * FROM ${s}.resources
                 WHERE project_id = $1 AND resource_type = $2 AND id = k.id AND superseded_seq IS NULL
                OFFSET 0) r
+             WHERE ${live('r.')}`;
+  }
+  if (driver) {
+    return `(SELECT DISTINCT d.seq FROM (${driver.seqs}) d OFFSET 0) k
+             CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
              WHERE ${live('r.')}`;
   }
   return `${s}.resources r WHERE ${live('r.')}`;

@@ -79,13 +79,97 @@ export class SearchSql {
     return `${prefix}${++this.aliases}`;
   }
 
-  /** The filters, ANDed, on the resource `level`. */
+  /**
+   * The filters, ANDed, as conditions on the resource `level`: each a correlated `EXISTS` fenced
+   * with `OFFSET 0`, so that it stays a lookup by the version's `seq` (or id) per candidate row
+   * whatever the planner's statistics say (a freshly loaded table has none, and a semi-join
+   * planned from those can take quadratic time).
+   */
   filters(filters: readonly SearchFilter[], level: Level): string {
     if (filters.length === 0) return 'true';
-    return filters.map((f) => `(${this.filter(f, level)})`).join(' AND ');
+    return filters.map((f) => `(${this.test(f, level)})`).join(' AND ');
   }
 
-  private filter(filter: SearchFilter, level: Level): string {
+  /**
+   * The filter that drives a search of `type`: the index lookup giving the candidates (the
+   * `seq`s of the current versions that match it), the others being tested on each candidate.
+   * Preferred: equality-like values (token, reference, uri, string), then the other types, then
+   * chains and `_has`. Undefined when no filter can drive (only negations and `:missing`).
+   */
+  driver(filters: readonly SearchFilter[], type: string): { filter: SearchFilter; seqs: string } | undefined {
+    const rank = (f: SearchFilter): number => {
+      if (f.kind !== 'parameter') return 3;
+      if (f.modifier === 'missing' || f.modifier === 'not' || f.code === '_id') return 9;
+      return ['token', 'reference', 'uri', 'string'].includes(f.type) ? 1 : 2;
+    };
+    const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
+    if (!best || rank(best) === 9) return undefined;
+    return { filter: best, seqs: this.seqs(best, type) };
+  }
+
+  /** SQL answering the `seq` of every current, live `type` version matching `filter` (duplicates possible). */
+  private seqs(filter: SearchFilter, type: string): string {
+    if (filter.kind === 'chain') return this.chainSeqs(filter.code, filter.targetTypes, filter.filter, type);
+    if (filter.kind === 'has')
+      return this.hasSeqs(filter.resourceType, filter.referenceParam, filter.filter, type);
+    const driving =
+      filter.modifier !== 'missing' &&
+      filter.modifier !== 'not' &&
+      filter.code !== '_id' &&
+      filter.values.length > 0;
+    if (driving && filter.type === 'composite')
+      return this.composite(filter, this.text(filter.code), { type });
+    if (driving) {
+      const a = this.alias('v');
+      return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
+               WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
+                 AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})`;
+    }
+    // No index lookup answers it: every current version of the type, tested one by one.
+    const r = this.alias('r');
+    return `SELECT ${r}.seq FROM ${this.s}.resources ${r}
+             WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type}
+               AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
+               AND ${this.test(filter, { seq: `${r}.seq`, id: `${r}.id`, type })}`;
+  }
+
+  /** The current, live `type` version of id `id` (a LATERAL lookup by key). */
+  private byId(type: string, id: string, alias: string): string {
+    return `CROSS JOIN LATERAL (SELECT ${alias}.seq, ${alias}.id FROM ${this.s}.resources ${alias}
+              WHERE ${alias}.project_id = ${this.project} AND ${alias}.resource_type = ${type}
+                AND ${alias}.id = ${id} AND ${alias}.superseded_seq IS NULL AND NOT ${alias}.deleted
+              OFFSET 0) ${alias}`;
+  }
+
+  /** Seqs of `type` versions referencing (`code`) a current resource of one of `types` that matches `inner`. */
+  private chainSeqs(code: string, types: readonly string[], inner: SearchFilter, type: string): string {
+    if (types.length === 0) return 'SELECT NULL::bigint AS seq WHERE false';
+    const codeParam = this.text(code);
+    return types
+      .map((target) => {
+        const t = this.text(target);
+        const [d, r, f] = [this.alias('d'), this.alias('r'), this.alias('f')];
+        return `SELECT ${f}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, t)}) ${d} OFFSET 0) ${d}
+          CROSS JOIN LATERAL (SELECT id FROM ${this.s}.resources ${r} WHERE ${r}.seq = ${d}.seq OFFSET 0) ${r}
+          CROSS JOIN LATERAL (SELECT seq FROM ${this.s}.search_references ${f}
+             WHERE ${f}.project_id = ${this.project} AND ${f}.resource_type = ${type} AND ${f}.param = ${codeParam}
+               AND ${f}.target_id = ${r}.id AND ${f}.target_type = ${t} OFFSET 0) ${f}`;
+      })
+      .join(' UNION ALL ');
+  }
+
+  /** Seqs of `type` versions referenced (`param`) by a current `source` resource that matches `inner`. */
+  private hasSeqs(source: string, param: string, inner: SearchFilter, type: string): string {
+    const s = this.text(source);
+    const [d, h, r] = [this.alias('d'), this.alias('h'), this.alias('r')];
+    return `SELECT ${r}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, s)}) ${d} OFFSET 0) ${d}
+      CROSS JOIN LATERAL (SELECT DISTINCT target_id FROM ${this.s}.search_references ${h}
+         WHERE ${h}.seq = ${d}.seq AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${type}
+           AND ${h}.target_id IS NOT NULL OFFSET 0) ${h}
+      ${this.byId(type, `${h}.target_id`, r)}`;
+  }
+
+  private test(filter: SearchFilter, level: Level): string {
     switch (filter.kind) {
       case 'parameter':
         return this.parameter(filter, level);
@@ -102,18 +186,15 @@ export class SearchSql {
   private chain(code: string, types: readonly string[], inner: SearchFilter, level: Level): string {
     if (types.length === 0) return 'false';
     const f = this.alias('f');
-    const r = this.alias('r');
     const codeParam = this.text(code);
     return types
       .map((type) => {
         const t = this.text(type);
-        const where = this.filter(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
-        return `${level.seq} IN (
-          SELECT ${f}.seq FROM ${this.s}.search_references ${f}
-            JOIN ${this.s}.resources ${r} ON ${r}.project_id = ${this.project} AND ${r}.resource_type = ${t}
-              AND ${r}.id = ${f}.target_id AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
-           WHERE ${f}.project_id = ${this.project} AND ${f}.resource_type = ${level.type}
-             AND ${f}.param = ${codeParam} AND ${f}.target_type = ${t} AND (${where}))`;
+        const r = this.alias('r');
+        const where = this.test(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
+        return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${f} ${this.byId(t, `${f}.target_id`, r)}
+           WHERE ${f}.seq = ${level.seq} AND ${f}.param = ${codeParam} AND ${f}.target_type = ${t}
+             AND (${where}) OFFSET 0)`;
       })
       .join(' OR ');
   }
@@ -123,15 +204,23 @@ export class SearchSql {
     const h = this.alias('h');
     const t = this.text(type);
     // Index rows are those of current, live versions only: the source's id is needed only by a
-    // further `_has`.
+    // further `_has` or an `_id`.
     const needsId = inner.kind === 'has' || (inner.kind === 'parameter' && inner.code === '_id');
     const r = needsId ? this.alias('r') : undefined;
-    const where = this.filter(inner, { seq: `${h}.seq`, id: r ? `${r}.id` : 'NULL', type: t });
-    return `${level.id} IN (
-      SELECT ${h}.target_id FROM ${this.s}.search_references ${h}
+    const where = this.test(inner, { seq: `${h}.seq`, id: r ? `${r}.id` : 'NULL', type: t });
+    return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${h}
         ${r ? `JOIN ${this.s}.resources ${r} ON ${r}.seq = ${h}.seq` : ''}
        WHERE ${h}.project_id = ${this.project} AND ${h}.resource_type = ${t}
-         AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${level.type} AND (${where}))`;
+         AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${level.type}
+         AND ${h}.target_id = ${level.id} AND (${where}) OFFSET 0)`;
+  }
+
+  /** The values of a (non-composite) parameter filter, ORed, on a row `a` of its table. */
+  private anyValue(filter: ParameterFilter, a: string): string {
+    const values = filter.values.flatMap((value) =>
+      value.type === 'composite' ? [] : [this.value(value, a, filter)],
+    );
+    return values.length === 0 ? 'false' : values.join(' OR ');
   }
 
   private parameter(filter: ParameterFilter, level: Level): string {
@@ -141,24 +230,20 @@ export class SearchSql {
       const present = tableOf(filter.type)
         .map((table) => {
           const a = this.alias('p');
-          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a} WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code})`;
+          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a}
+                   WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} OFFSET 0)`;
         })
         .join(' OR ');
       return filter.missing ? `NOT (${present})` : `(${present})`;
     }
-    if (filter.type === 'composite') return this.composite(filter, code, level);
-    const table = tableOf(filter.type)[0]!;
+    if (filter.type === 'composite') {
+      const c = this.alias('x');
+      return `EXISTS (SELECT 1 FROM (${this.composite(filter, code, level)}) ${c} OFFSET 0)`;
+    }
     const a = this.alias('v');
-    const values = filter.values.flatMap((value) =>
-      value.type === 'composite' ? [] : [this.value(value, a, filter)],
-    );
-    const any =
-      values.length === 0
-        ? 'false'
-        : `${level.seq} IN (SELECT ${a}.seq FROM ${this.s}.${table} ${a}
-             WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${level.type}
-               AND ${a}.param = ${code} AND (${values.join(' OR ')}))`;
-    return filter.modifier === 'not' ? `NOT (${any})` : any;
+    const any = `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
+       WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} AND (${this.anyValue(filter, a)}) OFFSET 0)`;
+    return filter.modifier === 'not' ? `NOT ${any}` : any;
   }
 
   /** `_id`: a token on the version's own id (no system, no text, no identifier type). */
@@ -174,10 +259,11 @@ export class SearchSql {
   }
 
   /**
-   * A composite: one element (`elem`) of the version whose every component has a value matching the
-   * value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's table).
+   * A composite: the seqs of versions with one element (`elem`) whose every component has a value
+   * matching the value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's
+   * table); of the version `level.seq` only when given, else of every `level.type` version.
    */
-  private composite(filter: ParameterFilter, code: string, level: Level): string {
+  private composite(filter: ParameterFilter, code: string, level: { seq?: string; type: string }): string {
     const alternatives = filter.values.flatMap((value) => {
       if (value.type !== 'composite' || value.components.length === 0) return [];
       const aliases = value.components.map(() => this.alias('c'));
@@ -188,17 +274,23 @@ export class SearchSql {
           const c = aliases[k + 1]!;
           return `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
              WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${code} AND ${c}.elem = ${c0}.elem
-               AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})})`;
+               AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
         })
         .map((x) => ` AND ${x}`)
         .join('');
+      const where =
+        level.seq === undefined
+          ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
+          : `${c0}.seq = ${level.seq}`;
       return [
-        `${level.seq} IN (SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-           WHERE ${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}
-             AND ${c0}.param = ${code} AND ${c0}.comp = 0 AND ${this.value(first!, c0, {})}${nested})`,
+        `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
+           WHERE ${where} AND ${c0}.param = ${code} AND ${c0}.comp = 0
+             AND ${this.value(first!, c0, {})}${nested}`,
       ];
     });
-    return alternatives.length === 0 ? 'false' : alternatives.join(' OR ');
+    return alternatives.length === 0
+      ? 'SELECT NULL::bigint AS seq WHERE false'
+      : alternatives.join(' UNION ALL ');
   }
 
   /** One search value against a row `a` of its value kind's table (`matchValue`). */
@@ -235,6 +327,8 @@ export class SearchSql {
   /** `column` equal to `value`, through the column's indexed prefix. */
   private equal(column: string, value: string): string {
     const p = this.text(value);
+    // A value shorter than the indexed prefix equals the column only where the prefix is all of it.
+    if (value.length < KEY_CHARS) return `left(${column}, ${KEY_CHARS}) = ${p}`;
     return `left(${column}, ${KEY_CHARS}) = left(${p}, ${KEY_CHARS}) AND ${column} = ${p}`;
   }
 
