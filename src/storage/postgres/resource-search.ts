@@ -58,7 +58,7 @@ function candidates(
   query: ResourceQuery,
   sql: SearchSql | undefined,
   values: unknown[],
-): string {
+): { from: string; matched?: string } {
   const param = (value: unknown): string => {
     values.push(value);
     return `$${values.length}`;
@@ -91,48 +91,66 @@ function candidates(
     sql && query.search && keys === undefined && patients === undefined && ids === undefined
       ? sql.driver(query.search.filters, '$2')
       : undefined;
+  let matched: string | undefined;
   if (sql && query.search) {
     const rest = query.search.filters.filter((f) => f !== driver?.filter);
-    const tests = sql.filters(rest, { seq: 'r.seq', id: 'r.id', type: '$2' });
-    conditions.push(() => tests);
+    if (driver) {
+      // The driver's seqs are those of current, live versions of the project and type (the index
+      // holds no others): the other filters test them without reading the versions.
+      const id = `(SELECT id FROM ${s}.resources WHERE seq = k.seq)`;
+      matched = `SELECT k.seq FROM (SELECT DISTINCT d.seq FROM (${driver.seqs}) d OFFSET 0) k
+                  WHERE ${sql.filters(rest, { seq: 'k.seq', id, type: '$2' })}`;
+    } else {
+      const tests = sql.filters(rest, { seq: 'r.seq', id: 'r.id', type: '$2' });
+      conditions.push(() => tests);
+    }
   }
   const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
   // Conditions outside the fenced lookups, so that those stay lookups by key.
   if (keys !== undefined) {
     if (patients !== undefined) conditions.push((r) => inCompartments(s, r, patients));
     if (ids !== undefined) conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
-    return `(SELECT DISTINCT i.seq
+    return {
+      from: `(SELECT DISTINCT i.seq
                 FROM unnest(${keys}::text[]) AS q(key)
                 CROSS JOIN LATERAL (
                   SELECT seq FROM ${s}.resource_identifiers
                    WHERE project_id = $1 AND resource_type = $2 AND key = q.key OFFSET 0) i) k
              CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
-             WHERE ${live('r.')}`;
+             WHERE ${live('r.')}`,
+    };
   }
   if (patients !== undefined) {
     if (ids !== undefined) conditions.push((r) => `${r}id = ANY(${ids}::text[])`);
-    return `(SELECT DISTINCT c.seq
+    return {
+      from: `(SELECT DISTINCT c.seq
                 FROM unnest(${patients}::text[]) AS p(patient_id)
                 CROSS JOIN LATERAL (
                   SELECT seq FROM ${s}.resource_compartments
                    WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2 OFFSET 0) c) k
              CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
-             WHERE ${live('r.')}`;
+             WHERE ${live('r.')}`,
+    };
   }
   if (ids !== undefined) {
-    return `unnest(${ids}::text[]) AS k(id)
+    return {
+      from: `unnest(${ids}::text[]) AS k(id)
              CROSS JOIN LATERAL (
                SELECT * FROM ${s}.resources
                 WHERE project_id = $1 AND resource_type = $2 AND id = k.id AND superseded_seq IS NULL
                OFFSET 0) r
-             WHERE ${live('r.')}`;
+             WHERE ${live('r.')}`,
+    };
   }
-  if (driver) {
-    return `(SELECT DISTINCT d.seq FROM (${driver.seqs}) d OFFSET 0) k
+  if (matched !== undefined) {
+    return {
+      from: `(${matched}) k
              CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
-             WHERE ${live('r.')}`;
+             WHERE ${live('r.')}`,
+      ...(query.lastUpdated === undefined ? { matched } : {}),
+    };
   }
-  return `${s}.resources r WHERE ${live('r.')}`;
+  return { from: `${s}.resources r WHERE ${live('r.')}` };
 }
 
 /** The version `${r}seq` is in the compartment of one of the patients in parameter `patients`. */
@@ -203,7 +221,7 @@ export async function searchResources(
 ): Promise<ResourcePage> {
   const values: unknown[] = [projectId, resourceType];
   const sql = indexed && q.search ? new SearchSql(s, values, '$1') : undefined;
-  const from = candidates(s, projectId, resourceType, q, sql, values);
+  const { from, matched } = candidates(s, projectId, resourceType, q, sql, values);
   const window = new PageWindow<string>(q);
   const keys = sql && q.order && q.search ? q.search.sort : undefined;
   if (!q.where && (!q.order || keys)) {
@@ -225,6 +243,27 @@ export async function searchResources(
         if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
         position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
       }
+    }
+    if (matched !== undefined && !cursor && !keys && (q.sort ?? '_lastUpdated').endsWith('_lastUpdated')) {
+      // Versions of a project get their seqs and instants in one order (both are handed out under
+      // the project's clock lock): a `_lastUpdated` page is the lowest (highest) seqs, read alone.
+      values.push(count, offset);
+      const desc = q.sort === '-_lastUpdated' ? ' DESC' : '';
+      const { rows } = await query<{ total: number; body: string | null }>(
+        `WITH m AS (${matched})
+         SELECT t.total, p.body
+           FROM (SELECT count(*)::int AS total FROM m) t
+           LEFT JOIN LATERAL (
+             SELECT r.body, r.lu, r.id
+               FROM (SELECT seq FROM m ORDER BY seq${desc} LIMIT $${values.length - 1} OFFSET $${values.length}) n
+               JOIN ${s}.resources r USING (seq)) p ON true
+          ORDER BY ${orderBy(q.sort, 'p')}`,
+        values,
+      );
+      return {
+        total: rows[0]?.total ?? 0,
+        resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
+      };
     }
     const sortValues = keys?.map((key, i) => `${sql!.sortValue(key, 'm.seq', 'm.id')} AS k${i}`) ?? [];
     const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
