@@ -4,9 +4,9 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { format, resolveConfig } from 'prettier';
 import type { ErrorCode } from '../src/errors.js';
 import { ERROR_TABLE } from '../src/http/error-table.js';
+import { tableCellsIn, withTable, type TableMarkers } from './generated-table.js';
 
 export const ERRORS_PAGE = fileURLToPath(new URL('../docs/errors.md', import.meta.url));
 export const TABLE_BEGIN = '<!-- error-codes:begin (generated from ERROR_TABLE by `npm run docs:errors`) -->';
@@ -31,36 +31,16 @@ export function errorTableCells(): string[][] {
   return [HEADER, ...rows];
 }
 
+const MARKERS: TableMarkers = { begin: TABLE_BEGIN, end: TABLE_END };
+
 /** The cells of the generated table in a page (formatting aside), or undefined without markers. */
 export function errorTableCellsIn(page: string): string[][] | undefined {
-  const begin = page.indexOf(TABLE_BEGIN);
-  const end = page.indexOf(TABLE_END);
-  if (begin < 0 || end < begin) return undefined;
-  return page
-    .slice(begin + TABLE_BEGIN.length, end)
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line.startsWith('|') && !/^\|[\s|:-]+\|$/.test(line))
-    .map((line) =>
-      line
-        .slice(1, -1)
-        .split('|')
-        .map((cell) => cell.trim()),
-    );
+  return tableCellsIn(page, MARKERS);
 }
 
 /** `page` with the generated table between the markers, formatted as Prettier would. */
-export async function withErrorTable(page: string): Promise<string> {
-  const begin = page.indexOf(TABLE_BEGIN);
-  const end = page.indexOf(TABLE_END);
-  if (begin < 0 || end < begin)
-    throw new Error(`docs/errors.md has no ${TABLE_BEGIN} … ${TABLE_END} markers`);
-  const [header, ...rows] = errorTableCells();
-  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
-  const table = [line(header!), line(header!.map(() => '---')), ...rows.map(line)].join('\n');
-  const text = `${page.slice(0, begin)}${TABLE_BEGIN}\n\n${table}\n\n${page.slice(end)}`;
-  const options = (await resolveConfig(ERRORS_PAGE)) ?? {};
-  return format(text, { ...options, filepath: ERRORS_PAGE });
+export function withErrorTable(page: string): Promise<string> {
+  return withTable(page, ERRORS_PAGE, MARKERS, errorTableCells());
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -5,8 +5,8 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { format, resolveConfig } from 'prettier';
 import { serveSettings } from '../src/cli/serve-settings.js';
+import { tableCellsIn, withTable, type TableMarkers } from './generated-table.js';
 
 /** The pages holding the table, with the path their links are relative to (the repository root or docs/). */
 export const SERVE_DOCS_PAGES = [
@@ -39,35 +39,16 @@ export function serveTableCells(linksFrom = ''): string[][] {
   return [HEADER, ...rows];
 }
 
+const MARKERS: TableMarkers = { begin: TABLE_BEGIN, end: TABLE_END };
+
 /** The cells of the generated table in a page (formatting aside), or undefined without markers. */
 export function serveTableCellsIn(page: string): string[][] | undefined {
-  const begin = page.indexOf(TABLE_BEGIN);
-  const end = page.indexOf(TABLE_END);
-  if (begin < 0 || end < begin) return undefined;
-  return page
-    .slice(begin + TABLE_BEGIN.length, end)
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line.startsWith('|') && !/^\|[\s|:-]+\|$/.test(line))
-    .map((line) =>
-      line
-        .slice(1, -1)
-        .split(/(?<!\\)\|/)
-        .map((cell) => cell.trim()),
-    );
+  return tableCellsIn(page, MARKERS);
 }
 
 /** `page` with the generated table between the markers, formatted as Prettier would. */
-export async function withServeTable(page: string, file: string, linksFrom: string): Promise<string> {
-  const begin = page.indexOf(TABLE_BEGIN);
-  const end = page.indexOf(TABLE_END);
-  if (begin < 0 || end < begin) throw new Error(`${file} has no ${TABLE_BEGIN} … ${TABLE_END} markers`);
-  const [header, ...rows] = serveTableCells(linksFrom);
-  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
-  const table = [line(header!), line(header!.map(() => '---')), ...rows.map(line)].join('\n');
-  const text = `${page.slice(0, begin)}${TABLE_BEGIN}\n\n${table}\n\n${page.slice(end)}`;
-  const options = (await resolveConfig(file)) ?? {};
-  return format(text, { ...options, filepath: file });
+export function withServeTable(page: string, file: string, linksFrom: string): Promise<string> {
+  return withTable(page, file, MARKERS, serveTableCells(linksFrom));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

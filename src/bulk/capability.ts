@@ -12,8 +12,10 @@ const OPERATIONS = [
 
 /**
  * The bulk export part of the CapabilityStatement, in the shape of the FHIR router's capability
- * contribution (`{ operations, instantiates }`): `export` at system level, `patient-export` on
- * Patient and `group-export` on Group, and `instantiates` the Bulk Data CapabilityStatement.
+ * contribution (`{ operations, instantiates }`): `export` at system level, on Patient and on Group
+ * (each named as it is invoked, `$export`, with its own definition: `patient-export`,
+ * `group-export`), and `instantiates` the Bulk Data CapabilityStatement.
+ * @see https://hl7.org/fhir/R4/capabilitystatement-definitions.html#CapabilityStatement.rest.resource.operation.name
  */
 export function bulkExportCapability(): {
   operations: { name: string; definition: string; resourceTypes?: string[] }[];
@@ -25,7 +27,11 @@ export function bulkExportCapability(): {
     { name: string; definition: string },
   ];
   return {
-    operations: [system, { ...patient, resourceTypes: ['Patient'] }, { ...group, resourceTypes: ['Group'] }],
+    operations: [
+      system,
+      { ...patient, name: 'export', resourceTypes: ['Patient'] },
+      { ...group, name: 'export', resourceTypes: ['Group'] },
+    ],
     instantiates: [BULK_DATA_CAPABILITY_STATEMENT],
   };
 }

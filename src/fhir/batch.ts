@@ -1,33 +1,20 @@
 import { randomUUID } from 'node:crypto';
-import { errorOutcome, toHttpError, type ErrorLogger } from '../http/error-rendering.js';
+import { toHttpError } from '../http/error-rendering.js';
 import { ERROR_TABLE } from '../http/error-table.js';
 import { FhirError } from '../http/http-error.js';
 import { StorageError } from '../storage/errors.js';
-import type {
-  FhirResource,
-  ResourceWrite,
-  Storage,
-  StorageOperations,
-  StoredResource,
-} from '../storage/types.js';
+import type { ResourceWrite, Storage, StorageOperations, StoredResource } from '../storage/types.js';
 import {
   authorize,
-  checkDeleteTarget,
-  conditionalDelete,
   conditionalDeleteTargets,
   conditionalMatches,
-  conditionalUpdate,
   conditionalUpdateTarget,
   patchedResource,
-  patchResource,
-  readResource,
-  searchResources,
   transactionContext,
-  type ConditionalDeleteMode,
   type FhirContext,
 } from './interactions.js';
-import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
-import { FhirOutcomeError, type OperationOutcome } from '../http/outcome.js';
+import { readAccess, RequestActivity } from './audit-activity.js';
+import { FhirOutcomeError } from '../http/outcome.js';
 import {
   aliasesOf,
   conditionalReferencesOf,
@@ -39,104 +26,16 @@ import {
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
 import { isResourceType } from '../common/resource-types.js';
-import { buildSearchBundle } from './search-bundle.js';
-import { etagOf, notModified } from './versioning.js';
-import type { SearchQueryOptions } from './search-query.js';
+import { processBatch } from './batch-bundle.js';
+import {
+  deleteModeOf,
+  planWrite,
+  resolveConditionalReferences,
+  runGet,
+  type BundleProcessingOptions,
+} from './bundle-steps.js';
 
-/** Options of {@link processBundle}. */
-export interface BundleProcessingOptions {
-  /** Absolute URL of the FHIR base (`https://host/fhir/R4`), for `fullUrl`s of the response. */
-  baseUrl: string;
-  /** Largest number of entries accepted (413 above). */
-  maxEntries: number;
-  /** `Prefer: return=minimal`: leave the resources out of the response entries. */
-  returnMinimal?: boolean;
-  /**
-   * `Prefer: return=OperationOutcome`: an `informational` OperationOutcome in each write entry's
-   * `response.outcome` instead of its resource.
-   */
-  returnOutcome?: boolean;
-  /** Search options for GET entries. */
-  search?: SearchQueryOptions;
-  /**
-   * What a conditional DELETE entry does with several matches (`fhirRouter`'s option), or `off`
-   * (the entry answers 405). At most `maxEntries` are deleted. @default 'single'
-   */
-  conditionalDelete?: ConditionalDeleteMode | 'off';
-  /** Deepest nesting of the JSON Patch of a PATCH entry's `Binary`. @default 100 */
-  maxJsonDepth?: number;
-  /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
-  onError?: ErrorLogger;
-  /**
-   * Collects what the Bundle did, for the audit trail: each write applied, each read or search of
-   * patient data (a transaction's only once it has committed). @default undefined (nothing collected)
-   */
-  activity?: RequestActivity;
-}
-
-async function runGet(
-  ctx: FhirContext,
-  entry: Entry,
-  options: BundleProcessingOptions,
-  activity: RequestActivity | undefined,
-): Promise<Record<string, unknown>> {
-  if (entry.id !== undefined) {
-    const resource = await readResource(ctx, entry.type, entry.id);
-    activity?.accessed(readAccess('read', resource));
-    if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
-      return {
-        response: {
-          status: '304 Not Modified',
-          etag: etagOf(resource.meta.versionId),
-          lastModified: resource.meta.lastUpdated,
-        },
-      };
-    }
-    // `Prefer: return=` is about writes: a read answers its resource either way.
-    return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
-  }
-  const result = await searchResources(
-    ctx,
-    entry.type,
-    new URLSearchParams(entry.query ?? ''),
-    options.search,
-  );
-  activity?.accessed(
-    searchAccess(entry.type, entry.query ?? '', [...result.page.resources, ...result.included]),
-  );
-  // The same searchset a plain search answers: includes, subsetting, outcome and links.
-  return { resource: buildSearchBundle(options.baseUrl, entry.type, result), response: { status: '200 OK' } };
-}
-
-/** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */
-async function planWrite(ctx: FhirContext, entry: Entry): Promise<ResourceWrite> {
-  if (entry.method === 'PATCH') throw new FhirError(500, 'exception', 'A PATCH entry is not planned here');
-  if (entry.method === 'DELETE') {
-    authorize(ctx, entry.type, 'delete');
-    // Same rules as a plain DELETE: an unknown id (or another project's) is a 404.
-    await checkDeleteTarget(ctx, entry.type, entry.id!, entry.ifMatch);
-    return {
-      op: 'delete',
-      resourceType: entry.type,
-      id: entry.id!,
-      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
-    };
-  }
-  const resource = entry.resource!;
-  if (entry.method === 'POST') {
-    authorize(ctx, entry.type, 'create');
-    resource.id = entry.newId!;
-    await ctx.validate(resource);
-    return { op: 'create', resource };
-  }
-  authorize(ctx, entry.type, 'update');
-  await ctx.validate(resource);
-  return {
-    op: 'update',
-    resource: resource as FhirResource & { id: string },
-    ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
-  };
-}
+export type { BundleProcessingOptions } from './bundle-steps.js';
 
 /**
  * Processes a `batch` or `transaction` Bundle (`POST [base]`) and returns the response Bundle.
@@ -160,18 +59,6 @@ export async function processBundle(
   return type === 'transaction'
     ? processTransaction(ctx, storage, raw, options)
     : processBatch(ctx, raw, options);
-}
-
-/** A conditional DELETE entry's options, or a 405 for the entry when conditional delete is off. */
-function deleteModeOf(
-  entry: Entry,
-  options: BundleProcessingOptions,
-): { mode: ConditionalDeleteMode; maxMatches: number } {
-  const mode = options.conditionalDelete ?? 'single';
-  if (mode === 'off') {
-    throw entryError(entry.index, 'Conditional delete is not supported', 405, 'not-supported');
-  }
-  return { mode, maxMatches: options.maxEntries };
 }
 
 const isConditionalWrite = (entry: Entry): boolean =>
@@ -350,33 +237,6 @@ async function planEntry(
   return [await planWrite(ctx, entry)];
 }
 
-/**
- * Adds to `references` the target of each of `found`, conditional references
- * (`Patient?identifier=…` → `Patient/<id>` of its one match): 412 when its criteria match no
- * resource or several.
- * @see https://hl7.org/fhir/R4/http.html#trules
- */
-async function resolveConditionalReferences(
-  ctx: FhirContext,
-  found: Iterable<string>,
-  references: Map<string, string>,
-): Promise<void> {
-  for (const reference of found) {
-    if (references.has(reference)) continue;
-    const q = reference.indexOf('?');
-    const type = reference.slice(0, q);
-    const matches = await conditionalMatches(ctx, type, reference.slice(q + 1), { requireCriteria: true });
-    if (matches.length !== 1) {
-      throw new FhirError(
-        412,
-        matches.length === 0 ? 'invalid' : 'duplicate',
-        `The conditional reference ${reference} matches ${matches.length === 0 ? 'no' : 'more than one'} resource`,
-      );
-    }
-    references.set(reference, `${type}/${matches[0]!.id}`);
-  }
-}
-
 /** Awaits `work`, labelling a failure with the entry it belongs to. */
 async function at<T>(index: number, work: Promise<T>): Promise<T> {
   try {
@@ -420,116 +280,4 @@ function withinEntry(error: FhirOutcomeError, index: number): FhirOutcomeError {
     issue.expression ? { ...issue, expression: issue.expression.map(rebase) } : issue,
   );
   return new FhirOutcomeError(error.status, issues, { headers: error.headers });
-}
-
-async function processBatch(
-  ctx: FhirContext,
-  raw: unknown[],
-  options: BundleProcessingOptions,
-): Promise<BundleJson> {
-  const parsed: (Entry | { index: number; error: unknown })[] = raw.map((e, i) => {
-    try {
-      return parseEntry(i, e, options.maxJsonDepth);
-    } catch (error) {
-      return { index: i, error };
-    }
-  });
-  const references = new Map<string, string>();
-  for (const entry of parsed) {
-    if ('error' in entry || entry.method !== 'POST') continue;
-    entry.newId = randomUUID();
-    for (const [alias, target] of aliasesOf(entry, `${entry.type}/${entry.newId}`))
-      references.set(alias, target);
-  }
-  const responses: Record<string, unknown>[] = [];
-  for (const entry of parsed) {
-    try {
-      if ('error' in entry) throw entry.error;
-      responses.push(await runBatchEntry(ctx, entry, references, options));
-    } catch (error) {
-      const { status, outcome } = errorOutcome(error, options.onError);
-      responses.push({
-        response: { status: String(status), outcome } satisfies { status: string; outcome: OperationOutcome },
-      });
-    }
-  }
-  return { resourceType: 'Bundle', id: randomUUID(), type: 'batch-response', entry: responses };
-}
-
-async function runBatchEntry(
-  ctx: FhirContext,
-  entry: Entry,
-  references: ReadonlyMap<string, string>,
-  options: BundleProcessingOptions,
-): Promise<Record<string, unknown>> {
-  if (entry.method === 'GET') return runGet(ctx, entry, options, options.activity);
-  if (entry.method === 'PATCH') {
-    const { resource } = await patchResource(ctx, entry.type, entry.id!, entry.patch!, {
-      ...(entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {}),
-      references,
-    });
-    options.activity?.wrote({ op: 'update', resource }, { op: 'update', resource });
-    return responseOf('200 OK', resource, options);
-  }
-  if (entry.method === 'DELETE' && entry.query !== undefined) {
-    const deleted = await conditionalDelete(ctx, entry.type, entry.query, deleteModeOf(entry, options));
-    for (const reference of deleted) {
-      const [resourceType, id] = reference.split('/') as [string, string];
-      options.activity?.wrote({ op: 'delete', resourceType, id });
-    }
-    return { response: { status: '204 No Content' } };
-  }
-  if (entry.resource) {
-    const found = conditionalReferencesOf(entry.resource);
-    if (found.size > 0) {
-      const resolved = new Map(references);
-      await resolveConditionalReferences(ctx, found, resolved);
-      references = resolved;
-    }
-    rewriteReferences(entry.resource, references);
-  }
-  if (entry.method === 'PUT' && entry.query !== undefined) {
-    const result = await conditionalUpdate(
-      ctx,
-      entry.type,
-      entry.query,
-      entry.resource,
-      entry.ifMatch !== undefined ? { ifMatch: entry.ifMatch } : {},
-    );
-    const { resource } = result;
-    options.activity?.wrote(
-      { op: 'update', resource },
-      { op: 'update', resource, created: result.status === 201 },
-    );
-    return responseOf(result.status === 201 ? '201 Created' : '200 OK', resource, options);
-  }
-  const { ifNoneExist } = entry;
-  if (ifNoneExist !== undefined) {
-    // The search and the create in one transaction (see `createResource`).
-    return ctx.atomically(async (tx) => {
-      const matches = await conditionalMatches(tx, entry.type, ifNoneExist);
-      if (matches.length > 1)
-        throw new FhirError(412, 'duplicate', 'ifNoneExist matches more than one resource');
-      if (matches[0]) {
-        options.activity?.accessed(readAccess('read', matches[0]));
-        return responseOf('200 OK', matches[0], options);
-      }
-      return writeBatchEntry(tx, entry, options);
-    });
-  }
-  return writeBatchEntry(ctx, entry, options);
-}
-
-/** Plans and applies the write of one batch entry; its response entry. */
-async function writeBatchEntry(
-  ctx: FhirContext,
-  entry: Entry,
-  options: BundleProcessingOptions,
-): Promise<Record<string, unknown>> {
-  const write = await planWrite(ctx, entry);
-  const [result] = await ctx.storage.writeResources(ctx.projectId, [write]);
-  options.activity?.wrote(write, result);
-  if (!result || result.op === 'delete') return { response: { status: '204 No Content' } };
-  const status = result.op === 'create' || result.created ? '201 Created' : '200 OK';
-  return writeResponseOf(status, result, options);
 }

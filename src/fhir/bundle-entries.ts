@@ -32,6 +32,8 @@ export interface Entry {
   ifMatch?: string;
   /** Id given to a created resource before writing (so references to it can be rewritten). */
   newId?: string;
+  /** A GET of `Patient/$everything` or `Patient/[id]/$everything` (the only operation an entry may name). */
+  operation?: 'everything';
 }
 
 export function entryError(
@@ -47,7 +49,10 @@ export function entryError(
  * Reads `request.url` (relative `Patient`, `Patient/1`, `Patient?x=y`, or absolute) into a type, an
  * optional id and an optional query.
  */
-function parseRequestUrl(index: number, url: string): { type: string; id?: string; query?: string } {
+function parseRequestUrl(
+  index: number,
+  url: string,
+): { type: string; id?: string; query?: string; operation?: 'everything' } {
   let path = url;
   let query: string | undefined;
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
@@ -66,6 +71,12 @@ function parseRequestUrl(index: number, url: string): { type: string; id?: strin
     }
   }
   const segments = path.split('/').filter((s) => s !== '');
+  if (segments.at(-1) === '$everything' || segments.at(-1) === '%24everything') {
+    const target = parseRequestUrl(index, segments.slice(0, -1).join('/'));
+    if (target.type !== 'Patient')
+      throw entryError(index, '$everything is an operation of Patient', 404, 'not-found');
+    return { ...target, ...(query !== undefined ? { query } : {}), operation: 'everything' };
+  }
   const last = segments[segments.length - 1];
   const beforeLast = segments[segments.length - 2];
   if (last !== undefined && isResourceType(last))
@@ -124,6 +135,11 @@ export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): 
   const entry: Entry = { index, method: verb, type: target.type };
   if (target.id !== undefined) entry.id = target.id;
   if (target.query !== undefined) entry.query = target.query;
+  if (target.operation !== undefined) {
+    if (verb !== 'GET')
+      throw entryError(index, `$${target.operation} is invoked with GET in a Bundle`, 405, 'not-supported');
+    entry.operation = target.operation;
+  }
   if (typeof fullUrl === 'string') entry.fullUrl = fullUrl;
   if (verb === 'POST' || verb === 'PUT') {
     try {

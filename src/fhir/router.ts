@@ -27,6 +27,7 @@ import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
 import { buildCapabilityStatement } from './capability-statement.js';
+import { EVERYTHING_CAPABILITY, mountEverything } from './everything-route.js';
 import {
   authorize,
   conditionalDelete,
@@ -215,7 +216,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           const statement = buildCapabilityStatement(
             {
               baseUrl,
-              contributions: config.capabilities,
+              contributions: [...config.capabilities, EVERYTHING_CAPABILITY],
               conditionalDelete:
                 config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
               ...(config.software ? { software: config.software } : {}),
@@ -310,6 +311,16 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       auditAccess(req, res, searchAccess(type, query, [...result.page.resources, ...result.included]));
     sendFhir(res, 200, buildSearchBundle(base(req), type, result));
   }
+
+  // --- Patient/$everything and Patient/{id}/$everything (before `/:type/:id`) ---
+  mountEverything(router, {
+    secured,
+    contextOf,
+    base,
+    paging: searchOptions,
+    bodyLimit: config.bodyLimit,
+    audit: audit && ((req, res, details) => auditAccess(req, res, details)),
+  });
 
   // --- type level: search (GET, or POST _search with a form body), create ---
   router

@@ -311,6 +311,39 @@ describe('audit wiring: FHIR reads and searches of patient data', () => {
   });
 });
 
+describe('audit wiring: $everything', () => {
+  it('records each page, over HTTP and as a batch entry, as a search of Patient naming its patients', async () => {
+    const { post, get, take } = await setup();
+    const pat = await post('/Patient', { resourceType: 'Patient' });
+    const pid = pat.body.id as string;
+    const obs = await post('/Observation', {
+      resourceType: 'Observation',
+      status: 'final',
+      code: { text: 'x' },
+      subject: { reference: `Patient/${pid}` },
+    });
+    expect(obs.status).toBe(201);
+    take();
+    expect((await get(`/Patient/${pid}/$everything?_type=Patient,Observation`)).status).toBe(200);
+    const batch = await post('', {
+      resourceType: 'Bundle',
+      type: 'batch',
+      entry: [{ request: { method: 'GET', url: `Patient/${pid}/$everything?_count=1` } }],
+    });
+    expect(batch.status).toBe(200);
+    const expected = {
+      kind: 'fhir-access',
+      interaction: 'search-type',
+      resourceType: 'Patient',
+      patientIds: [pid],
+    };
+    expect(records(take())).toMatchObject([
+      { ...expected, query: '$everything?_type=Patient%2CObservation', count: 2 },
+      { ...expected, query: '$everything', count: 1 },
+    ]);
+  });
+});
+
 describe('audit wiring: FHIR router without the platform', () => {
   it('never fails a request when the trail throws: the error goes to onError', async () => {
     const storage = memoryStorage();

@@ -278,13 +278,16 @@ describe('withBulkExportCapability', () => {
 });
 
 describe('bulkExportCapability', () => {
-  it('is a capability contribution: export at system level, patient-export on Patient, group-export on Group', () => {
+  it('is a capability contribution: $export at system level, on Patient and on Group, each with its definition', () => {
     const c = bulkExportCapability();
     expect(c.instantiates).toEqual([BULK_DATA_CAPABILITY_STATEMENT]);
-    expect(c.operations.map((o) => [o.name, o.resourceTypes])).toEqual([
-      ['export', undefined],
-      ['patient-export', ['Patient']],
-      ['group-export', ['Group']],
+    const definitions = 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/';
+    expect(
+      c.operations.map((o) => [o.name, o.definition.slice(definitions.length), o.resourceTypes]),
+    ).toEqual([
+      ['export', 'export', undefined],
+      ['export', 'patient-export', ['Patient']],
+      ['export', 'group-export', ['Group']],
     ]);
   });
 });

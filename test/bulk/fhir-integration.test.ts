@@ -33,18 +33,21 @@ describe('next to the FHIR router', () => {
       instantiates?: string[];
       rest: {
         operation?: { name: string }[];
-        resource: { type: string; operation?: { name: string }[] }[];
+        resource: { type: string; operation?: { name: string; definition: string }[] }[];
       }[];
     };
     expect(cs.instantiates).toContain('http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data');
     const rest = cs.rest[0]!;
     expect(rest.operation?.map((o) => o.name)).toContain('export');
-    expect(rest.resource.find((r) => r.type === 'Patient')?.operation?.map((o) => o.name)).toContain(
-      'patient-export',
-    );
-    expect(rest.resource.find((r) => r.type === 'Group')?.operation?.map((o) => o.name)).toContain(
-      'group-export',
-    );
+    // Named as invoked (`Patient/$export`), told apart by their definitions.
+    expect(rest.resource.find((r) => r.type === 'Patient')?.operation).toContainEqual({
+      name: 'export',
+      definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export',
+    });
+    expect(rest.resource.find((r) => r.type === 'Group')?.operation).toContainEqual({
+      name: 'export',
+      definition: 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export',
+    });
 
     const manifest = await exportManifest(app, token('proj-a'), '/Group/g1/$export?_type=Patient');
     expect(manifest.output[0]!.count).toBe(2);

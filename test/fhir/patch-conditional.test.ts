@@ -587,7 +587,7 @@ function suite(name: string, open: Open): void {
         expect(entry.resource.managingOrganization).toEqual({ reference: `Organization/${org.id}` });
       }
       for (const [org, status] of [
-        ['none', 412],
+        ['none', 404],
         ['twice', 412],
       ] as const) {
         const failed = await postBundle(

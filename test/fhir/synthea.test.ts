@@ -5,6 +5,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { memoryStorage } from '../../src/stores.js';
+import { patientCompartmentTypes } from '../../src/fhir/compartment.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
@@ -105,6 +106,43 @@ describe.skipIf(!exists)(
         .set('Authorization', token);
       expect(obs.status).toBe(200);
       expect(obs.body.total).toBeGreaterThan(0);
+    });
+
+    it("$everything walks a patient's compartment and the practitioners and organizations it references", async () => {
+      const patients = await request(app).get(`${BASE}/Patient?_count=1`).set('Authorization', token);
+      const id = patients.body.entry[0].resource.id as string;
+      const seen: { resourceType: string; id: string; mode: string; resource: Record<string, unknown> }[] =
+        [];
+      let next: string | undefined = `${BASE}/Patient/${id}/$everything?_count=250`;
+      while (next) {
+        const res: request.Response = await request(app).get(next).set('Authorization', token);
+        expect(res.status, JSON.stringify(res.body).slice(0, 500)).toBe(200);
+        for (const e of res.body.entry as {
+          resource: { resourceType: string; id: string };
+          search: { mode: string };
+        }[]) {
+          seen.push({ ...e.resource, mode: e.search.mode, resource: e.resource });
+        }
+        const link = (res.body.link as { relation: string; url: string }[]).find(
+          (l) => l.relation === 'next',
+        );
+        next = link
+          ? new URL(link.url).pathname.replace(/^.*\/R4/, BASE) + new URL(link.url).search
+          : undefined;
+      }
+      const keys = seen.map((r) => `${r.resourceType}/${r.id}`);
+      expect(new Set(keys).size).toBe(keys.length);
+      expect(keys[0]).toBe(`Patient/${id}`);
+      // Every compartment resource, by the compartment index of the store.
+      let compartment = 0;
+      for (const type of patientCompartmentTypes()) {
+        compartment += (await storage.searchResources('synthea', type, { compartment: [id], count: 0 }))
+          .total;
+      }
+      expect(seen.filter((r) => r.mode === 'match')).toHaveLength(compartment);
+      // The sample's encounters and claims reference practitioners and organizations: each comes once.
+      const included = new Set(seen.filter((r) => r.mode === 'include').map((r) => r.resourceType));
+      expect([...included].sort()).toEqual(['Organization', 'Practitioner']);
     });
 
     it('loads a patient bundle into a strict project (the data is valid R4)', async () => {
