@@ -4,7 +4,8 @@ import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
 import type { SortKey } from '../search-request.js';
-import { numericSortKey, SearchSql, sortCursorValue } from './search-sql.js';
+import { SearchSql } from './search-sql.js';
+import { numericSortKey, sortCursorValue, sortValueSql } from './search-sort.js';
 
 /** The ORDER BY terms of a native sort on a FROM item `t` (`reversed`: each direction flipped). */
 function orderBy(sort: ResourceQuery['sort'], t: string, reversed = false): string {
@@ -265,7 +266,7 @@ export async function searchResources(
         resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
       };
     }
-    const sortValues = keys?.map((key, i) => `${sql!.sortValue(key, 'm.seq', 'm.id')} AS k${i}`) ?? [];
+    const sortValues = keys?.map((key, i) => `${sortValueSql(sql!, s, key, 'm.seq', 'm.id')} AS k${i}`) ?? [];
     const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
     const t = keys ? 'k' : 'm';
     const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);

@@ -8,7 +8,6 @@ import type {
   SearchFilter,
   SearchModifier,
   SearchParamType,
-  SortKey,
   StringSearchValue,
   TokenSearchValue,
 } from '../search-request.js';
@@ -71,11 +70,13 @@ export class SearchSql {
     return `$${this.values.length}`;
   }
 
-  private text(value: string): string {
+  /** A text bind parameter holding `value` (NUL mapped as stored). */
+  text(value: string): string {
     return `${this.param(pgText(value))}::text`;
   }
 
-  private alias(prefix: string): string {
+  /** A fresh table alias. */
+  alias(prefix: string): string {
     return `${prefix}${++this.aliases}`;
   }
 
@@ -468,61 +469,4 @@ export class SearchSql {
     if (modifier === 'above') return `starts_with(${this.text(value)}, ${column})`;
     return this.equal(column, value);
   }
-
-  /**
-   * The sort value of `key` for the version `seq` (`sortValuesOf`): the lowest of its values
-   * ascending, the highest descending, NULL when it has none. Token and identifier pairs join their
-   * parts with U+0001 where `sortValuesOf` uses NUL (which PostgreSQL text cannot hold):
-   * {@link sortCursorValue} maps a cursor's values the same way.
-   */
-  sortValue(key: SortKey, seq: string, id: string): string {
-    const agg = key.descending ? 'max' : 'min';
-    const t = this.alias('k');
-    const pair = (system: string, code: string): string => `coalesce(${system}, '') || chr(1) || ${code}`;
-    let table: IndexTable;
-    let expression: string;
-    switch (key.type) {
-      case 'string':
-        [table, expression] = ['search_strings', `${t}.norm`];
-        break;
-      case 'token':
-        if (key.code === '_id') return `(chr(1) || ${id})`;
-        [table, expression] = [
-          'search_tokens',
-          `CASE WHEN ${t}.value IS NOT NULL THEN ${pair(`${t}.system`, `${t}.value`)} END`,
-        ];
-        break;
-      case 'date':
-        [table, expression] = ['search_dates', key.descending ? `${t}.hi` : `${t}.lo`];
-        break;
-      case 'number':
-      case 'quantity':
-        [table, expression] = ['search_numbers', key.descending ? `${t}.hi` : `${t}.lo`];
-        break;
-      case 'reference':
-        table = 'search_references';
-        expression = `CASE WHEN ${t}.target_type IS NOT NULL AND ${t}.target_id IS NOT NULL
-            THEN ${t}.target_type || '/' || ${t}.target_id
-          WHEN ${t}.url IS NOT NULL THEN ${t}.url
-          WHEN ${t}.id_value IS NOT NULL THEN ${pair(`${t}.id_system`, `${t}.id_value`)} END`;
-        break;
-      case 'uri':
-        [table, expression] = ['search_uris', `${t}.value`];
-        break;
-      default:
-        return 'NULL';
-    }
-    return `(SELECT ${agg}(${expression}) FROM ${this.s}.${table} ${t}
-              WHERE ${t}.seq = ${seq} AND ${t}.param = ${this.text(key.code)} AND ${t}.elem IS NULL)`;
-  }
-}
-
-/** A cursor's sort value as {@link SearchSql.sortValue} computes it (NUL as U+0001 in strings). */
-export function sortCursorValue(value: string | number | null): string | number | null {
-  return typeof value === 'string' ? value.replaceAll('\u0000', '\u0001') : value;
-}
-
-/** Whether a sort key's values are numbers (dates, numbers, quantities) rather than text. */
-export function numericSortKey(key: SortKey): boolean {
-  return key.type === 'date' || key.type === 'number' || key.type === 'quantity';
 }
