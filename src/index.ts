@@ -178,6 +178,11 @@ export type {
   ExportFileRange,
   ExportFilesRef,
   ExportJobQueue,
+  HistoryEntry,
+  HistoryMethod,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
 } from './storage/types.js';
 export { DirectoryExportFiles } from './bulk/directory-export-files.js';
 export { memoryStorage, fileStorage, openFileExportReader } from './stores.js';

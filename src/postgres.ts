@@ -28,6 +28,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   exportFileChunkBytes: true,
   compartment: true,
   indexer: true,
+  history: true,
 };
 
 /**
@@ -35,8 +36,9 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
  * sees every write, resource writes of a project are serialized by the database, failed-login
  * counters and client-assertion replay records are shared, and export workers reopen the store
  * from `descriptor` (this module). Tables are created in `schema` on open (the first call waits
- * for that). Every version of every resource is kept (exports read consistent snapshots from
- * them), so the resources table grows with the number of writes. Needs the `pg`, `pg-cursor` and
+ * for that). Every version of every resource is kept unless the `history` retention says
+ * otherwise (a sweep then deletes the others), so by default the resources table grows with the
+ * number of writes. Needs the `pg`, `pg-cursor` and
  * `pg-copy-streams` packages.
  *
  * Synchronous: the store is returned at once and connects lazily (the first call waits for the

@@ -26,11 +26,13 @@ const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
   durability: true,
   compactionMinDeadBytes: true,
   compartment: true,
+  history: true,
 };
 
 const MEMORY_STORAGE_KEYS: OptionKeys<MemoryStorageOptions> = {
   exportChunkBytes: true,
   compartment: true,
+  history: true,
 };
 
 /**
@@ -70,8 +72,9 @@ export function openFileExportReader(options: FileExportReaderOptions): ExportRe
 
 /**
  * A store that keeps everything in this process's memory: for tests, demos and hosts that bring
- * their own persistence. It keeps old versions while an export snapshot is open (exports read a
- * consistent snapshot) and drops them once none is: release snapshots when exports end. Exports
+ * their own persistence. It keeps the old versions its `history` retention asks for (every one by
+ * default) and, whatever that says, every version while an export snapshot is open (exports read a
+ * consistent snapshot): release snapshots when exports end. Exports
  * stream from the main thread (`descriptor` is undefined). Synchronous (there is nothing to
  * open); `await memoryStorage()` is harmless, so code may await every factory alike.
  */

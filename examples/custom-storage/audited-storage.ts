@@ -22,6 +22,7 @@ import {
   type ResourceQuery,
   type ResourceWrite,
   type SigningKeyRecord,
+  type HistoryQuery,
   type Storage,
   type StorageDescriptor,
   type StorageOperations,
@@ -228,6 +229,14 @@ export class AuditedStorage extends AuditedOperations implements Storage {
   }
   listProjects() {
     return this.#store.listProjects();
+  }
+
+  // Old versions and history: reads, not audited.
+  readResourceVersion(projectId: string, resourceType: string, id: string, versionId: string) {
+    return this.#store.readResourceVersion(projectId, resourceType, id, versionId);
+  }
+  readHistory(projectId: string, query: HistoryQuery) {
+    return this.#store.readHistory(projectId, query);
   }
 
   // Signing keys and one-time values: server plumbing, not audited.

@@ -38,7 +38,13 @@ export function auditEventCapability<T extends { type: string; searchParam?: { n
   const names = new Set(given.map((p) => p.name));
   return {
     ...entry,
-    interaction: [{ code: 'read' }, { code: 'vread' }, { code: 'search-type' }],
+    interaction: [
+      { code: 'read' },
+      { code: 'vread' },
+      { code: 'history-instance' },
+      { code: 'history-type' },
+      { code: 'search-type' },
+    ],
     updateCreate: false,
     conditionalCreate: false,
     conditionalUpdate: false,

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import bytes from 'bytes';
 import { baseUrlProblem } from '../common/base-url.js';
-import type { ProfileType } from '../index.js';
+import type { HistoryRetention, ProfileType } from '../index.js';
 import { UsageError } from './cli-error.js';
 
 /**
@@ -96,6 +96,15 @@ function oneOf<T extends string>(values: readonly T[]) {
 }
 
 const optionalText = (text: string | undefined): string | undefined => text;
+
+/** `all`, `versions:<n>` or `days:<n>` (n a positive integer), as the stores' `history` option. */
+function historyRetention(text: string | undefined, invalid: (expected: string) => never): HistoryRetention {
+  if (text === undefined || text.toLowerCase() === 'all') return 'all';
+  const match = /^(versions|days):(\d{1,9})$/i.exec(text);
+  const n = Number(match?.[2]);
+  if (!match || n < 1) invalid('all, versions:<n> or days:<n> with n a positive integer');
+  return match[1]!.toLowerCase() === 'versions' ? { versions: n } : { days: n };
+}
 
 /**
  * Every setting of `serve`, in the order of `--help` and the docs. Defaults of library options
@@ -214,6 +223,14 @@ export const SERVE_SETTINGS = {
       'each `kill -USR2 <pid>` writes a backup of the running file store into a new directory here ([docs/storage.md](docs/storage.md#backups))',
     store: 'file',
     read: (text) => (text === undefined ? undefined : path.resolve(text)),
+  },
+  history: {
+    env: 'HISTORY',
+    flag: '--history <retention>',
+    defaultText: 'all',
+    description:
+      'old versions the store keeps for `vread` and `_history`: `all`, `versions:<n>` (the last n of each resource) or `days:<n>` (those superseded less than n days ago) ([docs/storage.md](docs/storage.md#versions-and-history))',
+    read: historyRetention,
   },
   bulkMaxKickoffsPerHour: {
     env: 'BULK_MAX_KICKOFFS_PER_HOUR',

@@ -72,8 +72,9 @@ export async function startStandalone(
         statementTimeoutMs: config.databaseStatementTimeoutMs,
         idleInTransactionTimeoutMs: config.databaseIdleInTransactionTimeoutMs,
         closeTimeoutMs: config.databaseCloseTimeoutMs,
+        history: config.history,
       })
-    : await fileStorage({ dir: path.join(config.dataDir, 'store') });
+    : await fileStorage({ dir: path.join(config.dataDir, 'store'), history: config.history });
   let platform: FhirPlatform | undefined;
   let server: Server | undefined;
   try {

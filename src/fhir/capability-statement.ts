@@ -58,9 +58,17 @@ export interface CapabilityStatementInput {
   conditionalDelete?: 'single' | 'multiple' | 'not-supported';
 }
 
-const INTERACTIONS = ['read', 'vread', 'update', 'patch', 'delete', 'create', 'search-type'].map((code) => ({
-  code,
-}));
+const INTERACTIONS = [
+  'read',
+  'vread',
+  'update',
+  'patch',
+  'delete',
+  'history-instance',
+  'history-type',
+  'create',
+  'search-type',
+].map((code) => ({ code }));
 
 /** One `rest.resource.searchParam` entry. */
 interface SearchParamEntry {
@@ -145,7 +153,8 @@ function mergeSecurity(target: Record<string, unknown>, add: Record<string, unkn
 
 /**
  * The server's CapabilityStatement (`GET [base]/metadata`): FHIR 4.0.1, JSON, every R4 resource type
- * with read / vread / update / patch / delete / create / search-type, versioning with If-Match,
+ * with read / vread / update / patch / delete / history-instance / history-type / create /
+ * search-type (history-system and batch / transaction at the system level), versioning with If-Match,
  * conditional create, read, update and delete, the search parameters each type answers (from
  * `registry`, with their definition URLs), batch and transaction; extended by the given
  * contributions (security service, operations, instantiated statements).
@@ -180,7 +189,7 @@ export function buildCapabilityStatement(
     profile: `http://hl7.org/fhir/StructureDefinition/${type}`,
     interaction: INTERACTIONS,
     versioning: 'versioned-update',
-    readHistory: false,
+    readHistory: true,
     updateCreate: true,
     conditionalCreate: true,
     conditionalRead: 'full-support',
@@ -207,7 +216,7 @@ export function buildCapabilityStatement(
         mode: 'server',
         ...(Object.keys(security).length > 0 ? { security } : {}),
         resource,
-        interaction: [{ code: 'batch' }, { code: 'transaction' }],
+        interaction: [{ code: 'batch' }, { code: 'transaction' }, { code: 'history-system' }],
         searchParam: [
           { name: '_count', type: 'number', documentation: 'Page size (capped by the server).' },
           {

@@ -68,24 +68,6 @@ export async function readResource(ctx: FhirContext, type: string, id: string): 
 }
 
 /**
- * `GET [base]/[type]/[id]/_history/[vid]`: only the current version is served (the store keeps no
- * readable history); an older version id is a 404.
- * @see https://hl7.org/fhir/R4/http.html#vread
- */
-export async function readResourceVersion(
-  ctx: FhirContext,
-  type: string,
-  id: string,
-  versionId: string,
-): Promise<StoredResource> {
-  const resource = await readResource(ctx, type, id);
-  if (resource.meta.versionId !== versionId) {
-    throw new FhirError(404, 'not-found', `Version ${versionId} of ${type}/${id} is not available`);
-  }
-  return resource;
-}
-
-/**
  * The resources matching a conditional request (`ifNoneExist`, `If-None-Exist`, the query of a
  * conditional update or delete): a search with strict handling, at most `limit` results (two tell
  * none / one / several apart). With `requireCriteria`, criteria without any search parameter

@@ -36,13 +36,13 @@ import {
   deleteResource,
   patchResource,
   readResource,
-  readResourceVersion,
   searchResources,
   transactionContext,
   updateResource,
   type FhirContext,
 } from './interactions.js';
 import { formBody } from './form-body.js';
+import { mountHistoryRoutes } from './history-routes.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
 import { FhirOutcomeError, outcomeOf } from '../http/outcome.js';
@@ -93,6 +93,9 @@ function queryString(req: Request): string {
  *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
  *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles with `total`, included
  *   resources and keyset paging links.
+ * - `GET /{type}/{id}/_history/{vid}` (vread of any version the store keeps; 410 for a deletion) and
+ *   the `history` Bundles of `GET /_history`, `/{type}/_history` and `/{type}/{id}/_history`
+ *   (`_since`, `_at`, `_count`, `next` links by cursor).
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
@@ -232,6 +235,18 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       }),
     )
     .all(methodNotAllowed('GET'));
+
+  // --- vread and history: before the type and instance routes, which would take `_history` for a type or id ---
+  mountHistoryRoutes(router, {
+    storage,
+    guard,
+    secured,
+    contextOf,
+    base,
+    search: searchOptions,
+    auditAccess: audit ? auditAccess : undefined,
+    setVersionHeaders,
+  });
 
   // --- system level: batch / transaction Bundle, or multipart NDJSON upload ---
   const upload = ndjsonUploadHandler(
@@ -485,26 +500,6 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       }),
     )
     .all(guard, methodNotAllowed('GET, PUT, PATCH, DELETE'));
-
-  // --- vread of the current version (what Location headers point at) ---
-  router
-    .route('/:type/:id/_history/:vid')
-    .get(
-      guard,
-      ...secured,
-      asyncHandler(async (req, res) => {
-        const resource = await readResourceVersion(
-          contextOf(req),
-          stringParam(req.params.type),
-          stringParam(req.params.id),
-          stringParam(req.params.vid),
-        );
-        if (audit) auditAccess(req, res, readAccess('vread', resource));
-        setVersionHeaders(res, resource);
-        sendFhir(res, 200, resource);
-      }),
-    )
-    .all(guard, methodNotAllowed('GET'));
 
   /** Records an update (plain, conditional or PATCH) in the audit trail, then answers it. */
   function sendUpdated(

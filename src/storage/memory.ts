@@ -6,11 +6,25 @@ import { EngineStorage } from './engine/engine-storage.js';
 import { getOrCreate } from './engine/map-entry.js';
 import { pairKey, type Mutation, type ResourceEntry } from './engine/mutation.js';
 import { InvalidRecordError } from './errors.js';
+import {
+  findVersion,
+  historyEntries,
+  historyPage,
+  pickHistory,
+  versionNotFound,
+  type HistorySource,
+  type VersionList,
+} from './engine/history.js';
+import { keepOnly, keptVersions } from './engine/retention.js';
+import { checkHistoryRetention } from './history-retention.js';
 import { checkPatientCompartment, type WithCompartment } from './patient-compartment.js';
 import type {
   ExportReader,
   ExportReadOptions,
   ExportSnapshot,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
   NdjsonChunk,
   PatientCompartment,
   Storage,
@@ -32,10 +46,17 @@ export interface MemoryStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). Old
+   * versions are also kept, whatever this says, while an export snapshot is open.
+   * @default 'all'
+   */
+  history?: HistoryRetention;
 }
 
 interface Version {
   id: string;
+  versionId: string;
   json: string;
   lastUpdatedMicros: number;
   deleted: boolean;
@@ -47,11 +68,13 @@ interface Version {
 }
 
 /** Every version of every resource of one type, in commit order: the memory twin of a log file. */
-class TypeLog {
-  readonly versions: Version[] = [];
-  readonly latest = new Map<string, number>();
+class TypeLog implements VersionList<Version> {
+  versions: Version[] = [];
+  latest = new Map<string, number>();
   /** Number of superseded versions. */
   dead = 0;
+  /** Superseded versions the last clean-up kept (the retention asked for them). */
+  keptDead = 0;
 }
 
 interface Ref {
@@ -75,6 +98,8 @@ class MemoryBackend implements EngineBackend {
   /** Ids of snapshots not released yet: while any exists, old versions are kept. */
   readonly activeSnapshots = new Set<string>();
   private readonly touched = new Set<TypeLog>();
+
+  constructor(private readonly retention: HistoryRetention) {}
 
   log(projectId: string, resourceType: string): TypeLog | undefined {
     return this.logs.get(projectId)?.get(resourceType);
@@ -105,6 +130,7 @@ class MemoryBackend implements EngineBackend {
       const { json } = entry;
       log.versions.push({
         id: entry.id,
+        versionId: entry.versionId,
         json,
         lastUpdatedMicros: entry.lastUpdatedMicros,
         deleted: entry.deleted,
@@ -130,21 +156,24 @@ class MemoryBackend implements EngineBackend {
   }
 
   /**
-   * Drops superseded versions of a type once they outnumber the current ones (and 1,024), when
-   * no export snapshot is open: memory then follows the live data, not the number of writes.
+   * Drops the superseded versions of a type the `history` retention does not keep, once those
+   * outnumber the current versions (and 1,024), when no export snapshot is open: memory then
+   * follows the kept data, not the number of writes. With `'all'`, nothing is dropped.
    */
   maintain(base: BaseState): Promise<void> {
-    if (this.activeSnapshots.size === 0) {
+    const nowMicros = Date.now() * 1000;
+    if (this.activeSnapshots.size === 0 && this.retention !== 'all') {
       for (const [projectId, byType] of this.logs) {
         for (const [resourceType, log] of byType) {
-          if (!this.touched.has(log) || log.dead <= 1024 || log.dead <= log.versions.length - log.dead)
+          const droppable = log.dead - log.keptDead;
+          if (!this.touched.has(log) || droppable <= 1024 || droppable <= log.versions.length - log.dead)
             continue;
+          const kept = keepOnly(log.versions, keptVersions(log, this.retention, nowMicros));
           const fresh = new TypeLog();
-          for (const v of log.versions) {
-            if (v.superseded !== -1) continue;
-            fresh.latest.set(v.id, fresh.versions.length);
-            fresh.versions.push({ ...v, prev: -1 });
-          }
+          fresh.versions = kept.versions;
+          fresh.latest = kept.latest;
+          fresh.dead = fresh.versions.length - fresh.latest.size;
+          fresh.keptDead = fresh.dead;
           byType.set(resourceType, fresh);
           for (const e of base.resources(projectId, resourceType)) {
             if ((e.ref as Ref).log === log)
@@ -295,6 +324,33 @@ class MemoryStorage extends EngineStorage {
     return Promise.resolve();
   }
 
+  async readResourceVersion(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource> {
+    this.engine.assertOpen();
+    const log = this.backend.log(projectId, resourceType);
+    const index = findVersion(log, id, versionId);
+    const version = index === undefined ? undefined : log!.versions[index]!;
+    if (!version || version.deleted) throw versionNotFound(resourceType, id, versionId, version?.deleted);
+    return Promise.resolve(JSON.parse(version.json) as StoredResource);
+  }
+
+  async readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage> {
+    this.engine.assertOpen();
+    const sources: HistorySource<Version>[] = [];
+    for (const [resourceType, list] of this.backend.logs.get(projectId) ?? []) {
+      if (query.type === undefined || query.type === resourceType) sources.push({ resourceType, list });
+    }
+    const choice = pickHistory(sources, query);
+    const entries = await historyEntries(choice.picked, (p) =>
+      Promise.resolve(JSON.parse(p.head.json) as StoredResource),
+    );
+    return historyPage(choice, entries);
+  }
+
   async close(): Promise<void> {
     await this.engine.close();
   }
@@ -307,6 +363,6 @@ export function createMemoryStorage(options: WithCompartment<MemoryStorageOption
     throw new InvalidOptionError('memoryStorage: exportChunkBytes must be a positive integer');
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
-  const backend = new MemoryBackend();
+  const backend = new MemoryBackend(checkHistoryRetention('memoryStorage', options.history));
   return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment);
 }

@@ -30,6 +30,8 @@ const STORAGE_METHODS: Record<RequiredMethods<Storage>, true> = {
   deleteResource: true,
   writeResources: true,
   searchResources: true,
+  readResourceVersion: true,
+  readHistory: true,
   transaction: true,
   deleteProject: true,
   listProjects: true,

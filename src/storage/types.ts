@@ -24,10 +24,12 @@ import type {
   ExportFileStore,
   ExportJobQueue,
 } from './export-types.js';
+import type { HistoryPage, HistoryQuery } from './history-types.js';
 
 export type * from './record-types.js';
 export type * from './query-types.js';
 export type * from './export-types.js';
+export type * from './history-types.js';
 
 /**
  * The storage contract every adapter implements (memory, file, PostgreSQL).
@@ -168,6 +170,26 @@ export interface Storage extends StorageOperations {
    * hold other writers back meanwhile.
    */
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T>;
+
+  /**
+   * One version of a resource, current or kept by the store's `history` retention.
+   * @throws NotFoundError with `deleted: true` when that version is a deletion (FHIR 410), without
+   *   when the resource or the version is unknown or no longer kept (404).
+   */
+  readResourceVersion(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource>;
+  /**
+   * The history of a resource, a type or the whole project: kept versions and deletions, newest
+   * first, paged by an opaque cursor in commit order (writes made while a client pages are never
+   * in a later page, and no entry is skipped or repeated). Exports are unaffected: they read the
+   * versions current at their snapshot.
+   * @throws InvalidRecordError for a cursor this store did not give, or `id` without `type`.
+   */
+  readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage>;
 
   /** Deletes a project and everything in it. */
   deleteProject(id: string): Promise<void>;

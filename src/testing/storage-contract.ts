@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe } from 'vitest';
 import type { Storage } from '../storage/types.js';
 import { auditStorageContract } from './audit-contract.js';
+import { historyStorageContract } from './history-contract.js';
 import { recordsStorageContract } from './records-contract.js';
 import { resourcesStorageContract } from './resources-contract.js';
 import { transactionsStorageContract } from './transactions-contract.js';
@@ -34,5 +35,6 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     recordsStorageContract(() => storage);
     resourcesStorageContract(() => storage);
     transactionsStorageContract(() => storage);
+    historyStorageContract(() => storage);
   });
 }

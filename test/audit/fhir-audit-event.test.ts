@@ -127,7 +127,9 @@ describe('AuditEvent through the FHIR API', () => {
       .set('Prefer', 'handling=lenient');
     expect(lenient.status).toBe(200);
     expect(lenient.body.total).toBe(3);
-    const strict = await request(ctx.app).get(`${FHIR}/AuditEvent?type:text=Query`).set('Authorization', auditor);
+    const strict = await request(ctx.app)
+      .get(`${FHIR}/AuditEvent?type:text=Query`)
+      .set('Authorization', auditor);
     expect(strict.status).toBe(400);
   });
 
@@ -272,12 +274,14 @@ describe('AuditEvent through the FHIR API', () => {
       expect(await search('')).toEqual(sorted(ids.read, ids.search, ids.write));
     });
 
-    it('the CapabilityStatement lists AuditEvent with read and search only, and its parameters', async () => {
+    it('the CapabilityStatement lists AuditEvent with reads, history and search only, and its parameters', async () => {
       const res = await request(ctx.app).get(`${FHIR}/metadata`);
       const entry = res.body.rest[0].resource.find((r: { type: string }) => r.type === 'AuditEvent');
       expect(entry.interaction.map((i: { code: string }) => i.code)).toEqual([
         'read',
         'vread',
+        'history-instance',
+        'history-type',
         'search-type',
       ]);
       const names = entry.searchParam.map((p: { name: string }) => p.name);

@@ -344,6 +344,56 @@ describe('audit wiring: $everything', () => {
   });
 });
 
+describe('audit wiring: FHIR history reads', () => {
+  it('records a history page as one search event per patient-compartment type it holds', async () => {
+    const { post, put, get, take } = await setup();
+    const pat = await post('/Patient', { resourceType: 'Patient' });
+    const pid = pat.body.id as string;
+    await put(`/Patient/${pid}`, { resourceType: 'Patient', id: pid, active: true });
+    await post('/Observation', {
+      resourceType: 'Observation',
+      status: 'final',
+      code: { text: 'x' },
+      subject: { reference: `Patient/${pid}` },
+    });
+    await post('/Organization', { resourceType: 'Organization', name: 'Acme' });
+    take();
+    expect((await get(`/Patient/${pid}/_history/1`)).status).toBe(200);
+    expect((await get(`/Patient/${pid}/_history?_count=5`)).status).toBe(200);
+    expect((await get('/_history')).status).toBe(200);
+    expect(records(take())).toMatchObject([
+      {
+        kind: 'fhir-access',
+        interaction: 'vread',
+        reference: `Patient/${pid}/_history/1`,
+        patientIds: [pid],
+      },
+      {
+        kind: 'fhir-access',
+        interaction: 'search-type',
+        resourceType: 'Patient',
+        query: '_history?_count=5',
+        count: 2,
+      },
+      // The project's history: Observation and Patient (newest first), no event for Organization.
+      {
+        kind: 'fhir-access',
+        interaction: 'search-type',
+        resourceType: 'Observation',
+        count: 1,
+        patientIds: [pid],
+      },
+      {
+        kind: 'fhir-access',
+        interaction: 'search-type',
+        resourceType: 'Patient',
+        count: 2,
+        patientIds: [pid],
+      },
+    ]);
+  });
+});
+
 describe('audit wiring: FHIR router without the platform', () => {
   it('never fails a request when the trail throws: the error goes to onError', async () => {
     const storage = memoryStorage();

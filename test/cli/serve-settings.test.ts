@@ -57,6 +57,15 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
     expect(readConfig({}).dataDir).toBe(path.resolve('./data'));
   });
 
+  it('reads HISTORY as the stores read their history option', () => {
+    expect(readSettings({}).history).toBe('all');
+    expect(readSettings({ HISTORY: 'ALL' }).history).toBe('all');
+    expect(readSettings({ HISTORY: 'versions:3' }).history).toEqual({ versions: 3 });
+    expect(readSettings({ HISTORY: 'Days:30' }).history).toEqual({ days: 30 });
+    for (const bad of ['versions:0', 'versions', 'days:-1', 'weeks:2', 'versions:1.5'])
+      expect(() => readSettings({ HISTORY: bad }), bad).toThrow(/HISTORY/);
+  });
+
   it("has the library's defaults for the library's options", async () => {
     const values = readSettings({});
     const bulk = resolveBulkExportRouterOptions({ storage: memoryStorage(), authenticate: testAuthenticate });

@@ -102,10 +102,13 @@ describe('metadata', () => {
       'update',
       'patch',
       'delete',
+      'history-instance',
+      'history-type',
       'create',
       'search-type',
     ]);
     expect(patientCaps).toMatchObject({
+      readHistory: true,
       conditionalCreate: true,
       conditionalRead: 'full-support',
       conditionalUpdate: true,
@@ -115,7 +118,11 @@ describe('metadata', () => {
     expect(obs.searchParam.map((p: { name: string }) => p.name)).toEqual(
       expect.arrayContaining(['_id', 'patient']),
     );
-    expect(rest.interaction.map((i: { code: string }) => i.code)).toEqual(['batch', 'transaction']);
+    expect(rest.interaction.map((i: { code: string }) => i.code)).toEqual([
+      'batch',
+      'transaction',
+      'history-system',
+    ]);
     expectOutcome(await request(app).post(`${BASE}/metadata`), 405);
     await storage.close();
   });

@@ -92,7 +92,9 @@ export function openFaultyStore(
   plan?: FaultPlan,
   options: Partial<FileStorageOptions> = {},
 ): Promise<Storage> {
-  return createFileStorage({ dir, ...options, compartment: R4_PATIENT_COMPARTMENT }, undefined, {
+  // Compaction (min bytes given) under `{ versions: 1 }`, which drops every old version.
+  const history = options.compactionMinDeadBytes !== undefined ? { history: { versions: 1 } } : {};
+  return createFileStorage({ dir, ...history, ...options, compartment: R4_PATIENT_COMPARTMENT }, undefined, {
     ...(plan ? { faults: plan.hook } : {}),
   });
 }

@@ -91,6 +91,11 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/:type/_search': '/fhir/R4/Patient/_search',
   '/fhir/R4/:type/:id': '/fhir/R4/Patient/p1',
   '/fhir/R4/:type/:id/_history/:vid': '/fhir/R4/Patient/p1/_history/1',
+  '/fhir/R4/_history': '/fhir/R4/_history',
+  '/fhir/R4/:type/_history': '/fhir/R4/Patient/_history',
+  '/fhir/R4/:type/:id/_history': '/fhir/R4/Patient/p1/_history',
+  '/fhir/R4/^\\/Patient\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/$everything',
+  '/fhir/R4/^\\/Patient\\/([^/]+)\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/p1/$everything',
 };
 
 function routes(): Walked[] {
@@ -164,6 +169,8 @@ function bodyFor(url: string): { type: string; body: unknown } {
       },
     };
   if (url.endsWith('/_search')) return { type: 'application/x-www-form-urlencoded', body: 'name=x' };
+  // POST $everything takes its parameters as a form, as a search does.
+  if (url.endsWith('/$everything')) return { type: 'application/x-www-form-urlencoded', body: '_count=1' };
   const patient = /\/fhir\/R4\/Patient(?:\/([^/$?]+))?(?:\?.*)?$/.exec(url);
   if (patient)
     return { type: FHIR_JSON, body: { resourceType: 'Patient', ...(patient[1] ? { id: patient[1] } : {}) } };
@@ -373,6 +380,8 @@ describe('who is calling, on every protected route', () => {
       '/scim/v2/Users',
       '/fhir/R4/Patient',
       '/fhir/R4/Group',
+      '/fhir/R4/_history',
+      '/fhir/R4/Patient/_history',
       `/fhir/R4/Project/${ids.project}/ClientApplication`,
     ]) {
       const res = await request(t.app).get(url).set('Authorization', adminB);

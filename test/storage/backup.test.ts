@@ -24,7 +24,7 @@ async function patients(storage: FileStore, projectId = 'p1'): Promise<string[]>
 async function newStore(dir = tempDir('fpk-backup-'), compactionMinDeadBytes?: number): Promise<FileStore> {
   const storage = await fileStorage({
     dir,
-    ...(compactionMinDeadBytes !== undefined ? { compactionMinDeadBytes } : {}),
+    ...(compactionMinDeadBytes !== undefined ? { compactionMinDeadBytes, history: { versions: 1 } } : {}),
   });
   await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
   await storage.createProject({ id: 'p2', name: 'Two', strictMode: false });

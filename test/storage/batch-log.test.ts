@@ -25,8 +25,10 @@ async function openStore(
   options: { durability?: 'fsync' | 'write'; compactionMinDeadBytes?: number } = {},
   internal: { faults?: FaultPlan['hook']; checkpointBytes?: number } = {},
 ): Promise<Storage> {
+  // Compaction (min bytes given) under `{ versions: 1 }`, which drops every old version.
+  const history = options.compactionMinDeadBytes !== undefined ? { history: { versions: 1 } } : {};
   const storage = await createFileStorage(
-    { dir, ...options, compartment: R4_PATIENT_COMPARTMENT },
+    { dir, ...history, ...options, compartment: R4_PATIENT_COMPARTMENT },
     undefined,
     internal,
   );

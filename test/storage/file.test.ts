@@ -84,7 +84,9 @@ describe('fileStorage', () => {
     dir: string,
     options: { compactionMinDeadBytes?: number; durability?: 'fsync' | 'write' } = {},
   ) {
-    const storage = await fileStorage({ dir, ...options });
+    // Compaction tests: `{ versions: 1 }`, the retention under which compaction drops every old version.
+    const history = options.compactionMinDeadBytes !== undefined ? { history: { versions: 1 } } : {};
+    const storage = await fileStorage({ dir, ...history, ...options });
     open.push(storage);
     return storage;
   }

@@ -8,7 +8,7 @@ import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ExportPool } from '../../src/bulk/export-pool.js';
 import { bulkExportRouter } from '../../src/bulk/router.js';
-import type { Storage } from '../../src/storage/types.js';
+import type { HistoryEntry, HistoryQuery, Storage } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/stores.js';
 import { collectNdjson } from '../../src/testing/storage-contract.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
@@ -27,6 +27,8 @@ interface Acked {
   resources: Set<string>;
   users: Set<string>;
   counters: Map<string, number>;
+  /** Every acknowledged value of each counter, with its round. */
+  counterValues: Map<string, { n: number; round: number }[]>;
   members: Set<string>;
   jobs: Map<string, number>;
   /** Observations of acknowledged NDJSON uploads. */
@@ -113,6 +115,61 @@ async function checkInFlight(
   }
 }
 
+/** Every page of a history. */
+async function wholeHistory(storage: Storage, query: HistoryQuery): Promise<HistoryEntry[]> {
+  const entries: HistoryEntry[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await storage.readHistory('p1', { ...query, ...(cursor ? { cursor } : {}) });
+    entries.push(...page.entries);
+    cursor = page.next;
+  } while (cursor);
+  return entries;
+}
+
+/**
+ * The histories after a restart: each counter's versions whole and in order, with no gap from the
+ * current one down, holding every acknowledged value still in their range, and every one
+ * acknowledged since the last round that compacted (odd rounds keep the last 3 versions and
+ * compact); Observations are written once each, so their type history has one entry per
+ * Observation. Answers the number of counter versions checked.
+ */
+async function checkHistory(
+  storage: Storage,
+  acked: Acked,
+  round: number,
+  observations: number,
+): Promise<number> {
+  const lastCompacting = round % 2 === 1 ? round : round - 1;
+  let checked = 0;
+  for (const [id, values] of acked.counterValues) {
+    const current = await storage.readResource('p1', 'Basic', id);
+    const entries = await wholeHistory(storage, { type: 'Basic', id, count: 500 });
+    expect(entries[0]!.resource).toEqual(current);
+    const top = Number(current.meta.versionId);
+    entries.forEach((e, i) => {
+      expect(e.versionId, `${id} versions`).toBe(String(top - i));
+      expect(e.resource?.meta.versionId).toBe(e.versionId);
+      expect(e.method).toBe(e.versionId === '1' ? 'POST' : 'PUT');
+      if (i > 0) {
+        expect(e.lastUpdated < entries[i - 1]!.lastUpdated).toBe(true);
+        expect((e.resource!.n as number) < (entries[i - 1]!.resource!.n as number)).toBe(true);
+      }
+    });
+    const kept = new Set(entries.map((e) => e.resource!.n as number));
+    const oldest = entries.at(-1)!.resource!.n as number;
+    for (const v of values) {
+      if (v.n >= oldest || v.round > lastCompacting)
+        expect(kept.has(v.n), `${id} acknowledged value ${v.n} (round ${v.round})`).toBe(true);
+    }
+    checked += entries.length;
+  }
+  const observationHistory = await wholeHistory(storage, { type: 'Observation', count: 1000 });
+  expect(observationHistory).toHaveLength(observations);
+  expect(observationHistory.every((e) => e.method === 'POST' && e.resource?.id === e.id)).toBe(true);
+  return checked;
+}
+
 /** Runs the writer until it has acknowledged writes for a random while, then SIGKILLs it. */
 function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
   acked.inFlight.clear();
@@ -161,8 +218,12 @@ function runAndKill(dir: string, round: number, acked: Acked): Promise<void> {
         acked.httpAnswers += 1;
       if (message.type === 'job')
         acked.jobs.set(message.id!, Math.max(acked.jobs.get(message.id!) ?? 0, message.n!));
-      if (message.type === 'counter')
+      if (message.type === 'counter') {
         acked.counters.set(message.id!, Math.max(acked.counters.get(message.id!) ?? 0, message.n!));
+        const values = acked.counterValues.get(message.id!) ?? [];
+        values.push({ n: message.n!, round });
+        acked.counterValues.set(message.id!, values);
+      }
     });
     child.on('exit', (code, signal) => {
       clearTimeout(timer);
@@ -190,6 +251,7 @@ describe('fileStorage under kill -9', () => {
         resources: new Set(),
         users: new Set(),
         counters: new Map(),
+        counterValues: new Map(),
         members: new Set(),
         jobs: new Map(),
         ndjson: new Set(),
@@ -205,6 +267,7 @@ describe('fileStorage under kill -9', () => {
       };
       const started = Date.now();
       let lastAcked = 0;
+      let historyChecks = 0;
       for (let round = 0; round < ROUNDS; round++) {
         await runAndKill(dir, round, acked);
         // Reopening takes over the dead process's lock at once and repairs the tail.
@@ -257,6 +320,7 @@ describe('fileStorage under kill -9', () => {
           for (const [id, n] of acked.counters) {
             expect((await storage.readResource('p1', 'Basic', id)).n as number).toBeGreaterThanOrEqual(n);
           }
+          historyChecks += await checkHistory(storage, acked, round, ids.length);
           // Memberships: each exactly once, always with its user (same batch).
           // (SCIM users have their own memberships: counted apart.)
           const scimUserIds = new Set(users.filter((u) => u.userName.startsWith('scim-')).map((u) => u.id));
@@ -304,6 +368,10 @@ describe('fileStorage under kill -9', () => {
           `${acked.exports} exports read whole`,
       );
       expect(acked.bundles.size).toBeGreaterThan(0);
+      console.info(
+        `kill test: ${historyChecks} counter versions found in their histories over ${ROUNDS} rounds`,
+      );
+      expect(historyChecks).toBeGreaterThan(ROUNDS);
     },
     Math.max(120_000, ROUNDS * 8_000),
   );

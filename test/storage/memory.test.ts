@@ -42,7 +42,8 @@ describe('memoryStorage', () => {
   });
 
   it('keeps old versions while a snapshot is open and drops them after', async () => {
-    const storage = memoryStorage();
+    // `{ versions: 1 }`: only current versions are kept once no snapshot needs the others.
+    const storage = memoryStorage({ history: { versions: 1 } });
     const write = async (round: number) => {
       for (let i = 0; i < 10; i++) {
         await storage.updateResource('p1', {
@@ -86,6 +87,14 @@ describe('memoryStorage', () => {
       storage.exportReader.readResources('p1', now, { resourceType: 'Observation', patientIds: ['p1'] }),
     );
     expect(byP1).toHaveLength(4);
+    await storage.releaseSnapshot(now);
+    // The versions written while the snapshot was held are gone from the history too.
+    await expect(storage.readResourceVersion('p1', 'Observation', 'o1', '2')).rejects.toMatchObject({
+      code: 'ERR_STORAGE_NOT_FOUND',
+    });
+    expect((await storage.readResourceVersion('p1', 'Observation', 'o1', '601')).value).toBe(600);
+    const history = await storage.readHistory('p1', { type: 'Observation', id: 'o1', count: 5 });
+    expect(history.total).toBeLessThan(600);
     await storage.close();
   });
 });

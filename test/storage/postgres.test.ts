@@ -156,7 +156,7 @@ if (!url) {
         const { rows } = await admin.query<{ version: number }>(
           `SELECT version FROM ${s}.schema_migrations ORDER BY version`,
         );
-        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6]);
         // Only current, live versions are indexed.
         const { rows: count } = await admin.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM ${s}.resource_identifiers WHERE key LIKE 't%'`,

@@ -6,6 +6,8 @@ import type {
   ExportReader,
   ExportSnapshot,
   ExportSnapshotOptions,
+  HistoryPage,
+  HistoryQuery,
   NewExportJob,
   PatientCompartment,
   ProjectRecord,
@@ -13,6 +15,7 @@ import type {
   Storage,
   StorageDescriptor,
   StorageOperations,
+  StoredResource,
 } from '../types.js';
 import type { Engine } from './engine.js';
 import { EngineOperations } from './operations.js';
@@ -26,6 +29,13 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   abstract exportSnapshot(projectId: string, options?: ExportSnapshotOptions): Promise<ExportSnapshot>;
   abstract releaseSnapshot(snapshot: ExportSnapshot): Promise<void>;
   abstract close(): Promise<void>;
+  abstract readResourceVersion(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource>;
+  abstract readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage>;
 
   constructor(
     protected readonly engine: Engine,

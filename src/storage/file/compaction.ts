@@ -3,9 +3,20 @@ import type { ResourceEntry } from '../engine/mutation.js';
 import type { BaseState } from '../engine/state.js';
 import type { FaultHook } from './faults.js';
 import type { FileRef, LogFile } from './log-file.js';
-import { encodeRecord, readSuperseded } from './record.js';
+import { encodeRecord, readSuperseded, SUPERSEDED_AT, supersededField } from './record.js';
 import { encodeOneTimeValue, liveRecords } from './record-logs.js';
 import type { StoreFiles } from './store-files.js';
+import { keptVersions } from '../engine/retention.js';
+import type { HistoryRetention } from '../types.js';
+import { scanVersions } from './version-index.js';
+
+/** When and what compaction may drop: see `FileStorageOptions`. */
+export interface CompactionRules {
+  /** A resource log is rewritten once its droppable records take more than this and more than the rest. */
+  minDeadBytes: number;
+  /** Superseded versions to keep (`'all'`: resource logs are never rewritten). */
+  history: HistoryRetention;
+}
 
 /**
  * Housekeeping after a batch: rewrites the logs it touched that are mostly dead (see
@@ -17,7 +28,7 @@ export async function compactTouchedLogs(
   files: StoreFiles,
   base: BaseState,
   seq: number,
-  compactionMinDeadBytes: number,
+  rules: CompactionRules,
   beforeRewrite: () => Promise<void> = () => Promise.resolve(),
 ): Promise<void> {
   const logs = [...files.touched];
@@ -41,11 +52,13 @@ export async function compactTouchedLogs(
         }
         meta.checkAt = 2 * live.length + 1024;
       }
-    } else if (meta?.resourceType !== undefined) {
+    } else if (meta?.resourceType !== undefined && rules.history !== 'all') {
+      // `deadBytes` counts what was superseded since the log was last written whole: with a
+      // retention that keeps some of it, a rewrite keeps those and the count starts again at 0.
       const live = log.size - log.deadBytes;
-      if (log.deadBytes >= compactionMinDeadBytes && log.deadBytes > live) {
+      if (log.deadBytes >= rules.minDeadBytes && log.deadBytes > live) {
         await beforeRewrite();
-        await compact(log, meta.projectId, meta.resourceType, base, files);
+        await compact(log, meta.projectId, meta.resourceType, base, files, rules.history);
       }
     }
   }
@@ -125,8 +138,24 @@ async function rewriteRecords(
 }
 
 /**
- * Rewrites a resource log without superseded records. Exports reading a snapshot keep their
- * hard link to the old file; readers of this process keep the old segment until they finish.
+ * The superseded records `history` keeps: offset -> offset of the record that superseded it (none
+ * for `{ versions: 1 }`, which needs no parse of the log).
+ */
+async function keptSuperseded(log: LogFile, history: HistoryRetention): Promise<Map<number, number>> {
+  const kept = new Map<number, number>();
+  if (history === 'all' || ('versions' in history && history.versions === 1)) return kept;
+  const list = await scanVersions(log);
+  const keep = keptVersions(list, history, Date.now() * 1000);
+  list.versions.forEach((v, i) => {
+    if (keep[i] && v.superseded >= 0) kept.set(v.offset, list.versions[v.superseded]!.offset);
+  });
+  return kept;
+}
+
+/**
+ * Rewrites a resource log without the superseded records `history` does not keep. Exports
+ * reading a snapshot keep their hard link to the old file; readers of this process keep the old
+ * segment until they finish.
  */
 async function compact(
   log: LogFile,
@@ -134,22 +163,34 @@ async function compact(
   resourceType: string,
   base: BaseState,
   files: StoreFiles,
+  history: HistoryRetention,
 ): Promise<void> {
   const entries = new Map<number, ResourceEntry>();
   for (const e of base.resources(projectId, resourceType)) {
     const ref = e.ref as FileRef;
     if (ref.log === log) entries.set(ref.offset, e);
   }
+  const superseded = await keptSuperseded(log, history);
   const kept: Buffer[] = [];
   const moved = new Map<number, number>();
   let newOffset = 0;
+  let current = 0;
+  const marks: [Buffer, number][] = [];
   await log.scan(0, log.size, ({ buf, start, end, offset }) => {
-    if (readSuperseded(buf, start) !== 0 || !entries.has(offset)) return;
-    kept.push(Buffer.from(buf.subarray(start, end)));
+    const isCurrent = readSuperseded(buf, start) === 0 && entries.has(offset);
+    const by = superseded.get(offset);
+    if (!isCurrent && by === undefined) return;
+    if (isCurrent) current += 1;
+    const record = Buffer.from(buf.subarray(start, end));
+    if (by !== undefined) marks.push([record, by]);
+    kept.push(record);
     moved.set(offset, newOffset);
     newOffset += end - start;
   });
-  if (moved.size !== entries.size) return; // Marks disagree with the index: leave the log alone.
+  // Marks disagree with the index, or a kept version's successor is not kept: leave the log alone.
+  if (current !== entries.size || marks.some(([, by]) => !moved.has(by))) return;
+  // A kept old version's superseded-at names its successor's new offset (exports read it).
+  for (const [record, by] of marks) supersededField(moved.get(by)!).copy(record, SUPERSEDED_AT);
   const { temp, size } = await writeTemp(log.file, kept, files);
   await log.replaceWith(temp, size, files.sync);
   log.records = kept.length;

@@ -20,12 +20,15 @@ import type { FileRef, LogFile, Segment } from './log-file.js';
 import { recoverStore, removeOrphanProjectDirs, removeUnusedSnapshots, replayBatchLog } from './recovery.js';
 import { takeSnapshot, type FileSnapshot } from './snapshot.js';
 import { StoreFiles } from './store-files.js';
+import { FileVersionIndex, type FileVersion, type FileVersionList } from './version-index.js';
+import type { HistoryRetention } from '../types.js';
 
 export interface FileBackendOptions {
   dir: string;
   sync: boolean;
   compactionMinDeadBytes: number;
   compartment: PatientCompartment;
+  history: HistoryRetention;
   /** Tests only: see `FaultHook`. */
   faults?: FaultHook | undefined;
   /**
@@ -51,6 +54,8 @@ export class FileBackend implements EngineBackend {
   private base: BaseState | undefined;
   private opened = false;
   private readonly fingerprint: string;
+  /** The version lists of the logs whose history was read (see `FileVersionIndex`). */
+  private readonly versions = new FileVersionIndex();
 
   constructor(private readonly options: FileBackendOptions) {
     this.files = new StoreFiles(options.dir, options.sync, options.faults);
@@ -140,8 +145,41 @@ export class FileBackend implements EngineBackend {
     await this.writer.persist(takeLegacyRecords(data), base, true);
   }
 
-  persist(mutations: readonly Mutation[], base: BaseState): Promise<unknown[]> {
-    return this.writer.persist(mutations, base);
+  async persist(mutations: readonly Mutation[], base: BaseState): Promise<unknown[]> {
+    const refs = await this.writer.persist(mutations, base);
+    this.versions.record(mutations, refs, this.files.meta);
+    return refs;
+  }
+
+  /** The resource logs of a project, of one type when given, with their version lists if built. */
+  versionLists(
+    projectId: string,
+    resourceType?: string,
+  ): { resourceType: string; log: LogFile; list: FileVersionList | undefined }[] {
+    const found = [];
+    for (const [type, log] of this.files.resourceLogsOf(projectId)) {
+      if (resourceType === undefined || type === resourceType)
+        found.push({ resourceType: type, log, list: this.versions.get(log) });
+    }
+    return found;
+  }
+
+  /** Builds the version list of `log`: only in the writer, between batches. */
+  buildVersionList(log: LogFile): Promise<FileVersionList> {
+    return this.versions.build(log).catch((error: unknown) => {
+      throw unavailable(error, 'The file store could not read a resource log');
+    });
+  }
+
+  /** Reads an old version's body (its segment pinned by the caller). */
+  async readVersion(list: FileVersionList, version: FileVersion): Promise<StoredResource> {
+    let json: Buffer;
+    try {
+      json = await list.log.readJson(list.ref(version));
+    } catch (error) {
+      throw unavailable(error, 'The file store could not read a resource');
+    }
+    return JSON.parse(json.toString('utf8')) as StoredResource;
   }
 
   pin(entries: readonly ResourceEntry[]): () => void {
@@ -192,8 +230,12 @@ export class FileBackend implements EngineBackend {
   async maintain(base: BaseState): Promise<void> {
     const { writer } = this;
     await writer.checkpoint(this.options.checkpointBytes ?? 32 * 1024 * 1024);
-    await compactTouchedLogs(this.files, base, writer.seq, this.options.compactionMinDeadBytes, () =>
-      writer.checkpoint(),
+    await compactTouchedLogs(
+      this.files,
+      base,
+      writer.seq,
+      { minDeadBytes: this.options.compactionMinDeadBytes, history: this.options.history },
+      () => writer.checkpoint(),
     );
   }
 

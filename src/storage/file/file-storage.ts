@@ -12,10 +12,16 @@ import type {
   ExportReader,
   ExportSnapshot,
   ExportSnapshotOptions,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
   PatientCompartment,
   Storage,
   StorageDescriptor,
+  StoredResource,
 } from '../types.js';
+import { checkHistoryRetention } from '../history-retention.js';
+import { readFileHistory, readFileVersion } from './file-history.js';
 import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
 
@@ -44,6 +50,14 @@ export interface FileStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). With
+   * `'all'` resource logs are never compacted (every byte in them is kept history); otherwise
+   * compaction drops the rest (`compactionMinDeadBytes`). `{ versions: 1 }` is the store as it
+   * was before history: only current versions survive a compaction.
+   * @default 'all'
+   */
+  history?: HistoryRetention;
 }
 
 /** The file store: a {@link Storage} that can also copy itself while it runs. */
@@ -122,6 +136,19 @@ class FileStorage extends EngineStorage implements FileStore {
     await fs.access(this.backend.dir, fs.constants.W_OK);
   }
 
+  readResourceVersion(
+    projectId: string,
+    resourceType: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource> {
+    return readFileVersion(this.engine, this.backend, { projectId, resourceType, id, versionId });
+  }
+
+  readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage> {
+    return readFileHistory(this.engine, this.backend, projectId, query);
+  }
+
   async releaseSnapshot(snapshot: ExportSnapshot): Promise<void> {
     const snap = asFileSnapshot(snapshot.projectId as string, snapshot);
     await fs.rm(path.join(this.backend.dir, snap.dir), { recursive: true, force: true });
@@ -165,12 +192,14 @@ export async function createFileStorage(
   }
   const { compartment } = options;
   checkPatientCompartment(compartment, 'fileStorage');
+  const history = checkHistoryRetention('fileStorage', options.history);
   const dir = path.resolve(options.dir);
   const backend = new FileBackend({
     dir,
     sync: durability === 'fsync',
     compactionMinDeadBytes,
     compartment,
+    history,
     faults: internal.faults,
     ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
   });

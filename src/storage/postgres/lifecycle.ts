@@ -2,7 +2,6 @@ import type pg from 'pg';
 import type { Pool } from 'pg';
 import { StorageClosedError, StorageUnavailableError } from '../errors.js';
 import { mapPgError, type ExecutionKind, type Executor, type Query } from './executor.js';
-import { InvalidOptionError } from '../../errors.js';
 
 // The PostgreSQL store's lifecycle: calls wait for the migrations, `close()` waits for the calls
 // in flight (for a bounded time), and the clients a stuck close must end.
@@ -119,13 +118,4 @@ export class GuardedExecutor implements Executor {
   run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
     return this.lifecycle.track(() => this.inner.run(kind, fn));
   }
-}
-
-/** A duration option in milliseconds: a non-negative integer (0: no limit). */
-export function millis(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
-  }
-  return value;
 }

@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import pg, { type Pool } from 'pg';
+import pg from 'pg';
 import { isoMicros } from '../engine/clock.js';
 import { ConflictError, NotFoundError, StorageError } from '../errors.js';
 import type {
@@ -11,6 +11,9 @@ import type {
   ExportReader,
   ExportSnapshot,
   FailureCountStore,
+  HistoryPage,
+  HistoryQuery,
+  HistoryRetention,
   NewExportJob,
   PatientCompartment,
   ProjectRecord,
@@ -18,6 +21,9 @@ import type {
   Storage,
   StorageDescriptor,
   StorageOperations,
+  StoredResource,
+  ResourceWrite,
+  WriteResult,
 } from '../types.js';
 import {
   type Executor,
@@ -33,97 +39,17 @@ import { PostgresExportQueue, updateJobRow } from './export-queue.js';
 import { PostgresFailureCounts } from './failure-counts.js';
 import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
-import { GuardedExecutor, Lifecycle, millis, settlesWithin, trackCheckedOut } from './lifecycle.js';
+import { GuardedExecutor, Lifecycle, settlesWithin, trackCheckedOut } from './lifecycle.js';
 import { migrate, quoteIdentifier } from './schema.js';
-import type { IndexerOption } from '../search-index.js';
 import { INDEX_TABLES, searchIndexOf, type SearchIndex } from './search-tables.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
+import type { PostgresStorageOptions } from './postgres-options.js';
+import { checkHistoryRetention } from '../history-retention.js';
+import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history.js';
 
-/** Options of `postgresStorage`. */
-export interface PostgresStorageOptions {
-  /**
-   * libpq connection string (`postgres://user:password@host:5432/db`). The store creates its own
-   * pool from it, ended by `close()`, and export workers reopen the store with it (`descriptor`).
-   * With `pool` as well, only workers use it.
-   * @default undefined (pg's environment defaults: PGHOST, PGUSER, …)
-   */
-  connectionString?: string;
-  /**
-   * A pool owned by the caller: the store uses it and never ends it. Without `connectionString`,
-   * the store has no `descriptor` and exports stream from the main thread.
-   * @default undefined (a pool created from `connectionString`)
-   */
-  pool?: Pool;
-  /**
-   * Schema holding the store's tables, created on open when missing.
-   * @default 'public'
-   */
-  schema?: string;
-  /**
-   * Connections of the pool the store creates (unused with `pool`).
-   * @default 10
-   */
-  maxConnections?: number;
-  /**
-   * Longest wait for a free connection of the store's pool, in milliseconds; a call still waiting
-   * then fails with `StorageUnavailableError` (HTTP 503 with `Retry-After`). 0 waits forever.
-   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.)
-   * @default 10000
-   */
-  acquireTimeoutMs?: number;
-  /**
-   * Longest wait for a lock (a project's resource clock, a row, an advisory lock), in
-   * milliseconds: PostgreSQL's `lock_timeout` on the store's connections. A statement still
-   * waiting is cancelled and the call fails with `StorageUnavailableError`. 0 waits forever.
-   * (Not set on a caller's `pool`.)
-   * @default 15000
-   */
-  lockTimeoutMs?: number;
-  /**
-   * Longest run of one statement, in milliseconds: PostgreSQL's `statement_timeout` on the store's
-   * connections (an export's `COPY` and cursors are exempt). 0 is no limit. (Not set on a caller's
-   * `pool`.)
-   * @default 60000
-   */
-  statementTimeoutMs?: number;
-  /**
-   * Longest pause of an open transaction between two statements, in milliseconds: PostgreSQL's
-   * `idle_in_transaction_session_timeout`, which ends the session and frees its locks. 0 is no
-   * limit. (Not set on a caller's `pool`.)
-   * @default 60000
-   */
-  idleInTransactionTimeoutMs?: number;
-  /**
-   * How long `close()` waits for calls in flight, in milliseconds; then the store's connections
-   * still checked out are ended (their calls fail) and the pool is closed, so that a shutdown
-   * finishes even with work stuck.
-   * @default 10000
-   */
-  closeTimeoutMs?: number;
-  /**
-   * Largest NDJSON chunk the export reader yields, in bytes (a chunk holds at least one line).
-   * @default 1048576
-   */
-  exportChunkBytes?: number;
-  /**
-   * Bytes of export file data written per row of `export_file_chunks` (the store's `exportFiles`).
-   * @default 1048576
-   */
-  exportFileChunkBytes?: number;
-  /**
-   * The patient compartment resources are indexed by (on write: export workers read the index).
-   * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
-   */
-  compartment?: PatientCompartment;
-  /**
-   * What the store indexes for search (index tables written with each version; FHIR searches are
-   * then answered in SQL). Rebuilt on open when its `fingerprint` changes; every instance sharing
-   * a schema needs the same one. @default loadR4Indexer (filled in by `postgresStorage`)
-   */
-  indexer?: IndexerOption;
-}
+export type { PostgresStorageOptions } from './postgres-options.js';
 
 interface JobRow {
   record: ExportJobRecord;
@@ -154,6 +80,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
     files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
+    history: HistoryRetention,
     index: SearchIndex,
   ) {
     const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
@@ -169,6 +96,28 @@ class PostgresStorage extends PostgresOperations implements Storage {
     this.exportQueue = new PostgresExportQueue(root, pool, this.s, `fhir-platform-kit:${schema}`, (fn) =>
       lifecycle.track(fn),
     );
+    this.sweeper = history === 'all' ? undefined : new HistorySweeper(root, this.s, history);
+  }
+
+  private readonly sweeper: HistorySweeper | undefined;
+
+  override async writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
+    const results = await super.writeResources(projectId, writes);
+    await this.sweeper?.afterWrite(projectId);
+    return results;
+  }
+
+  readResourceVersion(
+    projectId: string,
+    type: string,
+    id: string,
+    versionId: string,
+  ): Promise<StoredResource> {
+    return this.root.run('read', (query) => readPgVersion(query, this.s, projectId, type, id, versionId));
+  }
+
+  readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage> {
+    return this.root.run('read', (q) => readPgHistory(q, this.s, projectId, query));
   }
 
   /** Transaction functions running now (the scope is disabled when none is). */
@@ -404,6 +353,15 @@ class PostgresStorage extends PostgresOperations implements Storage {
   }
 }
 
+/** A duration option in milliseconds: a non-negative integer (0: no limit). */
+function millis(value: number | undefined, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
+  }
+  return value;
+}
+
 /** Defaults of the pool and timeout options (the `serve` settings table is checked against them). */
 export const POSTGRES_POOL_DEFAULTS = {
   maxConnections: 10,
@@ -490,6 +448,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     descriptor,
     options.compartment,
     { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
+    checkHistoryRetention('postgresStorage', options.history),
     index,
   );
 }

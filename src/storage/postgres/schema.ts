@@ -155,7 +155,11 @@ function migrationStatements(s: string): string[] {
       key text COLLATE "C" PRIMARY KEY,
       failures integer NOT NULL,
       reset_at bigint NOT NULL)`,
-    // Migration 5: the search index tables (filled by `syncSearchIndex` once the indexer is known).
+    // Migration 5: the history walk of one resource (a type's and the project's use
+    // `resources_history`), its previous version, and the sweep's count of newer versions.
+    `CREATE INDEX IF NOT EXISTS resources_history_instance
+      ON ${s}.resources (project_id, resource_type, id, seq)`,
+    // Migration 6: the search index tables (filled by `syncSearchIndex` once the indexer is known).
     ...searchTableStatements(s),
   ];
 }
@@ -221,7 +225,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -242,7 +246,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, and 5, the search index tables, are DDL only: `syncSearchIndex` fills those), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, and 6, the search index tables, are DDL only: `syncSearchIndex` fills those), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
