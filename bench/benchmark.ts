@@ -7,7 +7,7 @@ import { copyWithCopyFile, copyWithStreams } from './measure-copy.js';
 import { timedDownload } from './measure-download.js';
 import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js';
 import { measureAuditOverhead, medianRoundRatio } from './measure-audit-overhead.js';
-import { measureScim, type ScimFigures } from './measure-scim.js';
+import { measureScim, measureScimPages, type ScimFigures } from './measure-scim.js';
 import { measureIngestFloor } from './measure-floor.js';
 import { postBundles } from './measure-transactions.js';
 import { uploadNdjson } from './measure-upload.js';
@@ -731,6 +731,46 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
         latency('lookup', 'filter=userName eq', 5);
         latency('create', 'POST /Users', 10);
         latency('patch', 'PATCH /Users/{id}');
+
+        log('SCIM list pages: a walk of every page of 100, then pages at random startIndexes');
+        const pages = await measureScimPages({
+          scimBase: `${server.info.origin}/scim/v2`,
+          token: project.token,
+          users: options.scimUsers,
+        });
+        samples.scimPages = pages;
+        add({
+          key: 'scim.page.median',
+          label: `SCIM GET /Users?startIndex&count=100, walking every page: median (${pages.walk.pages} pages)`,
+          value: pages.walk.medianMs,
+          unit: 'ms',
+          target: '≤ 20',
+          pass: pages.walk.medianMs <= 20,
+        });
+        add({
+          key: 'scim.page.p99',
+          label: 'SCIM page of 100 in the walk: p99',
+          value: pages.walk.p99Ms,
+          unit: 'ms',
+        });
+        add({
+          key: 'scim.walk.ms',
+          label: `SCIM walk of all ${pages.users} users, pages of 100`,
+          value: pages.walk.totalMs,
+          unit: 'ms',
+        });
+        add({
+          key: 'scim.walk.lastOverFirst',
+          label: 'SCIM walk: median page of its last tenth / of its first tenth (about 1: a walk is O(n))',
+          value: pages.lastTenthMedianMs / pages.firstTenthMedianMs,
+          unit: 'x',
+        });
+        add({
+          key: 'scim.page.jump.median',
+          label: `SCIM page of 100 at a random startIndex no walk led to: median (${pages.jump.count} pages)`,
+          value: pages.jump.medianMs,
+          unit: 'ms',
+        });
 
         // The same empty export as above, now that the store holds the SCIM users: job records
         // share the store's directory with users' memberships.

@@ -110,3 +110,68 @@ export async function measureScim(options: {
   for (let i = 0; i < options.patches; i++) patches.push(await timed(patch));
   return { users, lookup: figures(lookups), create: figures(creates), patch: figures(patches) };
 }
+
+export interface ScimPageFigures {
+  users: number;
+  pageSize: number;
+  /** Every page of a walk (`startIndex` 1, 1 + pageSize, …), one at a time. */
+  walk: LatencyFigures & { totalMs: number; pages: number };
+  /** Median of the walk's first and last tenth of pages: about 1 when a page costs the same wherever it is. */
+  firstTenthMedianMs: number;
+  lastTenthMedianMs: number;
+  /** Pages at random `startIndex`es no walk led to (an offset from the start). */
+  jump: LatencyFigures;
+}
+
+/**
+ * SCIM list paging over HTTP, as an identity provider's import pages: a walk of every page of
+ * `GET /Users?startIndex=…&count=pageSize` (each page checked: full, and `totalResults` = users),
+ * then `jumps` pages at random `startIndex`es. Requests run one at a time.
+ */
+export async function measureScimPages(options: {
+  scimBase: string;
+  token: string;
+  users: number;
+  pageSize?: number;
+  jumps?: number;
+  seed?: number;
+}): Promise<ScimPageFigures> {
+  const { scimBase, token, users } = options;
+  const pageSize = options.pageSize ?? 100;
+  const headers = bearer(token, { accept: SCIM });
+  const random = prng(options.seed ?? 11);
+  const page = async (startIndex: number): Promise<number> => {
+    const answer = await expectJson(200, `${scimBase}/Users?startIndex=${startIndex}&count=${pageSize}`, {
+      headers,
+    });
+    const body = answer.body as { totalResults: number; Resources?: unknown[] };
+    if (body.totalResults < users)
+      throw new Error(`page at ${startIndex}: totalResults ${body.totalResults}`);
+    return body.Resources?.length ?? 0;
+  };
+  const walkMs: number[] = [];
+  const start = now();
+  let seen = 0;
+  for (let startIndex = 1; ; startIndex += pageSize) {
+    let got = 0;
+    walkMs.push(await timed(async () => (got = await page(startIndex))));
+    seen += got;
+    if (got < pageSize) break;
+  }
+  const totalMs = now() - start;
+  if (seen < users) throw new Error(`the walk saw ${seen} users of ${users}`);
+  const tenth = Math.max(1, Math.floor(walkMs.length / 10));
+  const jumpMs: number[] = [];
+  for (let i = 0; i < (options.jumps ?? 20); i++) {
+    const startIndex = 1 + Math.floor(random() * Math.max(1, users - pageSize));
+    jumpMs.push(await timed(() => page(startIndex)));
+  }
+  return {
+    users,
+    pageSize,
+    walk: { ...figures(walkMs), totalMs, pages: walkMs.length },
+    firstTenthMedianMs: median(walkMs.slice(0, tenth)),
+    lastTenthMedianMs: median(walkMs.slice(-tenth)),
+    jump: figures(jumpMs),
+  };
+}

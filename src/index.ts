@@ -98,6 +98,11 @@ export type {
   NewUser,
   UserChanges,
   UserQuery,
+  UserFilter,
+  UserSortKey,
+  UserCursor,
+  UserListOptions,
+  UserPage,
   MembershipRecord,
   NewMembership,
   ClientRecord,
@@ -185,7 +190,7 @@ export type {
   HistoryRetention,
 } from './storage/types.js';
 export { DirectoryExportFiles } from './bulk/directory-export-files.js';
-export { memoryStorage, fileStorage, openFileExportReader } from './stores.js';
+export { memoryStorage, fileStorage, openFileExportReader, r4SearchIndexer } from './stores.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
 export type { FileStorageOptions, FileStore, FileStoreBackup } from './storage/file/file-storage.js';
 export type { FileExportReaderOptions } from './storage/file/export-reader.js';

@@ -28,6 +28,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   exportFileChunkBytes: true,
   compartment: true,
   indexer: true,
+  readReplicas: true,
   history: true,
 };
 

@@ -27,7 +27,10 @@ import {
   type StorageDescriptor,
   type StorageOperations,
   type UserChanges,
+  type UserListOptions,
+  type UserPage,
   type UserQuery,
+  type UserRecord,
   type WriteOptions,
 } from 'fhir-platform-kit';
 
@@ -106,8 +109,10 @@ class AuditedOperations implements StorageOperations {
   findUsers(projectId: string, query: UserQuery) {
     return this.inner.findUsers(projectId, query);
   }
-  listUsers(projectId: string) {
-    return this.inner.listUsers(projectId);
+  listUsers(projectId: string): Promise<UserRecord[]>;
+  listUsers(projectId: string, options: UserListOptions): Promise<UserPage>;
+  listUsers(projectId: string, options?: UserListOptions): Promise<UserRecord[] | UserPage> {
+    return options === undefined ? this.inner.listUsers(projectId) : this.inner.listUsers(projectId, options);
   }
 
   // Memberships

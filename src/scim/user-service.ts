@@ -20,7 +20,9 @@ import type {
   UserRecord,
 } from '../storage/types.js';
 import { projectScimAttributes } from './attributes.js';
-import { compileScimFilter, planScimLookup } from './filter-evaluator.js';
+import { compileScimFilter } from './filter-evaluator.js';
+import { printScimFilter } from './filter-parser.js';
+import { ScimPageCursors, scimStorageFilter, scimStorageSortKey } from './user-listing.js';
 import type { ScimListQuery } from './list-query.js';
 import { scimSortComparator } from './list-query.js';
 import { applyScimPatch } from './patch.js';
@@ -34,7 +36,6 @@ import {
   userToScim,
   type ScimUserFields,
 } from './user-mapping.js';
-import { byCreatedThenId } from '../storage/record-order.js';
 
 export interface ScimUserServiceConfig {
   storage: Storage;
@@ -122,6 +123,8 @@ function sameFields(current: UserRecord, changes: Omit<UserChanges, 'profileId'>
 export function scimUserService(config: ScimUserServiceConfig) {
   const { storage, schemas } = config;
   const defaults: ScimUserSettings = { echoUserName: config.echoUserName };
+  // Where the next pages of recent list walks start: one set per service (per router).
+  const cursors = new ScimPageCursors();
 
   /** The fields of a create or replace body; `fallback` stands in for an absent `userType`. */
   function fieldsOf(body: unknown, settings: ScimUserSettings, fallback?: ProfileType): ScimUserFields {
@@ -296,7 +299,12 @@ export function scimUserService(config: ScimUserServiceConfig) {
       );
     },
 
-    /** Filters, sorts and pages the project's users, rendered and projected. */
+    /**
+     * Filters, sorts and pages the project's users, rendered and projected. The store filters
+     * (what its indexes answer, then the whole filter as `where`), sorts and pages; a `startIndex`
+     * that an earlier page led to starts from that page's cursor (`ScimPageCursors`). A `sortBy` no
+     * store keeps (`name.familyName`, …) is sorted here, over every match.
+     */
     async search(
       projectId: string,
       query: ScimListQuery,
@@ -304,49 +312,45 @@ export function scimUserService(config: ScimUserServiceConfig) {
       settings = defaults,
     ): Promise<ScimSearchResult> {
       const predicate = query.filter ? compileScimFilter(query.filter, schemas) : undefined;
-      const plan = query.filter ? planScimLookup(query.filter, schemas.core.id) : undefined;
-      const candidates = await guard(async () => {
-        if (!plan) return storage.listUsers(projectId);
-        const found = new Map<string, UserRecord>();
-        for (const lookup of plan) {
-          let users: UserRecord[];
-          if (lookup.attribute === 'id') {
-            users = await storage.readUser(projectId, lookup.value).then(
-              (u) => [u],
-              (error: unknown) => {
-                if (error instanceof NotFoundError) return [];
-                throw error;
-              },
-            );
-          } else if (lookup.attribute === 'externalId') {
-            users = await storage.findUsers(projectId, { externalId: lookup.value });
-          } else {
-            users = [
-              ...(await storage.findUsers(projectId, { userName: lookup.value })),
-              ...(await storage.findUsers(projectId, { profileId: lookup.value })),
-            ];
-          }
-          for (const user of users) found.set(user.id, user);
-        }
-        return [...found.values()].sort(byCreatedThenId);
-      });
-      const matching = predicate
-        ? candidates.filter((u) => predicate(userFilterView(u, locationOf(u.id))))
-        : candidates;
+      const filter = query.filter ? scimStorageFilter(query.filter, schemas) : undefined;
+      const matching = {
+        ...(filter ? { filter } : {}),
+        ...(predicate ? { where: (u: UserRecord) => predicate(userFilterView(u, locationOf(u.id))) } : {}),
+      };
       const render = (u: UserRecord) =>
         userToScim(u, { location: locationOf(u.id), echoUserName: settings.echoUserName });
-      const from = query.startIndex - 1;
-      // Without sortBy the storage order is the order: render only the page.
-      const page = query.sortBy
-        ? matching
-            .map(render)
-            .sort(scimSortComparator(query.sortBy, query.descending))
-            .slice(from, from + query.count)
-        : matching.slice(from, from + query.count).map(render);
-      return {
-        totalResults: matching.length,
-        resources: page.map((doc) => projectScimAttributes(doc, query, schemas)),
-      };
+      const project = (docs: Record<string, unknown>[]) =>
+        docs.map((doc) => projectScimAttributes(doc, query, schemas));
+      const sortBy = query.sortBy ? scimStorageSortKey(query.sortBy, settings.echoUserName) : 'createdAt';
+      const sortOrder = query.descending ? 'descending' : 'ascending';
+      if (!sortBy && query.sortBy) {
+        const all = await guard(() =>
+          storage.listUsers(projectId, { ...matching, count: Number.MAX_SAFE_INTEGER }),
+        );
+        const from = query.startIndex - 1;
+        const sorted = all.users.map(render).sort(scimSortComparator(query.sortBy, query.descending));
+        return { totalResults: all.total, resources: project(sorted.slice(from, from + query.count)) };
+      }
+      const walk = JSON.stringify([
+        projectId,
+        query.filter ? printScimFilter(query.filter) : '',
+        sortBy,
+        sortOrder,
+      ]);
+      const known = cursors.find(walk, query.startIndex);
+      const page = await guard(() =>
+        storage.listUsers(projectId, {
+          ...matching,
+          sortBy: sortBy ?? 'createdAt',
+          sortOrder,
+          ...(known ? { after: known.cursor, total: false } : { offset: query.startIndex - 1 }),
+          count: query.count,
+        }),
+      );
+      const total = known ? known.total : page.total;
+      if (page.next)
+        cursors.remember(walk, query.startIndex + page.users.length, { cursor: page.next, total });
+      return { totalResults: total, resources: project(page.users.map(render)) };
     },
   };
 }

@@ -269,8 +269,12 @@ function references(
   out.push(ref);
 }
 
-/** The index values of `values` (typed FHIRPath results) for a parameter of `type`. */
-function convert(
+/**
+ * The index values of `values` (typed FHIRPath results) for a parameter of `type`, appended to
+ * `out`: what `extractValues` does with each branch's results (and the compiled paths of
+ * `compiled-paths.ts` with theirs).
+ */
+export function convert(
   type: SearchParamType,
   values: readonly TypedValue[],
   valueTypes: readonly string[],

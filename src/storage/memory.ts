@@ -33,6 +33,8 @@ import type {
   Tombstone,
 } from './types.js';
 import { InvalidOptionError } from '../errors.js';
+import type { IndexerOption } from './search-index.js';
+import { Indexing } from './engine/indexing.js';
 
 /** Options of `memoryStorage`. */
 export interface MemoryStorageOptions {
@@ -46,6 +48,14 @@ export interface MemoryStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Computes what each written version is indexed by for search (the indexer itself, or a loader
+   * called once before the first write). Without one, every search scans its type.
+   * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
+   * parameter it is asked about: the store narrows searches by them.
+   * @default none: every search scans its type; `r4SearchIndexer` (package entry) is the R4 one
+   */
+  indexer?: IndexerOption;
   /**
    * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). Old
    * versions are also kept, whatever this says, while an export snapshot is open.
@@ -302,8 +312,9 @@ class MemoryStorage extends EngineStorage {
     private readonly backend: MemoryBackend,
     chunkBytes: number,
     compartment: PatientCompartment,
+    indexing: Indexing,
   ) {
-    super(engine, compartment);
+    super(engine, compartment, indexing);
     this.exportReader = new MemoryExportReader(backend, chunkBytes);
   }
 
@@ -352,6 +363,8 @@ class MemoryStorage extends EngineStorage {
   }
 
   async close(): Promise<void> {
+    // Writes made before the indexer loaded wait for it: they are queued once it has.
+    await this.indexing.load().catch(() => undefined);
     await this.engine.close();
   }
 }
@@ -364,5 +377,6 @@ export function createMemoryStorage(options: WithCompartment<MemoryStorageOption
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend(checkHistoryRetention('memoryStorage', options.history));
-  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment);
+  const indexing = new Indexing(options.indexer);
+  return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment, indexing);
 }

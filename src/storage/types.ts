@@ -24,9 +24,11 @@ import type {
   ExportFileStore,
   ExportJobQueue,
 } from './export-types.js';
+import type { UserListOptions, UserPage } from './user-list.js';
 import type { HistoryPage, HistoryQuery } from './history-types.js';
 
 export type * from './record-types.js';
+export type { UserCursor, UserFilter, UserListOptions, UserPage, UserSortKey } from './user-list.js';
 export type * from './query-types.js';
 export type * from './export-types.js';
 export type * from './history-types.js';
@@ -113,6 +115,13 @@ export interface StorageOperations {
   findUsers(projectId: string, query: UserQuery): Promise<UserRecord[]>;
   /** Every user of the project, ordered by `createdAt` then id. */
   listUsers(projectId: string): Promise<UserRecord[]>;
+  /**
+   * One page of the project's users matching `options.filter` (and `where`), in the order of
+   * `sortBy` then id, starting after the cursor `after`, with the total (see `UserListOptions`).
+   * Stores answer indexed filters (`userName`, `externalId`, `profileId`, `email`, `id`) without
+   * reading the other users, and a page without a filter in time independent of the users before it.
+   */
+  listUsers(projectId: string, options: UserListOptions): Promise<UserPage>;
 
   // Memberships
   createMembership(projectId: string, membership: NewMembership): Promise<MembershipRecord>;

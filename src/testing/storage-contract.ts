@@ -5,6 +5,7 @@ import { historyStorageContract } from './history-contract.js';
 import { recordsStorageContract } from './records-contract.js';
 import { resourcesStorageContract } from './resources-contract.js';
 import { transactionsStorageContract } from './transactions-contract.js';
+import { userListStorageContract } from './user-list-contract.js';
 
 // The storage contract suite, shipped as `fhir-platform-kit/testing` so that an adapter's author
 // can run it (with vitest) against their adapter. The package's own adapters run it in test/storage.
@@ -35,6 +36,7 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     recordsStorageContract(() => storage);
     resourcesStorageContract(() => storage);
     transactionsStorageContract(() => storage);
+    userListStorageContract(() => storage);
     historyStorageContract(() => storage);
   });
 }

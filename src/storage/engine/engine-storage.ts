@@ -19,6 +19,7 @@ import type {
 } from '../types.js';
 import type { Engine } from './engine.js';
 import { EngineOperations } from './operations.js';
+import type { Indexing } from './indexing.js';
 import { byCreatedThenId } from '../record-order.js';
 import { checkIfVersion, newExportJobRecord, updatedExportJobRecord } from '../record-rules.js';
 
@@ -40,8 +41,9 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   constructor(
     protected readonly engine: Engine,
     compartment: PatientCompartment,
+    indexing: Indexing,
   ) {
-    super(engine.root, compartment);
+    super(engine.root, compartment, indexing);
   }
 
   /** Open means reachable: everything is in this process (the file store adds its directory). */
@@ -51,7 +53,7 @@ export abstract class EngineStorage extends EngineOperations implements Storage 
   }
 
   transaction<T>(fn: (tx: StorageOperations) => Promise<T>): Promise<T> {
-    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx, this.compartment)));
+    return this.engine.transaction((ctx) => fn(new EngineOperations(ctx, this.compartment, this.indexing)));
   }
 
   deleteProject(id: string): Promise<void> {

@@ -9,7 +9,9 @@ import type {
 import { assertNever } from '../assert-never.js';
 import { getOrCreate } from './map-entry.js';
 import { pairKey, type Mutation, type ResourceEntry } from './mutation.js';
-import { userIndexValue, type StateView, type UserIndex } from './state.js';
+import { userIndexValues, type StateView, type UserIndex } from './state.js';
+import type { SearchRequest } from '../search-request.js';
+import { compareUserPositions, userPosition, type UserSortKey } from '../user-list.js';
 
 type Scoped<V> = Map<string, Map<string, V | null>>;
 
@@ -48,18 +50,27 @@ export class Layer implements StateView {
   private indexUser(projectId: string, user: UserRecord | null | undefined, add: boolean): void {
     if (!user) return;
     const byKey = getOrCreate(this.userIndex, projectId, () => new Map());
-    for (const index of ['name', 'externalId', 'profileId'] as const) {
-      const value = userIndexValue(user, index);
-      if (value === undefined) continue;
-      const k = pairKey(index, value);
-      let ids = byKey.get(k);
-      if (add) {
-        if (!ids) byKey.set(k, (ids = new Set()));
-        ids.add(user.id);
-      } else {
-        ids?.delete(user.id);
-        if (ids?.size === 0) byKey.delete(k);
-      }
+    for (const index of ['name', 'externalId', 'profileId', 'email'] as const) {
+      for (const value of userIndexValues(user, index))
+        this.indexUserValue(byKey, user.id, index, value, add);
+    }
+  }
+
+  private indexUserValue(
+    byKey: Map<string, Set<string>>,
+    id: string,
+    index: UserIndex,
+    value: string,
+    add: boolean,
+  ): void {
+    const k = pairKey(index, value);
+    let ids = byKey.get(k);
+    if (add) {
+      if (!ids) byKey.set(k, (ids = new Set()));
+      ids.add(id);
+    } else {
+      ids?.delete(id);
+      if (ids?.size === 0) byKey.delete(k);
     }
   }
 
@@ -96,6 +107,13 @@ export class Layer implements StateView {
       () => this.parent.users(projectId),
       (u) => u.id,
     );
+  }
+  sortedUsers(projectId: string, sortBy: UserSortKey): readonly UserRecord[] {
+    // Without changes of its own to the project's users, the layer's order is its parent's.
+    if (this.visible(projectId) && !this.userRecords.has(projectId))
+      return this.parent.sortedUsers(projectId, sortBy);
+    const keyed = [...this.users(projectId)].map((u) => ({ u, at: userPosition(u, sortBy) }));
+    return keyed.sort((a, b) => compareUserPositions(a.at, b.at)).map((k) => k.u);
   }
   membership(projectId: string, id: string): MembershipRecord | undefined {
     const own = scopedGet(this.membershipRecords, projectId, id);
@@ -174,6 +192,22 @@ export class Layer implements StateView {
       for (const e of this.parent.identified(projectId, resourceType, key)) if (!own?.has(e.id)) yield e;
     }
     if (own) for (const e of own.values()) if (!e.deleted && e.identifiers.includes(key)) yield e;
+  }
+
+  /** The parent's candidates this layer did not change, then every entry of the type it wrote. */
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined {
+    const own = this.resourceEntries.get(projectId)?.get(resourceType);
+    if (!this.visible(projectId)) return own?.values() ?? [];
+    const parent = this.parent.searched(projectId, resourceType, search);
+    if (!parent || !own) return parent;
+    return (function* () {
+      for (const e of parent) if (!own.has(e.id)) yield e;
+      yield* own.values();
+    })();
   }
 
   private *scopedList<V>(

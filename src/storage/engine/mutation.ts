@@ -43,6 +43,11 @@ export interface ResourceEntry {
   /** `identifierKeys` of this version (empty for tombstones). */
   identifiers: readonly string[];
   /**
+   * The search posting keys of this version (`postingKeys`), absent for tombstones and for
+   * versions not indexed (a store without indexer, an entry loaded before its index is rebuilt).
+   */
+  postings?: readonly string[];
+  /**
    * The version's JSON text (a tombstone's for deletes), only on entries not yet committed
    * (transaction and batch overlays). Text, not an object: nobody can mutate it, it is what the
    * adapters store, and the object handed to the caller is never shared with the store.

@@ -18,15 +18,21 @@ import type {
   StoredResource,
   UserChanges,
   UserQuery,
+  UserListOptions,
+  UserPage,
   UserRecord,
   WriteOptions,
   WriteResult,
 } from '../types.js';
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
+import { Indexing } from './indexing.js';
+import { candidateEntries } from './candidates.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
+import { resolveUserList } from '../user-list.js';
+import { engineUserPage, userQueryList } from './user-page.js';
 import { compareItems, PageWindow } from '../result-page.js';
 import {
   checkId,
@@ -107,6 +113,7 @@ export class EngineOperations implements StorageOperations {
   constructor(
     protected readonly ctx: OpContext,
     protected readonly compartment: PatientCompartment,
+    protected readonly indexing: Indexing = new Indexing(undefined),
   ) {}
 
   // Projects
@@ -185,40 +192,15 @@ export class EngineOperations implements StorageOperations {
   }
 
   async findUsers(projectId: string, query: UserQuery): Promise<UserRecord[]> {
-    const view = this.ctx.view();
-    let candidates: Iterable<UserRecord>;
-    if (query.userName !== undefined)
-      candidates = this.usersBy(view, projectId, 'name', query.userName.toLowerCase());
-    else if (query.externalId !== undefined)
-      candidates = this.usersBy(view, projectId, 'externalId', query.externalId);
-    else if (query.profileId !== undefined)
-      candidates = this.usersBy(view, projectId, 'profileId', query.profileId);
-    else candidates = view.users(projectId);
-    const out: UserRecord[] = [];
-    for (const u of candidates) {
-      if (query.userName !== undefined && u.userName.toLowerCase() !== query.userName.toLowerCase()) continue;
-      if (query.externalId !== undefined && u.externalId !== query.externalId) continue;
-      if (query.profileId !== undefined && u.profileId !== query.profileId) continue;
-      out.push(structuredClone(u));
-    }
-    return Promise.resolve(out.sort(byCreatedThenId));
+    return Promise.resolve(engineUserPage(this.ctx.view(), projectId, userQueryList(query)).users);
   }
 
-  async listUsers(projectId: string): Promise<UserRecord[]> {
-    const users = [...this.ctx.view().users(projectId)].sort(byCreatedThenId);
-    return Promise.resolve(structuredClone(users));
-  }
-
-  private usersBy(
-    view: StateView,
-    projectId: string,
-    index: 'name' | 'externalId' | 'profileId',
-    value: string,
-  ) {
-    return view
-      .userIds(projectId, index, value)
-      .map((id) => view.user(projectId, id))
-      .filter((u): u is UserRecord => u !== undefined);
+  listUsers(projectId: string): Promise<UserRecord[]>;
+  listUsers(projectId: string, options: UserListOptions): Promise<UserPage>;
+  async listUsers(projectId: string, options?: UserListOptions): Promise<UserRecord[] | UserPage> {
+    if (options === undefined)
+      return Promise.resolve(structuredClone([...this.ctx.view().sortedUsers(projectId, 'createdAt')]));
+    return Promise.resolve(engineUserPage(this.ctx.view(), projectId, resolveUserList(options)));
   }
 
   private checkUserUnique(
@@ -335,7 +317,10 @@ export class EngineOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    return this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
+    const plan = (): Promise<WriteResult[]> =>
+      this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
+    // Every version is indexed: the first writes wait for the indexer to load.
+    return this.indexing.pending ? this.indexing.load().then(plan) : plan();
   }
 
   private planWrite(w: WriteContext, projectId: string, write: ResourceWrite): WriteResult {
@@ -405,6 +390,7 @@ export class EngineOperations implements StorageOperations {
         deleted: false,
         patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(stored),
+        postings: this.indexing.keys(stored),
         json,
         jsonBytes: bytes,
       },
@@ -422,26 +408,7 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    let candidates: Iterable<ResourceEntry>;
-    if (query.ids) {
-      candidates = query.ids
-        .map((id) => view.resource(projectId, resourceType, id))
-        .filter((e): e is ResourceEntry => e !== undefined);
-    } else if (keys) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const key of keys)
-        for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
-      candidates = seen.values();
-    } else if (query.compartment) {
-      const seen = new Map<string, ResourceEntry>();
-      for (const patient of query.compartment) {
-        for (const e of view.compartment(projectId, patient))
-          if (e.resourceType === resourceType) seen.set(e.id, e);
-      }
-      candidates = seen.values();
-    } else {
-      candidates = view.resources(projectId, resourceType);
-    }
+    const candidates = candidateEntries(view, projectId, resourceType, query, keys);
     const ids = query.ids ? new Set(query.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();

@@ -7,11 +7,19 @@ import type {
   UserRecord,
 } from '../types.js';
 import { assertNever } from '../assert-never.js';
+import type { UserSortKey } from '../user-list.js';
+import { userEmails } from '../user-list.js';
 import { getOrCreate } from './map-entry.js';
 import type { Mutation, ResourceEntry } from './mutation.js';
+import { TypePostings } from './postings.js';
+import type { SearchRequest } from '../search-request.js';
+import { UserOrders } from './user-order.js';
 
-/** A user attribute with an index: `name` is the lower-cased `userName`. */
-export type UserIndex = 'name' | 'externalId' | 'profileId';
+/**
+ * A user attribute with an index: `name` is the lower-cased `userName`, `email` each lower-cased
+ * `data.emails[].value`.
+ */
+export type UserIndex = 'name' | 'externalId' | 'profileId' | 'email';
 
 /** Read access to the engine's state, committed or with pending writes on top. */
 export interface StateView {
@@ -20,6 +28,8 @@ export interface StateView {
   user(projectId: string, id: string): UserRecord | undefined;
   userIds(projectId: string, index: UserIndex, value: string): string[];
   users(projectId: string): Iterable<UserRecord>;
+  /** The users of a project in ascending `sortBy` order (see `UserSortKey`); do not change it. */
+  sortedUsers(projectId: string, sortBy: UserSortKey): readonly UserRecord[];
   membership(projectId: string, id: string): MembershipRecord | undefined;
   memberships(projectId: string): Iterable<MembershipRecord>;
   client(id: string): ClientRecord | undefined;
@@ -36,12 +46,22 @@ export interface StateView {
   compartment(projectId: string, patientId: string): Iterable<ResourceEntry>;
   /** Live entries of a type with an identifier index key (see `identifierKeys`). */
   identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry>;
+  /**
+   * Entries of a type (tombstones possibly included) holding every current match of `search`,
+   * from the search postings; undefined when they cannot narrow it (then scan `resources`).
+   */
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined;
 }
 
-export function userIndexValue(user: UserRecord, index: UserIndex): string | undefined {
-  if (index === 'name') return user.userName.toLowerCase();
-  if (index === 'externalId') return user.externalId;
-  return user.profileId;
+export function userIndexValues(user: UserRecord, index: UserIndex): string[] {
+  if (index === 'name') return [user.userName.toLowerCase()];
+  if (index === 'externalId') return user.externalId === undefined ? [] : [user.externalId];
+  if (index === 'email') return userEmails(user);
+  return [user.profileId];
 }
 
 /** Shared by every index entry without patients or identifiers (an array made by `push` holds 17 slots). */
@@ -92,6 +112,8 @@ class ProjectData {
   readonly byName = new Map<string, string>();
   readonly byExternalId = new Map<string, string>();
   readonly byProfile = new Map<string, Set<string>>();
+  readonly byEmail = new Map<string, Set<string>>();
+  readonly orders = new UserOrders();
   readonly memberships = new Map<string, MembershipRecord>();
   readonly jobs = new Map<string, ExportJobRecord>();
   readonly resources = new Map<string, Map<string, ResourceEntry>>();
@@ -99,6 +121,8 @@ class ProjectData {
   readonly compartment = new KeyedSets<ResourceEntry>();
   /** type -> identifier key -> live entries with that key. */
   readonly identifiers = new Map<string, KeyedSets<ResourceEntry>>();
+  /** type -> search postings of its live entries. */
+  readonly postings = new Map<string, TypePostings>();
 }
 
 /** The committed state: plain maps with the secondary indexes kept up to date by `apply`. */
@@ -145,11 +169,16 @@ export class BaseState implements StateView {
     const data = this.get(projectId);
     if (!data) return [];
     if (index === 'profileId') return [...(data.byProfile.get(value) ?? [])];
+    if (index === 'email') return [...(data.byEmail.get(value) ?? [])];
     const id = (index === 'name' ? data.byName : data.byExternalId).get(value);
     return id === undefined ? [] : [id];
   }
   users(projectId: string): Iterable<UserRecord> {
     return this.get(projectId)?.users.values() ?? [];
+  }
+  sortedUsers(projectId: string, sortBy: UserSortKey): readonly UserRecord[] {
+    const data = this.get(projectId);
+    return data ? data.orders.sorted(data.users, sortBy) : [];
   }
   membership(projectId: string, id: string): MembershipRecord | undefined {
     return this.get(projectId)?.memberships.get(id);
@@ -202,6 +231,15 @@ export class BaseState implements StateView {
     return this.get(projectId)?.identifiers.get(resourceType)?.get(key)?.values() ?? [];
   }
 
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+  ): Iterable<ResourceEntry> | undefined {
+    const postings = this.get(projectId)?.postings.get(resourceType);
+    return postings ? postings.candidates(search) : [];
+  }
+
   /** Drops expired one-time values once the map has doubled since the last purge. */
   purgeOnce(now: number): void {
     if (this.onceValues.size < 1024 || this.onceValues.size < this.onceSizeAtPurge * 2) return;
@@ -223,8 +261,12 @@ export class BaseState implements StateView {
         return;
       case 'user-put': {
         const data = this.ensure(m.projectId);
+        const old = data.users.get(m.record.id);
         this.unindexUser(data, m.record.id);
         data.users.set(m.record.id, m.record);
+        data.orders.put(old, m.record);
+        for (const email of userEmails(m.record))
+          getOrCreate(data.byEmail, email, () => new Set()).add(m.record.id);
         data.byName.set(m.record.userName.toLowerCase(), m.record.id);
         if (m.record.externalId !== undefined) data.byExternalId.set(m.record.externalId, m.record.id);
         const ids = getOrCreate(data.byProfile, m.record.profileId, () => new Set());
@@ -233,9 +275,11 @@ export class BaseState implements StateView {
       }
       case 'user-delete': {
         const data = this.get(m.projectId);
-        if (data) {
+        const old = data?.users.get(m.id);
+        if (data && old) {
           this.unindexUser(data, m.id);
           data.users.delete(m.id);
+          data.orders.delete(old);
         }
         return;
       }
@@ -272,6 +316,7 @@ export class BaseState implements StateView {
           deleted: e.deleted,
           patients: e.patients,
           identifiers: e.identifiers,
+          postings: e.postings,
           ref,
         });
         return;
@@ -287,17 +332,21 @@ export class BaseState implements StateView {
     const byId = getOrCreate(data.resources, entry.resourceType, () => new Map());
     const previous = byId.get(entry.id);
     const byKey = getOrCreate(data.identifiers, entry.resourceType, () => new KeyedSets());
+    const postings = getOrCreate(data.postings, entry.resourceType, () => new TypePostings());
     if (previous && !previous.deleted) {
       for (const patient of previous.patients) data.compartment.delete(patient, previous);
       for (const key of previous.identifiers) byKey.delete(key, previous);
+      postings.remove(previous);
     }
     byId.set(entry.id, entry);
     if (entry.deleted) {
       entry.patients = NONE;
       entry.identifiers = NONE;
+      entry.postings = undefined;
     } else {
       entry.patients = keptKeys(entry.patients, data.compartment, entry);
       entry.identifiers = keptKeys(entry.identifiers, byKey, entry);
+      postings.add(entry);
     }
   }
 
@@ -312,5 +361,10 @@ export class BaseState implements StateView {
     const ids = data.byProfile.get(old.profileId);
     ids?.delete(id);
     if (ids?.size === 0) data.byProfile.delete(old.profileId);
+    for (const email of userEmails(old)) {
+      const holders = data.byEmail.get(email);
+      holders?.delete(id);
+      if (holders?.size === 0) data.byEmail.delete(email);
+    }
   }
 }

@@ -24,6 +24,9 @@ import { checkHistoryRetention } from '../history-retention.js';
 import { readFileHistory, readFileVersion } from './file-history.js';
 import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
+import type { IndexerOption } from '../search-index.js';
+import { Indexing } from '../engine/indexing.js';
+import { rebuildSearchIndex } from '../engine/rebuild-postings.js';
 
 export type { FileStoreBackup } from './backup.js';
 
@@ -50,6 +53,15 @@ export interface FileStorageOptions {
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */
   compartment?: PatientCompartment;
+  /**
+   * Computes what each written version is indexed by for search (the indexer itself, or a loader
+   * called once at open). The search index lives in memory: opening rebuilds it from the current
+   * versions. Without one, every search scans its type.
+   * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
+   * parameter it is asked about: the store narrows searches by them.
+   * @default none: every search scans its type; `r4SearchIndexer` (package entry) is the R4 one
+   */
+  indexer?: IndexerOption;
   /**
    * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). With
    * `'all'` resource logs are never compacted (every byte in them is kept history); otherwise
@@ -97,8 +109,9 @@ class FileStorage extends EngineStorage implements FileStore {
     compartment: PatientCompartment,
     readerModule: string | undefined,
     private readonly faults: FaultHook | undefined,
+    indexing: Indexing,
   ) {
-    super(engine, compartment);
+    super(engine, compartment, indexing);
     this.exportReader = new FileExportReader({ dir }, compartment, faults);
     this.descriptor =
       readerModule === undefined
@@ -204,6 +217,14 @@ export async function createFileStorage(
     ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
   });
   const engine = new Engine(backend);
+  const indexing = new Indexing(options.indexer);
   await backend.open(engine.base, engine.clock);
-  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults);
+  try {
+    const indexer = await indexing.load();
+    if (indexer) await rebuildSearchIndex(engine.base, indexer, (entry) => backend.readBody(entry));
+  } catch (error) {
+    await backend.close();
+    throw error;
+  }
+  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }

@@ -65,7 +65,7 @@ const CONNECTION_LOST =
 const TIMED_OUT_SQLSTATE = /^(55P03|57014|25P03)$/;
 
 /** True when `error` says the database could not be reached or failed for now, not the request. */
-function isUnavailable(error: unknown): boolean {
+export function isUnavailable(error: unknown): boolean {
   if (isSystemError(error)) return true;
   const code = pgCode(error);
   if (code !== undefined) return UNAVAILABLE_SQLSTATE.test(code);
@@ -136,7 +136,8 @@ function holdsNul(value: unknown): boolean {
   return Array.isArray(value) && value.some(holdsNul);
 }
 
-function queryOn(client: Pool | PoolClient, names: StatementNames): Query {
+/** A `Query` on a pool or a client, preparing statements by `names` when asked. */
+export function queryOn(client: Pool | PoolClient, names: StatementNames): Query {
   return <R extends QueryResultRow>(text: string, values?: unknown[], prepare?: boolean) => {
     // PostgreSQL text cannot hold NUL: refuse before sending, so an open transaction survives.
     if (values?.some(holdsNul)) {

@@ -16,6 +16,8 @@ import type {
   StoredResource,
   UserChanges,
   UserQuery,
+  UserListOptions,
+  UserPage,
   UserRecord,
   WriteOptions,
   WriteResult,
@@ -39,6 +41,8 @@ import {
   type NewProject,
   type ProjectChanges,
 } from '../record-rules.js';
+import { resolveUserList } from '../user-list.js';
+import { postgresUserPage, userListColumns } from './user-page.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 
 interface RecordRow<T> {
@@ -150,8 +154,8 @@ export class PostgresOperations implements StorageOperations {
       // DO NOTHING rather than an error: inside a transaction, a failed statement would abort it.
       const { rowCount } = await query(
         `INSERT INTO ${this.s}.users
-           (project_id, id, user_name_key, external_id, profile_id, created_at, version, record)
-         VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
+           (project_id, id, user_name_key, external_id, profile_id, created_at, version, record, updated_at, emails)
+         VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9)
          ON CONFLICT DO NOTHING`,
         [
           projectId,
@@ -161,6 +165,8 @@ export class PostgresOperations implements StorageOperations {
           record.profileId,
           now,
           json(record),
+          now,
+          userListColumns(record).emails,
         ],
         true,
       );
@@ -219,7 +225,8 @@ export class PostgresOperations implements StorageOperations {
       );
       await query(
         `UPDATE ${this.s}.users
-            SET user_name_key = $3, external_id = $4, profile_id = $5, version = $6, record = $7
+            SET user_name_key = $3, external_id = $4, profile_id = $5, version = $6, record = $7,
+                updated_at = $8, emails = $9
           WHERE project_id = $1 AND id = $2`,
         [
           projectId,
@@ -229,6 +236,8 @@ export class PostgresOperations implements StorageOperations {
           record.profileId,
           record.version,
           json(record),
+          record.updatedAt,
+          userListColumns(record).emails,
         ],
       );
       return record;
@@ -270,8 +279,12 @@ export class PostgresOperations implements StorageOperations {
     });
   }
 
-  listUsers(projectId: string): Promise<UserRecord[]> {
-    return this.findUsers(projectId, {});
+  listUsers(projectId: string): Promise<UserRecord[]>;
+  listUsers(projectId: string, options: UserListOptions): Promise<UserPage>;
+  async listUsers(projectId: string, options?: UserListOptions): Promise<UserRecord[] | UserPage> {
+    if (options === undefined) return this.findUsers(projectId, {});
+    const list = resolveUserList(options);
+    return this.exec.run('read', (query) => postgresUserPage(query, this.s, projectId, list));
   }
 
   // Memberships

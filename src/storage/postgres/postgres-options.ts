@@ -86,6 +86,15 @@ export interface PostgresStorageOptions {
    */
   history?: HistoryRetention;
   /**
+   * Connection strings of streaming replicas of the database. Reads outside a transaction
+   * (resources, searches, users, SCIM listings) run on one of them once it has replayed every
+   * commit this store has made, else on the primary; writes, transactions, leases, limits, export
+   * jobs, snapshots and files stay on the primary. A replica that cannot be reached or was promoted
+   * is skipped for 30 s. See docs/deployment.md, "Read replicas".
+   * @default [] (every call on the primary)
+   */
+  readReplicas?: string[];
+  /**
    * What the store indexes for search (index tables written with each version; FHIR searches are
    * then answered in SQL). Rebuilt on open when its `fingerprint` changes; every instance sharing
    * a schema needs the same one. @default loadR4Indexer (filled in by `postgresStorage`)

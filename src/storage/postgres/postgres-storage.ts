@@ -50,6 +50,10 @@ import { checkHistoryRetention } from '../history-retention.js';
 import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history.js';
 
 export type { PostgresStorageOptions } from './postgres-options.js';
+import { millis, POSTGRES_POOL_DEFAULTS } from './pool-options.js';
+import { ReplicaExecutor, replicaRouterFor, type ReplicaRouter } from './replicas.js';
+
+export { POSTGRES_POOL_DEFAULTS } from './pool-options.js';
 
 interface JobRow {
   record: ExportJobRecord;
@@ -82,9 +86,16 @@ class PostgresStorage extends PostgresOperations implements Storage {
     files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
     history: HistoryRetention,
     index: SearchIndex,
+    private readonly replicas?: ReplicaRouter,
   ) {
-    const root = new GuardedExecutor(lifecycle, new PoolExecutor(pool, scope));
-    super(root, quoteIdentifier(schema), compartment, index);
+    const primary = new PoolExecutor(pool, scope);
+    const root = new GuardedExecutor(lifecycle, primary);
+    super(
+      replicas ? new GuardedExecutor(lifecycle, new ReplicaExecutor(primary, pool, replicas, scope)) : root,
+      quoteIdentifier(schema),
+      compartment,
+      index,
+    );
     this.root = root;
     this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
     this.descriptor = descriptor;
@@ -151,6 +162,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         await exec.end();
         exec.assertCommittable();
         const commit = await client.query('COMMIT');
+        this.replicas?.noteWrite();
         // PostgreSQL answers COMMIT of an aborted transaction with a rollback, not an error.
         if (commit.command === 'ROLLBACK') {
           throw new StorageError('ERR_STORAGE_TRANSACTION_ABORTED', 'The transaction was rolled back');
@@ -343,6 +355,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         // so that they fail and the pool can end.
         for (const client of this.checkedOut) void client.end().catch(() => undefined);
       }
+      await this.replicas?.close();
       const ended = this.pool.end();
       // A client its holder never releases (an export read abandoned mid-way) keeps `end` pending.
       if (!(await settlesWithin(ended, settled ? 0 : this.lifecycle.closeTimeoutMs))) {
@@ -352,25 +365,6 @@ class PostgresStorage extends PostgresOperations implements Storage {
     return this.closing;
   }
 }
-
-/** A duration option in milliseconds: a non-negative integer (0: no limit). */
-function millis(value: number | undefined, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidOptionError(`postgresStorage: ${name} must be a non-negative integer of milliseconds`);
-  }
-  return value;
-}
-
-/** Defaults of the pool and timeout options (the `serve` settings table is checked against them). */
-export const POSTGRES_POOL_DEFAULTS = {
-  maxConnections: 10,
-  acquireTimeoutMs: 10_000,
-  lockTimeoutMs: 15_000,
-  statementTimeoutMs: 60_000,
-  idleInTransactionTimeoutMs: 60_000,
-  closeTimeoutMs: 10_000,
-} as const;
 
 /** The PostgreSQL store (see `postgresStorage` in `src/stores.ts`, which fills in the compartment). */
 export function createPostgresStorage(options: WithCompartment<PostgresStorageOptions>): Storage {
@@ -438,6 +432,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           options: { connectionString, schema, chunkBytes: fileChunkBytes },
         };
   const index = searchIndexOf(pool, schema, options.indexer);
+  const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs);
   return new PostgresStorage(
     pool,
     ownsPool,
@@ -450,5 +445,6 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
     checkHistoryRetention('postgresStorage', options.history),
     index,
+    replicas,
   );
 }

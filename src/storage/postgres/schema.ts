@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
-import type { StoredResource } from '../types.js';
+import type { StoredResource, UserRecord } from '../types.js';
+import { userEmails } from '../user-list.js';
 import { searchTableStatements } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
@@ -159,9 +160,49 @@ function migrationStatements(s: string): string[] {
     // `resources_history`), its previous version, and the sweep's count of newer versions.
     `CREATE INDEX IF NOT EXISTS resources_history_instance
       ON ${s}.resources (project_id, resource_type, id, seq)`,
-    // Migration 6: the search index tables (filled by `syncSearchIndex` once the indexer is known).
+    // Migration 6: paged user listings (listUsers with options). Each sort key has an index in the
+    // order the other stores compare ("C": code units), with the id to break ties, so that a page
+    // is a range scan from its cursor; `emails` holds the lower-cased `data.emails[].value`.
+    `ALTER TABLE ${s}.users ADD COLUMN IF NOT EXISTS updated_at text`,
+    `ALTER TABLE ${s}.users ADD COLUMN IF NOT EXISTS emails text[]`,
+    `CREATE INDEX IF NOT EXISTS users_by_created ON ${s}.users (project_id, (created_at COLLATE "C"), id)`,
+    `CREATE INDEX IF NOT EXISTS users_by_updated ON ${s}.users (project_id, (updated_at COLLATE "C"), id)`,
+    `CREATE INDEX IF NOT EXISTS users_by_user_name ON ${s}.users (project_id, (user_name_key COLLATE "C"), id)`,
+    `CREATE INDEX IF NOT EXISTS users_by_external_id ON ${s}.users (project_id, (external_id COLLATE "C"), id)`,
+    `CREATE INDEX IF NOT EXISTS users_by_profile_id ON ${s}.users (project_id, (profile_id COLLATE "C"), id)`,
+    `CREATE INDEX IF NOT EXISTS users_emails ON ${s}.users USING gin (emails)`,
+    // Migration 7: the search index tables (filled by `syncSearchIndex` once the indexer is known).
     ...searchTableStatements(s),
   ];
+}
+
+/**
+ * Migration 6: fills `updated_at` and `emails` of the users written before they existed, in
+ * JavaScript (`userEmails` folds case as the other stores do), in slices by key.
+ */
+async function backfillUserColumns(client: PoolClient, s: string): Promise<void> {
+  for (;;) {
+    const { rows } = await client.query<{ project_id: string; id: string; record: UserRecord }>(
+      `SELECT project_id, id, record FROM ${s}.users WHERE updated_at IS NULL LIMIT 1000`,
+    );
+    if (rows.length === 0) return;
+    await client.query(
+      `UPDATE ${s}.users u SET updated_at = v.updated_at, emails = v.emails::text[]
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(project_id, id, updated_at, emails)
+        WHERE u.project_id = v.project_id AND u.id = v.id`,
+      [
+        rows.map((r) => r.project_id),
+        rows.map((r) => r.id),
+        rows.map((r) => r.record.updatedAt ?? r.record.createdAt),
+        rows.map((r) => toPgArray(userEmails(r.record))),
+      ],
+    );
+  }
+}
+
+/** A text array literal (`{"a","b"}`), for arrays of arrays passed through `unnest`. */
+function toPgArray(values: string[]): string {
+  return `{${values.map((v) => `"${v.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
 }
 
 /**
@@ -225,7 +266,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -246,7 +287,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, and 6, the search index tables, are DDL only: `syncSearchIndex` fills those), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -270,6 +311,7 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     const applied = await appliedVersions(client, schema);
     // A schema created by this version has no resources yet: the backfill finds nothing.
     if (!applied.has(2)) await backfillIdentifiers(client, s);
+    if (!applied.has(6)) await backfillUserColumns(client, s);
     await client.query(
       `INSERT INTO ${s}.schema_migrations (version) SELECT generate_series(1, $1::int) ON CONFLICT DO NOTHING`,
       [SCHEMA_VERSION],

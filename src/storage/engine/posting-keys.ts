@@ -1,0 +1,90 @@
+import type { CompositeIndexValue, IndexValue } from '../index-values.js';
+import type { ResourceIndexEntries } from '../search-index.js';
+
+/*
+ * The keys under which the memory and file stores post a version in their search indexes
+ * (`postings.ts`): one string per distinct (parameter, value), `<code>\0<kind><value>`. The kinds:
+ *   t  a token's system and code (`pair`; an absent part as the empty string);
+ *   r  a reference's type and id (`pair`; an absent type as the empty string);
+ *   u  a uri, or a reference's absolute or canonical url;
+ *   s  a string, normalized (lowercased, accents removed);
+ *   o  an ordered value (date, number, quantity) as the range it covers, `<low>:<high>` (an open
+ *      end as -Infinity / Infinity).
+ * Composite values, token texts and reference identifiers are not posted: searches on them scan.
+ * Neither are `_id` and `_lastUpdated`, which every store answers from its own index.
+ */
+
+/** Parameters not posted (see above). */
+export const UNPOSTED = new Set(['_id', '_lastUpdated']);
+
+/** The separator between a key's parameter code and its value (never in a code). */
+export const KEY_SEPARATOR = '\u0000';
+
+/** The kinds of posting key. */
+export type PostingKind = 't' | 'r' | 'u' | 's' | 'o';
+
+/** The key of one value of parameter `code`. */
+export function postingKey(code: string, kind: PostingKind, value: string): string {
+  return `${code}${KEY_SEPARATOR}${kind}${value}`;
+}
+
+/** Two strings as one, `<length of first>.<first>|<second>`: split back by `unpair`, whatever they hold. */
+export function pair(first: string, second: string): string {
+  return `${first.length}.${first}|${second}`;
+}
+
+/** The two strings of a `pair`. */
+export function unpair(value: string): [string, string] {
+  const dot = value.indexOf('.');
+  const length = Number(value.slice(0, dot));
+  return [value.slice(dot + 1, dot + 1 + length), value.slice(dot + 2 + length)];
+}
+
+/** The `[low, high]` an ordered index value covers, open ends infinite; undefined when it has none. */
+export function orderedRange(value: IndexValue): [number, number] | undefined {
+  if (value.type === 'date') return [value.start ?? -Infinity, value.end ?? Infinity];
+  if (value.type !== 'number' && value.type !== 'quantity') return undefined;
+  if (value.value !== undefined) return [value.value, value.value];
+  if (value.low === undefined && value.high === undefined) return undefined;
+  return [value.low ?? -Infinity, value.high ?? Infinity];
+}
+
+function keysOf(code: string, value: IndexValue | CompositeIndexValue, out: Set<string>): void {
+  switch (value.type) {
+    case 'token':
+      if (value.system !== undefined || value.code !== undefined)
+        out.add(postingKey(code, 't', pair(value.system ?? '', value.code ?? '')));
+      return;
+    case 'reference':
+      if (value.id !== undefined) out.add(postingKey(code, 'r', pair(value.resourceType ?? '', value.id)));
+      if (value.url !== undefined) out.add(postingKey(code, 'u', value.url));
+      return;
+    case 'uri':
+      out.add(postingKey(code, 'u', value.value));
+      return;
+    case 'string':
+      out.add(postingKey(code, 's', value.normalized));
+      return;
+    case 'date':
+    case 'number':
+    case 'quantity': {
+      const range = orderedRange(value);
+      if (range) out.add(postingKey(code, 'o', `${range[0]}:${range[1]}`));
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+/**
+ * The posting keys of a version's index entries, each once, grouped by parameter (the keys of one
+ * parameter are adjacent).
+ */
+export function postingKeys(entries: ResourceIndexEntries): string[] {
+  const out = new Set<string>();
+  for (const code in entries) {
+    if (!UNPOSTED.has(code)) for (const value of entries[code]!) keysOf(code, value, out);
+  }
+  return [...out];
+}

@@ -1,0 +1,382 @@
+import type { ParameterFilter, SearchRequest, SearchValue } from '../search-request.js';
+import type { ResourceEntry } from './mutation.js';
+import { KEY_SEPARATOR, pair, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
+
+/*
+ * The search postings of one type of one project in the memory and file stores: each posting
+ * key (`posting-keys.ts`) to the current entries holding it, with per-parameter lookups (a token
+ * code under any system, a reference id under any type, string prefixes, ordered ranges). A
+ * search is narrowed to the entries of its most selective filter the postings can answer; the
+ * store's `where` still decides on each one, so a narrowing only has to hold every match.
+ */
+
+/** The entries posted under one key: one entry alone (most keys), or a set. */
+interface Slot {
+  readonly key: string;
+  /** The parameter code of an ordered value's key (undefined for other kinds). */
+  readonly ordered: string | undefined;
+  one: ResourceEntry | undefined;
+  many: Set<ResourceEntry> | undefined;
+}
+
+const slotSize = (slot: Slot): number => slot.many?.size ?? (slot.one ? 1 : 0);
+
+/** The lookups of one parameter, over its distinct keys. */
+class ParamIndex {
+  readonly byCode = new Map<string, Set<string>>();
+  readonly bySystem = new Map<string, Set<string>>();
+  readonly byRefId = new Map<string, Set<string>>();
+  readonly strings = new SortedStrings();
+  readonly ordered = new SortedRanges();
+  /** Some entry holds two ordered values: filters on this parameter cannot be intersected per value. */
+  multi = false;
+  /** Keys of ordered values whose low end is above their high end: candidates of every range. */
+  readonly odd = new Set<string>();
+
+  /** The keys of the ordered values that may fall in `box`, odd ones included. */
+  *inside(box: Box, isLive: (key: string) => boolean): Iterable<string> {
+    yield* this.ordered.inside(box, isLive);
+    yield* this.odd;
+  }
+}
+
+function addTo(map: Map<string, Set<string>>, part: string, key: string): void {
+  let keys = map.get(part);
+  if (!keys) map.set(part, (keys = new Set()));
+  keys.add(key);
+}
+
+function removeFrom(map: Map<string, Set<string>>, part: string, key: string): void {
+  const keys = map.get(part);
+  keys?.delete(key);
+  if (keys?.size === 0) map.delete(part);
+}
+
+/** The parameter types whose values are posted (not composite, not special). */
+const POSTED_TYPES = new Set(['token', 'reference', 'uri', 'string', 'date', 'number', 'quantity']);
+
+const ALL: Box = { loMin: -Infinity, loMax: Infinity, hiMin: -Infinity, hiMax: Infinity };
+
+/**
+ * The values whose range may match an ordered search value (see `matchDate` and `matchNumber` in
+ * src/search/match.ts): a superset, as bounds on each end of the range, for values whose range is
+ * well formed (low <= high; see `ParamIndex.odd`). Undefined for `ne`.
+ */
+function boxOf(value: SearchValue): Box | undefined {
+  if (value.type === 'date') {
+    const { start: ps, end: pe } = value;
+    switch (value.prefix) {
+      case 'eq':
+        return { loMin: ps, loMax: pe, hiMin: ps, hiMax: pe };
+      case 'gt':
+        return { ...ALL, hiMin: pe };
+      case 'ge':
+        return { ...ALL, hiMin: ps };
+      case 'lt':
+        return { ...ALL, loMax: ps };
+      case 'le':
+        return { ...ALL, loMax: pe };
+      case 'sa':
+        return { ...ALL, loMin: pe };
+      case 'eb':
+        return { ...ALL, hiMax: ps };
+      case 'ap':
+        return { ...ALL, loMax: pe, hiMin: ps };
+      default:
+        return undefined;
+    }
+  }
+  if (value.type !== 'number' && value.type !== 'quantity') return undefined;
+  const { value: v, low, high } = value;
+  const margin = Math.abs(v) * 0.1;
+  switch (value.prefix) {
+    case 'eq':
+      return { loMin: low, loMax: high, hiMin: low, hiMax: high };
+    case 'gt':
+    case 'ge':
+      return { ...ALL, hiMin: v };
+    case 'lt':
+    case 'le':
+      return { ...ALL, loMax: v };
+    case 'sa':
+      return { ...ALL, loMin: v };
+    case 'eb':
+      return { ...ALL, hiMax: v };
+    case 'ap':
+      return { ...ALL, loMax: v + margin, hiMin: v - margin };
+    default:
+      return undefined;
+  }
+}
+
+const intersectBoxes = (a: Box, b: Box): Box => ({
+  loMin: Math.max(a.loMin, b.loMin),
+  loMax: Math.min(a.loMax, b.loMax),
+  hiMin: Math.max(a.hiMin, b.hiMin),
+  hiMax: Math.min(a.hiMax, b.hiMax),
+});
+
+/** The postings of one type of one project. */
+export class TypePostings {
+  private readonly slots = new Map<string, Slot>();
+  private readonly params = new Map<string, ParamIndex>();
+  /** Current entries, and those among them without posting keys (not indexed). */
+  private live = 0;
+  private unposted = 0;
+  private readonly isLive = (key: string): boolean => this.slots.has(key);
+
+  /** Posts a current entry; its `postings` then hold the key strings the slots keep (shared). */
+  add(entry: ResourceEntry): void {
+    this.live += 1;
+    const keys = entry.postings;
+    if (keys === undefined) {
+      this.unposted += 1;
+      return;
+    }
+    const kept = new Array<string>(keys.length);
+    let orderedCode: string | undefined;
+    for (let i = 0; i < keys.length; i++) {
+      let slot = this.slots.get(keys[i]!);
+      if (!slot) slot = this.createSlot(keys[i]!);
+      if (slot.one === undefined && slot.many === undefined) slot.one = entry;
+      else {
+        if (!slot.many) slot.many = new Set([slot.one!]);
+        slot.one = undefined;
+        slot.many.add(entry);
+      }
+      kept[i] = slot.key;
+      const code = slot.ordered;
+      if (code !== undefined) {
+        if (code === orderedCode) this.params.get(code)!.multi = true;
+        orderedCode = code;
+      }
+    }
+    entry.postings = kept;
+  }
+
+  /** Removes a current entry posted by `add`. */
+  remove(entry: ResourceEntry): void {
+    this.live -= 1;
+    if (entry.postings === undefined) {
+      this.unposted -= 1;
+      return;
+    }
+    for (const key of entry.postings) {
+      const slot = this.slots.get(key);
+      if (!slot) continue;
+      if (slot.one === entry) slot.one = undefined;
+      slot.many?.delete(entry);
+      if (slot.many?.size === 1) {
+        slot.one = slot.many.values().next().value;
+        slot.many = undefined;
+      }
+      if (slotSize(slot) === 0) this.deleteSlot(key);
+    }
+  }
+
+  private param(code: string): ParamIndex {
+    let param = this.params.get(code);
+    if (!param) this.params.set(code, (param = new ParamIndex()));
+    return param;
+  }
+
+  private createSlot(key: string): Slot {
+    const sep = key.indexOf(KEY_SEPARATOR);
+    const code = key.slice(0, sep);
+    const slot: Slot = {
+      key,
+      ordered: key[sep + 1] === 'o' ? code : undefined,
+      one: undefined,
+      many: undefined,
+    };
+    this.slots.set(key, slot);
+    const param = this.param(code);
+    const value = key.slice(sep + 2);
+    switch (key[sep + 1]) {
+      case 't': {
+        const [system, code] = unpair(value);
+        addTo(param.byCode, code, key);
+        addTo(param.bySystem, system, key);
+        break;
+      }
+      case 'r':
+        addTo(param.byRefId, unpair(value)[1], key);
+        break;
+      case 's':
+        param.strings.add(key);
+        break;
+      case 'o': {
+        const colon = value.indexOf(':');
+        const lo = Number(value.slice(0, colon));
+        const hi = Number(value.slice(colon + 1));
+        if (lo <= hi) param.ordered.add({ lo, hi, key });
+        else param.odd.add(key);
+        break;
+      }
+      default:
+        break;
+    }
+    return slot;
+  }
+
+  private deleteSlot(key: string): void {
+    this.slots.delete(key);
+    const sep = key.indexOf(KEY_SEPARATOR);
+    const param = this.params.get(key.slice(0, sep));
+    if (!param) return;
+    const value = key.slice(sep + 2);
+    switch (key[sep + 1]) {
+      case 't': {
+        const [system, code] = unpair(value);
+        removeFrom(param.byCode, code, key);
+        removeFrom(param.bySystem, system, key);
+        break;
+      }
+      case 'r':
+        removeFrom(param.byRefId, unpair(value)[1], key);
+        break;
+      case 's':
+        param.strings.removed();
+        break;
+      case 'o':
+        if (!param.odd.delete(key)) param.ordered.removed();
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** The keys one value of a filter may match, or undefined when the postings cannot tell. */
+  private valueKeys(filter: ParameterFilter, value: SearchValue): Iterable<string> | undefined {
+    const { code } = filter;
+    const param = this.params.get(code);
+    const none: string[] = [];
+    switch (value.type) {
+      case 'token':
+        if (filter.modifier !== undefined || value.text !== undefined || value.typeSystem !== undefined)
+          return undefined;
+        if (value.code === undefined) {
+          if (typeof value.system !== 'string') return undefined;
+          return param?.bySystem.get(value.system) ?? none;
+        }
+        if (value.system === undefined) return param?.byCode.get(value.code) ?? none;
+        return [postingKey(code, 't', pair(value.system ?? '', value.code))];
+      case 'reference': {
+        if (filter.modifier !== undefined || value.identifier !== undefined) return undefined;
+        const keys: string[] = [];
+        if (value.url !== undefined) keys.push(postingKey(code, 'u', value.url));
+        if (value.id === undefined) return keys;
+        const type = value.resourceType ?? filter.targetType;
+        if (type !== undefined) keys.push(postingKey(code, 'r', pair(type, value.id)));
+        else keys.push(...(param?.byRefId.get(value.id) ?? []));
+        return keys;
+      }
+      case 'uri':
+        return filter.modifier === undefined ? [postingKey(code, 'u', value.value)] : undefined;
+      case 'string': {
+        if (filter.modifier === 'exact') return [postingKey(code, 's', value.normalized)];
+        if (!param) return none;
+        if (filter.modifier === 'contains') {
+          const all = param.strings.withPrefix(postingKey(code, 's', ''), this.isLive);
+          const start = code.length + 2;
+          return [...all].filter((key) => key.includes(value.normalized, start));
+        }
+        if (filter.modifier !== undefined) return undefined;
+        return param.strings.withPrefix(postingKey(code, 's', value.normalized), this.isLive);
+      }
+      case 'date':
+      case 'number':
+      case 'quantity': {
+        if (filter.modifier !== undefined) return undefined;
+        const box = boxOf(value);
+        if (!box) return undefined;
+        return param ? param.inside(box, this.isLive) : none;
+      }
+      default:
+        return undefined;
+    }
+  }
+
+  /** The keys a filter may match (any of its values), or undefined. */
+  private filterKeys(filter: ParameterFilter): Iterable<string>[] | undefined {
+    if (!POSTED_TYPES.has(filter.type) || UNPOSTED.has(filter.code) || filter.values.length === 0)
+      return undefined;
+    const lists: Iterable<string>[] = [];
+    for (const value of filter.values) {
+      const keys = this.valueKeys(filter, value);
+      if (!keys) return undefined;
+      lists.push(keys);
+    }
+    return lists;
+  }
+
+  /**
+   * One-value ordered filters on the same parameter, ANDed into one range (`date=ge2020&date=lt2021`):
+   * only where no entry holds two values of it (else each filter may match a different value).
+   */
+  private combinedRanges(filters: ParameterFilter[]): Iterable<string>[][] {
+    const boxes = new Map<string, Box[]>();
+    for (const f of filters) {
+      const [value] = f.values;
+      if (f.values.length !== 1 || f.modifier !== undefined || !value || UNPOSTED.has(f.code)) continue;
+      const box = boxOf(value);
+      if (box) boxes.set(f.code, [...(boxes.get(f.code) ?? []), box]);
+    }
+    const out: Iterable<string>[][] = [];
+    for (const [code, list] of boxes) {
+      const param = this.params.get(code);
+      if (list.length < 2 || !param || param.multi) continue;
+      out.push([param.inside(list.reduce(intersectBoxes), this.isLive)]);
+    }
+    return out;
+  }
+
+  /**
+   * The current entries that may match `search` (a superset of its matches), from its most
+   * selective filter the postings answer; undefined when none narrows it below half the type
+   * (or some entry is not posted: a store reopened before its index is rebuilt).
+   */
+  candidates(search: SearchRequest): Set<ResourceEntry> | undefined {
+    if (this.unposted > 0) return undefined;
+    const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
+    const options = [
+      ...filters.map((f) => this.filterKeys(f)).filter((k): k is Iterable<string>[] => k !== undefined),
+      ...this.combinedRanges(filters),
+    ];
+    let best: Slot[] | undefined;
+    let limit = this.live >> 1;
+    for (const lists of options) {
+      const found = this.slotsOf(lists, limit);
+      if (!found) continue;
+      best = found.slots;
+      limit = found.size;
+      if (limit === 0) break;
+    }
+    if (!best) return undefined;
+    const out = new Set<ResourceEntry>();
+    for (const slot of best) {
+      if (slot.one) out.add(slot.one);
+      else for (const e of slot.many ?? []) out.add(e);
+    }
+    return out;
+  }
+
+  /** The distinct live slots of the keys and their entries' number; undefined past `limit` entries. */
+  private slotsOf(lists: Iterable<string>[], limit: number): { slots: Slot[]; size: number } | undefined {
+    const seen = new Set<string>();
+    const slots: Slot[] = [];
+    let size = 0;
+    for (const keys of lists) {
+      for (const key of keys) {
+        const slot = this.slots.get(key);
+        if (!slot || seen.has(key)) continue;
+        seen.add(key);
+        slots.push(slot);
+        size += slotSize(slot);
+        if (size > limit) return undefined;
+      }
+    }
+    return { slots, size };
+  }
+}
