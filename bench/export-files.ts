@@ -7,7 +7,8 @@
  *
  * Each repetition writes one file of `--mib` MiB of NDJSON in 1 MiB writes (as an export worker
  * does), reads it back whole through the store's stream, then downloads it over HTTP on localhost
- * (the store's stream piped to the response, as `sendExportFile` does without gzip). Medians.
+ * (the store's stream piped to the response, as `sendExportFile` does without gzip), and with gzip
+ * as the store keeps it (`readGzip`, PostgreSQL at level 1). Medians.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
@@ -26,6 +27,7 @@ import {
 } from '../src/storage/postgres/export-files.js';
 import { postgresStorage } from '../src/postgres.js';
 import type { ExportFileStore, ExportFilesRef, Storage } from '../src/storage/types.js';
+import { generatePatients } from './dataset.js';
 
 const { values } = parseArgs({
   options: { mib: { type: 'string', default: '64' }, reps: { type: 'string', default: '3' } },
@@ -36,8 +38,18 @@ const reps = Number(values.reps);
 const url = process.env.FPK_TEST_POSTGRES_URL;
 if (!url) throw new Error('Set FPK_TEST_POSTGRES_URL');
 
-const line = `${JSON.stringify({ resourceType: 'Observation', id: 'x'.repeat(36), status: 'final', code: { text: 'y'.repeat(120) } })}\n`;
-const block = line.repeat(Math.floor(MIB / line.length));
+// About 1 MiB of the bench's generated resources, one per line (compresses as real exports do).
+const block = ((): string => {
+  const lines: string[] = [];
+  let bytes = 0;
+  for (const resource of generatePatients(100)) {
+    const line = `${JSON.stringify(resource)}\n`;
+    if (bytes + line.length > MIB) break;
+    lines.push(line);
+    bytes += line.length;
+  }
+  return lines.join('');
+})();
 
 function median(xs: number[]): number {
   const sorted = [...xs].sort((a, b) => a - b);
@@ -48,17 +60,29 @@ interface Figures {
   write: number;
   read: number;
   download: number;
+  /** NDJSON MiB/s of a download with `Accept-Encoding: gzip` as the store keeps it (0: none kept). */
+  gzip: number;
 }
 
 /** MiB/s of an HTTP download of the file (identity, streamed as `sendExportFile` does). */
-async function download(files: ExportFileStore, ref: ExportFilesRef, bytes: number): Promise<number> {
+async function download(
+  files: ExportFileStore,
+  ref: ExportFilesRef,
+  bytes: number,
+  gzip = false,
+): Promise<number> {
   const server = createServer((_req, res) => {
-    void pipeline(files.read(ref, 'Observation-1.ndjson'), res).catch(() => undefined);
+    const body = gzip
+      ? files.readGzip!(ref, 'Observation-1.ndjson')
+      : files.read(ref, 'Observation-1.ndjson');
+    if (gzip) res.setHeader('content-encoding', 'gzip');
+    void pipeline(body, res).catch(() => undefined);
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   try {
     const t = performance.now();
+    // fetch inflates a gzip answer: the NDJSON bytes are counted either way.
     const res = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`);
     let received = 0;
     for await (const chunk of res.body!) received += (chunk as Uint8Array).length;
@@ -85,7 +109,13 @@ async function run(files: ExportFileStore, ref: ExportFilesRef): Promise<Figures
   for await (const chunk of files.read(ref, 'Observation-1.ndjson')) read += (chunk as Buffer).length;
   if (read !== written) throw new Error(`read ${read} of ${written} bytes`);
   const readRate = read / MIB / ((performance.now() - t) / 1000);
-  return { write, read: readRate, download: await download(files, ref, written) };
+  const gzipped = (await files.gzipSize?.(ref, 'Observation-1.ndjson')) !== undefined;
+  return {
+    write,
+    read: readRate,
+    download: await download(files, ref, written),
+    gzip: gzipped ? await download(files, ref, written, true) : 0,
+  };
 }
 
 async function measure(name: string, files: ExportFileStore, ref: ExportFilesRef): Promise<void> {
@@ -96,7 +126,7 @@ async function measure(name: string, files: ExportFileStore, ref: ExportFilesRef
       .toFixed(0)
       .padStart(5)} MiB/s`;
   console.log(
-    `${name.padEnd(10)} ${figure('write')}   ${figure('read')}   ${figure('download')}   (${values.mib} MiB file, median of ${reps})`,
+    `${name.padEnd(12)} ${figure('write')}   ${figure('read')}   ${figure('download')}   ${figure('gzip')}   (${values.mib} MiB file, median of ${reps})`,
   );
 }
 
@@ -117,14 +147,18 @@ try {
     params: {},
     snapshot,
   });
-  // As an export worker opens it (its own pool), from the store's descriptor.
-  const files = openPostgresExportFiles(
-    storage.exportFiles!.descriptor!.options as unknown as PostgresExportFilesOptions,
-  );
-  try {
-    await measure('postgres', files, { projectId: 'p', jobId: job.id });
-  } finally {
-    await files.close();
+  // As an export worker opens it (its own pool), from the store's descriptor: uncompressed chunks
+  // (as before migration 5) and compressed at level 1 (the default).
+  for (const gzipLevel of [0, 1]) {
+    const files = openPostgresExportFiles({
+      ...(storage.exportFiles!.descriptor!.options as unknown as PostgresExportFilesOptions),
+      gzipLevel,
+    });
+    try {
+      await measure(`postgres ${gzipLevel}`, files, { projectId: 'p', jobId: job.id });
+    } finally {
+      await files.close();
+    }
   }
 } finally {
   await storage?.close();

@@ -35,6 +35,8 @@ export async function runHttpExport(options: {
   path: string;
   exportDir: string;
   pollMs?: number;
+  /** Sizes of the listed files (by name) when they are not under `exportDir` (files in the database). */
+  sizes?: (jobId: string, names: string[]) => Promise<number[]>;
 }): Promise<ExportRun> {
   const pollMs = options.pollMs ?? 20;
   const headers = bearer(options.token, { accept: 'application/fhir+json', prefer: 'respond-async' });
@@ -55,7 +57,14 @@ export async function runHttpExport(options: {
   const files = manifest.output.map((o) =>
     path.join(options.exportDir, jobId, decodeURIComponent(new URL(o.url).pathname.split('/').pop() ?? '')),
   );
-  const bytes = files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
+  const bytes = options.sizes
+    ? (
+        await options.sizes(
+          jobId,
+          files.map((file) => path.basename(file)),
+        )
+      ).reduce((sum, n) => sum + n, 0)
+    : files.reduce((sum, file) => sum + fs.statSync(file).size, 0);
   const resources = manifest.output.reduce((sum, o) => sum + o.count, 0);
   const types = [...new Set(manifest.output.map((o) => o.type))];
   return { jobId, statusUrl, ms, kickoffMs, resources, files, types, bytes };

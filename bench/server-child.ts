@@ -106,7 +106,10 @@ class BenchServer {
     databaseUrl,
     audit,
     auditJournalDir,
+    exportFiles,
   }: Commands['open']['args']): Promise<ServerInfo> {
+    if (exportFiles === 'database' && store !== 'postgres')
+      throw new Error('exportFiles database needs postgres');
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
       this.#pg = { connectionString: databaseUrl, schema: `fpk_bench_${randomBytes(6).toString('hex')}` };
@@ -131,7 +134,8 @@ class BenchServer {
         // Export files on disk for every store (PostgreSQL would keep them in the database by
         // default): the export figures compare reading the store, and the COPY baseline writes
         // files too. bench/export-files.ts compares the two file stores.
-        exportFiles: new DirectoryExportFiles(exportDir),
+        // `database` keeps PostgreSQL's default (files in the database) for the figures of that path.
+        ...(exportFiles === 'database' ? {} : { exportFiles: new DirectoryExportFiles(exportDir) }),
       },
       // The --large run uploads one 1.3 GiB file: over the default 1 GiB upload limit (413).
       fhir: {
@@ -169,6 +173,7 @@ class BenchServer {
       store,
       workerExports: Boolean(this.#storage.descriptor),
       pid: process.pid,
+      ...(this.#pg ? { schema: this.#pg.schema } : {}),
     };
   }
 
@@ -345,6 +350,13 @@ class BenchServer {
     return copyRowsOut({ ...this.#pg, projectId, types, dir });
   }
 
+  async exportFileSizes({ projectId, jobId, names }: Commands['exportFileSizes']['args']): Promise<number[]> {
+    const files = this.storage.exportFiles;
+    if (!files)
+      throw new Error('exportFileSizes: the store keeps no export files (exportFiles: database only)');
+    return Promise.all(names.map(async (name) => (await files.size({ projectId, jobId }, name)) ?? -1));
+  }
+
   workerProbe({ jobId }: Commands['workerProbe']['args']): WorkerProbe | null {
     const file = `${this.#probeDir}/${jobId}.json`;
     return fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as WorkerProbe) : null;
@@ -376,6 +388,7 @@ const handlers: { [K in CommandName]: (args: Commands[K]['args']) => unknown } =
   resetPeak: () => server.resetPeak(),
   workerProbe: (a) => server.workerProbe(a),
   pgCopy: (a) => server.pgCopy(a),
+  exportFileSizes: (a) => server.exportFileSizes(a),
   close: () => server.close(),
 };
 

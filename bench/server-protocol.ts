@@ -22,6 +22,8 @@ export interface ServerInfo {
   /** True when the store reopens in worker threads (exports then run off the main thread). */
   workerExports: boolean;
   pid: number;
+  /** The PostgreSQL schema the store works in (store `postgres`). */
+  schema?: string;
 }
 
 export interface LoadResult {
@@ -73,6 +75,12 @@ export interface Commands {
        * Without it the trail runs as the platform's default: no journal.
        */
       auditJournalDir?: string;
+      /**
+       * Where export files live: `directory` (`exportDir`, every store) or `database` (the
+       * PostgreSQL store's own `exportFiles`, its default; store `postgres` only).
+       * @default 'directory'
+       */
+      exportFiles?: 'directory' | 'database';
     };
     result: ServerInfo;
   };
@@ -84,6 +92,11 @@ export interface Commands {
   pgCopy: {
     args: { projectId: string; types: string[]; dir: string };
     result: { ms: number; rows: number; bytes: number };
+  };
+  /** Sizes in bytes (NDJSON, uncompressed) of completed export files, read from the platform's file store. */
+  exportFileSizes: {
+    args: { projectId: string; jobId: string; names: string[] };
+    result: number[];
   };
   newProject: { args: { name: string; strict: boolean }; result: ProjectHandle };
   projectClient: { args: { projectId: string }; result: ProjectHandle };

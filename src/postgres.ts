@@ -26,6 +26,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   closeTimeoutMs: true,
   exportChunkBytes: true,
   exportFileChunkBytes: true,
+  exportFileGzipLevel: true,
   compartment: true,
   indexer: true,
   readReplicas: true,

@@ -73,7 +73,8 @@ function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisf
 /**
  * Streams an export file as `application/fhir+ndjson` from the job manager's file store, with
  * backpressure (memory holds a chunk or so, whatever the file's size): gzip-compressed when the
- * client accepts it and asks for the whole file, otherwise as stored, with `Range` support. The
+ * client accepts it and asks for the whole file (as the store keeps it when it keeps it compressed,
+ * else compressed on the fly), otherwise the NDJSON bytes, with `Range` support. The
  * download counts as in flight (retention does not remove the job) until the response closes. A
  * file gone meanwhile is a `NotFoundError`. `onEnd` (the audit trail's) learns how many bytes went
  * out: just before the client can hold the whole answer, or when it went away before.
@@ -134,8 +135,13 @@ export async function sendExportFile(
     range === undefined &&
     req.headers.range === undefined &&
     req.acceptsEncodings('gzip', 'identity') === 'gzip';
-  if (gzip) res.status(200).set('Content-Encoding', 'gzip');
-  else if (range) {
+  // A store that keeps the file compressed sends it as stored (with its length); otherwise the
+  // file is compressed on the fly.
+  const storedGzip = gzip ? await jobs.files.gzipSize?.(ref, file).catch(() => undefined) : undefined;
+  if (gzip) {
+    res.status(200).set('Content-Encoding', 'gzip');
+    if (storedGzip !== undefined) res.set('Content-Length', String(storedGzip));
+  } else if (range) {
     served = `bytes=${range.start}-${range.end}`;
     res
       .status(206)
@@ -147,12 +153,15 @@ export async function sendExportFile(
     res.end();
     return;
   }
-  const body = jobs.files.read(ref, file, range);
-  const stages: NodeJS.ReadWriteStream[] = gzip ? [createGzip()] : [];
+  const body =
+    storedGzip !== undefined && jobs.files.readGzip
+      ? jobs.files.readGzip(ref, file)
+      : jobs.files.read(ref, file, range);
+  const stages: NodeJS.ReadWriteStream[] = gzip && storedGzip === undefined ? [createGzip()] : [];
   // Counts what goes to the connection (only when someone asks: no extra stage otherwise).
   if (audited) {
-    // A Content-Length body is whole for the client with its last byte; a gzip one with its end.
-    const expected = gzip ? undefined : range ? range.end - range.start + 1 : size;
+    // A Content-Length body is whole for the client with its last byte; a chunked one with its end.
+    const expected = gzip ? storedGzip : range ? range.end - range.start + 1 : size;
     stages.push(
       new Transform({
         transform(chunk: Buffer, _encoding, callback) {

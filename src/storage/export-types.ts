@@ -122,6 +122,14 @@ export interface ExportFileStore {
   size(ref: ExportFilesRef, name: string): Promise<number | undefined>;
   /** Streams a completed file (or a range of it) with backpressure. */
   read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable;
+  /**
+   * Size in bytes of the gzip form (RFC 1952) of a completed file, when the store keeps the file
+   * compressed; undefined when it keeps none for that file (a download that accepts gzip is then
+   * compressed on the fly). Absent: the store keeps no compressed form.
+   */
+  gzipSize?(ref: ExportFilesRef, name: string): Promise<number | undefined>;
+  /** Streams the gzip form of a completed file as stored: only after `gzipSize` gave its size. */
+  readGzip?(ref: ExportFilesRef, name: string): Readable;
   /** Total bytes of a job's completed files. */
   bytes(ref: ExportFilesRef): Promise<number>;
   /** Removes every file of a job, complete or not. */

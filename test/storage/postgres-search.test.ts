@@ -110,7 +110,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       }
     });
 
-    it('rebuilds the index tables on open when the indexer fingerprint changes, and after migration 7', async () => {
+    it('rebuilds the index tables on open when the indexer fingerprint changes, and after migration 8', async () => {
       const schema = newSchema();
       const s = quote(schema);
       const nothing: ResourceIndexer = { fingerprint: 'nothing/1', index: () => ({}) };
@@ -139,7 +139,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         expect(rows[0]!.fingerprint).toMatch(/^r4-/);
         await storage.close();
 
-        // A schema at version 6 (before the index tables): migration 7 creates them, the rebuild fills them.
+        // A schema at version 7 (before the index tables): migration 8 creates them, the rebuild fills them.
         for (const table of [
           'search_tokens',
           'search_strings',
@@ -151,7 +151,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         ]) {
           await admin.query(`DROP TABLE ${s}.${table}`);
         }
-        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 7`);
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 8`);
         storage = postgresStorage({ connectionString, schema });
         expect((await search(storage, 'Patient', 'name=seven')).resources.map((r) => r.id)).toEqual(['p8']);
       } finally {

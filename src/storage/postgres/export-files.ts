@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { crc32 } from 'node:zlib';
 import pg from 'pg';
 import { PlatformError, InvalidOptionError } from '../../errors.js';
 import type {
@@ -11,6 +12,14 @@ import type {
 } from '../types.js';
 import { quoteIdentifier } from './schema.js';
 import { guardCheckedOutClients, mapPgError } from './executor.js';
+import {
+  deflateChunk,
+  GZIP_HEADER,
+  GZIP_OVERHEAD,
+  gzipTrailer,
+  inflateChunk,
+  type ChunkEncoding,
+} from './deflate-chunks.js';
 
 /** Options of {@link openPostgresExportFiles} (what `postgresStorage().exportFiles.descriptor` holds). */
 export interface PostgresExportFilesOptions {
@@ -26,17 +35,78 @@ export interface PostgresExportFilesOptions {
    * @default 1048576
    */
   chunkBytes?: number;
+  /**
+   * zlib level (1–9) each chunk is compressed at before it is written, or 0 to store the bytes
+   * uncompressed. Level 1 compresses export NDJSON about 7x at over 100 MiB/s per core.
+   * @default 1
+   */
+  gzipLevel?: number;
 }
 
 const DEFAULT_CHUNK = 1024 * 1024;
+const DEFAULT_GZIP_LEVEL = 1;
+
+/** A completed file's row. */
+interface StoredFile {
+  id: string;
+  /** Bytes of the file (NDJSON, uncompressed). */
+  size: number;
+  encoding: ChunkEncoding;
+  /** CRC-32 of the uncompressed bytes (`deflate` files). */
+  crc: number;
+  /** Bytes of its chunks as stored. */
+  storedSize: number;
+}
+
+/** A chunk row: `len` bytes of the file from `off`, as stored (compressed for `deflate` files). */
+interface ChunkRow {
+  off: number;
+  len: number;
+  data: Buffer;
+}
 
 /** Binary result values as received (Buffers): bytea without the hex text encoding. */
 const RAW_BINARY: pg.CustomTypesConfig = {
   getTypeParser: (() => (value: unknown) => value) as pg.CustomTypesConfig['getTypeParser'],
 };
 
+/** Chunks of a file being compressed or inserted while its writer produces the next. */
+const CHUNKS_AHEAD = 2;
+
+/** Stored bytes a download reads per query (after the first chunk). */
+const BATCH_BYTES = 2 * 1024 * 1024;
+
+/**
+ * `rows` through `map`, which runs one row ahead: the next row's `map` (an inflate on the libuv
+ * thread pool) runs while the caller handles the current one.
+ */
+async function* readAhead<T>(rows: AsyncIterable<T>, map: (row: T) => Promise<T>): AsyncIterable<T> {
+  const iterator = rows[Symbol.asyncIterator]();
+  const pull = async (): Promise<IteratorResult<T>> => {
+    const next = await iterator.next();
+    return next.done ? next : { done: false, value: await map(next.value) };
+  };
+  let next = pull();
+  try {
+    for (;;) {
+      const current = await next;
+      if (current.done) return;
+      next = pull();
+      // Awaited at the next turn unless the caller stops first: never an unhandled rejection.
+      next.catch(() => undefined);
+      yield current.value;
+    }
+  } finally {
+    await iterator.return?.();
+  }
+}
+
 /** SQLSTATE of a foreign key violation: the file's job (or the file) was deleted meanwhile. */
 const FOREIGN_KEY_VIOLATION = '23503';
+
+function gone(): PlatformError {
+  return new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
+}
 
 function stopped(): PlatformError {
   return new PlatformError(
@@ -52,11 +122,16 @@ function mapWriteError(error: unknown): unknown {
 
 /**
  * Export files kept in PostgreSQL, so that every instance on the database serves every job's files:
- * a row per file in `export_files`, its bytes in `export_file_chunks` (about `chunkBytes` each,
- * stored uncompressed out of line). Files belong to their job row (`ON DELETE CASCADE`): deleting
- * the job deletes them, and a run still writing for a deleted job fails on its next chunk. A new
- * file is accepted only while its job is running and, when the sink has a `run`, leased to that run.
- * Downloads read one chunk at a time, so memory stays bounded whatever the file's size.
+ * a row per file in `export_files`, its bytes in `export_file_chunks` (`chunkBytes` of the file
+ * each, compressed on their own at `gzipLevel` (see `deflate-chunks.ts`) and stored out of line).
+ * Clients that accept gzip get the chunks as stored; others, and `Range` requests, get them
+ * inflated. Files written uncompressed (level 0, or before migration 7) are served as they are.
+ * Files belong to their job row (`ON DELETE CASCADE`): deleting the job deletes them, and a run
+ * still writing for a deleted job fails on its next chunk. A new file is accepted only while its
+ * job is running and, when the sink has a `run`, leased to that run. Downloads read about
+ * {@link BATCH_BYTES} of stored chunks per query, the next batch fetched (and the next chunk
+ * inflated) while one is sent, so memory stays at a few MiB whatever the file's size; writes
+ * likewise compress a chunk while the previous one is inserted.
  */
 export class PostgresExportFiles implements ExportFileStore {
   readonly descriptor?: StorageDescriptor;
@@ -69,6 +144,8 @@ export class PostgresExportFiles implements ExportFileStore {
     /** Ends the pool on close (a store opened from a descriptor owns its pool). */
     private readonly ownsPool: boolean,
     descriptor?: StorageDescriptor,
+    /** zlib level of new chunks; 0 stores them uncompressed. */
+    private readonly gzipLevel: number = DEFAULT_GZIP_LEVEL,
   ) {
     this.s = quoteIdentifier(schema);
     if (descriptor) this.descriptor = descriptor;
@@ -110,21 +187,49 @@ export class PostgresExportFiles implements ExportFileStore {
     );
     const fileId = rows[0]?.file_id;
     if (fileId === undefined) throw stopped();
+    const level = this.gzipLevel;
+    const encoding: ChunkEncoding = level > 0 ? 'deflate' : 'identity';
     let pending: Buffer[] = [];
     let pendingBytes = 0;
     let written = 0;
+    let stored = 0;
+    let crc = 0;
+    // Up to CHUNKS_AHEAD chunks being compressed (on the libuv thread pool) and inserted (one at a
+    // time, in order) while the caller produces the next: a write waits only when that many are
+    // pending. A failure is reported by a later write or the commit (the no-op handlers keep it
+    // from being unhandled meanwhile).
+    const steps: Promise<void>[] = [];
+    let inserted: Promise<unknown> = Promise.resolve();
     const flush = async (): Promise<void> => {
-      if (pendingBytes === 0) return;
-      const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
-      pending = [];
-      const len = pendingBytes;
-      pendingBytes = 0;
-      await this.query(
-        `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
-        [fileId, written, len, data],
-        mapWriteError,
-      );
-      written += len;
+      if (pendingBytes > 0) {
+        const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
+        pending = [];
+        const len = pendingBytes;
+        pendingBytes = 0;
+        const off = written;
+        written += len;
+        if (encoding === 'deflate') crc = crc32(data, crc);
+        const body = encoding === 'deflate' ? deflateChunk(data, level) : Promise.resolve(data);
+        body.catch(() => undefined);
+        const previous = inserted;
+        const step = (async () => {
+          const bytes = await body;
+          await previous;
+          stored += bytes.length;
+          await this.query(
+            `INSERT INTO ${this.s}.export_file_chunks (file_id, off, len, data) VALUES ($1, $2, $3, $4)`,
+            [fileId, off, len, bytes],
+            mapWriteError,
+          );
+        })();
+        step.catch(() => undefined);
+        inserted = step;
+        steps.push(step);
+      }
+      while (steps.length > CHUNKS_AHEAD) await steps.shift();
+    };
+    const settle = async (): Promise<void> => {
+      while (steps.length > 0) await steps.shift();
     };
     return {
       write: async (data) => {
@@ -136,9 +241,12 @@ export class PostgresExportFiles implements ExportFileStore {
       },
       commit: async () => {
         await flush();
+        await settle();
         const { rowCount } = await this.query(
-          `UPDATE ${this.s}.export_files SET complete = true, size = $2 WHERE file_id = $1`,
-          [fileId, written],
+          `UPDATE ${this.s}.export_files
+              SET complete = true, size = $2, encoding = $3, crc32 = $4, stored_size = $5
+            WHERE file_id = $1`,
+          [fileId, written, encoding, encoding === 'deflate' ? crc : null, stored],
           mapWriteError,
         );
         if (rowCount === 0) throw stopped();
@@ -146,55 +254,144 @@ export class PostgresExportFiles implements ExportFileStore {
       abort: async () => {
         pending = [];
         pendingBytes = 0;
+        await settle().catch(() => undefined);
         await this.query(`DELETE FROM ${this.s}.export_files WHERE file_id = $1`, [fileId]);
       },
     };
   }
 
-  private async file(ref: ExportFilesRef, name: string): Promise<{ id: string; size: number } | undefined> {
-    const { rows } = await this.query<{ file_id: string; size: string }>(
-      `SELECT file_id, size FROM ${this.s}.export_files
+  private async file(ref: ExportFilesRef, name: string): Promise<StoredFile | undefined> {
+    const { rows } = await this.query<{
+      file_id: string;
+      size: string;
+      encoding: ChunkEncoding;
+      crc32: string | null;
+      stored_size: string | null;
+    }>(
+      `SELECT file_id, size, encoding, crc32, stored_size FROM ${this.s}.export_files
         WHERE project_id = $1 AND job_id = $2 AND name = $3 AND complete
         ORDER BY file_id LIMIT 1`,
       [ref.projectId, ref.jobId, name],
     );
     const row = rows[0];
-    return row ? { id: row.file_id, size: Number(row.size) } : undefined;
+    if (!row) return undefined;
+    const size = Number(row.size);
+    return {
+      id: row.file_id,
+      size,
+      encoding: row.encoding,
+      crc: Number(row.crc32 ?? 0),
+      storedSize: row.stored_size === null ? size : Number(row.stored_size),
+    };
   }
 
   async size(ref: ExportFilesRef, name: string): Promise<number | undefined> {
     return (await this.file(ref, name))?.size;
   }
 
-  read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable {
-    return Readable.from(this.chunks(ref, name, range), { objectMode: false });
+  async gzipSize(ref: ExportFilesRef, name: string): Promise<number | undefined> {
+    const file = await this.file(ref, name);
+    return file?.encoding === 'deflate' ? file.storedSize + GZIP_OVERHEAD : undefined;
   }
 
-  /** The bytes of `range` (default: all), one stored chunk per query. */
-  private async *chunks(ref: ExportFilesRef, name: string, range?: ExportFileRange): AsyncIterable<Buffer> {
+  read(ref: ExportFilesRef, name: string, range?: ExportFileRange): Readable {
+    return Readable.from(this.bytesOf(ref, name, range), { objectMode: false });
+  }
+
+  readGzip(ref: ExportFilesRef, name: string): Readable {
+    return Readable.from(this.gzipOf(ref, name), { objectMode: false });
+  }
+
+  /** The bytes of `range` (default: all), inflated when stored compressed. */
+  private async *bytesOf(ref: ExportFilesRef, name: string, range?: ExportFileRange): AsyncIterable<Buffer> {
     const file = await this.file(ref, name);
-    if (!file) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
+    if (!file) throw gone();
+    const start = range?.start ?? 0;
     const end = Math.min(range?.end ?? file.size - 1, file.size - 1);
-    let at = range?.start ?? 0;
-    while (at <= end) {
-      // Binary results: bytea in text format would be hex, twice the bytes to send and decode.
-      // (`binary` is a pg query option its type declarations lack.)
-      const config: pg.QueryConfig & { binary: boolean } = {
-        text: `SELECT off::text AS start, data FROM ${this.s}.export_file_chunks
-                WHERE file_id = $1 AND off <= $2 ORDER BY off DESC LIMIT 1`,
-        values: [file.id, at],
-        binary: true,
-        types: RAW_BINARY,
-      };
-      const { rows } = await this.query<{ start: Buffer; data: Buffer }>(config);
-      const row = rows[0];
-      if (!row) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file no longer exists');
-      const off = Number(row.start.toString());
-      const piece = row.data.subarray(at - off, Math.min(row.data.length, end - off + 1));
-      if (piece.length === 0) throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
-      yield piece;
-      at += piece.length;
+    let rows = this.chunkRows(file, start, end);
+    if (file.encoding === 'deflate') {
+      rows = readAhead(rows, async (row) => ({
+        ...row,
+        data: await inflateChunk(row.data).catch(() => Buffer.alloc(0)),
+      }));
     }
+    for await (const row of rows) {
+      if (row.data.length !== row.len) {
+        throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is damaged');
+      }
+      yield row.data.subarray(Math.max(0, start - row.off), Math.min(row.len, end - row.off + 1));
+    }
+  }
+
+  /** The gzip form of a `deflate` file: a header, its chunks as stored, the trailer. */
+  private async *gzipOf(ref: ExportFilesRef, name: string): AsyncIterable<Buffer> {
+    const file = await this.file(ref, name);
+    if (file?.encoding !== 'deflate') throw gone();
+    yield Buffer.from(GZIP_HEADER);
+    for await (const row of this.chunkRows(file, 0, file.size - 1)) yield row.data;
+    yield gzipTrailer(file.crc, file.size);
+  }
+
+  /**
+   * The chunk rows, as stored, covering bytes `start` to `end` of a file, in order: the first
+   * alone, then in batches of up to {@link BATCH_BYTES} of stored bytes (about 8 chunks of a
+   * compressed file, 2 of an uncompressed one); the next batch is fetched while the caller
+   * handles one.
+   */
+  private async *chunkRows(file: StoredFile, start: number, end: number): AsyncIterable<ChunkRow> {
+    const identity = file.encoding === 'identity';
+    const chunks = Math.max(1, Math.ceil(file.size / this.chunkBytes));
+    const perBatch = Math.max(1, Math.floor(BATCH_BYTES / Math.max(1, file.storedSize / chunks)));
+    const fetch = (at: number, limit: number): Promise<ChunkRow[]> => {
+      const rows = this.chunksFrom(file.id, at, limit, identity);
+      // Awaited by the loop unless the reader stops first: never an unhandled rejection.
+      rows.catch(() => undefined);
+      return rows;
+    };
+    let next = start <= end ? fetch(start, 1) : undefined;
+    let at = start;
+    while (next) {
+      const rows = await next;
+      const last = rows[rows.length - 1];
+      if (!last) throw gone();
+      const after = last.off + last.len;
+      next = after <= end ? fetch(after, perBatch) : undefined;
+      for (const row of rows) {
+        // Chunks hold consecutive ranges: one missing (or a file cut short) is a damaged file.
+        if (row.off > at || row.off + row.len <= at) {
+          throw new PlatformError('ERR_EXPORT_STOPPED', 'The export file is truncated');
+        }
+        at = row.off + row.len;
+        yield row;
+        if (at > end) return;
+      }
+    }
+  }
+
+  /**
+   * Up to `limit` chunks of a file from the one holding byte `at`. `binary`: the data in binary
+   * format (half the bytes of hex), for uncompressed chunks only: node-postgres decodes every field
+   * of a binary result as UTF-8 first, which keeps NDJSON (whole lines, valid UTF-8) intact but
+   * would mangle compressed bytes, read as hex instead.
+   */
+  private async chunksFrom(fileId: string, at: number, limit: number, binary: boolean): Promise<ChunkRow[]> {
+    // (`binary` is a pg query option its type declarations lack. Not `AS off`: ORDER BY would then
+    // sort the text.)
+    const config: pg.QueryConfig & { binary: boolean } = {
+      text: `SELECT off::text AS start, len::text AS len, data FROM ${this.s}.export_file_chunks
+              WHERE file_id = $1 AND off >= (SELECT coalesce(max(off), 0) FROM ${this.s}.export_file_chunks
+                                              WHERE file_id = $1 AND off <= $2)
+              ORDER BY off LIMIT $3`,
+      values: [fileId, at, limit],
+      binary,
+      ...(binary ? { types: RAW_BINARY } : {}),
+    };
+    const { rows } = await this.query<{ start: string | Buffer; len: string | Buffer; data: Buffer }>(config);
+    return rows.map((row) => ({
+      off: Number(row.start.toString()),
+      len: Number(row.len.toString()),
+      data: row.data,
+    }));
   }
 
   async bytes(ref: ExportFilesRef): Promise<number> {
@@ -227,6 +424,15 @@ export function exportFileChunkBytes(value: unknown, owner: string): number {
   return value as number;
 }
 
+/** Checks `gzipLevel` (an integer from 0 to 9) of the PostgreSQL export file store. */
+export function exportFileGzipLevel(value: unknown, owner: string): number {
+  if (value === undefined) return DEFAULT_GZIP_LEVEL;
+  if (!Number.isInteger(value) || (value as number) < 0 || (value as number) > 9) {
+    throw new InvalidOptionError(`${owner}: exportFileGzipLevel must be an integer from 0 to 9`);
+  }
+  return value as number;
+}
+
 /**
  * Opens the PostgreSQL export file store in an export worker thread: the target of
  * `postgresStorage().exportFiles.descriptor`. It owns a small pool, ended by `close()`.
@@ -251,5 +457,7 @@ export function openPostgresExportFiles(options: PostgresExportFilesOptions): Ex
     options.schema ?? 'public',
     exportFileChunkBytes(options.chunkBytes, 'openPostgresExportFiles'),
     true,
+    undefined,
+    exportFileGzipLevel(options.gzipLevel, 'openPostgresExportFiles'),
   );
 }

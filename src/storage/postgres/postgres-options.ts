@@ -74,6 +74,12 @@ export interface PostgresStorageOptions {
    */
   exportFileChunkBytes?: number;
   /**
+   * zlib level (1–9) export file chunks are compressed at, or 0 to store them uncompressed
+   * (docs/deployment.md, "Export files in PostgreSQL or on disk").
+   * @default 1
+   */
+  exportFileGzipLevel?: number;
+  /**
    * The patient compartment resources are indexed by (on write: export workers read the index).
    * @default R4_PATIENT_COMPARTMENT (FHIR R4 CompartmentDefinition "Patient")
    */

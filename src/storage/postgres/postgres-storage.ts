@@ -34,7 +34,7 @@ import {
   guardCheckedOutClients,
 } from './executor.js';
 import { PostgresExportReader, type PostgresSnapshot } from './export-reader.js';
-import { exportFileChunkBytes, PostgresExportFiles } from './export-files.js';
+import { exportFileChunkBytes, exportFileGzipLevel, PostgresExportFiles } from './export-files.js';
 import { PostgresExportQueue, updateJobRow } from './export-queue.js';
 import { PostgresFailureCounts } from './failure-counts.js';
 import { PostgresOperations } from './operations.js';
@@ -83,7 +83,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     chunkBytes: number,
     descriptor: StorageDescriptor | undefined,
     compartment: PatientCompartment,
-    files: { chunkBytes: number; descriptor: StorageDescriptor | undefined },
+    files: { chunkBytes: number; gzipLevel: number; descriptor: StorageDescriptor | undefined },
     history: HistoryRetention,
     index: SearchIndex,
     private readonly replicas?: ReplicaRouter,
@@ -103,7 +103,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
       lifecycle.assertOpen(),
     );
-    this.exportFiles = new PostgresExportFiles(pool, schema, files.chunkBytes, false, files.descriptor);
+    const { chunkBytes: fileChunk, gzipLevel, descriptor: filesDescriptor } = files;
+    this.exportFiles = new PostgresExportFiles(pool, schema, fileChunk, false, filesDescriptor, gzipLevel);
     this.exportQueue = new PostgresExportQueue(root, pool, this.s, `fhir-platform-kit:${schema}`, (fn) =>
       lifecycle.track(fn),
     );
@@ -423,13 +424,14 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           options: { connectionString, schema, exportChunkBytes: chunkBytes },
         };
   const fileChunkBytes = exportFileChunkBytes(options.exportFileChunkBytes, 'postgresStorage');
+  const gzipLevel = exportFileGzipLevel(options.exportFileGzipLevel, 'postgresStorage');
   const filesDescriptor: StorageDescriptor | undefined =
     connectionString === undefined
       ? undefined
       : {
           module: postgresExportReaderModule('./export-files.ts'),
           exportName: 'openPostgresExportFiles',
-          options: { connectionString, schema, chunkBytes: fileChunkBytes },
+          options: { connectionString, schema, chunkBytes: fileChunkBytes, gzipLevel },
         };
   const index = searchIndexOf(pool, schema, options.indexer);
   const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs);
@@ -442,7 +444,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     chunkBytes,
     descriptor,
     options.compartment,
-    { chunkBytes: fileChunkBytes, descriptor: filesDescriptor },
+    { chunkBytes: fileChunkBytes, gzipLevel, descriptor: filesDescriptor },
     checkHistoryRetention('postgresStorage', options.history),
     index,
     replicas,

@@ -171,7 +171,13 @@ function migrationStatements(s: string): string[] {
     `CREATE INDEX IF NOT EXISTS users_by_external_id ON ${s}.users (project_id, (external_id COLLATE "C"), id)`,
     `CREATE INDEX IF NOT EXISTS users_by_profile_id ON ${s}.users (project_id, (profile_id COLLATE "C"), id)`,
     `CREATE INDEX IF NOT EXISTS users_emails ON ${s}.users USING gin (emails)`,
-    // Migration 7: the search index tables (filled by `syncSearchIndex` once the indexer is known).
+    // Migration 7: compressed export files. A `deflate` file's chunks hold raw DEFLATE segments
+    // (deflate-chunks.ts) of `len` bytes of the file each; `crc32` and `stored_size` complete its
+    // gzip form. Files written before stay `identity` (uncompressed chunks), served as they are.
+    `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS encoding text NOT NULL DEFAULT 'identity'`,
+    `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS crc32 bigint`,
+    `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
+    // Migration 8: the search index tables (filled by `syncSearchIndex` once the indexer is known).
     ...searchTableStatements(s),
   ];
 }
@@ -266,7 +272,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -287,7 +293,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */

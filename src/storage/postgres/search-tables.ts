@@ -113,7 +113,7 @@ const LOOKUP: Record<IndexTable, string> = {
 
 const sqlType = (type: string): string => (type === 'text' ? 'text COLLATE "C"' : type);
 
-/** Migration 7: the index tables and `search_index_state` (the indexer's fingerprint). */
+/** Migration 8: the index tables and `search_index_state` (the indexer's fingerprint). */
 export function searchTableStatements(s: string): string[] {
   const id = 'text COLLATE "C" NOT NULL';
   const out = [
@@ -277,7 +277,7 @@ export function deleteIndexRowsCtes(s: string, param: string): string[] {
 
 /**
  * Brings the index tables in line with `indexer`: when the fingerprint recorded in
- * `search_index_state` differs (or none is, as after migration 7), empties them and indexes every
+ * `search_index_state` differs (or none is, as after migration 8), empties them and indexes every
  * current, live version again, in slices of 1,000 by `seq`, in one transaction under the schema's
  * advisory lock (writers wait for the tables meanwhile).
  */
