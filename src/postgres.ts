@@ -8,6 +8,7 @@ import { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { createPostgresStorage, type PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
 import type { Storage } from './storage/types.js';
+import { loadR4Indexer } from './search/index-resource.js';
 
 // `fhir-platform-kit/postgres`: the PostgreSQL adapter, its own entry point so that only hosts
 // that import it load `pg`, `pg-cursor` and `pg-copy-streams` (optional peer dependencies of the
@@ -27,6 +28,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   exportFileChunkBytes: true,
   exportFileGzipLevel: true,
   compartment: true,
+  indexer: true,
   readReplicas: true,
   history: true,
 };
@@ -47,7 +49,11 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
  */
 export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
   checkOptionKeys('postgresStorage', options, POSTGRES_STORAGE_KEYS);
-  return createPostgresStorage({ ...options, compartment: options.compartment ?? R4_PATIENT_COMPARTMENT });
+  return createPostgresStorage({
+    ...options,
+    compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
+    indexer: options.indexer ?? loadR4Indexer,
+  });
 }
 
 export type { PostgresStorageOptions } from './storage/postgres/postgres-storage.js';

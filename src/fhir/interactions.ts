@@ -81,7 +81,13 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const { query, applied } = await parseSearch(type, params, {}, storeResolver(ctx));
+  const answers = ctx.storage.answersSearch === true;
+  const { query, applied } = await parseSearch(
+    type,
+    params,
+    { storeAnswersSearch: answers },
+    storeResolver(ctx),
+  );
   if (options.requireCriteria && applied.length === 0) {
     throw new FhirError(412, 'invalid', 'Conditional criteria must name at least one search parameter');
   }
@@ -451,7 +457,12 @@ export async function searchResources(
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
-  const parsed = await parseSearch(type, params, options, storeResolver(ctx));
+  const parsed = await parseSearch(
+    type,
+    params,
+    { ...options, storeAnswersSearch: ctx.storage.answersSearch === true },
+    storeResolver(ctx),
+  );
   const { query, request } = parsed;
   const wanted = query.count ?? Infinity;
   const asked = wanted > 0 && wanted < Infinity ? { ...query, count: wanted + 1 } : query;

@@ -21,6 +21,12 @@ export interface SearchQueryOptions {
   defaultCount?: number;
   /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
   maxCount?: number;
+  /**
+   * The store answers `query.search` itself (`StorageOperations.answersSearch`): `where` then
+   * carries only this module's own predicates (AuditEvent's), not the compiled search, and chains
+   * and `_has` are resolved by the store. @internal
+   */
+  storeAnswersSearch?: boolean;
 }
 
 /** A type-level search, parsed and turned into a storage query. */
@@ -251,7 +257,7 @@ export async function parseSearch(
   if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
 
   const tests = [...auditTests];
-  if (predicateFilters.length > 0)
+  if (predicateFilters.length > 0 && options.storeAnswersSearch !== true)
     tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
   if (tests.length === 1) query.where = tests[0];
   else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));

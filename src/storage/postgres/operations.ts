@@ -25,6 +25,7 @@ import type {
 import type { Executor, Query } from './executor.js';
 import { applyResourceWrites, checkStorableId, lockProjectResources } from './resource-writes.js';
 import { searchResources } from './resource-search.js';
+import type { SearchIndex } from './search-tables.js';
 import {
   checkIfVersion,
   checkUserName,
@@ -67,6 +68,8 @@ export class PostgresOperations implements StorageOperations {
     /** The quoted schema name. */
     protected readonly s: string,
     protected readonly compartment: PatientCompartment,
+    /** The search index the store keeps (its indexer, set once the store is open), if any. */
+    protected readonly index: SearchIndex,
     /**
      * Inside a transaction, reads of a project, user or client lock the row until commit, so a
      * read-modify-write (a SCIM PATCH) waits for a concurrent one instead of failing its
@@ -74,7 +77,15 @@ export class PostgresOperations implements StorageOperations {
      * transaction read stays true until it commits, as in the other stores.
      */
     private readonly lockReads = false,
-  ) {}
+  ) {
+    if (index.enabled) this.answersSearch = true;
+  }
+
+  /**
+   * Set when the store keeps search indexes: it answers `ResourceQuery.search` in SQL, so callers
+   * must not also hand it the search's predicate (`where`). @internal
+   */
+  readonly answersSearch?: true;
 
   /** Projects whose resource writers this transaction holds back (see `lockProjectResources`). */
   private readonly lockedProjects = new Set<string>();
@@ -410,14 +421,14 @@ export class PostgresOperations implements StorageOperations {
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
     return this.exec.run('atomic', (query) =>
-      applyResourceWrites(query, this.s, this.compartment, projectId, writes),
+      applyResourceWrites(query, this.s, this.compartment, projectId, writes, this.index.indexer),
     );
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
     return this.exec.run('read', async (q) => {
       await this.lockResources(q, projectId);
-      return searchResources(q, this.s, projectId, resourceType, query);
+      return searchResources(q, this.s, projectId, resourceType, query, this.index.indexer !== undefined);
     });
   }
 }

@@ -1,4 +1,5 @@
 import type { Pool } from 'pg';
+import type { IndexerOption } from '../search-index.js';
 import type { HistoryRetention, PatientCompartment } from '../types.js';
 
 /** Options of `postgresStorage`. */
@@ -99,4 +100,10 @@ export interface PostgresStorageOptions {
    * @default [] (every call on the primary)
    */
   readReplicas?: string[];
+  /**
+   * What the store indexes for search (index tables written with each version; FHIR searches are
+   * then answered in SQL). Rebuilt on open when its `fingerprint` changes; every instance sharing
+   * a schema needs the same one. @default loadR4Indexer (filled in by `postgresStorage`)
+   */
+  indexer?: IndexerOption;
 }

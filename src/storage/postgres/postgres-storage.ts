@@ -41,6 +41,7 @@ import { PostgresOperations } from './operations.js';
 import { postgresExportReaderModule } from './reader-module.js';
 import { GuardedExecutor, Lifecycle, settlesWithin, trackCheckedOut } from './lifecycle.js';
 import { migrate, quoteIdentifier } from './schema.js';
+import { INDEX_TABLES, searchIndexOf, type SearchIndex } from './search-tables.js';
 import { checkPatientCompartment, type WithCompartment } from '../patient-compartment.js';
 import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
@@ -84,6 +85,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     compartment: PatientCompartment,
     files: { chunkBytes: number; gzipLevel: number; descriptor: StorageDescriptor | undefined },
     history: HistoryRetention,
+    index: SearchIndex,
     private readonly replicas?: ReplicaRouter,
   ) {
     const primary = new PoolExecutor(pool, scope);
@@ -92,6 +94,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
       replicas ? new GuardedExecutor(lifecycle, new ReplicaExecutor(primary, pool, replicas, scope)) : root,
       quoteIdentifier(schema),
       compartment,
+      index,
     );
     this.root = root;
     this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
@@ -149,7 +152,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         this.openTransactions++;
         try {
           result = await this.scope.run(marker, () =>
-            fn(new PostgresOperations(exec, this.s, this.compartment, true)),
+            fn(new PostgresOperations(exec, this.s, this.compartment, this.index, true)),
           );
         } finally {
           marker.open = false;
@@ -189,6 +192,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         'resource_clocks',
         'resource_compartments',
         'resource_identifiers',
+        ...INDEX_TABLES,
         'resources',
         'users',
         'memberships',
@@ -429,11 +433,12 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           exportName: 'openPostgresExportFiles',
           options: { connectionString, schema, chunkBytes: fileChunkBytes, gzipLevel },
         };
+  const index = searchIndexOf(pool, schema, options.indexer);
   const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs);
   return new PostgresStorage(
     pool,
     ownsPool,
-    new Lifecycle(() => migrate(pool, schema), closeTimeoutMs),
+    new Lifecycle(() => migrate(pool, schema).then(() => index.open()), closeTimeoutMs),
     new AsyncLocalStorage(),
     schema,
     chunkBytes,
@@ -441,6 +446,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     options.compartment,
     { chunkBytes: fileChunkBytes, gzipLevel, descriptor: filesDescriptor },
     checkHistoryRetention('postgresStorage', options.history),
+    index,
     replicas,
   );
 }

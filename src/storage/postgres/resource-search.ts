@@ -3,6 +3,9 @@ import { compareItems, cursorItem, PageWindow } from '../result-page.js';
 import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
+import type { SortKey } from '../search-request.js';
+import { SearchSql } from './search-sql.js';
+import { numericSortKey, sortCursorValue, sortValueSql } from './search-sort.js';
 
 /** The ORDER BY terms of a native sort on a FROM item `t` (`reversed`: each direction flipped). */
 function orderBy(sort: ResourceQuery['sort'], t: string, reversed = false): string {
@@ -54,8 +57,9 @@ function candidates(
   projectId: string,
   resourceType: string,
   query: ResourceQuery,
-): { from: string; values: unknown[] } {
-  const values: unknown[] = [projectId, resourceType];
+  sql: SearchSql | undefined,
+  values: unknown[],
+): { from: string; matched?: string } {
   const param = (value: unknown): string => {
     values.push(value);
     return `$${values.length}`;
@@ -77,12 +81,32 @@ function candidates(
     const p = param(value * 1000);
     conditions.push((r) => `${r}lu ${op} ${p}::float8`);
   }
-  const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
   const keys = query.identifier
     ? param([...new Set(identifierTokenKeys(query.identifier).map(pgIdentifierKey))])
     : undefined;
   const patients = query.compartment ? param([...new Set(query.compartment)]) : undefined;
   const ids = query.ids ? param([...new Set(query.ids)]) : undefined;
+  // The search's filters, on `r` (every FROM below names the version `r`); without a lookup of
+  // the query's own, one of them drives (its index lookup gives the candidates).
+  const driver =
+    sql && query.search && keys === undefined && patients === undefined && ids === undefined
+      ? sql.driver(query.search.filters, '$2')
+      : undefined;
+  let matched: string | undefined;
+  if (sql && query.search) {
+    const rest = query.search.filters.filter((f) => f !== driver?.filter);
+    if (driver) {
+      // The driver's seqs are those of current, live versions of the project and type (the index
+      // holds no others): the other filters test them without reading the versions.
+      const id = `(SELECT id FROM ${s}.resources WHERE seq = k.seq)`;
+      matched = `SELECT k.seq FROM (SELECT DISTINCT d.seq FROM (${driver.seqs}) d OFFSET 0) k
+                  WHERE ${sql.filters(rest, { seq: 'k.seq', id, type: '$2' })}`;
+    } else {
+      const tests = sql.filters(rest, { seq: 'r.seq', id: 'r.id', type: '$2' });
+      conditions.push(() => tests);
+    }
+  }
+  const live = (r: string): string => conditions.map((c) => c(r)).join(' AND ');
   // Conditions outside the fenced lookups, so that those stay lookups by key.
   if (keys !== undefined) {
     if (patients !== undefined) conditions.push((r) => inCompartments(s, r, patients));
@@ -95,7 +119,6 @@ function candidates(
                    WHERE project_id = $1 AND resource_type = $2 AND key = q.key OFFSET 0) i) k
              CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
              WHERE ${live('r.')}`,
-      values,
     };
   }
   if (patients !== undefined) {
@@ -108,7 +131,6 @@ function candidates(
                    WHERE project_id = $1 AND patient_id = p.patient_id AND resource_type = $2 OFFSET 0) c) k
              CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
              WHERE ${live('r.')}`,
-      values,
     };
   }
   if (ids !== undefined) {
@@ -119,10 +141,17 @@ function candidates(
                 WHERE project_id = $1 AND resource_type = $2 AND id = k.id AND superseded_seq IS NULL
                OFFSET 0) r
              WHERE ${live('r.')}`,
-      values,
     };
   }
-  return { from: `(SELECT seq, id, lu FROM ${s}.resources WHERE ${live('')}) r`, values };
+  if (matched !== undefined) {
+    return {
+      from: `(${matched}) k
+             CROSS JOIN LATERAL (SELECT * FROM ${s}.resources WHERE seq = k.seq OFFSET 0) r
+             WHERE ${live('r.')}`,
+      ...(query.lastUpdated === undefined ? { matched } : {}),
+    };
+  }
+  return { from: `${s}.resources r WHERE ${live('r.')}` };
 }
 
 /** The version `${r}seq` is in the compartment of one of the patients in parameter `patients`. */
@@ -132,11 +161,56 @@ function inCompartments(s: string, r: string, patients: string): string {
                      AND c.resource_type = $2 AND c.seq = ${r}seq)`;
 }
 
+/** The ORDER BY terms of sort keys `k0`, `k1`, … of FROM item `t`, then its id (`reversed`: all flipped). */
+function keysOrderBy(keys: readonly SortKey[], t: string, reversed = false): string {
+  const terms = keys.map((key, i) =>
+    key.descending !== reversed
+      ? `${t}.k${i} DESC NULLS ${reversed ? 'FIRST' : 'LAST'}`
+      : `${t}.k${i} ASC NULLS ${reversed ? 'FIRST' : 'LAST'}`,
+  );
+  return [...terms, `${t}.id${reversed ? ' DESC' : ''}`].join(', ');
+}
+
+/**
+ * The condition that a row of `t` comes after (`before`: before) the cursor in the order of sort
+ * keys `k0`, `k1`, … (a NULL, no value, last in either direction), then the id.
+ */
+function keysBeyond(
+  keys: readonly SortKey[],
+  t: string,
+  before: boolean,
+  cursor: { id: string; keys: readonly SortValue[] },
+  param: (value: unknown) => string,
+): string {
+  let condition = `${t}.id ${before ? '<' : '>'} ${param(cursor.id)}::text`;
+  for (let i = keys.length - 1; i >= 0; i--) {
+    const key = keys[i]!;
+    const column = `${t}.k${i}`;
+    const value = cursor.keys[i] ?? null;
+    if (value === null) {
+      // Past a NULL only NULLs follow; before it, every value.
+      condition = before
+        ? `(${column} IS NOT NULL OR (${column} IS NULL AND ${condition}))`
+        : `(${column} IS NULL AND ${condition})`;
+      continue;
+    }
+    const p = `${param(sortCursorValue(value))}::${numericSortKey(key) ? 'float8' : 'text'}`;
+    const forward = key.descending ? '<' : '>';
+    const backward = key.descending ? '>' : '<';
+    condition = before
+      ? `(${column} ${backward} ${p} OR (${column} = ${p} AND ${condition}))`
+      : `(${column} IS NULL OR ${column} ${forward} ${p} OR (${column} = ${p} AND ${condition}))`;
+  }
+  return condition;
+}
+
 /**
  * `searchResources` in SQL: the candidates, their order, the page (by offset or by keyset) and the
- * total in one statement. With a `where` predicate or an `order` the candidates still come from
- * SQL, but filtering, sorting by `order` and paging happen here, on bodies read slice by slice
- * (versions never change, so reading a slice later, or a page's bodies again, is still consistent).
+ * total in one statement. With the store's search index (`indexed`) a query's `search` is
+ * translated to SQL too (`SearchSql`), its `_sort` keys included. A `where` predicate, or an `order`
+ * without the index, still runs in JavaScript: the candidates come from SQL, but filtering, sorting
+ * by `order` and paging happen here, on bodies read slice by slice (versions never change, so
+ * reading a slice later, or a page's bodies again, is still consistent).
  */
 export async function searchResources(
   query: Query,
@@ -144,34 +218,70 @@ export async function searchResources(
   projectId: string,
   resourceType: string,
   q: ResourceQuery,
+  indexed = false,
 ): Promise<ResourcePage> {
-  const { from, values } = candidates(s, projectId, resourceType, q);
+  const values: unknown[] = [projectId, resourceType];
+  const sql = indexed && q.search ? new SearchSql(s, values, '$1') : undefined;
+  const { from, matched } = candidates(s, projectId, resourceType, q, sql, values);
   const window = new PageWindow<string>(q);
-  if (!q.where && !q.order) {
+  const keys = sql && q.order && q.search ? q.search.sort : undefined;
+  if (!q.where && (!q.order || keys)) {
     const offset = Math.max(0, q.offset ?? 0);
     const count = q.count === undefined ? null : Math.max(0, q.count);
     const cursor = q.after ?? q.before;
     const backwards = q.before !== undefined;
     let position = 'true';
+    const param = (value: unknown): string => {
+      values.push(value);
+      return `$${values.length}`;
+    };
     if (cursor) {
       const at = cursorItem(q, cursor);
-      values.push(at.id);
-      const id = `$${values.length}`;
-      // An unused parameter has no type PostgreSQL can infer: `lu` only for the `_lastUpdated` sorts.
-      if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
-      position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
+      if (keys) position = keysBeyond(keys, 'k', backwards, { id: at.id, keys: at.keys ?? [] }, param);
+      else {
+        const id = param(at.id);
+        // An unused parameter has no type PostgreSQL can infer: `lu` only for the `_lastUpdated` sorts.
+        if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
+        position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
+      }
     }
+    if (matched !== undefined && !cursor && !keys && (q.sort ?? '_lastUpdated').endsWith('_lastUpdated')) {
+      // Versions of a project get their seqs and instants in one order (both are handed out under
+      // the project's clock lock): a `_lastUpdated` page is the lowest (highest) seqs, read alone.
+      values.push(count, offset);
+      const desc = q.sort === '-_lastUpdated' ? ' DESC' : '';
+      const { rows } = await query<{ total: number; body: string | null }>(
+        `WITH m AS (${matched})
+         SELECT t.total, p.body
+           FROM (SELECT count(*)::int AS total FROM m) t
+           LEFT JOIN LATERAL (
+             SELECT r.body, r.lu, r.id
+               FROM (SELECT seq FROM m ORDER BY seq${desc} LIMIT $${values.length - 1} OFFSET $${values.length}) n
+               JOIN ${s}.resources r USING (seq)) p ON true
+          ORDER BY ${orderBy(q.sort, 'p')}`,
+        values,
+      );
+      return {
+        total: rows[0]?.total ?? 0,
+        resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
+      };
+    }
+    const sortValues = keys?.map((key, i) => `${sortValueSql(sql!, s, key, 'm.seq', 'm.id')} AS k${i}`) ?? [];
+    const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
+    const t = keys ? 'k' : 'm';
+    const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);
+    const outerOrder = keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p');
     values.push(count, offset);
     const { rows } = await query<{ total: number; body: string | null }>(
       `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${from})
        SELECT t.total, p.body
          FROM (SELECT count(*)::int AS total FROM m) t
          LEFT JOIN LATERAL (
-           SELECT r.body, m.id, m.lu FROM m JOIN ${s}.resources r USING (seq)
+           SELECT r.body, ${t}.* FROM ${ordered} JOIN ${s}.resources r USING (seq)
             WHERE ${position}
-           ORDER BY ${orderBy(q.sort, 'm', backwards)}
+           ORDER BY ${pageOrder}
            LIMIT $${values.length - 1} OFFSET $${values.length}) p ON true
-        ORDER BY ${orderBy(q.sort, 'p')}`,
+        ORDER BY ${outerOrder}`,
       values,
     );
     return {

@@ -10,6 +10,8 @@ import {
 } from '../record-rules.js';
 import type { Query } from './executor.js';
 import { identifierRows } from './schema.js';
+import type { ResourceIndexer } from '../search-index.js';
+import { deleteIndexRowsCtes, IndexRows, insertIndexRows } from './search-tables.js';
 
 /** `checkId`, plus what PostgreSQL text cannot hold: a NUL character. */
 export function checkStorableId(id: unknown, what: string): asserts id is string {
@@ -39,6 +41,8 @@ interface NewVersion {
   patients: string[];
   /** The stored JSON, parsed again (what a search by scanning the bodies would see). */
   parsed?: StoredResource;
+  /** The stored version (what the indexer reads). */
+  stored?: StoredResource;
 }
 
 function key(resourceType: string, id: string): string {
@@ -88,7 +92,9 @@ export async function lockProjectResources(query: Query, s: string, projectId: s
  * Applies `writes` in order inside the caller's transaction (which makes them all-or-nothing), in
  * a fixed number of statements whatever the batch size: allocate instants and seqs, read the
  * current versions `FOR UPDATE`, plan every write in memory (ids, `ifMatch`, version ids, bodies,
- * compartments), then mark the replaced versions superseded and insert the new ones.
+ * compartments), then mark the replaced versions superseded and insert the new ones. With an
+ * `indexer`, the search index rows of the replaced versions are deleted and those of the new
+ * current versions inserted (one more statement).
  */
 export async function applyResourceWrites(
   query: Query,
@@ -96,6 +102,7 @@ export async function applyResourceWrites(
   compartment: PatientCompartment,
   projectId: string,
   writes: readonly ResourceWrite[],
+  indexer?: ResourceIndexer,
 ): Promise<WriteResult[]> {
   const targets = writes.map((write) => {
     if (write.op === 'delete') {
@@ -185,14 +192,20 @@ export async function applyResourceWrites(
       superseded: null,
       patients,
       ...(parsed ? { parsed } : {}),
+      ...(write.op === 'delete' ? {} : { stored: results[results.length - 1]!.resource! }),
     });
   });
   if (superseded.length > 0) {
     // Before the inserts: the unique index on current versions must never see two. The identifier
     // index holds current versions only.
+    const dropIndex = indexer
+      ? deleteIndexRowsCtes(s, '$1')
+          .map((cte) => `, ${cte}`)
+          .join('')
+      : '';
     await query(
       `WITH dropped AS (
-         DELETE FROM ${s}.resource_identifiers WHERE seq = ANY($1::bigint[]))
+         DELETE FROM ${s}.resource_identifiers WHERE seq = ANY($1::bigint[]))${dropIndex}
        UPDATE ${s}.resources r SET superseded_seq = u.next
          FROM unnest($1::bigint[], $2::bigint[]) AS u(old, next)
         WHERE r.seq = u.old`,
@@ -241,6 +254,13 @@ export async function applyResourceWrites(
       ],
       true,
     );
+    if (indexer) {
+      const rows = new IndexRows();
+      for (const v of versions) {
+        if (v.stored && v.superseded === null) rows.add(v.seq, v.resourceType, indexer.index(v.stored));
+      }
+      await insertIndexRows(query, s, projectId, rows);
+    }
   }
   return results;
 }

@@ -3,6 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource, UserRecord } from '../types.js';
 import { userEmails } from '../user-list.js';
+import { searchTableStatements } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -176,6 +177,8 @@ function migrationStatements(s: string): string[] {
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS encoding text NOT NULL DEFAULT 'identity'`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS crc32 bigint`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
+    // Migration 8: the search index tables (filled by `syncSearchIndex` once the indexer is known).
+    ...searchTableStatements(s),
   ];
 }
 
@@ -269,7 +272,7 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -290,7 +293,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */

@@ -1,0 +1,472 @@
+import { assertNever } from '../assert-never.js';
+import type {
+  ComponentSearchValue,
+  DateSearchValue,
+  ParameterFilter,
+  QuantitySearchValue,
+  ReferenceSearchValue,
+  SearchFilter,
+  SearchModifier,
+  SearchParamType,
+  StringSearchValue,
+  TokenSearchValue,
+} from '../search-request.js';
+import { type IndexTable, INDEX_TABLES, KEY_CHARS, pgText } from './search-tables.js';
+
+/*
+ * A `SearchRequest`'s filters and sort keys as SQL over the search index tables (search-tables.ts),
+ * with exactly the semantics of `src/search/match.ts` and `sort-values.ts` on the same index values:
+ * each parameter filter is a semi-join (`seq IN (SELECT seq FROM <table> WHERE <values, ORed>)`),
+ * filters are ANDed, chains join the reference rows to the referenced current versions, `_has` the
+ * referencing rows to this version's id. Values travel as bind parameters.
+ * @see https://hl7.org/fhir/R4/search.html
+ */
+
+/** A resource a filter is evaluated on: SQL expressions of its `seq` and `id`, and its type (a parameter). */
+export interface Level {
+  seq: string;
+  id: string;
+  type: string;
+}
+
+/** The table holding the index values of a search value (or parameter) type. */
+function tableOf(type: SearchParamType | ComponentSearchValue['type']): IndexTable[] {
+  switch (type) {
+    case 'string':
+      return ['search_strings'];
+    case 'token':
+      return ['search_tokens'];
+    case 'date':
+      return ['search_dates'];
+    case 'number':
+    case 'quantity':
+      return ['search_numbers'];
+    case 'reference':
+      return ['search_references'];
+    case 'uri':
+      return ['search_uris'];
+    case 'composite':
+    case 'special':
+      return [...INDEX_TABLES];
+  }
+}
+
+const likeEscape = (text: string): string => text.replace(/[\\%_]/g, (c) => `\\${c}`);
+
+/** Builds the SQL of one search, its bind values appended to `values`. */
+export class SearchSql {
+  private aliases = 0;
+
+  constructor(
+    private readonly s: string,
+    private readonly values: unknown[],
+    /** The parameter holding the project id. */
+    private readonly project: string,
+  ) {}
+
+  /** A bind parameter holding `value`. */
+  param(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+
+  /** A text bind parameter holding `value` (NUL mapped as stored). */
+  text(value: string): string {
+    return `${this.param(pgText(value))}::text`;
+  }
+
+  /** A fresh table alias. */
+  alias(prefix: string): string {
+    return `${prefix}${++this.aliases}`;
+  }
+
+  /**
+   * The filters, ANDed, as conditions on the resource `level`: each a correlated `EXISTS` fenced
+   * with `OFFSET 0`, so that it stays a lookup by the version's `seq` (or id) per candidate row
+   * whatever the planner's statistics say (a freshly loaded table has none, and a semi-join
+   * planned from those can take quadratic time).
+   */
+  filters(filters: readonly SearchFilter[], level: Level): string {
+    if (filters.length === 0) return 'true';
+    return filters.map((f) => `(${this.test(f, level)})`).join(' AND ');
+  }
+
+  /**
+   * The filter that drives a search of `type`: the index lookup giving the candidates (the
+   * `seq`s of the current versions that match it), the others being tested on each candidate.
+   * Preferred: equality-like values (token, reference, uri, string), then the other types, then
+   * chains and `_has`. Undefined when no filter can drive (only negations and `:missing`).
+   */
+  driver(filters: readonly SearchFilter[], type: string): { filter: SearchFilter; seqs: string } | undefined {
+    const rank = (f: SearchFilter): number => {
+      if (f.kind !== 'parameter') return 3;
+      if (f.modifier === 'missing' || f.modifier === 'not' || f.code === '_id') return 9;
+      return ['token', 'reference', 'uri', 'string'].includes(f.type) ? 1 : 2;
+    };
+    const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
+    if (!best || rank(best) === 9) return undefined;
+    return { filter: best, seqs: this.seqs(best, type) };
+  }
+
+  /** SQL answering the `seq` of every current, live `type` version matching `filter` (duplicates possible). */
+  private seqs(filter: SearchFilter, type: string): string {
+    if (filter.kind === 'chain') return this.chainSeqs(filter.code, filter.targetTypes, filter.filter, type);
+    if (filter.kind === 'has')
+      return this.hasSeqs(filter.resourceType, filter.referenceParam, filter.filter, type);
+    const driving =
+      filter.modifier !== 'missing' &&
+      filter.modifier !== 'not' &&
+      filter.code !== '_id' &&
+      filter.values.length > 0;
+    if (driving && filter.type === 'composite')
+      return this.composite(filter, this.text(filter.code), { type });
+    if (driving) {
+      const a = this.alias('v');
+      return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
+               WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
+                 AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})`;
+    }
+    // No index lookup answers it: every current version of the type, tested one by one.
+    const r = this.alias('r');
+    return `SELECT ${r}.seq FROM ${this.s}.resources ${r}
+             WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type}
+               AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
+               AND ${this.test(filter, { seq: `${r}.seq`, id: `${r}.id`, type })}`;
+  }
+
+  /** The current, live `type` version of id `id` (a LATERAL lookup by key). */
+  private byId(type: string, id: string, alias: string): string {
+    return `CROSS JOIN LATERAL (SELECT ${alias}.seq, ${alias}.id FROM ${this.s}.resources ${alias}
+              WHERE ${alias}.project_id = ${this.project} AND ${alias}.resource_type = ${type}
+                AND ${alias}.id = ${id} AND ${alias}.superseded_seq IS NULL AND NOT ${alias}.deleted
+              OFFSET 0) ${alias}`;
+  }
+
+  /** Seqs of `type` versions referencing (`code`) a current resource of one of `types` that matches `inner`. */
+  private chainSeqs(code: string, types: readonly string[], inner: SearchFilter, type: string): string {
+    if (types.length === 0) return 'SELECT NULL::bigint AS seq WHERE false';
+    const codeParam = this.text(code);
+    return types
+      .map((target) => {
+        const t = this.text(target);
+        const [d, r, f] = [this.alias('d'), this.alias('r'), this.alias('f')];
+        return `SELECT ${f}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, t)}) ${d} OFFSET 0) ${d}
+          CROSS JOIN LATERAL (SELECT id FROM ${this.s}.resources ${r} WHERE ${r}.seq = ${d}.seq OFFSET 0) ${r}
+          CROSS JOIN LATERAL (SELECT seq FROM ${this.s}.search_references ${f}
+             WHERE ${f}.project_id = ${this.project} AND ${f}.resource_type = ${type} AND ${f}.param = ${codeParam}
+               AND ${f}.target_id = ${r}.id AND ${f}.target_type = ${t} OFFSET 0) ${f}`;
+      })
+      .join(' UNION ALL ');
+  }
+
+  /** Seqs of `type` versions referenced (`param`) by a current `source` resource that matches `inner`. */
+  private hasSeqs(source: string, param: string, inner: SearchFilter, type: string): string {
+    const s = this.text(source);
+    const [d, h, r] = [this.alias('d'), this.alias('h'), this.alias('r')];
+    return `SELECT ${r}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, s)}) ${d} OFFSET 0) ${d}
+      CROSS JOIN LATERAL (SELECT DISTINCT target_id FROM ${this.s}.search_references ${h}
+         WHERE ${h}.seq = ${d}.seq AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${type}
+           AND ${h}.target_id IS NOT NULL OFFSET 0) ${h}
+      ${this.byId(type, `${h}.target_id`, r)}`;
+  }
+
+  private test(filter: SearchFilter, level: Level): string {
+    switch (filter.kind) {
+      case 'parameter':
+        return this.parameter(filter, level);
+      case 'chain':
+        return this.chain(filter.code, filter.targetTypes, filter.filter, level);
+      case 'has':
+        return this.has(filter.resourceType, filter.referenceParam, filter.filter, level);
+      default:
+        return assertNever(filter);
+    }
+  }
+
+  /** A reference of `level` to a current resource of one of `types` that matches `inner`. */
+  private chain(code: string, types: readonly string[], inner: SearchFilter, level: Level): string {
+    if (types.length === 0) return 'false';
+    const f = this.alias('f');
+    const codeParam = this.text(code);
+    return types
+      .map((type) => {
+        const t = this.text(type);
+        const r = this.alias('r');
+        const where = this.test(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
+        return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${f} ${this.byId(t, `${f}.target_id`, r)}
+           WHERE ${f}.seq = ${level.seq} AND ${f}.param = ${codeParam} AND ${f}.target_type = ${t}
+             AND (${where}) OFFSET 0)`;
+      })
+      .join(' OR ');
+  }
+
+  /** A current `type` resource whose `param` references `level` and matches `inner` (`_has`). */
+  private has(type: string, param: string, inner: SearchFilter, level: Level): string {
+    const h = this.alias('h');
+    const t = this.text(type);
+    // Index rows are those of current, live versions only: the source's id is needed only by a
+    // further `_has` or an `_id`.
+    const needsId = inner.kind === 'has' || (inner.kind === 'parameter' && inner.code === '_id');
+    const r = needsId ? this.alias('r') : undefined;
+    const where = this.test(inner, { seq: `${h}.seq`, id: r ? `${r}.id` : 'NULL', type: t });
+    return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${h}
+        ${r ? `JOIN ${this.s}.resources ${r} ON ${r}.seq = ${h}.seq` : ''}
+       WHERE ${h}.project_id = ${this.project} AND ${h}.resource_type = ${t}
+         AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${level.type}
+         AND ${h}.target_id = ${level.id} AND (${where}) OFFSET 0)`;
+  }
+
+  /** The values of a (non-composite) parameter filter, ORed, on a row `a` of its table. */
+  private anyValue(filter: ParameterFilter, a: string): string {
+    const values = filter.values.flatMap((value) =>
+      value.type === 'composite' ? [] : [this.value(value, a, filter)],
+    );
+    return values.length === 0 ? 'false' : values.join(' OR ');
+  }
+
+  private parameter(filter: ParameterFilter, level: Level): string {
+    if (filter.code === '_id') return this.idFilter(filter, level);
+    const code = this.text(filter.code);
+    if (filter.modifier === 'missing') {
+      const present = tableOf(filter.type)
+        .map((table) => {
+          const a = this.alias('p');
+          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a}
+                   WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} OFFSET 0)`;
+        })
+        .join(' OR ');
+      return filter.missing ? `NOT (${present})` : `(${present})`;
+    }
+    if (filter.type === 'composite') {
+      const c = this.alias('x');
+      return `EXISTS (SELECT 1 FROM (${this.composite(filter, code, level)}) ${c} OFFSET 0)`;
+    }
+    const a = this.alias('v');
+    const any = `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
+       WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} AND (${this.anyValue(filter, a)}) OFFSET 0)`;
+    return filter.modifier === 'not' ? `NOT ${any}` : any;
+  }
+
+  /** `_id`: a token on the version's own id (no system, no text, no identifier type). */
+  private idFilter(filter: ParameterFilter, level: Level): string {
+    if (filter.modifier === 'missing') return filter.missing ? 'false' : 'true';
+    const tests = filter.values.flatMap((v) =>
+      v.type === 'token'
+        ? [this.token(v, { system: 'NULL', value: level.id, display: 'NULL', types: 'NULL' })]
+        : [],
+    );
+    const any = tests.length === 0 ? 'false' : tests.join(' OR ');
+    return filter.modifier === 'not' ? `NOT (${any})` : `(${any})`;
+  }
+
+  /**
+   * A composite: the seqs of versions with one element (`elem`) whose every component has a value
+   * matching the value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's
+   * table); of the version `level.seq` only when given, else of every `level.type` version.
+   */
+  private composite(filter: ParameterFilter, code: string, level: { seq?: string; type: string }): string {
+    const alternatives = filter.values.flatMap((value) => {
+      if (value.type !== 'composite' || value.components.length === 0) return [];
+      const aliases = value.components.map(() => this.alias('c'));
+      const [first, ...rest] = value.components;
+      const c0 = aliases[0]!;
+      const nested = rest
+        .map((component, k) => {
+          const c = aliases[k + 1]!;
+          return `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
+             WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${code} AND ${c}.elem = ${c0}.elem
+               AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
+        })
+        .map((x) => ` AND ${x}`)
+        .join('');
+      const where =
+        level.seq === undefined
+          ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
+          : `${c0}.seq = ${level.seq}`;
+      return [
+        `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
+           WHERE ${where} AND ${c0}.param = ${code} AND ${c0}.comp = 0
+             AND ${this.value(first!, c0, {})}${nested}`,
+      ];
+    });
+    return alternatives.length === 0
+      ? 'SELECT NULL::bigint AS seq WHERE false'
+      : alternatives.join(' UNION ALL ');
+  }
+
+  /** One search value against a row `a` of its value kind's table (`matchValue`). */
+  private value(
+    value: ComponentSearchValue,
+    a: string,
+    filter: Pick<ParameterFilter, 'modifier' | 'targetType'>,
+  ): string {
+    switch (value.type) {
+      case 'string':
+        return this.string(value, a, filter.modifier);
+      case 'token':
+        return this.token(value, {
+          system: `${a}.system`,
+          value: `${a}.value`,
+          display: `${a}.display`,
+          types: `${a}.types`,
+        });
+      case 'date':
+        return this.date(value, a);
+      case 'number':
+        return `NOT ${a}.empty AND ${this.number(value, a)}`;
+      case 'quantity':
+        return `${a}.quantity AND NOT ${a}.empty AND ${this.quantity(value, a)}`;
+      case 'reference':
+        return this.reference(value, a, filter.targetType);
+      case 'uri':
+        return this.uri(value.value, `${a}.value`, filter.modifier);
+      default:
+        return assertNever(value);
+    }
+  }
+
+  /** `column` equal to `value`, through the column's indexed prefix. */
+  private equal(column: string, value: string): string {
+    const p = this.text(value);
+    // A value shorter than the indexed prefix equals the column only where the prefix is all of it.
+    if (value.length < KEY_CHARS) return `left(${column}, ${KEY_CHARS}) = ${p}`;
+    return `left(${column}, ${KEY_CHARS}) = left(${p}, ${KEY_CHARS}) AND ${column} = ${p}`;
+  }
+
+  /** `column` starting with `prefix`, through the column's indexed prefix. */
+  private startsWith(column: string, prefix: string): string {
+    if (prefix.length <= KEY_CHARS) {
+      return `left(${column}, ${KEY_CHARS}) LIKE ${this.text(`${likeEscape(pgText(prefix))}%`)}`;
+    }
+    const p = this.text(prefix);
+    return `left(${column}, ${KEY_CHARS}) = left(${p}, ${KEY_CHARS}) AND starts_with(${column}, ${p})`;
+  }
+
+  private string(value: StringSearchValue, a: string, modifier?: SearchModifier): string {
+    if (modifier === 'exact') return `${a}.exact = ${this.text(value.value)}`;
+    if (modifier === 'contains') return `strpos(${a}.norm, ${this.text(value.normalized)}) > 0`;
+    return this.startsWith(`${a}.norm`, value.normalized);
+  }
+
+  private token(
+    value: TokenSearchValue,
+    c: { system: string; value: string; display: string; types: string },
+  ): string {
+    if (value.text !== undefined) {
+      return `${c.display} IS NOT NULL AND starts_with(${c.display}, ${this.text(value.text)})`;
+    }
+    const opt = (x: string | undefined): string => (x === undefined ? 'NULL::text' : this.text(x));
+    if (value.typeSystem !== undefined) {
+      return `${c.value} IS NOT DISTINCT FROM ${opt(value.code)} AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements(${c.types}) e
+         WHERE (e->>'system') IS NOT DISTINCT FROM ${opt(value.typeSystem)}
+           AND (e->>'code') IS NOT DISTINCT FROM ${opt(value.typeCode)})`;
+    }
+    const tests: string[] = [];
+    if (value.code !== undefined) tests.push(this.equal(c.value, value.code));
+    if (value.system === null) tests.push(`${c.system} IS NULL AND ${c.value} IS NOT NULL`);
+    else if (value.system !== undefined) tests.push(`${c.system} = ${this.text(value.system)}`);
+    return tests.length === 0 ? 'true' : tests.join(' AND ');
+  }
+
+  /** `matchDate` on the row's `[lo, hi)` (open ends stored as the largest finite numbers). */
+  private date(value: DateSearchValue, a: string): string {
+    // Bind parameters only for the bounds used (an unused one has no type PostgreSQL can infer).
+    let start: string | undefined;
+    let end: string | undefined;
+    const ps = (): string => (start ??= `${this.param(value.start)}::float8`);
+    const pe = (): string => (end ??= `${this.param(value.end)}::float8`);
+    const [lo, hi] = [`${a}.lo`, `${a}.hi`];
+    const contained = (): string => `(${lo} >= ${ps()} AND ${hi} <= ${pe()})`;
+    switch (value.prefix) {
+      case 'eq':
+        return contained();
+      case 'ne':
+        return `NOT ${contained()}`;
+      case 'gt':
+        return `${hi} > ${pe()}`;
+      case 'lt':
+        return `${lo} < ${ps()}`;
+      case 'ge':
+        return `(${hi} > ${pe()} OR ${contained()})`;
+      case 'le':
+        return `(${lo} < ${ps()} OR ${contained()})`;
+      case 'sa':
+        return `${lo} >= ${pe()}`;
+      case 'eb':
+        return `${hi} <= ${ps()}`;
+      case 'ap':
+        return `(${lo} < ${pe()} AND ${hi} > ${ps()})`;
+    }
+  }
+
+  /** `matchNumber` on the row's `lo` (value, else low) and `hi` (value, else high). */
+  private number(value: { prefix: string; value: number; low: number; high: number }, a: string): string {
+    const f = (x: number): string => `${this.param(x)}::float8`;
+    const [lo, hi] = [`${a}.lo`, `${a}.hi`];
+    const v = value.value;
+    const margin = Math.abs(v) * 0.1;
+    switch (value.prefix) {
+      case 'eq':
+        return `(${lo} >= ${f(value.low)} AND ${hi} < ${f(value.high)})`;
+      case 'ne':
+        return `NOT (${lo} >= ${f(value.low)} AND ${hi} < ${f(value.high)})`;
+      case 'gt':
+        return `${hi} > ${f(v)}`;
+      case 'lt':
+        return `${lo} < ${f(v)}`;
+      case 'sa':
+        return `${lo} > ${f(v)}`;
+      case 'eb':
+        return `${hi} < ${f(v)}`;
+      case 'ge':
+        return `${hi} >= ${f(v)}`;
+      case 'le':
+        return `${lo} <= ${f(v)}`;
+      default:
+        return `(${lo} <= ${f(v + margin)} AND ${hi} >= ${f(v - margin)})`;
+    }
+  }
+
+  private quantity(value: QuantitySearchValue, a: string): string {
+    const tests: string[] = [];
+    if (value.system !== undefined) {
+      tests.push(`${a}.system = ${this.text(value.system)}`);
+      if (value.code !== undefined) tests.push(`${a}.unit_code = ${this.text(value.code)}`);
+    } else if (value.code !== undefined) {
+      const code = this.text(value.code);
+      tests.push(`(${a}.unit_code = ${code} OR ${a}.unit = ${code})`);
+    }
+    tests.push(this.number(value, a));
+    return tests.join(' AND ');
+  }
+
+  private reference(value: ReferenceSearchValue, a: string, targetType?: string): string {
+    if (value.identifier !== undefined) {
+      const { system, value: v } = value.identifier;
+      const tests = [`${a}.ident`];
+      if (v !== undefined) tests.push(`${a}.id_value = ${this.text(v)}`);
+      if (system === null) tests.push(`${a}.id_system IS NULL`);
+      else if (system !== undefined) tests.push(`${a}.id_system = ${this.text(system)}`);
+      return tests.join(' AND ');
+    }
+    const type = targetType === undefined ? '' : `${a}.target_type = ${this.text(targetType)} AND `;
+    let byId = 'false';
+    if (value.id !== undefined) {
+      byId = this.equal(`${a}.target_id`, value.id);
+      if (value.resourceType !== undefined)
+        byId += ` AND ${a}.target_type = ${this.text(value.resourceType)}`;
+    }
+    if (value.url === undefined) return `${type}(${byId})`;
+    // `matchReference`: an equal url decides (by the version); else the id.
+    const url = this.text(value.url);
+    const version = value.version === undefined ? 'true' : `${a}.version = ${this.text(value.version)}`;
+    return `${type}((${a}.url = ${url} AND ${version}) OR (${a}.url IS DISTINCT FROM ${url} AND ${byId}))`;
+  }
+
+  private uri(value: string, column: string, modifier?: SearchModifier): string {
+    if (modifier === 'below') return this.startsWith(column, value);
+    if (modifier === 'above') return `starts_with(${this.text(value)}, ${column})`;
+    return this.equal(column, value);
+  }
+}

@@ -1,0 +1,351 @@
+import type { Pool, PoolClient } from 'pg';
+import type { IndexValue } from '../index-values.js';
+import {
+  indexerGetter,
+  type IndexerOption,
+  type ResourceIndexEntries,
+  type ResourceIndexer,
+} from '../search-index.js';
+import type { FhirResource } from '../types.js';
+import type { Query } from './executor.js';
+import { quoteIdentifier } from './schema.js';
+
+/*
+ * The search index tables of the PostgreSQL store: one per value kind, a row per value a search
+ * parameter sees in a current, live version (`ResourceIndexer` entries), keyed by the version's
+ * `seq`, with its project, type and parameter code. Rows are written in the version's transaction
+ * and deleted when a newer version or a tombstone supersedes it, so every row is searchable as is
+ * (no join on the version's state). A composite's elements are rows of the tables of their
+ * components: `elem` numbers the element within the version, `comp` the component; plain values
+ * have neither. See docs/storage.md (PostgreSQL, Search).
+ */
+
+/** The search index of a store: whether it keeps one, and its indexer once the store is open. */
+export interface SearchIndex {
+  readonly enabled: boolean;
+  indexer?: ResourceIndexer;
+  /** Loads the indexer and brings the tables in line with it (after the migrations). */
+  open(): Promise<void>;
+}
+
+/** The search index of a store given `option` (none without one). */
+export function searchIndexOf(pool: Pool, schema: string, option: IndexerOption | undefined): SearchIndex {
+  const getIndexer = indexerGetter(option);
+  const s = quoteIdentifier(schema);
+  const index: SearchIndex = {
+    enabled: option !== undefined,
+    async open() {
+      const indexer = await getIndexer();
+      if (indexer) await syncSearchIndex(pool, schema, s, indexer);
+      else await clearSearchIndex(pool, s);
+      index.indexer = indexer;
+    },
+  };
+  return index;
+}
+
+/** Open ends of ranges, stored as finite numbers: what `sortValuesOf` answers for them. */
+export const LOWEST = -Number.MAX_VALUE;
+export const HIGHEST = Number.MAX_VALUE;
+
+/** Characters of a value the B-tree indexes hold (a longer value is checked on the row itself). */
+export const KEY_CHARS = 100;
+
+/** The index tables, in the order rows are built and inserted. */
+export const INDEX_TABLES = [
+  'search_tokens',
+  'search_strings',
+  'search_dates',
+  'search_numbers',
+  'search_references',
+  'search_uris',
+] as const;
+
+/** One index table. */
+export type IndexTable = (typeof INDEX_TABLES)[number];
+
+/** The table, and the columns after the common ones, of each value kind. */
+const COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
+  search_tokens: [
+    ['system', 'text'],
+    ['value', 'text'],
+    ['display', 'text'],
+    ['types', 'jsonb'],
+  ],
+  search_strings: [
+    ['norm', 'text'],
+    ['exact', 'text'],
+  ],
+  search_dates: [
+    ['lo', 'float8'],
+    ['hi', 'float8'],
+  ],
+  search_numbers: [
+    ['quantity', 'boolean'],
+    ['empty', 'boolean'],
+    ['lo', 'float8'],
+    ['hi', 'float8'],
+    ['system', 'text'],
+    ['unit_code', 'text'],
+    ['unit', 'text'],
+  ],
+  search_references: [
+    ['target_type', 'text'],
+    ['target_id', 'text'],
+    ['url', 'text'],
+    ['version', 'text'],
+    ['ident', 'boolean'],
+    ['id_system', 'text'],
+    ['id_value', 'text'],
+  ],
+  search_uris: [['value', 'text']],
+};
+
+/** The lookup index of each table (after `project_id, resource_type, param`). */
+const LOOKUP: Record<IndexTable, string> = {
+  search_tokens: `left(value, ${KEY_CHARS}), seq`,
+  search_strings: `left(norm, ${KEY_CHARS}), seq`,
+  search_dates: 'lo, hi',
+  search_numbers: 'lo, hi',
+  search_references: 'target_id, target_type, seq',
+  search_uris: `left(value, ${KEY_CHARS}), seq`,
+};
+
+const sqlType = (type: string): string => (type === 'text' ? 'text COLLATE "C"' : type);
+
+/** Migration 8: the index tables and `search_index_state` (the indexer's fingerprint). */
+export function searchTableStatements(s: string): string[] {
+  const id = 'text COLLATE "C" NOT NULL';
+  const out = [
+    `CREATE TABLE IF NOT EXISTS ${s}.search_index_state (
+      singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+      fingerprint text NOT NULL)`,
+  ];
+  for (const table of INDEX_TABLES) {
+    const columns = COLUMNS[table].map(([name, type]) => `${name} ${sqlType(type)}`).join(', ');
+    out.push(
+      `CREATE TABLE IF NOT EXISTS ${s}.${table} (
+        seq bigint NOT NULL, project_id ${id}, resource_type ${id}, param ${id},
+        elem integer, comp integer, ${columns})`,
+      `CREATE INDEX IF NOT EXISTS ${table}_seq ON ${s}.${table} (seq)`,
+      `CREATE INDEX IF NOT EXISTS ${table}_lookup
+        ON ${s}.${table} (project_id, resource_type, param, ${LOOKUP[table]})`,
+    );
+  }
+  return out;
+}
+
+/** NUL, which PostgreSQL text cannot hold, as U+FFFD (search values are mapped the same way). */
+export function pgText(value: string): string;
+export function pgText(value: string | undefined): string | undefined;
+export function pgText(value: string | undefined): string | undefined {
+  return value?.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value;
+}
+
+type Cell = string | number | boolean | null;
+
+/** The rows of a batch, column by column (what `unnest` takes). */
+export class IndexRows {
+  readonly columns = new Map<IndexTable, Cell[][]>(
+    INDEX_TABLES.map((t) => [t, Array.from({ length: 5 + COLUMNS[t].length }, () => [])]),
+  );
+
+  private push(table: IndexTable, cells: Cell[]): void {
+    const columns = this.columns.get(table)!;
+    cells.forEach((cell, i) => columns[i]!.push(cell));
+  }
+
+  /** The rows of one version's entries. */
+  add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
+    for (const [param, values] of Object.entries(entries)) {
+      let elem = 0;
+      for (const value of values) {
+        if (value.type === 'composite') {
+          value.components.forEach((component, comp) => {
+            for (const v of component) this.value(seq, resourceType, param, elem, comp, v);
+          });
+          elem++;
+        } else if (param !== '_id') {
+          // `_id` is the version's own `id` column: no row.
+          this.value(seq, resourceType, param, null, null, value);
+        }
+      }
+    }
+  }
+
+  private value(
+    seq: string,
+    type: string,
+    param: string,
+    elem: number | null,
+    comp: number | null,
+    v: IndexValue,
+  ): void {
+    const head: Cell[] = [seq, type, param, elem, comp];
+    const t = (x: string | undefined): string | null => pgText(x) ?? null;
+    switch (v.type) {
+      case 'token':
+        this.push('search_tokens', [
+          ...head,
+          t(v.system),
+          t(v.code),
+          t(v.text),
+          v.types ? pgText(JSON.stringify(v.types)) : null,
+        ]);
+        return;
+      case 'string':
+        this.push('search_strings', [...head, pgText(v.normalized), pgText(v.exact)]);
+        return;
+      case 'date':
+        this.push('search_dates', [...head, v.start ?? LOWEST, v.end ?? HIGHEST]);
+        return;
+      case 'number':
+      case 'quantity': {
+        const empty = v.value === undefined && v.low === undefined && v.high === undefined;
+        const q = v.type === 'quantity' ? v : undefined;
+        this.push('search_numbers', [
+          ...head,
+          v.type === 'quantity',
+          empty,
+          v.value ?? v.low ?? LOWEST,
+          v.value ?? v.high ?? HIGHEST,
+          t(q?.system),
+          t(q?.code),
+          t(q?.unit),
+        ]);
+        return;
+      }
+      case 'reference':
+        this.push('search_references', [
+          ...head,
+          t(v.resourceType),
+          t(v.id),
+          t(v.url),
+          t(v.version),
+          v.identifier !== undefined,
+          t(v.identifier?.system),
+          t(v.identifier?.value),
+        ]);
+        return;
+      case 'uri':
+        this.push('search_uris', [...head, pgText(v.value)]);
+        return;
+    }
+  }
+
+  get empty(): boolean {
+    return [...this.columns.values()].every((c) => c[0]!.length === 0);
+  }
+}
+
+/**
+ * Inserts `rows` (of project `projectId`) in one statement: an `INSERT … SELECT FROM unnest(…)`
+ * per table that has rows.
+ */
+export async function insertIndexRows(
+  query: Query,
+  s: string,
+  projectId: string,
+  rows: IndexRows,
+): Promise<void> {
+  const values: unknown[] = [projectId];
+  const inserts: string[] = [];
+  for (const table of INDEX_TABLES) {
+    const columns = rows.columns.get(table)!;
+    if (columns[0]!.length === 0) continue;
+    const names = ['seq', 'resource_type', 'param', 'elem', 'comp', ...COLUMNS[table].map(([n]) => n)];
+    const types = ['bigint', 'text', 'text', 'integer', 'integer', ...COLUMNS[table].map(([, t]) => t)];
+    const args = columns.map((column, i) => {
+      values.push(column);
+      return `$${values.length}::${types[i]!}[]`;
+    });
+    inserts.push(
+      `INSERT INTO ${s}.${table} (project_id, ${names.join(', ')})
+       SELECT $1, * FROM unnest(${args.join(', ')})`,
+    );
+  }
+  if (inserts.length === 0) return;
+  const [last, ...first] = inserts.reverse();
+  const ctes = first.map((sql, i) => `i${i} AS (${sql})`);
+  await query(`${ctes.length > 0 ? `WITH ${ctes.join(', ')} ` : ''}${last!}`, values, true);
+}
+
+/** The statement parts deleting the index rows of the seqs in parameter `param` (CTEs). */
+export function deleteIndexRowsCtes(s: string, param: string): string[] {
+  return INDEX_TABLES.map((t) => `d_${t} AS (DELETE FROM ${s}.${t} WHERE seq = ANY(${param}::bigint[]))`);
+}
+
+/**
+ * Brings the index tables in line with `indexer`: when the fingerprint recorded in
+ * `search_index_state` differs (or none is, as after migration 8), empties them and indexes every
+ * current, live version again, in slices of 1,000 by `seq`, in one transaction under the schema's
+ * advisory lock (writers wait for the tables meanwhile).
+ */
+export async function syncSearchIndex(
+  pool: Pool,
+  schema: string,
+  s: string,
+  indexer: ResourceIndexer,
+): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SET LOCAL statement_timeout = 0');
+    await client.query('SET LOCAL lock_timeout = 0');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
+    const { rows } = await client.query<{ fingerprint: string }>(
+      `SELECT fingerprint FROM ${s}.search_index_state`,
+    );
+    if (rows[0]?.fingerprint === indexer.fingerprint) {
+      await client.query('COMMIT');
+      return;
+    }
+    await client.query(`TRUNCATE ${INDEX_TABLES.map((t) => `${s}.${t}`).join(', ')}`);
+    await reindexAll(client, s, indexer);
+    await client.query(
+      `INSERT INTO ${s}.search_index_state (fingerprint) VALUES ($1)
+       ON CONFLICT (singleton) DO UPDATE SET fingerprint = excluded.fingerprint`,
+      [indexer.fingerprint],
+    );
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * A store without an indexer writes no index rows: it forgets the fingerprint, so that a store
+ * opened with an indexer again rebuilds the tables.
+ */
+export async function clearSearchIndex(pool: Pool, s: string): Promise<void> {
+  await pool.query(`DELETE FROM ${s}.search_index_state`);
+}
+
+async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexer): Promise<void> {
+  const query: Query = (text, values) => client.query(text, values as unknown[]) as never;
+  let after = '0';
+  for (;;) {
+    const { rows } = await client.query<{
+      seq: string;
+      project_id: string;
+      resource_type: string;
+      body: string;
+    }>(
+      `SELECT seq, project_id, resource_type, body FROM ${s}.resources
+        WHERE seq > $1 AND superseded_seq IS NULL AND NOT deleted ORDER BY seq LIMIT 1000`,
+      [after],
+    );
+    if (rows.length === 0) return;
+    after = rows[rows.length - 1]!.seq;
+    const byProject = new Map<string, IndexRows>();
+    for (const row of rows) {
+      let set = byProject.get(row.project_id);
+      if (!set) byProject.set(row.project_id, (set = new IndexRows()));
+      set.add(row.seq, row.resource_type, indexer.index(JSON.parse(row.body) as FhirResource));
+    }
+    for (const [projectId, set] of byProject) await insertIndexRows(query, s, projectId, set);
+  }
+}

@@ -1,0 +1,162 @@
+import pg from 'pg';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { parseSearch } from '../../src/fhir/search-query.js';
+import { postgresStorage } from '../../src/postgres.js';
+import type { ResourceIndexer } from '../../src/storage/search-index.js';
+import type { Storage } from '../../src/storage/types.js';
+import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+
+/*
+ * PostgreSQL's search index: searches answered in SQL without reading bodies, the index rows kept
+ * to the current versions, and the tables rebuilt when the indexer's fingerprint changes.
+ */
+
+const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
+if (postgresTestsEnabled('postgresStorage search index')) {
+  const connectionString = POSTGRES_URL!;
+  const newSchema = schemaFactory(connectionString);
+  const admin = new pg.Pool({ connectionString, max: 1 });
+  afterAll(() => admin.end());
+
+  const search = async (storage: Storage, type: string, query: string) => {
+    const parsed = await parseSearch(type, new URLSearchParams(query), { storeAnswersSearch: true });
+    return storage.searchResources('p1', type, parsed.query);
+  };
+
+  describe('postgresStorage search index', () => {
+    it('answers a search in one statement, without a predicate and without reading bodies to filter', async () => {
+      const storage = postgresStorage({ connectionString, schema: newSchema() });
+      try {
+        expect(storage.answersSearch).toBe(true);
+        await storage.writeResources('p1', [
+          { op: 'create', resource: { resourceType: 'Patient', id: 'ann', name: [{ family: 'Smith' }] } },
+          { op: 'create', resource: { resourceType: 'Patient', id: 'bob', name: [{ family: 'Jones' }] } },
+        ]);
+        const writes = Array.from({ length: 1000 }, (_, i) => ({
+          op: 'create' as const,
+          resource: {
+            resourceType: 'Observation',
+            id: `o${i}`,
+            status: 'final',
+            code: { coding: [{ system: 'urn:c', code: i % 100 === 0 ? 'rare' : 'common' }] },
+            subject: { reference: Math.floor(i / 100) % 2 ? 'Patient/ann' : 'Patient/bob' },
+            effectiveDateTime: `2020-01-${String((i % 28) + 1).padStart(2, '0')}`,
+          },
+        }));
+        await storage.writeResources('p1', writes);
+        const parsed = await parseSearch(
+          'Observation',
+          new URLSearchParams('code=urn:c|rare&subject:Patient.name=smith&_sort=-date&_count=5'),
+          { storeAnswersSearch: true },
+        );
+        expect(parsed.query.where).toBeUndefined();
+        const query = vi.spyOn(pg.Client.prototype, 'query');
+        let page;
+        let statements: string[];
+        try {
+          page = await storage.searchResources('p1', 'Observation', parsed.query);
+          statements = query.mock.calls.map(([arg]) =>
+            typeof arg === 'string' ? arg : (arg as { text: string }).text,
+          );
+        } finally {
+          query.mockRestore();
+        }
+        expect(statements).toHaveLength(1);
+        expect(statements[0]).not.toMatch(/seq = ANY/);
+        // o100, o300, … (odd hundreds reference ann): 5 of the 10 rare ones; by date descending.
+        expect(page.total).toBe(5);
+        const expected = Array.from({ length: 5 }, (_, k) => 100 + 200 * k)
+          .map((i) => ({ id: `o${i}`, day: (i % 28) + 1 }))
+          .sort((a, b) => b.day - a.day || (a.id < b.id ? -1 : 1))
+          .slice(0, 5)
+          .map((x) => x.id);
+        expect(page.resources.map((r) => r.id)).toEqual(expected);
+        // The transaction view answers too.
+        await storage.transaction(async (tx) => {
+          expect(tx.answersSearch).toBe(true);
+          expect((await tx.searchResources('p1', 'Observation', parsed.query)).total).toBe(5);
+        });
+      } finally {
+        await storage.close();
+      }
+    }, 60_000);
+
+    it('keeps index rows of current versions only: an update or a delete takes the old values out', async () => {
+      const schema = newSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        const ann = await storage.createResource('p1', {
+          resourceType: 'Patient',
+          name: [{ family: 'Smith' }],
+        });
+        expect((await search(storage, 'Patient', 'name=smith')).total).toBe(1);
+        await storage.updateResource('p1', {
+          resourceType: 'Patient',
+          id: ann.id,
+          name: [{ family: 'Jones' }],
+        });
+        expect((await search(storage, 'Patient', 'name=smith')).total).toBe(0);
+        expect((await search(storage, 'Patient', 'name=jones')).total).toBe(1);
+        await storage.deleteResource('p1', 'Patient', ann.id);
+        expect((await search(storage, 'Patient', 'name=jones')).total).toBe(0);
+        const { rows } = await admin.query<{ n: number }>(
+          `SELECT ((SELECT count(*) FROM ${quote(schema)}.search_strings)
+                + (SELECT count(*) FROM ${quote(schema)}.search_dates))::int AS n`,
+        );
+        expect(rows[0]!.n).toBe(0);
+      } finally {
+        await storage.close();
+      }
+    });
+
+    it('rebuilds the index tables on open when the indexer fingerprint changes, and after migration 8', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      const nothing: ResourceIndexer = { fingerprint: 'nothing/1', index: () => ({}) };
+      let storage = postgresStorage({ connectionString, schema, indexer: nothing });
+      try {
+        const writes = Array.from({ length: 2500 }, (_, i) => ({
+          op: 'create' as const,
+          resource: { resourceType: 'Patient', id: `p${i}`, name: [{ family: i === 7 ? 'Seven' : 'Other' }] },
+        }));
+        await storage.writeResources('p1', writes);
+        await storage.updateResource('p1', {
+          resourceType: 'Patient',
+          id: 'p8',
+          name: [{ family: 'Seven' }],
+        });
+        await storage.deleteResource('p1', 'Patient', 'p7');
+        expect((await search(storage, 'Patient', 'name=seven')).total).toBe(0);
+        await storage.close();
+
+        storage = postgresStorage({ connectionString, schema });
+        expect((await search(storage, 'Patient', 'name=seven')).resources.map((r) => r.id)).toEqual(['p8']);
+        expect((await search(storage, 'Patient', 'name=other')).total).toBe(2498);
+        const { rows } = await admin.query<{ fingerprint: string }>(
+          `SELECT fingerprint FROM ${s}.search_index_state`,
+        );
+        expect(rows[0]!.fingerprint).toMatch(/^r4-/);
+        await storage.close();
+
+        // A schema at version 7 (before the index tables): migration 8 creates them, the rebuild fills them.
+        for (const table of [
+          'search_tokens',
+          'search_strings',
+          'search_dates',
+          'search_numbers',
+          'search_references',
+          'search_uris',
+          'search_index_state',
+        ]) {
+          await admin.query(`DROP TABLE ${s}.${table}`);
+        }
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 8`);
+        storage = postgresStorage({ connectionString, schema });
+        expect((await search(storage, 'Patient', 'name=seven')).resources.map((r) => r.id)).toEqual(['p8']);
+      } finally {
+        await storage.close();
+      }
+    }, 60_000);
+  });
+}
