@@ -32,8 +32,24 @@ export interface Entry {
   ifMatch?: string;
   /** Id given to a created resource before writing (so references to it can be rewritten). */
   newId?: string;
-  /** A GET of `Patient/$everything` or `Patient/[id]/$everything` (the only operation an entry may name). */
-  operation?: 'everything';
+  /**
+   * A GET of `Patient/$everything` or `Patient/[id]/$everything` (the only operation an entry may
+   * name), of a history (`[type]/_history`, `[type]/[id]/_history`) or of one version
+   * (`[type]/[id]/_history/[vid]`, its id in `versionId`).
+   */
+  operation?: EntryOperation;
+  versionId?: string;
+}
+
+/** What a GET entry asks beyond a read or a search. */
+export type EntryOperation = 'everything' | 'history' | 'vread';
+
+interface RequestTarget {
+  type: string;
+  id?: string;
+  query?: string;
+  operation?: EntryOperation;
+  versionId?: string;
 }
 
 export function entryError(
@@ -49,10 +65,7 @@ export function entryError(
  * Reads `request.url` (relative `Patient`, `Patient/1`, `Patient?x=y`, or absolute) into a type, an
  * optional id and an optional query.
  */
-function parseRequestUrl(
-  index: number,
-  url: string,
-): { type: string; id?: string; query?: string; operation?: 'everything' } {
+function parseRequestUrl(index: number, url: string): RequestTarget {
   let path = url;
   let query: string | undefined;
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
@@ -77,6 +90,8 @@ function parseRequestUrl(
       throw entryError(index, '$everything is an operation of Patient', 404, 'not-found');
     return { ...target, ...(query !== undefined ? { query } : {}), operation: 'everything' };
   }
+  const historyAt = segments.indexOf('_history');
+  if (historyAt !== -1) return historyTarget(index, segments, historyAt, query);
   const last = segments[segments.length - 1];
   const beforeLast = segments[segments.length - 2];
   if (last !== undefined && isResourceType(last))
@@ -89,6 +104,26 @@ function parseRequestUrl(
     throw entryError(index, `Unknown resource type ${last}`, 404, 'not-found');
   }
   throw entryError(index, 'request.url must be [type], [type]/[id] or [type]?[query]');
+}
+
+/** `[type]/_history`, `[type]/[id]/_history` or `[type]/[id]/_history/[vid]` as an entry's target. */
+function historyTarget(
+  index: number,
+  segments: string[],
+  at: number,
+  query: string | undefined,
+): RequestTarget {
+  const tail = segments.slice(at + 1);
+  const target = parseRequestUrl(index, segments.slice(0, at).join('/') || '_history');
+  if (target.operation !== undefined || target.query !== undefined || tail.length > 1)
+    throw entryError(
+      index,
+      'request.url must be [type]/_history, [type]/[id]/_history or [type]/[id]/_history/[vid]',
+    );
+  const withQuery = query !== undefined ? { query } : {};
+  if (tail.length === 0) return { ...target, ...withQuery, operation: 'history' };
+  if (target.id === undefined) throw entryError(index, 'A version is read as [type]/[id]/_history/[vid]');
+  return { ...target, ...withQuery, operation: 'vread', versionId: tail[0]! };
 }
 
 function checkIdOf(index: number, id: string): void {
@@ -137,8 +172,14 @@ export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): 
   if (target.query !== undefined) entry.query = target.query;
   if (target.operation !== undefined) {
     if (verb !== 'GET')
-      throw entryError(index, `$${target.operation} is invoked with GET in a Bundle`, 405, 'not-supported');
+      throw entryError(
+        index,
+        `${target.operation === 'everything' ? '$everything' : '_history'} is read with GET in a Bundle`,
+        405,
+        'not-supported',
+      );
     entry.operation = target.operation;
+    if (target.versionId !== undefined) entry.versionId = target.versionId;
   }
   if (typeof fullUrl === 'string') entry.fullUrl = fullUrl;
   if (verb === 'POST' || verb === 'PUT') {

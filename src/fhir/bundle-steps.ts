@@ -4,7 +4,7 @@
  */
 import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
-import type { FhirResource, ResourceWrite } from '../storage/types.js';
+import type { FhirResource, ResourceWrite, Storage } from '../storage/types.js';
 import {
   authorize,
   checkDeleteTarget,
@@ -21,6 +21,7 @@ import { buildSearchBundle } from './search-bundle.js';
 import { allPatientsEverything, patientEverything } from './everything.js';
 import { everythingBundle, everythingQuery } from './everything-bundle.js';
 import { parseEverythingParams } from './everything-params.js';
+import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from './history.js';
 import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
 
@@ -63,6 +64,8 @@ export async function runGet(
   activity: RequestActivity | undefined,
 ): Promise<Record<string, unknown>> {
   if (entry.operation === 'everything') return runEverything(ctx, entry, options, activity);
+  if (entry.operation === 'history' || entry.operation === 'vread')
+    return runHistory(ctx, entry, options, activity);
   if (entry.id !== undefined) {
     const resource = await readResource(ctx, entry.type, entry.id);
     activity?.accessed(readAccess('read', resource));
@@ -111,6 +114,39 @@ async function runEverything(
     response: { status: '200 OK' },
   };
 }
+
+/** A history GET entry (`[type]/_history`, `[type]/[id]/_history`) or a vread (`…/_history/[vid]`). */
+async function runHistory(
+  ctx: FhirContext,
+  entry: Entry,
+  options: BundleProcessingOptions,
+  activity: RequestActivity | undefined,
+): Promise<Record<string, unknown>> {
+  // Versions are read through the store itself, not inside a transaction's view.
+  const storage = ctx.storage as Partial<Storage>;
+  if (typeof storage.readHistory !== 'function' || typeof storage.readResourceVersion !== 'function')
+    throw entryError(entry.index, 'History and version reads are answered in a batch, not in a transaction');
+  const store = storage as Storage;
+  if (entry.operation === 'vread') {
+    const resource = await readVersion(ctx, store, entry.type, entry.id!, entry.versionId!);
+    activity?.accessed(readAccess('vread', resource));
+    return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
+  }
+  const target = { type: entry.type, ...(entry.id === undefined ? {} : { id: entry.id }) };
+  const request = parseHistoryRequest(target, new URLSearchParams(entry.query ?? ''), {
+    defaultCount: options.search?.defaultCount ?? HISTORY_DEFAULT_COUNT,
+    maxCount: options.search?.maxCount ?? HISTORY_MAX_COUNT,
+    lenient: options.search?.lenient ?? false,
+  });
+  const page = await readHistoryPage(ctx, store, request);
+  const resources = page.entries.flatMap((e) => (e.resource ? [e.resource] : []));
+  activity?.accessed(searchAccess(entry.type, `_history?${entry.query ?? ''}`, resources));
+  return { resource: buildHistoryBundle(options.baseUrl, request, page), response: { status: '200 OK' } };
+}
+
+/** Page sizes of a history entry when the Bundle's options give none (`fhirRouter`'s defaults). */
+const HISTORY_DEFAULT_COUNT = 20;
+const HISTORY_MAX_COUNT = 1000;
 
 /** Checks, authorizes and validates the write of one POST/PUT/DELETE entry (references already rewritten). */
 export async function planWrite(ctx: FhirContext, entry: Entry): Promise<ResourceWrite> {

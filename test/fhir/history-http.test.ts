@@ -94,6 +94,53 @@ forEachStore('FHIR history', (store, open) => {
       );
     });
 
+    it('answers history and vread GET entries in a batch, and refuses them in a transaction', async () => {
+      const id = await write();
+      const bundle = (type: string, urls: string[]) => ({
+        resourceType: 'Bundle',
+        type,
+        entry: urls.map((url) => ({ request: { method: 'GET', url } })),
+      });
+      const batch = await request(app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(
+          bundle('batch', [
+            `Patient/${id}/_history/1`,
+            `Patient/${id}/_history/3`,
+            `Patient/${id}/_history`,
+            'Patient/_history?_count=2',
+            `Patient/${id}/_history/1/extra`,
+            `Patient/${id}/_history?_bogus=1`,
+          ]),
+        );
+      expect(batch.status).toBe(200);
+      const [v1, deleted, instance, type, extra, bogus] = batch.body.entry as {
+        resource?: { resourceType: string; type?: string; active?: boolean; entry?: unknown[] };
+        response: { status: string };
+      }[];
+      expect(v1!.response.status).toBe('200 OK');
+      expect(v1!.resource!.active).toBe(true);
+      expect(deleted!.response.status).toMatch(/^410/);
+      expect(instance!.resource!.type).toBe('history');
+      expect(instance!.resource!.entry).toHaveLength(4);
+      expect(type!.resource!.type).toBe('history');
+      expect(type!.resource!.entry).toHaveLength(2);
+      expect(extra!.response.status).toMatch(/^400/);
+      expect(bogus!.response.status).toMatch(/^400/);
+      // Another project's token sees no version of this resource.
+      const other = await request(app)
+        .post(BASE)
+        .set('Authorization', auth(['system/*.*'], 'p2'))
+        .send(bundle('batch', [`Patient/${id}/_history/1`]));
+      expect(other.body.entry[0].response.status).toMatch(/^404/);
+      const txn = await request(app)
+        .post(BASE)
+        .set('Authorization', auth())
+        .send(bundle('transaction', [`Patient/${id}/_history`]));
+      expectOutcome(txn, 400);
+    });
+
     it('answers instance, type and system histories as history Bundles, newest first', async () => {
       const id = await write();
       await request(app)
