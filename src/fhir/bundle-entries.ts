@@ -114,7 +114,8 @@ function historyTarget(
   query: string | undefined,
 ): RequestTarget {
   const tail = segments.slice(at + 1);
-  const target = parseRequestUrl(index, segments.slice(0, at).join('/') || '_history');
+  if (at === 0) throw entryError(index, 'The system history is not read in a Bundle entry');
+  const target = parseRequestUrl(index, segments.slice(0, at).join('/'));
   if (target.operation !== undefined || target.query !== undefined || tail.length > 1)
     throw entryError(
       index,

@@ -112,6 +112,8 @@ forEachStore('FHIR history', (store, open) => {
             'Patient/_history?_count=2',
             `Patient/${id}/_history/1/extra`,
             `Patient/${id}/_history?_bogus=1`,
+            '_history',
+            `Patient/${id}/_history/1/_history`,
           ]),
         );
       expect(batch.status).toBe(200);
@@ -128,6 +130,8 @@ forEachStore('FHIR history', (store, open) => {
       expect(type!.resource!.entry).toHaveLength(2);
       expect(extra!.response.status).toMatch(/^400/);
       expect(bogus!.response.status).toMatch(/^400/);
+      for (const refused of (batch.body.entry as { response: { status: string } }[]).slice(6))
+        expect(refused.response.status).toMatch(/^400/);
       // Another project's token sees no version of this resource.
       const other = await request(app)
         .post(BASE)
