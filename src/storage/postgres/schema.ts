@@ -244,21 +244,7 @@ export function identifierRows(versions: Iterable<readonly [string, string, Stor
  * one; the test is only a shortcut, `identifierKeys` decides).
  */
 async function backfillIdentifiers(client: PoolClient, s: string): Promise<void> {
-  let after = '0';
-  for (;;) {
-    const { rows } = await client.query<{
-      seq: string;
-      project_id: string;
-      resource_type: string;
-      body: string;
-    }>(
-      `SELECT seq, project_id, resource_type, body FROM ${s}.resources
-        WHERE seq > $1 AND superseded_seq IS NULL AND NOT deleted AND strpos(body, '"identifier"') > 0
-        ORDER BY seq LIMIT 1000`,
-      [after],
-    );
-    if (rows.length === 0) return;
-    after = rows[rows.length - 1]!.seq;
+  await forEachLiveSlice(client, s, `strpos(body, '"identifier"') > 0`, async (rows) => {
     const projects = new Map(rows.map((r) => [r.seq, r.project_id]));
     const found = identifierRows(
       rows.map((r) => [r.seq, r.resource_type, JSON.parse(r.body) as StoredResource] as const),
@@ -268,6 +254,39 @@ async function backfillIdentifiers(client: PoolClient, s: string): Promise<void>
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) ON CONFLICT DO NOTHING`,
       [found.seqs.map((seq) => projects.get(seq)!), found.types, found.keys, found.seqs],
     );
+  });
+}
+
+/** One current, live version as a backfill reads it. */
+export interface LiveVersionRow {
+  seq: string;
+  project_id: string;
+  resource_type: string;
+  body: string;
+}
+
+/**
+ * Hands `fn` the current, live versions of the schema `s` (quoted) in slices of 1,000 by `seq`,
+ * those matching `condition` (SQL on the `resources` columns) when given: how a migration fills a
+ * new index from the bodies written before it.
+ */
+export async function forEachLiveSlice(
+  client: PoolClient,
+  s: string,
+  condition: string | undefined,
+  fn: (rows: LiveVersionRow[]) => Promise<void>,
+): Promise<void> {
+  let after = '0';
+  for (;;) {
+    const { rows } = await client.query<LiveVersionRow>(
+      `SELECT seq, project_id, resource_type, body FROM ${s}.resources
+        WHERE seq > $1 AND superseded_seq IS NULL AND NOT deleted${condition ? ` AND ${condition}` : ''}
+        ORDER BY seq LIMIT 1000`,
+      [after],
+    );
+    if (rows.length === 0) return;
+    after = rows[rows.length - 1]!.seq;
+    await fn(rows);
   }
 }
 

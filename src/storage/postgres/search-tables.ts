@@ -8,7 +8,7 @@ import {
 } from '../search-index.js';
 import type { FhirResource } from '../types.js';
 import type { Query } from './executor.js';
-import { quoteIdentifier } from './schema.js';
+import { forEachLiveSlice, quoteIdentifier } from './schema.js';
 
 /*
  * The search index tables of the PostgreSQL store: one per value kind, a row per value a search
@@ -326,20 +326,7 @@ export async function clearSearchIndex(pool: Pool, s: string): Promise<void> {
 
 async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexer): Promise<void> {
   const query: Query = (text, values) => client.query(text, values as unknown[]) as never;
-  let after = '0';
-  for (;;) {
-    const { rows } = await client.query<{
-      seq: string;
-      project_id: string;
-      resource_type: string;
-      body: string;
-    }>(
-      `SELECT seq, project_id, resource_type, body FROM ${s}.resources
-        WHERE seq > $1 AND superseded_seq IS NULL AND NOT deleted ORDER BY seq LIMIT 1000`,
-      [after],
-    );
-    if (rows.length === 0) return;
-    after = rows[rows.length - 1]!.seq;
+  await forEachLiveSlice(client, s, undefined, async (rows) => {
     const byProject = new Map<string, IndexRows>();
     for (const row of rows) {
       let set = byProject.get(row.project_id);
@@ -347,5 +334,5 @@ async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexe
       set.add(row.seq, row.resource_type, indexer.index(JSON.parse(row.body) as FhirResource));
     }
     for (const [projectId, set] of byProject) await insertIndexRows(query, s, projectId, set);
-  }
+  });
 }
