@@ -14,7 +14,7 @@ export const ACCESS_TOKEN_TYPE = 'at+jwt';
 /** The claims of an access token issued by this server (RFC 9068 §2.2 plus the principal's rights). */
 export interface AccessTokenClaims extends JWTPayload {
   iss: string;
-  /** The client id. */
+  /** The client id; for a token issued to a signed-in user (`principal_kind` `user`), the user's id. */
   sub: string;
   aud: string | string[];
   exp: number;
@@ -30,6 +30,20 @@ export interface AccessTokenClaims extends JWTPayload {
   admin: boolean;
   /** Super-admin rights: true exactly when `scope` holds `platform:admin`. */
   super_admin: boolean;
+  /** User tokens only: the user's profile resource as a relative reference (`Patient/123`). */
+  fhirUser?: string;
+  /** User tokens only: the launch context patient's id (SMART `launch/patient`), when one was chosen. */
+  patient?: string;
+}
+
+/** The signed-in user a token is issued to (SMART App Launch); absent for a client's own token. */
+export interface AccessTokenUser {
+  /** The user's id in the client's project (the SCIM user id). */
+  id: string;
+  /** The user's profile resource as a relative reference (`Patient/123`, `Practitioner/abc`). */
+  fhirUser: string;
+  /** The launch context patient's id, when the app asked for `launch/patient` and one was chosen. */
+  patient?: string;
 }
 
 export interface IssueAccessTokenInput {
@@ -42,6 +56,8 @@ export interface IssueAccessTokenInput {
   lifetime: number;
   /** Clock (epoch ms). @default Date.now() */
   now?: number;
+  /** The signed-in user the app acts for (SMART App Launch). Such a token carries no admin rights. */
+  user?: AccessTokenUser;
 }
 
 export interface IssuedAccessToken {
@@ -64,10 +80,11 @@ export async function issueAccessToken(
   const iat = Math.floor((input.now ?? Date.now()) / 1000);
   const lifetime = Math.floor(input.lifetime);
   // A role counts only with its administration scope, so a narrowed token is no admin token.
-  const rights = adminRights(input.client, input.scopes);
+  const user = input.user;
+  const rights = user ? { admin: false, superAdmin: false } : adminRights(input.client, input.scopes);
   const claims: AccessTokenClaims = {
     iss: input.issuer,
-    sub: input.client.id,
+    sub: user ? user.id : input.client.id,
     aud: input.audience,
     exp: iat + lifetime,
     iat,
@@ -75,9 +92,11 @@ export async function issueAccessToken(
     client_id: input.client.id,
     scope: input.scopes.join(' '),
     project_id: input.client.projectId,
-    principal_kind: clientPrincipalKind(input.client),
+    principal_kind: user ? 'user' : clientPrincipalKind(input.client),
     admin: rights.admin,
     super_admin: rights.superAdmin,
+    ...(user ? { fhirUser: user.fhirUser } : {}),
+    ...(user?.patient === undefined ? {} : { patient: user.patient }),
   };
   const token = await new SignJWT(claims)
     .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ACCESS_TOKEN_TYPE })
@@ -145,9 +164,17 @@ export async function verifyAccessToken(
       requiredClaims: ['exp', 'iat', 'jti', 'sub', 'client_id'],
       ...(options.now === undefined ? {} : { currentDate: new Date(options.now) }),
     });
+    const isUser = payload.principal_kind === 'user';
     if (
       typeof payload.sub !== 'string' ||
-      payload.client_id !== payload.sub ||
+      typeof payload.client_id !== 'string' ||
+      (isUser
+        ? typeof payload.fhirUser !== 'string' ||
+          !(payload.patient === undefined || typeof payload.patient === 'string') ||
+          payload.project_id === null ||
+          payload.admin !== false ||
+          payload.super_admin !== false
+        : payload.client_id !== payload.sub) ||
       typeof payload.scope !== 'string' ||
       !(payload.project_id === null || typeof payload.project_id === 'string') ||
       typeof payload.admin !== 'boolean' ||

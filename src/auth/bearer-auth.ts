@@ -5,8 +5,13 @@ import { HttpError } from '../http/http-error.js';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 import { requireStorage } from '../storage/storage-shape.js';
 import { NotFoundError } from '../storage/errors.js';
-import type { ClientRecord, Storage } from '../storage/types.js';
-import { AccessTokenError, clientPrincipalKind, verifyAccessToken } from './access-token.js';
+import type { ClientRecord, Storage, UserRecord } from '../storage/types.js';
+import {
+  AccessTokenError,
+  clientPrincipalKind,
+  verifyAccessToken,
+  type AccessTokenClaims,
+} from './access-token.js';
 import { adminRights } from './admin-scopes.js';
 import { parseBasicAuthorization } from './client-authentication.js';
 import { allowedScopes } from './client-scopes.js';
@@ -188,10 +193,47 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
       throw error;
     }
-    const client = await activeClient(claims.sub, invalid);
+    const client = await activeClient(claims.client_id, invalid);
     if (client.projectId !== claims.project_id) throw invalid('The access token does not match its client');
     const granted = splitScopes(claims.scope);
-    return principalOf(client, intersectScopes(granted, allowedScopes(client)));
+    const scopes = intersectScopes(granted, allowedScopes(client));
+    if (claims.principal_kind === 'user') return userPrincipal(client, claims, scopes, invalid);
+    return principalOf(client, scopes);
+  }
+
+  /**
+   * A user's token counts only while the user exists and is active in the client's project: SCIM
+   * deactivating or deleting the user ends every token of theirs at its next use.
+   */
+  async function userPrincipal(
+    client: ClientRecord,
+    claims: AccessTokenClaims,
+    scopes: string[],
+    invalid: (message: string) => HttpError,
+  ): Promise<Principal> {
+    const projectId = client.projectId;
+    if (projectId === null) throw invalid('The access token does not match its client');
+    let user: UserRecord;
+    try {
+      user = await storage.readUser(projectId, claims.sub);
+    } catch (e) {
+      if (e instanceof NotFoundError) throw invalid('The user no longer exists');
+      throw e;
+    }
+    if (!user.active) throw invalid('The user is not active');
+    if (claims.fhirUser !== `${user.userType}/${user.profileId}`)
+      throw invalid('The access token does not match its user');
+    return {
+      projectId,
+      kind: 'user',
+      id: user.id,
+      scopes,
+      admin: false,
+      superAdmin: false,
+      clientId: client.id,
+      fhirUser: claims.fhirUser,
+      ...(claims.patient === undefined ? {} : { patientId: claims.patient }),
+    };
   }
 
   /** The limiter's refusals: 429 over a failure limit, 503 when too many secret checks are queued. */

@@ -13,6 +13,12 @@ export interface Principal {
   admin: boolean;
   /** May create projects and administer any project. */
   superAdmin: boolean;
+  /** For a user (`kind` `user`) signed in through an app: the app's client id. */
+  clientId?: string;
+  /** For a user: the profile resource as a relative reference (`Patient/123`). */
+  fhirUser?: string;
+  /** For a user: the launch context patient's id, which `patient/` scopes are limited to. */
+  patientId?: string;
 }
 
 /**
