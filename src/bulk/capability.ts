@@ -43,8 +43,10 @@ export function bulkExportOperations(): { name: string; definition: string }[] {
 
 /**
  * Adds Bulk Data export to a CapabilityStatement (returns a copy): `instantiates` the Bulk Data
- * CapabilityStatement, and lists the `export`, `patient-export` and `group-export` operations in
- * the first `rest` entry (created when absent). Entries already present are not repeated.
+ * CapabilityStatement, lists the system-level `export` operation in the first `rest` entry (created
+ * when absent), and `export` on the `Patient` and `Group` resource entries with the
+ * `patient-export` and `group-export` definitions (entries created when absent), as the operations
+ * are invoked. Entries already present are not repeated.
  * @see https://hl7.org/fhir/uv/bulkdata/STU2/CapabilityStatement-bulk-data.html
  */
 export function withBulkExportCapability<T extends object>(
@@ -58,11 +60,32 @@ export function withBulkExportCapability<T extends object>(
   const rest = Array.isArray(copy.rest) ? (copy.rest as Record<string, unknown>[]) : [];
   if (rest.length === 0) rest.push({ mode: 'server' });
   const server = rest[0]!;
-  const operations = Array.isArray(server.operation) ? (server.operation as { name?: string }[]) : [];
-  for (const operation of bulkExportOperations()) {
-    if (!operations.some((o) => o.name === operation.name)) operations.push(operation);
+  const { operations } = bulkExportCapability();
+  const resources = Array.isArray(server.resource) ? (server.resource as Record<string, unknown>[]) : [];
+  for (const { resourceTypes, ...operation } of operations) {
+    if (!resourceTypes) {
+      addOperation(server, operation);
+      continue;
+    }
+    for (const type of resourceTypes) {
+      let entry = resources.find((r) => r.type === type);
+      if (!entry) resources.push((entry = { type }));
+      addOperation(entry, operation);
+    }
   }
-  server.operation = operations;
+  if (resources.length > 0) server.resource = resources;
   copy.rest = rest;
   return copy as T & { instantiates: string[]; rest: Record<string, unknown>[] };
+}
+
+/** Adds `operation` to `owner.operation` unless one of the same name and definition is there. */
+function addOperation(owner: Record<string, unknown>, operation: { name: string; definition: string }): void {
+  const list = Array.isArray(owner.operation)
+    ? (owner.operation as { name?: string; definition?: string }[])
+    : [];
+  const known = list.some(
+    (o) => o.name === operation.name && (o.definition === undefined || o.definition === operation.definition),
+  );
+  if (!known) list.push({ ...operation });
+  owner.operation = list;
 }

@@ -258,22 +258,39 @@ describe('resolveGroupMembers', () => {
 });
 
 describe('withBulkExportCapability', () => {
-  it('adds instantiates and the three operations once, without mutating its input', () => {
+  const definitions = 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/';
+  const operationsOf = (owner: Record<string, unknown> | undefined) =>
+    (owner?.operation as { name: string; definition: string }[] | undefined) ?? [];
+
+  it('adds instantiates, $export at system level and on Patient and Group, once, without mutating its input', () => {
     const cs = {
       resourceType: 'CapabilityStatement',
-      rest: [{ mode: 'server', operation: [{ name: 'export', definition: 'x' }] }],
+      rest: [
+        {
+          mode: 'server',
+          operation: [{ name: 'export', definition: `${definitions}export` }],
+          resource: [{ type: 'Patient', interaction: [{ code: 'read' }] }],
+        },
+      ],
     };
     const out = withBulkExportCapability(cs);
     expect(out.instantiates).toEqual([BULK_DATA_CAPABILITY_STATEMENT]);
-    expect((out.rest[0]!.operation as { name: string }[]).map((o) => o.name)).toEqual([
-      'export',
-      'patient-export',
-      'group-export',
-    ]);
+    const server = out.rest[0]!;
+    expect(operationsOf(server)).toEqual([{ name: 'export', definition: `${definitions}export` }]);
+    const resources = server.resource as Record<string, unknown>[];
+    const patient = resources.find((r) => r.type === 'Patient');
+    const group = resources.find((r) => r.type === 'Group');
+    expect(patient?.interaction).toEqual([{ code: 'read' }]);
+    expect(operationsOf(patient)).toEqual([{ name: 'export', definition: `${definitions}patient-export` }]);
+    expect(operationsOf(group)).toEqual([{ name: 'export', definition: `${definitions}group-export` }]);
     expect(cs.rest[0]!.operation).toHaveLength(1);
+    expect(cs.rest[0]!.resource).toHaveLength(1);
     const twice = withBulkExportCapability(out);
-    expect(twice.instantiates).toHaveLength(1);
-    expect(withBulkExportCapability({ resourceType: 'CapabilityStatement' }).rest).toHaveLength(1);
+    expect(twice).toEqual(out);
+    const bare = withBulkExportCapability({ resourceType: 'CapabilityStatement' });
+    expect(bare.rest).toHaveLength(1);
+    expect(operationsOf(bare.rest[0]).map((o) => o.name)).toEqual(['export']);
+    expect((bare.rest[0]!.resource as { type: string }[]).map((r) => r.type)).toEqual(['Patient', 'Group']);
   });
 });
 
