@@ -1,4 +1,5 @@
-// SCIM list paging alone, on one store: `node --import tsx bench/scim-pages.ts --store file --users 100000`.
+// SCIM list paging alone, on one store: `node --import tsx bench/scim-pages.ts --store file --users 100000`
+// (`--store postgres --copy --users 1000000` loads the users with COPY: bench/pg-user-load.ts).
 // Loads the users through the storage API (as `npm run bench` does), then walks every page of 100
 // over HTTP and asks pages at random startIndexes (measureScimPages). Prints one JSON object.
 import fs from 'node:fs';
@@ -14,6 +15,8 @@ const { values } = parseArgs({
     users: { type: 'string', default: '100000' },
     'page-size': { type: 'string', default: '100' },
     'database-url': { type: 'string' },
+    // PostgreSQL: load the users with COPY (users only, no profiles) instead of the storage API.
+    copy: { type: 'boolean', default: false },
   },
 });
 const store = values.store;
@@ -40,6 +43,7 @@ try {
     projectId: project.projectId,
     count: users,
     batchSize: 1000,
+    copy: values.copy,
   });
   console.error(`[scim-pages] ${store}: loaded in ${Math.round(load.ms)} ms; walking`);
   const figures = await measureScimPages({

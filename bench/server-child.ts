@@ -32,6 +32,7 @@ import type {
   WorkerProbe,
 } from './server-protocol.js';
 import { copyRowsOut, dropSchema } from './measure-pg-copy.js';
+import { copyUsersIn } from './pg-user-load.js';
 import { readSynthea } from './synthea.js';
 
 const PROBE_WORKER = fileURLToPath(new URL('./export-worker-probe.mjs', import.meta.url));
@@ -282,7 +283,12 @@ class BenchServer {
   }
 
   /** SCIM users straight through the storage (profile, user, membership, as a SCIM create makes them). */
-  async loadUsers({ projectId, count, batchSize }: Commands['loadUsers']['args']): Promise<LoadResult> {
+  async loadUsers({ projectId, count, batchSize, copy }: Commands['loadUsers']['args']): Promise<LoadResult> {
+    if (copy) {
+      if (!this.#pg) throw new Error('loadUsers with copy needs the postgres store');
+      const { ms } = await copyUsersIn({ ...this.#pg, projectId, count });
+      return { resources: count, ms };
+    }
     const start = performance.now();
     for (let from = 0; from < count; from += batchSize) {
       const to = Math.min(count, from + batchSize);

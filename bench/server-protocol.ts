@@ -107,7 +107,11 @@ export interface Commands {
   loadSynthea: { args: { projectId: string; dir: string; batchSize: number }; result: LoadResult };
   /** Stores a Group of every `1/fraction`-th patient loaded into the project; answers its id and size. */
   createGroup: { args: { projectId: string; percent: number }; result: { groupId: string; members: number } };
-  loadUsers: { args: { projectId: string; count: number; batchSize: number }; result: LoadResult };
+  loadUsers: {
+    /** `copy`: PostgreSQL only, the users alone straight into their table (bench/pg-user-load.ts). */
+    args: { projectId: string; count: number; batchSize: number; copy?: boolean };
+    result: LoadResult;
+  };
   memory: { args: Record<string, never>; result: MemorySample };
   resetPeak: { args: Record<string, never>; result: MemorySample };
   workerProbe: { args: { jobId: string }; result: WorkerProbe | null };
