@@ -29,7 +29,8 @@ export function canExport(principal: Principal, resourceType: string): boolean {
  * or Provenance when `includeAssociatedData` is given); 404 for an unknown Group.
  *
  * A SMART user (`access`, see src/auth/data-access.ts) exports at Patient and Group level only (403
- * at system level), and only the compartments of the patients it may see: the `patient` parameter
+ * at system level), of a Group it may read (404 otherwise), and only the compartments of the
+ * patients it may see: the `patient` parameter
  * and the Group's members are narrowed to them (others are left out without a word, as if they did
  * not exist), and without either the export holds exactly those patients. It may not ask for
  * `includeAssociatedData` (403, or left out when lenient): Provenance is not narrowed to them.
@@ -89,6 +90,12 @@ export async function planExport(
   }
   if (params.level === 'group') {
     if (params.groupId === undefined) throw new FhirError(400, 'invalid', 'A Group export needs a Group id');
+    // A Group the user may not read is not there for it (404, as its read).
+    if (
+      access &&
+      !(await access.permits(await storage.readResource(projectId, 'Group', params.groupId), 'read'))
+    )
+      throw new NotFoundError(`Group/${params.groupId} not found`);
     const members = await resolveGroupMembers(storage, projectId, params.groupId, params.sinceMs);
     let patientIds = members.patientIds;
     if (params.patients) {

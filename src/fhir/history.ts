@@ -45,7 +45,7 @@ export async function readVersion(
   const resource = await storage.readResourceVersion(ctx.projectId, type, id, versionId);
   // A version outside what a SMART user may see is not there for it (as its read).
   if (ctx.access && !(await ctx.access.permits(resource, 'read')))
-    throw new NotFoundError(`${type}/${id} not found`);
+    throw new NotFoundError(`${type}/${id} has no version ${versionId}`);
   return resource;
 }
 
