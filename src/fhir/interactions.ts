@@ -89,7 +89,7 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const answers = ctx.storage.answersSearch === true;
+  const answers = storeAnswersSearch(ctx);
   const { query, applied } = await parseSearch(
     type,
     params,
@@ -445,6 +445,16 @@ function storeResolver(ctx: FhirContext): SearchResolver {
   };
 }
 
+/**
+ * Whether the store alone decides the search's filters. Not for a SMART user: a store that answers
+ * chains and `_has` itself (PostgreSQL) reads every resource of the project for them, so the filters
+ * are also tested here, with chains through the user's own view ({@link storeResolver}); the store's
+ * answer, a superset, is narrowed by them.
+ */
+function storeAnswersSearch(ctx: FhirContext): boolean {
+  return ctx.storage.answersSearch === true && ctx.access === undefined;
+}
+
 /** Most resources `_include` / `_revinclude` add to one page. */
 export const MAX_INCLUDED = 1000;
 /** Most levels `:iterate` follows (the first level included). */
@@ -468,7 +478,7 @@ export async function searchResources(
   const parsed = await parseSearch(
     type,
     params,
-    { ...options, storeAnswersSearch: ctx.storage.answersSearch === true },
+    { ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
     storeResolver(ctx),
   );
   const { query, request } = parsed;

@@ -157,6 +157,13 @@ forEachStore('SMART user scopes', (store, open) =>
           'Patient/pat-a',
         ]);
         expect((await get(auth, '/Observation?focus=Patient/pat-a')).body.total).toBe(0);
+        // Neither do chains and _has test resources outside (on every store, PostgreSQL's SQL included).
+        expect((await get(auth, '/Observation?has-member:Observation.status=final')).body.total).toBe(0);
+        expect(
+          (await get(auth, '/Observation?has-member:Observation.subject=Patient/pat-b')).body.total,
+        ).toBe(0);
+        expect((await get(auth, '/Patient?_has:Observation:focus:status=final')).body.total).toBe(0);
+        expect((await get(auth, '/Patient?_has:Observation:subject:status=final')).body.total).toBe(1);
         const chained = await get(auth, '/Observation?subject:Patient.family=Bell');
         expect(chained.body.total).toBe(0);
         const reverse = await get(auth, '/Patient?_has:Observation:subject:status=final');
