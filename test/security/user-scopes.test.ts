@@ -361,6 +361,35 @@ forEachStore('SMART user scopes', (store, open) =>
       });
     });
 
+    describe('NDJSON upload by a Practitioner user', () => {
+      const upload = (auth: string, lines: FhirResource[]) =>
+        request(t.app)
+          .post(FHIR)
+          .set('Authorization', auth)
+          .attach('file', Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join('')), 'data.ndjson');
+
+      it('loads within its reach only', async () => {
+        const line = (id: string, patient: string): FhirResource => ({
+          resourceType: 'Observation',
+          id,
+          status: 'final',
+          subject: { reference: `Patient/${patient}` },
+        });
+        const wide = await token('doctor', ['user/*.cruds']);
+        expect((await upload(wide, [line('up-1', 'pat-b')])).status).toBe(200);
+        expect((await get(admin, '/Observation/up-1')).status).toBe(200);
+        const launched = await token('doctor', ['patient/*.cruds'], 'pat-a');
+        const res = await upload(launched, [line('up-2', 'pat-a'), line('up-3', 'pat-b')]);
+        expect(res.status).toBe(200);
+        const rejected = (res.body.issue as { severity: string; location?: string[] }[]).filter(
+          (i) => i.severity === 'error',
+        );
+        expect(rejected.map((i) => i.location)).toEqual([['data.ndjson:2']]);
+        expect((await get(admin, '/Observation/up-2')).status).toBe(200);
+        expect((await get(admin, '/Observation/up-3')).status).toBe(404);
+      });
+    });
+
     describe('bulk export by users', () => {
       async function exportOf(
         auth: string,
