@@ -329,7 +329,9 @@ export class ExportJobManager {
     if (!isJobId(jobId)) throw new NotFoundError('No such export job');
     // One answer for an unknown job and someone else's: the job's existence does not leak.
     const job = await this.#o.storage.readExportJob(projectId, jobId).catch((error: unknown) => {
-      throw error instanceof NotFoundError ? new NotFoundError('No such export job') : error;
+      throw error instanceof NotFoundError && !error.deleted
+        ? new NotFoundError('No such export job')
+        : error;
     });
     if (ownerId !== undefined && job.ownerId !== ownerId) throw new NotFoundError('No such export job');
     if (job.status === 'cancelled') throw new NotFoundError('No such export job');
