@@ -8,6 +8,7 @@ import type {
   ResourcePage,
   ResourceQuery,
   ResourceWrite,
+  Storage,
   StorageOperations,
   StoredResource,
   WriteOptions,
@@ -50,7 +51,8 @@ const SCOPED = Symbol('scoped storage');
  * - A write whose current resource is outside it is a 404 for the same reason; one that would put a
  *   resource outside it (a create, or the new content of an update) is a 403.
  *
- * Every other operation (projects, users, clients) passes through unchanged.
+ * A `transaction` of the view runs in a view of the transaction. Every other operation (projects,
+ * users, clients; history, whose routes apply the same limits) passes through unchanged.
  */
 export function scopedStorage<T extends StorageOperations>(storage: T, access: DataAccess): T {
   if ((storage as { [SCOPED]?: true })[SCOPED]) return storage;
@@ -137,9 +139,15 @@ export function scopedStorage<T extends StorageOperations>(storage: T, access: D
     },
   };
 
+  // A transaction of the view is one of the store, seen through the same limits.
+  const transaction = (fn: (tx: StorageOperations) => Promise<unknown>): Promise<unknown> =>
+    (storage as unknown as Storage).transaction((tx) => fn(scopedStorage(tx, access)));
+
   return new Proxy(storage, {
     get(target, property) {
       if (property === SCOPED) return true;
+      if (property === 'transaction' && typeof (target as Partial<Storage>).transaction === 'function')
+        return transaction;
       if (typeof property === 'string' && Object.hasOwn(overrides, property))
         return overrides[property as keyof StorageOperations];
       const value: unknown = Reflect.get(target, property);
