@@ -30,10 +30,10 @@ export function canExport(principal: Principal, resourceType: string): boolean {
  *
  * A SMART user (`access`, see src/auth/data-access.ts) exports at Patient and Group level only (403
  * at system level), of a Group it may read (404 otherwise), and only the compartments of the
- * patients it may see: the `patient` parameter
- * and the Group's members are narrowed to them (others are left out without a word, as if they did
- * not exist), and without either the export holds exactly those patients. It may not ask for
- * `includeAssociatedData` (403, or left out when lenient): Provenance is not narrowed to them.
+ * patients it may see: the `patient` parameter and the Group's members are narrowed to them (others
+ * are left out without a word, as if they did not exist), and without either the export holds
+ * exactly those patients. Limited to some patients, it may not ask for `includeAssociatedData` (403,
+ * or left out when lenient): Provenance is not narrowed to them.
  */
 export async function planExport(
   storage: Pick<StorageOperations, 'readResource'>,
