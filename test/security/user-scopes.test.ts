@@ -422,6 +422,9 @@ forEachStore('SMART user scopes', (store, open) =>
       it('exports its own compartment at Patient and Group level, never at system level', async () => {
         const auth = await token('patient', ['user/*.rs']);
         expect((await exportOf(auth, '/$export')).status).toBe(403);
+        const associated = '/Patient/$export?_type=Patient&includeAssociatedData=LatestProvenanceResources';
+        expect((await exportOf(auth, associated)).status).toBe(403);
+        expect((await exportOf(auth, '/Group/no-such-group/$export')).status).toBe(404);
         const own = await exportOf(auth, '/Patient/$export?_type=Patient,Observation,Condition');
         expect(own.status).toBe(200);
         expect(own.output.filter((r) => FIXTURES.has(r))).toEqual(['Observation/obs-a', 'Patient/pat-a']);
