@@ -40,12 +40,15 @@ export function scopeAction(action: ResourceAction): ScopeAction {
 }
 
 /**
- * A user signed in through a SMART app (a user access token): kind `user` with a `fhirUser`. Its
- * data is limited to what that user may see. A user principal a host builds without `fhirUser`
- * keeps the plain scope rule of clients.
+ * A user signed in through a SMART app (a user access token): kind `user` with a `fhirUser`, and no
+ * administration role (a user token never holds one). Its data is limited to what that user may
+ * see. A user principal a host builds without `fhirUser`, or with an admin role, keeps the plain
+ * scope rule of clients and reaches its project.
  */
 export function isSmartUser(principal: Principal): principal is Principal & { fhirUser: string } {
-  return principal.kind === 'user' && principal.fhirUser !== undefined;
+  return (
+    principal.kind === 'user' && principal.fhirUser !== undefined && !principal.admin && !principal.superAdmin
+  );
 }
 
 const USER_ONLY: readonly ScopeContext[] = ['user'];

@@ -38,8 +38,8 @@ export interface DataAccess {
 export type ProfileReader = (resourceType: string, id: string) => Promise<FhirResource | undefined>;
 
 /**
- * The data access rule of `principal`, or undefined when it is not a SMART user (clients, admins and
- * host-built principals reach their whole project, as their scopes allow). Reads the RelatedPerson
+ * The data access rule of `principal`, or undefined when it is not a SMART user, or is an admin
+ * (clients, admins and host-built principals reach their whole project, as their scopes allow). Reads the RelatedPerson
  * profile at most once (build one per request). `compartment` is the Patient compartment definition
  * (the R4 one, as the stores index).
  */

@@ -47,6 +47,7 @@ describe('dataAccess', () => {
     };
     expect(accessOf(client)).toBeUndefined();
     expect(accessOf({ ...client, kind: 'user' })).toBeUndefined();
+    expect(accessOf({ ...user('Patient/me', []), admin: true })).toBeUndefined();
   });
 
   it('limits user/ scopes to what the user may see, by profile type', async () => {
