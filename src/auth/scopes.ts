@@ -1,7 +1,10 @@
 /**
- * SMART scopes, v1 (`system/Observation.read`, `system/*.write`, `system/*.*`) and v2
- * (`system/Patient.cruds`, `system/*.rs`), as used by SMART Backend Services
- * (SMART App Launch 2.x, "Scopes and Launch Context").
+ * SMART scopes, v1 (`system/Observation.read`, `patient/*.write`, `user/*.*`) and v2
+ * (`system/Patient.cruds`, `patient/*.rs`), in the three contexts of SMART App Launch 2.x
+ * ("Scopes and Launch Context"): `system/` (SMART Backend Services), `user/` (what the signed-in
+ * user may see) and `patient/` (the launch context patient's compartment). A v2 scope with a
+ * `?param=value` restriction is not parsed: this server does not enforce such restrictions, so it
+ * never grants one (a client registered for it verbatim still gets no access from it).
  */
 
 /** Interactions a scope can permit: create, read, update, delete, search. */
@@ -9,9 +12,12 @@ export type ScopeAction = 'c' | 'r' | 'u' | 'd' | 's';
 
 const ALL_ACTIONS: readonly ScopeAction[] = ['c', 'r', 'u', 'd', 's'];
 
+/** The context of a resource scope. */
+export type ScopeContext = 'system' | 'user' | 'patient';
+
 export interface ResourceScope {
-  /** `system` or `user` (`patient/` scopes need a patient context and are never granted here). */
-  context: 'system' | 'user';
+  /** `system`, `user` or `patient` (what each covers: `canAccess`, `dataAccess`). */
+  context: ScopeContext;
   /** A FHIR resource type or `*`. */
   resourceType: string;
   actions: ReadonlySet<ScopeAction>;
@@ -19,12 +25,12 @@ export interface ResourceScope {
   text: string;
 }
 
-const SCOPE_PATTERN = /^(system|user)\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|c?r?u?d?s?)$/;
+const SCOPE_PATTERN = /^(system|user|patient)\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|c?r?u?d?s?)$/;
 
 /**
- * Parses one resource scope; `undefined` for anything else (other scopes such as `openid`, patient
- * scopes, and v2 scopes with a `?` query restriction, which this server does not enforce and so never
- * grants).
+ * Parses one resource scope; `undefined` for anything else (other scopes such as `openid` or
+ * `launch/patient`, and v2 scopes with a `?` query restriction, which this server does not enforce and
+ * so never grants).
  */
 export function parseResourceScope(text: string): ResourceScope | undefined {
   // Every request checks its token's scopes (a transaction once per entry): the few distinct scope
@@ -46,12 +52,7 @@ const MAX_PARSED_SCOPES = 1024;
 function parseScope(text: string): ResourceScope | undefined {
   const match = SCOPE_PATTERN.exec(text);
   if (!match) return undefined;
-  const [, context, resourceType, permission] = match as unknown as [
-    string,
-    'system' | 'user',
-    string,
-    string,
-  ];
+  const [, context, resourceType, permission] = match as unknown as [string, ScopeContext, string, string];
   if (permission === '') return undefined;
   let actions: ScopeAction[];
   if (permission === 'read') actions = ['r', 's'];
@@ -66,12 +67,25 @@ export function splitScopes(scope: string | undefined): string[] {
   return (scope ?? '').split(/\s+/).filter((s) => s.length > 0);
 }
 
-/** True when one of `scopes` permits `action` on `resourceType`. */
-export function scopesAllow(scopes: readonly string[], resourceType: string, action: ScopeAction): boolean {
+/** The contexts whose scopes count for a client (`patient/` scopes need a launch patient). */
+const CLIENT_CONTEXTS: readonly ScopeContext[] = ['system', 'user'];
+
+/**
+ * True when one of `scopes` of one of `contexts` permits `action` on `resourceType`. The contexts
+ * default to `system` and `user` (what a client token's scopes have always covered); `patient/`
+ * scopes count only where the caller names them (a user principal with a launch patient).
+ */
+export function scopesAllow(
+  scopes: readonly string[],
+  resourceType: string,
+  action: ScopeAction,
+  contexts: readonly ScopeContext[] = CLIENT_CONTEXTS,
+): boolean {
   for (const text of scopes) {
     const scope = parseResourceScope(text);
     if (
       scope &&
+      contexts.includes(scope.context) &&
       (scope.resourceType === '*' || scope.resourceType === resourceType) &&
       scope.actions.has(action)
     ) {

@@ -2,12 +2,13 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 import type { Request, Response } from 'express';
+import { isSmartUser } from '../auth/access.js';
 import type { Principal } from '../http/principal.js';
 import { requireProjectId } from '../http/authenticate.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ExportFileRange, ExportFilesRef } from '../storage/types.js';
-import type { ExportJobManager } from './export-jobs.js';
+import type { ExportJobManager, ExportPlan } from './export-jobs.js';
 import { canExport } from './export-plan.js';
 import { findJobFile } from './manifest.js';
 
@@ -24,7 +25,8 @@ export interface ExportFile {
 /**
  * The file `file` of job `jobId` when `principal` may download it (Bulk Data "File request"): a
  * file listed in the manifest of a completed job of the principal's project, of a type the
- * principal may export (error and deleted files also to the job's owner). Otherwise
+ * principal may export (error and deleted files also to the job's owner); a SMART user's own job
+ * only (anyone else's is a 404 to it). Otherwise
  * `NotFoundError`, or 403 `forbidden` for a type the token does not cover.
  */
 export async function findExportFile(
@@ -33,7 +35,11 @@ export async function findExportFile(
   jobId: string,
   file: string,
 ): Promise<ExportFile> {
-  const job = await jobs.visibleJob(requireProjectId(principal), undefined, jobId);
+  // A SMART user downloads only the files of its own exports (they hold its patients' data only).
+  const owner = isSmartUser(principal) ? principal.id : undefined;
+  const job = await jobs.visibleJob(requireProjectId(principal), owner, jobId);
+  if (owner !== undefined && (job.params as Partial<ExportPlan>).ownerKind !== 'user')
+    throw new NotFoundError('No such export file');
   // Only a name listed in the job's manifest is ever looked up in the file store.
   const entry = job.status === 'completed' && FILE_NAME.test(file) ? findJobFile(job, file) : undefined;
   if (!entry) throw new NotFoundError('No such export file');

@@ -327,7 +327,12 @@ export class ExportJobManager {
    */
   async visibleJob(projectId: string, ownerId: string | undefined, jobId: string): Promise<ExportJobRecord> {
     if (!isJobId(jobId)) throw new NotFoundError('No such export job');
-    const job = await this.#o.storage.readExportJob(projectId, jobId);
+    // One answer for an unknown job and someone else's: the job's existence does not leak.
+    const job = await this.#o.storage.readExportJob(projectId, jobId).catch((error: unknown) => {
+      throw error instanceof NotFoundError && !error.deleted
+        ? new NotFoundError('No such export job')
+        : error;
+    });
     if (ownerId !== undefined && job.ownerId !== ownerId) throw new NotFoundError('No such export job');
     if (job.status === 'cancelled') throw new NotFoundError('No such export job');
     if (job.expiresAt !== undefined && Date.parse(job.expiresAt) <= Date.now()) {

@@ -1,4 +1,5 @@
 import { canAccess } from '../auth/access.js';
+import type { DataAccess, PatientLimit } from '../auth/data-access.js';
 import type { Principal } from '../http/principal.js';
 import { patientCompartmentTypes } from '../fhir/compartment.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
@@ -26,6 +27,13 @@ export function canExport(principal: Principal, resourceType: string): boolean {
  *
  * Errors: 403 when the scopes cover none of the types (or, unless lenient, one that `_type` names,
  * or Provenance when `includeAssociatedData` is given); 404 for an unknown Group.
+ *
+ * A SMART user (`access`, see src/auth/data-access.ts) exports at Patient and Group level only (403
+ * at system level), of a Group it may read (404 otherwise), and only the compartments of the
+ * patients it may see: the `patient` parameter and the Group's members are narrowed to them (others
+ * are left out without a word, as if they did not exist), and without either the export holds
+ * exactly those patients. Limited to some patients, it may not ask for `includeAssociatedData` (403,
+ * or left out when lenient): Provenance is not narrowed to them.
  */
 export async function planExport(
   storage: Pick<StorageOperations, 'readResource'>,
@@ -33,8 +41,11 @@ export async function planExport(
   principal: Principal,
   params: ExportParams,
   issues: KickoffIssue[],
+  access?: DataAccess,
 ): Promise<ExportPlan> {
   const lenient = params.lenient;
+  if (access && params.level === 'system')
+    throw new FhirError(403, 'forbidden', 'A user token exports at Patient or Group level only');
   const allIssues = [...issues];
   const reject = (status: number, code: FhirIssueCode, parameter: string, text: string): void => {
     if (!lenient) throw new FhirError(status, code, text, { expression: [parameter] });
@@ -71,13 +82,20 @@ export async function planExport(
   }
 
   const plan: ExportPlan = { params, types, issues: allIssues };
-  if (params.associatedData && !canExport(principal, 'Provenance')) {
+  const reach = access ? await exportReach(access, types) : undefined;
+  if (params.associatedData && (!canExport(principal, 'Provenance') || reach !== undefined)) {
     reject(403, 'forbidden', 'includeAssociatedData', 'The access token does not cover Provenance');
     const { associatedData: _dropped, ...rest } = params;
     plan.params = rest;
   }
   if (params.level === 'group') {
     if (params.groupId === undefined) throw new FhirError(400, 'invalid', 'A Group export needs a Group id');
+    // A Group the user may not read is not there for it (404, as its read).
+    if (
+      access &&
+      !(await access.permits(await storage.readResource(projectId, 'Group', params.groupId), 'read'))
+    )
+      throw new NotFoundError(`Group/${params.groupId} not found`);
     const members = await resolveGroupMembers(storage, projectId, params.groupId, params.sinceMs);
     let patientIds = members.patientIds;
     if (params.patients) {
@@ -89,6 +107,7 @@ export async function planExport(
       }
       patientIds = wanted;
     }
+    if (reach) patientIds = patientIds.filter((id) => reach.includes(id));
     const chosen = new Set(patientIds);
     plan.patientIds = patientIds;
     const added = members.addedSince.filter((id) => chosen.has(id));
@@ -97,6 +116,7 @@ export async function planExport(
     const found: string[] = [];
     for (const id of params.patients) {
       try {
+        if (reach && !reach.includes(id)) throw new NotFoundError(`Patient/${id} not found`);
         await storage.readResource(projectId, 'Patient', id);
         found.push(id);
       } catch (error) {
@@ -105,6 +125,25 @@ export async function planExport(
       }
     }
     plan.patientIds = found;
+  } else if (params.level === 'patient' && reach) {
+    plan.patientIds = [...reach];
   }
   return plan;
+}
+
+/**
+ * The patients a SMART user's export may hold: those every exported type reaches (a type whose
+ * scope reaches the whole project does not narrow); undefined when none narrows.
+ */
+async function exportReach(access: DataAccess, types: readonly string[]): Promise<PatientLimit> {
+  let reach: PatientLimit;
+  for (const type of types) {
+    const read = await access.limit(type, 'read');
+    const search = await access.limit(type, 'search');
+    // What the type's read or search reaches (`canExport` asks for either).
+    const limit = read === undefined || search === undefined ? undefined : [...new Set([...read, ...search])];
+    if (limit === undefined) continue;
+    reach = reach === undefined ? limit : reach.filter((id) => limit.includes(id));
+  }
+  return reach;
 }

@@ -14,6 +14,7 @@ import { findExportFile, sendExportFile } from './downloads.js';
 import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
 import { planExport } from './export-plan.js';
+import { userDataAccess } from '../fhir/scoped-storage.js';
 import { ExportPool } from './export-pool.js';
 import { KickoffLimits } from './kickoff-limits.js';
 import { parseKickoff, type ExportLevel, type ExportParams } from './kickoff-params.js';
@@ -168,7 +169,8 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       });
       let plan;
       try {
-        plan = await planExport(storage, projectId, principal, params, issues);
+        const access = userDataAccess(principal, storage, projectId);
+        plan = await planExport(storage, projectId, principal, params, issues, access);
       } catch (error) {
         if (error instanceof NotFoundError)
           throw new FhirError(404, 'not-found', `Group/${groupId} does not exist`);

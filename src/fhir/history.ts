@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { canAccess } from '../auth/access.js';
+import type { DataAccess } from '../auth/data-access.js';
 import { parseDateRange } from '../common/date-range.js';
 import { isValidId, R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';
@@ -41,7 +42,11 @@ export async function readVersion(
     throw new FhirError(400, 'invalid', 'The version id does not match the FHIR id syntax', {
       expression: ['vid'],
     });
-  return storage.readResourceVersion(ctx.projectId, type, id, versionId);
+  const resource = await storage.readResourceVersion(ctx.projectId, type, id, versionId);
+  // A version outside what a SMART user may see is not there for it (as its read).
+  if (ctx.access && !(await ctx.access.permits(resource, 'read')))
+    throw new NotFoundError(`${type}/${id} has no version ${versionId}`);
+  return resource;
 }
 
 /** Which history: the whole project's, a type's, or one resource's. */
@@ -151,13 +156,37 @@ export async function readHistoryPage(
       throw invalid('_cursor', '_cursor is not a history position of this server');
     throw error;
   }
+  let entries = page.entries.filter((e) => visible(e.resourceType));
+  if (ctx.access) entries = await permittedEntries(ctx.access, entries, id !== undefined ? 'read' : 'search');
   // A resource that never existed has no history: 404, as its read (a deleted one has its history).
-  if (id !== undefined && page.entries.length === 0 && request.query.cursor === undefined) {
-    await storage.readResource(ctx.projectId, type!, id).catch((error: unknown) => {
-      if (!(error instanceof NotFoundError && error.deleted)) throw error;
-    });
+  // For a SMART user, read through its limited view: one it may not see is a 404 as well.
+  if (id !== undefined && entries.length === 0 && request.query.cursor === undefined) {
+    await (ctx.access ? ctx.storage : storage)
+      .readResource(ctx.projectId, type!, id)
+      .catch((error: unknown) => {
+        if (!(error instanceof NotFoundError && error.deleted)) throw error;
+      });
   }
-  return { ...page, entries: page.entries.filter((e) => visible(e.resourceType)) };
+  // A total counts the versions left out as well: not given then.
+  const { total, ...rest } = page;
+  const counted = total !== undefined && entries.length === page.entries.length ? { total } : {};
+  return { ...rest, ...counted, entries };
+}
+
+/**
+ * The entries of a history page a SMART user may see: versions within its patients' compartments.
+ * Deletions carry no content to place in a compartment, so they are left out.
+ */
+async function permittedEntries(
+  access: DataAccess,
+  entries: HistoryEntry[],
+  action: 'read' | 'search',
+): Promise<HistoryEntry[]> {
+  const kept: HistoryEntry[] = [];
+  for (const entry of entries) {
+    if (entry.resource && (await access.permits(entry.resource, action))) kept.push(entry);
+  }
+  return kept;
 }
 
 const STATUS: Record<HistoryMethod, string> = {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { refuseAuditEventWrite } from './audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access.js';
+import type { DataAccess } from '../auth/data-access.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
@@ -14,6 +15,7 @@ import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
+import { scopedStorage } from './scoped-storage.js';
 
 /**
  * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
@@ -25,6 +27,11 @@ export interface FhirContext {
   /** The principal's project: every read and write stays inside it. */
   projectId: string;
   principal: Principal;
+  /**
+   * What a SMART user principal reaches (src/auth/data-access.ts); absent for every other
+   * principal. `storage` is then already limited to it (`scopedStorage`).
+   */
+  access?: DataAccess;
   /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
   validate(resource: FhirResource): Promise<void>;
   /**
@@ -37,7 +44,8 @@ export interface FhirContext {
 
 /** The context of `ctx` inside the transaction `tx`: nested `atomically` calls run in it as well. */
 export function transactionContext(ctx: FhirContext, tx: StorageOperations): FhirContext {
-  const inner: FhirContext = { ...ctx, storage: tx, atomically: (fn) => fn(inner) };
+  const storage = ctx.access ? scopedStorage(tx, ctx.access) : tx;
+  const inner: FhirContext = { ...ctx, storage, atomically: (fn) => fn(inner) };
   return inner;
 }
 
@@ -81,7 +89,7 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const answers = ctx.storage.answersSearch === true;
+  const answers = storeAnswersSearch(ctx);
   const { query, applied } = await parseSearch(
     type,
     params,
@@ -437,6 +445,16 @@ function storeResolver(ctx: FhirContext): SearchResolver {
   };
 }
 
+/**
+ * Whether the store alone decides the search's filters. Not for a SMART user: a store that answers
+ * chains and `_has` itself (PostgreSQL) reads every resource of the project for them, so the filters
+ * are also tested here, with chains through the user's own view ({@link storeResolver}); the store's
+ * answer, a superset, is narrowed by them.
+ */
+function storeAnswersSearch(ctx: FhirContext): boolean {
+  return ctx.storage.answersSearch === true && ctx.access === undefined;
+}
+
 /** Most resources `_include` / `_revinclude` add to one page. */
 export const MAX_INCLUDED = 1000;
 /** Most levels `:iterate` follows (the first level included). */
@@ -460,7 +478,7 @@ export async function searchResources(
   const parsed = await parseSearch(
     type,
     params,
-    { ...options, storeAnswersSearch: ctx.storage.answersSearch === true },
+    { ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
     storeResolver(ctx),
   );
   const { query, request } = parsed;

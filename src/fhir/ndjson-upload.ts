@@ -1,5 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import multer from 'multer';
+import { isSmartUser } from '../auth/access.js';
 import { FhirError } from '../http/http-error.js';
 import { RequestActivity } from './audit-activity.js';
 import type { FhirContext } from './interactions.js';
@@ -60,7 +61,8 @@ export function uploadOutcome(reports: NdjsonFileReport[]): OperationOutcome {
  * Middleware for `POST [base]` with `multipart/form-data`: every file part (any field name) is an NDJSON
  * file streamed into the project through a multer storage engine that never holds a file in memory.
  * Answers 200 with an OperationOutcome reporting each file and each rejected line
- * (`location: ["<file>:<line>"]`). `contextOf` gives the request's FHIR context. With `audit`, the
+ * (`location: ["<file>:<line>"]`). `contextOf` gives the request's FHIR context. A SMART user other
+ * than a Practitioner is refused (403); a Practitioner's lines stay within its scopes' reach. With `audit`, the
  * writes of the whole upload are collected and handed to it once, before the answer.
  */
 export function ndjsonUploadHandler(
@@ -105,6 +107,19 @@ export function ndjsonUploadHandler(
     },
   }).any();
   return (req, res, next) => {
+    let principal;
+    try {
+      principal = contextOf(req).principal;
+    } catch (error) {
+      next(error);
+      return;
+    }
+    // Loading data in bulk is a Practitioner's job: a patient or related person adds resources one
+    // by one (their writes are limited to their patients' compartments either way).
+    if (isSmartUser(principal) && !principal.fhirUser.startsWith('Practitioner/')) {
+      next(new FhirError(403, 'forbidden', 'NDJSON upload is not open to this user'));
+      return;
+    }
     const activity = audit ? new RequestActivity() : undefined;
     if (activity) activities.set(req, activity);
     upload(req, res, (error?: unknown) => {

@@ -42,6 +42,7 @@ import {
   type FhirContext,
 } from './interactions.js';
 import { formBody } from './form-body.js';
+import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { mountHistoryRoutes } from './history-routes.js';
 import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
@@ -170,10 +171,12 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     const principal = getPrincipal(res);
     const projectId = requireProjectId(principal);
     let project: Promise<ProjectRecord> | undefined;
+    const access = userDataAccess(principal, storage, projectId);
     const ctx: FhirContext = {
-      storage,
+      storage: access ? scopedStorage(storage, access) : storage,
       projectId,
       principal,
+      ...(access ? { access } : {}),
       atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {

@@ -56,8 +56,8 @@ const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /**
  * Checks a space-separated scope string (RFC 6749 §3.3). SMART resource scopes (`system/…`,
- * `user/…`) must be ones this server can grant (`system/Observation.rs`, `system/*.read`); patient
- * scopes and v2 scopes with a query are refused since they are never granted, and so are the
+ * `user/…`, `patient/…`) must be ones this server can grant (`system/Observation.rs`,
+ * `patient/*.read`); v2 scopes with a query are refused since they are never granted, and so are the
  * administration scopes (`project:admin` comes with `admin: true`). Returns the normalised scope, or
  * the problem.
  */

@@ -9,7 +9,15 @@ describe('SMART scopes', () => {
     expect([...parseResourceScope('system/*.*')!.actions].sort()).toEqual(['c', 'd', 'r', 's', 'u']);
     expect([...parseResourceScope('system/Observation.rs')!.actions].sort()).toEqual(['r', 's']);
     expect(parseResourceScope('system/Observation.sr')).toBeUndefined();
-    expect(parseResourceScope('patient/Observation.read')).toBeUndefined();
+    expect(parseResourceScope('patient/Observation.read')).toMatchObject({
+      context: 'patient',
+      resourceType: 'Observation',
+    });
+    expect([...parseResourceScope('patient/*.cruds')!.actions].sort()).toEqual(['c', 'd', 'r', 's', 'u']);
+    expect([...parseResourceScope('user/Patient.write')!.actions].sort()).toEqual(['c', 'd', 'u']);
+    expect(parseResourceScope('patient/Observation.rs?category=laboratory')).toBeUndefined();
+    expect(parseResourceScope('practitioner/Observation.rs')).toBeUndefined();
+    expect(parseResourceScope('launch/patient')).toBeUndefined();
     expect(parseResourceScope('system/Observation.rs?category=lab')).toBeUndefined();
     expect(parseResourceScope('openid')).toBeUndefined();
   });
@@ -49,6 +57,28 @@ describe('SMART scopes', () => {
     expect(intersectScopes(['system/Patient.cruds'], ['system/*.rs'])).toEqual(['system/Patient.rs']);
     expect(intersectScopes(['system/Patient.write'], ['system/*.rs'])).toEqual([]);
     expect(intersectScopes(['openid', 'foo'], ['openid'])).toEqual(['openid']);
+  });
+
+  it('grants patient/ and user/ scopes only within the registered ones of the same context', () => {
+    const registered = ['patient/*.rs', 'user/Observation.rs', 'launch/patient', 'openid'];
+    expect(intersectScopes(['patient/Observation.read'], registered)).toEqual(['patient/Observation.read']);
+    expect(intersectScopes(['patient/*.*'], registered)).toEqual(['patient/*.rs']);
+    expect(intersectScopes(['user/*.cruds'], registered)).toEqual(['user/Observation.rs']);
+    // Never from another context: a registered user/ scope does not grant a patient/ one, nor a
+    // system/ one.
+    expect(intersectScopes(['patient/Observation.write', 'system/*.rs'], registered)).toEqual([]);
+    expect(intersectScopes(['user/Patient.rs'], ['patient/*.*'])).toEqual([]);
+    expect(intersectScopes(['launch/patient', 'launch'], registered)).toEqual(['launch/patient']);
+    // A v2 restriction is never granted as a resource scope (not enforced here).
+    expect(intersectScopes(['patient/Observation.rs?category=laboratory'], registered)).toEqual([]);
+  });
+
+  it('counts patient/ scopes only where asked to (a client has no launch patient)', () => {
+    expect(scopesAllow(['patient/*.rs'], 'Observation', 'r')).toBe(false);
+    expect(scopesAllow(['patient/*.rs'], 'Observation', 'r', ['patient'])).toBe(true);
+    expect(scopesAllow(['system/*.rs'], 'Observation', 'r', ['user', 'patient'])).toBe(false);
+    // A client token's user/ scopes count as before.
+    expect(scopesAllow(['user/*.rs'], 'Observation', 's')).toBe(true);
   });
 
   it('reads administration scopes as plain scope tokens, never as resource scopes', () => {

@@ -91,9 +91,17 @@ describe('checkClientScope', () => {
     });
   });
 
+  it('takes patient/ and user/ scopes, v1 and v2 (what SMART apps are registered for)', () => {
+    expect(checkClientScope('patient/*.read user/Observation.rs launch/patient openid fhirUser')).toEqual({
+      ok: true,
+      scope: 'patient/*.read user/Observation.rs launch/patient openid fhirUser',
+    });
+  });
+
   it.each([
     'system/*.x',
-    'patient/*.read',
+    'patient/*.x',
+    'patient/Observation.rs?category=laboratory',
     'system/Observation.rs?category=lab',
     'a"b',
     'a\tb',

@@ -439,7 +439,7 @@ describe('client applications', () => {
     ],
     [
       'a bad scope',
-      params({ name: 'name', valueString: 'x' }, { name: 'scope', valueString: 'patient/*.read' }),
+      params({ name: 'name', valueString: 'x' }, { name: 'scope', valueString: 'patient/*.x' }),
       'Parameters.parameter[1].valueString',
     ],
     [

@@ -3,6 +3,7 @@ import { decodeJwt, decodeProtectedHeader, importJWK, SignJWT, type JWTHeaderPar
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPlatformApp, FHIR_JSON, SCIM_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
+import { smartUser, userBearer } from '../helpers/smart-users.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 interface Walked {
@@ -205,6 +206,9 @@ describe('who is calling, on every protected route', () => {
   let adminB: string;
   let narrowA: string;
   let revokedA: string;
+  /** SMART user tokens by kind, in project A and in project B. */
+  const smartA: Record<string, string> = {};
+  const smartB: Record<string, string> = {};
 
   beforeAll(async () => {
     const a = await t.initProject('Isolation A');
@@ -220,6 +224,52 @@ describe('who is calling, on every protected route', () => {
     adminB = await t.bearer(clientB.id, clientB.secret, 'project:admin system/*.*');
     narrowA = await t.bearer(narrow.id, narrow.secret, 'system/Observation.c');
     revokedA = await t.bearer(revoked.id, revoked.secret, 'project:admin system/*.*');
+    // SMART apps and their users in both projects: a Patient, a RelatedPerson and a Practitioner, and
+    // a Practitioner launched for one patient. In A they are about another patient than ids.patient.
+    for (const [project, tokens, prefix] of [
+      [a, smartA, 'a'],
+      [b, smartB, 'b'],
+    ] as const) {
+      const app = await t.newClient(project, { name: 'smart', scope: 'patient/*.* user/*.* launch/patient' });
+      const patient = `${prefix}-iso-patient`;
+      await t.storage.writeResources(project, [
+        { op: 'update', resource: { resourceType: 'Patient', id: patient } },
+        {
+          op: 'update',
+          resource: {
+            resourceType: 'RelatedPerson',
+            id: `${prefix}-iso-rp`,
+            patient: { reference: `Patient/${patient}` },
+          },
+        },
+        { op: 'update', resource: { resourceType: 'Practitioner', id: `${prefix}-iso-pr` } },
+      ]);
+      const patientUser = await smartUser(t.storage, project, {
+        id: `${prefix}-u-pat`,
+        userType: 'Patient',
+        profileId: patient,
+      });
+      const related = await smartUser(t.storage, project, {
+        id: `${prefix}-u-rp`,
+        userType: 'RelatedPerson',
+        profileId: `${prefix}-iso-rp`,
+      });
+      const doctor = await smartUser(t.storage, project, {
+        id: `${prefix}-u-pr`,
+        userType: 'Practitioner',
+        profileId: `${prefix}-iso-pr`,
+      });
+      tokens.Patient = await userBearer(t.storage, app.id, patientUser, ['user/*.*']);
+      tokens.RelatedPerson = await userBearer(t.storage, app.id, related, ['user/*.*']);
+      tokens.Practitioner = await userBearer(t.storage, app.id, doctor, ['user/*.*']);
+      tokens['patient-scoped Practitioner'] = await userBearer(
+        t.storage,
+        app.id,
+        doctor,
+        ['patient/*.*'],
+        patient,
+      );
+    }
     const revoke = await request(t.app)
       .delete(`/fhir/R4/Project/${a}/ClientApplication/${revoked.id}`)
       .set('Authorization', adminA);
@@ -340,9 +390,12 @@ describe('who is calling, on every protected route', () => {
     expect(await mismatches(revokedA, () => 401)).toEqual([]);
   });
 
-  it("another project's admin token learns nothing of project A's objects", async () => {
-    // Each URL naming one of A's objects must answer B exactly as the same URL naming objects that
-    // do not exist (status, and body once the ids are blanked), and never with success.
+  /**
+   * Failures of `auth` on every URL naming one of `ids`' objects: each must answer exactly as the
+   * same URL naming objects that do not exist (status, and body once the ids are blanked), and never
+   * with success. Listings and searches must show none of the objects.
+   */
+  async function learnsNothing(auth: string, hidden: Record<string, string>): Promise<string[]> {
     const failures: string[] = [];
     const blank = (text: string, names: string[]) =>
       names.reduce((acc, id) => acc.split(id).join('<id>'), text);
@@ -356,15 +409,16 @@ describe('who is calling, on every protected route', () => {
         return text;
       }
     };
-    for (const r of protectedRoutes(ids)) {
-      const named = Object.values(ids).filter((id) => r.url.includes(id) && id !== ids.file);
+    for (const r of protectedRoutes(hidden)) {
+      const named = Object.values(hidden).filter((id) => r.url.includes(id) && id !== hidden.file);
       // Ids are per project: B's PUT of that id creates B's own Patient (checked below: A's is
-      // untouched), as it would for any id.
+      // untouched), as it would for any id. In one project, a PUT tells a taken id from a free one
+      // (update as create), as on any FHIR server that allows it; ids are server-assigned UUIDs.
       if (named.length === 0 || (r.method === 'put' && r.path === '/fhir/R4/:type/:id')) continue;
       const fresh = named.map(() => randomUUID());
       const unknownUrl = named.reduce((url, id, i) => url.split(id).join(fresh[i]), r.url);
-      const real = await send(r.method, r.url, adminB);
-      const unknown = await send(r.method, unknownUrl, adminB);
+      const real = await send(r.method, r.url, auth);
+      const unknown = await send(r.method, unknownUrl, auth);
       const line = `${r.method.toUpperCase()} ${r.url}`;
       if (real.status < 400) failures.push(`${line} -> ${real.status}`);
       if (real.status !== unknown.status)
@@ -372,22 +426,54 @@ describe('who is calling, on every protected route', () => {
       else if (comparable(blank(real.text, named)) !== comparable(blank(unknown.text, fresh)))
         failures.push(`${line}: the body differs from that of unknown ids`);
     }
-    expect(failures).toEqual([]);
-    const own = await request(t.app).get(`/fhir/R4/Patient/${ids.patient}`).set('Authorization', adminA);
-    expect(own.body.meta.versionId).toBe('1');
-    // Listings and searches in B show none of A's objects.
+    const own = await request(t.app).get(`/fhir/R4/Patient/${hidden.patient}`).set('Authorization', adminA);
+    if (own.body.meta?.versionId !== '1') failures.push(`Patient/${hidden.patient} changed`);
+    // Listings and searches show none of the objects.
     for (const url of [
       '/scim/v2/Users',
       '/fhir/R4/Patient',
       '/fhir/R4/Group',
       '/fhir/R4/_history',
       '/fhir/R4/Patient/_history',
-      `/fhir/R4/Project/${ids.project}/ClientApplication`,
+      `/fhir/R4/Project/${hidden.project}/ClientApplication`,
     ]) {
-      const res = await request(t.app).get(url).set('Authorization', adminB);
-      for (const id of Object.values(ids))
-        if (id !== ids.project) expect(res.text.includes(id), `${url} lists ${id}`).toBe(false);
+      const res = await request(t.app).get(url).set('Authorization', auth);
+      for (const id of Object.values(hidden))
+        if (id !== hidden.project && res.text.includes(id)) failures.push(`${url} lists ${id}`);
     }
+    return failures;
+  }
+
+  it("another project's admin token learns nothing of project A's objects", async () => {
+    expect(await learnsNothing(adminB, ids)).toEqual([]);
+  });
+
+  it.each(['Patient', 'RelatedPerson', 'Practitioner', 'patient-scoped Practitioner'])(
+    "a %s user of another project learns nothing of project A's objects",
+    async (kind) => {
+      expect(await learnsNothing(smartB[kind]!, ids)).toEqual([]);
+    },
+  );
+
+  it.each(['Patient', 'RelatedPerson', 'patient-scoped Practitioner'])(
+    "a %s user of project A learns nothing of another patient's objects",
+    async (kind) => {
+      expect(await learnsNothing(smartA[kind]!, ids)).toEqual([]);
+    },
+  );
+
+  it("a Practitioner user with user/ scopes reads the project's patients, never the trail or admin routes", async () => {
+    const auth = smartA.Practitioner!;
+    expect(
+      (await request(t.app).get(`/fhir/R4/Patient/${ids.patient}`).set('Authorization', auth)).status,
+    ).toBe(200);
+    for (const url of [
+      '/fhir/R4/AuditEvent',
+      `/scim/v2/Users/${ids.user}`,
+      `/fhir/R4/Project/${ids.project}`,
+    ])
+      expect([403, 404], url).toContain((await request(t.app).get(url).set('Authorization', auth)).status);
+    expect((await send('get', `/fhir/R4/$export-file/${ids.job}/${ids.file}`, auth)).status).toBe(404);
   });
 
   it('a token lacking the scope answers 403 (an export status is owner-bound: 404)', async () => {
