@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import type { IndexValue } from '../index-values.js';
+import type { CompositeIndexValue, IndexValue, TokenIndexValue } from '../index-values.js';
 import {
   indexerGetter,
   type IndexerOption,
@@ -199,6 +199,33 @@ export function pgText(value: string | undefined): string | undefined {
 
 type Cell = string | number | boolean | null;
 
+/** A `CodeableConcept.text` alone: a token row with no value, which only `:text` can match. */
+const textOnly = (v: IndexValue | CompositeIndexValue): v is TokenIndexValue & { text: string } =>
+  v.type === 'token' &&
+  v.code === undefined &&
+  v.system === undefined &&
+  v.types === undefined &&
+  v.text !== undefined;
+
+/**
+ * `values` with their text-only tokens folded into the other rows: a text another token of the
+ * list already has as its display needs no row, and one a coded token without a display can carry
+ * goes there. Only `:text` reads a display (`starts_with` on any row of the parameter), and it
+ * finds the same texts, on as many rows or fewer; value searches never matched a row without value.
+ */
+function foldTexts<T extends IndexValue | CompositeIndexValue>(values: readonly T[]): T[] {
+  if (!values.some(textOnly) || values.every(textOnly)) return values as T[];
+  const out = values.filter((v) => !textOnly(v));
+  for (const v of values) {
+    if (!textOnly(v)) continue;
+    if (out.some((o) => o.type === 'token' && o.text === v.text)) continue;
+    const at = out.findIndex((o) => o.type === 'token' && o.code !== undefined && o.text === undefined);
+    if (at === -1) out.push(v);
+    else out[at] = { ...(out[at] as TokenIndexValue), text: v.text } as T;
+  }
+  return out;
+}
+
 /** The hull `[lo, hi]` widened to hold `[a, b]` (either way round). */
 function widen(hull: [number, number] | undefined, a: number, b: number): [number, number] {
   const [lo, hi] = [Math.min(a, b), Math.max(a, b)];
@@ -226,7 +253,7 @@ export class IndexRows {
       for (const value of values) {
         if (value.type === 'date') hull = widen(hull, value.start ?? LOWEST, value.end ?? HIGHEST);
       }
-      for (const value of values) {
+      for (const value of foldTexts(values)) {
         if (value.type !== 'composite') {
           this.value(seq, resourceType, param, null, null, value, hull);
           continue;
@@ -237,7 +264,7 @@ export class IndexRows {
           continue;
         }
         value.components.forEach((component, comp) => {
-          for (const v of component) this.value(seq, resourceType, param, elem, comp, v);
+          for (const v of foldTexts(component)) this.value(seq, resourceType, param, elem, comp, v);
         });
         elem++;
       }
