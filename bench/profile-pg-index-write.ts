@@ -52,10 +52,14 @@ const VARIANTS: Record<string, Variant> = {
   index: { open: createPostgresStorage, indexer, drop: [] },
 };
 if (values.btrees) {
-  VARIANTS['index, no lookup indexes'] = { open: createPostgresStorage, indexer, drop: ['lookup', 'box'] };
+  VARIANTS['index, no lookup indexes'] = { open: createPostgresStorage, indexer, drop: ['lookup', 'value'] };
   VARIANTS['index, no date GiST'] = { open: createPostgresStorage, indexer, drop: ['box'] };
   VARIANTS['index, no seq indexes'] = { open: createPostgresStorage, indexer, drop: ['seq'] };
-  VARIANTS['index, no indexes'] = { open: createPostgresStorage, indexer, drop: ['lookup', 'box', 'seq'] };
+  VARIANTS['index, no indexes'] = {
+    open: createPostgresStorage,
+    indexer,
+    drop: ['lookup', 'value', 'box', 'seq'],
+  };
 }
 if (values.baseline) {
   const dir = path.resolve(values.baseline);

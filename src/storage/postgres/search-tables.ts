@@ -107,16 +107,22 @@ const COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
   search_uris: [['value', 'text']],
 };
 
-/**
- * The B-tree lookup index of each table (after `project_id, resource_type, param`); dates have
- * the GiST index of {@link dateBoxSql} instead (migration 9).
- */
-const LOOKUP: Record<Exclude<IndexTable, 'search_dates'>, string> = {
-  search_tokens: `left(value, ${KEY_CHARS}), seq`,
-  search_strings: `left(norm, ${KEY_CHARS}), seq`,
+/** Migration 8's B-tree lookup index of each table (after `project_id, resource_type, param`). */
+const LOOKUP_8: Partial<Record<IndexTable, string>> = {
   search_numbers: 'lo, hi',
   search_references: 'target_id, target_type, seq',
-  search_uris: `left(value, ${KEY_CHARS}), seq`,
+};
+
+/**
+ * Migration 9's lookup indexes, in place of migration 8's on these tables: dates have the GiST
+ * index of {@link dateBoxSql}; the text keys end at the value, without `seq` (an expression key
+ * never serves an index-only scan, and without `seq` the rows of one value share one
+ * deduplicated entry, a smaller index to write).
+ */
+const LOOKUP_9: Partial<Record<IndexTable, string>> = {
+  search_tokens: `left(value, ${KEY_CHARS})`,
+  search_strings: `left(norm, ${KEY_CHARS})`,
+  search_uris: `left(value, ${KEY_CHARS})`,
 };
 
 const sqlType = (type: string): string => (type === 'text' ? 'text COLLATE "C"' : type);
@@ -147,8 +153,9 @@ export const dateKeySql = (project: string, type: string, param: string): string
   `${project} || chr(1) || ${type} || chr(1) || ${param}`;
 
 /**
- * Migration 9: hull columns on `search_dates` and its GiST index in place of the B-tree one (the
- * tables are refilled by `syncSearchIndex`: the migration forgets the indexer's fingerprint).
+ * Migration 9: hull columns on `search_dates` and its GiST index in place of the B-tree one, and
+ * the text lookup indexes without `seq` (the tables are refilled by `syncSearchIndex`: the
+ * migration forgets the indexer's fingerprint).
  */
 export function searchTableStatements9(s: string): string[] {
   return [
@@ -157,6 +164,10 @@ export function searchTableStatements9(s: string): string[] {
     `DROP INDEX IF EXISTS ${s}.search_dates_lookup`,
     `CREATE INDEX IF NOT EXISTS search_dates_box ON ${s}.search_dates USING gist
       (${dateBoxSql(dateKeySql('project_id', 'resource_type', 'param'), 'hlo', 'hhi')})`,
+    ...Object.entries(LOOKUP_9).flatMap(([table, key]) => [
+      `DROP INDEX IF EXISTS ${s}.${table}_lookup`,
+      `CREATE INDEX IF NOT EXISTS ${table}_value ON ${s}.${table} (project_id, resource_type, param, ${key})`,
+    ]),
   ];
 }
 
@@ -180,10 +191,11 @@ export function searchTableStatements(s: string): string[] {
         elem integer, comp integer, ${columns})`,
       `CREATE INDEX IF NOT EXISTS ${table}_seq ON ${s}.${table} (seq)`,
     );
-    if (table !== 'search_dates') {
+    const lookup = LOOKUP_8[table];
+    if (lookup !== undefined) {
       out.push(
         `CREATE INDEX IF NOT EXISTS ${table}_lookup
-          ON ${s}.${table} (project_id, resource_type, param, ${LOOKUP[table]})`,
+          ON ${s}.${table} (project_id, resource_type, param, ${lookup})`,
       );
     }
   }
