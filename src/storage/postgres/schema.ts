@@ -3,7 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource, UserRecord } from '../types.js';
 import { userEmails } from '../user-list.js';
-import { searchTableStatements, searchTableStatements9 } from './search-tables.js';
+import { INDEX_TABLES, searchTableStatements, searchTableStatements9 } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -330,9 +330,14 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     // Up to date: no DDL at all. `ALTER TABLE … IF NOT EXISTS` still takes an exclusive lock on
     // its table, which deadlocks with the running instances' writes (an export file insert locks
     // export_files, then its job row) when one more instance opens the schema.
-    if (isCurrent(await appliedVersions(client, schema))) {
+    const before = await appliedVersions(client, schema);
+    if (isCurrent(before)) {
       await client.query('COMMIT');
       return;
+    }
+    // Migration 9 rebuilds the index rows (below): emptied first, its new indexes cost nothing.
+    if (before.has(8) && !before.has(9)) {
+      await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }
     for (const statement of migrationStatements(s)) await client.query(statement);
     const applied = await appliedVersions(client, schema);
