@@ -9,6 +9,7 @@ import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js
 import { measureAuditOverhead, medianRoundRatio } from './measure-audit-overhead.js';
 import { measureScim, measureScimPages, type ScimFigures } from './measure-scim.js';
 import { measureIngestFloor } from './measure-floor.js';
+import { measureStoreSearch } from './measure-store-search.js';
 import { postBundles } from './measure-transactions.js';
 import { uploadNdjson } from './measure-upload.js';
 import { measureValidation, rate } from './measure-validation.js';
@@ -61,6 +62,11 @@ export interface BenchOptions {
    * (timed beside the same load one request at a time). @default 4
    */
   txnConcurrency?: number;
+  /**
+   * The search section: the main dataset loaded again into an indexed store of the kind under
+   * test, in this process, and the issue's searches timed (`measure-store-search.ts`). @default true
+   */
+  search?: boolean;
   seed: number;
   /** Where the stores, exports and copies go (a fresh sub-directory, removed at the end). */
   workDir: string;
@@ -932,6 +938,45 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       } finally {
         await on.close();
       }
+    }
+
+    // ---- Search (issue 30): the issue's searches on an indexed store of this kind, in this process.
+    if (options.search !== false) {
+      const found = await measureStoreSearch({
+        store,
+        patients: options.patients,
+        seed: options.seed,
+        reps: 9,
+        ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
+        workDir: work,
+        log,
+      });
+      samples.search = found;
+      for (const s of found.searches) {
+        add({
+          key: `search.${s.key}.median`,
+          label: `Search ${s.label}, median of 9: ${s.query} (${s.total} matches)`,
+          value: s.medianMs,
+          unit: 'ms',
+          target: `<= ${s.targetMs} (at 1,000,000 resources)`,
+          pass: s.medianMs <= s.targetMs,
+        });
+      }
+      add({
+        key: 'search.bytesPerResource',
+        label:
+          found.sizeKind === 'heap'
+            ? 'Search: heap per resource of the loaded store with indexer r4SearchIndexer'
+            : 'Search: index tables per resource',
+        value: found.bytesPerResource,
+        unit: 'bytes',
+      });
+      add({
+        key: 'search.load.rate',
+        label: 'Search: load of the indexed store through writeResources, a patient a batch',
+        value: found.resources / (found.loadMs / 1000),
+        unit: 'resources/s',
+      });
     }
 
     // ---- Memory: the same load + export in a fresh server process at the other size.

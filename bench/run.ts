@@ -37,6 +37,8 @@ Runs every measurement once and prints one table (the same figures go to bench/o
   --no-synthea      skip the Synthea sample
   --txn-concurrency N  patient bundles in flight in the concurrent Synthea transaction row (default 4)
   --no-memory       skip the second data size
+  --no-search       skip the search section (the main dataset loaded again into an indexed store
+                    of the kind under test, and issue 30's searches timed against their targets)
   --profile         V8 CPU profiles of the server and its export workers in bench/out/profiles
   --out FILE        JSON output (default bench/out/results.json)
   --markdown        print Markdown instead of plain text: the targets (figure, target, value,
@@ -63,6 +65,7 @@ const { values } = parseArgs({
     'no-synthea': { type: 'boolean', default: false },
     'txn-concurrency': { type: 'string' },
     'no-memory': { type: 'boolean', default: false },
+    'no-search': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'probe-gc': { type: 'boolean', default: false },
     validator: { type: 'string', default: 'default' },
@@ -133,6 +136,7 @@ const options = (store: StoreKind): BenchOptions => ({
   groupPercent: int('group-percent', values['group-percent'], 1) || 1,
   synthea: values['no-synthea'] ? false : path.resolve(values.synthea),
   txnConcurrency: int('txn-concurrency', values['txn-concurrency'], 4) || 4,
+  search: !values['no-search'],
   seed: 42,
   workDir: os.tmpdir(),
   ...(values.profile ? { profileDir: path.join(outDir, 'profiles') } : {}),

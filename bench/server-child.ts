@@ -15,6 +15,8 @@ import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
 import { referenceR4Validator } from '../src/fhir/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';
+import { R4_PATIENT_COMPARTMENT } from '../src/fhir/compartment.js';
+import { createPostgresStorage } from '../src/storage/postgres/postgres-storage.js';
 import { DirectoryExportFiles } from '../src/bulk/directory-export-files.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
@@ -105,6 +107,7 @@ class BenchServer {
     probeGc,
     validator,
     databaseUrl,
+    searchIndex,
     audit,
     auditJournalDir,
     exportFiles,
@@ -114,7 +117,10 @@ class BenchServer {
     if (store === 'postgres') {
       if (!databaseUrl) throw new Error('store postgres needs databaseUrl');
       this.#pg = { connectionString: databaseUrl, schema: `fpk_bench_${randomBytes(6).toString('hex')}` };
-      this.#storage = postgresStorage(this.#pg);
+      this.#storage =
+        searchIndex === false
+          ? createPostgresStorage({ ...this.#pg, compartment: R4_PATIENT_COMPARTMENT })
+          : postgresStorage(this.#pg);
     } else {
       this.#storage =
         store === 'file'

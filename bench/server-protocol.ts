@@ -68,6 +68,11 @@ export interface Commands {
       validator?: 'default' | 'reference';
       /** PostgreSQL connection string (store `postgres`): a fresh schema, dropped on close. */
       databaseUrl?: string;
+      /**
+       * `false`: the PostgreSQL store keeps no search index (a diagnostic: what the index costs
+       * writes; searches then answer 400). @default true
+       */
+      searchIndex?: boolean;
       /** `false`: the platform records no audit event (`audit: { enabled: false }`). @default true */
       audit?: boolean;
       /**

@@ -158,5 +158,89 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await storage.close();
       }
     }, 60_000);
+
+    it('migration 9 rebuilds a version-8 index: date hulls in a GiST index, one lookup for a range', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      let storage = postgresStorage({ connectionString, schema });
+      try {
+        await storage.writeResources('p1', [
+          ...Array.from({ length: 300 }, (_, i) => ({
+            op: 'create' as const,
+            resource: {
+              resourceType: 'Observation',
+              id: `o${i}`,
+              status: 'final',
+              code: { coding: [{ system: 'urn:c', code: 'x' }], text: 'X ray' },
+              effectiveDateTime: `${2000 + (i % 20)}-0${(i % 9) + 1}-15`,
+            },
+          })),
+          // Two targets: one after the range's start, one before its end, neither inside it; each
+          // filter of a range ANDs on the resource, so it matches (the hull spans both).
+          {
+            op: 'create',
+            resource: {
+              resourceType: 'Goal',
+              id: 'spread',
+              lifecycleStatus: 'active',
+              description: { text: 'g' },
+              subject: { reference: 'Patient/p' },
+              target: [{ dueDate: '1990-01-01' }, { dueDate: '2030-01-01' }],
+            },
+          },
+        ]);
+        const range = 'date=ge2005-03&date=lt2005-04';
+        const expected = (await search(storage, 'Observation', range)).resources.map((r) => r.id).sort();
+        expect(expected.length).toBeGreaterThan(0);
+        await storage.close();
+
+        // The version-8 shape: no hull columns, the B-tree lookup, composite rows and texts as they were.
+        await admin.query(`DROP INDEX ${s}.search_dates_box`);
+        await admin.query(`ALTER TABLE ${s}.search_dates DROP COLUMN hlo, DROP COLUMN hhi`);
+        await admin.query(
+          `CREATE INDEX search_dates_lookup ON ${s}.search_dates (project_id, resource_type, param, lo, hi)`,
+        );
+        for (const [table, column] of [
+          ['search_tokens', 'value'],
+          ['search_strings', 'norm'],
+          ['search_uris', 'value'],
+        ] as const) {
+          await admin.query(`DROP INDEX ${s}.${table}_value`);
+          await admin.query(
+            `CREATE INDEX ${table}_lookup ON ${s}.${table} (project_id, resource_type, param, left(${column}, 100), seq)`,
+          );
+        }
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 9`);
+        storage = postgresStorage({ connectionString, schema });
+        expect((await search(storage, 'Observation', range)).resources.map((r) => r.id).sort()).toEqual(
+          expected,
+        );
+        expect((await search(storage, 'Observation', 'code:text=x ray')).total).toBe(300);
+        const goals = async (q: string) => (await search(storage, 'Goal', q)).resources.map((r) => r.id);
+        expect(await goals('target-date=ge2005-03&target-date=lt2005-04')).toEqual(['spread']);
+        expect(await goals('target-date=ge2031&target-date=lt2005')).toEqual([]);
+        expect(await goals('target-date=eq2005')).toEqual([]);
+        expect(await goals('target-date=eq2030&target-date=eq1990')).toEqual(['spread']);
+        const { rows } = await admin.query<{ n: number; lookup: string | null; value: string | null }>(
+          `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE hlo IS NULL OR hhi IS NULL)::int AS n,
+                  coalesce(to_regclass('${schema}.search_dates_lookup'), to_regclass('${schema}.search_tokens_lookup'))::text AS lookup,
+                  to_regclass('${schema}.search_tokens_value')::text AS value`,
+        );
+        expect(rows[0]).toEqual({
+          n: 0,
+          lookup: null,
+          value: expect.stringContaining('search_tokens_value'),
+        });
+        const plan = await admin.query<{ 'QUERY PLAN': string }>(
+          `EXPLAIN SELECT seq FROM ${s}.search_dates a
+            WHERE box(point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hlo),
+                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hhi))
+               && box(point(1, 0), point(1, 1))`,
+        );
+        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_box/);
+      } finally {
+        await storage.close();
+      }
+    }, 60_000);
   });
 }

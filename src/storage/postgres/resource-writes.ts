@@ -220,7 +220,7 @@ export async function applyResourceWrites(
         v.parsed && v.superseded === null ? [[v.seq, v.resourceType, v.parsed] as const] : [],
       ),
     );
-    await query(
+    const written = query(
       `WITH version AS (
          INSERT INTO ${s}.resources
            (seq, project_id, resource_type, id, version_id, lu, deleted, body, superseded_seq)
@@ -254,13 +254,19 @@ export async function applyResourceWrites(
       ],
       true,
     );
-    if (indexer) {
-      const rows = new IndexRows();
-      for (const v of versions) {
-        if (v.stored && v.superseded === null) rows.add(v.seq, v.resourceType, indexer.index(v.stored));
+    // The indexer (JavaScript) runs while the database writes the versions.
+    let rows: IndexRows | undefined;
+    try {
+      if (indexer) {
+        rows = new IndexRows();
+        for (const v of versions) {
+          if (v.stored && v.superseded === null) rows.add(v.seq, v.resourceType, indexer.index(v.stored));
+        }
       }
-      await insertIndexRows(query, s, projectId, rows);
+    } finally {
+      await written;
     }
+    if (rows) await insertIndexRows(query, s, projectId, rows);
   }
   return results;
 }

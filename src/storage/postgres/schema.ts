@@ -3,7 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource, UserRecord } from '../types.js';
 import { userEmails } from '../user-list.js';
-import { searchTableStatements } from './search-tables.js';
+import { INDEX_TABLES, searchTableStatements, searchTableStatements9 } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -179,6 +179,8 @@ function migrationStatements(s: string): string[] {
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
     // Migration 8: the search index tables (filled by `syncSearchIndex` once the indexer is known).
     ...searchTableStatements(s),
+    // Migration 9: date hulls and their GiST index (the rows are rebuilt, see `migrate`).
+    ...searchTableStatements9(s),
   ];
 }
 
@@ -291,7 +293,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -312,7 +314,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -328,15 +330,23 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     // Up to date: no DDL at all. `ALTER TABLE … IF NOT EXISTS` still takes an exclusive lock on
     // its table, which deadlocks with the running instances' writes (an export file insert locks
     // export_files, then its job row) when one more instance opens the schema.
-    if (isCurrent(await appliedVersions(client, schema))) {
+    const before = await appliedVersions(client, schema);
+    if (isCurrent(before)) {
       await client.query('COMMIT');
       return;
+    }
+    // Migration 9 rebuilds the index rows (below): emptied first, its new indexes cost nothing.
+    if (before.has(8) && !before.has(9)) {
+      await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }
     for (const statement of migrationStatements(s)) await client.query(statement);
     const applied = await appliedVersions(client, schema);
     // A schema created by this version has no resources yet: the backfill finds nothing.
     if (!applied.has(2)) await backfillIdentifiers(client, s);
     if (!applied.has(6)) await backfillUserColumns(client, s);
+    // The index rows change shape: the next `syncSearchIndex` (on open) rebuilds them all from
+    // the current versions (`forEachLiveSlice`).
+    if (!applied.has(9)) await client.query(`DELETE FROM ${s}.search_index_state`);
     await client.query(
       `INSERT INTO ${s}.schema_migrations (version) SELECT generate_series(1, $1::int) ON CONFLICT DO NOTHING`,
       [SCHEMA_VERSION],

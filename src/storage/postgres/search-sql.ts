@@ -11,7 +11,16 @@ import type {
   StringSearchValue,
   TokenSearchValue,
 } from '../search-request.js';
-import { type IndexTable, INDEX_TABLES, KEY_CHARS, pgText } from './search-tables.js';
+import {
+  clampHull,
+  dateBoxSql,
+  dateKeySql,
+  HULL_LIMIT,
+  type IndexTable,
+  INDEX_TABLES,
+  KEY_CHARS,
+  pgText,
+} from './search-tables.js';
 
 /*
  * A `SearchRequest`'s filters and sort keys as SQL over the search index tables (search-tables.ts),
@@ -48,6 +57,32 @@ function tableOf(type: SearchParamType | ComponentSearchValue['type']): IndexTab
     case 'composite':
     case 'special':
       return [...INDEX_TABLES];
+  }
+}
+
+/**
+ * The points a date row `[lo, hi]` matching `value` must reach (`SearchSql.date`): `eq`, `ap` some
+ * point of `[start, end]`; `gt`, `sa` the end or later; `ge` the start or later; `lt`, `eb` the
+ * start or earlier; `le` the end or earlier; `ne` anything.
+ */
+function reach(value: DateSearchValue): [number, number] {
+  const [s, e, far] = [value.start, value.end, HULL_LIMIT];
+  switch (value.prefix) {
+    case 'eq':
+    case 'ap':
+      return [s, e];
+    case 'gt':
+    case 'sa':
+      return [e, far];
+    case 'ge':
+      return [s, far];
+    case 'lt':
+    case 'eb':
+      return [-far, s];
+    case 'le':
+      return [-far, e];
+    case 'ne':
+      return [-far, far];
   }
 }
 
@@ -105,11 +140,48 @@ export class SearchSql {
     };
     const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
     if (!best || rank(best) === 9) return undefined;
-    return { filter: best, seqs: this.seqs(best, type) };
+    return { filter: best, seqs: this.seqs(best, type, filters) };
   }
 
-  /** SQL answering the `seq` of every current, live `type` version matching `filter` (duplicates possible). */
-  private seqs(filter: SearchFilter, type: string): string {
+  /**
+   * The GiST test on a date row `a` (its parameter's hull, see search-tables.ts) that every version
+   * matching all the plain date `filters` on `code` passes: a filter matches only where a value
+   * spans some point of its values' interval (below), so the hull reaches each filter's interval,
+   * hence holds the points `[A, B]` when `A <= B` (else is held by `[B, A]`), with `A` the
+   * highest lower end and `B` the lowest upper end. Both bounds in one index lookup: a month is a
+   * month's rows, not every row after its start.
+   */
+  private dateHull(filters: readonly SearchFilter[], code: string, type: string, a: string): string {
+    let [low, high] = [-HULL_LIMIT, HULL_LIMIT];
+    for (const f of filters) {
+      if (f.kind !== 'parameter' || f.type !== 'date' || f.code !== code || f.modifier !== undefined)
+        continue;
+      let [fLow, fHigh] = [HULL_LIMIT, -HULL_LIMIT];
+      for (const v of f.values) {
+        if (v.type !== 'date') continue;
+        const [l, h] = reach(v);
+        [fLow, fHigh] = [Math.min(fLow, clampHull(l)), Math.max(fHigh, clampHull(h))];
+      }
+      [low, high] = [Math.max(low, fLow), Math.min(high, fHigh)];
+    }
+    const key = (project: string, t: string, c: string): string => dateKeySql(project, t, c);
+    const row = dateBoxSql(
+      key(`${a}.project_id`, `${a}.resource_type`, `${a}.param`),
+      `${a}.hlo`,
+      `${a}.hhi`,
+    );
+    const f = (x: number): string => `${this.param(x)}::float8`;
+    const query = key(`${this.project}::text`, `${type}::text`, this.text(code));
+    return low <= high
+      ? `${row} && ${dateBoxSql(query, f(low), f(high))}`
+      : `${row} @> ${dateBoxSql(query, f(high), f(low))}`;
+  }
+
+  /**
+   * SQL answering the `seq` of every current, live `type` version matching `filter` (duplicates
+   * possible); `all`, the filters ANDed with it, narrow a date lookup (`dateHull`).
+   */
+  private seqs(filter: SearchFilter, type: string, all: readonly SearchFilter[] = [filter]): string {
     if (filter.kind === 'chain') return this.chainSeqs(filter.code, filter.targetTypes, filter.filter, type);
     if (filter.kind === 'has')
       return this.hasSeqs(filter.resourceType, filter.referenceParam, filter.filter, type);
@@ -122,9 +194,10 @@ export class SearchSql {
       return this.composite(filter, this.text(filter.code), { type });
     if (driving) {
       const a = this.alias('v');
+      const hull = filter.type === 'date' ? ` AND ${this.dateHull(all, filter.code, type, a)}` : '';
       return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
                WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
-                 AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})`;
+                 AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
     }
     // No index lookup answers it: every current version of the type, tested one by one.
     const r = this.alias('r');

@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import type { IndexValue } from '../index-values.js';
+import type { CompositeIndexValue, IndexValue, TokenIndexValue } from '../index-values.js';
 import {
   indexerGetter,
   type IndexerOption,
@@ -17,7 +17,11 @@ import { forEachLiveSlice, quoteIdentifier } from './schema.js';
  * and deleted when a newer version or a tombstone supersedes it, so every row is searchable as is
  * (no join on the version's state). A composite's elements are rows of the tables of their
  * components: `elem` numbers the element within the version, `comp` the component; plain values
- * have neither. See docs/storage.md (PostgreSQL, Search).
+ * have neither. A composite element with a component that sees no value can match no search: it
+ * has no rows, and when no element of the parameter is complete one marker row (`comp` -1, the
+ * first value seen) keeps `:missing` true to the resource. Date rows carry the hull of their
+ * parameter's values in the version (`hlo`, `hhi`), which a GiST index keys, so that a range
+ * (`ge` with `lt`) is one index lookup on both bounds. See docs/storage.md (PostgreSQL, Search).
  */
 
 /** The search index of a store: whether it keeps one, and its indexer once the store is open. */
@@ -79,6 +83,8 @@ const COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
   search_dates: [
     ['lo', 'float8'],
     ['hi', 'float8'],
+    ['hlo', 'float8'],
+    ['hhi', 'float8'],
   ],
   search_numbers: [
     ['quantity', 'boolean'],
@@ -101,17 +107,69 @@ const COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
   search_uris: [['value', 'text']],
 };
 
-/** The lookup index of each table (after `project_id, resource_type, param`). */
-const LOOKUP: Record<IndexTable, string> = {
-  search_tokens: `left(value, ${KEY_CHARS}), seq`,
-  search_strings: `left(norm, ${KEY_CHARS}), seq`,
-  search_dates: 'lo, hi',
+/** Migration 8's B-tree lookup index of each table (after `project_id, resource_type, param`). */
+const LOOKUP_8: Partial<Record<IndexTable, string>> = {
   search_numbers: 'lo, hi',
   search_references: 'target_id, target_type, seq',
-  search_uris: `left(value, ${KEY_CHARS}), seq`,
+};
+
+/**
+ * Migration 9's lookup indexes, in place of migration 8's on these tables: dates have the GiST
+ * index of {@link dateBoxSql}; the text keys end at the value, without `seq` (an expression key
+ * never serves an index-only scan, and without `seq` the rows of one value share one
+ * deduplicated entry, a smaller index to write).
+ */
+const LOOKUP_9: Partial<Record<IndexTable, string>> = {
+  search_tokens: `left(value, ${KEY_CHARS})`,
+  search_strings: `left(norm, ${KEY_CHARS})`,
+  search_uris: `left(value, ${KEY_CHARS})`,
 };
 
 const sqlType = (type: string): string => (type === 'text' ? 'text COLLATE "C"' : type);
+
+/**
+ * Hull bounds are clamped to ±1e16 ms (years ±300,000) before they key the GiST index: a box of
+ * ±`Number.MAX_VALUE` sides makes its penalties infinite. Clamping is monotonic, so a hull test on
+ * clamped numbers is true whenever the one on the real numbers is.
+ */
+export const HULL_LIMIT = 1e16;
+
+/** `x` within ±{@link HULL_LIMIT}. */
+export const clampHull = (x: number): number => Math.max(-HULL_LIMIT, Math.min(HULL_LIMIT, x));
+
+/**
+ * The GiST key of a date row, or of a query on one (`key` the SQL of its project, type and code
+ * as text; `lo`, `hi` SQL numbers): a degenerate box whose x is a hash of the key and whose y
+ * spans the hull. A hash collision only adds candidates, which the equality on the row's project,
+ * type and code then drops.
+ */
+export function dateBoxSql(key: string, lo: string, hi: string): string {
+  const x = `hashtext(${key})::float8`;
+  return `box(point(${x}, ${lo}), point(${x}, ${hi}))`;
+}
+
+/** The key {@link dateBoxSql} hashes, from SQL text expressions. */
+export const dateKeySql = (project: string, type: string, param: string): string =>
+  `${project} || chr(1) || ${type} || chr(1) || ${param}`;
+
+/**
+ * Migration 9: hull columns on `search_dates` and its GiST index in place of the B-tree one, and
+ * the text lookup indexes without `seq` (the tables are refilled by `syncSearchIndex`: the
+ * migration forgets the indexer's fingerprint).
+ */
+export function searchTableStatements9(s: string): string[] {
+  return [
+    `ALTER TABLE ${s}.search_dates ADD COLUMN IF NOT EXISTS hlo float8`,
+    `ALTER TABLE ${s}.search_dates ADD COLUMN IF NOT EXISTS hhi float8`,
+    `DROP INDEX IF EXISTS ${s}.search_dates_lookup`,
+    `CREATE INDEX IF NOT EXISTS search_dates_box ON ${s}.search_dates USING gist
+      (${dateBoxSql(dateKeySql('project_id', 'resource_type', 'param'), 'hlo', 'hhi')})`,
+    ...Object.entries(LOOKUP_9).flatMap(([table, key]) => [
+      `DROP INDEX IF EXISTS ${s}.${table}_lookup`,
+      `CREATE INDEX IF NOT EXISTS ${table}_value ON ${s}.${table} (project_id, resource_type, param, ${key})`,
+    ]),
+  ];
+}
 
 /** Migration 8: the index tables and `search_index_state` (the indexer's fingerprint). */
 export function searchTableStatements(s: string): string[] {
@@ -122,15 +180,24 @@ export function searchTableStatements(s: string): string[] {
       fingerprint text NOT NULL)`,
   ];
   for (const table of INDEX_TABLES) {
-    const columns = COLUMNS[table].map(([name, type]) => `${name} ${sqlType(type)}`).join(', ');
+    // Migration 8's columns (migration 9 adds the hull's).
+    const columns = COLUMNS[table]
+      .filter(([name]) => name !== 'hlo' && name !== 'hhi')
+      .map(([name, type]) => `${name} ${sqlType(type)}`)
+      .join(', ');
     out.push(
       `CREATE TABLE IF NOT EXISTS ${s}.${table} (
         seq bigint NOT NULL, project_id ${id}, resource_type ${id}, param ${id},
         elem integer, comp integer, ${columns})`,
       `CREATE INDEX IF NOT EXISTS ${table}_seq ON ${s}.${table} (seq)`,
-      `CREATE INDEX IF NOT EXISTS ${table}_lookup
-        ON ${s}.${table} (project_id, resource_type, param, ${LOOKUP[table]})`,
     );
+    const lookup = LOOKUP_8[table];
+    if (lookup !== undefined) {
+      out.push(
+        `CREATE INDEX IF NOT EXISTS ${table}_lookup
+          ON ${s}.${table} (project_id, resource_type, param, ${lookup})`,
+      );
+    }
   }
   return out;
 }
@@ -143,6 +210,39 @@ export function pgText(value: string | undefined): string | undefined {
 }
 
 type Cell = string | number | boolean | null;
+
+/** A `CodeableConcept.text` alone: a token row with no value, which only `:text` can match. */
+const textOnly = (v: IndexValue | CompositeIndexValue): v is TokenIndexValue & { text: string } =>
+  v.type === 'token' &&
+  v.code === undefined &&
+  v.system === undefined &&
+  v.types === undefined &&
+  v.text !== undefined;
+
+/**
+ * `values` with their text-only tokens folded into the other rows: a text another token of the
+ * list already has as its display needs no row, and one a coded token without a display can carry
+ * goes there. Only `:text` reads a display (`starts_with` on any row of the parameter), and it
+ * finds the same texts, on as many rows or fewer; value searches never matched a row without value.
+ */
+function foldTexts<T extends IndexValue | CompositeIndexValue>(values: readonly T[]): T[] {
+  if (!values.some(textOnly) || values.every(textOnly)) return values as T[];
+  const out = values.filter((v) => !textOnly(v));
+  for (const v of values) {
+    if (!textOnly(v)) continue;
+    if (out.some((o) => o.type === 'token' && o.text === v.text)) continue;
+    const at = out.findIndex((o) => o.type === 'token' && o.code !== undefined && o.text === undefined);
+    if (at === -1) out.push(v);
+    else out[at] = { ...(out[at] as TokenIndexValue), text: v.text } as T;
+  }
+  return out;
+}
+
+/** The hull `[lo, hi]` widened to hold `[a, b]` (either way round). */
+function widen(hull: [number, number] | undefined, a: number, b: number): [number, number] {
+  const [lo, hi] = [Math.min(a, b), Math.max(a, b)];
+  return hull ? [Math.min(hull[0], lo), Math.max(hull[1], hi)] : [lo, hi];
+}
 
 /** The rows of a batch, column by column (what `unnest` takes). */
 export class IndexRows {
@@ -158,18 +258,29 @@ export class IndexRows {
   /** The rows of one version's entries. */
   add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
     for (const [param, values] of Object.entries(entries)) {
+      if (param === '_id') continue; // The version's own `id` column: no row.
       let elem = 0;
+      let marker: IndexValue | undefined;
+      let hull: [number, number] | undefined;
       for (const value of values) {
-        if (value.type === 'composite') {
-          value.components.forEach((component, comp) => {
-            for (const v of component) this.value(seq, resourceType, param, elem, comp, v);
-          });
-          elem++;
-        } else if (param !== '_id') {
-          // `_id` is the version's own `id` column: no row.
-          this.value(seq, resourceType, param, null, null, value);
-        }
+        if (value.type === 'date') hull = widen(hull, value.start ?? LOWEST, value.end ?? HIGHEST);
       }
+      for (const value of foldTexts(values)) {
+        if (value.type !== 'composite') {
+          this.value(seq, resourceType, param, null, null, value, hull);
+          continue;
+        }
+        // An element with a component that sees nothing can match no composite search.
+        if (value.components.some((component) => component.length === 0)) {
+          marker ??= value.components.find((component) => component.length > 0)?.[0];
+          continue;
+        }
+        value.components.forEach((component, comp) => {
+          for (const v of foldTexts(component)) this.value(seq, resourceType, param, elem, comp, v);
+        });
+        elem++;
+      }
+      if (elem === 0 && marker) this.value(seq, resourceType, param, 0, -1, marker);
     }
   }
 
@@ -180,6 +291,7 @@ export class IndexRows {
     elem: number | null,
     comp: number | null,
     v: IndexValue,
+    hull?: [number, number],
   ): void {
     const head: Cell[] = [seq, type, param, elem, comp];
     const t = (x: string | undefined): string | null => pgText(x) ?? null;
@@ -196,9 +308,13 @@ export class IndexRows {
       case 'string':
         this.push('search_strings', [...head, pgText(v.normalized), pgText(v.exact)]);
         return;
-      case 'date':
-        this.push('search_dates', [...head, v.start ?? LOWEST, v.end ?? HIGHEST]);
+      case 'date': {
+        const [lo, hi] = [v.start ?? LOWEST, v.end ?? HIGHEST];
+        // A composite's component: its own span.
+        const [hlo, hhi] = hull ?? widen(undefined, lo, hi);
+        this.push('search_dates', [...head, lo, hi, clampHull(hlo), clampHull(hhi)]);
         return;
+      }
       case 'number':
       case 'quantity': {
         const empty = v.value === undefined && v.low === undefined && v.high === undefined;
