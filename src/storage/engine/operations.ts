@@ -28,6 +28,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
+import { buildPostings, postableCodes } from './build-postings.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -317,10 +318,9 @@ export class EngineOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    const plan = (): Promise<WriteResult[]> =>
-      this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
-    // Every version is indexed: the first writes wait for the indexer to load.
-    return this.indexing.pending ? this.indexing.load().then(plan) : plan();
+    // A version is indexed for the parameters its type has built: built by a search, which loaded
+    // the indexer first, so a write never waits for it.
+    return this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
   }
 
   private planWrite(w: WriteContext, projectId: string, write: ResourceWrite): WriteResult {
@@ -390,7 +390,7 @@ export class EngineOperations implements StorageOperations {
         deleted: false,
         patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(stored),
-        postings: this.indexing.keys(stored),
+        postings: this.indexing.keys(stored, w.view.postedCodes(projectId, resourceType)),
         json,
         jsonBytes: bytes,
       },
@@ -406,9 +406,12 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
+    await this.buildSearched(projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    const candidates = candidateEntries(view, projectId, resourceType, query, keys);
+    const { entries: candidates, exact } = candidateEntries(view, projectId, resourceType, query, keys);
+    // The postings answered every filter of the search, and `where` tests only those: skip it.
+    const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = query.ids ? new Set(query.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
@@ -423,7 +426,7 @@ export class EngineOperations implements StorageOperations {
     const release = this.ctx.pin(matches);
     try {
       const window = new PageWindow<ResourceEntry>(query);
-      if (!query.where && !query.order) {
+      if (!where && !query.order) {
         matches.sort(compareItems(query));
         if (!query.after && !query.before) {
           const offset = Math.max(0, query.offset ?? 0);
@@ -437,7 +440,6 @@ export class EngineOperations implements StorageOperations {
         return { total: window.total, resources };
       }
       const pageOf = new PageWindow<StoredResource>(query);
-      const { where } = query;
       // Native order: filtered in order, the page's bodies kept as they pass. With `order`: the
       // sort values of every match first, then the page's bodies read again. A count needs neither.
       const order = pageOf.countOnly ? undefined : query.order;
@@ -463,5 +465,24 @@ export class EngineOperations implements StorageOperations {
     } finally {
       release();
     }
+  }
+
+  /**
+   * Builds the search postings of the parameters `query.search` filters on that its type has not
+   * built yet (`build-postings.ts`), holding the writer. Not inside a transaction (it holds the
+   * writer): the search scans there. An indexer that fails to load leaves the search to scan.
+   */
+  private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
+    const { search } = query;
+    if (!search || search.resourceType !== resourceType || !this.ctx.exclusive || !this.indexing.enabled)
+      return;
+    const built = this.ctx.view().postedCodes(projectId, resourceType);
+    const wanted = postableCodes(search).filter((code) => !built?.has(code));
+    if (wanted.length === 0) return;
+    const indexer = await this.indexing.load().catch(() => undefined);
+    if (!indexer) return;
+    await this.ctx.exclusive((base) =>
+      buildPostings(base, projectId, resourceType, wanted, indexer, (entry) => this.ctx.readBody(entry)),
+    );
   }
 }

@@ -1,15 +1,26 @@
 import type { ParameterFilter, SearchRequest, SearchValue } from '../search-request.js';
 import type { ResourceEntry } from './mutation.js';
-import { KEY_SEPARATOR, pair, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { KEY_SEPARATOR, pair, POSTED_TYPES, postingKey, unpair, UNPOSTED } from './posting-keys.js';
 import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
 
 /*
  * The search postings of one type of one project in the memory and file stores: each posting
  * key (`posting-keys.ts`) to the current entries holding it, with per-parameter lookups (a token
- * code under any system, a reference id under any type, string prefixes, ordered ranges). A
- * search is narrowed to the entries of its most selective filter the postings can answer; the
- * store's `where` still decides on each one, so a narrowing only has to hold every match.
+ * code under any system, a reference id under any type, string prefixes, ordered ranges). Only
+ * the parameters in `built` are posted: a parameter is built on demand, by the first search that
+ * filters on it (`build-postings.ts`), then kept up to date by every write. A search is narrowed
+ * to the entries of its most selective filter the postings can answer, and the store's `where`
+ * decides on each one; when every filter is one the keys answer exactly (`exactFilter`), the
+ * intersection of their entries is the answer itself and `where` can be skipped.
  */
+
+/** What the postings answer of a search (see `TypePostings.candidates`). */
+export interface SearchCandidates {
+  /** Entries holding every match (tombstones possibly included). */
+  entries: Iterable<ResourceEntry>;
+  /** True when `entries` are exactly the live matches of the search's filters (no `where` needed). */
+  exact: boolean;
+}
 
 /** The entries posted under one key: one entry alone (most keys), or a set. */
 interface Slot {
@@ -52,9 +63,6 @@ function removeFrom(map: Map<string, Set<string>>, part: string, key: string): v
   keys?.delete(key);
   if (keys?.size === 0) map.delete(part);
 }
-
-/** The parameter types whose values are posted (not composite, not special). */
-const POSTED_TYPES = new Set(['token', 'reference', 'uri', 'string', 'date', 'number', 'quantity']);
 
 const ALL: Box = { loMin: -Infinity, loMax: Infinity, hiMin: -Infinity, hiMax: Infinity };
 
@@ -110,6 +118,45 @@ function boxOf(value: SearchValue): Box | undefined {
   }
 }
 
+/**
+ * True when the keys of a value hold exactly the elements `match.ts` matches (not only a superset):
+ * tokens by code and/or system (not `|code`, whose empty system the keys share with none), strings
+ * by prefix or `:contains` (normalized both sides), uris, references by id (and type).
+ */
+function exactValue(filter: ParameterFilter, value: SearchValue): boolean {
+  switch (value.type) {
+    case 'token':
+      return (
+        value.text === undefined &&
+        value.typeSystem === undefined &&
+        value.system !== null &&
+        (value.code !== undefined || typeof value.system === 'string')
+      );
+    case 'string':
+      return filter.modifier === undefined || filter.modifier === 'contains';
+    case 'uri':
+      return true;
+    case 'reference':
+      return (
+        value.url === undefined &&
+        value.identifier === undefined &&
+        value.id !== undefined &&
+        (filter.targetType === undefined ||
+          value.resourceType === undefined ||
+          value.resourceType === filter.targetType)
+      );
+    default:
+      return false;
+  }
+}
+
+/** True when the postings answer `filter` exactly (see `exactValue`). */
+export function exactFilter(filter: ParameterFilter): boolean {
+  if (filter.modifier !== undefined && filter.modifier !== 'contains') return false;
+  if (UNPOSTED.has(filter.code) || filter.values.length === 0) return false;
+  return filter.values.every((value) => exactValue(filter, value));
+}
+
 const intersectBoxes = (a: Box, b: Box): Box => ({
   loMin: Math.max(a.loMin, b.loMin),
   loMax: Math.min(a.loMax, b.loMax),
@@ -121,19 +168,40 @@ const intersectBoxes = (a: Box, b: Box): Box => ({
 export class TypePostings {
   private readonly slots = new Map<string, Slot>();
   private readonly params = new Map<string, ParamIndex>();
-  /** Current entries, and those among them without posting keys (not indexed). */
+  /** Current entries. */
   private live = 0;
-  private unposted = 0;
   private readonly isLive = (key: string): boolean => this.slots.has(key);
+  /**
+   * The parameters posted: every current entry's `postings` hold its keys of each of them (and of
+   * no other). A write computes the keys of exactly these; a search uses only these.
+   */
+  readonly built = new Set<string>();
+
+  /** Number of current entries. */
+  get size(): number {
+    return this.live;
+  }
 
   /** Posts a current entry; its `postings` then hold the key strings the slots keep (shared). */
   add(entry: ResourceEntry): void {
     this.live += 1;
     const keys = entry.postings;
-    if (keys === undefined) {
-      this.unposted += 1;
-      return;
-    }
+    if (keys === undefined) return;
+    entry.postings = this.post(entry, keys);
+  }
+
+  /**
+   * Posts more keys of a current entry (of parameters being built, none of them in `built` yet),
+   * after those it holds.
+   */
+  extend(entry: ResourceEntry, keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    const kept = this.post(entry, keys);
+    entry.postings =
+      entry.postings === undefined || entry.postings.length === 0 ? kept : [...entry.postings, ...kept];
+  }
+
+  private post(entry: ResourceEntry, keys: readonly string[]): string[] {
     const kept = new Array<string>(keys.length);
     let orderedCode: string | undefined;
     for (let i = 0; i < keys.length; i++) {
@@ -152,16 +220,13 @@ export class TypePostings {
         orderedCode = code;
       }
     }
-    entry.postings = kept;
+    return kept;
   }
 
   /** Removes a current entry posted by `add`. */
   remove(entry: ResourceEntry): void {
     this.live -= 1;
-    if (entry.postings === undefined) {
-      this.unposted -= 1;
-      return;
-    }
+    if (entry.postings === undefined) return;
     for (const key of entry.postings) {
       const slot = this.slots.get(key);
       if (!slot) continue;
@@ -326,7 +391,7 @@ export class TypePostings {
     const out: Iterable<string>[][] = [];
     for (const [code, list] of boxes) {
       const param = this.params.get(code);
-      if (list.length < 2 || !param || param.multi) continue;
+      if (list.length < 2 || !param || param.multi || !this.built.has(code)) continue;
       out.push([param.inside(list.reduce(intersectBoxes), this.isLive)]);
     }
     return out;
@@ -334,14 +399,22 @@ export class TypePostings {
 
   /**
    * The current entries that may match `search` (a superset of its matches), from its most
-   * selective filter the postings answer; undefined when none narrows it below half the type
-   * (or some entry is not posted: a store reopened before its index is rebuilt).
+   * selective filter on a built parameter the postings can answer; undefined when none narrows it
+   * below half the type. When every filter is answered exactly (`exactFilter`, none a chain or
+   * `_has`), the entries of all of them intersected, `exact`.
    */
-  candidates(search: SearchRequest): Set<ResourceEntry> | undefined {
-    if (this.unposted > 0) return undefined;
+  candidates(search: SearchRequest): SearchCandidates | undefined {
     const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
+    const answered = filters.map((f) => (this.built.has(f.code) ? this.filterKeys(f) : undefined));
+    if (
+      filters.length > 0 &&
+      filters.length === search.filters.length &&
+      filters.every((f, i) => answered[i] !== undefined && exactFilter(f))
+    ) {
+      return { entries: this.intersection(answered as Iterable<string>[][]), exact: true };
+    }
     const options = [
-      ...filters.map((f) => this.filterKeys(f)).filter((k): k is Iterable<string>[] => k !== undefined),
+      ...answered.filter((k): k is Iterable<string>[] => k !== undefined),
       ...this.combinedRanges(filters),
     ];
     let best: Slot[] | undefined;
@@ -358,6 +431,25 @@ export class TypePostings {
     for (const slot of best) {
       if (slot.one) out.add(slot.one);
       else for (const e of slot.many ?? []) out.add(e);
+    }
+    return { entries: out, exact: false };
+  }
+
+  /** The entries holding some key of each filter's lists: from the smallest, checked against the others. */
+  private intersection(answered: Iterable<string>[][]): ResourceEntry[] {
+    const found = answered.map((lists) => this.slotsOf(lists, Infinity)!).sort((a, b) => a.size - b.size);
+    const [first, ...rest] = found;
+    const others = rest.map(({ slots }) => new Set(slots.map((slot) => slot.key)));
+    const out: ResourceEntry[] = [];
+    const seen = new Set<ResourceEntry>();
+    const keep = (e: ResourceEntry): void => {
+      if (seen.has(e)) return;
+      seen.add(e);
+      if (others.every((keys) => e.postings?.some((key) => keys.has(key)))) out.push(e);
+    };
+    for (const slot of first!.slots) {
+      if (slot.one) keep(slot.one);
+      else for (const e of slot.many ?? []) keep(e);
     }
     return out;
   }
