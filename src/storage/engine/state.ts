@@ -240,6 +240,11 @@ export class BaseState implements StateView {
     return built && built.size > 0 ? built : undefined;
   }
 
+  /** The search postings of a type, if it has any. */
+  postingsOf(projectId: string, resourceType: string): TypePostings | undefined {
+    return this.get(projectId)?.postings.get(resourceType);
+  }
+
   /** The search postings of a type (made when missing: a parameter may be built before any write). */
   typePostings(projectId: string, resourceType: string): TypePostings {
     return getOrCreate(this.ensure(projectId).postings, resourceType, () => new TypePostings());

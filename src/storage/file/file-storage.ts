@@ -26,6 +26,7 @@ import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
 import type { IndexerOption } from '../search-index.js';
 import { Indexing } from '../engine/indexing.js';
+import { postSavedPostings } from './postings-file.js';
 
 export type { FileStoreBackup } from './backup.js';
 
@@ -209,6 +210,7 @@ export async function createFileStorage(
   checkPatientCompartment(compartment, 'fileStorage');
   const history = checkHistoryRetention('fileStorage', options.history);
   const dir = path.resolve(options.dir);
+  const indexing = new Indexing(options.indexer);
   const backend = new FileBackend({
     dir,
     sync: durability === 'fsync',
@@ -217,9 +219,15 @@ export async function createFileStorage(
     history,
     faults: internal.faults,
     ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
+    postingsIndexer: () => indexing.current?.fingerprint,
   });
   const engine = new Engine(backend);
-  const indexing = new Indexing(options.indexer);
   await backend.open(engine.base, engine.clock);
+  const saved = backend.takeSavedPostings();
+  if (saved.length > 0 && indexing.enabled) {
+    // The indexer is loaded now only to check the saved postings are its own.
+    const indexer = await indexing.load().catch(() => undefined);
+    if (indexer) postSavedPostings(engine.base, saved, indexer);
+  }
   return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }
