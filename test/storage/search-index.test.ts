@@ -396,12 +396,18 @@ describe('file store: postings built on demand, saved on close', () => {
       ]);
       expect(ids(exact.resources)).toEqual(['o1']);
       expect(calls.n).toBe(0);
-      // A date range is only narrowed by the postings: `where` decides on the candidates.
-      const ranged = await counted([
-        ['code', '1234-5'],
-        ['date', 'ge2021'],
+      const dated = await counted([
+        ['date', 'ge2020-01-15'],
+        ['date', 'lt2021'],
       ]);
-      expect(ids(ranged.resources)).toEqual(sorted('o3', 'o5'));
+      expect(ids(dated.resources)).toEqual(sorted('o1', 'o2', 'o6'));
+      expect(calls.n).toBe(0);
+      // `ne` is only narrowed by the postings (by the code): `where` decides on the candidates.
+      const ne = await counted([
+        ['code', '1234-5'],
+        ['date', 'ne2020-02-01'],
+      ]);
+      expect(ids(ne.resources)).toEqual(sorted('o1', 'o3', 'o5'));
       expect(calls.n).toBeGreaterThan(0);
     } finally {
       await storage.close();

@@ -1,6 +1,7 @@
 import type { ParameterFilter, SearchRequest, SearchValue } from '../search-request.js';
 import type { ResourceEntry } from './mutation.js';
 import { KEY_SEPARATOR, pair, POSTED_TYPES, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { boxOf, exactFilter, intersectBoxes, passing, rangeTest, type RangeTest } from './posting-match.js';
 import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
 
 /*
@@ -63,106 +64,6 @@ function removeFrom(map: Map<string, Set<string>>, part: string, key: string): v
   keys?.delete(key);
   if (keys?.size === 0) map.delete(part);
 }
-
-const ALL: Box = { loMin: -Infinity, loMax: Infinity, hiMin: -Infinity, hiMax: Infinity };
-
-/**
- * The values whose range may match an ordered search value (see `matchDate` and `matchNumber` in
- * src/search/match.ts): a superset, as bounds on each end of the range, for values whose range is
- * well formed (low <= high; see `ParamIndex.odd`). Undefined for `ne`.
- */
-function boxOf(value: SearchValue): Box | undefined {
-  if (value.type === 'date') {
-    const { start: ps, end: pe } = value;
-    switch (value.prefix) {
-      case 'eq':
-        return { loMin: ps, loMax: pe, hiMin: ps, hiMax: pe };
-      case 'gt':
-        return { ...ALL, hiMin: pe };
-      case 'ge':
-        return { ...ALL, hiMin: ps };
-      case 'lt':
-        return { ...ALL, loMax: ps };
-      case 'le':
-        return { ...ALL, loMax: pe };
-      case 'sa':
-        return { ...ALL, loMin: pe };
-      case 'eb':
-        return { ...ALL, hiMax: ps };
-      case 'ap':
-        return { ...ALL, loMax: pe, hiMin: ps };
-      default:
-        return undefined;
-    }
-  }
-  if (value.type !== 'number' && value.type !== 'quantity') return undefined;
-  const { value: v, low, high } = value;
-  const margin = Math.abs(v) * 0.1;
-  switch (value.prefix) {
-    case 'eq':
-      return { loMin: low, loMax: high, hiMin: low, hiMax: high };
-    case 'gt':
-    case 'ge':
-      return { ...ALL, hiMin: v };
-    case 'lt':
-    case 'le':
-      return { ...ALL, loMax: v };
-    case 'sa':
-      return { ...ALL, loMin: v };
-    case 'eb':
-      return { ...ALL, hiMax: v };
-    case 'ap':
-      return { ...ALL, loMax: v + margin, hiMin: v - margin };
-    default:
-      return undefined;
-  }
-}
-
-/**
- * True when the keys of a value hold exactly the elements `match.ts` matches (not only a superset):
- * tokens by code and/or system (not `|code`, whose empty system the keys share with none), strings
- * by prefix or `:contains` (normalized both sides), uris, references by id (and type).
- */
-function exactValue(filter: ParameterFilter, value: SearchValue): boolean {
-  switch (value.type) {
-    case 'token':
-      return (
-        value.text === undefined &&
-        value.typeSystem === undefined &&
-        value.system !== null &&
-        (value.code !== undefined || typeof value.system === 'string')
-      );
-    case 'string':
-      return filter.modifier === undefined || filter.modifier === 'contains';
-    case 'uri':
-      return true;
-    case 'reference':
-      return (
-        value.url === undefined &&
-        value.identifier === undefined &&
-        value.id !== undefined &&
-        (filter.targetType === undefined ||
-          value.resourceType === undefined ||
-          value.resourceType === filter.targetType)
-      );
-    default:
-      return false;
-  }
-}
-
-/** True when the postings answer `filter` exactly (see `exactValue`). */
-export function exactFilter(filter: ParameterFilter): boolean {
-  if (filter.modifier !== undefined && filter.modifier !== 'contains') return false;
-  if (UNPOSTED.has(filter.code) || filter.values.length === 0) return false;
-  return filter.values.every((value) => exactValue(filter, value));
-}
-
-const intersectBoxes = (a: Box, b: Box): Box => ({
-  loMin: Math.max(a.loMin, b.loMin),
-  loMax: Math.min(a.loMax, b.loMax),
-  hiMin: Math.max(a.hiMin, b.hiMin),
-  hiMax: Math.min(a.hiMax, b.hiMax),
-});
 
 /** The postings of one type of one project. */
 export class TypePostings {
@@ -356,7 +257,9 @@ export class TypePostings {
         if (filter.modifier !== undefined) return undefined;
         const box = boxOf(value);
         if (!box) return undefined;
-        return param ? param.inside(box, this.isLive) : none;
+        if (!param) return none;
+        const test = rangeTest(value);
+        return test ? passing(param.inside(box, this.isLive), [test]) : param.inside(box, this.isLive);
       }
       default:
         return undefined;
@@ -379,20 +282,29 @@ export class TypePostings {
   /**
    * One-value ordered filters on the same parameter, ANDed into one range (`date=ge2020&date=lt2021`):
    * only where no entry holds two values of it (else each filter may match a different value).
+   * Answers, per parameter so combined, the filters it stands for and its keys.
    */
-  private combinedRanges(filters: ParameterFilter[]): Iterable<string>[][] {
-    const boxes = new Map<string, Box[]>();
+  private combinedRanges(
+    filters: ParameterFilter[],
+  ): { merged: ParameterFilter[]; keys: Iterable<string> }[] {
+    const groups = new Map<string, { merged: ParameterFilter[]; boxes: Box[]; tests: RangeTest[] }>();
     for (const f of filters) {
       const [value] = f.values;
       if (f.values.length !== 1 || f.modifier !== undefined || !value || UNPOSTED.has(f.code)) continue;
       const box = boxOf(value);
-      if (box) boxes.set(f.code, [...(boxes.get(f.code) ?? []), box]);
+      if (!box) continue;
+      let group = groups.get(f.code);
+      if (!group) groups.set(f.code, (group = { merged: [], boxes: [], tests: [] }));
+      group.merged.push(f);
+      group.boxes.push(box);
+      const test = rangeTest(value);
+      if (test) group.tests.push(test);
     }
-    const out: Iterable<string>[][] = [];
-    for (const [code, list] of boxes) {
+    const out: { merged: ParameterFilter[]; keys: Iterable<string> }[] = [];
+    for (const [code, { merged, boxes, tests }] of groups) {
       const param = this.params.get(code);
-      if (list.length < 2 || !param || param.multi || !this.built.has(code)) continue;
-      out.push([param.inside(list.reduce(intersectBoxes), this.isLive)]);
+      if (merged.length < 2 || !param || param.multi || !this.built.has(code)) continue;
+      out.push({ merged, keys: passing(param.inside(boxes.reduce(intersectBoxes), this.isLive), tests) });
     }
     return out;
   }
@@ -406,16 +318,23 @@ export class TypePostings {
   candidates(search: SearchRequest): SearchCandidates | undefined {
     const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
     const answered = filters.map((f) => (this.built.has(f.code) ? this.filterKeys(f) : undefined));
+    const combined = this.combinedRanges(filters);
     if (
       filters.length > 0 &&
       filters.length === search.filters.length &&
       filters.every((f, i) => answered[i] !== undefined && exactFilter(f))
     ) {
-      return { entries: this.intersection(answered as Iterable<string>[][]), exact: true };
+      // Each combined range once, for the filters it stands for; every other filter on its own.
+      const merged = new Set(combined.flatMap((c) => c.merged));
+      const lists = [
+        ...combined.map((c) => [c.keys]),
+        ...(answered as Iterable<string>[][]).filter((_, i) => !merged.has(filters[i]!)),
+      ];
+      return { entries: this.intersection(lists), exact: true };
     }
     const options = [
       ...answered.filter((k): k is Iterable<string>[] => k !== undefined),
-      ...this.combinedRanges(filters),
+      ...combined.map((c) => [c.keys]),
     ];
     let best: Slot[] | undefined;
     let limit = this.live >> 1;

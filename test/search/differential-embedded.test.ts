@@ -1,0 +1,129 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseSearch } from '../../src/fhir/search-query.js';
+import { FhirError } from '../../src/http/http-error.js';
+import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
+import type { SearchResolver } from '../../src/search/match.js';
+import type { BaseState } from '../../src/storage/engine/state.js';
+import type { Storage, StoredResource } from '../../src/storage/types.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
+import { allQueries, expected, hasSynthea, loadCorpus } from '../helpers/search-differential.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/*
+ * Differential test of the embedded stores' search index (src/storage/engine/postings.ts, on by
+ * default) against the in-memory evaluation (src/search/match.ts over every resource of the type):
+ * the queries of differential-postgres.test.ts (every parameter, prefix and modifier, composites,
+ * chains, `_has`), asked as the FHIR router asks them (`parseSearch` with `where`), over generated
+ * resources, edge cases and the Synthea sample when present. Each store answers every query twice:
+ * the first builds the parameters' postings, the second (and, for the file store, a third after a
+ * clean close and reopen, from the saved postings) answers from them; a write between makes the
+ * postings follow it.
+ */
+
+const PROJECT = 'p';
+let registry: SearchRegistry;
+
+function resolver(storage: Storage): SearchResolver {
+  return {
+    async *resources(type) {
+      yield* (await storage.searchResources(PROJECT, type, {})).resources;
+    },
+  };
+}
+
+async function actual(storage: Storage, type: string, query: string): Promise<string[]> {
+  const parsed = await parseSearch(type, new URLSearchParams(query), {}, resolver(storage));
+  const { count: _count, ...all } = parsed.query;
+  const page = await storage.searchResources(PROJECT, type, all);
+  expect(page.total).toBe(page.resources.length);
+  // The count alone (no body read when the postings answer exactly) agrees.
+  const counted = await storage.searchResources(PROJECT, type, { ...all, count: 0 });
+  expect(counted.total, `${type}?${query} _summary=count`).toBe(page.total);
+  return page.resources.map((r) => r.id).sort();
+}
+
+/** Compares every query's answer with match.ts; answers the failures and how many ids matched. */
+async function compare(
+  storage: Storage,
+  corpus: Map<string, StoredResource[]>,
+  queries: [string, string][],
+): Promise<{ failures: string[]; matched: number; asked: number }> {
+  const failures: string[] = [];
+  let matched = 0;
+  let asked = 0;
+  for (const [type, query] of queries) {
+    let want: string[];
+    try {
+      want = await expected(registry, corpus, type, query);
+    } catch (error) {
+      if (!(error instanceof FhirError) || error.status !== 400) throw error;
+      continue;
+    }
+    asked++;
+    const got = await actual(storage, type, query);
+    matched += want.length;
+    if (JSON.stringify(want) !== JSON.stringify(got) && failures.length < 20) {
+      failures.push(
+        `${type}?${query}: want ${want.length} ${want.slice(0, 3).join()}, got ${got.length} ${got.slice(0, 3).join()}`,
+      );
+    }
+  }
+  return { failures, matched, asked };
+}
+
+const built = (storage: Storage, type: string): number => {
+  const base = (storage as unknown as { engine: { base: BaseState } }).engine.base;
+  return base.postingsOf(PROJECT, type)?.built.size ?? 0;
+};
+
+beforeAll(async () => {
+  registry = await loadSearchRegistry();
+}, 120_000);
+
+for (const [name, open] of [
+  ['memory', () => Promise.resolve(memoryStorage())],
+  ['file', (dir: string) => fileStorage({ dir, durability: 'write' })],
+] as const) {
+  describe(`search index of the ${name} store against match.ts${hasSynthea ? ' (with Synthea)' : ''}`, () => {
+    const dir = tempDir('fpk-diff-');
+    let storage: Storage;
+    let corpus: Map<string, StoredResource[]>;
+    beforeAll(async () => {
+      storage = await open(dir);
+      corpus = await loadCorpus(storage, PROJECT);
+    }, 300_000);
+    afterAll(() => storage?.close());
+
+    it('matches the same resources as a scan, building postings, then from them', async () => {
+      const queries = allQueries(registry, corpus);
+      const first = await compare(storage, corpus, queries);
+      expect(first.failures).toEqual([]);
+      expect(first.asked).toBeGreaterThan(300);
+      expect(first.matched).toBeGreaterThan(1000);
+      expect(built(storage, 'Observation')).toBeGreaterThan(5);
+      // A write after the build: the postings follow it.
+      const [observation] = corpus.get('Observation')!;
+      const changed = {
+        ...observation!,
+        status: 'amended',
+        code: { coding: [{ system: 'urn:x', code: 'X1' }] },
+      };
+      await storage.updateResource(PROJECT, changed);
+      const [stored] = (await storage.searchResources(PROJECT, 'Observation', { ids: [changed.id] }))
+        .resources;
+      corpus.set(
+        'Observation',
+        corpus.get('Observation')!.map((r) => (r.id === changed.id ? stored! : r)),
+      );
+      const second = await compare(storage, corpus, queries);
+      expect(second.failures).toEqual([]);
+      if (name === 'file') {
+        await storage.close();
+        storage = await open(dir);
+        expect(built(storage, 'Observation')).toBeGreaterThan(5);
+        const third = await compare(storage, corpus, queries);
+        expect(third.failures).toEqual([]);
+      }
+    }, 600_000);
+  });
+}
