@@ -34,7 +34,7 @@ import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
 import { resolveUserList } from '../user-list.js';
 import { engineUserPage, userQueryList } from './user-page.js';
-import { compareItems, PageWindow } from '../result-page.js';
+import { compareItems, firstInOrder, PageWindow } from '../result-page.js';
 import {
   checkId,
   checkIfVersion,
@@ -427,14 +427,16 @@ export class EngineOperations implements StorageOperations {
     try {
       const window = new PageWindow<ResourceEntry>(query);
       if (!where && !query.order) {
-        matches.sort(compareItems(query));
         if (!query.after && !query.before) {
+          // The page's entries only are put in order, and only their bodies read.
           const offset = Math.max(0, query.offset ?? 0);
           const count = query.count === undefined ? Infinity : Math.max(0, query.count);
-          const page = count === 0 ? [] : matches.slice(offset, offset + count);
+          const page =
+            count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
           const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
           return { total: matches.length, resources };
         }
+        matches.sort(compareItems(query));
         for (const e of matches) window.offer(e, e);
         const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
         return { total: window.total, resources };
