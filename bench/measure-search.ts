@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseSearch } from '../src/fhir/search-query.js';
 import type { SearchResolver } from '../src/search/match.js';
+import { filterSearch } from '../src/storage/search-request.js';
 import type { FhirResource, Storage } from '../src/storage/types.js';
 import { fileStorage } from '../src/stores.js';
 import { loadR4Indexer } from '../src/search/index-resource.js';
@@ -106,8 +107,10 @@ async function load(storage: Storage): Promise<number> {
 
 function resolver(storage: Storage): SearchResolver {
   return {
-    async *resources(type) {
-      yield* (await storage.searchResources(P, type, {})).resources;
+    async *resources(type, filter) {
+      // As the FHIR router's resolver: the inner filter narrows the read on a store with postings.
+      const query = filter ? { search: filterSearch(type, filter) } : {};
+      yield* (await storage.searchResources(P, type, query)).resources;
     },
   };
 }

@@ -3,6 +3,7 @@ import { parseSearch } from '../../src/fhir/search-query.js';
 import { FhirError } from '../../src/http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import type { SearchResolver } from '../../src/search/match.js';
+import { filterSearch } from '../../src/storage/search-request.js';
 import type { BaseState } from '../../src/storage/engine/state.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/stores.js';
@@ -25,8 +26,9 @@ let registry: SearchRegistry;
 
 function resolver(storage: Storage): SearchResolver {
   return {
-    async *resources(type) {
-      yield* (await storage.searchResources(PROJECT, type, {})).resources;
+    async *resources(type, filter) {
+      const query = filter ? { search: filterSearch(type, filter) } : {};
+      yield* (await storage.searchResources(PROJECT, type, query)).resources;
     },
   };
 }

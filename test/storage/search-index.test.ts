@@ -2,6 +2,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
+import type { SearchResolver } from '../../src/search/match.js';
+import { filterSearch } from '../../src/storage/search-request.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import { decodeChecked, encodeChecked } from '../../src/storage/file/log-index.js';
 import type { PostingsFile } from '../../src/storage/file/postings-file.js';
@@ -409,6 +411,42 @@ describe('file store: postings built on demand, saved on close', () => {
       ]);
       expect(ids(ne.resources)).toEqual(sorted('o1', 'o3', 'o5'));
       expect(calls.n).toBeGreaterThan(0);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('answers a one-level chain through both types postings, reading no other body', async () => {
+    const storage = await fileStorage({ dir: tempDir('fpk-search-'), durability: 'write' });
+    try {
+      await load(storage);
+      const reads: string[] = [];
+      const resolver: SearchResolver = {
+        async *resources(type, filter) {
+          const query = filter ? { search: filterSearch(type, filter) } : {};
+          const page = await storage.searchResources(P, type, query);
+          reads.push(...page.resources.map((r) => r.id));
+          yield* page.resources;
+        },
+      };
+      const chained = async (value: string) => {
+        reads.length = 0;
+        const { query } = await parseSearch('Observation', [['subject:Patient.name', value]], {}, resolver);
+        const where = query.where!;
+        let calls = 0;
+        query.where = (r) => {
+          calls += 1;
+          return where(r);
+        };
+        const page = await storage.searchResources(P, 'Observation', query);
+        return { ids: ids(page.resources), calls };
+      };
+      expect(await chained('smi')).toEqual({ ids: sorted('o1', 'o2', 'o4'), calls: 0 });
+      // The resolver read only the Patients that match (narrowed by their postings).
+      expect(reads.sort()).toEqual(sorted('pa', 'pb'));
+      expect(await chained('nobody')).toEqual({ ids: [], calls: 0 });
+      await storage.updateResource(P, { resourceType: 'Patient', id: 'pc', name: [{ family: 'Smart' }] });
+      expect((await chained('sm')).ids).toEqual(sorted('o1', 'o2', 'o3', 'o4'));
     } finally {
       await storage.close();
     }

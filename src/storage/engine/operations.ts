@@ -28,7 +28,8 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
-import { buildPostings, postableCodes } from './build-postings.js';
+import { buildPostings } from './build-postings.js';
+import { resolveChains, wantedPostings } from './chains.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -409,7 +410,16 @@ export class EngineOperations implements StorageOperations {
     await this.buildSearched(projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    const { entries: candidates, exact } = candidateEntries(view, projectId, resourceType, query, keys);
+    // One-level chains the postings answer become reference filters (`chains.ts`); `none` when one
+    // matches nothing.
+    const search =
+      query.search?.resourceType === resourceType
+        ? resolveChains(view, projectId, query.search)
+        : query.search;
+    const none = query.search !== undefined && search === undefined;
+    const { entries: candidates, exact } = none
+      ? { entries: [], exact: true }
+      : candidateEntries(view, projectId, resourceType, search ? { ...query, search } : query, keys);
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = query.ids ? new Set(query.ids) : undefined;
@@ -478,13 +488,18 @@ export class EngineOperations implements StorageOperations {
     const { search } = query;
     if (!search || search.resourceType !== resourceType || !this.ctx.exclusive || !this.indexing.enabled)
       return;
-    const built = this.ctx.view().postedCodes(projectId, resourceType);
-    const wanted = postableCodes(search).filter((code) => !built?.has(code));
-    if (wanted.length === 0) return;
+    const view = this.ctx.view();
+    const missing = [...wantedPostings(resourceType, search)]
+      .map(
+        ([type, codes]) => [type, codes.filter((c) => !view.postedCodes(projectId, type)?.has(c))] as const,
+      )
+      .filter(([, codes]) => codes.length > 0);
+    if (missing.length === 0) return;
     const indexer = await this.indexing.load().catch(() => undefined);
     if (!indexer) return;
-    await this.ctx.exclusive((base) =>
-      buildPostings(base, projectId, resourceType, wanted, indexer, (entry) => this.ctx.readBody(entry)),
-    );
+    await this.ctx.exclusive(async (base) => {
+      for (const [type, codes] of missing)
+        await buildPostings(base, projectId, type, codes, indexer, (entry) => this.ctx.readBody(entry));
+    });
   }
 }
