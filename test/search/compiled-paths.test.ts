@@ -203,6 +203,16 @@ describe('compiled paths', () => {
     expect(entries.code).toEqual(compiled.index(observation).code);
   });
 
+  it('index only the parameters asked for, with the values of a full index', () => {
+    const observation = edgeResources().find((r) => r.id === 'e6')!;
+    const full = compiled.index(observation);
+    const some = compiled.index(observation, new Set(['code', 'subject', 'no-such-parameter']));
+    expect(Object.keys(some).sort()).toEqual(['code', 'subject'].filter((c) => c in full).sort());
+    expect(Object.keys(some)).toContain('code');
+    for (const code of Object.keys(some)) expect(some[code]).toEqual(full[code]);
+    expect(compiled.index(observation, new Set())).toEqual({});
+  });
+
   it('index generated and hand-made resources exactly as the interpreter does', () => {
     compare([...(generatePatients(3, 7) as Iterable<FhirResource>), ...edgeResources()]);
   });
