@@ -20,7 +20,7 @@ import { median, now } from './stats.js';
  * the saved postings); the load time into an empty store and again (every resource updated) once
  * the searched parameters are built; the heap each store holds per resource (after a forced GC,
  * postings built), and the time to reopen it.
- *   node --expose-gc --import tsx bench/measure-search.ts [--patients 250] [--reps 15]
+ *   node --expose-gc --import tsx bench/measure-search.ts [--patients 250] [--reps 15] [--no-scan]
  */
 
 const args = process.argv.slice(2);
@@ -30,6 +30,8 @@ const option = (name: string, fallback: string): string => {
 };
 const patients = Number(option('--patients', '250'));
 const reps = Number(option('--reps', '15'));
+/** `--no-scan`: the index alone (the scan columns then repeat the index's), for large stores. */
+const scan = !args.includes('--no-scan');
 const P = 'bench';
 
 const gc = (): void => {
@@ -138,6 +140,7 @@ interface Run {
   loadMs: number;
   reloadMs: number;
   bytesPerResource: number;
+  postingsPerResource: number;
   reopenMs: number;
   searches: { first: number; ms: number; total: number }[];
   reopened: { first: number; ms: number; total: number }[];
@@ -153,8 +156,11 @@ async function measure(indexed: boolean): Promise<Run> {
     const before = heap();
     let storage = await open();
     const loadMs = await load(storage);
+    const loaded = heap();
     const searched = await timeSearches(storage);
-    const bytesPerResource = (heap() - before) / total;
+    // The postings the searches built (the scan store's delta is the control: about 0).
+    const postingsPerResource = (heap() - loaded) / total;
+    const bytesPerResource = (loaded - before) / total;
     // Every resource written again: with the index, each write posts the searched parameters.
     const reloadMs = await load(storage);
     await storage.close();
@@ -163,14 +169,22 @@ async function measure(indexed: boolean): Promise<Run> {
     const reopenMs = now() - start;
     const reopened = await timeSearches(storage);
     await storage.close();
-    return { loadMs, reloadMs, bytesPerResource, reopenMs, searches: searched, reopened };
+    return {
+      loadMs,
+      reloadMs,
+      bytesPerResource,
+      postingsPerResource,
+      reopenMs,
+      searches: searched,
+      reopened,
+    };
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
 const withIndex = await measure(true);
-const without = await measure(false);
+const without = scan ? await measure(false) : withIndex;
 const f = (ms: number): string => ms.toFixed(1).padStart(9);
 console.log(
   `file store, ${total} resources (${patients} patients), medians of ${reps}: index first (builds) / index / scan`,
@@ -200,5 +214,8 @@ console.log(
   `${'reopen (clean close; postings saved)'.padEnd(58)} ${f(withIndex.reopenMs)} ms ${f(without.reopenMs)} ms`,
 );
 console.log(
-  `${'heap per resource (postings of the searches built)'.padEnd(58)} ${withIndex.bytesPerResource.toFixed(0).padStart(9)} B  ${without.bytesPerResource.toFixed(0).padStart(9)} B  (index: ${(withIndex.bytesPerResource - without.bytesPerResource).toFixed(0)} B)`,
+  `${'heap per resource, store loaded (nothing searched yet)'.padEnd(58)} ${withIndex.bytesPerResource.toFixed(0).padStart(9)} B  ${without.bytesPerResource.toFixed(0).padStart(9)} B`,
+);
+console.log(
+  `${'heap per resource the searches added (postings built)'.padEnd(58)} ${withIndex.postingsPerResource.toFixed(0).padStart(9)} B  ${without.postingsPerResource.toFixed(0).padStart(9)} B`,
 );
