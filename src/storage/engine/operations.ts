@@ -430,7 +430,7 @@ export class EngineOperations implements StorageOperations {
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
       if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
-      seenIds.add(e.id);
+      if (ids) seenIds.add(e.id); // Only ids may repeat a candidate.
       matches.push(e);
     }
     const release = this.ctx.pin(matches);

@@ -360,11 +360,15 @@ export class TypePostings {
     const [first, ...rest] = found;
     const others = rest.map(({ slots }) => new Set(slots.map((slot) => slot.key)));
     const out: ResourceEntry[] = [];
-    const seen = new Set<ResourceEntry>();
+    // An entry holds one slot's key once: only several slots can repeat it.
+    const seen = first!.slots.length > 1 ? new Set<ResourceEntry>() : undefined;
     const keep = (e: ResourceEntry): void => {
-      if (seen.has(e)) return;
-      seen.add(e);
-      if (others.every((keys) => e.postings?.some((key) => keys.has(key)))) out.push(e);
+      if (seen) {
+        if (seen.has(e)) return;
+        seen.add(e);
+      }
+      if (others.length === 0 || others.every((keys) => e.postings?.some((key) => keys.has(key))))
+        out.push(e);
     };
     for (const slot of first!.slots) {
       if (slot.one) keep(slot.one);
