@@ -24,11 +24,10 @@ export function fileStoreModule(): string {
 }
 
 /**
- * The FHIR R4 search indexer of the embedded stores (without composites: they do not post them), to
- * pass as `fileStorage({ dir, indexer: r4SearchIndexer })` or `memoryStorage({ indexer: r4SearchIndexer })`.
- * Off by default: a selective search answers 10-80x faster with it, but ingest costs about 2x the
- * CPU and opening a file store about 5x the time (docs/storage.md, "Search index"), beyond what the
- * default store may cost until the index is built on demand.
+ * The FHIR R4 search indexer of the embedded stores (without composites: they do not post them):
+ * the default `indexer` of `fileStorage` and `memoryStorage` (`indexer: false` turns the index
+ * off). Postings are built per type and parameter by the first search filtering on it, so ingest
+ * pays only for the parameters searched (docs/fhir.md, "The embedded search index").
  */
 export const r4SearchIndexer = (): Promise<ResourceIndexer> => loadR4Indexer({ composites: false });
 
@@ -70,7 +69,10 @@ export async function fileStorage(options: FileStorageOptions): Promise<FileStor
   const compartment = options?.compartment ?? R4_PATIENT_COMPARTMENT;
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
-  return createFileStorage({ ...options, compartment }, readerModule);
+  return createFileStorage(
+    { ...options, compartment, indexer: options.indexer ?? r4SearchIndexer },
+    readerModule,
+  );
 }
 
 /**
@@ -96,5 +98,6 @@ export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
   return createMemoryStorage({
     ...options,
     compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
+    indexer: options.indexer ?? r4SearchIndexer,
   });
 }

@@ -10,6 +10,7 @@ import { rewriteReferences } from './bundle-entries.js';
 import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import type { SearchResolver } from '../search/match.js';
+import { filterSearch } from '../storage/search-request.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
@@ -430,16 +431,18 @@ export interface SearchOutcome extends ParsedSearch {
 }
 
 /**
- * How a chained or reverse-chained search reads the resources of another type: every current one of
+ * How a chained or reverse-chained search reads the resources of another type: the current ones of
  * the principal's project, each type authorized for search first (a chain must not reveal what the
- * principal may not search).
+ * principal may not search). The inner filter goes to the store as the query's `search`, without
+ * `where`: a store with search indexes narrows the read by it (the caller tests each resource).
  */
 function storeResolver(ctx: FhirContext): SearchResolver {
   return {
-    async *resources(resourceType) {
+    async *resources(resourceType, filter) {
       checkType(resourceType);
       authorize(ctx, resourceType, 'search');
-      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {});
+      const query = filter ? { search: filterSearch(resourceType, filter) } : {};
+      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, query);
       yield* page.resources;
     },
   };

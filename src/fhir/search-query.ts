@@ -259,6 +259,8 @@ export async function parseSearch(
   const tests = [...auditTests];
   if (predicateFilters.length > 0 && options.storeAnswersSearch !== true)
     tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
+  // Only the search's own filters: a store that answers them all exactly may skip the predicate.
+  if (auditTests.length === 0 && tests.length === 1) query.whereIsSearch = true;
   if (tests.length === 1) query.where = tests[0];
   else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));
 

@@ -113,9 +113,10 @@ export function createResourceIndexer(
   };
   return {
     fingerprint,
-    index(resource: FhirResource): ResourceIndexEntries {
+    index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries {
       const entries: ResourceIndexEntries = {};
       for (const { code, index } of indexersOf(resource.resourceType)) {
+        if (codes !== undefined && !codes.has(code)) continue;
         const values = index(resource);
         if (values.length > 0) entries[code] = values;
       }

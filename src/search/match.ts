@@ -24,12 +24,17 @@ import type {
 } from '../storage/search-request.js';
 
 /**
- * How a chain or a reverse chain reads other resources: every current resource of a type, of the
- * searching project only. Any superset of the resources that can match is correct (an adapter may
- * narrow with its indexes); iterables and async iterables are both accepted.
+ * How a chain or a reverse chain reads other resources: the current resources of a type, of the
+ * searching project only, that may match `filter` (the chain's or `_has`'s inner filter, tested
+ * again on each one). Any superset of the resources that match is correct (a store may narrow
+ * with its indexes, see `storeResolver` in src/fhir/interactions.ts); iterables and async
+ * iterables are both accepted.
  */
 export interface SearchResolver {
-  resources(resourceType: string): Iterable<FhirResource> | AsyncIterable<FhirResource>;
+  resources(
+    resourceType: string,
+    filter?: SearchFilter,
+  ): Iterable<FhirResource> | AsyncIterable<FhirResource>;
 }
 
 /** A compiled test of a search's filters on one resource. */
@@ -262,14 +267,14 @@ async function compileFilter(
   if (filter.kind === 'chain') {
     // The referenced resources that match, then the resources referencing one of them.
     for (const type of filter.targetTypes) {
-      for await (const target of resolver.resources(type)) {
+      for await (const target of resolver.resources(type, filter.filter)) {
         if (target.resourceType === type && inner(target)) keys.add(`${type}/${String(target.id)}`);
       }
     }
     return (resource) => referenceKeys(registry, resource, filter.code).some((key) => keys.has(key));
   }
   // `_has`: the referencing resources that match, then the resources they point at.
-  for await (const source of resolver.resources(filter.resourceType)) {
+  for await (const source of resolver.resources(filter.resourceType, filter.filter)) {
     if (source.resourceType !== filter.resourceType || !inner(source)) continue;
     for (const key of referenceKeys(registry, source, filter.referenceParam)) keys.add(key);
   }

@@ -49,13 +49,16 @@ export interface MemoryStorageOptions {
    */
   compartment?: PatientCompartment;
   /**
-   * Computes what each written version is indexed by for search (the indexer itself, or a loader
-   * called once before the first write). Without one, every search scans its type.
+   * Computes what versions are indexed by for search (the indexer itself, or a loader called once,
+   * by the first search that builds a parameter's postings). Postings are built per type and
+   * parameter on demand: the first search filtering on a parameter builds it, and every later
+   * write of the type posts its values (docs/fhir.md, "The embedded search index"). `false`: no
+   * index, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
    * parameter it is asked about: the store narrows searches by them.
-   * @default none: every search scans its type; `r4SearchIndexer` (package entry) is the R4 one
+   * @default r4SearchIndexer (package entry: the FHIR R4 definitions)
    */
-  indexer?: IndexerOption;
+  indexer?: IndexerOption | false;
   /**
    * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). Old
    * versions are also kept, whatever this says, while an export snapshot is open.
@@ -363,8 +366,6 @@ class MemoryStorage extends EngineStorage {
   }
 
   async close(): Promise<void> {
-    // Writes made before the indexer loaded wait for it: they are queued once it has.
-    await this.indexing.load().catch(() => undefined);
     await this.engine.close();
   }
 }

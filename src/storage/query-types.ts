@@ -51,6 +51,11 @@ export interface ResourceQuery {
    * @internal
    */
   search?: SearchRequest;
+  /**
+   * `where` tests exactly the filters of `search` (none of the caller's own): a store whose
+   * indexes answer every filter exactly may skip it. @internal
+   */
+  whereIsSearch?: boolean;
   /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /**

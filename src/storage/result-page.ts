@@ -153,3 +153,43 @@ export class PageWindow<T> {
     return last.slice(0, Math.max(0, last.length - this.#offset));
   }
 }
+
+/**
+ * The first `k` of `items` in the order `compare` gives, sorted: a bounded max-heap when `k` is
+ * small next to the items (O(n log k), for the first page of a large match set), else a full sort
+ * of a copy. `items` is left as it was.
+ */
+export function firstInOrder<T>(items: readonly T[], k: number, compare: (a: T, b: T) => number): T[] {
+  if (k <= 0) return [];
+  if (k * 8 >= items.length) return [...items].sort(compare).slice(0, k);
+  const heap: T[] = [];
+  // heap[0] is the largest kept: a new item smaller than it takes its place.
+  const down = (from: number): void => {
+    let i = from;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let top = i;
+      if (l < heap.length && compare(heap[l]!, heap[top]!) > 0) top = l;
+      if (r < heap.length && compare(heap[r]!, heap[top]!) > 0) top = r;
+      if (top === i) return;
+      [heap[i], heap[top]] = [heap[top]!, heap[i]!];
+      i = top;
+    }
+  };
+  for (const item of items) {
+    if (heap.length < k) {
+      heap.push(item);
+      for (let i = heap.length - 1; i > 0;) {
+        const parent = (i - 1) >> 1;
+        if (compare(heap[i]!, heap[parent]!) <= 0) break;
+        [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
+        i = parent;
+      }
+    } else if (compare(item, heap[0]!) < 0) {
+      heap[0] = item;
+      down(0);
+    }
+  }
+  return heap.sort(compare);
+}

@@ -23,8 +23,13 @@ export interface ResourceIndexer {
    * another fingerprint (a file store's `.idx`, PostgreSQL's index tables) must be rebuilt.
    */
   readonly fingerprint: string;
-  /** The index entries of `resource` (a stored version, with its `resourceType` and `id`). */
-  index(resource: FhirResource): ResourceIndexEntries;
+  /**
+   * The index entries of `resource` (a stored version, with its `resourceType` and `id`): of every
+   * parameter of its type, or only of those in `codes` when given (the memory and file stores
+   * index only the parameters searched so far; PostgreSQL indexes all). An indexer that ignores
+   * `codes` is correct, only slower: a store keeps just the entries it asked for.
+   */
+  index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries;
 }
 
 /**

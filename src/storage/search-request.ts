@@ -235,3 +235,12 @@ export interface SearchRequest {
   elements?: string[];
   total?: 'none' | 'estimate' | 'accurate';
 }
+
+/**
+ * A search of `resourceType` by one filter (a chain's or `_has`'s inner one): what a chain's
+ * resolver asks a store for, as `ResourceQuery.search`, so that a store with search indexes
+ * narrows by it.
+ */
+export function filterSearch(resourceType: string, filter: SearchFilter): SearchRequest {
+  return { resourceType, filters: [filter], sort: [], include: [], revinclude: [], count: 0, offset: 0 };
+}

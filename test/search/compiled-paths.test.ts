@@ -203,6 +203,15 @@ describe('compiled paths', () => {
     expect(entries.code).toEqual(compiled.index(observation).code);
   });
 
+  it('index only the parameters asked for, with the values of a full index', () => {
+    const observation = edgeResources().find((r) => r.id === 'e6')!;
+    const full = compiled.index(observation);
+    const some = compiled.index(observation, new Set(['value-concept', 'status', 'no-such-parameter']));
+    expect(Object.keys(some).sort()).toEqual(['status', 'value-concept']);
+    for (const code of Object.keys(some)) expect(some[code]).toEqual(full[code]);
+    expect(compiled.index(observation, new Set())).toEqual({});
+  });
+
   it('index generated and hand-made resources exactly as the interpreter does', () => {
     compare([...(generatePatients(3, 7) as Iterable<FhirResource>), ...edgeResources()]);
   });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  firstInOrder,
   compareSortValues,
   instantMicros,
   PageWindow,
@@ -60,5 +61,21 @@ describe('PageWindow', () => {
     expect(
       () => new PageWindow({ order: { keys: () => [], descending: [false] }, after: { id: 'a' } }),
     ).toThrow(/sort key/);
+  });
+});
+
+describe('firstInOrder', () => {
+  it('answers the first k in order, by heap or by sort, leaving the items as they were', () => {
+    let seed = 7;
+    const next = (): number => (seed = (seed * 48271) % 2147483647) % 1000;
+    const items = Array.from({ length: 5000 }, () => next());
+    const copy = [...items];
+    const byValue = (a: number, b: number): number => a - b;
+    const sorted = [...items].sort(byValue);
+    for (const k of [0, 1, 20, 100, 624, 625, 4999, 5000, 6000]) {
+      expect(firstInOrder(items, k, byValue), `k=${k}`).toEqual(sorted.slice(0, k));
+    }
+    expect(items).toEqual(copy);
+    expect(firstInOrder(items, Infinity, byValue)).toEqual(sorted);
   });
 });

@@ -1,6 +1,13 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
+import type { SearchResolver } from '../../src/search/match.js';
+import { filterSearch } from '../../src/storage/search-request.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
+import { decodeChecked, encodeChecked } from '../../src/storage/file/log-index.js';
+import type { PostingsFile } from '../../src/storage/file/postings-file.js';
+import type { BaseState } from '../../src/storage/engine/state.js';
 import type { FhirResource, ResourceQuery, Storage } from '../../src/storage/types.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -308,24 +315,26 @@ function searchCases(open: () => Storage | Promise<Storage>): void {
   });
 }
 
-// The embedded stores keep postings only when given an indexer (off by default, see r4SearchIndexer).
-const withIndex: Record<string, () => Promise<Storage> | Storage> = {
-  memory: () => memoryStorage({ indexer: r4SearchIndexer }),
-  file: () => fileStorage({ dir: tempDir('fpk-search-'), durability: 'write', indexer: r4SearchIndexer }),
+// The embedded stores keep postings by default (built per parameter by the first search on it);
+// `indexer: false` turns them off: every search then scans.
+const withoutIndex: Record<string, () => Promise<Storage> | Storage> = {
+  memory: () => memoryStorage({ indexer: false }),
+  file: () => fileStorage({ dir: tempDir('fpk-search-'), durability: 'write', indexer: false }),
 };
 
 forEachStore('search index', (store, open) => {
-  describe(`search through the indexes: ${store}`, () => searchCases(withIndex[store] ?? open));
-  if (withIndex[store]) describe(`search without an index: ${store}`, () => searchCases(open));
+  describe(`search through the indexes: ${store}`, () => searchCases(open));
+  const scanning = withoutIndex[store];
+  if (scanning) describe(`search without an index: ${store}`, () => searchCases(scanning));
 });
 
 describe('file store: the search index after reopening', () => {
   it('is rebuilt from the logs on open', async () => {
     const dir = tempDir('fpk-search-');
-    let storage: Storage = await fileStorage({ dir, durability: 'write', indexer: r4SearchIndexer });
+    let storage: Storage = await fileStorage({ dir, durability: 'write' });
     await load(storage);
     await storage.close();
-    storage = await fileStorage({ dir, durability: 'write', indexer: r4SearchIndexer });
+    storage = await fileStorage({ dir, durability: 'write' });
     try {
       expect((await search(storage, 'Observation', [['code', `${LOINC}|1234-5`]])).ids.sort()).toEqual(
         sorted('o1', 'o2', 'o7'),
@@ -333,6 +342,178 @@ describe('file store: the search index after reopening', () => {
       expect((await search(storage, 'Patient', [['name', 'smi']])).ids.sort()).toEqual(sorted('pa', 'pb'));
       await storage.deleteResource(P, 'Patient', 'pa');
       expect((await search(storage, 'Patient', [['name', 'smi']])).ids).toEqual(['pb']);
+    } finally {
+      await storage.close();
+    }
+  });
+});
+
+/** The parameters a store has built for a type (the engine's committed state). */
+const built = (storage: Storage, type: string): string[] => {
+  const base = (storage as unknown as { engine: { base: BaseState } }).engine.base;
+  return [...(base.postingsOf(P, type)?.built ?? [])].sort();
+};
+
+/** The `.postings` files under a store directory. */
+const postingsFiles = (dir: string): string[] =>
+  (fs.readdirSync(dir, { recursive: true }) as string[]).filter((f) => f.endsWith('.postings')).sort();
+
+describe('file store: postings built on demand, saved on close', () => {
+  it('builds only the parameters searched; a write posts them at once', async () => {
+    const storage = await fileStorage({ dir: tempDir('fpk-search-'), durability: 'write' });
+    try {
+      await load(storage);
+      expect(built(storage, 'Patient')).toEqual([]);
+      expect((await search(storage, 'Patient', [['name', 'smi']])).ids.sort()).toEqual(sorted('pa', 'pb'));
+      expect(built(storage, 'Patient')).toEqual(['name']);
+      expect(built(storage, 'Observation')).toEqual([]);
+      await storage.createResource(P, { resourceType: 'Patient', id: 'pe', name: [{ family: 'Smythe' }] });
+      expect((await search(storage, 'Patient', [['name', 'sm']])).ids.sort()).toEqual(
+        sorted('pa', 'pb', 'pe'),
+      );
+      expect((await search(storage, 'Patient', [['name:contains', 'yth']])).ids).toEqual(['pe']);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('skips the where predicate when the postings answer every filter exactly', async () => {
+    const storage = await fileStorage({ dir: tempDir('fpk-search-'), durability: 'write' });
+    try {
+      await load(storage);
+      const calls = { n: 0 };
+      const counted = async (params: [string, string][]) => {
+        const { query } = await parseSearch('Observation', params);
+        const where = query.where!;
+        calls.n = 0;
+        query.where = (r) => {
+          calls.n += 1;
+          return where(r);
+        };
+        return storage.searchResources(P, 'Observation', query);
+      };
+      const exact = await counted([
+        ['code', `${LOINC}|1234-5`],
+        ['subject', 'Patient/pa'],
+      ]);
+      expect(ids(exact.resources)).toEqual(['o1']);
+      expect(calls.n).toBe(0);
+      const dated = await counted([
+        ['date', 'ge2020-01-15'],
+        ['date', 'lt2021'],
+      ]);
+      expect(ids(dated.resources)).toEqual(sorted('o1', 'o2', 'o6'));
+      expect(calls.n).toBe(0);
+      // `ne` is only narrowed by the postings (by the code): `where` decides on the candidates.
+      const ne = await counted([
+        ['code', '1234-5'],
+        ['date', 'ne2020-02-01'],
+      ]);
+      expect(ids(ne.resources)).toEqual(sorted('o1', 'o3', 'o5'));
+      expect(calls.n).toBeGreaterThan(0);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('answers a one-level chain through both types postings, reading no other body', async () => {
+    const storage = await fileStorage({ dir: tempDir('fpk-search-'), durability: 'write' });
+    try {
+      await load(storage);
+      const reads: string[] = [];
+      const resolver: SearchResolver = {
+        async *resources(type, filter) {
+          const query = filter ? { search: filterSearch(type, filter) } : {};
+          const page = await storage.searchResources(P, type, query);
+          reads.push(...page.resources.map((r) => r.id));
+          yield* page.resources;
+        },
+      };
+      const chained = async (value: string) => {
+        reads.length = 0;
+        const { query } = await parseSearch('Observation', [['subject:Patient.name', value]], {}, resolver);
+        const where = query.where!;
+        let calls = 0;
+        query.where = (r) => {
+          calls += 1;
+          return where(r);
+        };
+        const page = await storage.searchResources(P, 'Observation', query);
+        return { ids: ids(page.resources), calls };
+      };
+      expect(await chained('smi')).toEqual({ ids: sorted('o1', 'o2', 'o4'), calls: 0 });
+      // The resolver read only the Patients that match (narrowed by their postings).
+      expect(reads.sort()).toEqual(sorted('pa', 'pb'));
+      expect(await chained('nobody')).toEqual({ ids: [], calls: 0 });
+      await storage.updateResource(P, { resourceType: 'Patient', id: 'pc', name: [{ family: 'Smart' }] });
+      expect((await chained('sm')).ids).toEqual(sorted('o1', 'o2', 'o3', 'o4'));
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('reopens with the postings saved by a clean close, consumed on open', async () => {
+    const dir = tempDir('fpk-search-');
+    let storage: Storage = await fileStorage({ dir, durability: 'write' });
+    await load(storage);
+    await search(storage, 'Patient', [['name', 'smi']]);
+    await search(storage, 'Observation', [
+      ['code', '1234-5'],
+      ['date', 'ge2020'],
+    ]);
+    await storage.close();
+    expect(postingsFiles(dir).map((f) => path.basename(f))).toEqual([
+      'Observation.log.postings',
+      'Patient.log.postings',
+    ]);
+    storage = await fileStorage({ dir, durability: 'write' });
+    try {
+      expect(postingsFiles(dir)).toEqual([]);
+      expect(built(storage, 'Patient')).toEqual(['name']);
+      expect(built(storage, 'Observation')).toEqual(['code', 'date']);
+      expect((await search(storage, 'Patient', [['name', 'smi']])).ids.sort()).toEqual(sorted('pa', 'pb'));
+      await storage.deleteResource(P, 'Patient', 'pa');
+      expect((await search(storage, 'Patient', [['name', 'smi']])).ids).toEqual(['pb']);
+      expect(
+        (
+          await search(storage, 'Observation', [
+            ['code', '1234-5'],
+            ['date', 'lt2021'],
+          ])
+        ).ids.sort(),
+      ).toEqual(sorted('o1', 'o2'));
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('ignores saved postings that do not name the current versions, or of another indexer', async () => {
+    const dir = tempDir('fpk-search-');
+    let storage: Storage = await fileStorage({ dir, durability: 'write' });
+    await load(storage);
+    await search(storage, 'Patient', [['name', 'smi']]);
+    await storage.close();
+    // A file naming another version of pa (checksum intact): not used, name is built again.
+    const [file] = postingsFiles(dir);
+    const full = path.join(dir, file!);
+    const saved = decodeChecked(fs.readFileSync(full, 'utf8')) as PostingsFile;
+    const original = structuredClone(saved);
+    saved.entries.find(([id]) => id === 'pa')![1] = '99';
+    fs.writeFileSync(full, encodeChecked(saved));
+    storage = await fileStorage({ dir, durability: 'write' });
+    try {
+      expect(built(storage, 'Patient')).toEqual([]);
+      expect((await search(storage, 'Patient', [['name', 'smi']])).ids.sort()).toEqual(sorted('pa', 'pb'));
+    } finally {
+      await storage.close();
+    }
+    // Another indexer's fingerprint: not used either.
+    const other = async () => ({ ...(await r4SearchIndexer()), fingerprint: 'another' });
+    fs.writeFileSync(full, encodeChecked({ ...original, ino: saved.ino }));
+    storage = await fileStorage({ dir, durability: 'write', indexer: other });
+    try {
+      expect(built(storage, 'Patient')).toEqual([]);
+      expect((await search(storage, 'Patient', [['name', 'smi']])).ids.sort()).toEqual(sorted('pa', 'pb'));
     } finally {
       await storage.close();
     }

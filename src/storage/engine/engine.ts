@@ -40,6 +40,11 @@ export interface OpContext {
   write<T>(plan: (w: WriteContext) => T): Promise<T>;
   pin(entries: readonly ResourceEntry[]): () => void;
   readBody(entry: ResourceEntry): Promise<StoredResource>;
+  /**
+   * Runs `fn` holding the writer, on the committed state (see `Engine.exclusive`); absent inside a
+   * transaction, which holds the writer itself.
+   */
+  exclusive?<T>(fn: (base: BaseState) => Promise<T>): Promise<T> | undefined;
 }
 
 interface WriteJob {
@@ -88,7 +93,18 @@ export class Engine {
     write: <T>(plan: (w: WriteContext) => T) => this.enqueueWrite(plan),
     pin: (entries) => this.pinEntries(entries),
     readBody: (entry) => this.readBody(entry),
+    exclusive: (fn) => this.exclusive(fn),
   };
+
+  /**
+   * Runs `fn` holding the writer without writing: the committed state stays as it is while it
+   * awaits (search postings are built so). Undefined when called from a transaction function, whose
+   * transaction holds the writer (waiting for it would never end).
+   */
+  exclusive<T>(fn: (base: BaseState) => Promise<T>): Promise<T> | undefined {
+    if (this.inTransaction.getStore()?.open) return undefined;
+    return this.transaction(() => fn(this.base));
+  }
 
   assertOpen(): void {
     if (this.closed) throw new StorageClosedError('The storage is closed');

@@ -3,9 +3,11 @@ import type { FhirResource } from '../types.js';
 import { postingKeys } from './posting-keys.js';
 
 /**
- * A store's search indexer, loaded once: the engine computes each written version's posting keys
- * with it, at plan time, in the caller's thread (see `posting-keys.ts`). Without an indexer the
- * store posts nothing and every search scans.
+ * A store's search indexer, loaded on first need (the first search that builds a parameter's
+ * postings, or a file store opening with saved postings): the engine computes each written
+ * version's posting keys with it, at plan time, in the caller's thread (see `posting-keys.ts`),
+ * for the parameters its type has built only. Without an indexer the store posts nothing and
+ * every search scans.
  */
 export class Indexing {
   /** The loaded indexer; undefined before `load` or without one. */
@@ -14,19 +16,19 @@ export class Indexing {
   private loaded: boolean;
   private loading: Promise<ResourceIndexer | undefined> | undefined;
 
-  constructor(option: IndexerOption | undefined) {
-    this.get = indexerGetter(option);
-    this.loaded = option === undefined;
+  constructor(option: IndexerOption | false | undefined) {
+    this.get = indexerGetter(option === false ? undefined : option);
+    this.loaded = option === undefined || option === false;
   }
 
-  /** True until the indexer a store was given is loaded (writes wait for it). */
-  get pending(): boolean {
-    return !this.loaded;
+  /** True when the store was given an indexer. */
+  get enabled(): boolean {
+    return !this.loaded || this.current !== undefined;
   }
 
   /**
    * Loads the indexer (once; a failed load is tried again by the next call). One promise for
-   * every caller while it loads, so that what waits on it resumes in call order.
+   * every caller while it loads.
    */
   load(): Promise<ResourceIndexer | undefined> {
     if (this.loaded) return Promise.resolve(this.current);
@@ -44,8 +46,12 @@ export class Indexing {
     return this.loading;
   }
 
-  /** The posting keys of a version, or undefined when the store has no indexer. */
-  keys(resource: FhirResource): string[] | undefined {
-    return this.current ? postingKeys(this.current.index(resource)) : undefined;
+  /**
+   * The posting keys of a version for the parameters `codes` (those its type has built), or
+   * undefined when there are none (or no indexer: a type builds nothing without one).
+   */
+  keys(resource: FhirResource, codes: ReadonlySet<string> | undefined): string[] | undefined {
+    if (codes === undefined || codes.size === 0 || !this.current) return undefined;
+    return postingKeys(this.current.index(resource, codes), codes);
   }
 }

@@ -10,6 +10,7 @@ import { assertNever } from '../assert-never.js';
 import { getOrCreate } from './map-entry.js';
 import { pairKey, type Mutation, type ResourceEntry } from './mutation.js';
 import { userIndexValues, type StateView, type UserIndex } from './state.js';
+import type { SearchCandidates } from './postings.js';
 import type { SearchRequest } from '../search-request.js';
 import { compareUserPositions, userPosition, type UserSortKey } from '../user-list.js';
 
@@ -195,19 +196,23 @@ export class Layer implements StateView {
   }
 
   /** The parent's candidates this layer did not change, then every entry of the type it wrote. */
-  searched(
-    projectId: string,
-    resourceType: string,
-    search: SearchRequest,
-  ): Iterable<ResourceEntry> | undefined {
+  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined {
     const own = this.resourceEntries.get(projectId)?.get(resourceType);
-    if (!this.visible(projectId)) return own?.values() ?? [];
+    if (!this.visible(projectId)) return { entries: own?.values() ?? [], exact: false };
     const parent = this.parent.searched(projectId, resourceType, search);
     if (!parent || !own) return parent;
-    return (function* () {
-      for (const e of parent) if (!own.has(e.id)) yield e;
-      yield* own.values();
-    })();
+    // This layer's own entries are not posted: `where` decides on them.
+    return {
+      entries: (function* () {
+        for (const e of parent.entries) if (!own.has(e.id)) yield e;
+        yield* own.values();
+      })(),
+      exact: false,
+    };
+  }
+
+  postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined {
+    return this.parent.postedCodes(projectId, resourceType);
   }
 
   private *scopedList<V>(

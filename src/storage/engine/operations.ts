@@ -28,12 +28,14 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
+import { buildPostings } from './build-postings.js';
+import { resolveChains, wantedPostings } from './chains.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
 import { resolveUserList } from '../user-list.js';
 import { engineUserPage, userQueryList } from './user-page.js';
-import { compareItems, PageWindow } from '../result-page.js';
+import { compareItems, firstInOrder, PageWindow } from '../result-page.js';
 import {
   checkId,
   checkIfVersion,
@@ -317,10 +319,9 @@ export class EngineOperations implements StorageOperations {
   }
 
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    const plan = (): Promise<WriteResult[]> =>
-      this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
-    // Every version is indexed: the first writes wait for the indexer to load.
-    return this.indexing.pending ? this.indexing.load().then(plan) : plan();
+    // A version is indexed for the parameters its type has built: built by a search, which loaded
+    // the indexer first, so a write never waits for it.
+    return this.ctx.write((w) => writes.map((write) => this.planWrite(w, projectId, write)));
   }
 
   private planWrite(w: WriteContext, projectId: string, write: ResourceWrite): WriteResult {
@@ -390,7 +391,7 @@ export class EngineOperations implements StorageOperations {
         deleted: false,
         patients: this.compartment.patientIds(stored),
         identifiers: identifierKeys(stored),
-        postings: this.indexing.keys(stored),
+        postings: this.indexing.keys(stored, w.view.postedCodes(projectId, resourceType)),
         json,
         jsonBytes: bytes,
       },
@@ -406,9 +407,21 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
+    await this.buildSearched(projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    const candidates = candidateEntries(view, projectId, resourceType, query, keys);
+    // One-level chains the postings answer become reference filters (`chains.ts`); `none` when one
+    // matches nothing.
+    const search =
+      query.search?.resourceType === resourceType
+        ? resolveChains(view, projectId, query.search)
+        : query.search;
+    const none = query.search !== undefined && search === undefined;
+    const { entries: candidates, exact } = none
+      ? { entries: [], exact: true }
+      : candidateEntries(view, projectId, resourceType, search ? { ...query, search } : query, keys);
+    // The postings answered every filter of the search, and `where` tests only those: skip it.
+    const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = query.ids ? new Set(query.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
@@ -417,27 +430,28 @@ export class EngineOperations implements StorageOperations {
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
       if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
-      seenIds.add(e.id);
+      if (ids) seenIds.add(e.id); // Only ids may repeat a candidate.
       matches.push(e);
     }
     const release = this.ctx.pin(matches);
     try {
       const window = new PageWindow<ResourceEntry>(query);
-      if (!query.where && !query.order) {
-        matches.sort(compareItems(query));
+      if (!where && !query.order) {
         if (!query.after && !query.before) {
+          // The page's entries only are put in order, and only their bodies read.
           const offset = Math.max(0, query.offset ?? 0);
           const count = query.count === undefined ? Infinity : Math.max(0, query.count);
-          const page = count === 0 ? [] : matches.slice(offset, offset + count);
+          const page =
+            count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
           const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
           return { total: matches.length, resources };
         }
+        matches.sort(compareItems(query));
         for (const e of matches) window.offer(e, e);
         const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
         return { total: window.total, resources };
       }
       const pageOf = new PageWindow<StoredResource>(query);
-      const { where } = query;
       // Native order: filtered in order, the page's bodies kept as they pass. With `order`: the
       // sort values of every match first, then the page's bodies read again. A count needs neither.
       const order = pageOf.countOnly ? undefined : query.order;
@@ -463,5 +477,29 @@ export class EngineOperations implements StorageOperations {
     } finally {
       release();
     }
+  }
+
+  /**
+   * Builds the search postings of the parameters `query.search` filters on that its type has not
+   * built yet (`build-postings.ts`), holding the writer. Not inside a transaction (it holds the
+   * writer): the search scans there. An indexer that fails to load leaves the search to scan.
+   */
+  private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
+    const { search } = query;
+    if (!search || search.resourceType !== resourceType || !this.ctx.exclusive || !this.indexing.enabled)
+      return;
+    const view = this.ctx.view();
+    const missing = [...wantedPostings(resourceType, search)]
+      .map(
+        ([type, codes]) => [type, codes.filter((c) => !view.postedCodes(projectId, type)?.has(c))] as const,
+      )
+      .filter(([, codes]) => codes.length > 0);
+    if (missing.length === 0) return;
+    const indexer = await this.indexing.load().catch(() => undefined);
+    if (!indexer) return;
+    await this.ctx.exclusive(async (base) => {
+      for (const [type, codes] of missing)
+        await buildPostings(base, projectId, type, codes, indexer, (entry) => this.ctx.readBody(entry));
+    });
   }
 }

@@ -17,6 +17,17 @@ import type { ResourceIndexEntries } from '../search-index.js';
 /** Parameters not posted (see above). */
 export const UNPOSTED = new Set(['_id', '_lastUpdated']);
 
+/** The parameter types whose values are posted (not composite, not special). */
+export const POSTED_TYPES: ReadonlySet<string> = new Set([
+  'token',
+  'reference',
+  'uri',
+  'string',
+  'date',
+  'number',
+  'quantity',
+]);
+
 /** The separator between a key's parameter code and its value (never in a code). */
 export const KEY_SEPARATOR = '\u0000';
 
@@ -78,13 +89,14 @@ function keysOf(code: string, value: IndexValue | CompositeIndexValue, out: Set<
 }
 
 /**
- * The posting keys of a version's index entries, each once, grouped by parameter (the keys of one
- * parameter are adjacent).
+ * The posting keys of a version's index entries (of the parameters in `codes` only, when given),
+ * each once, grouped by parameter (the keys of one parameter are adjacent).
  */
-export function postingKeys(entries: ResourceIndexEntries): string[] {
+export function postingKeys(entries: ResourceIndexEntries, codes?: ReadonlySet<string>): string[] {
   const out = new Set<string>();
   for (const code in entries) {
-    if (!UNPOSTED.has(code)) for (const value of entries[code]!) keysOf(code, value, out);
+    if (UNPOSTED.has(code) || (codes !== undefined && !codes.has(code))) continue;
+    for (const value of entries[code]!) keysOf(code, value, out);
   }
   return [...out];
 }

@@ -1,15 +1,27 @@
 import type { ParameterFilter, SearchRequest, SearchValue } from '../search-request.js';
 import type { ResourceEntry } from './mutation.js';
-import { KEY_SEPARATOR, pair, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { KEY_SEPARATOR, pair, POSTED_TYPES, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { boxOf, exactFilter, intersectBoxes, passing, rangeTest, type RangeTest } from './posting-match.js';
 import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
 
 /*
  * The search postings of one type of one project in the memory and file stores: each posting
  * key (`posting-keys.ts`) to the current entries holding it, with per-parameter lookups (a token
- * code under any system, a reference id under any type, string prefixes, ordered ranges). A
- * search is narrowed to the entries of its most selective filter the postings can answer; the
- * store's `where` still decides on each one, so a narrowing only has to hold every match.
+ * code under any system, a reference id under any type, string prefixes, ordered ranges). Only
+ * the parameters in `built` are posted: a parameter is built on demand, by the first search that
+ * filters on it (`build-postings.ts`), then kept up to date by every write. A search is narrowed
+ * to the entries of its most selective filter the postings can answer, and the store's `where`
+ * decides on each one; when every filter is one the keys answer exactly (`exactFilter`), the
+ * intersection of their entries is the answer itself and `where` can be skipped.
  */
+
+/** What the postings answer of a search (see `TypePostings.candidates`). */
+export interface SearchCandidates {
+  /** Entries holding every match (tombstones possibly included). */
+  entries: Iterable<ResourceEntry>;
+  /** True when `entries` are exactly the live matches of the search's filters (no `where` needed). */
+  exact: boolean;
+}
 
 /** The entries posted under one key: one entry alone (most keys), or a set. */
 interface Slot {
@@ -53,87 +65,44 @@ function removeFrom(map: Map<string, Set<string>>, part: string, key: string): v
   if (keys?.size === 0) map.delete(part);
 }
 
-/** The parameter types whose values are posted (not composite, not special). */
-const POSTED_TYPES = new Set(['token', 'reference', 'uri', 'string', 'date', 'number', 'quantity']);
-
-const ALL: Box = { loMin: -Infinity, loMax: Infinity, hiMin: -Infinity, hiMax: Infinity };
-
-/**
- * The values whose range may match an ordered search value (see `matchDate` and `matchNumber` in
- * src/search/match.ts): a superset, as bounds on each end of the range, for values whose range is
- * well formed (low <= high; see `ParamIndex.odd`). Undefined for `ne`.
- */
-function boxOf(value: SearchValue): Box | undefined {
-  if (value.type === 'date') {
-    const { start: ps, end: pe } = value;
-    switch (value.prefix) {
-      case 'eq':
-        return { loMin: ps, loMax: pe, hiMin: ps, hiMax: pe };
-      case 'gt':
-        return { ...ALL, hiMin: pe };
-      case 'ge':
-        return { ...ALL, hiMin: ps };
-      case 'lt':
-        return { ...ALL, loMax: ps };
-      case 'le':
-        return { ...ALL, loMax: pe };
-      case 'sa':
-        return { ...ALL, loMin: pe };
-      case 'eb':
-        return { ...ALL, hiMax: ps };
-      case 'ap':
-        return { ...ALL, loMax: pe, hiMin: ps };
-      default:
-        return undefined;
-    }
-  }
-  if (value.type !== 'number' && value.type !== 'quantity') return undefined;
-  const { value: v, low, high } = value;
-  const margin = Math.abs(v) * 0.1;
-  switch (value.prefix) {
-    case 'eq':
-      return { loMin: low, loMax: high, hiMin: low, hiMax: high };
-    case 'gt':
-    case 'ge':
-      return { ...ALL, hiMin: v };
-    case 'lt':
-    case 'le':
-      return { ...ALL, loMax: v };
-    case 'sa':
-      return { ...ALL, loMin: v };
-    case 'eb':
-      return { ...ALL, hiMax: v };
-    case 'ap':
-      return { ...ALL, loMax: v + margin, hiMin: v - margin };
-    default:
-      return undefined;
-  }
-}
-
-const intersectBoxes = (a: Box, b: Box): Box => ({
-  loMin: Math.max(a.loMin, b.loMin),
-  loMax: Math.min(a.loMax, b.loMax),
-  hiMin: Math.max(a.hiMin, b.hiMin),
-  hiMax: Math.min(a.hiMax, b.hiMax),
-});
-
 /** The postings of one type of one project. */
 export class TypePostings {
   private readonly slots = new Map<string, Slot>();
   private readonly params = new Map<string, ParamIndex>();
-  /** Current entries, and those among them without posting keys (not indexed). */
+  /** Current entries. */
   private live = 0;
-  private unposted = 0;
   private readonly isLive = (key: string): boolean => this.slots.has(key);
+  /**
+   * The parameters posted: every current entry's `postings` hold its keys of each of them (and of
+   * no other). A write computes the keys of exactly these; a search uses only these.
+   */
+  readonly built = new Set<string>();
+
+  /** Number of current entries. */
+  get size(): number {
+    return this.live;
+  }
 
   /** Posts a current entry; its `postings` then hold the key strings the slots keep (shared). */
   add(entry: ResourceEntry): void {
     this.live += 1;
     const keys = entry.postings;
-    if (keys === undefined) {
-      this.unposted += 1;
-      return;
-    }
+    if (keys === undefined) return;
+    entry.postings = this.post(entry, keys);
+  }
+
+  /**
+   * Posts more keys of a current entry (of parameters being built, none of them in `built` yet),
+   * after those it holds.
+   */
+  extend(entry: ResourceEntry, keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    const kept = this.post(entry, keys);
+    entry.postings =
+      entry.postings === undefined || entry.postings.length === 0 ? kept : [...entry.postings, ...kept];
+  }
+
+  private post(entry: ResourceEntry, keys: readonly string[]): string[] {
     const kept = new Array<string>(keys.length);
     let orderedCode: string | undefined;
     for (let i = 0; i < keys.length; i++) {
@@ -152,16 +121,13 @@ export class TypePostings {
         orderedCode = code;
       }
     }
-    entry.postings = kept;
+    return kept;
   }
 
   /** Removes a current entry posted by `add`. */
   remove(entry: ResourceEntry): void {
     this.live -= 1;
-    if (entry.postings === undefined) {
-      this.unposted -= 1;
-      return;
-    }
+    if (entry.postings === undefined) return;
     for (const key of entry.postings) {
       const slot = this.slots.get(key);
       if (!slot) continue;
@@ -291,7 +257,9 @@ export class TypePostings {
         if (filter.modifier !== undefined) return undefined;
         const box = boxOf(value);
         if (!box) return undefined;
-        return param ? param.inside(box, this.isLive) : none;
+        if (!param) return none;
+        const test = rangeTest(value);
+        return test ? passing(param.inside(box, this.isLive), [test]) : param.inside(box, this.isLive);
       }
       default:
         return undefined;
@@ -314,35 +282,59 @@ export class TypePostings {
   /**
    * One-value ordered filters on the same parameter, ANDed into one range (`date=ge2020&date=lt2021`):
    * only where no entry holds two values of it (else each filter may match a different value).
+   * Answers, per parameter so combined, the filters it stands for and its keys.
    */
-  private combinedRanges(filters: ParameterFilter[]): Iterable<string>[][] {
-    const boxes = new Map<string, Box[]>();
+  private combinedRanges(
+    filters: ParameterFilter[],
+  ): { merged: ParameterFilter[]; keys: Iterable<string> }[] {
+    const groups = new Map<string, { merged: ParameterFilter[]; boxes: Box[]; tests: RangeTest[] }>();
     for (const f of filters) {
       const [value] = f.values;
       if (f.values.length !== 1 || f.modifier !== undefined || !value || UNPOSTED.has(f.code)) continue;
       const box = boxOf(value);
-      if (box) boxes.set(f.code, [...(boxes.get(f.code) ?? []), box]);
+      if (!box) continue;
+      let group = groups.get(f.code);
+      if (!group) groups.set(f.code, (group = { merged: [], boxes: [], tests: [] }));
+      group.merged.push(f);
+      group.boxes.push(box);
+      const test = rangeTest(value);
+      if (test) group.tests.push(test);
     }
-    const out: Iterable<string>[][] = [];
-    for (const [code, list] of boxes) {
+    const out: { merged: ParameterFilter[]; keys: Iterable<string> }[] = [];
+    for (const [code, { merged, boxes, tests }] of groups) {
       const param = this.params.get(code);
-      if (list.length < 2 || !param || param.multi) continue;
-      out.push([param.inside(list.reduce(intersectBoxes), this.isLive)]);
+      if (merged.length < 2 || !param || param.multi || !this.built.has(code)) continue;
+      out.push({ merged, keys: passing(param.inside(boxes.reduce(intersectBoxes), this.isLive), tests) });
     }
     return out;
   }
 
   /**
    * The current entries that may match `search` (a superset of its matches), from its most
-   * selective filter the postings answer; undefined when none narrows it below half the type
-   * (or some entry is not posted: a store reopened before its index is rebuilt).
+   * selective filter on a built parameter the postings can answer; undefined when none narrows it
+   * below half the type. When every filter is answered exactly (`exactFilter`, none a chain or
+   * `_has`), the entries of all of them intersected, `exact`.
    */
-  candidates(search: SearchRequest): Set<ResourceEntry> | undefined {
-    if (this.unposted > 0) return undefined;
+  candidates(search: SearchRequest): SearchCandidates | undefined {
     const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
+    const answered = filters.map((f) => (this.built.has(f.code) ? this.filterKeys(f) : undefined));
+    const combined = this.combinedRanges(filters);
+    if (
+      filters.length > 0 &&
+      filters.length === search.filters.length &&
+      filters.every((f, i) => answered[i] !== undefined && exactFilter(f))
+    ) {
+      // Each combined range once, for the filters it stands for; every other filter on its own.
+      const merged = new Set(combined.flatMap((c) => c.merged));
+      const lists = [
+        ...combined.map((c) => [c.keys]),
+        ...(answered as Iterable<string>[][]).filter((_, i) => !merged.has(filters[i]!)),
+      ];
+      return { entries: this.intersection(lists), exact: true };
+    }
     const options = [
-      ...filters.map((f) => this.filterKeys(f)).filter((k): k is Iterable<string>[] => k !== undefined),
-      ...this.combinedRanges(filters),
+      ...answered.filter((k): k is Iterable<string>[] => k !== undefined),
+      ...combined.map((c) => [c.keys]),
     ];
     let best: Slot[] | undefined;
     let limit = this.live >> 1;
@@ -358,6 +350,29 @@ export class TypePostings {
     for (const slot of best) {
       if (slot.one) out.add(slot.one);
       else for (const e of slot.many ?? []) out.add(e);
+    }
+    return { entries: out, exact: false };
+  }
+
+  /** The entries holding some key of each filter's lists: from the smallest, checked against the others. */
+  private intersection(answered: Iterable<string>[][]): ResourceEntry[] {
+    const found = answered.map((lists) => this.slotsOf(lists, Infinity)!).sort((a, b) => a.size - b.size);
+    const [first, ...rest] = found;
+    const others = rest.map(({ slots }) => new Set(slots.map((slot) => slot.key)));
+    const out: ResourceEntry[] = [];
+    // An entry holds one slot's key once: only several slots can repeat it.
+    const seen = first!.slots.length > 1 ? new Set<ResourceEntry>() : undefined;
+    const keep = (e: ResourceEntry): void => {
+      if (seen) {
+        if (seen.has(e)) return;
+        seen.add(e);
+      }
+      if (others.length === 0 || others.every((keys) => e.postings?.some((key) => keys.has(key))))
+        out.push(e);
+    };
+    for (const slot of first!.slots) {
+      if (slot.one) keep(slot.one);
+      else for (const e of slot.many ?? []) keep(e);
     }
     return out;
   }

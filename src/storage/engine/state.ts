@@ -11,7 +11,7 @@ import type { UserSortKey } from '../user-list.js';
 import { userEmails } from '../user-list.js';
 import { getOrCreate } from './map-entry.js';
 import type { Mutation, ResourceEntry } from './mutation.js';
-import { TypePostings } from './postings.js';
+import { TypePostings, type SearchCandidates } from './postings.js';
 import type { SearchRequest } from '../search-request.js';
 import { UserOrders } from './user-order.js';
 
@@ -48,13 +48,12 @@ export interface StateView {
   identified(projectId: string, resourceType: string, key: string): Iterable<ResourceEntry>;
   /**
    * Entries of a type (tombstones possibly included) holding every current match of `search`,
-   * from the search postings; undefined when they cannot narrow it (then scan `resources`).
+   * from the search postings (`exact` when they are its matches); undefined when they cannot
+   * narrow it (then scan `resources`).
    */
-  searched(
-    projectId: string,
-    resourceType: string,
-    search: SearchRequest,
-  ): Iterable<ResourceEntry> | undefined;
+  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined;
+  /** The parameters of a type whose search postings are built (a write posts its keys of these). */
+  postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined;
 }
 
 export function userIndexValues(user: UserRecord, index: UserIndex): string[] {
@@ -231,13 +230,24 @@ export class BaseState implements StateView {
     return this.get(projectId)?.identifiers.get(resourceType)?.get(key)?.values() ?? [];
   }
 
-  searched(
-    projectId: string,
-    resourceType: string,
-    search: SearchRequest,
-  ): Iterable<ResourceEntry> | undefined {
+  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined {
     const postings = this.get(projectId)?.postings.get(resourceType);
-    return postings ? postings.candidates(search) : [];
+    return postings ? postings.candidates(search) : { entries: [], exact: true };
+  }
+
+  postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined {
+    const built = this.get(projectId)?.postings.get(resourceType)?.built;
+    return built && built.size > 0 ? built : undefined;
+  }
+
+  /** The search postings of a type, if it has any. */
+  postingsOf(projectId: string, resourceType: string): TypePostings | undefined {
+    return this.get(projectId)?.postings.get(resourceType);
+  }
+
+  /** The search postings of a type (made when missing: a parameter may be built before any write). */
+  typePostings(projectId: string, resourceType: string): TypePostings {
+    return getOrCreate(this.ensure(projectId).postings, resourceType, () => new TypePostings());
   }
 
   /** Drops expired one-time values once the map has doubled since the last purge. */

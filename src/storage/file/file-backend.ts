@@ -16,6 +16,7 @@ import { unavailable, type FaultHook } from './faults.js';
 import { GroupCommit } from './group-commit.js';
 import { acquireLock, releaseLock, type DirLock } from './lock.js';
 import { indexFingerprint, writeIndex } from './log-index.js';
+import { writePostingsFile, type SavedPostings } from './postings-file.js';
 import type { FileRef, LogFile, Segment } from './log-file.js';
 import { recoverStore, removeOrphanProjectDirs, removeUnusedSnapshots, replayBatchLog } from './recovery.js';
 import { takeSnapshot, type FileSnapshot } from './snapshot.js';
@@ -36,6 +37,11 @@ export interface FileBackendOptions {
    * open writes it all into the logs again. @default 32 MiB
    */
   checkpointBytes?: number;
+  /**
+   * The fingerprint of the search indexer, once loaded: a clean close saves the search postings
+   * with it (`postings-file.ts`). Undefined: none saved.
+   */
+  postingsIndexer?: () => string | undefined;
 }
 
 /**
@@ -56,6 +62,8 @@ export class FileBackend implements EngineBackend {
   private readonly fingerprint: string;
   /** The version lists of the logs whose history was read (see `FileVersionIndex`). */
   private readonly versions = new FileVersionIndex();
+  /** Search postings saved by the last clean close, until `takeSavedPostings`. */
+  private savedPostings: SavedPostings[] = [];
 
   constructor(private readonly options: FileBackendOptions) {
     this.files = new StoreFiles(options.dir, options.sync, options.faults);
@@ -119,7 +127,9 @@ export class FileBackend implements EngineBackend {
       this.commit.seq = committed;
       const { compartment } = this.options;
       const { files, fingerprint } = this;
-      clock.advanceTo(await recoverStore({ files, base, committed, compartment, fingerprint }));
+      const postings: SavedPostings[] = [];
+      clock.advanceTo(await recoverStore({ files, base, committed, compartment, fingerprint, postings }));
+      this.savedPostings = postings;
       await this.migrateDirectory(base);
       await removeOrphanProjectDirs(this.files);
       await removeUnusedSnapshots(this.files, base);
@@ -131,6 +141,13 @@ export class FileBackend implements EngineBackend {
       await this.close().catch(() => undefined);
       throw error;
     }
+  }
+
+  /** The search postings read on open (then forgotten here): see `postSavedPostings`. */
+  takeSavedPostings(): SavedPostings[] {
+    const saved = this.savedPostings;
+    this.savedPostings = [];
+    return saved;
   }
 
   /**
@@ -258,8 +275,15 @@ export class FileBackend implements EngineBackend {
       // The index skips scanning (and so re-checking) the records it covers: they and their
       // superseded-at marks must be on disk first, whatever the durability.
       if (this.options.sync || index) await log.sync().catch(() => undefined);
-      if (index && meta && this.base)
-        await writeIndex(log, meta, this.base, this.fingerprint).catch(() => undefined);
+      if (index && meta && this.base) {
+        const written = await writeIndex(log, meta, this.base, this.fingerprint).then(
+          () => true,
+          () => false,
+        );
+        const indexer = this.options.postingsIndexer?.();
+        if (written && indexer !== undefined)
+          await writePostingsFile(log, meta, this.base, indexer).catch(() => undefined);
+      }
       await log.close();
     }
     files.meta.clear();

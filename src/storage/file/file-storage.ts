@@ -26,7 +26,7 @@ import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
 import type { IndexerOption } from '../search-index.js';
 import { Indexing } from '../engine/indexing.js';
-import { rebuildSearchIndex } from '../engine/rebuild-postings.js';
+import { postSavedPostings } from './postings-file.js';
 
 export type { FileStoreBackup } from './backup.js';
 
@@ -54,14 +54,17 @@ export interface FileStorageOptions {
    */
   compartment?: PatientCompartment;
   /**
-   * Computes what each written version is indexed by for search (the indexer itself, or a loader
-   * called once at open). The search index lives in memory: opening rebuilds it from the current
-   * versions. Without one, every search scans its type.
+   * Computes what versions are indexed by for search (the indexer itself, or a loader called once,
+   * by the first search that builds a parameter's postings or at open when postings were saved).
+   * Postings are built per type and parameter on demand: the first search filtering on a
+   * parameter builds it, and every later write of the type posts its values. A clean close saves
+   * them next to each log (`<Type>.log.postings`), so that reopening does not build them again
+   * (docs/fhir.md, "The embedded search index"). `false`: no index, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
    * parameter it is asked about: the store narrows searches by them.
-   * @default none: every search scans its type; `r4SearchIndexer` (package entry) is the R4 one
+   * @default r4SearchIndexer (package entry: the FHIR R4 definitions)
    */
-  indexer?: IndexerOption;
+  indexer?: IndexerOption | false;
   /**
    * Which superseded versions are kept for `vread` and history (see `HistoryRetention`). With
    * `'all'` resource logs are never compacted (every byte in them is kept history); otherwise
@@ -207,6 +210,7 @@ export async function createFileStorage(
   checkPatientCompartment(compartment, 'fileStorage');
   const history = checkHistoryRetention('fileStorage', options.history);
   const dir = path.resolve(options.dir);
+  const indexing = new Indexing(options.indexer);
   const backend = new FileBackend({
     dir,
     sync: durability === 'fsync',
@@ -215,16 +219,15 @@ export async function createFileStorage(
     history,
     faults: internal.faults,
     ...(internal.checkpointBytes !== undefined ? { checkpointBytes: internal.checkpointBytes } : {}),
+    postingsIndexer: () => indexing.current?.fingerprint,
   });
   const engine = new Engine(backend);
-  const indexing = new Indexing(options.indexer);
   await backend.open(engine.base, engine.clock);
-  try {
-    const indexer = await indexing.load();
-    if (indexer) await rebuildSearchIndex(engine.base, indexer, (entry) => backend.readBody(entry));
-  } catch (error) {
-    await backend.close();
-    throw error;
+  const saved = backend.takeSavedPostings();
+  if (saved.length > 0 && indexing.enabled) {
+    // The indexer is loaded now only to check the saved postings are its own.
+    const indexer = await indexing.load().catch(() => undefined);
+    if (indexer) postSavedPostings(engine.base, saved, indexer);
   }
   return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }

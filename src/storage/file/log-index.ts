@@ -45,21 +45,43 @@ export interface LogIndex {
   entries: [string, string, number, 0 | 1, number, number, string[], string[]][];
 }
 
-/** The text of an index file: `<crc32 of the JSON, 8 hex>\n<JSON>`, so that damage is detected. */
-export function encodeIndexFile(index: LogIndex): string {
-  const json = JSON.stringify(index);
+/** `value` as checksummed text: `<crc32 of the JSON, 8 hex>\n<JSON>`, so that damage is detected. */
+export function encodeChecked(value: unknown): string {
+  const json = JSON.stringify(value);
   return `${crc32(json).toString(16).padStart(8, '0')}\n${json}`;
+}
+
+/** The value `encodeChecked` wrote; undefined when the text is damaged (or has no checksum). */
+export function decodeChecked(text: string): unknown {
+  const json = text.slice(9);
+  if (text[8] !== '\n' || text.slice(0, 8) !== crc32(json).toString(16).padStart(8, '0')) return undefined;
+  try {
+    return JSON.parse(json) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The text of an index file (`encodeChecked`). */
+export function encodeIndexFile(index: LogIndex): string {
+  return encodeChecked(index);
 }
 
 /** The index an index file holds; undefined when it is damaged (or written without a checksum). */
 export function decodeIndexFile(text: string): LogIndex | undefined {
-  const json = text.slice(9);
-  if (text[8] !== '\n' || text.slice(0, 8) !== crc32(json).toString(16).padStart(8, '0')) return undefined;
+  return decodeChecked(text) as LogIndex | undefined;
+}
+
+/** Writes `text` to `file` through a synced temporary file and a rename (never half a file). */
+export async function writeFileAtomically(file: string, text: string): Promise<void> {
+  const handle = await fs.open(`${file}.tmp`, 'w');
   try {
-    return JSON.parse(json) as LogIndex;
-  } catch {
-    return undefined;
+    await handle.writeFile(text);
+    await handle.sync();
+  } finally {
+    await handle.close();
   }
+  await fs.rename(`${file}.tmp`, file);
 }
 
 /**
@@ -125,13 +147,5 @@ export async function writeIndex(
     deadBytes: log.deadBytes,
     entries,
   };
-  const file = `${log.file}.idx`;
-  const handle = await fs.open(`${file}.tmp`, 'w');
-  try {
-    await handle.writeFile(encodeIndexFile(index));
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-  await fs.rename(`${file}.tmp`, file);
+  await writeFileAtomically(`${log.file}.idx`, encodeIndexFile(index));
 }

@@ -11,6 +11,7 @@ import { writeAll, type BatchEntry } from './batch-log.js';
 import { directoryMutations } from './directory.js';
 import { syncDir } from './durable-json-file.js';
 import { readIndex } from './log-index.js';
+import { readPostingsFile, type SavedPostings } from './postings-file.js';
 import { LogFile, type FileRef } from './log-file.js';
 import {
   HEADER_LENGTH,
@@ -46,6 +47,8 @@ export interface Recovery {
   compartment: PatientCompartment;
   /** `indexFingerprint(compartment)`: index files written with another are not used. */
   fingerprint: string;
+  /** Where the search postings saved with the index files used are put (`postings-file.ts`). */
+  postings?: SavedPostings[];
 }
 
 /**
@@ -216,11 +219,13 @@ async function loadProject(recovery: Recovery, projectId: string, dirName: strin
     const logMax = await loadResourceLog(recovery, log, projectId, resourceType);
     maxLastUpdated = Math.max(maxLastUpdated, logMax);
   }
-  if (names.some((name) => name.endsWith('.idx'))) {
-    // Consumed: an index only ever describes the state between a clean close and the next open,
-    // so it can never outlive a compaction (whose new file might even reuse the inode number).
+  const consumed = (name: string): boolean => name.endsWith('.idx') || name.endsWith('.postings');
+  if (names.some(consumed)) {
+    // Consumed: an index (and the postings saved with it) only ever describes the state between
+    // a clean close and the next open, so it can never outlive a compaction (whose new file might
+    // even reuse the inode number).
     for (const name of await fs.readdir(resourcesDir)) {
-      if (name.endsWith('.idx')) await fs.rm(path.join(resourcesDir, name), { force: true });
+      if (consumed(name)) await fs.rm(path.join(resourcesDir, name), { force: true });
     }
     // Even with durability 'write': an index coming back after a power loss would be wrong.
     await syncDir(resourcesDir);
@@ -294,6 +299,10 @@ async function loadResourceLog(
     },
     resume,
   );
+  if (index && recovery.postings) {
+    const file = await readPostingsFile(log, index);
+    if (file) recovery.postings.push({ projectId, resourceType, file });
+  }
   return maxLastUpdated;
 }
 
