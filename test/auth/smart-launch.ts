@@ -3,6 +3,7 @@ import request from 'supertest';
 import { expect } from 'vitest';
 import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';
 import { formSignIn } from '../helpers/form-sign-in.js';
+import type { Storage } from '../../src/storage/types.js';
 
 export const FHIR_BASE = 'http://fhir.test/fhir/R4';
 export const REDIRECT = 'https://app.example/cb';
@@ -22,8 +23,8 @@ export interface LaunchSetup extends PlatformTestApp {
   confidentialApp: { id: string; secret: string };
 }
 
-export async function launchSetup(): Promise<LaunchSetup> {
-  const base = await createPlatformApp({ authorization: { authenticateUser: formSignIn() } });
+export async function launchSetup(store?: Storage): Promise<LaunchSetup> {
+  const base = await createPlatformApp({ authorization: { authenticateUser: formSignIn() } }, store);
   const projectId = await base.initProject('launch');
   const { storage } = base;
   await storage.updateResource(projectId, {
