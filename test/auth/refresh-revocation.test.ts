@@ -93,7 +93,14 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
       setup.confidentialApp,
     );
     expect(other.body.error).toBe('invalid_grant');
-    expect((await refresh(online.refresh_token)).status).toBe(200);
+    const rotated = await refresh(online.refresh_token);
+    expect(rotated.status).toBe(200);
+    // A public app may refresh without naming itself (RFC 6749 §6): the token names it.
+    const unnamed = await token(setup, {
+      grant_type: 'refresh_token',
+      refresh_token: rotated.body.refresh_token as string,
+    });
+    expect(unnamed.status).toBe(200);
     const none = await tokens('launch/patient patient/*.rs');
     expect(none.refresh_token).toBeUndefined();
   });
