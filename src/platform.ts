@@ -4,6 +4,11 @@ import type { Authenticate } from './http/principal.js';
 import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './auth/signing-keys.js';
 import { tokenRouter, type TokenRouterOptions } from './auth/token-router.js';
+import { authorizationRouter, type AuthorizationRouterOptions } from './auth/authorization-router.js';
+import { introspectionRouter, revocationRouter } from './auth/revocation-router.js';
+import type { AuthenticateUser } from './auth/user-sign-in.js';
+import { MemoryGrants } from './storage/memory-grants.js';
+import type { GrantStore } from './storage/types.js';
 import { smartConfigurationHandler, smartSecurity } from './auth/smart-configuration.js';
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
@@ -39,6 +44,12 @@ export interface FhirPlatformPaths {
   token: string;
   /** @default '/oauth2/jwks' */
   jwks: string;
+  /** The authorization endpoint (SMART App Launch), mounted when `authorization.authenticateUser` is given. @default '/oauth2/authorize' */
+  authorize: string;
+  /** Token revocation (RFC 7009). @default '/oauth2/revoke' */
+  revoke: string;
+  /** Token introspection (RFC 7662). @default '/oauth2/introspect' */
+  introspect: string;
   /** Liveness (`200 {"status":"ok"}`). @default '/healthz' */
   healthz: string;
   /** Readiness (storage reachable, export workers up). @default '/readyz' */
@@ -101,6 +112,15 @@ export interface FhirPlatformOptions {
   bulk?: Own<BulkExportRouterOptions> | false;
   /** Options of the token endpoint, `tokenRouter` (docs/auth.md). @default {} */
   token?: Own<TokenRouterOptions>;
+  /**
+   * Options of the authorization endpoint of SMART App Launch, `authorizationRouter` (docs/auth.md):
+   * with `authenticateUser` (how users sign in) it is mounted at `paths.authorize`, and discovery
+   * advertises the authorization code flow.
+   * @default {} (no authorization endpoint)
+   */
+  authorization?: Own<Omit<AuthorizationRouterOptions, 'authenticateUser'>> & {
+    authenticateUser?: AuthenticateUser;
+  };
   /**
    * Receives every error answered with a 5xx status, and errors of background work (export jobs).
    * @default writes to stderr, unless `logger` is given
@@ -166,6 +186,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
   scim: '/scim/v2',
   token: '/oauth2/token',
   jwks: '/oauth2/jwks',
+  authorize: '/oauth2/authorize',
+  revoke: '/oauth2/revoke',
+  introspect: '/oauth2/introspect',
   healthz: '/healthz',
   readyz: '/readyz',
 };
@@ -187,6 +210,7 @@ const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   project: true,
   bulk: true,
   token: true,
+  authorization: true,
   onError: true,
   logger: true,
   logRequests: true,
@@ -199,6 +223,9 @@ const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
   scim: true,
   token: true,
   jwks: true,
+  authorize: true,
+  revoke: true,
+  introspect: true,
   healthz: true,
   readyz: true,
 };
@@ -267,7 +294,10 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.
   const keys: SigningKeys =
     options.token?.signingKeys ?? createSigningKeys(storage, options.token?.signingKeyOptions);
-  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys, issuer, audience };
+  // SMART App Launch grants: the store's, or this platform's own memory (one process).
+  const grants: GrantStore = options.token?.grants ?? storage.grants ?? new MemoryGrants();
+  const fhirBase = (req: Request): string => `${platformIssuer(req)}${paths.fhir}`;
+  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys, issuer, audience, grants };
   const authenticate = options.authenticate ?? bearerAuth(verifier);
   const scimAuthenticate =
     options.authenticate ??
@@ -306,25 +336,47 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
     router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
 
-    router.use(
-      paths.token,
-      tokenRouter({
-        ...options.token,
-        storage,
-        baseUrl,
-        signingKeys: keys,
-        issuer,
-        audience,
-        ...logging,
-        auditTrail,
-      }),
-    );
+    const tokenOptions = {
+      fhirBase,
+      ...options.token,
+      storage,
+      baseUrl,
+      signingKeys: keys,
+      issuer,
+      audience,
+      grants,
+      ...logging,
+      auditTrail,
+    };
+    router.use(paths.token, tokenRouter(tokenOptions));
     router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
+    const tokenUrl = (req: Request) => `${platformIssuer(req)}${paths.token}`;
+    router.use(paths.revoke, revocationRouter({ ...tokenOptions, tokenUrl }));
+    router.use(paths.introspect, introspectionRouter({ ...tokenOptions, tokenUrl, authenticate }));
+    const authenticateUser = options.authorization?.authenticateUser;
+    if (authenticateUser) {
+      router.use(
+        paths.authorize,
+        authorizationRouter({
+          fhirBase,
+          ...options.authorization,
+          authenticateUser,
+          storage,
+          baseUrl,
+          grants,
+          ...logging,
+          auditTrail,
+        }),
+      );
+    }
 
     const smartConfig = smartConfigurationHandler({
       baseUrl,
       tokenEndpoint: paths.token,
       jwksEndpoint: paths.jwks,
+      revocationEndpoint: paths.revoke,
+      introspectionEndpoint: paths.introspect,
+      ...(authenticateUser ? { authorizationEndpoint: paths.authorize, issuer: platformIssuer } : {}),
       relativeToMount: true,
     });
     router.get('/.well-known/smart-configuration', smartConfig);
@@ -381,7 +433,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     return {
       router,
       admin,
-      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
+      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect] },
       ready: bulk ? bulk.ready : Promise.resolve(),
       close: async () => {
         await bulk?.close();

@@ -31,6 +31,7 @@ describe('buildAuditEvent', () => {
       'export',
       'download',
       'refused',
+      'authorization',
     ];
     expect([...kinds].sort()).toEqual([...all].sort());
   });

@@ -1,3 +1,5 @@
+import type { GrantStore } from '../grant-types.js';
+import { openFileGrants } from './file-grants.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
@@ -77,6 +79,8 @@ export interface FileStorageOptions {
 
 /** The file store: a {@link Storage} that can also copy itself while it runs. */
 export interface FileStore extends Storage {
+  /** SMART grants: refresh tokens and revoked token ids are kept in `grants.json` (see `openFileGrants`). */
+  readonly grants: GrantStore;
   /**
    * Writes a backup of the store into `dir`, a new directory (its parent must exist), while the
    * store goes on serving: the store as it was between two batches (every write acknowledged
@@ -106,6 +110,7 @@ class FileStorage extends EngineStorage implements FileStore {
   readonly descriptor: StorageDescriptor | undefined;
 
   constructor(
+    readonly grants: GrantStore,
     engine: Engine,
     private readonly backend: FileBackend,
     dir: string,
@@ -223,11 +228,18 @@ export async function createFileStorage(
   });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);
-  const saved = backend.takeSavedPostings();
-  if (saved.length > 0 && indexing.enabled) {
-    // The indexer is loaded now only to check the saved postings are its own.
-    const indexer = await indexing.load().catch(() => undefined);
-    if (indexer) postSavedPostings(engine.base, saved, indexer);
+  let grants: GrantStore;
+  try {
+    const saved = backend.takeSavedPostings();
+    if (saved.length > 0 && indexing.enabled) {
+      // The indexer is loaded now only to check the saved postings are its own.
+      const indexer = await indexing.load().catch(() => undefined);
+      if (indexer) postSavedPostings(engine.base, saved, indexer);
+    }
+    grants = await openFileGrants(dir, durability === 'fsync');
+  } catch (error) {
+    await backend.close();
+    throw error;
   }
-  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
+  return new FileStorage(grants, engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }

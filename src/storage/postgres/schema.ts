@@ -181,6 +181,23 @@ function migrationStatements(s: string): string[] {
     ...searchTableStatements(s),
     // Migration 9: date hulls and their GiST index (the rows are rebuilt, see `migrate`).
     ...searchTableStatements9(s),
+    // Migration 10: the SMART App Launch grants (PostgresGrants): tickets, codes, refresh tokens and
+    // revoked access token ids, by kind and key (a hash of the secret value), expiring at `expires_at`
+    // (epoch ms); revocation finds a user's or a refresh family's grants by the indexes.
+    `CREATE TABLE IF NOT EXISTS ${s}.oauth_grants (
+      kind text COLLATE "C" NOT NULL,
+      key text COLLATE "C" NOT NULL,
+      project_id ${id},
+      client_id text NOT NULL,
+      user_id text,
+      family text,
+      expires_at bigint NOT NULL,
+      used boolean NOT NULL DEFAULT false,
+      record json NOT NULL,
+      PRIMARY KEY (kind, key))`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_user ON ${s}.oauth_grants (project_id, user_id)`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_family ON ${s}.oauth_grants (family) WHERE family IS NOT NULL`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_expiry ON ${s}.oauth_grants (expires_at)`,
   ];
 }
 
@@ -293,7 +310,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 9;
+export const SCHEMA_VERSION = 10;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -314,7 +331,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
