@@ -160,6 +160,25 @@ export interface RefusedEvent extends AuditBase {
   repeated?: RepeatedRefusals;
 }
 
+/**
+ * A user's sign-in through the project's identity provider for a SMART app (`federatedSignIn`):
+ * the user found, or refused with the reason (an unknown or inactive user, an identity provider
+ * error, a state that does not match).
+ */
+export interface SignInEvent extends AuditBase {
+  kind: 'sign-in';
+  result: 'success' | 'refused';
+  /** Why it was refused (`unknown-user`, `inactive-user`, `idp-error`, `bad-state`, …). */
+  reason?: string;
+  /** The SMART app the user signs in to. */
+  clientId?: string;
+  /** The identity provider's issuer. */
+  issuer?: string;
+  /** The identity the provider asserted: the claim compared (`email`) and its value. */
+  claim?: string;
+  identity?: string;
+}
+
 /** Every kind of event the trail records. */
 export type AuditRecord =
   | TokenEvent
@@ -170,6 +189,7 @@ export type AuditRecord =
   | FhirAccessEvent
   | ExportEvent
   | DownloadEvent
-  | RefusedEvent;
+  | RefusedEvent
+  | SignInEvent;
 
 export type AuditKind = AuditRecord['kind'];
