@@ -114,11 +114,11 @@ export async function startDevIdp(options: DevIdpOptions): Promise<DevIdp> {
         client_id: `${clientId}-jwt`,
         token_endpoint_auth_method: 'private_key_jwt',
         token_endpoint_auth_signing_alg: 'ES256',
-        jwks: { keys: [publicKey as never] },
+        jwks: { keys: [publicKey] },
       },
     ],
     jwks: {
-      keys: [{ ...(await exportJWK(signing.privateKey)), kid: 'idp-key', alg: 'RS256', use: 'sig' } as never],
+      keys: [{ ...(await exportJWK(signing.privateKey)), kid: 'idp-key', alg: 'RS256', use: 'sig' }],
     },
     cookies: { keys: ['dev-idp-cookie-key'] },
     claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'] },
@@ -134,7 +134,8 @@ export async function startDevIdp(options: DevIdpOptions): Promise<DevIdp> {
   });
   // Quiet: the development pages' warnings are expected here.
   provider.on('server_error', () => undefined);
-  server.on('request', provider.callback());
+  const handle = provider.callback();
+  server.on('request', (req, res) => void handle(req, res));
 
   return {
     issuer,

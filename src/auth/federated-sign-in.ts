@@ -103,6 +103,19 @@ class Refused extends Error {
   }
 }
 
+/**
+ * The OAuth `error` of a failed token request: `openid-client` throws it in the error's `error`
+ * (an error body) or in a `WWW-Authenticate` challenge (a 401 to a client that failed to
+ * authenticate); anything else is an answer it could not verify.
+ */
+function oauthErrorCode(error: unknown): string {
+  const { error: code, cause } = (error ?? {}) as { error?: unknown; cause?: unknown };
+  if (typeof code === 'string') return code;
+  const challenge = Array.isArray(cause) ? (cause[0] as { parameters?: { error?: unknown } }) : undefined;
+  const fromChallenge = challenge?.parameters?.error;
+  return typeof fromChallenge === 'string' ? fromChallenge : 'invalid response';
+}
+
 const random = () => randomBytes(32).toString('base64url');
 
 /** The claim's value as text, when it is a non-empty string (or number). */
@@ -312,8 +325,7 @@ export function federatedSignIn(options: FederatedSignInOptions): FederatedSignI
           idTokenExpected: true,
         });
       } catch (cause) {
-        const code = (cause as { error?: unknown }).error;
-        throw new Refused('idp-error', { error: typeof code === 'string' ? code : 'invalid response' });
+        throw new Refused('idp-error', { error: oauthErrorCode(cause) });
       }
       const identity = await assertedIdentity(config, claimName, tokens);
       const user = await matchUser(projectId, provider, identity);
