@@ -25,6 +25,12 @@ import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { booleanOption, optionalFunction, optionError, positiveInteger } from './common/options.js';
 import { baseUrlOption, loggingOptions, storageOption } from './http/router-options.js';
 import { defaultIssuer } from './auth/issuer.js';
+import {
+  FEDERATION_CALLBACK_PATH,
+  federatedSignIn,
+  type FederatedSignInOptions,
+} from './auth/federated-sign-in.js';
+import type { AuthenticateUser } from './auth/user-sign-in.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
@@ -43,6 +49,11 @@ export interface FhirPlatformPaths {
   healthz: string;
   /** Readiness (storage reachable, export workers up). @default '/readyz' */
   readyz: string;
+  /**
+   * The federated sign-in's router: the identity providers' `redirect_uri` is this path followed
+   * by `/callback`. @default '/oauth2/federation'
+   */
+  federation: string;
 }
 
 /** Options of {@link fhirPlatform}. */
@@ -133,6 +144,21 @@ export interface FhirPlatformOptions {
    * @default { enabled: true } (no journal)
    */
   audit?: AuditOptions;
+  /**
+   * Signs users in for SMART apps (the authorization endpoint asks it who the browser's user is).
+   * The default is `federatedSignIn` with each project's OpenID Connect identity provider
+   * (docs/login.md), its callback mounted at `paths.federation`.
+   * @default federatedSignIn({ storage, ...federation })
+   */
+  authenticateUser?: AuthenticateUser;
+  /**
+   * Options of the default `federatedSignIn` (`defaultProvider`, `texts`, `renderRefusal`,
+   * `lifetime`, `discoveryTtl`); with `authenticateUser` it is an option error.
+   * @default {}
+   */
+  federation?: Partial<
+    Omit<FederatedSignInOptions, 'storage' | 'signingKeys' | 'auditTrail' | 'onError' | 'callbackUrl'>
+  >;
 }
 
 /** What {@link fhirPlatform} returns: one router to mount at the host's root, and its lifecycle. */
@@ -149,6 +175,8 @@ export interface FhirPlatform {
    * same protocol as the routers: relative to where the host mounts `router` (prefix that path).
    */
   errorPaths: Required<ErrorPaths>;
+  /** The sign-in the SMART authorization endpoint uses: `authenticateUser`, or the federated one. */
+  authenticateUser: AuthenticateUser;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
   /**
@@ -168,6 +196,7 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
   jwks: '/oauth2/jwks',
   healthz: '/healthz',
   readyz: '/readyz',
+  federation: '/oauth2/federation',
 };
 
 const OWNER = 'fhirPlatform';
@@ -192,6 +221,8 @@ const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   logRequests: true,
   readyTimeout: true,
   audit: true,
+  authenticateUser: true,
+  federation: true,
 };
 
 const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
@@ -201,6 +232,7 @@ const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
   jwks: true,
   healthz: true,
   readyz: true,
+  federation: true,
 };
 
 function normalisePath(name: string, value: unknown): string {
@@ -231,6 +263,14 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
   optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
+  optionalFunction(OWNER, 'authenticateUser', options.authenticateUser, undefined);
+  if (options.authenticateUser && options.federation) {
+    optionError(
+      OWNER,
+      'federation',
+      'federation configures the default sign-in: give it or authenticateUser',
+    );
+  }
   baseUrlOption(OWNER, options.baseUrl);
   loggingOptions(OWNER, options);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
@@ -303,8 +343,14 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     router.get(paths.healthz, livenessHandler());
     router.get(paths.readyz, readinessHandler(checks));
     if (logRequests && logger) router.use(requestLogger(logger));
-    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
-    router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
+    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events,
+    // the federated sign-in as `sign-in` events.
+    router.use(
+      recordRefusals(
+        auditTrail,
+        (path) => path.startsWith(paths.token) || path.startsWith(`${paths.federation}/`),
+      ),
+    );
 
     router.use(
       paths.token,
@@ -329,6 +375,21 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     });
     router.get('/.well-known/smart-configuration', smartConfig);
     router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
+
+    // The sign-in of SMART apps' users: the host's, or the federated one with its callback here.
+    let authenticateUser = options.authenticateUser;
+    if (!authenticateUser) {
+      const federation = federatedSignIn({
+        ...options.federation,
+        storage,
+        signingKeys: keys,
+        auditTrail,
+        onError: errorSink(logging),
+        callbackUrl: (req) => `${platformIssuer(req)}${paths.federation}${FEDERATION_CALLBACK_PATH}`,
+      });
+      router.use(paths.federation, federation.router);
+      authenticateUser = federation.authenticateUser;
+    }
 
     const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
     const projectOptions = { ...options.project, ...common };
@@ -382,6 +443,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       router,
       admin,
       errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
+      authenticateUser,
       ready: bulk ? bulk.ready : Promise.resolve(),
       close: async () => {
         await bulk?.close();
