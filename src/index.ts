@@ -45,6 +45,11 @@ export type { TokenRouterOptions } from './auth/token-router.js';
 export { bearerAuth } from './auth/bearer-auth.js';
 export type { BearerAuthOptions } from './auth/bearer-auth.js';
 export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
+export { federatedSignIn } from './auth/federated-sign-in.js';
+export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
+export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
+export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
+export type { AuthenticateUser, SignInRequest, SignedInUser } from './auth/user-sign-in.js';
 export type {
   SigningKeys,
   SigningKeysOptions,
@@ -94,6 +99,8 @@ export type {
   ProjectRecord,
   ProfileType,
   ProjectScimSettings,
+  ProjectIdentityProvider,
+  UserMatchAttribute,
   UserRecord,
   NewUser,
   UserChanges,
