@@ -94,33 +94,29 @@ export function federationCookies(keys: SigningKeys, lifetime: number): Federati
   const cookieOf = (req: Request, name: string): string | undefined =>
     parseCookies(req.headers.cookie ?? '')[name];
 
-  function setCookie(req: Request, res: Response, name: string, value: string, path: string, maxAge: number) {
+  /**
+   * Sets a cookie scoped to the path of `url`, `Secure` when `url` is https (whatever the
+   * connection to a proxy in front was).
+   */
+  function setCookie(res: Response, name: string, value: string, url: string, maxAge: number) {
+    const { pathname, protocol } = new URL(url);
     res.append(
       'Set-Cookie',
       serialize(name, value, {
         httpOnly: true,
         // Lax: the browser sends it on the identity provider's top-level redirect back.
         sameSite: 'lax',
-        secure: req.secure,
-        path,
+        secure: protocol === 'https:',
+        path: pathname,
         maxAge,
       }),
     );
   }
 
-  const pathOf = (url: string) => new URL(url).pathname;
-
   return {
     async setTransaction(req, res, transaction) {
       const token = await sign({ ...transaction }, TRANSACTION_AUDIENCE);
-      setCookie(
-        req,
-        res,
-        transactionName(transaction.state),
-        token,
-        pathOf(transaction.redirectUri),
-        lifetime,
-      );
+      setCookie(res, transactionName(transaction.state), token, transaction.redirectUri, lifetime);
     },
 
     async readTransaction(req, state) {
@@ -141,12 +137,12 @@ export function federationCookies(keys: SigningKeys, lifetime: number): Federati
     },
 
     clearTransaction(req, res, transaction) {
-      setCookie(req, res, transactionName(transaction.state), '', pathOf(transaction.redirectUri), 0);
+      setCookie(res, transactionName(transaction.state), '', transaction.redirectUri, 0);
     },
 
     async setSignedIn(req, res, signedIn, resumeUrl) {
       const token = await sign({ ...signedIn }, SIGNED_IN_AUDIENCE);
-      setCookie(req, res, signedInName(signedIn.ticket), token, pathOf(resumeUrl), lifetime);
+      setCookie(res, signedInName(signedIn.ticket), token, resumeUrl, lifetime);
     },
 
     async readSignedIn(req, projectId, ticket) {

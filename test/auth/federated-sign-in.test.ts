@@ -141,6 +141,13 @@ describe('federatedSignIn with a real OpenID provider', () => {
     expect(JSON.parse(again.body)).toEqual({ userId: 'u-alice' });
     const other = await new TestBrowser().request(`${origin}/authorize?ticket=t1`);
     expect(other.status).toBe(303);
+    // The transaction cookie: HttpOnly, SameSite=Lax, for the callback's path only; a signed JWT.
+    const [cookie] = other.headers.getSetCookie();
+    expect(cookie).toMatch(/^fpk-fed-[\w-]+=ey[\w-]+\.[\w-]+\.[\w-]+;/);
+    expect(cookie).toContain('Path=/oauth2/federation/callback');
+    expect(cookie).toContain('HttpOnly');
+    expect(cookie).toContain('SameSite=Lax');
+    expect(cookie).not.toContain('Secure'); // http here; https URLs get Secure
     expect(other.headers.get('location')).toMatch(new RegExp(`^${idp.issuer}/auth`));
   });
 
