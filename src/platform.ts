@@ -4,6 +4,11 @@ import type { Authenticate } from './http/principal.js';
 import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './auth/signing-keys.js';
 import { tokenRouter, type TokenRouterOptions } from './auth/token-router.js';
+import { authorizationRouter, type AuthorizationRouterOptions } from './auth/authorization-router.js';
+import { introspectionRouter, revocationRouter } from './auth/revocation-router.js';
+import type { AuthenticateUser } from './auth/user-sign-in.js';
+import { MemoryGrants } from './storage/memory-grants.js';
+import type { GrantStore } from './storage/types.js';
 import { smartConfigurationHandler, smartSecurity } from './auth/smart-configuration.js';
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
@@ -30,7 +35,6 @@ import {
   federatedSignIn,
   type FederatedSignInOptions,
 } from './auth/federated-sign-in.js';
-import type { AuthenticateUser } from './auth/user-sign-in.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
@@ -45,6 +49,12 @@ export interface FhirPlatformPaths {
   token: string;
   /** @default '/oauth2/jwks' */
   jwks: string;
+  /** The authorization endpoint (SMART App Launch). @default '/oauth2/authorize' */
+  authorize: string;
+  /** Token revocation (RFC 7009). @default '/oauth2/revoke' */
+  revoke: string;
+  /** Token introspection (RFC 7662). @default '/oauth2/introspect' */
+  introspect: string;
   /** Liveness (`200 {"status":"ok"}`). @default '/healthz' */
   healthz: string;
   /** Readiness (storage reachable, export workers up). @default '/readyz' */
@@ -113,6 +123,16 @@ export interface FhirPlatformOptions {
   /** Options of the token endpoint, `tokenRouter` (docs/auth.md). @default {} */
   token?: Own<TokenRouterOptions>;
   /**
+   * Options of the authorization endpoint of SMART App Launch, `authorizationRouter` (docs/auth.md),
+   * mounted at `paths.authorize`. `authenticateUser` signs users in (the authorization endpoint asks
+   * it who the browser's user is); the default is `federatedSignIn` with each project's OpenID
+   * Connect identity provider (docs/login.md), its callback mounted at `paths.federation`.
+   * @default {} (authenticateUser: federatedSignIn({ storage, ...federation }))
+   */
+  authorization?: Own<Omit<AuthorizationRouterOptions, 'authenticateUser'>> & {
+    authenticateUser?: AuthenticateUser;
+  };
+  /**
    * Receives every error answered with a 5xx status, and errors of background work (export jobs).
    * @default writes to stderr, unless `logger` is given
    */
@@ -145,15 +165,8 @@ export interface FhirPlatformOptions {
    */
   audit?: AuditOptions;
   /**
-   * Signs users in for SMART apps (the authorization endpoint asks it who the browser's user is).
-   * The default is `federatedSignIn` with each project's OpenID Connect identity provider
-   * (docs/login.md), its callback mounted at `paths.federation`.
-   * @default federatedSignIn({ storage, ...federation })
-   */
-  authenticateUser?: AuthenticateUser;
-  /**
    * Options of the default `federatedSignIn` (`defaultProvider`, `texts`, `renderRefusal`,
-   * `lifetime`, `discoveryTtl`); with `authenticateUser` it is an option error.
+   * `lifetime`, `discoveryTtl`); with `authorization.authenticateUser` it is an option error.
    * @default {}
    */
   federation?: Partial<
@@ -175,7 +188,7 @@ export interface FhirPlatform {
    * same protocol as the routers: relative to where the host mounts `router` (prefix that path).
    */
   errorPaths: Required<ErrorPaths>;
-  /** The sign-in the SMART authorization endpoint uses: `authenticateUser`, or the federated one. */
+  /** The sign-in the authorization endpoint uses: `authorization.authenticateUser`, or the federated one. */
   authenticateUser: AuthenticateUser;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
@@ -194,6 +207,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
   scim: '/scim/v2',
   token: '/oauth2/token',
   jwks: '/oauth2/jwks',
+  authorize: '/oauth2/authorize',
+  revoke: '/oauth2/revoke',
+  introspect: '/oauth2/introspect',
   healthz: '/healthz',
   readyz: '/readyz',
   federation: '/oauth2/federation',
@@ -216,12 +232,12 @@ const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   project: true,
   bulk: true,
   token: true,
+  authorization: true,
   onError: true,
   logger: true,
   logRequests: true,
   readyTimeout: true,
   audit: true,
-  authenticateUser: true,
   federation: true,
 };
 
@@ -230,6 +246,9 @@ const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
   scim: true,
   token: true,
   jwks: true,
+  authorize: true,
+  revoke: true,
+  introspect: true,
   healthz: true,
   readyz: true,
   federation: true,
@@ -263,12 +282,11 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
   optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
-  optionalFunction(OWNER, 'authenticateUser', options.authenticateUser, undefined);
-  if (options.authenticateUser && options.federation) {
+  if (options.authorization?.authenticateUser && options.federation) {
     optionError(
       OWNER,
       'federation',
-      'federation configures the default sign-in: give it or authenticateUser',
+      'federation configures the default sign-in: give it or authorization.authenticateUser',
     );
   }
   baseUrlOption(OWNER, options.baseUrl);
@@ -307,7 +325,10 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.
   const keys: SigningKeys =
     options.token?.signingKeys ?? createSigningKeys(storage, options.token?.signingKeyOptions);
-  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys, issuer, audience };
+  // SMART App Launch grants: the store's, or this platform's own memory (one process).
+  const grants: GrantStore = options.token?.grants ?? storage.grants ?? new MemoryGrants();
+  const fhirBase = (req: Request): string => `${platformIssuer(req)}${paths.fhir}`;
+  const verifier: BearerAuthOptions = { storage, baseUrl, signingKeys: keys, issuer, audience, grants };
   const authenticate = options.authenticate ?? bearerAuth(verifier);
   const scimAuthenticate =
     options.authenticate ??
@@ -352,32 +373,25 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       ),
     );
 
-    router.use(
-      paths.token,
-      tokenRouter({
-        ...options.token,
-        storage,
-        baseUrl,
-        signingKeys: keys,
-        issuer,
-        audience,
-        ...logging,
-        auditTrail,
-      }),
-    );
-    router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
-
-    const smartConfig = smartConfigurationHandler({
+    const tokenOptions = {
+      fhirBase,
+      ...options.token,
+      storage,
       baseUrl,
-      tokenEndpoint: paths.token,
-      jwksEndpoint: paths.jwks,
-      relativeToMount: true,
-    });
-    router.get('/.well-known/smart-configuration', smartConfig);
-    router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
-
+      signingKeys: keys,
+      issuer,
+      audience,
+      grants,
+      ...logging,
+      auditTrail,
+    };
+    router.use(paths.token, tokenRouter(tokenOptions));
+    router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
+    const tokenUrl = (req: Request) => `${platformIssuer(req)}${paths.token}`;
+    router.use(paths.revoke, revocationRouter({ ...tokenOptions, tokenUrl }));
+    router.use(paths.introspect, introspectionRouter({ ...tokenOptions, tokenUrl, authenticate }));
     // The sign-in of SMART apps' users: the host's, or the federated one with its callback here.
-    let authenticateUser = options.authenticateUser;
+    let authenticateUser = options.authorization?.authenticateUser;
     if (!authenticateUser) {
       const federation = federatedSignIn({
         ...options.federation,
@@ -390,6 +404,33 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       router.use(paths.federation, federation.router);
       authenticateUser = federation.authenticateUser;
     }
+
+    router.use(
+      paths.authorize,
+      authorizationRouter({
+        fhirBase,
+        ...options.authorization,
+        authenticateUser,
+        storage,
+        baseUrl,
+        grants,
+        ...logging,
+        auditTrail,
+      }),
+    );
+
+    const smartConfig = smartConfigurationHandler({
+      baseUrl,
+      tokenEndpoint: paths.token,
+      jwksEndpoint: paths.jwks,
+      revocationEndpoint: paths.revoke,
+      introspectionEndpoint: paths.introspect,
+      authorizationEndpoint: paths.authorize,
+      issuer: platformIssuer,
+      relativeToMount: true,
+    });
+    router.get('/.well-known/smart-configuration', smartConfig);
+    router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
 
     const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
     const projectOptions = { ...options.project, ...common };
@@ -442,7 +483,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     return {
       router,
       admin,
-      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks] },
+      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect] },
       authenticateUser,
       ready: bulk ? bulk.ready : Promise.resolve(),
       close: async () => {

@@ -153,6 +153,13 @@ const SCIM_INTERACTION = {
   delete: 'delete',
 } as const;
 const WRITE_ACTION = { create: 'C', update: 'U', delete: 'D' } as const;
+const AUTHORIZATION_REFUSALS = {
+  consent: 'consent refused',
+  deny: 'the user denied access',
+  refresh: 'refresh refused',
+  reuse: 'a used code or refresh token came again: its tokens are revoked',
+  revoke: 'revocation refused',
+} as const;
 
 function describe(record: AuditRecord): Described {
   switch (record.kind) {
@@ -360,6 +367,28 @@ function describe(record: AuditRecord): Described {
         action: 'E',
         outcome: record.result === 'success' ? '0' : '4',
         ...(record.result === 'refused' ? { outcomeDesc: record.reason ?? 'refused' } : {}),
+        entity,
+      };
+    }
+    case 'authorization': {
+      const details = [detail('action', record.action)];
+      if (record.scopes?.length) details.push(detail('scope', record.scopes.join(' ')));
+      const entity: AuditEventEntity[] = [
+        {
+          what: identified(IDENTIFIER_SYSTEMS.client, record.clientId, record.clientName),
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.securityResource,
+          detail: details,
+        },
+      ];
+      if (record.patient !== undefined) entity.push(resourceEntity(`Patient/${record.patient}`));
+      const alert = record.action === 'reuse' || record.action === 'revoke';
+      return {
+        type: alert ? EVENT_TYPE.securityAlert : EVENT_TYPE.userAuthentication,
+        subtype: [alert ? EVENT_SUBTYPE.securityRolesChanged : EVENT_SUBTYPE.login],
+        action: 'E',
+        outcome: record.result === 'granted' ? '0' : '4',
+        ...(record.result === 'refused' ? { outcomeDesc: AUTHORIZATION_REFUSALS[record.action] } : {}),
         entity,
       };
     }

@@ -179,6 +179,24 @@ export interface SignInEvent extends AuditBase {
   identity?: string;
 }
 
+/**
+ * SMART App Launch: a user's consent to an app (`consent`, or `deny`), a token refresh (`refresh`),
+ * a used authorization code or refresh token presented again (`reuse`: what it gave is revoked), a
+ * token revoked at the revocation endpoint (`revoke`).
+ */
+export interface AuthorizationEvent extends AuditBase {
+  kind: 'authorization';
+  action: 'consent' | 'deny' | 'refresh' | 'reuse' | 'revoke';
+  result: 'granted' | 'refused';
+  /** The app. */
+  clientId: string;
+  clientName?: string;
+  /** Scopes consented to or granted. */
+  scopes?: string[];
+  /** The launch context patient's id. */
+  patient?: string;
+}
+
 /** Every kind of event the trail records. */
 export type AuditRecord =
   | TokenEvent
@@ -190,6 +208,7 @@ export type AuditRecord =
   | ExportEvent
   | DownloadEvent
   | RefusedEvent
-  | SignInEvent;
+  | SignInEvent
+  | AuthorizationEvent;
 
 export type AuditKind = AuditRecord['kind'];

@@ -97,7 +97,7 @@ export class AuditJournal {
     if (written < length) {
       // A short write (allowed by POSIX, not seen on local files): write the rest.
       const bytes = Buffer.from(line);
-      for (let offset = written; offset < length; ) offset += fs.writeSync(this.fd, bytes, offset);
+      for (let offset = written; offset < length;) offset += fs.writeSync(this.fd, bytes, offset);
     }
     this.bytes += length;
   }

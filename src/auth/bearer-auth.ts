@@ -5,7 +5,7 @@ import { HttpError } from '../http/http-error.js';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 import { requireStorage } from '../storage/storage-shape.js';
 import { NotFoundError } from '../storage/errors.js';
-import type { ClientRecord, Storage, UserRecord } from '../storage/types.js';
+import type { ClientRecord, GrantStore, Storage, UserRecord } from '../storage/types.js';
 import {
   AccessTokenError,
   clientPrincipalKind,
@@ -91,6 +91,12 @@ export interface BearerAuthOptions {
    * @default { maxFailuresPerClientAddress: 10, maxFailuresPerAddress: 30, windowSeconds: 300, maxConcurrentSecretChecks: 4, maxQueuedSecretChecks: 64 }
    */
   rateLimit?: FailureLimitOptions | false;
+  /**
+   * Where revoked access token ids are (the revocation endpoint's): a revoked token is refused
+   * until it expires. Pass the same store as the revocation endpoint.
+   * @default storage.grants
+   */
+  grants?: GrantStore;
   /** Clock (epoch ms), for tests. @default Date.now */
   now?: () => number;
 }
@@ -109,6 +115,7 @@ const BEARER_AUTH_KEYS: OptionKeys<BearerAuthOptions> = {
   allowBasic: true,
   basicCacheSeconds: true,
   rateLimit: true,
+  grants: true,
   now: true,
 };
 
@@ -129,6 +136,7 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
   const algorithms = options.algorithms ?? [...SIGNING_ALGORITHMS];
   const clockTolerance = options.clockTolerance ?? 5;
   const now = options.now ?? Date.now;
+  const grants = options.grants ?? storage.grants;
   const basicCacheMs = (options.basicCacheSeconds ?? 300) * 1000;
   // key: sha256(client id, secret, stored hash) -> expiry; a changed secret hash misses the cache.
   const basicCache = new Map<string, number>();
@@ -193,6 +201,9 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
       throw error;
     }
+    // One keyed lookup (the memory and file stores answer it from memory).
+    if (grants && (await grants.get('revoked-token', claims.jti)))
+      throw invalid('The access token is revoked');
     const client = await activeClient(claims.client_id, invalid);
     if (client.projectId !== claims.project_id) throw invalid('The access token does not match its client');
     const granted = splitScopes(claims.scope);

@@ -13,6 +13,35 @@ export const DEFAULT_SCOPES_SUPPORTED: readonly string[] = [
   'system/*.cruds',
 ];
 
+/**
+ * Capabilities of the authorization code flow (SMART App Launch 2.x "Capabilities") this server
+ * implements once an authorization endpoint is mounted.
+ */
+export const LAUNCH_CAPABILITIES: readonly string[] = [
+  'launch-standalone',
+  'client-public',
+  'context-standalone-patient',
+  'permission-patient',
+  'permission-user',
+  'permission-offline',
+  'permission-online',
+  'sso-openid-connect',
+];
+
+/** Scopes advertised on top of the system ones once an authorization endpoint is mounted. */
+export const LAUNCH_SCOPES: readonly string[] = [
+  'openid',
+  'fhirUser',
+  'launch/patient',
+  'offline_access',
+  'online_access',
+  'patient/*.rs',
+  'patient/*.read',
+  'user/*.rs',
+  'user/*.read',
+  'user/*.cruds',
+];
+
 /** Options of `smartConfigurationHandler`. */
 export interface SmartConfigurationOptions {
   /**
@@ -42,7 +71,7 @@ export interface SmartConfigurationOptions {
    * `issuer`; omitted when unset (SMART requires it only with `sso-openid-connect`).
    * @default undefined
    */
-  issuer?: string;
+  issuer?: string | ((req: Request) => string);
   /**
    * Client authentication methods advertised (match the token router's `authMethods`).
    * @default ['private_key_jwt', 'client_secret_basic', 'client_secret_post']
@@ -53,6 +82,23 @@ export interface SmartConfigurationOptions {
    * @default ['RS256', 'RS384', 'RS512', 'ES256', 'ES384', 'ES512']
    */
   assertionAlgorithms?: string[];
+  /**
+   * The authorization endpoint (SMART App Launch), absolute or a path on the origin: when set, the
+   * document advertises the authorization code flow (`authorization_code` and `refresh_token`
+   * grants, PKCE S256, public clients, the launch and permission capabilities, OpenID Connect).
+   * @default undefined (SMART Backend Services only)
+   */
+  authorizationEndpoint?: string;
+  /**
+   * The token revocation endpoint (RFC 7009), absolute or a path on the origin; omitted when unset.
+   * @default undefined
+   */
+  revocationEndpoint?: string;
+  /**
+   * The token introspection endpoint (RFC 7662), absolute or a path on the origin; omitted when unset.
+   * @default undefined
+   */
+  introspectionEndpoint?: string;
   /**
    * `scopes_supported`.
    * @default ['system/*.read', 'system/*.write', 'system/*.*', 'system/*.rs', 'system/*.cud', 'system/*.cruds']
@@ -82,17 +128,30 @@ export function smartConfiguration(
     capabilities.push('client-confidential-symmetric');
   }
   capabilities.push('permission-v1', 'permission-v2');
+  const launch = options.authorizationEndpoint !== undefined;
+  if (launch) capabilities.push(...LAUNCH_CAPABILITIES);
+  const at = (target: string | undefined) =>
+    target === undefined ? undefined : resolve(req, options, target);
+  const scopes = options.scopesSupported ?? [...DEFAULT_SCOPES_SUPPORTED, ...(launch ? LAUNCH_SCOPES : [])];
   return {
-    ...(options.issuer ? { issuer: options.issuer } : {}),
+    ...(options.issuer
+      ? { issuer: typeof options.issuer === 'function' ? options.issuer(req) : options.issuer }
+      : {}),
     ...(options.jwksEndpoint ? { jwks_uri: resolve(req, options, options.jwksEndpoint) } : {}),
+    ...(launch ? { authorization_endpoint: at(options.authorizationEndpoint) } : {}),
     token_endpoint: resolve(req, options, options.tokenEndpoint ?? '/oauth2/token'),
-    grant_types_supported: ['client_credentials'],
+    ...(options.revocationEndpoint ? { revocation_endpoint: at(options.revocationEndpoint) } : {}),
+    ...(options.introspectionEndpoint ? { introspection_endpoint: at(options.introspectionEndpoint) } : {}),
+    grant_types_supported: launch
+      ? ['authorization_code', 'refresh_token', 'client_credentials']
+      : ['client_credentials'],
+    ...(launch ? { code_challenge_methods_supported: ['S256'] } : {}),
     token_endpoint_auth_methods_supported: methods,
     token_endpoint_auth_signing_alg_values_supported: options.assertionAlgorithms ?? [
       ...CLIENT_ASSERTION_ALGORITHMS,
     ],
-    scopes_supported: options.scopesSupported ?? [...DEFAULT_SCOPES_SUPPORTED],
-    response_types_supported: ['token'],
+    scopes_supported: scopes,
+    response_types_supported: launch ? ['code'] : ['token'],
     capabilities,
   };
 }

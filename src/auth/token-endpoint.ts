@@ -1,10 +1,12 @@
 import { isResourceType } from '../common/resource-types.js';
 import { OAuthError } from '../http/http-error.js';
-import type { ClientRecord, Storage } from '../storage/types.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { ClientRecord, GrantStore, Storage } from '../storage/types.js';
 import { issueAccessToken } from './access-token.js';
 import {
   authenticateClient,
   formParam,
+  invalidClient,
   parseClientCredentials,
   type ClientAuthMethod,
   type ClientCredentials,
@@ -16,13 +18,20 @@ import { verifyClientSecret } from './client-secret.js';
 import { FailureLimitError, type FailureLimiter } from './failure-limiter.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
+import { exchangeCode, refreshTokens, type UserGrantSeen } from './user-token-grants.js';
 
-/** A successful token response (RFC 6749 §5.1, SMART Backend Services "Response"). */
+/**
+ * A successful token response (RFC 6749 §5.1, SMART Backend Services "Response"; for a signed-in
+ * user, SMART App Launch "Access token response" adds the refresh token, id_token and patient).
+ */
 export interface TokenResponse {
   access_token: string;
   token_type: 'bearer';
   expires_in: number;
   scope: string;
+  refresh_token?: string;
+  id_token?: string;
+  patient?: string;
 }
 
 /** One token request, as the router hands it over. */
@@ -41,7 +50,9 @@ export interface TokenRequest {
    * Set by `handleTokenRequest` as it learns them (for the audit event): the client id the caller
    * claimed, then the client once authenticated.
    */
-  seen?: { claimedClientId?: string; client?: ClientRecord };
+  seen?: { claimedClientId?: string; client?: ClientRecord; grantType?: string; user?: UserGrantSeen };
+  /** The FHIR base URL (the `fhirUser` of an id_token is absolute under it). @default audience */
+  fhirBase?: string;
 }
 
 /** Resolved configuration of a token endpoint. */
@@ -56,6 +67,15 @@ export interface TokenEndpointConfig {
   clockTolerance: number;
   accessTokenLifetime: number;
   accessTokenLifetimeCap: number;
+  /**
+   * Where codes and refresh tokens are (SMART App Launch): without it, only `client_credentials`
+   * is supported.
+   */
+  grants?: GrantStore;
+  /** Refresh token lifetime for `offline_access`, seconds. */
+  refreshTokenLifetime: number;
+  /** Refresh token lifetime for `online_access`, seconds. */
+  onlineRefreshTokenLifetime: number;
   /** Clock (epoch ms). */
   now: () => number;
 }
@@ -126,12 +146,139 @@ export async function handleTokenRequest(
   const { params } = request;
   const grantType = formParam(params, 'grant_type');
   if (!grantType) throw new OAuthError(400, 'invalid_request', 'grant_type is missing');
+  if (request.seen) request.seen.grantType = grantType;
+  if ((grantType === 'authorization_code' || grantType === 'refresh_token') && config.grants) {
+    return userGrant(grantType, request, config, config.grants);
+  }
   if (grantType !== 'client_credentials') {
-    throw new OAuthError(400, 'unsupported_grant_type', 'Only grant_type=client_credentials is supported');
+    throw new OAuthError(
+      400,
+      'unsupported_grant_type',
+      config.grants
+        ? 'grant_type must be client_credentials, authorization_code or refresh_token'
+        : 'Only grant_type=client_credentials is supported',
+    );
   }
   const scope = formParam(params, 'scope');
   checkRequestedScope(params);
+  const client = await authenticateRequestClient(request, config, false);
+  if (request.seen) request.seen.client = client;
+  const scopes = grantedScopes(client, scope);
+  // Admins may always have `system/*.*` and their administration scope, so only others end up here.
+  if (scopes.length === 0) {
+    throw new OAuthError(400, 'unauthorized_client', 'The client may be granted no scope');
+  }
+  const lifetime = accessLifetime(client, config);
+  const issued = await issueAccessToken(config.keys, {
+    client,
+    scopes,
+    issuer: request.issuer,
+    audience: request.audience,
+    lifetime,
+    now: config.now(),
+  });
+  return {
+    access_token: issued.token,
+    token_type: 'bearer',
+    expires_in: issued.expiresIn,
+    scope: issued.claims.scope,
+  };
+}
 
+function accessLifetime(client: ClientRecord, config: TokenEndpointConfig): number {
+  const own = client.accessTokenLifetime;
+  return Math.min(
+    own !== undefined && Number.isFinite(own) && own > 0 ? own : config.accessTokenLifetime,
+    config.accessTokenLifetimeCap,
+  );
+}
+
+/** `authorization_code` and `refresh_token` (SMART App Launch): a public client names itself only. */
+async function userGrant(
+  grantType: 'authorization_code' | 'refresh_token',
+  request: TokenRequest,
+  config: TokenEndpointConfig,
+  grants: GrantStore,
+): Promise<TokenResponse> {
+  const client = await authenticateRequestClient(request, config, true);
+  if (client.projectId === null)
+    throw new OAuthError(400, 'unauthorized_client', 'The client belongs to no project');
+  const seen: UserGrantSeen = {};
+  if (request.seen) request.seen.user = seen;
+  const userRequest = {
+    params: request.params,
+    client,
+    issuer: request.issuer,
+    audience: request.audience,
+    fhirBase: request.fhirBase ?? request.audience,
+    lifetime: accessLifetime(client, config),
+    seen,
+  };
+  const userConfig = {
+    storage: config.storage,
+    grants,
+    keys: config.keys,
+    refreshTokenLifetime: config.refreshTokenLifetime,
+    onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,
+    now: config.now,
+  };
+  return grantType === 'authorization_code'
+    ? exchangeCode(userRequest, userConfig)
+    : refreshTokens(userRequest, userConfig);
+}
+
+/** Whether the request carries no client credentials at all (a public client's request). */
+function withoutCredentials(params: FormParams, authorization: string | undefined): boolean {
+  return (
+    authorization === undefined &&
+    params.client_secret === undefined &&
+    params.client_assertion === undefined &&
+    params.client_assertion_type === undefined
+  );
+}
+
+/**
+ * A public client (registered `public`) names itself by `client_id` alone (RFC 6749 §2.3, §3.2.1);
+ * it must still be active in an existing project. Every failure is `invalid_client`.
+ */
+async function publicClient(storage: Storage, clientId: string): Promise<ClientRecord> {
+  let client: ClientRecord;
+  try {
+    client = await storage.readClient(clientId);
+  } catch (error) {
+    if (error instanceof NotFoundError) throw invalidClient('Unknown client', false);
+    throw error;
+  }
+  if (!client.public) throw invalidClient('A confidential client must authenticate', false);
+  if (client.revoked) throw invalidClient('The client is revoked', false);
+  try {
+    await storage.readProject(client.projectId ?? '');
+  } catch (error) {
+    if (error instanceof NotFoundError)
+      throw invalidClient('The client project no longer exists', false, error);
+    throw error;
+  }
+  return client;
+}
+
+/**
+ * Authenticates the client of a token request (failures counted by the limiter, see
+ * `handleTokenRequest`); with `allowPublic`, a request without credentials names a public client.
+ * The revocation and introspection endpoints authenticate their callers the same way.
+ */
+export async function authenticateRequestClient(
+  request: TokenRequest,
+  config: TokenEndpointConfig,
+  allowPublic: boolean,
+): Promise<ClientRecord> {
+  const { params } = request;
+  const publicId = formParam(params, 'client_id');
+  if (allowPublic && publicId !== undefined && withoutCredentials(params, request.authorization)) {
+    if (request.seen) request.seen.claimedClientId = publicId;
+    const client = await publicClient(config.storage, publicId);
+    if (request.seen) request.seen.client = client;
+    return client;
+  }
   let credentials: ClientCredentials;
   try {
     credentials = parseClientCredentials(params, request.authorization);
@@ -178,30 +325,6 @@ export async function handleTokenRequest(
   } finally {
     await attempt.end(failed);
   }
-
   if (request.seen) request.seen.client = client;
-  const scopes = grantedScopes(client, scope);
-  // Admins may always have `system/*.*` and their administration scope, so only others end up here.
-  if (scopes.length === 0) {
-    throw new OAuthError(400, 'unauthorized_client', 'The client may be granted no scope');
-  }
-  const own = client.accessTokenLifetime;
-  const lifetime = Math.min(
-    own !== undefined && Number.isFinite(own) && own > 0 ? own : config.accessTokenLifetime,
-    config.accessTokenLifetimeCap,
-  );
-  const issued = await issueAccessToken(config.keys, {
-    client,
-    scopes,
-    issuer: request.issuer,
-    audience: request.audience,
-    lifetime,
-    now: config.now(),
-  });
-  return {
-    access_token: issued.token,
-    token_type: 'bearer',
-    expires_in: issued.expiresIn,
-    scope: issued.claims.scope,
-  };
+  return client;
 }

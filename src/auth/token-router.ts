@@ -7,7 +7,7 @@ import { oauthErrorHandler } from '../http/error-rendering.js';
 import { HttpError, OAuthError } from '../http/http-error.js';
 import { optionError, positiveNumber } from '../common/options.js';
 import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from '../http/router-options.js';
-import type { ClientRecord, Storage } from '../storage/types.js';
+import type { ClientRecord, GrantStore, Storage } from '../storage/types.js';
 import { CLIENT_ASSERTION_ALGORITHMS, isSymmetricOrNone } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod, type FormParams } from './client-authentication.js';
 import { clientJwks, type ClientJwksOptions } from './client-jwks.js';
@@ -94,6 +94,29 @@ export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authentic
    * @default { maxFailuresPerClientAddress: 10, maxFailuresPerAddress: 30, windowSeconds: 300, maxConcurrentSecretChecks: 4, maxQueuedSecretChecks: 64 }
    */
   rateLimit?: FailureLimitOptions | false;
+  /**
+   * Where authorization codes and refresh tokens are (SMART App Launch grants `authorization_code`
+   * and `refresh_token`); without any, only `client_credentials` is supported.
+   * @default storage.grants
+   */
+  grants?: GrantStore;
+  /**
+   * Lifetime of a refresh token granted with `offline_access`, seconds (each refresh issues a new
+   * one with a new lifetime).
+   * @default 2592000 (30 days)
+   */
+  refreshTokenLifetime?: number;
+  /**
+   * Lifetime of a refresh token granted with `online_access`, seconds.
+   * @default 43200 (12 hours)
+   */
+  onlineRefreshTokenLifetime?: number;
+  /**
+   * The FHIR base URL, or a function of the request: an id_token's `fhirUser` is the absolute URL
+   * of the user's profile under it. (`fhirPlatform` uses its FHIR mount.)
+   * @default the audience
+   */
+  fhirBase?: PerRequest;
   /** Clock (epoch ms), for tests. @default Date.now */
   now?: () => number;
 }
@@ -114,12 +137,20 @@ const TOKEN_ROUTER_KEYS: OwnOptionKeys<TokenRouterOptions> = {
   clockTolerance: true,
   jwks: true,
   rateLimit: true,
+  grants: true,
+  refreshTokenLifetime: true,
+  onlineRefreshTokenLifetime: true,
+  fhirBase: true,
   now: true,
 };
 
 /** Resolves and validates `TokenRouterOptions` once. */
-export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEndpointConfig {
-  checkRouterOptions(OWNER, options, TOKEN_ROUTER_KEYS, { authenticate: false });
+export function resolveTokenEndpointConfig(
+  options: TokenRouterOptions,
+  owner = OWNER,
+  extraKeys: Record<string, true> = {},
+): TokenEndpointConfig {
+  checkRouterOptions(owner, options, { ...TOKEN_ROUTER_KEYS, ...extraKeys }, { authenticate: false });
   const methods = options.authMethods ?? [...CLIENT_AUTH_METHODS];
   for (const m of methods) {
     if (!CLIENT_AUTH_METHODS.includes(m))
@@ -146,6 +177,7 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
     options.maxAccessTokenLifetime === undefined ? 'accessTokenLifetimeCap' : 'maxAccessTokenLifetime',
     options.accessTokenLifetimeCap ?? options.maxAccessTokenLifetime ?? 90 * 24 * 3600,
   );
+  const grants = options.grants ?? options.storage.grants;
   return {
     storage: options.storage,
     keys: options.signingKeys ?? createSigningKeys(options.storage, options.signingKeyOptions),
@@ -161,6 +193,17 @@ export function resolveTokenEndpointConfig(options: TokenRouterOptions): TokenEn
     clockTolerance: options.clockTolerance ?? 5,
     accessTokenLifetime,
     accessTokenLifetimeCap,
+    ...(grants ? { grants } : {}),
+    refreshTokenLifetime: positiveNumber(
+      OWNER,
+      'refreshTokenLifetime',
+      options.refreshTokenLifetime ?? 30 * 24 * 3600,
+    ),
+    onlineRefreshTokenLifetime: positiveNumber(
+      OWNER,
+      'onlineRefreshTokenLifetime',
+      options.onlineRefreshTokenLifetime ?? 12 * 3600,
+    ),
     now: options.now ?? Date.now,
   };
 }
@@ -202,6 +245,8 @@ export function tokenRouter(options: TokenRouterOptions): Router {
     form,
     asyncHandler(async (req, res) => {
       const { issuer, audience } = tokenIdentity(req, options);
+      const fhirBase =
+        typeof options.fhirBase === 'function' ? options.fhirBase(req) : (options.fhirBase ?? audience);
       const seen: NonNullable<TokenRequest['seen']> = {};
       const params = (req.body ?? {}) as FormParams;
       const requested = typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [];
@@ -213,6 +258,29 @@ export function tokenRouter(options: TokenRouterOptions): Router {
       ) => {
         const client = seen.client;
         if (!options.auditTrail) return;
+        const user = seen.user;
+        if (client?.projectId && user && (user.refresh || user.codeReuse)) {
+          // A refresh (or a used refresh token or code coming again) is also the user's event.
+          recordSafely(
+            options.auditTrail,
+            {
+              kind: 'authorization',
+              action: user.refresh === 'rotated' ? 'refresh' : 'reuse',
+              clientId: client.id,
+              clientName: client.name,
+              result: user.refresh === 'rotated' ? 'granted' : 'refused',
+              ...(result === 'granted' ? { scopes } : {}),
+              projectId: client.projectId,
+              actor: {
+                kind: user.userId ? 'user' : 'client',
+                id: user.userId ?? client.id,
+                ...(user.profile ? { profile: user.profile } : {}),
+              },
+              ...(req.ip ? { address: req.ip } : {}),
+            },
+            (failure) => logError(failure, req),
+          );
+        }
         recordSafely(
           options.auditTrail,
           {
@@ -244,6 +312,7 @@ export function tokenRouter(options: TokenRouterOptions): Router {
             audience,
             address: req.ip ?? req.socket.remoteAddress ?? 'unknown',
             seen,
+            fhirBase,
           },
           config,
         );

@@ -16,6 +16,10 @@ export interface ClientApplicationResource {
   jwks?: { keys: Record<string, unknown>[] };
   jwksUri?: string;
   accessTokenLifetime?: number;
+  /** Redirect URIs of the authorization code flow (SMART App Launch). */
+  redirectUri?: string[];
+  /** A public client: no secret nor keys (SMART `client-public`). */
+  public?: boolean;
   revoked: boolean;
   /** The client secret, in clear; present only in the answer that created it. */
   secret?: string;
@@ -34,6 +38,8 @@ export function clientApplicationResource(client: ClientRecord, secret?: string)
     ...(client.jwks ? { jwks: client.jwks } : {}),
     ...(client.jwksUri ? { jwksUri: client.jwksUri } : {}),
     ...(client.accessTokenLifetime !== undefined ? { accessTokenLifetime: client.accessTokenLifetime } : {}),
+    ...(client.redirectUris?.length ? { redirectUri: [...client.redirectUris] } : {}),
+    ...(client.public ? { public: true } : {}),
     revoked: client.revoked,
     ...(secret !== undefined ? { secret } : {}),
     meta: { lastUpdated: client.updatedAt },

@@ -20,6 +20,8 @@ export const NEW_CLIENT_PARAMETERS = {
   scope: { type: 'string' },
   admin: { type: 'boolean' },
   accessTokenLifetime: { type: 'integer' },
+  redirectUri: { type: ['uri', 'url', 'string'], repeats: true },
+  public: { type: 'boolean' },
 } as const;
 
 /** Rules `$new-client` applies, resolved from the router options. */
@@ -44,6 +46,10 @@ export interface NewClientInput {
   scope: string;
   admin: boolean;
   accessTokenLifetime?: number;
+  /** Redirect URIs of the authorization code flow, without duplicates. */
+  redirectUris?: string[];
+  /** A public client: no secret nor keys. */
+  public?: boolean;
 }
 
 const MAX_NAME_LENGTH = 256;
@@ -53,11 +59,24 @@ const MAX_SCOPE_LENGTH = 4096;
 // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ).
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+const MAX_REDIRECT_URIS = 20;
+// SMART scopes that name no resource: identity, launch context and refresh tokens.
+const LAUNCH_SCOPES = new Set([
+  'openid',
+  'fhirUser',
+  'profile',
+  'launch',
+  'launch/patient',
+  'offline_access',
+  'online_access',
+]);
+// A SMART patient scope, v1 or v2, as far as registration checks it (its enforcement parses it again).
+const PATIENT_SCOPE = /^patient\/(\*|[A-Z][A-Za-z]{1,63})\.(read|write|\*|c?r?u?d?s?)$/;
 
 /**
  * Checks a space-separated scope string (RFC 6749 §3.3). SMART resource scopes (`system/…`,
- * `user/…`) must be ones this server can grant (`system/Observation.rs`, `system/*.read`); patient
- * scopes and v2 scopes with a query are refused since they are never granted, and so are the
+ * `user/…`, `patient/…`) must be ones this server can grant (`system/Observation.rs`,
+ * `patient/*.read`); v2 scopes with a query are refused since they are never granted, and so are the
  * administration scopes (`project:admin` comes with `admin: true`). Returns the normalised scope, or
  * the problem.
  */
@@ -72,6 +91,7 @@ export function checkClientScope(
     if (isAdminScope(token)) {
       return { ok: false, problem: `holds '${token}', which only an admin role gives (use admin: true)` };
     }
+    if (LAUNCH_SCOPES.has(token) || (PATIENT_SCOPE.test(token) && !token.endsWith('.'))) continue;
     if (/^(system|user|patient)\//.test(token) && !parseResourceScope(token)) {
       return { ok: false, problem: `holds a resource scope this server cannot grant: '${token}'` };
     }
@@ -91,6 +111,23 @@ export function isAcceptableJwksUri(uri: string, allowHttp: boolean): boolean {
   if (url.username || url.password || url.hash) return false;
   if (url.protocol === 'https:') return true;
   return url.protocol === 'http:' && (allowHttp || LOOPBACK_HOSTS.has(url.hostname));
+}
+
+/**
+ * Whether `uri` is an acceptable redirect URI (RFC 6749 §3.1.2, OAuth 2.0 Security BCP §2.1):
+ * absolute https, or http on localhost / 127.0.0.1 / [::1] only; no fragment, no credentials.
+ */
+export function isAcceptableRedirectUri(uri: string): boolean {
+  if (uri.length > MAX_URI_LENGTH || /\s/.test(uri) || uri.includes('#')) return false;
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    return false;
+  }
+  if (url.username || url.password) return false;
+  if (url.protocol === 'https:') return true;
+  return url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname);
 }
 
 /** Reads and checks the `$new-client` `Parameters` body; problems are 400 `FhirError`s with an `expression`. */
@@ -150,14 +187,39 @@ export function parseNewClientParameters(body: unknown, rules: NewClientRules): 
     }
     input.accessTokenLifetime = seconds;
   }
+  if (read.redirectUri.length > MAX_REDIRECT_URIS) {
+    throw invalidParameter(
+      read.redirectUri[MAX_REDIRECT_URIS]!.expression,
+      `At most ${MAX_REDIRECT_URIS} 'redirectUri'`,
+    );
+  }
+  for (const uri of read.redirectUri) {
+    if (!isAcceptableRedirectUri(uri.value)) {
+      throw invalidParameter(
+        uri.expression,
+        "'redirectUri' must be an absolute https URL (http only on localhost or 127.0.0.1), without credentials or fragment",
+      );
+    }
+  }
+  if (read.redirectUri.length > 0) input.redirectUris = [...new Set(read.redirectUri.map((u) => u.value))];
+  if (read.public?.value) {
+    const keyed = read.jwks ?? read.jwksUri;
+    if (keyed)
+      throw invalidParameter(keyed.expression, "A public client has no keys: drop 'jwks' / 'jwksUri'");
+    if (input.admin) throw invalidParameter(read.admin!.expression, 'A public client cannot be an admin');
+    if (!input.redirectUris) {
+      throw invalidParameter(read.public.expression, "A public client needs at least one 'redirectUri'");
+    }
+    input.public = true;
+  }
   return input;
 }
 
-/** A registered client, with its secret in clear (shown once). */
+/** A registered client, with its secret in clear (shown once; none for a public client). */
 export interface RegisteredClient {
   client: ClientRecord;
   membership: MembershipRecord;
-  secret: string;
+  secret?: string;
 }
 
 /**
@@ -169,14 +231,16 @@ export async function registerClient(
   projectId: string,
   input: NewClientInput,
 ): Promise<RegisteredClient> {
-  const secret = generateClientSecret();
-  const secretHash = await hashClientSecret(secret);
+  const secret = input.public ? undefined : generateClientSecret();
+  const secretHash = secret === undefined ? undefined : await hashClientSecret(secret);
   return storage.transaction(async (tx) => {
     const client = await tx.createClient({
       id: randomUUID(),
       projectId,
       name: input.name,
-      secretHash,
+      ...(secretHash !== undefined ? { secretHash } : {}),
+      ...(input.redirectUris ? { redirectUris: input.redirectUris } : {}),
+      ...(input.public ? { public: true } : {}),
       ...(input.jwks ? { jwks: input.jwks } : {}),
       ...(input.jwksUri ? { jwksUri: input.jwksUri } : {}),
       scope: input.scope,
@@ -189,6 +253,6 @@ export async function registerClient(
       clientId: client.id,
       admin: input.admin,
     });
-    return { client, membership, secret };
+    return { client, membership, ...(secret !== undefined ? { secret } : {}) };
   });
 }

@@ -143,6 +143,15 @@ export function scimUserService(config: ScimUserServiceConfig) {
     }
   }
 
+  /**
+   * A user deactivated or deleted keeps no SMART grant: their refresh tokens and pending codes go
+   * at once (their access tokens already stop at `bearerAuth`, which reads the user each time).
+   */
+  async function endGrants(projectId: string, user: { id: string; active: boolean }): Promise<void> {
+    if (!user.active)
+      await guard(() => storage.grants?.revoke({ projectId, userId: user.id }) ?? Promise.resolve(0));
+  }
+
   /** Runs a read-modify-write, again when it lost a race and the client did not pin a version. */
   async function withRetry<T>(pinned: boolean, fn: () => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
@@ -232,7 +241,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
       return guard(() => storage.readUser(projectId, id));
     },
 
-    replace(
+    async replace(
       projectId: string,
       id: string,
       body: unknown,
@@ -246,7 +255,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
       if (bodyId !== undefined && bodyId !== id) {
         throw new ScimError(400, 'mutability', 'The id in the body differs from the id in the path');
       }
-      return guard(() =>
+      const record = await guard(() =>
         withRetry(ifMatch !== undefined, () =>
           storage.transaction(async (tx) => {
             const current = await tx.readUser(projectId, id);
@@ -256,9 +265,11 @@ export function scimUserService(config: ScimUserServiceConfig) {
           }),
         ),
       );
+      await endGrants(projectId, record);
+      return record;
     },
 
-    patch(
+    async patch(
       projectId: string,
       id: string,
       body: unknown,
@@ -266,7 +277,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
       ifMatch?: EntityTagCondition,
       settings = defaults,
     ): Promise<UserRecord> {
-      return guard(() =>
+      const record = await guard(() =>
         withRetry(ifMatch !== undefined, () =>
           storage.transaction(async (tx) => {
             const current = await tx.readUser(projectId, id);
@@ -283,10 +294,12 @@ export function scimUserService(config: ScimUserServiceConfig) {
           }),
         ),
       );
+      await endGrants(projectId, record);
+      return record;
     },
 
-    delete(projectId: string, id: string, ifMatch?: EntityTagCondition): Promise<void> {
-      return guard(() =>
+    async delete(projectId: string, id: string, ifMatch?: EntityTagCondition): Promise<void> {
+      await guard(() =>
         storage.transaction(async (tx) => {
           const current = await tx.readUser(projectId, id);
           checkIfMatch(ifMatch, current);
@@ -297,6 +310,7 @@ export function scimUserService(config: ScimUserServiceConfig) {
           await tx.deleteUser(projectId, id);
         }),
       );
+      await endGrants(projectId, { id, active: false });
     },
 
     /**

@@ -1,3 +1,5 @@
+import type { GrantStore } from './grant-types.js';
+import { MemoryGrants } from './memory-grants.js';
 import { randomUUID } from 'node:crypto';
 import { isoMicros } from './engine/clock.js';
 import { Engine, type EngineBackend } from './engine/engine.js';
@@ -306,6 +308,7 @@ class MemoryExportReader implements ExportReader {
 class MemoryStorage extends EngineStorage {
   readonly exportReader: ExportReader;
   readonly descriptor?: StorageDescriptor = undefined;
+  readonly grants: GrantStore = new MemoryGrants();
 
   constructor(
     engine: Engine,

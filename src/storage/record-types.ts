@@ -128,6 +128,17 @@ export interface ClientRecord {
   superAdmin: boolean;
   /** Access token lifetime in seconds; the server default when absent. */
   accessTokenLifetime?: number;
+  /**
+   * Redirect URIs of the authorization code flow (SMART App Launch), absolute; a request's
+   * `redirect_uri` must equal one of them exactly. Absent: the client cannot use that flow.
+   */
+  redirectUris?: string[];
+  /**
+   * A public client (SMART `client-public`, a browser or native app that keeps no secret): it has
+   * no secret nor keys and names itself by `client_id` alone at the token endpoint, for the
+   * `authorization_code` and `refresh_token` grants only. Absent or false: confidential.
+   */
+  public?: boolean;
   revoked: boolean;
   createdAt: string;
   updatedAt: string;

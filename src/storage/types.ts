@@ -26,12 +26,14 @@ import type {
 } from './export-types.js';
 import type { UserListOptions, UserPage } from './user-list.js';
 import type { HistoryPage, HistoryQuery } from './history-types.js';
+import type { GrantStore } from './grant-types.js';
 
 export type * from './record-types.js';
 export type { UserCursor, UserFilter, UserListOptions, UserPage, UserSortKey } from './user-list.js';
 export type * from './query-types.js';
 export type * from './export-types.js';
 export type * from './history-types.js';
+export type * from './grant-types.js';
 
 /**
  * The storage contract every adapter implements (memory, file, PostgreSQL).
@@ -219,6 +221,13 @@ export interface Storage extends StorageOperations {
    * together (the PostgreSQL store has them). Absent: each router counts in its own memory.
    */
   readonly failureCounts?: FailureCountStore;
+
+  /**
+   * Authorization codes, pending authorizations, refresh tokens and revoked access token ids of the
+   * SMART App Launch authorization server (the three stores of this package have them). Absent:
+   * `fhirPlatform` keeps them in its own memory (one process, lost on restart).
+   */
+  readonly grants?: GrantStore;
 
   // Export jobs
   createExportJob(job: NewExportJob): Promise<ExportJobRecord>;

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe } from 'vitest';
 import type { Storage } from '../storage/types.js';
 import { auditStorageContract } from './audit-contract.js';
+import { grantsStorageContract } from './grants-contract.js';
 import { historyStorageContract } from './history-contract.js';
 import { recordsStorageContract } from './records-contract.js';
 import { resourcesStorageContract } from './resources-contract.js';
@@ -38,5 +39,6 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     transactionsStorageContract(() => storage);
     userListStorageContract(() => storage);
     historyStorageContract(() => storage);
+    grantsStorageContract(() => storage);
   });
 }

@@ -87,7 +87,7 @@ describe('fhirPlatform mounts the federated sign-in by default', () => {
       fhirPlatform({
         storage,
         bulk: false,
-        authenticateUser: () => Promise.resolve(undefined),
+        authorization: { authenticateUser: () => Promise.resolve(undefined) },
         federation: { lifetime: 60 },
       }),
     ).toThrow(/federation/);

@@ -91,9 +91,16 @@ describe('checkClientScope', () => {
     });
   });
 
+  it('accepts SMART App Launch scopes: patient/, user/, identity, launch and refresh', () => {
+    const scope =
+      'patient/*.read patient/Observation.rs user/*.cruds openid fhirUser launch/patient offline_access online_access';
+    expect(checkClientScope(scope)).toEqual({ ok: true, scope });
+  });
+
   it.each([
     'system/*.x',
-    'patient/*.read',
+    'patient/*.x',
+    'patient/Observation.rs?category=lab',
     'system/Observation.rs?category=lab',
     'a"b',
     'a\tb',

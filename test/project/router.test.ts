@@ -341,6 +341,53 @@ describe('client applications', () => {
     };
   };
 
+  it('registers SMART apps: a public one without secret, a confidential one, each with redirect URIs', async () => {
+    const { app, storage } = setup();
+    const project = await init(app);
+    const pub = await postJson(
+      app,
+      `/Project/${project.id}/$new-client`,
+      adminOf(project.id),
+      params(
+        { name: 'name', valueString: 'Patient app' },
+        { name: 'public', valueBoolean: true },
+        { name: 'redirectUri', valueUri: 'https://app.example/callback' },
+        { name: 'redirectUri', valueUri: 'http://127.0.0.1:9000/cb' },
+        { name: 'scope', valueString: 'patient/*.rs openid fhirUser launch/patient offline_access' },
+      ),
+    );
+    expect(pub.status).toBe(201);
+    expect(pub.body).toMatchObject({
+      public: true,
+      redirectUri: ['https://app.example/callback', 'http://127.0.0.1:9000/cb'],
+      scope: 'patient/*.rs openid fhirUser launch/patient offline_access',
+    });
+    expect(pub.body.secret).toBeUndefined();
+    const stored = await storage.readClient(pub.body.id as string);
+    expect(stored).toMatchObject({
+      public: true,
+      redirectUris: ['https://app.example/callback', 'http://127.0.0.1:9000/cb'],
+    });
+    expect(stored.secretHash).toBeUndefined();
+
+    const conf = await postJson(
+      app,
+      `/Project/${project.id}/$new-client`,
+      adminOf(project.id),
+      params(
+        { name: 'name', valueString: 'Clinic app' },
+        { name: 'redirectUri', valueUri: 'https://clinic.example/cb' },
+        { name: 'scope', valueString: 'user/*.rs openid fhirUser' },
+      ),
+    );
+    expect(conf.status).toBe(201);
+    expect(typeof conf.body.secret).toBe('string');
+    expect(conf.body.public).toBeUndefined();
+    expect((await storage.readClient(conf.body.id as string)).redirectUris).toEqual([
+      'https://clinic.example/cb',
+    ]);
+  });
+
   it('registers a client whose secret is shown once and stored hashed', async () => {
     const { app, storage } = setup();
     const project = await init(app);
@@ -439,8 +486,31 @@ describe('client applications', () => {
     ],
     [
       'a bad scope',
-      params({ name: 'name', valueString: 'x' }, { name: 'scope', valueString: 'patient/*.read' }),
+      params({ name: 'name', valueString: 'x' }, { name: 'scope', valueString: 'patient/*.x' }),
       'Parameters.parameter[1].valueString',
+    ],
+    [
+      'an http redirectUri',
+      params({ name: 'name', valueString: 'x' }, { name: 'redirectUri', valueUri: 'http://app.example/cb' }),
+      'Parameters.parameter[1].valueUri',
+    ],
+    [
+      'a redirectUri with a fragment',
+      params(
+        { name: 'name', valueString: 'x' },
+        { name: 'redirectUri', valueUri: 'https://app.example/cb#x' },
+      ),
+      'Parameters.parameter[1].valueUri',
+    ],
+    [
+      'a public client with keys',
+      params(
+        { name: 'name', valueString: 'x' },
+        { name: 'redirectUri', valueUri: 'https://app.example/cb' },
+        { name: 'public', valueBoolean: true },
+        { name: 'jwksUri', valueUri: 'https://keys.example/j' },
+      ),
+      'Parameters.parameter[3].valueUri',
     ],
     [
       'a lifetime out of bounds',

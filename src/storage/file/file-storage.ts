@@ -1,3 +1,5 @@
+import type { GrantStore } from '../grant-types.js';
+import { openFileGrants } from './file-grants.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
@@ -74,6 +76,8 @@ export interface FileStorageOptions {
 
 /** The file store: a {@link Storage} that can also copy itself while it runs. */
 export interface FileStore extends Storage {
+  /** SMART grants: refresh tokens and revoked token ids are kept in `grants.json` (see `openFileGrants`). */
+  readonly grants: GrantStore;
   /**
    * Writes a backup of the store into `dir`, a new directory (its parent must exist), while the
    * store goes on serving: the store as it was between two batches (every write acknowledged
@@ -103,6 +107,7 @@ class FileStorage extends EngineStorage implements FileStore {
   readonly descriptor: StorageDescriptor | undefined;
 
   constructor(
+    readonly grants: GrantStore,
     engine: Engine,
     private readonly backend: FileBackend,
     dir: string,
@@ -219,12 +224,14 @@ export async function createFileStorage(
   const engine = new Engine(backend);
   const indexing = new Indexing(options.indexer);
   await backend.open(engine.base, engine.clock);
+  let grants: GrantStore;
   try {
     const indexer = await indexing.load();
     if (indexer) await rebuildSearchIndex(engine.base, indexer, (entry) => backend.readBody(entry));
+    grants = await openFileGrants(dir, durability === 'fsync');
   } catch (error) {
     await backend.close();
     throw error;
   }
-  return new FileStorage(engine, backend, dir, compartment, readerModule, internal.faults, indexing);
+  return new FileStorage(grants, engine, backend, dir, compartment, readerModule, internal.faults, indexing);
 }

@@ -1,3 +1,5 @@
+import type { GrantStore } from '../grant-types.js';
+import { PostgresGrants } from './grants.js';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import pg from 'pg';
 import { isoMicros } from '../engine/clock.js';
@@ -68,6 +70,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
   readonly exportFiles: ExportFileStore;
   readonly exportQueue: ExportJobQueue;
   readonly failureCounts: FailureCountStore;
+  readonly grants: GrantStore;
   private readonly root: Executor;
   private closing: Promise<void> | undefined;
   private onceCalls = 0;
@@ -100,6 +103,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
     this.checkedOut = ownsPool ? trackCheckedOut(pool) : new Set();
     this.descriptor = descriptor;
     this.failureCounts = new PostgresFailureCounts(root, this.s);
+    this.grants = new PostgresGrants(root, this.s);
     this.exportReader = new PostgresExportReader(pool, schema, chunkBytes, false, () =>
       lifecycle.assertOpen(),
     );
@@ -198,6 +202,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         'memberships',
         'clients',
         'export_jobs',
+        'oauth_grants',
       ]) {
         await query(`DELETE FROM ${this.s}.${table} WHERE project_id = $1`, [id]);
       }

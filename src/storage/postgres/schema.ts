@@ -179,6 +179,23 @@ function migrationStatements(s: string): string[] {
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
     // Migration 8: the search index tables (filled by `syncSearchIndex` once the indexer is known).
     ...searchTableStatements(s),
+    // Migration 9: the SMART App Launch grants (PostgresGrants): tickets, codes, refresh tokens and
+    // revoked access token ids, by kind and key (a hash of the secret value), expiring at `expires_at`
+    // (epoch ms); revocation finds a user's or a refresh family's grants by the indexes.
+    `CREATE TABLE IF NOT EXISTS ${s}.oauth_grants (
+      kind text COLLATE "C" NOT NULL,
+      key text COLLATE "C" NOT NULL,
+      project_id ${id},
+      client_id text NOT NULL,
+      user_id text,
+      family text,
+      expires_at bigint NOT NULL,
+      used boolean NOT NULL DEFAULT false,
+      record json NOT NULL,
+      PRIMARY KEY (kind, key))`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_user ON ${s}.oauth_grants (project_id, user_id)`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_family ON ${s}.oauth_grants (family) WHERE family IS NOT NULL`,
+    `CREATE INDEX IF NOT EXISTS oauth_grants_expiry ON ${s}.oauth_grants (expires_at)`,
   ];
 }
 
@@ -291,7 +308,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -312,7 +329,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9, the SMART grants, DDL only), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
