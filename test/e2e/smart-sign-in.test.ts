@@ -1,8 +1,9 @@
 /**
  * End to end in headless Chromium: a SMART app sends the browser to the platform's authorization
  * endpoint, the platform sends it to the project's OpenID provider (oidc-provider, its development
- * login and consent pages), the provider back to the federation callback, the user consents, the
- * app gets a code, trades it for a token and reads FHIR data with it.
+ * login and consent pages), the provider back to the federation callback, the user consents on the
+ * platform's page, the app gets a code, trades it (PKCE) at the token endpoint and reads FHIR data
+ * with the token.
  *
  * Chromium is Debian's (`/usr/bin/chromium`, installed by .ci/run). Without it the test skips with
  * a message, except under CI, where it fails.
@@ -16,8 +17,7 @@ import path from 'node:path';
 import express from 'express';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { issueAccessToken } from '../../src/auth/access-token.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { createHash, randomBytes } from 'node:crypto';
 import { asyncHandler } from '../../src/http/async-handler.js';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { memoryStorage } from '../../src/stores.js';
@@ -42,6 +42,7 @@ let appOrigin: string;
 let context: BrowserContext | undefined;
 let profileDir: string;
 let patientId: string;
+let appId: string;
 
 async function listen(server: Server): Promise<string> {
   server.listen(0, '127.0.0.1');
@@ -49,73 +50,25 @@ async function listen(server: Server): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
-/**
- * The authorization leg the platform does not mount on this branch: a stand-in that asks the
- * platform's sign-in who the user is, shows a consent page, and issues a code worth a user token.
- */
-function authorizationStandIn(): express.Router {
-  const router = express.Router();
-  const codes = new Map<string, string>();
-  router.get(
-    '/authorize',
-    asyncHandler(async (req, res) => {
-      const query = new URL(req.originalUrl, base).searchParams;
-      const ticket = query.get('state') ?? '';
-      const signIn = {
-        projectId: 'p1',
-        clientId: query.get('client_id') ?? '',
-        ticket,
-        resumeUrl: `${base}${req.originalUrl}`,
-      };
-      const user = await platform.authenticateUser(req, res, signIn);
-      if (!user) return;
-      const action = `${base}/authorize/consent?${query.toString()}&user=${user.userId}`;
-      res
-        .type('html')
-        .send(
-          `<!doctype html><title>Consent</title><form method="post" action="${action.replaceAll('&', '&amp;')}"><button id="allow">Allow</button></form>`,
-        );
-    }),
-  );
-  router.post(
-    '/authorize/consent',
-    asyncHandler(async (req, res) => {
-      const query = new URL(req.originalUrl, base).searchParams;
-      const user = await storage.readUser('p1', query.get('user') ?? '');
-      const issued = await issueAccessToken(signingKeys(storage), {
-        client: await storage.readClient(query.get('client_id') ?? ''),
-        scopes: ['user/*.rs'],
-        issuer: base,
-        audience: base,
-        lifetime: 300,
-        user: { id: user.id, fhirUser: `${user.userType}/${user.profileId}` },
-      });
-      const code = crypto.randomUUID();
-      codes.set(code, issued.token);
-      res.redirect(303, `${query.get('redirect_uri')}?code=${code}&state=${query.get('state')}`);
-    }),
-  );
-  router.post('/standin-token', express.urlencoded({ extended: false }), (req, res) => {
-    const token = codes.get(String((req.body as Record<string, unknown>).code));
-    if (!token) return void res.status(400).json({ error: 'invalid_grant' });
-    res.json({ access_token: token, token_type: 'Bearer' });
-  });
-  return router;
-}
-
-/** The SMART app: a launch link, and a redirect page that trades the code and reads the patient. */
+/** The SMART app (public, PKCE): a launch link, and a redirect page that trades the code and reads. */
 function smartApp(): express.Express {
   const app = express();
   const redirectUri = () => `${appOrigin}/callback`;
+  const verifiers = new Map<string, string>();
   app.get('/', (_req, res) => {
-    const url = new URL(`${base}/authorize`);
+    const state = randomBytes(16).toString('base64url');
+    const verifier = randomBytes(32).toString('base64url');
+    verifiers.set(state, verifier);
+    const url = new URL(`${base}/oauth2/authorize`);
     url.search = new URLSearchParams({
       response_type: 'code',
-      client_id: 'app1',
+      client_id: appId,
       redirect_uri: redirectUri(),
-      scope: 'openid fhirUser user/*.rs',
-      state: crypto.randomUUID(),
+      scope: 'openid fhirUser launch/patient user/*.rs',
+      state,
       aud: `${base}/fhir/R4`,
+      code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+      code_challenge_method: 'S256',
     }).toString();
     res
       .type('html')
@@ -126,18 +79,33 @@ function smartApp(): express.Express {
   app.get(
     '/callback',
     asyncHandler(async (req, res) => {
-      const code = new URL(req.originalUrl, appOrigin).searchParams.get('code') ?? '';
-      const token = (await (
-        await fetch(`${base}/standin-token`, { method: 'POST', body: new URLSearchParams({ code }) })
-      ).json()) as { access_token: string };
-      const read = await fetch(`${base}/fhir/R4/Patient/${patientId}`, {
+      const query = new URL(req.originalUrl, appOrigin).searchParams;
+      const verifier = verifiers.get(query.get('state') ?? '');
+      if (!verifier) return void res.status(400).send('unknown state');
+      const answer = await fetch(`${base}/oauth2/token`, {
+        method: 'POST',
+        body: new URLSearchParams({
+          grant_type: 'authorization_code',
+          code: query.get('code') ?? '',
+          client_id: appId,
+          redirect_uri: redirectUri(),
+          code_verifier: verifier,
+        }),
+      });
+      const token = (await answer.json()) as { access_token?: string; patient?: string; id_token?: string };
+      const read = await fetch(`${base}/fhir/R4/Patient/${token.patient}`, {
         headers: { authorization: `Bearer ${token.access_token}` },
       });
       const patient = (await read.json()) as { name?: { family?: string }[] };
+      const idToken = JSON.parse(
+        Buffer.from(token.id_token?.split('.')[1] ?? '', 'base64url').toString() || '{}',
+      ) as {
+        fhirUser?: string;
+      };
       res
         .type('html')
         .send(
-          `<!doctype html><title>Done</title><p id="result">${read.status} ${patient.name?.[0]?.family}</p>`,
+          `<!doctype html><title>Done</title><p id="result">${answer.status} ${read.status} ${patient.name?.[0]?.family} ${idToken.fhirUser}</p>`,
         );
     }),
   );
@@ -149,7 +117,6 @@ beforeAll(async () => {
   const host = express();
   platform = fhirPlatform({ storage, bulk: false });
   host.use(platform.router);
-  host.use(authorizationStandIn());
   fhirServer = createServer(host);
   base = await listen(fhirServer);
   appServer = createServer(smartApp());
@@ -173,14 +140,16 @@ beforeAll(async () => {
     active: true,
     data: { emails: [{ value: 'alice@example.org' }] },
   });
-  await storage.createClient({
-    id: 'app1',
-    projectId: 'p1',
-    name: 'Test app',
-    scope: 'openid fhirUser user/*.rs',
-    admin: false,
-    superAdmin: false,
+  const registered = await platform.admin.newClient('p1', {
+    resourceType: 'Parameters',
+    parameter: [
+      { name: 'name', valueString: 'Test app' },
+      { name: 'public', valueBoolean: true },
+      { name: 'redirectUri', valueUri: `${appOrigin}/callback` },
+      { name: 'scope', valueString: 'openid fhirUser launch/patient user/*.rs' },
+    ],
   });
+  appId = registered.id;
 
   profileDir = mkdtempSync(path.join(tmpdir(), 'fpk-chromium-'));
   context = await chromium.launchPersistentContext(profileDir, {
@@ -220,13 +189,15 @@ describe.skipIf(!haveChromium)('SMART sign-in in headless Chromium', () => {
     await page.fill('input[name="login"]', 'alice');
     await page.fill('input[name="password"]', 'any');
     await page.click('button[type="submit"]');
-    await page.waitForSelector('button[type="submit"], #allow');
-    if (page.url().startsWith(idp.issuer)) await page.click('button[type="submit"]');
+    await page.waitForSelector('input[name="prompt"][value="consent"], button[value="approve"]', {
+      state: 'attached',
+    });
+    if (await page.$('input[name="prompt"][value="consent"]')) await page.click('button[type="submit"]');
     // Back at the platform, signed in: its consent page.
-    await page.waitForSelector('#allow');
-    expect(page.url().startsWith(`${base}/authorize`)).toBe(true);
-    await page.click('#allow');
+    await page.waitForSelector('button[value="approve"]');
+    expect(page.url().startsWith(`${base}/oauth2/authorize`)).toBe(true);
+    await page.click('button[value="approve"]');
     await page.waitForURL(`${appOrigin}/callback**`);
-    expect(await page.textContent('#result')).toBe('200 Liddell');
+    expect(await page.textContent('#result')).toBe(`200 200 Liddell ${base}/fhir/R4/Patient/${patientId}`);
   });
 });
