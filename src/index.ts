@@ -157,6 +157,10 @@ export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 export { projectRouter } from './project/router.js';
 export type { ProjectRouterOptions } from './project/router.js';
 export type { ProjectResource } from './project/project-resource.js';
+export type {
+  IdentityProviderView,
+  IdentityProviderClientAuth,
+} from './project/identity-provider-settings.js';
 export type { ClientApplicationResource } from './project/client-application.js';
 
 // Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper
@@ -238,5 +242,6 @@ export type {
   ExportEvent,
   DownloadEvent,
   RefusedEvent,
+  SignInEvent,
   RepeatedRefusals,
 } from './audit/events.js';
