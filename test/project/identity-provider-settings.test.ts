@@ -1,8 +1,11 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { projectRouter } from '../../src/project/router.js';
-import { memoryStorage } from '../../src/stores.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 const FHIR = '/api/fhir/R4';
@@ -90,5 +93,23 @@ describe('the identity provider in Project/$settings', () => {
     expect(local.status).toBe(200);
     const member = await settings(testToken({ projectId: 'p1' }), { name: 'idpClientId', valueString: 'd' });
     expect(member.status).toBe(403);
+  });
+});
+
+describe('the identity provider on the file store', () => {
+  it('survives a restart, private key included', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idp-file-'));
+    try {
+      const provider = { issuer: 'https://idp.example.org', clientId: 'c', privateKey: KEY, claim: 'sub' };
+      const first = await fileStorage({ dir });
+      await first.createProject({ id: 'p1', name: 'P1', strictMode: false });
+      await first.updateProject('p1', { identityProvider: provider });
+      await first.close();
+      const second = await fileStorage({ dir });
+      expect((await second.readProject('p1')).identityProvider).toEqual(provider);
+      await second.close();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
