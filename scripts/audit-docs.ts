@@ -294,6 +294,36 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
     },
   },
   {
+    title: 'SMART App Launch consent (the user approves an app, with a launch patient)',
+    record: {
+      kind: 'authorization',
+      action: 'consent',
+      result: 'granted',
+      clientId: 'patient-app',
+      clientName: 'Patient app',
+      scopes: ['launch/patient', 'patient/*.rs', 'openid', 'fhirUser', 'offline_access'],
+      patient: 'pat-7',
+      projectId: project,
+      actor: { kind: 'user', id: 'u-7', profile: 'Patient/pat-7' },
+      address,
+      recorded: at,
+    },
+  },
+  {
+    title: 'SMART refresh token used twice (its grant revoked)',
+    record: {
+      kind: 'authorization',
+      action: 'reuse',
+      result: 'refused',
+      clientId: 'patient-app',
+      clientName: 'Patient app',
+      projectId: project,
+      actor: { kind: 'user', id: 'u-7', profile: 'Patient/pat-7' },
+      address,
+      recorded: at,
+    },
+  },
+  {
     title: 'Token requests refused over maxRefusalSources (counted together, platform log)',
     record: {
       kind: 'token',

@@ -42,6 +42,20 @@ export type { Principal, Authenticate } from './http/principal.js';
 export type { PerRequest } from './auth/issuer.js';
 export { tokenRouter } from './auth/token-router.js';
 export type { TokenRouterOptions } from './auth/token-router.js';
+export { authorizationRouter } from './auth/authorization-router.js';
+export type { AuthorizationRouterOptions } from './auth/authorization-router.js';
+export { DEFAULT_AUTHORIZATION_PAGES } from './auth/authorization-pages.js';
+export type {
+  AuthorizationErrorPage,
+  AuthorizationForm,
+  AuthorizationPages,
+  ConsentPage,
+  PatientPickerPage,
+  PickerPatient,
+} from './auth/authorization-pages.js';
+export type { AuthenticateUser, SignInRequest, SignedInUser } from './auth/user-sign-in.js';
+export { introspectionRouter, revocationRouter } from './auth/revocation-router.js';
+export type { TokenManagementOptions } from './auth/revocation-router.js';
 export { bearerAuth } from './auth/bearer-auth.js';
 export type { BearerAuthOptions } from './auth/bearer-auth.js';
 export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
@@ -49,7 +63,6 @@ export { federatedSignIn } from './auth/federated-sign-in.js';
 export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
 export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
 export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
-export type { AuthenticateUser, SignInRequest, SignedInUser } from './auth/user-sign-in.js';
 export type {
   SigningKeys,
   SigningKeysOptions,
@@ -187,6 +200,10 @@ export type {
   ExportSnapshotOptions,
   FailureCount,
   FailureCountStore,
+  GrantFilter,
+  GrantKind,
+  GrantRecord,
+  GrantStore,
   PatientCompartment,
   ExportFileStore,
   ExportFileSink,

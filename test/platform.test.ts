@@ -277,13 +277,19 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
   });
 
   it('answers its SCIM mount and token endpoints as errorPaths, for the helpers outside the routers', async () => {
-    expect(platform.errorPaths).toEqual({ scim: ['/scim/v2'], oauth: ['/oauth2/token', '/oauth2/jwks'] });
+    expect(platform.errorPaths).toEqual({
+      scim: ['/scim/v2'],
+      oauth: ['/oauth2/token', '/oauth2/jwks', '/oauth2/revoke', '/oauth2/introspect'],
+    });
     const moved = fhirPlatform({
       storage,
       exportDir: dir,
       paths: { scim: '/identity/scim', token: '/auth/token', jwks: '/auth/keys' },
     });
-    expect(moved.errorPaths).toEqual({ scim: ['/identity/scim'], oauth: ['/auth/token', '/auth/keys'] });
+    expect(moved.errorPaths).toEqual({
+      scim: ['/identity/scim'],
+      oauth: ['/auth/token', '/auth/keys', '/oauth2/revoke', '/oauth2/introspect'],
+    });
     await moved.close();
   });
 

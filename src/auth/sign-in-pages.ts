@@ -4,6 +4,7 @@
  * (`federatedSignIn({ renderRefusal })`).
  */
 import type { Response } from 'express';
+import { escapeHtml } from './authorization-pages.js';
 
 /** Why a sign-in was refused. */
 export type SignInRefusalReason =
@@ -65,19 +66,6 @@ export const SIGN_IN_REFUSAL_STATUS: Readonly<Record<SignInRefusalReason, number
   'no-identity-provider': 403,
   'idp-unavailable': 502,
 };
-
-const ESCAPES: Record<string, string> = {
-  '&': '&amp;',
-  '<': '&lt;',
-  '>': '&gt;',
-  '"': '&quot;',
-  "'": '&#39;',
-};
-
-/** Text made safe inside HTML element content and attribute values. */
-export function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
-}
 
 /** The default refusal page. */
 export function defaultRefusalPage(refusal: SignInRefusal, title: string): string {

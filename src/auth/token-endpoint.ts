@@ -19,6 +19,7 @@ import { FailureLimitError, type FailureLimiter } from './failure-limiter.js';
 import { intersectScopes, splitScopes } from './scopes.js';
 import type { SigningKeys } from './signing-keys.js';
 import { exchangeCode, refreshTokens, type UserGrantSeen } from './user-token-grants.js';
+import { secretKey } from './user-grants.js';
 
 /**
  * A successful token response (RFC 6749 §5.1, SMART Backend Services "Response"; for a signed-in
@@ -200,7 +201,9 @@ async function userGrant(
   config: TokenEndpointConfig,
   grants: GrantStore,
 ): Promise<TokenResponse> {
-  const client = await authenticateRequestClient(request, config, true);
+  const client = await (grantType === 'refresh_token' && anonymousRequest(request)
+    ? refreshingPublicClient(request, config, grants)
+    : authenticateRequestClient(request, config, true));
   if (client.projectId === null)
     throw new OAuthError(400, 'unauthorized_client', 'The client belongs to no project');
   const seen: UserGrantSeen = {};
@@ -225,6 +228,26 @@ async function userGrant(
   return grantType === 'authorization_code'
     ? exchangeCode(userRequest, userConfig)
     : refreshTokens(userRequest, userConfig);
+}
+
+/** No credentials and no `client_id`: a public client refreshing (RFC 6749 §6 asks it for neither). */
+function anonymousRequest(request: TokenRequest): boolean {
+  return request.params.client_id === undefined && withoutCredentials(request.params, request.authorization);
+}
+
+/** The client a refresh token was issued to, when it is a public one (else `invalid_client`). */
+async function refreshingPublicClient(
+  request: TokenRequest,
+  config: TokenEndpointConfig,
+  grants: GrantStore,
+): Promise<ClientRecord> {
+  const token = formParam(request.params, 'refresh_token');
+  const grant = token === undefined ? undefined : await grants.get('refresh', secretKey(token));
+  if (!grant) throw new OAuthError(400, 'invalid_grant', 'The refresh token is invalid or expired');
+  if (request.seen) request.seen.claimedClientId = grant.clientId;
+  const client = await publicClient(config.storage, grant.clientId);
+  if (request.seen) request.seen.client = client;
+  return client;
 }
 
 /** Whether the request carries no client credentials at all (a public client's request). */

@@ -32,6 +32,7 @@ describe('buildAuditEvent', () => {
       'download',
       'refused',
       'sign-in',
+      'authorization',
     ];
     expect([...kinds].sort()).toEqual([...all].sort());
   });

@@ -3,6 +3,8 @@ import request from 'supertest';
 import { expect } from 'vitest';
 import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';
 import { formSignIn } from '../helpers/form-sign-in.js';
+import type { Storage } from '../../src/storage/types.js';
+import type { FhirPlatformOptions } from '../../src/platform.js';
 
 export const FHIR_BASE = 'http://fhir.test/fhir/R4';
 export const REDIRECT = 'https://app.example/cb';
@@ -22,8 +24,14 @@ export interface LaunchSetup extends PlatformTestApp {
   confidentialApp: { id: string; secret: string };
 }
 
-export async function launchSetup(): Promise<LaunchSetup> {
-  const base = await createPlatformApp({ authorization: { authenticateUser: formSignIn() } });
+export async function launchSetup(
+  store?: Storage,
+  extra: Partial<FhirPlatformOptions> = {},
+): Promise<LaunchSetup> {
+  const base = await createPlatformApp(
+    { authorization: { authenticateUser: formSignIn() }, ...extra },
+    store,
+  );
   const projectId = await base.initProject('launch');
   const { storage } = base;
   await storage.updateResource(projectId, {
