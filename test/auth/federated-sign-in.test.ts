@@ -238,6 +238,17 @@ describe('federatedSignIn with a real OpenID provider', () => {
     expect(page.body).toContain('access_denied');
   });
 
+  it("renders the host's own refusal page", async () => {
+    const fed = federatedSignIn({
+      storage,
+      renderRefusal: (r) => `<p>${r.reason} ${r.status} ${r.message}</p>`,
+    });
+    current = express().use('/oauth2/federation', fed.router);
+    const page = await new TestBrowser().request(`${origin}/oauth2/federation/callback?state=x`);
+    expect(page.status).toBe(400);
+    expect(page.body).toMatch(/^<p>bad-state 400 This sign-in has expired/);
+  });
+
   it('refuses a project without identity provider, and an unreachable one', async () => {
     await setProvider(undefined);
     const none = await new TestBrowser().follow(`${origin}/authorize?ticket=t4`);
