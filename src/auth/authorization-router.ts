@@ -116,8 +116,9 @@ function cookieValue(req: Request, name: string): string | undefined {
 export function authorizationRouter(options: AuthorizationRouterOptions): Router {
   const { onError } = checkRouterOptions(OWNER, options, KEYS, { authenticate: false });
   requireFunction(OWNER, 'authenticateUser', options.authenticateUser, 'must be a function');
-  const grants = options.grants ?? options.storage.grants;
-  if (!grants) optionError(OWNER, 'grants', 'grants are required: the storage has none');
+  const given = options.grants ?? options.storage.grants;
+  if (!given) optionError(OWNER, 'grants', 'grants are required: the storage has none');
+  const grants: GrantStore = given;
   const { storage, baseUrl, authenticateUser } = options;
   const pages: AuthorizationPages = { ...DEFAULT_AUTHORIZATION_PAGES, ...options.pages };
   const ticketLifetime = positiveNumber(OWNER, 'ticketLifetime', options.ticketLifetime ?? 600);
@@ -200,7 +201,7 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
     if (typeof ticket !== 'string' || ticket === '' || ticket.length > 100) {
       throw pageError(400, 'invalid_request', 'The request names no sign-in.');
     }
-    const grant = await grants!.get('ticket', ticket);
+    const grant = await grants.get('ticket', ticket);
     if (!grant) {
       throw pageError(
         400,
@@ -282,7 +283,7 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
       if ('patient' in launch) data.patient = launch.patient;
     }
     const updated = { ...grant, userId: user.id, data };
-    await grants!.put(updated);
+    await grants.put(updated);
     nextPage(req, res, updated, client, user);
   }
 
@@ -322,7 +323,7 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
       expiresAt: now() + ticketLifetime * 1000,
       data,
     };
-    await grants!.put(grant);
+    await grants.put(grant);
     setCookie(req, res, ticket, browser, ticketLifetime);
     await signIn(req, res, grant, client!);
   }
@@ -353,7 +354,7 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
     };
     const action = body.action;
     if (action === 'deny') {
-      if (!(await grants!.take('ticket', grant.key)))
+      if (!(await grants.take('ticket', grant.key)))
         throw pageError(400, 'expired', 'This sign-in was already completed.');
       audit(req, { action: 'deny', result: 'refused', scopes: data.scopes }, client, user);
       finish({ error: 'access_denied', error_description: 'The user denied access' });
@@ -380,7 +381,7 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
       const found = /^[A-Za-z0-9\-.]{1,64}$/.test(id) && (await findPatientById(grant.projectId, id));
       if (found) {
         const updated = { ...grant, data: { ...data, patient: id } };
-        await grants!.put(updated);
+        await grants.put(updated);
         nextPage(req, res, updated, client, user);
       } else {
         nextPage(req, res, grant, client, user);
@@ -392,9 +393,9 @@ export function authorizationRouter(options: AuthorizationRouterOptions): Router
       return;
     }
     // Taken once: a double submit gets one code.
-    if (!(await grants!.take('ticket', grant.key)))
+    if (!(await grants.take('ticket', grant.key)))
       throw pageError(400, 'expired', 'This sign-in was already completed.');
-    const code = await issueCode(grants!, {
+    const code = await issueCode(grants, {
       client,
       userId: user.id,
       now: now(),

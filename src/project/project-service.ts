@@ -109,7 +109,10 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
 
   async function revoke(projectId: string, clientId: string): Promise<ClientRecord> {
     const client = await projectClient(projectId, clientId);
-    return client.revoked ? client : storage.updateClient(client.id, { revoked: true });
+    const revoked = client.revoked ? client : await storage.updateClient(client.id, { revoked: true });
+    // Its users' refresh tokens and codes go too (its tokens already stop at bearerAuth).
+    await storage.grants?.revoke({ projectId, clientId: client.id });
+    return revoked;
   }
 
   const trail = config.auditTrail;

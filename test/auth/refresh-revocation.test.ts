@@ -1,5 +1,6 @@
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { secretKey } from '../../src/auth/user-grants.js';
 import { eventually } from '../helpers/eventually.js';
 import { REDIRECT, authorize, launchSetup, pkce, token, type LaunchSetup } from './smart-launch.js';
 
@@ -103,6 +104,16 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
     expect(unnamed.status).toBe(200);
     const none = await tokens('launch/patient patient/*.rs');
     expect(none.refresh_token).toBeUndefined();
+  });
+
+  it('revoking the app ends its refresh tokens', async () => {
+    const t = await tokens();
+    await setup.platform.admin.revokeClient(setup.projectId, setup.publicApp);
+    expect(await setup.storage.grants!.get('refresh', secretKey(t.refresh_token))).toBeUndefined();
+    const res = await refresh(t.refresh_token);
+    expect(res.status).toBe(401);
+    expect(res.body.error).toBe('invalid_client');
+    expect(await fhirStatus(t.access_token)).toBe(401);
   });
 
   it('revokes refresh tokens and access tokens (RFC 7009), 200 for unknown ones', async () => {

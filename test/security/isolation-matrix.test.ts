@@ -54,6 +54,15 @@ const PUBLIC = new Set([
   'post /oauth2/token',
   'all /oauth2/token',
   'get /oauth2/jwks',
+  // RFC 7009 / 7662: the caller authenticates as at the token endpoint (client credentials).
+  'post /oauth2/revoke',
+  'all /oauth2/revoke',
+  'post /oauth2/introspect',
+  'all /oauth2/introspect',
+  // SMART App Launch: the browser's user signs in there (mounted with authorization.authenticateUser).
+  'get /oauth2/authorize',
+  'post /oauth2/authorize',
+  'all /oauth2/authorize',
   'get /.well-known/smart-configuration',
   'get /fhir/R4/.well-known/smart-configuration',
   'get /fhir/R4/metadata',
