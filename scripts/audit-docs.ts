@@ -339,6 +339,36 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
         overflow: true,
       },
     },
+  },  {
+    title: 'Sign-in through the identity provider',
+    record: {
+      kind: 'sign-in',
+      result: 'success',
+      projectId: project,
+      actor: { kind: 'user', id: 'u-7', profile: 'Patient/jane' },
+      address,
+      recorded: at,
+      clientId: 'my-smart-app',
+      issuer: 'https://login.example.org',
+      claim: 'email',
+      identity: 'jane@example.org',
+    },
+  },
+  {
+    title: 'Sign-in refused (no SCIM user with that e-mail)',
+    record: {
+      kind: 'sign-in',
+      result: 'refused',
+      reason: 'unknown-user',
+      projectId: project,
+      actor: { kind: 'anonymous', name: 'jane@example.org' },
+      address,
+      recorded: at,
+      clientId: 'my-smart-app',
+      issuer: 'https://login.example.org',
+      claim: 'email',
+      identity: 'jane@example.org',
+    },
   },
 ];
 

@@ -59,6 +59,10 @@ export type { TokenManagementOptions } from './auth/revocation-router.js';
 export { bearerAuth } from './auth/bearer-auth.js';
 export type { BearerAuthOptions } from './auth/bearer-auth.js';
 export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
+export { federatedSignIn } from './auth/federated-sign-in.js';
+export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
+export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
+export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
 export type {
   SigningKeys,
   SigningKeysOptions,
@@ -108,6 +112,8 @@ export type {
   ProjectRecord,
   ProfileType,
   ProjectScimSettings,
+  ProjectIdentityProvider,
+  UserMatchAttribute,
   UserRecord,
   NewUser,
   UserChanges,
@@ -164,6 +170,10 @@ export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 export { projectRouter } from './project/router.js';
 export type { ProjectRouterOptions } from './project/router.js';
 export type { ProjectResource } from './project/project-resource.js';
+export type {
+  IdentityProviderView,
+  IdentityProviderClientAuth,
+} from './project/identity-provider-settings.js';
 export type { ClientApplicationResource } from './project/client-application.js';
 
 // Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper
@@ -249,5 +259,6 @@ export type {
   ExportEvent,
   DownloadEvent,
   RefusedEvent,
+  SignInEvent,
   RepeatedRefusals,
 } from './audit/events.js';

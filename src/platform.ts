@@ -30,6 +30,11 @@ import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { booleanOption, optionalFunction, optionError, positiveInteger } from './common/options.js';
 import { baseUrlOption, loggingOptions, storageOption } from './http/router-options.js';
 import { defaultIssuer } from './auth/issuer.js';
+import {
+  FEDERATION_CALLBACK_PATH,
+  federatedSignIn,
+  type FederatedSignInOptions,
+} from './auth/federated-sign-in.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;
@@ -44,7 +49,7 @@ export interface FhirPlatformPaths {
   token: string;
   /** @default '/oauth2/jwks' */
   jwks: string;
-  /** The authorization endpoint (SMART App Launch), mounted when `authorization.authenticateUser` is given. @default '/oauth2/authorize' */
+  /** The authorization endpoint (SMART App Launch). @default '/oauth2/authorize' */
   authorize: string;
   /** Token revocation (RFC 7009). @default '/oauth2/revoke' */
   revoke: string;
@@ -54,6 +59,11 @@ export interface FhirPlatformPaths {
   healthz: string;
   /** Readiness (storage reachable, export workers up). @default '/readyz' */
   readyz: string;
+  /**
+   * The federated sign-in's router: the identity providers' `redirect_uri` is this path followed
+   * by `/callback`. @default '/oauth2/federation'
+   */
+  federation: string;
 }
 
 /** Options of {@link fhirPlatform}. */
@@ -113,10 +123,11 @@ export interface FhirPlatformOptions {
   /** Options of the token endpoint, `tokenRouter` (docs/auth.md). @default {} */
   token?: Own<TokenRouterOptions>;
   /**
-   * Options of the authorization endpoint of SMART App Launch, `authorizationRouter` (docs/auth.md):
-   * with `authenticateUser` (how users sign in) it is mounted at `paths.authorize`, and discovery
-   * advertises the authorization code flow.
-   * @default {} (no authorization endpoint)
+   * Options of the authorization endpoint of SMART App Launch, `authorizationRouter` (docs/auth.md),
+   * mounted at `paths.authorize`. `authenticateUser` signs users in (the authorization endpoint asks
+   * it who the browser's user is); the default is `federatedSignIn` with each project's OpenID
+   * Connect identity provider (docs/login.md), its callback mounted at `paths.federation`.
+   * @default {} (authenticateUser: federatedSignIn({ storage, ...federation }))
    */
   authorization?: Own<Omit<AuthorizationRouterOptions, 'authenticateUser'>> & {
     authenticateUser?: AuthenticateUser;
@@ -153,6 +164,14 @@ export interface FhirPlatformOptions {
    * @default { enabled: true } (no journal)
    */
   audit?: AuditOptions;
+  /**
+   * Options of the default `federatedSignIn` (`defaultProvider`, `texts`, `renderRefusal`,
+   * `lifetime`, `discoveryTtl`); with `authorization.authenticateUser` it is an option error.
+   * @default {}
+   */
+  federation?: Partial<
+    Omit<FederatedSignInOptions, 'storage' | 'signingKeys' | 'auditTrail' | 'onError' | 'callbackUrl'>
+  >;
 }
 
 /** What {@link fhirPlatform} returns: one router to mount at the host's root, and its lifecycle. */
@@ -169,6 +188,8 @@ export interface FhirPlatform {
    * same protocol as the routers: relative to where the host mounts `router` (prefix that path).
    */
   errorPaths: Required<ErrorPaths>;
+  /** The sign-in the authorization endpoint uses: `authorization.authenticateUser`, or the federated one. */
+  authenticateUser: AuthenticateUser;
   /** Resolves when background work (export job resume) has started. */
   ready: Promise<void>;
   /**
@@ -191,6 +212,7 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
   introspect: '/oauth2/introspect',
   healthz: '/healthz',
   readyz: '/readyz',
+  federation: '/oauth2/federation',
 };
 
 const OWNER = 'fhirPlatform';
@@ -216,6 +238,7 @@ const PLATFORM_KEYS: OptionKeys<FhirPlatformOptions> = {
   logRequests: true,
   readyTimeout: true,
   audit: true,
+  federation: true,
 };
 
 const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
@@ -228,6 +251,7 @@ const PATH_KEYS: OptionKeys<FhirPlatformPaths> = {
   introspect: true,
   healthz: true,
   readyz: true,
+  federation: true,
 };
 
 function normalisePath(name: string, value: unknown): string {
@@ -258,6 +282,13 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
   optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
+  if (options.authorization?.authenticateUser && options.federation) {
+    optionError(
+      OWNER,
+      'federation',
+      'federation configures the default sign-in: give it or authorization.authenticateUser',
+    );
+  }
   baseUrlOption(OWNER, options.baseUrl);
   loggingOptions(OWNER, options);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
@@ -333,8 +364,14 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     router.get(paths.healthz, livenessHandler());
     router.get(paths.readyz, readinessHandler(checks));
     if (logRequests && logger) router.use(requestLogger(logger));
-    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events.
-    router.use(recordRefusals(auditTrail, (path) => path.startsWith(paths.token)));
+    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events,
+    // the federated sign-in as `sign-in` events.
+    router.use(
+      recordRefusals(
+        auditTrail,
+        (path) => path.startsWith(paths.token) || path.startsWith(`${paths.federation}/`),
+      ),
+    );
 
     const tokenOptions = {
       fhirBase,
@@ -353,22 +390,34 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     const tokenUrl = (req: Request) => `${platformIssuer(req)}${paths.token}`;
     router.use(paths.revoke, revocationRouter({ ...tokenOptions, tokenUrl }));
     router.use(paths.introspect, introspectionRouter({ ...tokenOptions, tokenUrl, authenticate }));
-    const authenticateUser = options.authorization?.authenticateUser;
-    if (authenticateUser) {
-      router.use(
-        paths.authorize,
-        authorizationRouter({
-          fhirBase,
-          ...options.authorization,
-          authenticateUser,
-          storage,
-          baseUrl,
-          grants,
-          ...logging,
-          auditTrail,
-        }),
-      );
+    // The sign-in of SMART apps' users: the host's, or the federated one with its callback here.
+    let authenticateUser = options.authorization?.authenticateUser;
+    if (!authenticateUser) {
+      const federation = federatedSignIn({
+        ...options.federation,
+        storage,
+        signingKeys: keys,
+        auditTrail,
+        onError: errorSink(logging),
+        callbackUrl: (req) => `${platformIssuer(req)}${paths.federation}${FEDERATION_CALLBACK_PATH}`,
+      });
+      router.use(paths.federation, federation.router);
+      authenticateUser = federation.authenticateUser;
     }
+
+    router.use(
+      paths.authorize,
+      authorizationRouter({
+        fhirBase,
+        ...options.authorization,
+        authenticateUser,
+        storage,
+        baseUrl,
+        grants,
+        ...logging,
+        auditTrail,
+      }),
+    );
 
     const smartConfig = smartConfigurationHandler({
       baseUrl,
@@ -376,7 +425,8 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       jwksEndpoint: paths.jwks,
       revocationEndpoint: paths.revoke,
       introspectionEndpoint: paths.introspect,
-      ...(authenticateUser ? { authorizationEndpoint: paths.authorize, issuer: platformIssuer } : {}),
+      authorizationEndpoint: paths.authorize,
+      issuer: platformIssuer,
       relativeToMount: true,
     });
     router.get('/.well-known/smart-configuration', smartConfig);
@@ -434,6 +484,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       router,
       admin,
       errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect] },
+      authenticateUser,
       ready: bulk ? bulk.ready : Promise.resolve(),
       close: async () => {
         await bulk?.close();

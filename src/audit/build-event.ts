@@ -345,6 +345,31 @@ function describe(record: AuditRecord): Described {
         ],
       };
     }
+    case 'sign-in': {
+      const details = [detail('result', record.result)];
+      if (record.issuer !== undefined) details.push(detail('issuer', record.issuer));
+      if (record.claim !== undefined && record.identity !== undefined)
+        details.push(detail(`claim:${record.claim}`, record.identity));
+      const entity: AuditEventEntity[] = [
+        {
+          ...(record.clientId !== undefined
+            ? { what: identified(IDENTIFIER_SYSTEMS.client, record.clientId) }
+            : {}),
+          type: ENTITY_KIND.systemObject,
+          role: ENTITY_ROLE.securityResource,
+          description: 'sign-in through the identity provider',
+          detail: details,
+        },
+      ];
+      return {
+        type: EVENT_TYPE.userAuthentication,
+        subtype: [EVENT_SUBTYPE.login],
+        action: 'E',
+        outcome: record.result === 'success' ? '0' : '4',
+        ...(record.result === 'refused' ? { outcomeDesc: record.reason ?? 'refused' } : {}),
+        entity,
+      };
+    }
     case 'authorization': {
       const details = [detail('action', record.action)];
       if (record.scopes?.length) details.push(detail('scope', record.scopes.join(' ')));

@@ -161,6 +161,25 @@ export interface RefusedEvent extends AuditBase {
 }
 
 /**
+ * A user's sign-in through the project's identity provider for a SMART app (`federatedSignIn`):
+ * the user found, or refused with the reason (an unknown or inactive user, an identity provider
+ * error, a state that does not match).
+ */
+export interface SignInEvent extends AuditBase {
+  kind: 'sign-in';
+  result: 'success' | 'refused';
+  /** Why it was refused (`unknown-user`, `inactive-user`, `idp-error`, `bad-state`, …). */
+  reason?: string;
+  /** The SMART app the user signs in to. */
+  clientId?: string;
+  /** The identity provider's issuer. */
+  issuer?: string;
+  /** The identity the provider asserted: the claim compared (`email`) and its value. */
+  claim?: string;
+  identity?: string;
+}
+
+/**
  * SMART App Launch: a user's consent to an app (`consent`, or `deny`), a token refresh (`refresh`),
  * a used authorization code or refresh token presented again (`reuse`: what it gave is revoked), a
  * token revoked at the revocation endpoint (`revoke`).
@@ -189,6 +208,7 @@ export type AuditRecord =
   | ExportEvent
   | DownloadEvent
   | RefusedEvent
+  | SignInEvent
   | AuthorizationEvent;
 
 export type AuditKind = AuditRecord['kind'];

@@ -41,5 +41,16 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       'Set both SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET (--super-admin-client-id, --super-admin-client-secret), or neither',
     );
   }
+  if (Boolean(values.idpIssuer) !== Boolean(values.idpClientId)) {
+    throw new UsageError('Set both IDP_ISSUER and IDP_CLIENT_ID (--idp-issuer, --idp-client-id), or neither');
+  }
+  if (values.idpClientSecret && values.idpPrivateKeyFile) {
+    throw new UsageError(
+      'Set IDP_CLIENT_SECRET (--idp-client-secret) or IDP_PRIVATE_KEY_FILE (--idp-private-key-file), not both',
+    );
+  }
+  if (!values.idpIssuer && (values.idpClientSecret || values.idpPrivateKeyFile)) {
+    throw new UsageError('IDP_CLIENT_SECRET and IDP_PRIVATE_KEY_FILE need IDP_ISSUER (--idp-issuer) too');
+  }
   return { ...values, baseUrl: values.baseUrl ?? `http://localhost:${values.port}` };
 }

@@ -307,6 +307,65 @@ export const SERVE_SETTINGS = {
       '`true`: SCIM answers carry the `userName` the identity provider sent ([docs/scim.md](docs/scim.md))',
     read: boolean,
   },
+  idpIssuer: {
+    env: 'IDP_ISSUER',
+    flag: '--idp-issuer <url>',
+    description:
+      'the OpenID Connect identity provider users sign in with, for projects that set none of their own: its issuer (`https://`, or `http://` on localhost) ([docs/login.md](docs/login.md)); register `<BASE_URL>/oauth2/federation/callback` there',
+    read: (text, invalid) => {
+      if (text === undefined) return undefined;
+      const url = URL.canParse(text)
+        ? new URL(text)
+        : invalid('an absolute https URL (http only on localhost)');
+      const local = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
+      if (url.protocol !== 'https:' && !(url.protocol === 'http:' && local))
+        invalid('an absolute https URL (http only on localhost)');
+      return text.replace(/\/+$/, '');
+    },
+  },
+  idpClientId: {
+    env: 'IDP_CLIENT_ID',
+    flag: '--idp-client-id <id>',
+    description: "the platform's client id at that provider (with `IDP_ISSUER`)",
+    read: optionalText,
+  },
+  idpClientSecret: {
+    env: 'IDP_CLIENT_SECRET',
+    flag: '--idp-client-secret <secret>',
+    description: 'its client secret (`client_secret_basic`)',
+    read: optionalText,
+  },
+  idpPrivateKeyFile: {
+    env: 'IDP_PRIVATE_KEY_FILE',
+    flag: '--idp-private-key-file <file>',
+    description: 'or a file holding its private JWK (JSON), to authenticate with `private_key_jwt`',
+    read: (text) => (text === undefined ? undefined : path.resolve(text)),
+  },
+  idpScope: {
+    env: 'IDP_SCOPE',
+    flag: '--idp-scope <scopes>',
+    defaultText: 'openid email profile',
+    description: 'scopes asked of the provider (with `openid`)',
+    read: (text, invalid) => {
+      const scope = (text ?? 'openid email profile').split(/\s+/).join(' ');
+      if (!scope.split(' ').includes('openid')) invalid('scopes including openid');
+      return scope;
+    },
+  },
+  idpClaim: {
+    env: 'IDP_CLAIM',
+    flag: '--idp-claim <claim>',
+    defaultText: 'email',
+    description: "the provider's claim that names the user (`email`, `preferred_username`, `sub`, …)",
+    read: (text) => text ?? 'email',
+  },
+  idpMatch: {
+    env: 'IDP_MATCH',
+    flag: '--idp-match <attribute>',
+    defaultText: 'email',
+    description: 'the SCIM user attribute the claim must equal: `email`, `userName` or `externalId`',
+    read: (text, invalid) => oneOf(['email', 'userName', 'externalId'] as const)(text, invalid) ?? 'email',
+  },
   allowPrivateJwksAddresses: {
     env: 'ALLOW_PRIVATE_JWKS_ADDRESSES',
     flag: '--allow-private-jwks-addresses',

@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import path from 'node:path';
@@ -12,6 +13,7 @@ import {
   provisionSuperAdminClient,
   type FhirPlatform,
   type Logger,
+  type ProjectIdentityProvider,
   type Storage,
 } from '../index.js';
 import { CliError, EXIT } from './cli-error.js';
@@ -46,6 +48,31 @@ function listenError(error: unknown, config: StandaloneConfig): unknown {
             ? `Cannot listen on ${where}: permission denied (ports below 1024 need privileges). Choose another port with PORT (--port)`
             : undefined;
   return message ? new CliError(message, EXIT.failure, { cause: error }) : error;
+}
+
+/** The identity provider of projects that set none (`IDP_*`); the key file read now. */
+async function defaultIdentityProvider(config: StandaloneConfig): Promise<ProjectIdentityProvider> {
+  let privateKey: Record<string, unknown> | undefined;
+  if (config.idpPrivateKeyFile) {
+    try {
+      privateKey = JSON.parse(await readFile(config.idpPrivateKeyFile, 'utf8')) as Record<string, unknown>;
+    } catch (error) {
+      throw new CliError(
+        `IDP_PRIVATE_KEY_FILE (--idp-private-key-file): cannot read a JWK from ${config.idpPrivateKeyFile}`,
+        EXIT.failure,
+        { cause: error },
+      );
+    }
+  }
+  return {
+    issuer: config.idpIssuer!,
+    clientId: config.idpClientId!,
+    ...(config.idpClientSecret ? { clientSecret: config.idpClientSecret } : {}),
+    ...(privateKey ? { privateKey } : {}),
+    scope: config.idpScope,
+    claim: config.idpClaim,
+    matchAttribute: config.idpMatch,
+  };
 }
 
 /**
@@ -99,6 +126,9 @@ export async function startStandalone(
         pool: { maxThreads: config.bulkExportThreads },
       },
       fhir: { defaultReturn: config.fhirDefaultReturn },
+      ...(config.idpIssuer && config.idpClientId
+        ? { federation: { defaultProvider: await defaultIdentityProvider(config) } }
+        : {}),
       // Registration and fetching follow one setting; unset leaves their default.
       ...(config.allowPrivateJwksAddresses === undefined
         ? {}

@@ -1,4 +1,5 @@
 import type { ProjectRecord, ProjectScimSettings } from '../storage/types.js';
+import { identityProviderView, type IdentityProviderView } from './identity-provider-settings.js';
 
 /** The `Project` resource the project operations answer (a custom, non-R4 resource type). */
 export interface ProjectResource {
@@ -11,6 +12,8 @@ export interface ProjectResource {
   owner?: { reference: string };
   /** The project's own SCIM settings (see `Project/{id}/$settings`), when it has any. */
   scim?: ProjectScimSettings;
+  /** The project's OpenID Connect identity provider, without its secret or private key. */
+  identityProvider?: IdentityProviderView;
   meta: { versionId: string; lastUpdated: string };
 }
 
@@ -24,6 +27,7 @@ export function projectResource(project: ProjectRecord): ProjectResource {
     strictMode: project.strictMode,
     ...(project.ownerUserId !== undefined ? { owner: { reference: `User/${project.ownerUserId}` } } : {}),
     ...(project.scim && Object.keys(project.scim).length > 0 ? { scim: { ...project.scim } } : {}),
+    ...(project.identityProvider ? { identityProvider: identityProviderView(project.identityProvider) } : {}),
     meta: { versionId: String(project.version), lastUpdated: project.updatedAt },
   };
 }

@@ -1,9 +1,17 @@
 /**
- * A project's own settings (today: how its SCIM API treats identity providers), given to
- * `Project/$init` and changed later with `Project/{id}/$settings`. See docs/project-init.md.
+ * A project's own settings (how its SCIM API treats identity providers, given to `Project/$init`;
+ * and its OpenID Connect identity provider), changed later with `Project/{id}/$settings`. See
+ * docs/project-init.md and docs/login.md.
  */
 import { USER_TYPES } from '../scim/schema.js';
 import type { ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
+import {
+  applyIdentityProviderChange,
+  IDENTITY_PROVIDER_PARAMETERS,
+  IDENTITY_PROVIDER_RESET,
+  readIdentityProviderChange,
+  type IdentityProviderChange,
+} from './identity-provider-settings.js';
 import { invalidParameter, readParameters, type ParameterValue } from './parameters.js';
 
 /** The settings parameters, shared by `$init` and `$settings`. */
@@ -15,6 +23,7 @@ export const SETTINGS_PARAMETERS = {
 /** The input parameters of `$settings`: the settings, and `reset` naming settings to clear. */
 export const SETTINGS_OPERATION_PARAMETERS = {
   ...SETTINGS_PARAMETERS,
+  ...IDENTITY_PROVIDER_PARAMETERS,
   reset: { type: ['code', 'string'], repeats: true },
 } as const;
 
@@ -53,15 +62,30 @@ export interface SettingsChange {
   scim: ProjectScimSettings;
   /** Settings to clear (they follow the router option again). */
   reset: (keyof ProjectScimSettings)[];
+  /** Identity provider fields to set (`idp*` parameters). */
+  identityProvider: IdentityProviderChange;
+  /** Remove the identity provider (`reset` `identityProvider`). */
+  resetIdentityProvider: boolean;
 }
 
 /** Reads and checks the `$settings` `Parameters` body (400 with an `expression` for every problem). */
 export function parseSettingsParameters(body: unknown): SettingsChange {
   const read = readParameters(body, SETTINGS_OPERATION_PARAMETERS);
-  const change: SettingsChange = { scim: readScimSettings(read), reset: [] };
+  const change: SettingsChange = {
+    scim: readScimSettings(read),
+    reset: [],
+    identityProvider: readIdentityProviderChange(read),
+    resetIdentityProvider: false,
+  };
   for (const item of read.reset) {
+    if (item.value === IDENTITY_PROVIDER_RESET) {
+      if (Object.keys(change.identityProvider).length > 0)
+        throw invalidParameter(item.expression, `'${IDENTITY_PROVIDER_RESET}' is both set and reset`);
+      change.resetIdentityProvider = true;
+      continue;
+    }
     if (!Object.hasOwn(SCIM_KEYS, item.value)) {
-      const names = Object.keys(SCIM_KEYS).join(', ');
+      const names = [...Object.keys(SCIM_KEYS), IDENTITY_PROVIDER_RESET].join(', ');
       throw invalidParameter(item.expression, `'reset' must name a setting: ${names}`);
     }
     const name = item.value as SettingName;
@@ -84,6 +108,11 @@ export function updateProjectSettings(
     const current = await tx.readProject(projectId);
     const scim: ProjectScimSettings = { ...current.scim, ...change.scim };
     for (const key of change.reset) delete scim[key];
-    return tx.updateProject(projectId, { scim });
+    const identityProvider = change.resetIdentityProvider
+      ? undefined
+      : applyIdentityProviderChange(current.identityProvider, change.identityProvider, (text) =>
+          invalidParameter('Parameters', text),
+        );
+    return tx.updateProject(projectId, { scim, identityProvider });
   });
 }

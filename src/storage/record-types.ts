@@ -15,6 +15,11 @@ export interface ProjectRecord {
   ownerUserId?: string;
   /** The project's SCIM settings; each one absent follows the `scimRouter` option. */
   scim?: ProjectScimSettings;
+  /**
+   * The project's OpenID Connect identity provider, through which its SCIM users sign in to SMART
+   * apps (`federatedSignIn`); absent: the platform's default provider, if any.
+   */
+  identityProvider?: ProjectIdentityProvider;
   createdAt: string;
   updatedAt: string;
   /** Incremented on every change; the ETag of the record. */
@@ -29,6 +34,31 @@ export interface ProjectScimSettings {
   defaultUserType?: ProfileType;
   /** Answer `userName` with the name the client sent instead of the profile id. */
   echoUserName?: boolean;
+}
+
+/** The SCIM user attribute an identity provider's claim is compared with. */
+export type UserMatchAttribute = 'userName' | 'externalId' | 'email';
+
+/**
+ * A project's OpenID Connect identity provider (Entra, Okta, Keycloak, …): the platform signs in
+ * to it as a relying party with the authorization code flow, then finds the SCIM user whose
+ * `matchAttribute` equals the `claim` of the signed-in identity.
+ */
+export interface ProjectIdentityProvider {
+  /** The issuer identifier; its `/.well-known/openid-configuration` is read. */
+  issuer: string;
+  /** The platform's client id at the provider. */
+  clientId: string;
+  /** The client secret (`client_secret_basic`). Stored to be sent; never answered. */
+  clientSecret?: string;
+  /** A private JWK (`private_key_jwt`), instead of a secret. Stored to sign; never answered. */
+  privateKey?: Record<string, unknown>;
+  /** Scopes asked of the provider, space-separated. @default 'openid email profile' */
+  scope?: string;
+  /** The claim (of the ID token, else of userinfo) that names the user. @default 'email' */
+  claim?: string;
+  /** The SCIM attribute the claim is compared with. @default 'email' */
+  matchAttribute?: UserMatchAttribute;
 }
 
 export interface UserRecord {

@@ -31,6 +31,7 @@ describe('buildAuditEvent', () => {
       'export',
       'download',
       'refused',
+      'sign-in',
       'authorization',
     ];
     expect([...kinds].sort()).toEqual([...all].sort());

@@ -89,7 +89,9 @@ describe('user access tokens', () => {
 
   it('refuses a token whose profile no longer matches the user', async () => {
     const { token: t } = await token({ id: 'u1', fhirUser: 'Patient/other' });
-    expect((await request(app).get('/fhir/R4/Observation').set('Authorization', `Bearer ${t}`)).status).toBe(401);
+    expect((await request(app).get('/fhir/R4/Observation').set('Authorization', `Bearer ${t}`)).status).toBe(
+      401,
+    );
   });
 
   it('never gives a user token admin rights', async () => {
@@ -100,7 +102,9 @@ describe('user access tokens', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ admin: false, superAdmin: false, kind: 'user' });
     const withAdmin = await token({ id: 'u1', fhirUser: 'Patient/pat1' }, ['project:admin']);
-    const refused = await request(app).get('/fhir/R4/Observation').set('Authorization', `Bearer ${withAdmin.token}`);
+    const refused = await request(app)
+      .get('/fhir/R4/Observation')
+      .set('Authorization', `Bearer ${withAdmin.token}`);
     expect(refused.status).toBe(401);
   });
 });
