@@ -260,5 +260,6 @@ export type {
   DownloadEvent,
   RefusedEvent,
   SignInEvent,
+  AuthorizationEvent,
   RepeatedRefusals,
 } from './audit/events.js';
