@@ -82,6 +82,7 @@ export {
 export type { SuperAdminCredentials } from './auth/super-admin.js';
 export {
   smartConfigurationHandler,
+  openidConfigurationHandler,
   smartSecurity,
   DEFAULT_SCOPES_SUPPORTED,
 } from './auth/smart-configuration.js';

@@ -9,7 +9,11 @@ import { introspectionRouter, revocationRouter } from './auth/revocation-router.
 import type { AuthenticateUser } from './auth/user-sign-in.js';
 import { MemoryGrants } from './storage/memory-grants.js';
 import type { GrantStore } from './storage/types.js';
-import { smartConfigurationHandler, smartSecurity } from './auth/smart-configuration.js';
+import {
+  openidConfigurationHandler,
+  smartConfigurationHandler,
+  smartSecurity,
+} from './auth/smart-configuration.js';
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
@@ -431,6 +435,23 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     });
     router.get('/.well-known/smart-configuration', smartConfig);
     router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
+    // Where an app checking an id_token finds this issuer's keys (OpenID Connect Discovery).
+    router.get(
+      '/.well-known/openid-configuration',
+      openidConfigurationHandler(
+        {
+          baseUrl,
+          tokenEndpoint: paths.token,
+          jwksEndpoint: paths.jwks,
+          revocationEndpoint: paths.revoke,
+          introspectionEndpoint: paths.introspect,
+          authorizationEndpoint: paths.authorize,
+          issuer,
+          relativeToMount: true,
+        },
+        async () => [(await keys.current()).alg],
+      ),
+    );
 
     const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
     const projectOptions = { ...options.project, ...common };

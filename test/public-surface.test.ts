@@ -61,6 +61,7 @@ const ROOT = [
   'notFoundHandler',
   'oauthErrorHandler',
   'openFileExportReader',
+  'openidConfigurationHandler',
   'platformAdmin',
   'projectRouter',
   'protectServer',

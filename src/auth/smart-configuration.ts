@@ -164,6 +164,53 @@ export function smartConfigurationHandler(options: SmartConfigurationOptions = {
 }
 
 /**
+ * The OpenID Connect discovery document (OpenID Connect Discovery 1.0 §3) of the server that issues
+ * SMART apps' `id_token`s, served at `{issuer}/.well-known/openid-configuration` so that an app can
+ * find the keys to check one. Built from the SMART configuration (`authorizationEndpoint` set): the
+ * same issuer and endpoints, plus the OpenID fields. `signingAlgorithms` are the `alg`s of the keys
+ * that sign tokens.
+ */
+export function openidConfiguration(
+  req: Request,
+  options: SmartConfigurationOptions & { authorizationEndpoint: string },
+  signingAlgorithms: readonly string[],
+): Record<string, unknown> {
+  const smart = smartConfiguration(req, options);
+  const pick = (...names: string[]) =>
+    Object.fromEntries(names.filter((n) => smart[n] !== undefined).map((n) => [n, smart[n]]));
+  return {
+    ...pick('issuer', 'authorization_endpoint', 'token_endpoint', 'jwks_uri'),
+    ...pick('revocation_endpoint', 'introspection_endpoint'),
+    response_types_supported: ['code'],
+    subject_types_supported: ['public'],
+    id_token_signing_alg_values_supported: [...signingAlgorithms],
+    scopes_supported: (smart.scopes_supported as string[]).filter((scope) => !scope.includes('/')),
+    claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'nonce', 'fhirUser'],
+    ...pick(
+      'grant_types_supported',
+      'code_challenge_methods_supported',
+      'token_endpoint_auth_methods_supported',
+      'token_endpoint_auth_signing_alg_values_supported',
+    ),
+  };
+}
+
+/** Express handler answering `GET {issuer}/.well-known/openid-configuration` with `openidConfiguration`. */
+export function openidConfigurationHandler(
+  options: SmartConfigurationOptions & { authorizationEndpoint: string },
+  signingAlgorithms: () => Promise<readonly string[]>,
+): RequestHandler {
+  return (req, res, next) => {
+    signingAlgorithms().then(
+      (algorithms) => {
+        res.set('Cache-Control', 'public, max-age=3600').json(openidConfiguration(req, options, algorithms));
+      },
+      (error: unknown) => next(error),
+    );
+  };
+}
+
+/**
  * The `CapabilityStatement.rest.security` block declaring SMART on FHIR security and the token URL
  * (the `oauth-uris` extension of SMART App Launch). `tokenUrl` is absolute.
  */

@@ -1,4 +1,4 @@
-import { decodeJwt } from 'jose';
+import { createLocalJWKSet, decodeJwt, jwtVerify } from 'jose';
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
@@ -64,11 +64,31 @@ describe('SMART App Launch: authorization code flow', () => {
       nonce: 'n-1',
       fhirUser: `${FHIR_BASE}/Patient/pat1`,
     });
-    // The access token is accepted (not 401) by the FHIR routes.
+    // The id_token checks out against the keys its issuer's OpenID discovery document names.
+    const discovery = await request(setup.app).get('/.well-known/openid-configuration');
+    expect(discovery.status).toBe(200);
+    expect(discovery.body).toMatchObject({
+      issuer: id.iss,
+      authorization_endpoint: 'http://fhir.test/oauth2/authorize',
+      token_endpoint: 'http://fhir.test/oauth2/token',
+      response_types_supported: ['code'],
+      subject_types_supported: ['public'],
+      code_challenge_methods_supported: ['S256'],
+    });
+    expect(discovery.body.scopes_supported).toEqual(expect.arrayContaining(['openid', 'fhirUser']));
+    const jwksPath = new URL(discovery.body.jwks_uri as string).pathname;
+    const jwks = await request(setup.app).get(jwksPath);
+    const verified = await jwtVerify(res.body.id_token as string, createLocalJWKSet(jwks.body), {
+      issuer: discovery.body.issuer as string,
+      audience: setup.publicApp,
+      algorithms: discovery.body.id_token_signing_alg_values_supported as string[],
+    });
+    expect(verified.payload.sub).toBe(setup.users.patient);
+    // The access token reads the launch patient (patient/*.rs).
     const read = await request(setup.app)
       .get('/fhir/R4/Patient/pat1')
       .set('Authorization', `Bearer ${res.body.access_token as string}`);
-    expect(read.status).not.toBe(401);
+    expect(read.status).toBe(200);
   });
 
   it('a confidential app must authenticate with its secret', async () => {
