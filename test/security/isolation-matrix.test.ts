@@ -60,12 +60,15 @@ const PUBLIC = new Set([
   'all /oauth2/revoke',
   'post /oauth2/introspect',
   'all /oauth2/introspect',
-  // SMART App Launch: the browser's user signs in there (mounted with authorization.authenticateUser).
+  // SMART App Launch: the browser's user signs in there (always mounted; federated sign-in by default).
   'get /oauth2/authorize',
   'post /oauth2/authorize',
   'all /oauth2/authorize',
+  // The identity provider sends the browser back there; the signed state cookie decides.
+  'get /oauth2/federation/callback',
   'get /.well-known/smart-configuration',
   'get /fhir/R4/.well-known/smart-configuration',
+  'get /.well-known/openid-configuration',
   'get /fhir/R4/metadata',
   'all /fhir/R4/metadata',
 ]);
