@@ -106,7 +106,14 @@ export function scopedStorage<T extends StorageOperations>(storage: T, access: D
       const limit = await access.limit(type, 'search');
       if (limit === undefined) return storage.searchResources(projectId, type, query);
       const compartment = limitCompartment(query.compartment, limit);
-      return storage.searchResources(projectId, type, { ...query, ...(compartment ? { compartment } : {}) });
+      // A chain or `_has` must find its other resources within reach too: `where` tests them through
+      // this view (its resolver), so a store must not skip it on its own indexes' word.
+      const reaching = query.search?.filters.some((f) => f.kind !== 'parameter') === true;
+      return storage.searchResources(projectId, type, {
+        ...query,
+        ...(compartment ? { compartment } : {}),
+        ...(reaching ? { whereIsSearch: false } : {}),
+      });
     },
     async createResource(projectId: string, resource: FhirResource): Promise<StoredResource> {
       // A create's id is the server's: there is no current resource to check.
