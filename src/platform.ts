@@ -423,34 +423,23 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       }),
     );
 
-    const smartConfig = smartConfigurationHandler({
+    const discovery = {
       baseUrl,
       tokenEndpoint: paths.token,
       jwksEndpoint: paths.jwks,
       revocationEndpoint: paths.revoke,
       introspectionEndpoint: paths.introspect,
       authorizationEndpoint: paths.authorize,
-      issuer: platformIssuer,
       relativeToMount: true,
-    });
+    };
+    const smartConfig = smartConfigurationHandler({ ...discovery, issuer: platformIssuer });
     router.get('/.well-known/smart-configuration', smartConfig);
     router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
-    // Where an app checking an id_token finds this issuer's keys (OpenID Connect Discovery).
+    // Where an app checking an id_token (its `iss` is the token issuer) finds the keys: OpenID
+    // Connect Discovery.
     router.get(
       '/.well-known/openid-configuration',
-      openidConfigurationHandler(
-        {
-          baseUrl,
-          tokenEndpoint: paths.token,
-          jwksEndpoint: paths.jwks,
-          revocationEndpoint: paths.revoke,
-          introspectionEndpoint: paths.introspect,
-          authorizationEndpoint: paths.authorize,
-          issuer,
-          relativeToMount: true,
-        },
-        async () => [(await keys.current()).alg],
-      ),
+      openidConfigurationHandler({ ...discovery, issuer }, async () => [(await keys.current()).alg]),
     );
 
     const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
