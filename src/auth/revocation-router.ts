@@ -156,15 +156,7 @@ export function revocationRouter(options: TokenManagementOptions): Router {
       res.set('Cache-Control', 'no-store').status(200).end();
     }),
   );
-  router.all('/', (_req, _res, next) => {
-    next(
-      new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'This endpoint accepts POST only', {
-        headers: { Allow: 'POST' },
-      }),
-    );
-  });
-  router.use(oauthErrorHandler(logError));
-  return router;
+  return postOnly(router, logError);
 }
 
 /**
@@ -278,6 +270,11 @@ export function introspectionRouter(options: TokenManagementOptions): Router {
       res.set('Cache-Control', 'no-store').json(visible ? answer : { active: false });
     }),
   );
+  return postOnly(router, logError);
+}
+
+/** Ends an OAuth endpoint's router: other methods answer 405, errors an OAuth error body. */
+function postOnly(router: Router, logError: Parameters<typeof oauthErrorHandler>[0]): Router {
   router.all('/', (_req, _res, next) => {
     next(
       new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'This endpoint accepts POST only', {

@@ -3,6 +3,7 @@
  * authorization codes, refresh tokens (rotated, RFC 9700 §4.14.2) and the id_token of OpenID
  * Connect. Codes and refresh tokens are random values; the store keeps only their SHA-256.
  */
+import type { TokenResponse } from './token-endpoint.js';
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { OAuthError } from '../http/http-error.js';
@@ -91,16 +92,8 @@ export interface UserGrantConfig {
   now: () => number;
 }
 
-/** A token response for a user (RFC 6749 §5.1, SMART App Launch "Access token response"). */
-export interface UserTokenResponse {
-  access_token: string;
-  token_type: 'bearer';
-  expires_in: number;
-  scope: string;
-  refresh_token?: string;
-  id_token?: string;
-  patient?: string;
-}
+/** A token response for a user: the token endpoint's, with its refresh token, id_token and patient. */
+export type UserTokenResponse = TokenResponse;
 
 const invalidGrant = (message: string) => new OAuthError(400, 'invalid_grant', message);
 
