@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isAdminScope } from '../auth/admin-scopes.js';
-import { MAX_JWKS_SIZE } from '../auth/client-jwks.js';
+import { MAX_JWKS_SIZE, isFetchableJwksUri } from '../auth/client-jwks.js';
 import { generateClientSecret, hashClientSecret } from '../auth/client-secret.js';
 import { isPublicHostname } from '../auth/public-address.js';
 import { parseResourceScope } from '../auth/scopes.js';
@@ -58,7 +58,6 @@ const MAX_URI_LENGTH = 2048;
 const MAX_SCOPE_LENGTH = 4096;
 // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ).
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 const MAX_REDIRECT_URIS = 20;
 // SMART scopes that name no resource: identity, launch context and refresh tokens.
 const LAUNCH_SCOPES = new Set([
@@ -101,16 +100,8 @@ export function checkClientScope(
 
 /** Whether `uri` is an acceptable `jwksUri`: https, or http on a loopback host (or any host when allowed). */
 export function isAcceptableJwksUri(uri: string, allowHttp: boolean): boolean {
-  if (uri.length > MAX_URI_LENGTH || /\s/.test(uri)) return false;
-  let url: URL;
-  try {
-    url = new URL(uri);
-  } catch {
-    return false;
-  }
-  if (url.username || url.password || url.hash) return false;
-  if (url.protocol === 'https:') return true;
-  return url.protocol === 'http:' && (allowHttp || LOOPBACK_HOSTS.has(url.hostname));
+  if (uri.length > MAX_URI_LENGTH || /\s/.test(uri) || uri.includes('#')) return false;
+  return isFetchableJwksUri(uri, allowHttp);
 }
 
 /**
@@ -118,16 +109,7 @@ export function isAcceptableJwksUri(uri: string, allowHttp: boolean): boolean {
  * absolute https, or http on localhost / 127.0.0.1 / [::1] only; no fragment, no credentials.
  */
 export function isAcceptableRedirectUri(uri: string): boolean {
-  if (uri.length > MAX_URI_LENGTH || /\s/.test(uri) || uri.includes('#')) return false;
-  let url: URL;
-  try {
-    url = new URL(uri);
-  } catch {
-    return false;
-  }
-  if (url.username || url.password) return false;
-  if (url.protocol === 'https:') return true;
-  return url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname);
+  return isAcceptableJwksUri(uri, false);
 }
 
 /** Reads and checks the `$new-client` `Parameters` body; problems are 400 `FhirError`s with an `expression`. */
