@@ -9,11 +9,7 @@ import { introspectionRouter, revocationRouter } from './auth/revocation-router.
 import type { AuthenticateUser } from './auth/user-sign-in.js';
 import { MemoryGrants } from './storage/memory-grants.js';
 import type { GrantStore } from './storage/types.js';
-import {
-  openidConfigurationHandler,
-  smartConfigurationHandler,
-  smartSecurity,
-} from './auth/smart-configuration.js';
+import { discoveryRouter, smartSecurity } from './auth/smart-configuration.js';
 import { jwksHandler } from './auth/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
@@ -423,23 +419,22 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
       }),
     );
 
-    const discovery = {
-      baseUrl,
-      tokenEndpoint: paths.token,
-      jwksEndpoint: paths.jwks,
-      revocationEndpoint: paths.revoke,
-      introspectionEndpoint: paths.introspect,
-      authorizationEndpoint: paths.authorize,
-      relativeToMount: true,
-    };
-    const smartConfig = smartConfigurationHandler({ ...discovery, issuer: platformIssuer });
-    router.get('/.well-known/smart-configuration', smartConfig);
-    router.get(`${paths.fhir}/.well-known/smart-configuration`, smartConfig);
-    // Where an app checking an id_token (its `iss` is the token issuer) finds the keys: OpenID
-    // Connect Discovery.
-    router.get(
-      '/.well-known/openid-configuration',
-      openidConfigurationHandler({ ...discovery, issuer }, async () => [(await keys.current()).alg]),
+    router.use(
+      discoveryRouter({
+        options: {
+          baseUrl,
+          tokenEndpoint: paths.token,
+          jwksEndpoint: paths.jwks,
+          revocationEndpoint: paths.revoke,
+          introspectionEndpoint: paths.introspect,
+          authorizationEndpoint: paths.authorize,
+          relativeToMount: true,
+        },
+        fhirPath: paths.fhir,
+        smartIssuer: platformIssuer,
+        tokenIssuer: issuer,
+        signingAlgorithms: async () => [(await keys.current()).alg],
+      }),
     );
 
     const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };

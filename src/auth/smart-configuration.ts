@@ -1,4 +1,4 @@
-import type { Request, RequestHandler } from 'express';
+import { Router, type Request, type RequestHandler } from 'express';
 import { CLIENT_ASSERTION_ALGORITHMS } from './client-assertion.js';
 import { CLIENT_AUTH_METHODS, type ClientAuthMethod } from './client-authentication.js';
 import { defaultIssuer } from './issuer.js';
@@ -208,6 +208,29 @@ export function openidConfigurationHandler(
       (error: unknown) => next(error),
     );
   };
+}
+
+/**
+ * The discovery documents of a platform that issues user tokens: the SMART configuration at the root
+ * and under the FHIR base (its `issuer` the platform's), and the OpenID Connect discovery document at
+ * the root (its `issuer` the tokens' `iss`, where an app checking an id_token finds the keys).
+ */
+export function discoveryRouter(input: {
+  options: SmartConfigurationOptions & { authorizationEndpoint: string };
+  fhirPath: string;
+  smartIssuer: SmartConfigurationOptions['issuer'];
+  tokenIssuer: SmartConfigurationOptions['issuer'];
+  signingAlgorithms: () => Promise<readonly string[]>;
+}): Router {
+  const router = Router();
+  const smart = smartConfigurationHandler({ ...input.options, issuer: input.smartIssuer });
+  router.get('/.well-known/smart-configuration', smart);
+  router.get(`${input.fhirPath}/.well-known/smart-configuration`, smart);
+  router.get(
+    '/.well-known/openid-configuration',
+    openidConfigurationHandler({ ...input.options, issuer: input.tokenIssuer }, input.signingAlgorithms),
+  );
+  return router;
 }
 
 /**
