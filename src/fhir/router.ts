@@ -7,15 +7,14 @@ import express, {
 } from 'express';
 import { requestRecorder } from '../http/request-recorder.js';
 import { asyncHandler } from '../http/async-handler.js';
-import { getPrincipal, requirePrincipal, requireProjectId } from '../http/authenticate.js';
+import { requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { contentTypeOf, jsonBody } from '../http/body.js';
 import { defaultErrorLogger, fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError, HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { loadSearchRegistry } from '../search/definitions.js';
-import { NotFoundError } from '../storage/errors.js';
-import type { FhirResource, ProjectRecord, StoredResource } from '../storage/types.js';
+import type { StoredResource } from '../storage/types.js';
 import {
   AUDITED_REFERENCES,
   readAccess,
@@ -26,8 +25,7 @@ import {
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
-import { buildCapabilityStatement } from './capability-statement.js';
-import { EVERYTHING_CAPABILITY, mountEverything } from './everything-route.js';
+import { mountEverything } from './everything-route.js';
 import {
   authorize,
   conditionalDelete,
@@ -37,23 +35,21 @@ import {
   patchResource,
   readResource,
   searchResources,
-  transactionContext,
   updateResource,
-  type FhirContext,
 } from './interactions.js';
 import { formBody } from './form-body.js';
-import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { mountHistoryRoutes } from './history-routes.js';
-import { inheritedNameIssues } from './inherited-names.js';
 import { ndjsonUploadHandler } from './ndjson-upload.js';
-import { FhirOutcomeError, outcomeOf } from '../http/outcome.js';
+import { outcomeOf } from '../http/outcome.js';
 import { JSON_PATCH, patchDocumentOf } from './patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import { sizeInBytes } from '../common/options.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
+import { mountMetadata } from './metadata-route.js';
+import { requestContexts } from './request-context.js';
 import { buildSearchBundle } from './search-bundle.js';
-import { clearedByFastPath, r4StructureValidator } from './structure-validator.js';
+import { r4StructureValidator } from './structure-validator.js';
 import { etagOf, notModified, parseIfMatch } from './versioning.js';
 
 function setVersionHeaders(res: Response, resource: StoredResource): void {
@@ -111,7 +107,6 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   // awaited; a failure is retried, and reported, by the first request that needs the registry.
   loadSearchRegistry().catch(() => undefined);
   const router = express.Router();
-  const contexts = new WeakMap<Request, FhirContext>();
   const authenticate = requirePrincipal(config.authenticate, config.storage);
   const body = jsonBody({
     types: [FHIR_JSON, 'application/json'],
@@ -166,78 +161,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     next();
   };
 
-  /** Builds the request's FHIR context: the principal's project, its strict mode read once per request. */
-  const withContext: RequestHandler = (req, res, next) => {
-    const principal = getPrincipal(res);
-    const projectId = requireProjectId(principal);
-    let project: Promise<ProjectRecord> | undefined;
-    const access = userDataAccess(principal, storage, projectId);
-    const ctx: FhirContext = {
-      storage: access ? scopedStorage(storage, access) : storage,
-      projectId,
-      principal,
-      ...(access ? { access } : {}),
-      atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
-      async validate(resource: FhirResource) {
-        project ??= storage.readProject(projectId).catch((error: unknown) => {
-          if (error instanceof NotFoundError) {
-            throw new FhirError(403, 'forbidden', 'The project does not exist', { cause: error });
-          }
-          throw error;
-        });
-        if (!(await project).strictMode) return;
-        // The default validator's compiled check clears most resources with no issue and no
-        // unknown (so no inherited) element name: nothing else to do for those.
-        if (clearedByFastPath(config.validator, resource)) return;
-        // Checked here, not left to the validator: the default one does not see these names.
-        const inherited = inheritedNameIssues(resource);
-        const issues = inherited.length > 0 ? inherited : await config.validator(resource);
-        if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
-          throw new FhirOutcomeError(400, issues);
-      },
-    };
-    contexts.set(req, ctx);
-    next();
-  };
-
-  const contextOf = (req: Request): FhirContext => {
-    const ctx = contexts.get(req);
-    if (!ctx) throw new FhirError(500, 'exception', 'No FHIR context for this request');
-    return ctx;
-  };
-
+  const { withContext, contextOf } = requestContexts(config);
   const secured = [authenticate, withContext];
 
   // --- metadata (public) ---
-  // The statement (about 500 KB: every search parameter of every type) is built once per base URL:
-  // it takes about 10 ms, and anyone may ask for it.
-  const statements = new Map<string, string>();
-  router
-    .route('/metadata')
-    .get(
-      asyncHandler(async (req, res) => {
-        const baseUrl = base(req);
-        let text = statements.get(baseUrl);
-        if (text === undefined) {
-          const statement = buildCapabilityStatement(
-            {
-              baseUrl,
-              contributions: [...config.capabilities, EVERYTHING_CAPABILITY],
-              conditionalDelete:
-                config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
-              ...(config.software ? { software: config.software } : {}),
-            },
-            await loadSearchRegistry(),
-          );
-          text = JSON.stringify(statement);
-          // Keyed by base URL, which follows the Host header without `baseUrl`: a few kept.
-          if (statements.size >= 8) statements.delete(statements.keys().next().value!);
-          statements.set(baseUrl, text);
-        }
-        res.status(200).type(FHIR_JSON).send(text);
-      }),
-    )
-    .all(methodNotAllowed('GET'));
+  mountMetadata(router, config, base);
 
   // --- vread and history: before the type and instance routes, which would take `_history` for a type or id ---
   mountHistoryRoutes(router, {

@@ -1,0 +1,69 @@
+import type { Request, RequestHandler } from 'express';
+import { getPrincipal, requireProjectId } from '../http/authenticate.js';
+import { FhirError } from '../http/http-error.js';
+import { FhirOutcomeError } from '../http/outcome.js';
+import { NotFoundError } from '../storage/errors.js';
+import type { FhirResource, ProjectRecord } from '../storage/types.js';
+import { inheritedNameIssues } from './inherited-names.js';
+import { transactionContext, type FhirContext } from './interactions.js';
+import type { ResolvedFhirRouterOptions } from './router-options.js';
+import { scopedStorage, userDataAccess } from './scoped-storage.js';
+import { clearedByFastPath } from './structure-validator.js';
+
+/** The FHIR context of each request: the middleware that builds it, and its reader. */
+export interface RequestContexts {
+  /** Builds the request's context (after authentication). */
+  withContext: RequestHandler;
+  /** The context `withContext` built for `req` (a 500 without one: a route mounted without it). */
+  contextOf: (req: Request) => FhirContext;
+}
+
+/**
+ * Request contexts over `config.storage`: the principal's project, the store as the principal may
+ * see it (a SMART user's compartment-limited view), and the project's strict mode, read once per
+ * request and only by a write that validates.
+ */
+export function requestContexts(
+  config: Pick<ResolvedFhirRouterOptions, 'storage' | 'validator'>,
+): RequestContexts {
+  const { storage } = config;
+  const contexts = new WeakMap<Request, FhirContext>();
+  const withContext: RequestHandler = (req, res, next) => {
+    const principal = getPrincipal(res);
+    const projectId = requireProjectId(principal);
+    let project: Promise<ProjectRecord> | undefined;
+    const access = userDataAccess(principal, storage, projectId);
+    const ctx: FhirContext = {
+      storage: access ? scopedStorage(storage, access) : storage,
+      projectId,
+      principal,
+      ...(access ? { access } : {}),
+      atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
+      async validate(resource: FhirResource) {
+        project ??= storage.readProject(projectId).catch((error: unknown) => {
+          if (error instanceof NotFoundError) {
+            throw new FhirError(403, 'forbidden', 'The project does not exist', { cause: error });
+          }
+          throw error;
+        });
+        if (!(await project).strictMode) return;
+        // The default validator's compiled check clears most resources with no issue and no
+        // unknown (so no inherited) element name: nothing else to do for those.
+        if (clearedByFastPath(config.validator, resource)) return;
+        // Checked here, not left to the validator: the default one does not see these names.
+        const inherited = inheritedNameIssues(resource);
+        const issues = inherited.length > 0 ? inherited : await config.validator(resource);
+        if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
+          throw new FhirOutcomeError(400, issues);
+      },
+    };
+    contexts.set(req, ctx);
+    next();
+  };
+  const contextOf = (req: Request): FhirContext => {
+    const ctx = contexts.get(req);
+    if (!ctx) throw new FhirError(500, 'exception', 'No FHIR context for this request');
+    return ctx;
+  };
+  return { withContext, contextOf };
+}
