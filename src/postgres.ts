@@ -30,6 +30,7 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   compartment: true,
   indexer: true,
   readReplicas: true,
+  replicaFreshness: true,
   history: true,
 };
 
@@ -57,6 +58,7 @@ export function postgresStorage(options: PostgresStorageOptions = {}): Storage {
 }
 
 export type { PostgresStorageOptions } from './storage/postgres/postgres-storage.js';
+export type { ReplicaFreshness } from './storage/postgres/replicas.js';
 export { openPostgresExportReader } from './storage/postgres/export-reader.js';
 export type { PostgresExportReaderOptions } from './storage/postgres/export-reader.js';
 // Workers reopen a job's export files in the database from this entry (the files' descriptor names it).

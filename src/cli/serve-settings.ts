@@ -216,6 +216,28 @@ export const SERVE_SETTINGS = {
     store: 'postgres',
     read: integer(10_000, 0),
   },
+  databaseReadReplicas: {
+    env: 'DATABASE_READ_REPLICAS',
+    flag: '--database-read-replicas <urls>',
+    description:
+      'connection strings of streaming replicas, comma-separated: reads run there once they have replayed the writes they must see ([docs/deployment.md](docs/deployment.md#read-replicas))',
+    store: 'postgres',
+    read: (text, invalid) => {
+      if (text === undefined) return undefined;
+      const urls = text.split(',').map((url) => url.trim());
+      if (urls.some((url) => url === '')) invalid('a comma-separated list of connection strings');
+      return urls;
+    },
+  },
+  databaseReplicaFreshness: {
+    env: 'DATABASE_REPLICA_FRESHNESS',
+    flag: '--database-replica-freshness <which>',
+    defaultText: 'instance',
+    description:
+      "what a replica must have replayed to serve a read: this instance's writes (`instance`), or every commit the primary had made (`primary`: clients read their writes through any instance)",
+    store: 'postgres',
+    read: (text, invalid) => oneOf(['instance', 'primary'] as const)(text, invalid) ?? 'instance',
+  },
   backupDir: {
     env: 'BACKUP_DIR',
     flag: '--backup-dir <dir>',

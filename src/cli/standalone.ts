@@ -99,6 +99,8 @@ export async function startStandalone(
         statementTimeoutMs: config.databaseStatementTimeoutMs,
         idleInTransactionTimeoutMs: config.databaseIdleInTransactionTimeoutMs,
         closeTimeoutMs: config.databaseCloseTimeoutMs,
+        ...(config.databaseReadReplicas ? { readReplicas: config.databaseReadReplicas } : {}),
+        replicaFreshness: config.databaseReplicaFreshness,
         history: config.history,
       })
     : await fileStorage({ dir: path.join(config.dataDir, 'store'), history: config.history });

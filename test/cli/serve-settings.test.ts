@@ -181,6 +181,31 @@ describe('serve settings: reading', () => {
     );
   });
 
+  it('reads the read replicas and their freshness', () => {
+    const base = { DATABASE_URL: 'postgres://db/fhir' };
+    expect(readConfig(base)).toMatchObject({ databaseReplicaFreshness: 'instance' });
+    expect(readConfig(base).databaseReadReplicas).toBeUndefined();
+    expect(
+      readConfig({
+        ...base,
+        DATABASE_READ_REPLICAS: 'postgres://r1/fhir,postgres://r2/fhir',
+        DATABASE_REPLICA_FRESHNESS: 'PRIMARY',
+      }),
+    ).toMatchObject({
+      databaseReadReplicas: ['postgres://r1/fhir', 'postgres://r2/fhir'],
+      databaseReplicaFreshness: 'primary',
+    });
+    expect(() => readConfig({ ...base, DATABASE_READ_REPLICAS: 'postgres://r1/fhir,' })).toThrow(
+      /DATABASE_READ_REPLICAS/,
+    );
+    expect(() => readConfig({ ...base, DATABASE_REPLICA_FRESHNESS: 'eventual' })).toThrow(
+      /DATABASE_REPLICA_FRESHNESS/,
+    );
+    expect(() => readConfig({ DATABASE_READ_REPLICAS: 'postgres://r1/fhir' })).toThrow(
+      /DATABASE_READ_REPLICAS.*DATABASE_URL/,
+    );
+  });
+
   it('lays flags over the variables', () => {
     const env = serveEnvironment(
       { bulkMaxKickoffsPerHour: '5', logLevel: 'warn', bulkRequireAsyncHeaders: true },

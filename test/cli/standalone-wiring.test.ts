@@ -71,7 +71,7 @@ describe('serve settings reach the library', () => {
     });
   });
 
-  it("the PostgreSQL pool's size and timeouts and the history retention, as postgresStorage options", async () => {
+  it("the PostgreSQL pool's size and timeouts, the read replicas and the history retention, as postgresStorage options", async () => {
     const standalone = await start({
       DATABASE_URL: 'postgres://db.example/fhir',
       DATABASE_MAX_CONNECTIONS: '20',
@@ -80,6 +80,8 @@ describe('serve settings reach the library', () => {
       DATABASE_STATEMENT_TIMEOUT_MS: '3000',
       DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS: '4000',
       DATABASE_CLOSE_TIMEOUT_MS: '5000',
+      DATABASE_READ_REPLICAS: 'postgres://replica-1.example/fhir, postgres://replica-2.example/fhir',
+      DATABASE_REPLICA_FRESHNESS: 'primary',
       HISTORY: 'versions:3',
     });
     await standalone.close();
@@ -92,6 +94,8 @@ describe('serve settings reach the library', () => {
         statementTimeoutMs: 3000,
         idleInTransactionTimeoutMs: 4000,
         closeTimeoutMs: 5000,
+        readReplicas: ['postgres://replica-1.example/fhir', 'postgres://replica-2.example/fhir'],
+        replicaFreshness: 'primary',
         history: { versions: 3 },
       },
     ]);

@@ -118,6 +118,43 @@ if (enabled) {
         }
       });
 
+      it("with replicaFreshness 'primary', a read sees every write committed before it, through any instance", async () => {
+        const reader = postgresStorage({
+          connectionString,
+          schema,
+          readReplicas: [replica.url],
+          replicaFreshness: 'primary',
+        });
+        stores.push(reader);
+        await replica.caughtUp(admin);
+        await replica.pauseReplay();
+        try {
+          // Written through another instance while the replica lags: the reader has written nothing,
+          // yet the primary's position is ahead of the replica's, so the primary answers.
+          await writer.createResource('p1', patient('elsewhere'));
+          expect(await found(reader, 'elsewhere')).toBe(true);
+          expect((await reader.searchResources('p1', 'Patient', {})).resources.map((r) => r.id)).toContain(
+            'elsewhere',
+          );
+          // The same read through a store with the default freshness runs on the lagging replica.
+          const instance = withReplica();
+          expect(await found(instance, 'elsewhere')).toBe(false);
+        } finally {
+          await replica.resumeReplay();
+        }
+      });
+
+      it('refuses an unknown replicaFreshness', () => {
+        expect(() =>
+          postgresStorage({
+            connectionString,
+            schema,
+            readReplicas: [replica.url],
+            replicaFreshness: 'eventual' as 'primary',
+          }),
+        ).toThrow(/replicaFreshness must be 'instance' or 'primary'/);
+      });
+
       it('a replica that goes away: reads fall back to the primary', async () => {
         const reader = withReplica();
         await writer.createResource('p1', patient('while-down'));

@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { IndexerOption } from '../search-index.js';
 import type { HistoryRetention, PatientCompartment } from '../types.js';
+import type { ReplicaFreshness } from './replicas.js';
 
 /** Options of `postgresStorage`. */
 export interface PostgresStorageOptions {
@@ -100,6 +101,16 @@ export interface PostgresStorageOptions {
    * @default [] (every call on the primary)
    */
   readReplicas?: string[];
+  /**
+   * Which writes a replica must have replayed before it serves a read:
+   * - `'instance'`: every commit this store object made (it reads its own writes; a write made
+   *   through another instance shows after the replica's lag);
+   * - `'primary'`: every commit the primary had made when the read began, whichever instance made
+   *   it (one more statement on the primary per read; under steady writes replicas serve fewer
+   *   reads). For clients whose requests a load balancer spreads over several instances.
+   * See docs/deployment.md, "Read replicas". @default 'instance'
+   */
+  replicaFreshness?: ReplicaFreshness;
   /**
    * What the store indexes for search (index tables written with each version; FHIR searches are
    * then answered in SQL). Rebuilt on open when its `fingerprint` changes; every instance sharing

@@ -439,7 +439,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
           options: { connectionString, schema, chunkBytes: fileChunkBytes, gzipLevel },
         };
   const index = searchIndexOf(pool, schema, options.indexer);
-  const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs);
+  const replicas = replicaRouterFor(options.readReplicas, max, acquireTimeoutMs, options.replicaFreshness);
   return new PostgresStorage(
     pool,
     ownsPool,

@@ -18,6 +18,12 @@ export function lsnValue(text: string): bigint {
   return (BigInt(`0x${hi ?? '0'}`) << 32n) + BigInt(`0x${lo ?? '0'}`);
 }
 
+/**
+ * Which writes a replica must have replayed to serve a read: this store's (`'instance'`) or every
+ * commit the primary had made when the read began (`'primary'`).
+ */
+export type ReplicaFreshness = 'instance' | 'primary';
+
 /** One read replica: its pool, and whether reads may go there now. */
 interface Replica {
   readonly url: string;
@@ -37,6 +43,8 @@ export interface ReplicaRouterOptions {
   connectTimeoutMs: number;
   /** How long a replica that failed (or was promoted) is skipped before it is tried again, in ms. */
   retryAfterMs: number;
+  /** Which writes a replica must have replayed. @default 'instance' */
+  freshness?: ReplicaFreshness;
 }
 
 /**
@@ -46,7 +54,9 @@ export interface ReplicaRouterOptions {
  * read only if `pg_last_wal_replay_lsn()` on the connection that runs it is at or past that
  * position (it only moves forward), else the primary does. So a caller of this store always reads
  * its own writes and every write made through the same store before them; writes made through
- * other instances are seen once the replica has replayed them (its lag).
+ * other instances are seen once the replica has replayed them (its lag). With `freshness:
+ * 'primary'` the position is asked before every read, so that a read sees every write committed
+ * before it began, through whichever instance.
  *
  * A replica that cannot be reached, or that is no longer in recovery (promoted: it follows
  * another timeline, and no longer receives this primary's writes), is skipped for `retryAfterMs`
@@ -73,7 +83,11 @@ export class ReplicaRouter {
       return { url, pool, names: new StatementNames(), skipUntil: 0 };
     });
     this.retryAfterMs = options.retryAfterMs;
+    this.everyRead = options.freshness === 'primary';
   }
+
+  /** The primary's position is asked before every read (`freshness: 'primary'`). */
+  private readonly everyRead: boolean;
 
   private readonly retryAfterMs: number;
 
@@ -84,7 +98,7 @@ export class ReplicaRouter {
 
   /** The WAL position a replica must have replayed to serve a read now. */
   private async required(primary: Query): Promise<bigint> {
-    if (!this.dirty) return this.writeLsn;
+    if (!this.dirty && !this.everyRead) return this.writeLsn;
     // Cleared first: a write that commits while the position is read marks it dirty again.
     this.dirty = false;
     try {
@@ -198,7 +212,10 @@ export function replicaRouterFor(
   urls: unknown,
   max: number,
   acquireTimeoutMs: number,
+  freshness: unknown = 'instance',
 ): ReplicaRouter | undefined {
+  if (freshness !== 'instance' && freshness !== 'primary')
+    throw new InvalidOptionError("postgresStorage: replicaFreshness must be 'instance' or 'primary'");
   if (urls === undefined) return undefined;
   if (!Array.isArray(urls) || urls.some((u) => typeof u !== 'string' || u === ''))
     throw new InvalidOptionError('postgresStorage: readReplicas must be a list of connection strings');
@@ -209,5 +226,6 @@ export function replicaRouterFor(
     maxConnections: max,
     connectTimeoutMs,
     retryAfterMs: 30_000,
+    freshness,
   });
 }
