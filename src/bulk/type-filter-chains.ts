@@ -61,7 +61,9 @@ export async function resolveTypeFilterChains(
     const filters: SearchFilter[] = [];
     for (const filter of search.filters) {
       filters.push(
-        filter.kind === 'parameter' ? filter : await resolveFilter(search.resourceType, filter, ctx, resolver),
+        filter.kind === 'parameter'
+          ? filter
+          : await resolveFilter(search.resourceType, filter, ctx, resolver),
       );
     }
     out.push({ resourceType: search.resourceType, filters });

@@ -120,7 +120,10 @@ export function typeFilterTests(
   return new Map(
     [...byType].map(([type, list]) => {
       const alternatives = list.map((s) => s.filters.map((f) => filterTest(registry, f)));
-      return [type, (resource: FhirResource) => alternatives.some((all) => all.every((test) => test(resource)))];
+      return [
+        type,
+        (resource: FhirResource) => alternatives.some((all) => all.every((test) => test(resource))),
+      ];
     }),
   );
 }
