@@ -269,6 +269,14 @@ export const SERVE_SETTINGS = {
     description: 'files one export may write; beyond, it fails `too-costly` and its files are removed',
     read: size(4 * GIB),
   },
+  bulkMaxTypeFilterMatches: {
+    env: 'BULK_MAX_TYPE_FILTER_MATCHES',
+    flag: '--bulk-max-type-filter-matches <n>',
+    defaultText: '50000',
+    description:
+      'resources one chain or `_has` of a `_typeFilter` may match (resolved at kick-off), else `400` `too-costly` (`Infinity`: no limit)',
+    read: countLimit(50_000),
+  },
   bulkMinFreeSpace: {
     env: 'BULK_MIN_FREE_SPACE',
     flag: '--bulk-min-free-space <bytes>',

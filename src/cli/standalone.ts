@@ -122,6 +122,7 @@ export async function startStandalone(
         maxRunningExports: config.bulkMaxRunningExports,
         maxProjectExportSize: config.bulkMaxProjectExportSize,
         maxExportSize: config.bulkMaxExportSize,
+        maxTypeFilterMatches: config.bulkMaxTypeFilterMatches,
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },

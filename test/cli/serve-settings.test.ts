@@ -75,12 +75,14 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxProjectExportSize: values.bulkMaxProjectExportSize,
       maxExportSize: values.bulkMaxExportSize,
       minFreeSpace: values.bulkMinFreeSpace,
+      maxTypeFilterMatches: values.bulkMaxTypeFilterMatches,
     }).toEqual({
       maxKickoffsPerHour: bulk.maxKickoffsPerHour,
       maxRunningExports: bulk.maxRunningExports,
       maxProjectExportSize: bulk.maxProjectExportSize,
       maxExportSize: bulk.maxExportSize,
       minFreeSpace: bulk.minFreeSpace,
+      maxTypeFilterMatches: bulk.maxTypeFilterMatches,
     });
     expect(values.bulkMaxKickoffsPerHour).toBe(1000);
     const pool = new ExportPool();
@@ -116,6 +118,7 @@ describe('serve settings: reading', () => {
       BULK_MAX_PROJECT_EXPORT_SIZE: '512mb',
       BULK_MAX_EXPORT_SIZE: '1.5GB',
       BULK_MIN_FREE_SPACE: '0',
+      BULK_MAX_TYPE_FILTER_MATCHES: '10',
     });
     expect(config).toMatchObject({
       bulkMaxKickoffsPerHour: Infinity,
@@ -124,7 +127,9 @@ describe('serve settings: reading', () => {
       bulkMaxProjectExportSize: 512 * 1024 * 1024,
       bulkMaxExportSize: 1.5 * 1024 * 1024 * 1024,
       bulkMinFreeSpace: 0,
+      bulkMaxTypeFilterMatches: 10,
     });
+    expect(readConfig({ BULK_MAX_TYPE_FILTER_MATCHES: 'Infinity' }).bulkMaxTypeFilterMatches).toBe(Infinity);
     expect(readConfig({ BULK_MAX_EXPORT_SIZE: '1048576' }).bulkMaxExportSize).toBe(1048576);
   });
 
@@ -138,6 +143,7 @@ describe('serve settings: reading', () => {
     ['BULK_MAX_PROJECT_EXPORT_SIZE', '1e3'],
     ['BULK_MAX_EXPORT_SIZE', '0'],
     ['BULK_MIN_FREE_SPACE', 'Infinity'],
+    ['BULK_MAX_TYPE_FILTER_MATCHES', '0'],
     ['BULK_MIN_FREE_SPACE', '-1'],
     ['SHUTDOWN_TIMEOUT_MS', 'soon'],
     ['LOG_LEVEL', 'verbose'],

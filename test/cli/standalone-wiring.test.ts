@@ -58,6 +58,7 @@ describe('serve settings reach the library', () => {
       BULK_MAX_EXPORT_SIZE: '100mb',
       BULK_MIN_FREE_SPACE: '0',
       BULK_REQUIRE_ASYNC_HEADERS: 'true',
+      BULK_MAX_TYPE_FILTER_MATCHES: '7',
     });
     await standalone.close();
     expect(seen.platform[0]?.bulk).toEqual({
@@ -67,6 +68,7 @@ describe('serve settings reach the library', () => {
       maxProjectExportSize: 2 * 1024 ** 3,
       maxExportSize: 100 * 1024 ** 2,
       minFreeSpace: 0,
+      maxTypeFilterMatches: 7,
       pool: { maxThreads: 4 },
     });
   });
