@@ -381,6 +381,29 @@ export const SERVE_SETTINGS = {
       '`true`/`false`: register and fetch client `jwksUri`s on loopback, private and link-local addresses; unset: allowed unless `NODE_ENV=production` ([auth](docs/auth.md#client-keys-from-a-jwks_uri))',
     read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
   },
+  refreshTokenLifetime: {
+    env: 'REFRESH_TOKEN_LIFETIME',
+    flag: '--refresh-token-lifetime <seconds>',
+    defaultText: '2592000',
+    description:
+      'seconds a refresh token granted with `offline_access` lasts (30 days; each refresh issues a new one) ([auth](docs/auth.md#token-request-authorization_code))',
+    read: integer(30 * 24 * 3600, 1),
+  },
+  onlineRefreshTokenLifetime: {
+    env: 'ONLINE_REFRESH_TOKEN_LIFETIME',
+    flag: '--online-refresh-token-lifetime <seconds>',
+    defaultText: '43200',
+    description: 'seconds a refresh token granted with `online_access` lasts (12 hours)',
+    read: integer(12 * 3600, 1),
+  },
+  authorizeTicketLifetime: {
+    env: 'AUTHORIZE_TICKET_LIFETIME',
+    flag: '--authorize-ticket-lifetime <seconds>',
+    defaultText: '600',
+    description:
+      'seconds a pending SMART authorization (sign-in, patient choice, consent) may take before the user starts again',
+    read: integer(600, 1),
+  },
   maxConnectionsPerAddress: {
     env: 'MAX_CONNECTIONS_PER_ADDRESS',
     flag: '--max-connections-per-address <n>',

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
 import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
+import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
 import { readConfig } from '../../src/cli/serve-config.js';
@@ -96,6 +97,15 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       idleInTransactionTimeoutMs: values.databaseIdleInTransactionTimeoutMs,
       closeTimeoutMs: values.databaseCloseTimeoutMs,
     }).toEqual(POSTGRES_POOL_DEFAULTS);
+    const token = resolveTokenEndpointConfig({ storage: memoryStorage() });
+    expect({
+      refreshTokenLifetime: values.refreshTokenLifetime,
+      onlineRefreshTokenLifetime: values.onlineRefreshTokenLifetime,
+    }).toEqual({
+      refreshTokenLifetime: token.refreshTokenLifetime,
+      onlineRefreshTokenLifetime: token.onlineRefreshTokenLifetime,
+    });
+    expect(values.authorizeTicketLifetime).toBe(600);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
@@ -159,6 +169,32 @@ describe('serve settings: reading', () => {
       .find(([, s]) => s.env === name)![1]
       .flag.split(' ')[0]!;
     expect(() => readConfig({ [name]: value })).toThrow(flag);
+  });
+
+  it('reads the refresh token and authorization ticket lifetimes, in whole seconds', () => {
+    expect(
+      readConfig({
+        REFRESH_TOKEN_LIFETIME: '86400',
+        ONLINE_REFRESH_TOKEN_LIFETIME: '3600',
+        AUTHORIZE_TICKET_LIFETIME: '120',
+      }),
+    ).toMatchObject({
+      refreshTokenLifetime: 86400,
+      onlineRefreshTokenLifetime: 3600,
+      authorizeTicketLifetime: 120,
+    });
+    const flags = serveEnvironment(
+      { refreshTokenLifetime: '60', authorizeTicketLifetime: '30' },
+      { REFRESH_TOKEN_LIFETIME: '90' },
+    );
+    expect(readConfig(flags)).toMatchObject({ refreshTokenLifetime: 60, authorizeTicketLifetime: 30 });
+    for (const env of [
+      'REFRESH_TOKEN_LIFETIME',
+      'ONLINE_REFRESH_TOKEN_LIFETIME',
+      'AUTHORIZE_TICKET_LIFETIME',
+    ])
+      for (const bad of ['0', '1.5', '1h', 'Infinity'])
+        expect(() => readConfig({ [env]: bad }), `${env}=${bad}`).toThrow(new RegExp(env));
   });
 
   it('reads the PostgreSQL pool settings, and refuses them without DATABASE_URL', () => {

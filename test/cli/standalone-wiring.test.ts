@@ -73,6 +73,31 @@ describe('serve settings reach the library', () => {
     });
   });
 
+  it('the refresh token and authorization ticket lifetimes, as tokenRouter and authorizationRouter options', async () => {
+    const standalone = await start({
+      REFRESH_TOKEN_LIFETIME: '86400',
+      ONLINE_REFRESH_TOKEN_LIFETIME: '3600',
+      AUTHORIZE_TICKET_LIFETIME: '120',
+      ALLOW_PRIVATE_JWKS_ADDRESSES: 'false',
+    });
+    await standalone.close();
+    expect(seen.platform[0]?.token).toEqual({
+      refreshTokenLifetime: 86400,
+      onlineRefreshTokenLifetime: 3600,
+      jwks: { allowPrivateAddresses: false },
+    });
+    expect(seen.platform[0]?.authorization).toEqual({ ticketLifetime: 120 });
+    expect(seen.platform[0]?.project).toEqual({ allowPrivateJwksAddresses: false });
+    // Unset: the library's defaults.
+    const defaults = await start({});
+    await defaults.close();
+    expect(seen.platform[1]?.token).toEqual({
+      refreshTokenLifetime: 2592000,
+      onlineRefreshTokenLifetime: 43200,
+    });
+    expect(seen.platform[1]?.authorization).toEqual({ ticketLifetime: 600 });
+  });
+
   it("the PostgreSQL pool's size and timeouts and the history retention, as postgresStorage options", async () => {
     const standalone = await start({
       DATABASE_URL: 'postgres://db.example/fhir',
