@@ -201,10 +201,19 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
       throw error;
     }
-    // One keyed lookup (the memory and file stores answer it from memory).
-    if (grants && (await grants.get('revoked-token', claims.jti)))
-      throw invalid('The access token is revoked');
-    const client = await activeClient(claims.client_id, invalid);
+    // The revocation lookup (a keyed read; a round trip on PostgreSQL) runs beside the client's
+    // reads rather than before them. A revoked token is refused as revoked whatever the client
+    // check says, as when the lookup came first.
+    const [revoked, checked] = await Promise.all([
+      grants?.get('revoked-token', claims.jti),
+      activeClient(claims.client_id, invalid).then(
+        (client) => ({ client }),
+        (error: unknown) => ({ error }),
+      ),
+    ]);
+    if (revoked) throw invalid('The access token is revoked');
+    if ('error' in checked) throw checked.error;
+    const { client } = checked;
     if (client.projectId !== claims.project_id) throw invalid('The access token does not match its client');
     const granted = splitScopes(claims.scope);
     const scopes = intersectScopes(granted, allowedScopes(client));

@@ -118,6 +118,13 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    */
   pool?: ExportPool | ExportPoolOptions;
   /**
+   * Most resources one chain or `_has` of a `_typeFilter` may match (`subject:Patient.name=Smith`:
+   * the Patients named Smith): chains are resolved at kick-off into the references they stand for,
+   * kept with the job, so a larger set answers 400 `too-costly`. `Infinity` disables it.
+   * @default 50000
+   */
+  maxTypeFilterMatches?: number;
+  /**
    * Refuse (`400`) a kick-off without an `Accept` header or without `Prefer: respond-async`, which
    * Bulk Data 2.0.0 requires of clients. Off by default: the IG lets a server accept such requests,
    * and common clients send neither.
@@ -135,6 +142,11 @@ async function statfsFreeSpace(dir: string): Promise<number> {
 const HOUR = 60 * 60 * 1000;
 const GIB = 1024 * 1024 * 1024;
 const OWNER = 'bulkExportRouter';
+/**
+ * Far above what a chain of an ordinary filter matches (Bulk Data clients such as bdt and
+ * bulk-data-client send plain filters), low enough that the job record stays a few MB.
+ */
+export const DEFAULT_MAX_TYPE_FILTER_MATCHES = 50_000;
 
 const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   exportDir: true,
@@ -154,6 +166,7 @@ const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   leaseDuration: true,
   heartbeatInterval: true,
   closeTimeout: true,
+  maxTypeFilterMatches: true,
 };
 
 /** Options with every default filled in. */
@@ -199,6 +212,12 @@ export function resolveBulkExportRouterOptions(
   const cleanupInterval = positiveNumber(OWNER, 'cleanupInterval', options.cleanupInterval, 60_000);
   const maxFileSize = positiveNumber(OWNER, 'maxFileSize', options.maxFileSize, 64 * 1024 * 1024);
   const maxExportSize = positiveLimit(OWNER, 'maxExportSize', options.maxExportSize, 4 * GIB);
+  const maxTypeFilterMatches = positiveLimit(
+    OWNER,
+    'maxTypeFilterMatches',
+    options.maxTypeFilterMatches,
+    DEFAULT_MAX_TYPE_FILTER_MATCHES,
+  );
   const exportFiles = exportFilesOption(
     options.exportFiles,
     options.storage?.exportFiles ?? new DirectoryExportFiles(exportDir),
@@ -232,6 +251,7 @@ export function resolveBulkExportRouterOptions(
     cleanupInterval,
     maxFileSize,
     maxExportSize,
+    maxTypeFilterMatches,
     requireAsyncHeaders,
     closeTimeout,
   };

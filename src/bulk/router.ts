@@ -13,13 +13,14 @@ import { NotFoundError } from '../storage/errors.js';
 import { findExportFile, sendExportFile } from './downloads.js';
 import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
-import { planExport } from './export-plan.js';
-import { userDataAccess } from '../fhir/scoped-storage.js';
+import { canExport, planExport } from './export-plan.js';
+import { scopedStorage, userDataAccess } from '../fhir/scoped-storage.js';
 import { ExportPool } from './export-pool.js';
 import { KickoffLimits } from './kickoff-limits.js';
 import { parseKickoff, type ExportLevel, type ExportParams } from './kickoff-params.js';
 import { buildManifest } from './manifest.js';
 import { resolveBulkExportRouterOptions, type BulkExportRouterOptions } from './router-options.js';
+import { resolveTypeFilterChains } from './type-filter-chains.js';
 
 export type { BulkExportRouterOptions } from './router-options.js';
 
@@ -168,13 +169,26 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
         requireAsyncHeaders,
       });
       let plan;
+      const access = userDataAccess(principal, storage, projectId);
       try {
-        const access = userDataAccess(principal, storage, projectId);
         plan = await planExport(storage, projectId, principal, params, issues, access);
       } catch (error) {
         if (error instanceof NotFoundError)
           throw new FhirError(404, 'not-found', `Group/${groupId} does not exist`);
         throw error;
+      }
+      const searches = plan.params.typeFilterSearches;
+      if (searches) {
+        // Chains and `_has` are answered now, in the caller's view of the store (docs/bulk-export.md).
+        const typeFilterSearches = await resolveTypeFilterChains(searches, plan.types, {
+          storage: access ? scopedStorage(storage, access) : storage,
+          projectId,
+          registry,
+          storeAnswersSearch: storage.answersSearch === true && access === undefined,
+          canSee: (type) => canExport(principal, type),
+          maxMatches: config.maxTypeFilterMatches,
+        });
+        plan.params = { ...plan.params, typeFilterSearches };
       }
       // Free space, then the per-project limits, checked by the job manager.
       const job = await jobs.kickoff({

@@ -1,9 +1,15 @@
 import { isResourceType } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
-import { matchesFilters } from '../search/match.js';
+import { matchesFilters, matchesParameter, referenceKeys } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
-import type { SearchRequest } from '../storage/search-request.js';
+import type {
+  ReferenceSearchValue,
+  SearchFilter,
+  SearchRequest,
+  SearchValue,
+  TokenSearchValue,
+} from '../storage/search-request.js';
 import type { FhirResource } from '../storage/types.js';
 
 /**
@@ -38,8 +44,9 @@ const RESULT_PARAMS = new Set([
  * Parses one `_typeFilter` entry (`Type?query`, the query URL-encoded) with the search module:
  * every search parameter a type-level search takes, with its modifiers and prefixes. Not applied
  * (a problem is answered): an unknown type, a result parameter (`_sort`, `_include`, …), a
- * parameter without a value, chains and `_has` (the export worker reads no other type), and
- * whatever a type-level search refuses. `now` is the time the `ap` prefix is measured from.
+ * parameter without a value, and whatever a type-level search refuses. Chains and `_has` are kept as
+ * parsed: the kick-off resolves them (`resolveTypeFilterChains`), since the export worker reads no
+ * other type. `now` is the time the `ap` prefix is measured from.
  * @see https://hl7.org/fhir/uv/bulkdata/STU2/export.html#_typefilter-experimental-query-parameter
  */
 export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: number): ParsedTypeFilter {
@@ -58,12 +65,6 @@ export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: 
   }
   try {
     const { request } = parseSearchRequest(registry, resourceType, params, now === undefined ? {} : { now });
-    if (request.filters.some((f) => f.kind !== 'parameter')) {
-      return {
-        code: 'not-supported',
-        problem: `Chained and _has parameters are not supported in _typeFilter ${filter}`,
-      };
-    }
     return { search: { resourceType, filters: request.filters } };
   } catch (error) {
     if (!(error instanceof FhirError)) throw error;
@@ -75,8 +76,36 @@ export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: 
 }
 
 /**
+ * The test of one plain filter. A resolved chain or `_has` (a list of `Type/id` references or of
+ * `_id`s, possibly long) is tested by set lookup, which answers as `matchesParameter` does.
+ */
+function filterTest(registry: SearchRegistry, filter: SearchFilter): (resource: FhirResource) => boolean {
+  if (filter.kind !== 'parameter') return (resource) => matchesFilters(registry, resource, [filter]);
+  const plain = filter.modifier === undefined && filter.targetType === undefined;
+  if (plain && filter.code === '_id' && filter.values.every((v) => v.type === 'token' && isBareCode(v))) {
+    const ids = new Set(filter.values.map((v) => (v as TokenSearchValue).code));
+    return (resource) => resource.id !== undefined && ids.has(resource.id);
+  }
+  if (plain && filter.type === 'reference' && filter.values.every(isTypeAndId)) {
+    const keys = new Set(filter.values.map((v) => `${v.resourceType}/${v.id}`));
+    return (resource) => referenceKeys(registry, resource, filter.code).some((key) => keys.has(key));
+  }
+  return (resource) => matchesParameter(registry, resource, filter);
+}
+
+const isBareCode = (v: TokenSearchValue): boolean =>
+  v.code !== undefined && Object.keys(v).every((k) => k === 'type' || k === 'code');
+
+const isTypeAndId = (v: SearchValue): v is ReferenceSearchValue & { resourceType: string; id: string } =>
+  v.type === 'reference' &&
+  v.resourceType !== undefined &&
+  v.id !== undefined &&
+  Object.keys(v).every((k) => k === 'type' || k === 'resourceType' || k === 'id');
+
+/**
  * The test of each filtered type: Bulk Data 2.0.0, several filters on one type are alternatives (a
- * resource is kept when it matches any of them). Types without a filter have no entry.
+ * resource is kept when it matches any of them). Types without a filter have no entry. Chains and
+ * `_has` must have been resolved (`resolveTypeFilterChains`): a test meeting one throws.
  */
 export function typeFilterTests(
   registry: SearchRegistry,
@@ -89,9 +118,12 @@ export function typeFilterTests(
     else byType.set(search.resourceType, [search]);
   }
   return new Map(
-    [...byType].map(([type, list]) => [
-      type,
-      (resource: FhirResource) => list.some((s) => matchesFilters(registry, resource, s.filters)),
-    ]),
+    [...byType].map(([type, list]) => {
+      const alternatives = list.map((s) => s.filters.map((f) => filterTest(registry, f)));
+      return [
+        type,
+        (resource: FhirResource) => alternatives.some((all) => all.every((test) => test(resource))),
+      ];
+    }),
   );
 }

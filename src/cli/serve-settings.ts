@@ -291,6 +291,14 @@ export const SERVE_SETTINGS = {
     description: 'files one export may write; beyond, it fails `too-costly` and its files are removed',
     read: size(4 * GIB),
   },
+  bulkMaxTypeFilterMatches: {
+    env: 'BULK_MAX_TYPE_FILTER_MATCHES',
+    flag: '--bulk-max-type-filter-matches <n>',
+    defaultText: '50000',
+    description:
+      'resources one chain or `_has` of a `_typeFilter` may match (resolved at kick-off), else `400` `too-costly` (`Infinity`: no limit)',
+    read: countLimit(50_000),
+  },
   bulkMinFreeSpace: {
     env: 'BULK_MIN_FREE_SPACE',
     flag: '--bulk-min-free-space <bytes>',
@@ -394,6 +402,29 @@ export const SERVE_SETTINGS = {
     description:
       '`true`/`false`: register and fetch client `jwksUri`s on loopback, private and link-local addresses; unset: allowed unless `NODE_ENV=production` ([auth](docs/auth.md#client-keys-from-a-jwks_uri))',
     read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
+  },
+  refreshTokenLifetime: {
+    env: 'REFRESH_TOKEN_LIFETIME',
+    flag: '--refresh-token-lifetime <seconds>',
+    defaultText: '2592000',
+    description:
+      'seconds a refresh token granted with `offline_access` lasts (30 days; each refresh issues a new one) ([auth](docs/auth.md#token-request-authorization_code))',
+    read: integer(30 * 24 * 3600, 1),
+  },
+  onlineRefreshTokenLifetime: {
+    env: 'ONLINE_REFRESH_TOKEN_LIFETIME',
+    flag: '--online-refresh-token-lifetime <seconds>',
+    defaultText: '43200',
+    description: 'seconds a refresh token granted with `online_access` lasts (12 hours)',
+    read: integer(12 * 3600, 1),
+  },
+  authorizeTicketLifetime: {
+    env: 'AUTHORIZE_TICKET_LIFETIME',
+    flag: '--authorize-ticket-lifetime <seconds>',
+    defaultText: '600',
+    description:
+      'seconds a pending SMART authorization (sign-in, patient choice, consent) may take before the user starts again',
+    read: integer(600, 1),
   },
   maxConnectionsPerAddress: {
     env: 'MAX_CONNECTIONS_PER_ADDRESS',

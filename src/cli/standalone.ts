@@ -124,6 +124,7 @@ export async function startStandalone(
         maxRunningExports: config.bulkMaxRunningExports,
         maxProjectExportSize: config.bulkMaxProjectExportSize,
         maxExportSize: config.bulkMaxExportSize,
+        maxTypeFilterMatches: config.bulkMaxTypeFilterMatches,
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },
@@ -131,13 +132,18 @@ export async function startStandalone(
       ...(config.idpIssuer && config.idpClientId
         ? { federation: { defaultProvider: await defaultIdentityProvider(config) } }
         : {}),
-      // Registration and fetching follow one setting; unset leaves their default.
+      token: {
+        refreshTokenLifetime: config.refreshTokenLifetime,
+        onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,
+        // Registration and fetching follow one setting; unset leaves their default.
+        ...(config.allowPrivateJwksAddresses === undefined
+          ? {}
+          : { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } }),
+      },
+      authorization: { ticketLifetime: config.authorizeTicketLifetime },
       ...(config.allowPrivateJwksAddresses === undefined
         ? {}
-        : {
-            project: { allowPrivateJwksAddresses: config.allowPrivateJwksAddresses },
-            token: { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } },
-          }),
+        : { project: { allowPrivateJwksAddresses: config.allowPrivateJwksAddresses } }),
       // Durable audit: an acknowledged request's event survives the process being killed.
       audit: {
         journalDir: path.join(config.dataDir, 'audit-journal'),

@@ -238,7 +238,7 @@ export function matchesParameter(
 }
 
 /** The `Type/id` keys of references a parameter sees in `resource`. */
-function referenceKeys(registry: SearchRegistry, resource: FhirResource, code: string): string[] {
+export function referenceKeys(registry: SearchRegistry, resource: FhirResource, code: string): string[] {
   const definition = registry.get(resource.resourceType, code);
   if (!definition) return [];
   const out: string[] = [];

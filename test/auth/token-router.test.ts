@@ -7,7 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
 import { hashClientSecret } from '../../src/auth/client-secret.js';
-import type { NewClient, Storage } from '../../src/storage/types.js';
+import type { GrantStore, NewClient, Storage } from '../../src/storage/types.js';
 import { memoryStorage } from '../../src/stores.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { storageWithProjects } from './auth-storage.js';
@@ -231,6 +231,54 @@ describe('token endpoint and bearerAuth', () => {
     expect(
       (await request(app).get('/fhir/R4/Observation').set('Authorization', `Bearer ${secretToken}`)).status,
     ).toBe(401);
+  });
+
+  it('reads the revoked tokens beside the client (at once); a revoked token is refused as revoked', async () => {
+    const token = (await tokenFor()).body.access_token as string;
+    const { jti, exp } = decodeJwt(token) as { jti: string; exp: number };
+    const grants = storage.grants!;
+    const events: string[] = [];
+    // The revocation lookup takes a while; the client read is seen starting before it ends.
+    const slowGrants: GrantStore = {
+      put: (grant) => grants.put(grant),
+      take: (kind, key) => grants.take(kind, key),
+      use: (kind, key) => grants.use(kind, key),
+      revoke: (filter) => grants.revoke(filter),
+      async get(kind, key) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        events.push('revocation read');
+        return grants.get(kind, key);
+      },
+    };
+    const watched = new Proxy(storage, {
+      get(target, property, receiver) {
+        if (property === 'readClient')
+          return (id: string) => {
+            events.push('client read');
+            return target.readClient(id);
+          };
+        return Reflect.get(target, property, receiver) as unknown;
+      },
+    });
+    const probe = authApp(storage, { bearer: { storage: watched, grants: slowGrants } });
+    const read = () => request(probe).get('/fhir/R4/Patient').set('Authorization', `Bearer ${token}`);
+    expect((await read()).status).toBe(200);
+    expect(events).toEqual(['client read', 'revocation read']);
+
+    // Revoked, of a revoked client too: the answer says revoked, as when the lookup came first.
+    await grants.put({
+      kind: 'revoked-token',
+      key: jti,
+      projectId: 'p1',
+      clientId: 'jwt-client',
+      expiresAt: exp * 1000,
+      data: {},
+    });
+    await storage.updateClient('jwt-client', { revoked: true });
+    const refused = await read();
+    expect(refused.status).toBe(401);
+    expect(refused.headers['www-authenticate']).toMatch(/error="invalid_token"/);
+    expect(JSON.stringify(refused.body)).toContain('The access token is revoked');
   });
 
   it('answers malformed requests with RFC 6749 errors', async () => {

@@ -249,7 +249,26 @@ describe('parseKickoff', () => {
     ]);
   });
 
-  it('_typeFilter: result parameters, chains, _has, unknown parameters and empty values are refused', () => {
+  it('_typeFilter: chains and _has are parsed, for the kick-off to resolve', () => {
+    const { params } = parseKickoff(
+      input({
+        _typeFilter: [
+          'Observation?subject:Patient.general-practitioner:Practitioner.name=doe',
+          'Patient?_has:Observation:patient:code=1234',
+        ],
+      }),
+    );
+    const [chain, has] = params.typeFilterSearches!.map((s) => s.filters[0]!);
+    expect(chain).toMatchObject({
+      kind: 'chain',
+      code: 'subject',
+      targetTypes: ['Patient'],
+      filter: { kind: 'chain', code: 'general-practitioner', targetTypes: ['Practitioner'] },
+    });
+    expect(has).toMatchObject({ kind: 'has', resourceType: 'Observation', referenceParam: 'patient' });
+  });
+
+  it('_typeFilter: result parameters, unknown parameters and empty values are refused', () => {
     for (const filter of [
       'Observation?_sort=date',
       'Observation?_include=Observation:subject',
@@ -257,9 +276,8 @@ describe('parseKickoff', () => {
       'Observation?_count=5',
       'Observation?_summary=count',
       'Observation?_elements=code',
-      'Observation?subject:Patient.name=smith',
-      'Patient?_has:Observation:patient:code=1234',
       'Observation?nope=1',
+      'Observation?subject:Patient.nope=1',
       'Observation?code:in=http://x',
       'Observation?code=',
       'Observation?date=notadate',

@@ -486,37 +486,48 @@ describe('command line: against a server mounted under /api', () => {
     expect(ids).toEqual(['p1', 'p2']);
   });
 
-  it('export --type-filter: the help example Observation?code=1234 exports only those', async () => {
+  it('export --type-filter: the help example Observation?code=1234 exports only those; a chain and a _has too', async () => {
     const help = await cli(['export', '--help']);
     expect(help.stdout).toContain('Observation?code=1234');
-    const out = path.join(work, 'filtered');
-    const summary = await cliJson([
-      'export',
-      '--client-id',
-      jwtClient,
-      '--private-key',
-      key,
-      '--type',
-      'Observation,Patient',
-      '--type-filter',
-      'Observation?code=1234',
-      '--out',
-      out,
-      '--quiet',
-    ]);
-    const ids = (type: string) =>
-      fs
-        .readFileSync(
-          path.join(out, summary.files.find((f: { type: string }) => f.type === type).file),
-          'utf8',
-        )
-        .trim()
-        .split('\n')
-        .map((l) => JSON.parse(l).id)
-        .sort();
+    /** The ids `export --type Observation,Patient` with these `--type-filter`s writes, by type. */
+    const exported = async (dir: string, ...filters: string[]) => {
+      const out = path.join(work, dir);
+      const summary = await cliJson([
+        'export',
+        '--client-id',
+        jwtClient,
+        '--private-key',
+        key,
+        '--type',
+        'Observation,Patient',
+        ...filters.flatMap((f) => ['--type-filter', f]),
+        '--out',
+        out,
+        '--quiet',
+      ]);
+      return (type: string) =>
+        fs
+          .readFileSync(
+            path.join(out, summary.files.find((f: { type: string }) => f.type === type).file),
+            'utf8',
+          )
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l).id)
+          .sort();
+    };
+    const ids = await exported('filtered', 'Observation?code=1234');
     expect(ids('Observation')).toEqual(['o0', 'o2']);
     // A type without a filter is exported whole.
     expect(ids('Patient')).toEqual(['p1', 'p2', 'p3', 'p4']);
+    // A chain and a _has: p1's Observations; the patients with an Observation of code 5678 (p1, p3).
+    const chained = await exported(
+      'chained',
+      'Observation?subject:Patient.name=p1',
+      'Patient?_has:Observation:patient:code=5678',
+    );
+    expect(chained('Observation')).toEqual(['o0', 'o1']);
+    expect(chained('Patient')).toEqual(['p1', 'p3']);
     // A filter the server refuses: exit 1, its reason said.
     const refused = await cli([
       'export',

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
 import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
+import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
 import { readConfig } from '../../src/cli/serve-config.js';
@@ -75,12 +76,14 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxProjectExportSize: values.bulkMaxProjectExportSize,
       maxExportSize: values.bulkMaxExportSize,
       minFreeSpace: values.bulkMinFreeSpace,
+      maxTypeFilterMatches: values.bulkMaxTypeFilterMatches,
     }).toEqual({
       maxKickoffsPerHour: bulk.maxKickoffsPerHour,
       maxRunningExports: bulk.maxRunningExports,
       maxProjectExportSize: bulk.maxProjectExportSize,
       maxExportSize: bulk.maxExportSize,
       minFreeSpace: bulk.minFreeSpace,
+      maxTypeFilterMatches: bulk.maxTypeFilterMatches,
     });
     expect(values.bulkMaxKickoffsPerHour).toBe(1000);
     const pool = new ExportPool();
@@ -94,6 +97,15 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       idleInTransactionTimeoutMs: values.databaseIdleInTransactionTimeoutMs,
       closeTimeoutMs: values.databaseCloseTimeoutMs,
     }).toEqual(POSTGRES_POOL_DEFAULTS);
+    const token = resolveTokenEndpointConfig({ storage: memoryStorage() });
+    expect({
+      refreshTokenLifetime: values.refreshTokenLifetime,
+      onlineRefreshTokenLifetime: values.onlineRefreshTokenLifetime,
+    }).toEqual({
+      refreshTokenLifetime: token.refreshTokenLifetime,
+      onlineRefreshTokenLifetime: token.onlineRefreshTokenLifetime,
+    });
+    expect(values.authorizeTicketLifetime).toBe(600);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
@@ -116,6 +128,7 @@ describe('serve settings: reading', () => {
       BULK_MAX_PROJECT_EXPORT_SIZE: '512mb',
       BULK_MAX_EXPORT_SIZE: '1.5GB',
       BULK_MIN_FREE_SPACE: '0',
+      BULK_MAX_TYPE_FILTER_MATCHES: '10',
     });
     expect(config).toMatchObject({
       bulkMaxKickoffsPerHour: Infinity,
@@ -124,7 +137,9 @@ describe('serve settings: reading', () => {
       bulkMaxProjectExportSize: 512 * 1024 * 1024,
       bulkMaxExportSize: 1.5 * 1024 * 1024 * 1024,
       bulkMinFreeSpace: 0,
+      bulkMaxTypeFilterMatches: 10,
     });
+    expect(readConfig({ BULK_MAX_TYPE_FILTER_MATCHES: 'Infinity' }).bulkMaxTypeFilterMatches).toBe(Infinity);
     expect(readConfig({ BULK_MAX_EXPORT_SIZE: '1048576' }).bulkMaxExportSize).toBe(1048576);
   });
 
@@ -138,6 +153,7 @@ describe('serve settings: reading', () => {
     ['BULK_MAX_PROJECT_EXPORT_SIZE', '1e3'],
     ['BULK_MAX_EXPORT_SIZE', '0'],
     ['BULK_MIN_FREE_SPACE', 'Infinity'],
+    ['BULK_MAX_TYPE_FILTER_MATCHES', '0'],
     ['BULK_MIN_FREE_SPACE', '-1'],
     ['SHUTDOWN_TIMEOUT_MS', 'soon'],
     ['LOG_LEVEL', 'verbose'],
@@ -153,6 +169,32 @@ describe('serve settings: reading', () => {
       .find(([, s]) => s.env === name)![1]
       .flag.split(' ')[0]!;
     expect(() => readConfig({ [name]: value })).toThrow(flag);
+  });
+
+  it('reads the refresh token and authorization ticket lifetimes, in whole seconds', () => {
+    expect(
+      readConfig({
+        REFRESH_TOKEN_LIFETIME: '86400',
+        ONLINE_REFRESH_TOKEN_LIFETIME: '3600',
+        AUTHORIZE_TICKET_LIFETIME: '120',
+      }),
+    ).toMatchObject({
+      refreshTokenLifetime: 86400,
+      onlineRefreshTokenLifetime: 3600,
+      authorizeTicketLifetime: 120,
+    });
+    const flags = serveEnvironment(
+      { refreshTokenLifetime: '60', authorizeTicketLifetime: '30' },
+      { REFRESH_TOKEN_LIFETIME: '90' },
+    );
+    expect(readConfig(flags)).toMatchObject({ refreshTokenLifetime: 60, authorizeTicketLifetime: 30 });
+    for (const env of [
+      'REFRESH_TOKEN_LIFETIME',
+      'ONLINE_REFRESH_TOKEN_LIFETIME',
+      'AUTHORIZE_TICKET_LIFETIME',
+    ])
+      for (const bad of ['0', '1.5', '1h', 'Infinity'])
+        expect(() => readConfig({ [env]: bad }), `${env}=${bad}`).toThrow(new RegExp(env));
   });
 
   it('reads the PostgreSQL pool settings, and refuses them without DATABASE_URL', () => {

@@ -58,6 +58,7 @@ describe('serve settings reach the library', () => {
       BULK_MAX_EXPORT_SIZE: '100mb',
       BULK_MIN_FREE_SPACE: '0',
       BULK_REQUIRE_ASYNC_HEADERS: 'true',
+      BULK_MAX_TYPE_FILTER_MATCHES: '7',
     });
     await standalone.close();
     expect(seen.platform[0]?.bulk).toEqual({
@@ -67,8 +68,34 @@ describe('serve settings reach the library', () => {
       maxProjectExportSize: 2 * 1024 ** 3,
       maxExportSize: 100 * 1024 ** 2,
       minFreeSpace: 0,
+      maxTypeFilterMatches: 7,
       pool: { maxThreads: 4 },
     });
+  });
+
+  it('the refresh token and authorization ticket lifetimes, as tokenRouter and authorizationRouter options', async () => {
+    const standalone = await start({
+      REFRESH_TOKEN_LIFETIME: '86400',
+      ONLINE_REFRESH_TOKEN_LIFETIME: '3600',
+      AUTHORIZE_TICKET_LIFETIME: '120',
+      ALLOW_PRIVATE_JWKS_ADDRESSES: 'false',
+    });
+    await standalone.close();
+    expect(seen.platform[0]?.token).toEqual({
+      refreshTokenLifetime: 86400,
+      onlineRefreshTokenLifetime: 3600,
+      jwks: { allowPrivateAddresses: false },
+    });
+    expect(seen.platform[0]?.authorization).toEqual({ ticketLifetime: 120 });
+    expect(seen.platform[0]?.project).toEqual({ allowPrivateJwksAddresses: false });
+    // Unset: the library's defaults.
+    const defaults = await start({});
+    await defaults.close();
+    expect(seen.platform[1]?.token).toEqual({
+      refreshTokenLifetime: 2592000,
+      onlineRefreshTokenLifetime: 43200,
+    });
+    expect(seen.platform[1]?.authorization).toEqual({ ticketLifetime: 600 });
   });
 
   it("the PostgreSQL pool's size and timeouts, the read replicas and the history retention, as postgresStorage options", async () => {

@@ -441,6 +441,29 @@ forEachStore('SMART user scopes', (store, open) =>
         expect((await request(t.app).get(file).set('Authorization', auth)).status).toBe(200);
       });
 
+      it('a _typeFilter chain or _has never matches through a resource the user cannot see', async () => {
+        const patient = await token('patient', ['user/*.rs']);
+        const doctor = await token('doctor', ['user/*.rs']);
+        const own = async (auth: string, type: string, filter: string) =>
+          (
+            await exportOf(auth, `/Patient/$export?_type=${type}&_typeFilter=${encodeURIComponent(filter)}`)
+          ).output.filter((r) => FIXTURES.has(r));
+        // obs-x, pat-b's, is about pat-a (focus); obs-a's member obs-b is pat-b's.
+        const has = 'Patient?_has:Observation:focus:status=final';
+        expect(await own(doctor, 'Patient', has)).toEqual(['Patient/pat-a']);
+        expect(await own(patient, 'Patient', has)).toEqual([]);
+        const chain = 'Observation?has-member:Observation.status=final';
+        expect(await own(doctor, 'Observation', chain)).toEqual(['Observation/obs-a']);
+        expect(await own(patient, 'Observation', chain)).toEqual([]);
+        // As the user's own search answers.
+        expect(fixtures((await get(patient, '/Patient?_has:Observation:focus:status=final')).body)).toEqual(
+          [],
+        );
+        expect(
+          fixtures((await get(patient, '/Observation?has-member:Observation.status=final')).body),
+        ).toEqual([]);
+      });
+
       it("a Practitioner's system export is refused; its Patient export holds every patient", async () => {
         const auth = await token('doctor', ['user/*.rs']);
         expect((await exportOf(auth, '/$export')).status).toBe(403);
