@@ -205,7 +205,7 @@ async function loadAndExport(
 }
 
 /** Writes the NDJSON of `patients` generated patients to `file`; answers its resource count. */
-async function writeNdjson(file: string, patients: number, seed: number): Promise<number> {
+export async function writeNdjson(file: string, patients: number, seed: number): Promise<number> {
   const out = fs.createWriteStream(file);
   let count = 0;
   for (const resource of generatePatients(patients, seed)) {
