@@ -20,7 +20,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { postgresStorage } from '../src/postgres.js';
 import { quoteIdentifier } from '../src/storage/postgres/schema.js';
-import { writeNdjson, type BenchOptions, type BenchResults, type Figure } from './benchmark.js';
+import { runMeta, writeNdjson, type BenchOptions, type BenchResults, type Figure } from './benchmark.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
 import { timedDownload } from './measure-download.js';
 import { runHttpExport, type ExportRun } from './measure-export.js';
@@ -64,6 +64,9 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
       `${figure.label}: ${figures.at(-1)!.value} ${figure.unit}${figure.target ? ` (target ${figure.target}: ${figure.pass ? 'ok' : 'MISSED'})` : ''}`,
     );
   };
+  /** A ratio figure `a / b` with its bound `max`. */
+  const ratio = (key: string, label: string, a: number, b: number, max: number): void =>
+    add({ key, label, value: a / b, unit: 'x', target: `≤ ${max}`, pass: a / b <= max });
   const load = (): string =>
     os
       .loadavg()
@@ -228,14 +231,7 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
       value: copyOut.ms / 1000,
       unit: 's',
     });
-    add({
-      key: 'huge.export.copyRatio',
-      label: 'System export / COPY TO STDOUT',
-      value: system.ms / copyOut.ms,
-      unit: 'x',
-      target: '≤ 2',
-      pass: system.ms / copyOut.ms <= 2,
-    });
+    ratio('huge.export.copyRatio', 'System export / COPY TO STDOUT', system.ms, copyOut.ms, 2);
     const downloads = await downloadAll(system, token);
     add({
       key: 'huge.download.rate',
@@ -270,14 +266,7 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
       value: groupRun.ms,
       unit: 'ms',
     });
-    add({
-      key: 'huge.export.group.ratio',
-      label: 'Group export / system export',
-      value: groupRun.ms / system.ms,
-      unit: 'x',
-      target: '≤ 0.05',
-      pass: groupRun.ms / system.ms <= 0.05,
-    });
+    ratio('huge.export.group.ratio', 'Group export / system export', groupRun.ms, system.ms, 0.05);
 
     // ---- Memory.
     add({
@@ -292,14 +281,13 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
       value: groupMemory.peakRss / MB,
       unit: 'MiB',
     });
-    add({
-      key: 'huge.memory.exportRssRatio',
-      label: 'Server peak RSS, system export / 1% Group export (memory flat in the data read)',
-      value: exportMemory.peakRss / groupMemory.peakRss,
-      unit: 'x',
-      target: '≤ 1.2',
-      pass: exportMemory.peakRss / groupMemory.peakRss <= 1.2,
-    });
+    ratio(
+      'huge.memory.exportRssRatio',
+      'Server peak RSS, system export / 1% Group export (memory flat in the data read)',
+      exportMemory.peakRss,
+      groupMemory.peakRss,
+      1.2,
+    );
     if (systemProbe && groupProbe) {
       add({
         key: 'huge.memory.workerIsolate',
@@ -307,14 +295,13 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
         value: systemProbe.peakIsolateBytes / MB,
         unit: 'MiB',
       });
-      add({
-        key: 'huge.memory.workerRatio',
-        label: 'Export worker isolate peak, system export / Group export',
-        value: systemProbe.peakIsolateBytes / groupProbe.peakIsolateBytes,
-        unit: 'x',
-        target: '≤ 1.2',
-        pass: systemProbe.peakIsolateBytes / groupProbe.peakIsolateBytes <= 1.2,
-      });
+      ratio(
+        'huge.memory.workerRatio',
+        'Export worker isolate peak, system export / Group export',
+        systemProbe.peakIsolateBytes,
+        groupProbe.peakIsolateBytes,
+        1.2,
+      );
     }
 
     // ---- Searches (this process, on the server's schema, as the FHIR router calls the store).
@@ -367,15 +354,13 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
         value: pages.walk.totalMs / 1000,
         unit: 's',
       });
-      const flat = pages.lastTenthMedianMs / pages.firstTenthMedianMs;
-      add({
-        key: 'huge.scim.lastOverFirst',
-        label: 'SCIM walk: median page of its last tenth / its first tenth (O(n) walk: about 1)',
-        value: flat,
-        unit: 'x',
-        target: '≤ 1.5',
-        pass: flat <= 1.5,
-      });
+      ratio(
+        'huge.scim.lastOverFirst',
+        'SCIM walk: median page of its last tenth / its first tenth (O(n) walk: about 1)',
+        pages.lastTenthMedianMs,
+        pages.firstTenthMedianMs,
+        1.5,
+      );
       loads.push(`scim ${load()}`);
     }
     add({
@@ -399,26 +384,7 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
     await server.close();
     fs.rmSync(work, { recursive: true, force: true });
   }
-  const { log: _log, ...rest } = options;
-  return {
-    meta: {
-      date: new Date(started).toISOString(),
-      node: process.version,
-      platform: `${os.type()} ${os.release()} ${os.arch()}`,
-      cpus: os.availableParallelism(),
-      cpuModel: os.cpus()[0]?.model ?? 'unknown',
-      totalMemory: os.totalmem(),
-      store: 'postgres',
-      durability: options.durability ?? 'fsync',
-      workerExports: server.info.workerExports,
-      patients,
-      resources,
-      options: rest,
-      durationMs: Date.now() - started,
-    },
-    figures,
-    samples,
-  };
+  return { meta: runMeta(options, started, 'postgres', server.info.workerExports), figures, samples };
 }
 
 /** Every file of `run` downloaded one after the other (no compression asked): bytes and ms. */
