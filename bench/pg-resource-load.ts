@@ -96,14 +96,14 @@ export async function copyResourcesIn(options: {
   resources: Iterable<FhirResource>;
   indexer: ResourceIndexer;
   compartment: PatientCompartment;
-  /** Resources per allocation of seqs and instants (default 5,000). */
+  /** Resources per allocation of seqs and instants (default 1,000: the rows of a batch are built in one synchronous stretch, which holds up the event loop of the process it runs in). */
   batchSize?: number;
   dropIndexes?: boolean;
   log?: (line: string) => void;
 }): Promise<CopyLoadResult> {
   const { schema, projectId, indexer, compartment } = options;
   const s = quoteIdentifier(schema);
-  const batchSize = options.batchSize ?? 5000;
+  const batchSize = options.batchSize ?? 1000;
   const log = options.log ?? (() => undefined);
   const start = now();
   const connect = async (): Promise<pg.Client> => {
