@@ -205,7 +205,7 @@ async function loadAndExport(
 }
 
 /** Writes the NDJSON of `patients` generated patients to `file`; answers its resource count. */
-async function writeNdjson(file: string, patients: number, seed: number): Promise<number> {
+export async function writeNdjson(file: string, patients: number, seed: number): Promise<number> {
   const out = fs.createWriteStream(file);
   let count = 0;
   for (const resource of generatePatients(patients, seed)) {
@@ -1114,24 +1114,30 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
+  return { meta: runMeta(options, started, store, workerExports), figures, samples };
+}
+
+/** The `meta` of a run of `options` begun at `started` (epoch ms). */
+export function runMeta(
+  options: BenchOptions,
+  started: number,
+  store: StoreKind,
+  workerExports: boolean,
+): BenchResults['meta'] {
   const { log: _log, ...plainOptions } = options;
   return {
-    meta: {
-      date: new Date(started).toISOString(),
-      node: process.version,
-      platform: `${os.type()} ${os.release()} ${os.arch()}`,
-      cpus: os.availableParallelism(),
-      cpuModel: os.cpus()[0]?.model ?? 'unknown',
-      totalMemory: os.totalmem(),
-      store,
-      durability: options.durability ?? 'fsync',
-      workerExports,
-      patients: options.patients,
-      resources: options.patients * RESOURCES_PER_PATIENT,
-      options: plainOptions,
-      durationMs: Date.now() - started,
-    },
-    figures,
-    samples,
+    date: new Date(started).toISOString(),
+    node: process.version,
+    platform: `${os.type()} ${os.release()} ${os.arch()}`,
+    cpus: os.availableParallelism(),
+    cpuModel: os.cpus()[0]?.model ?? 'unknown',
+    totalMemory: os.totalmem(),
+    store,
+    durability: options.durability ?? 'fsync',
+    workerExports,
+    patients: options.patients,
+    resources: options.patients * RESOURCES_PER_PATIENT,
+    options: plainOptions,
+    durationMs: Date.now() - started,
   };
 }

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { runBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
+import { runHuge } from './huge.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
 import type { StoreKind } from './server-protocol.js';
 import { renderComparison, renderMarkdown, renderTable } from './table.js';
@@ -18,6 +19,12 @@ Runs every measurement once and prints one table (the same figures go to bench/o
 
   --patients N      main dataset size (default 250 ≈ 100k resources)
   --large           1,000,000 resources (2,494 patients); memory compared with N/5
+  --huge            with --store postgres: issue 32's 10M-resource run (bench/huge.ts; 24,938
+                    patients unless --patients): NDJSON upload of --upload-patients (default 125),
+                    the rest by COPY, system and Group exports, searches, SCIM at --scim-users
+                    (default 1000000), database size, memory; run by hand
+  --upload-patients N  with --huge: patients loaded by NDJSON upload (default 125 ≈ 50k resources)
+  --search-runs N   with --huge: timed runs of each search (default 9)
   --reps R          repetitions of each main timing (default 3)
   --scim-users U    SCIM users (default 100000; 0 skips SCIM)
   --scim-requests L,C,P  timed SCIM lookups, creates and PATCHes (default 500,200,200)
@@ -54,6 +61,9 @@ const { values } = parseArgs({
     from: { type: 'string' },
     patients: { type: 'string' },
     large: { type: 'boolean', default: false },
+    huge: { type: 'boolean', default: false },
+    'upload-patients': { type: 'string' },
+    'search-runs': { type: 'string' },
     reps: { type: 'string' },
     'scim-users': { type: 'string' },
     'scim-requests': { type: 'string', default: '500,200,200' },
@@ -107,7 +117,17 @@ if (values.durability !== 'fsync' && values.durability !== 'write')
 if (values.validator !== 'default' && values.validator !== 'reference')
   throw new Error('--validator must be default or reference');
 const large = values.large;
-const patients = int('patients', values.patients, large ? Math.ceil(1_000_000 / RESOURCES_PER_PATIENT) : 250);
+const huge = values.huge;
+if (huge && values.store !== 'postgres') throw new Error('--huge runs on --store postgres alone');
+const patients = int(
+  'patients',
+  values.patients,
+  huge
+    ? Math.ceil(10_000_000 / RESOURCES_PER_PATIENT)
+    : large
+      ? Math.ceil(1_000_000 / RESOURCES_PER_PATIENT)
+      : 250,
+);
 const [lookups, creates, patches] = values['scim-requests']
   .split(',')
   .map((v, i) => int(['lookups', 'creates', 'patches'][i]!, v, 0));
@@ -124,8 +144,8 @@ const options = (store: StoreKind): BenchOptions => ({
   reps: int('reps', values.reps, 3),
   otherReps: 1,
   fastReps: 5,
-  uploadPatients: Math.min(patients, 25),
-  scimUsers: int('scim-users', values['scim-users'], 100_000),
+  uploadPatients: huge ? int('upload-patients', values['upload-patients'], 125) : Math.min(patients, 25),
+  scimUsers: int('scim-users', values['scim-users'], huge ? 1_000_000 : 100_000),
   scimRequests: { lookups: lookups ?? 500, creates: creates ?? 200, patches: patches ?? 200 },
   auditRequests: int('audit-requests', values['audit-requests'], 400),
   store,
@@ -144,7 +164,15 @@ const options = (store: StoreKind): BenchOptions => ({
 });
 
 const results: BenchResults[] = [];
-for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
+if (huge) {
+  results.push(
+    await runHuge({
+      ...options('postgres'),
+      databaseUrl,
+      searchRuns: int('search-runs', values['search-runs'], 9) || 9,
+    }),
+  );
+} else for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
 fs.writeFileSync(values.out, `${JSON.stringify(results.length === 1 ? results[0] : results, null, 2)}\n`);
 console.log(render(results));
 console.log(`\nJSON: ${path.relative(process.cwd(), values.out)}`);

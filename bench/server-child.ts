@@ -17,6 +17,7 @@ import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';
 import { R4_PATIENT_COMPARTMENT } from '../src/fhir/compartment.js';
 import { createPostgresStorage } from '../src/storage/postgres/postgres-storage.js';
+import { loadR4Indexer } from '../src/search/index-resource.js';
 import { DirectoryExportFiles } from '../src/bulk/directory-export-files.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';
 import type { FhirResource, ResourceWrite, Storage } from '../src/storage/types.js';
@@ -35,6 +36,7 @@ import type {
 } from './server-protocol.js';
 import { copyRowsOut, dropSchema } from './measure-pg-copy.js';
 import { copyUsersIn } from './pg-user-load.js';
+import { copyResourcesIn } from './pg-resource-load.js';
 import { readSynthea } from './synthea.js';
 
 const PROBE_WORKER = fileURLToPath(new URL('./export-worker-probe.mjs', import.meta.url));
@@ -265,6 +267,31 @@ class BenchServer {
     return this.#write(projectId, tracked(), batchSize);
   }
 
+  async copyGenerated({ projectId, patients, skip, seed }: Commands['copyGenerated']['args']) {
+    if (!this.#pg) throw new Error('copyGenerated needs the postgres store');
+    const ids = this.#patients.get(projectId) ?? [];
+    this.#patients.set(projectId, ids);
+    function* rest(): Generator<FhirResource> {
+      let p = 0;
+      for (const resource of generatePatients(patients, seed) as Generator<FhirResource>) {
+        if (resource.resourceType === 'Patient') {
+          ids.push(resource.id!);
+          p++;
+        }
+        if (p > skip) yield resource;
+      }
+    }
+    const load = await copyResourcesIn({
+      ...this.#pg,
+      projectId,
+      resources: rest(),
+      indexer: await loadR4Indexer(),
+      compartment: R4_PATIENT_COMPARTMENT,
+      log: (line) => console.error(`[bench server] ${line}`),
+    });
+    return { resources: load.resources, ms: load.ms, indexMs: load.indexMs, rows: load.rows };
+  }
+
   async loadSynthea({ projectId, dir, batchSize }: Commands['loadSynthea']['args']): Promise<LoadResult> {
     const resources = readSynthea(dir);
     return this.#write(projectId, resources, batchSize);
@@ -394,6 +421,7 @@ const handlers: { [K in CommandName]: (args: Commands[K]['args']) => unknown } =
   projectClient: (a) => server.projectClient(a),
   loadGenerated: (a) => server.loadGenerated(a),
   loadSynthea: (a) => server.loadSynthea(a),
+  copyGenerated: (a) => server.copyGenerated(a),
   createGroup: (a) => server.createGroup(a),
   loadUsers: (a) => server.loadUsers(a),
   memory: () => server.memory(),

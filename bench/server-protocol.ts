@@ -109,6 +109,15 @@ export interface Commands {
     args: { projectId: string; patients: number; seed: number; batchSize: number };
     result: LoadResult;
   };
+  /**
+   * PostgreSQL only: generated patients `[skip, patients)` written straight into the store's tables
+   * with `COPY` (bench/pg-resource-load.ts); every patient of `[0, patients)` counts for `createGroup`
+   * (the first `skip` loaded otherwise, e.g. by an NDJSON upload of `generatePatients(skip, seed)`).
+   */
+  copyGenerated: {
+    args: { projectId: string; patients: number; skip: number; seed: number };
+    result: LoadResult & { indexMs: number; rows: Record<string, number> };
+  };
   loadSynthea: { args: { projectId: string; dir: string; batchSize: number }; result: LoadResult };
   /** Stores a Group of every `1/fraction`-th patient loaded into the project; answers its id and size. */
   createGroup: { args: { projectId: string; percent: number }; result: { groupId: string; members: number } };

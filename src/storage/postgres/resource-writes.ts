@@ -1,6 +1,12 @@
 import { isoMicros } from '../engine/clock.js';
 import { InvalidRecordError } from '../errors.js';
-import type { PatientCompartment, ResourceWrite, StoredResource, WriteResult } from '../types.js';
+import type {
+  FhirResource,
+  PatientCompartment,
+  ResourceWrite,
+  StoredResource,
+  WriteResult,
+} from '../types.js';
 import {
   checkId,
   checkResourceType,
@@ -49,13 +55,44 @@ function key(resourceType: string, id: string): string {
   return `${resourceType}\u0000${id}`;
 }
 
+/** A new version as the store writes it (see {@link storedVersion}). */
+export interface StoredVersion {
+  stored: StoredResource;
+  /** The JSON text of `stored`: the `body` column. */
+  body: string;
+  /** `body` parsed again, when it has identifiers (their keys are of the JSON as stored). */
+  parsed?: StoredResource;
+}
+
+/**
+ * Version `versionId` of `resource` as the store writes it: a copy with `id` and `meta` set
+ * (`lastUpdated` the instant `lu`, microseconds), `resourceType` and `id` first in its JSON.
+ */
+export function storedVersion(
+  resource: FhirResource,
+  id: string,
+  versionId: string,
+  lu: number,
+): StoredVersion {
+  const copy = structuredClone(resource) as StoredResource;
+  copy.id = id;
+  copy.meta = { ...(copy.meta ?? {}), versionId, lastUpdated: isoMicros(lu) };
+  // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
+  const { resourceType: type, id: _id, ...rest } = copy;
+  const stored: StoredResource = { resourceType: type, id, ...rest };
+  const body = JSON.stringify(stored);
+  // Only a body with identifiers needs parsing back.
+  if (stored.identifier === undefined) return { stored, body };
+  return { stored, body, parsed: JSON.parse(body) as StoredResource };
+}
+
 /**
  * Hands out `count` strictly increasing `meta.lastUpdated` instants (microseconds, starting from
  * the database clock's millisecond like the other stores) and `count` seqs for a project, and
  * locks the project's clock row until the transaction ends: resource writes of one project are
  * serialized, whichever instance makes them.
  */
-async function allocate(
+export async function allocate(
   query: Query,
   s: string,
   projectId: string,
@@ -164,16 +201,11 @@ export async function applyResourceWrites(
     let parsed: StoredResource | undefined;
     if (write.op === 'delete') results.push({ op: 'delete' });
     else {
-      const copy = structuredClone(write.resource) as StoredResource;
-      copy.id = id;
-      copy.meta = { ...(copy.meta ?? {}), versionId, lastUpdated: isoMicros(lu) };
-      // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
-      const { resourceType: type, id: _id, ...rest } = copy;
-      const stored: StoredResource = { resourceType: type, id, ...rest };
-      body = JSON.stringify(stored);
+      const version = storedVersion(write.resource, id, versionId, lu);
+      const { stored } = version;
+      body = version.body;
+      parsed = version.parsed;
       patients = compartment.patientIds(stored);
-      // Only a body with identifiers needs parsing back (for identifier keys of the JSON as stored).
-      if (stored.identifier !== undefined) parsed = JSON.parse(body) as StoredResource;
       const result: WriteResult = { op: write.op, resource: stored };
       if (write.op === 'update') result.created = !live;
       results.push(result);

@@ -354,6 +354,11 @@ export class IndexRows {
   }
 }
 
+/** The columns of `table` that {@link IndexRows} fills, in its order (every column but `project_id`). */
+export function indexColumnNames(table: IndexTable): string[] {
+  return ['seq', 'resource_type', 'param', 'elem', 'comp', ...COLUMNS[table].map(([n]) => n)];
+}
+
 /**
  * Inserts `rows` (of project `projectId`) in one statement: an `INSERT … SELECT FROM unnest(…)`
  * per table that has rows.
@@ -369,7 +374,7 @@ export async function insertIndexRows(
   for (const table of INDEX_TABLES) {
     const columns = rows.columns.get(table)!;
     if (columns[0]!.length === 0) continue;
-    const names = ['seq', 'resource_type', 'param', 'elem', 'comp', ...COLUMNS[table].map(([n]) => n)];
+    const names = indexColumnNames(table);
     const types = ['bigint', 'text', 'text', 'integer', 'integer', ...COLUMNS[table].map(([, t]) => t)];
     const args = columns.map((column, i) => {
       values.push(column);
