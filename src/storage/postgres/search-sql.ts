@@ -155,8 +155,13 @@ export class SearchSql {
    * `seq`s of the current versions that match it), the others being tested on each candidate.
    * Preferred: equality-like values (token, reference, uri, string), then the other types, then
    * chains and `_has`. Undefined when no filter can drive (only negations and `:missing`).
+   * `covers`: the filters its seqs already satisfy (it and, for a date, the other plain filters
+   * on the same parameter, tested on the driving row first: a range's other end).
    */
-  driver(filters: readonly SearchFilter[], type: string): { filter: SearchFilter; seqs: string } | undefined {
+  driver(
+    filters: readonly SearchFilter[],
+    type: string,
+  ): { filter: SearchFilter; seqs: string; covers: SearchFilter[] } | undefined {
     const rank = (f: SearchFilter): number => {
       if (f.kind !== 'parameter') return 3;
       if (f.modifier === 'missing' || f.modifier === 'not' || f.code === '_id') return 9;
@@ -164,7 +169,23 @@ export class SearchSql {
     };
     const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
     if (!best || rank(best) === 9) return undefined;
-    return { filter: best, seqs: this.seqs(best, type, filters) };
+    const covers = [best, ...this.sameDates(best, filters)];
+    return { filter: best, seqs: this.seqs(best, type, filters), covers };
+  }
+
+  /** The plain date filters of `all` other than `filter` on its parameter (none unless it is one). */
+  private sameDates(filter: SearchFilter, all: readonly SearchFilter[]): ParameterFilter[] {
+    if (filter.kind !== 'parameter' || filter.type !== 'date' || filter.code === '_lastUpdated') return [];
+    return all.flatMap((f) =>
+      f !== filter &&
+      f.kind === 'parameter' &&
+      f.type === 'date' &&
+      f.code === filter.code &&
+      f.modifier === undefined &&
+      f.values.length > 0
+        ? [f]
+        : [],
+    );
   }
 
   /**
@@ -219,7 +240,19 @@ export class SearchSql {
     if (driving && filter.code === '_lastUpdated') return this.lastUpdatedSeqs(filter, type);
     if (driving) {
       const a = this.alias('v');
-      const hull = filter.type === 'date' ? ` AND ${this.dateHull(all, filter.code, type, a)}` : '';
+      let hull = '';
+      if (filter.type === 'date') {
+        hull = ` AND ${this.dateHull(all, filter.code, type, a)}`;
+        // The other filters on the parameter: the driving row itself usually matches them (one
+        // value per resource), else another row of its version must.
+        const others = this.sameDates(filter, all);
+        const code = others.length > 0 ? this.text(filter.code) : '';
+        for (const other of others) {
+          const x = this.alias('x');
+          hull += ` AND ((${this.anyValue(other, a)}) OR EXISTS (SELECT 1 FROM ${this.s}.search_dates ${x}
+            WHERE ${x}.seq = ${a}.seq AND ${x}.param = ${code} AND (${this.anyValue(other, x)}) OFFSET 0))`;
+        }
+      }
       return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
                WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
                  AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
