@@ -5,7 +5,9 @@
  * Loads `--patients` generated patients (`bench/dataset.ts`, 401 resources each: 250 ≈ 100k
  * resources) into schema `--schema` of `FPK_BENCH_POSTGRES_URL` (else `FPK_TEST_POSTGRES_URL`)
  * through `writeResources` (one batch per patient; skipped when the schema already holds them),
- * runs `ANALYZE` (what autovacuum does after a load), then times each query `--runs` times (parse
+ * runs `ANALYZE` (what autovacuum does after a load; with `--vacuum`, `VACUUM (ANALYZE)`: what it
+ * also does once enough rows were inserted, marking the pages all-visible so that index-only scans
+ * skip the heap), then times each query `--runs` times (parse
  * and store search, first page of 20, total included) and prints the medians:
  *
  *   - the selective token (`Observation?code=http://loinc.org|2345-7`, about 1% of the resources),
@@ -19,6 +21,7 @@
  *   --patients N   generated patients (default 250)
  *   --schema NAME  schema (default fpk_bench_search_<N>; kept for the next run unless --drop)
  *   --runs R       timed runs per query (default 15, after 2 warm-up runs)
+ *   --vacuum       VACUUM (ANALYZE) the tables instead of ANALYZE
  *   --drop         drop the schema at the end
  */
 import { parseArgs } from 'node:util';
@@ -35,6 +38,7 @@ const { values } = parseArgs({
     schema: { type: 'string' },
     runs: { type: 'string', default: '15' },
     drop: { type: 'boolean', default: false },
+    vacuum: { type: 'boolean', default: false },
   },
 });
 const patients = Number(values.patients);
@@ -81,7 +85,8 @@ try {
     }
     console.error(`load: ${Math.round(now() - started)} ms`);
   }
-  await admin.query(`ANALYZE ${s}.resources`);
+  const analyze = values.vacuum ? 'VACUUM (ANALYZE)' : 'ANALYZE';
+  await admin.query(`${analyze} ${s}.resources`);
   for (const t of [
     'search_tokens',
     'search_strings',
@@ -90,7 +95,7 @@ try {
     'search_references',
     'search_uris',
   ]) {
-    await admin.query(`ANALYZE ${s}.${t}`);
+    await admin.query(`${analyze} ${s}.${t}`);
   }
   const { live } = await one<{ live: number }>(
     `SELECT count(*)::int AS live FROM ${s}.resources WHERE superseded_seq IS NULL AND NOT deleted`,

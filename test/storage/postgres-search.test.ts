@@ -195,11 +195,14 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await storage.close();
 
         // The version-8 shape: no hull columns, the B-tree lookup, composite rows and texts as they were.
-        await admin.query(`DROP INDEX ${s}.search_dates_box`);
+        await admin.query(`DROP INDEX ${s}.search_dates_span`);
         await admin.query(`ALTER TABLE ${s}.search_dates DROP COLUMN hlo, DROP COLUMN hhi`);
         await admin.query(
           `CREATE INDEX search_dates_lookup ON ${s}.search_dates (project_id, resource_type, param, lo, hi)`,
         );
+        await admin.query(`DROP INDEX ${s}.search_tokens_key`);
+        await admin.query(`ALTER TABLE ${s}.search_tokens DROP COLUMN system_full, DROP COLUMN value_full`);
+        await admin.query(`CREATE INDEX search_tokens_value ON ${s}.search_tokens (value)`);
         for (const [table, column] of [
           ['search_tokens', 'value'],
           ['search_strings', 'norm'],
@@ -210,7 +213,8 @@ if (postgresTestsEnabled('postgresStorage search index')) {
             `CREATE INDEX ${table}_lookup ON ${s}.${table} (project_id, resource_type, param, left(${column}, 100), seq)`,
           );
         }
-        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 9`);
+        // (A version-8 schema has none of the later migrations' changes either.)
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version IN (9, 11)`);
         storage = postgresStorage({ connectionString, schema });
         expect((await search(storage, 'Observation', range)).resources.map((r) => r.id).sort()).toEqual(
           expected,
@@ -224,20 +228,148 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         const { rows } = await admin.query<{ n: number; lookup: string | null; value: string | null }>(
           `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE hlo IS NULL OR hhi IS NULL)::int AS n,
                   coalesce(to_regclass('${schema}.search_dates_lookup'), to_regclass('${schema}.search_tokens_lookup'))::text AS lookup,
-                  to_regclass('${schema}.search_tokens_value')::text AS value`,
+                  to_regclass('${schema}.search_strings_value')::text AS value`,
         );
         expect(rows[0]).toEqual({
           n: 0,
           lookup: null,
-          value: expect.stringContaining('search_tokens_value'),
+          value: expect.stringContaining('search_strings_value'),
         });
         const plan = await admin.query<{ 'QUERY PLAN': string }>(
           `EXPLAIN SELECT seq FROM ${s}.search_dates a
             WHERE box(point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hlo),
-                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hhi))
-               && box(point(1, 0), point(1, 1))`,
+                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8 + 1, a.hhi))
+               && box(point(1, 0), point(2, 1))`,
         );
-        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_box/);
+        expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_span/);
+      } finally {
+        await storage.close();
+      }
+    }, 60_000);
+
+    it('migration 11 rebuilds a version-10 index: token keys for index-only lookups, no _lastUpdated rows', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      const long = (c: string) => `${c.repeat(99)}é${c}😀`; // past KEY_CHARS, in code points
+      let storage = postgresStorage({ connectionString, schema });
+      try {
+        await storage.writeResources('p1', [
+          ...Array.from({ length: 200 }, (_, i) => ({
+            op: 'create' as const,
+            resource: {
+              resourceType: 'Observation',
+              id: `o${i}`,
+              status: 'final',
+              code: {
+                coding: [
+                  i % 3 === 0
+                    ? { system: long('s'), code: i % 2 ? long('v') : 'short' }
+                    : { system: 'urn:c', code: i % 2 ? `${long('v')}x` : 'short' },
+                ],
+              },
+            },
+          })),
+          // A code of exactly KEY_CHARS code points, and one that is a long key's prefix.
+          ...[long('v').slice(0, 100), `${long('v').slice(0, 100)}\u0001`].map((code, i) => ({
+            op: 'create' as const,
+            resource: {
+              resourceType: 'Observation',
+              id: `edge${i}`,
+              status: 'final',
+              code: { coding: [{ code }] },
+            },
+          })),
+        ]);
+        const queries = [
+          `code=${long('s')}|${long('v')}`,
+          `code=${long('s')}|`,
+          `code=urn:c|${long('v')}`,
+          `code=${long('v')}`,
+          `code=${long('v')}x`,
+          'code=short',
+          `code=${long('v').slice(0, 100)}`,
+          `code=|${long('v').slice(0, 100)}`,
+          'code=urn:c|short',
+          '_lastUpdated=gt2000&_sort=-_lastUpdated,code',
+          '_lastUpdated=ne2000,2001&code=short',
+          '_lastUpdated:missing=false&_count=500',
+        ];
+        const ids = async (q: string) => (await search(storage, 'Observation', q)).resources.map((r) => r.id);
+        const answer = async (q: string) => {
+          const page = await search(storage, 'Observation', q);
+          return { total: page.total, ids: page.resources.map((r) => r.id) };
+        };
+        const before = await Promise.all(queries.map(answer));
+        expect(before.map((x) => x.total)).toEqual([33, 67, 0, 33, 67, 100, 1, 1, 66, 202, 100, 202]);
+        const { lastUpdated } = (await storage.readResource('p1', 'Observation', 'o0')).meta;
+        // The instant's own millisecond matches `eq` to the millisecond; the next one does not.
+        const ms = new Date(lastUpdated).getTime();
+        const at = (t: number) => new Date(t).toISOString();
+        expect(await ids(`_lastUpdated=eq${at(ms)}&_id=o0`)).toEqual(['o0']);
+        expect(await ids(`_lastUpdated=ap${at(ms)},eq${at(ms + 1)}&code=short&_id=o0`)).toEqual(['o0']);
+        expect(await ids(`_lastUpdated=sa${at(ms)}&_id=o0`)).toEqual([]);
+        await storage.close();
+
+        // The version-10 shape: whole texts in system and value, the value lookup, _lastUpdated rows.
+        await admin.query(`UPDATE ${s}.search_tokens SET system = coalesce(system_full, system),
+                             value = coalesce(value_full, value)`);
+        await admin.query(`DROP INDEX ${s}.search_tokens_key`);
+        await admin.query(`ALTER TABLE ${s}.search_tokens DROP COLUMN system_full, DROP COLUMN value_full`);
+        await admin.query(
+          `CREATE INDEX search_tokens_value ON ${s}.search_tokens (project_id, resource_type, param, left(value, 100))`,
+        );
+        await admin.query(
+          `INSERT INTO ${s}.search_dates (seq, project_id, resource_type, param, lo, hi, hlo, hhi)
+           SELECT seq, project_id, resource_type, '_lastUpdated', lu / 1000, lu / 1000 + 1, lu / 1000, lu / 1000 + 1
+             FROM ${s}.resources`,
+        );
+        await admin.query(`DROP INDEX ${s}.search_dates_span`);
+        await admin.query(
+          `CREATE INDEX search_dates_box ON ${s}.search_dates USING gist
+            (box(point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hlo),
+                 point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hhi)))`,
+        );
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 11`);
+        storage = postgresStorage({ connectionString, schema });
+        expect(await Promise.all(queries.map(answer))).toEqual(before);
+        const { rows } = await admin.query<Record<string, number | string | null>>(
+          `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE param = '_lastUpdated')::int AS dates,
+                  (SELECT count(*) FROM ${s}.search_tokens
+                    WHERE param = 'code' AND (value_full IS NOT NULL OR system_full IS NOT NULL))::int AS long,
+                  to_regclass('${schema}.search_tokens_value')::text AS old,
+                  to_regclass('${schema}.search_tokens_key')::text AS key,
+                  to_regclass('${schema}.search_dates_box')::text AS box,
+                  to_regclass('${schema}.search_dates_span')::text AS span`,
+        );
+        expect(rows[0]).toEqual({
+          dates: 0,
+          long: 135,
+          old: null,
+          key: expect.stringContaining('search_tokens_key'),
+          box: null,
+          span: expect.stringContaining('search_dates_span'),
+        });
+        // The lookup needs no heap once VACUUM marked the pages all-visible (it cannot while another
+        // session's snapshot is older; on so small a table the planner prefers other plans unless
+        // told not to).
+        await admin.query(`VACUUM ANALYZE ${s}.search_tokens`);
+        const client = await admin.connect();
+        let plan: string;
+        try {
+          await client.query('BEGIN');
+          await client.query('SET LOCAL enable_bitmapscan = off');
+          await client.query('SET LOCAL enable_seqscan = off');
+          const { rows: lines } = await client.query<{ 'QUERY PLAN': string }>(
+            `EXPLAIN (ANALYZE, COSTS OFF) SELECT seq FROM ${s}.search_tokens
+              WHERE project_id = 'p1' AND resource_type = 'Observation' AND param = 'code'
+                AND value = 'short' AND system = 'urn:c'`,
+          );
+          plan = lines.map((r) => r['QUERY PLAN']).join('\n');
+        } finally {
+          await client.query('ROLLBACK');
+          client.release();
+        }
+        expect(plan).toMatch(/Index Only Scan using search_tokens_key/);
       } finally {
         await storage.close();
       }

@@ -94,7 +94,7 @@ function candidates(
       : undefined;
   let matched: string | undefined;
   if (sql && query.search) {
-    const rest = query.search.filters.filter((f) => f !== driver?.filter);
+    const rest = query.search.filters.filter((f) => !driver?.covers.includes(f));
     if (driver) {
       // The driver's seqs are those of current, live versions of the project and type (the index
       // holds no others): the other filters test them without reading the versions.

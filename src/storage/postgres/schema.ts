@@ -3,7 +3,12 @@ import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource, UserRecord } from '../types.js';
 import { userEmails } from '../user-list.js';
-import { INDEX_TABLES, searchTableStatements, searchTableStatements9 } from './search-tables.js';
+import {
+  INDEX_TABLES,
+  searchTableStatements,
+  searchTableStatements11,
+  searchTableStatements9,
+} from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -198,6 +203,8 @@ function migrationStatements(s: string): string[] {
     `CREATE INDEX IF NOT EXISTS oauth_grants_user ON ${s}.oauth_grants (project_id, user_id)`,
     `CREATE INDEX IF NOT EXISTS oauth_grants_family ON ${s}.oauth_grants (family) WHERE family IS NOT NULL`,
     `CREATE INDEX IF NOT EXISTS oauth_grants_expiry ON ${s}.oauth_grants (expires_at)`,
+    // Migration 11: token keys for index-only lookups, no `_lastUpdated` rows (rebuilt, see `migrate`).
+    ...searchTableStatements11(s),
   ];
 }
 
@@ -310,7 +317,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 10;
+export const SCHEMA_VERSION = 11;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -331,7 +338,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -352,8 +359,9 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
       await client.query('COMMIT');
       return;
     }
-    // Migration 9 rebuilds the index rows (below): emptied first, its new indexes cost nothing.
-    if (before.has(8) && !before.has(9)) {
+    // Migrations 9 and 11 rebuild the index rows (below): emptied first, their new indexes cost nothing.
+    const rebuild = !before.has(9) || !before.has(11);
+    if (before.has(8) && rebuild) {
       await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }
     for (const statement of migrationStatements(s)) await client.query(statement);
@@ -363,7 +371,7 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     if (!applied.has(6)) await backfillUserColumns(client, s);
     // The index rows change shape: the next `syncSearchIndex` (on open) rebuilds them all from
     // the current versions (`forEachLiveSlice`).
-    if (!applied.has(9)) await client.query(`DELETE FROM ${s}.search_index_state`);
+    if (rebuild) await client.query(`DELETE FROM ${s}.search_index_state`);
     await client.query(
       `INSERT INTO ${s}.schema_migrations (version) SELECT generate_series(1, $1::int) ON CONFLICT DO NOTHING`,
       [SCHEMA_VERSION],

@@ -27,10 +27,16 @@ export function sortValueSql(sql: SearchSql, s: string, key: SortKey, seq: strin
       if (key.code === '_id') return `(chr(1) || ${id})`;
       [table, expression] = [
         'search_tokens',
-        `CASE WHEN ${t}.value IS NOT NULL THEN ${pair(`${t}.system`, `${t}.value`)} END`,
+        `CASE WHEN ${t}.value IS NOT NULL
+           THEN ${pair(`coalesce(${t}.system_full, ${t}.system)`, `coalesce(${t}.value_full, ${t}.value)`)} END`,
       ];
       break;
     case 'date':
+      if (key.code === '_lastUpdated') {
+        // No index rows: the version's `lu` (microseconds), as the instant's `[lo, hi]` in ms.
+        return `(SELECT (${t}.lu / 1000${key.descending ? ' + 1' : ''})::float8 FROM ${s}.resources ${t}
+                  WHERE ${t}.seq = ${seq})`;
+      }
       [table, expression] = ['search_dates', key.descending ? `${t}.hi` : `${t}.lo`];
       break;
     case 'number':

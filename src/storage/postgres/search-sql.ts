@@ -20,6 +20,7 @@ import {
   INDEX_TABLES,
   KEY_CHARS,
   pgText,
+  tokenKey,
 } from './search-tables.js';
 
 /*
@@ -88,6 +89,29 @@ function reach(value: DateSearchValue): [number, number] {
 
 const likeEscape = (text: string): string => text.replace(/[\\%_]/g, (c) => `\\${c}`);
 
+/**
+ * The columns a token test reads: whole texts (SQL expressions), and the token row whose key
+ * columns (`tokenKey`) an equality tests instead, when the token is a row of `search_tokens`.
+ */
+interface TokenColumns {
+  system: string;
+  value: string;
+  display: string;
+  types: string;
+  row?: string;
+}
+
+/** The lowest and highest `lu` (microseconds) a `meta.lastUpdated` reaching `[a, b]` (ms) may have. */
+function luBounds(a: number, b: number): [number, number] {
+  const limit = 9e18; // within bigint
+  const clamp = (x: number): number => Math.max(-limit, Math.min(limit, x));
+  // The instant's row is [floor(lu / 1000), that + 1]: it reaches [a, b] when both ends allow.
+  return [clamp((Math.ceil(a) - 1) * 1000), clamp((Math.floor(b) + 1) * 1000)];
+}
+
+/** A version's `meta.lastUpdated` as a date row's `[lo, hi]` (it is written to the microsecond, from `lu`). */
+const luRow = (r: string): [string, string] => [`(${r}.lu / 1000)::float8`, `(${r}.lu / 1000 + 1)::float8`];
+
 /** Builds the SQL of one search, its bind values appended to `values`. */
 export class SearchSql {
   private aliases = 0;
@@ -131,8 +155,13 @@ export class SearchSql {
    * `seq`s of the current versions that match it), the others being tested on each candidate.
    * Preferred: equality-like values (token, reference, uri, string), then the other types, then
    * chains and `_has`. Undefined when no filter can drive (only negations and `:missing`).
+   * `covers`: the filters its seqs already satisfy (it and, for a date, the other plain filters
+   * on the same parameter, tested on the driving row first: a range's other end).
    */
-  driver(filters: readonly SearchFilter[], type: string): { filter: SearchFilter; seqs: string } | undefined {
+  driver(
+    filters: readonly SearchFilter[],
+    type: string,
+  ): { filter: SearchFilter; seqs: string; covers: SearchFilter[] } | undefined {
     const rank = (f: SearchFilter): number => {
       if (f.kind !== 'parameter') return 3;
       if (f.modifier === 'missing' || f.modifier === 'not' || f.code === '_id') return 9;
@@ -140,7 +169,23 @@ export class SearchSql {
     };
     const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
     if (!best || rank(best) === 9) return undefined;
-    return { filter: best, seqs: this.seqs(best, type, filters) };
+    const covers = [best, ...this.sameDates(best, filters)];
+    return { filter: best, seqs: this.seqs(best, type, filters), covers };
+  }
+
+  /** The plain date filters of `all` other than `filter` on its parameter (none unless it is one). */
+  private sameDates(filter: SearchFilter, all: readonly SearchFilter[]): ParameterFilter[] {
+    if (filter.kind !== 'parameter' || filter.type !== 'date' || filter.code === '_lastUpdated') return [];
+    return all.flatMap((f) =>
+      f !== filter &&
+      f.kind === 'parameter' &&
+      f.type === 'date' &&
+      f.code === filter.code &&
+      f.modifier === undefined &&
+      f.values.length > 0
+        ? [f]
+        : [],
+    );
   }
 
   /**
@@ -192,9 +237,22 @@ export class SearchSql {
       filter.values.length > 0;
     if (driving && filter.type === 'composite')
       return this.composite(filter, this.text(filter.code), { type });
+    if (driving && filter.code === '_lastUpdated') return this.lastUpdatedSeqs(filter, type);
     if (driving) {
       const a = this.alias('v');
-      const hull = filter.type === 'date' ? ` AND ${this.dateHull(all, filter.code, type, a)}` : '';
+      let hull = '';
+      if (filter.type === 'date') {
+        hull = ` AND ${this.dateHull(all, filter.code, type, a)}`;
+        // The other filters on the parameter: the driving row itself usually matches them (one
+        // value per resource), else another row of its version must.
+        const others = this.sameDates(filter, all);
+        const code = others.length > 0 ? this.text(filter.code) : '';
+        for (const other of others) {
+          const x = this.alias('x');
+          hull += ` AND ((${this.anyValue(other, a)}) OR EXISTS (SELECT 1 FROM ${this.s}.search_dates ${x}
+            WHERE ${x}.seq = ${a}.seq AND ${x}.param = ${code} AND (${this.anyValue(other, x)}) OFFSET 0))`;
+        }
+      }
       return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
                WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
                  AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
@@ -205,6 +263,41 @@ export class SearchSql {
              WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type}
                AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
                AND ${this.test(filter, { seq: `${r}.seq`, id: `${r}.id`, type })}`;
+  }
+
+  /**
+   * `_lastUpdated` (no index rows: the version's `lu`): the current, live `type` versions in the
+   * `lu` range its values can match (the `resources_live` index), each tested.
+   */
+  private lastUpdatedSeqs(filter: ParameterFilter, type: string): string {
+    let [low, high] = [Infinity, -Infinity];
+    for (const v of filter.values) {
+      if (v.type !== 'date') continue;
+      const [a, b] = luBounds(...reach(v));
+      [low, high] = [Math.min(low, a), Math.max(high, b)];
+    }
+    if (low > high) return 'SELECT NULL::bigint AS seq WHERE false';
+    const r = this.alias('r');
+    return `SELECT ${r}.seq FROM ${this.s}.resources ${r}
+             WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type}
+               AND ${r}.superseded_seq IS NULL AND NOT ${r}.deleted
+               AND ${r}.lu >= ${this.param(low)}::bigint AND ${r}.lu <= ${this.param(high)}::bigint
+               AND (${this.anyDate(filter, ...luRow(r))})`;
+  }
+
+  /** The date values of `filter`, ORed, on a row's `[lo, hi]`. */
+  private anyDate(filter: ParameterFilter, lo: string, hi: string): string {
+    const tests = filter.values.flatMap((v) => (v.type === 'date' ? [this.date(v, lo, hi)] : []));
+    return tests.length === 0 ? 'false' : tests.join(' OR ');
+  }
+
+  /** `_lastUpdated` on the version `level.seq` (its `lu`: every live version has one). */
+  private lastUpdated(filter: ParameterFilter, level: Level): string {
+    if (filter.modifier === 'missing') return filter.missing ? 'false' : 'true';
+    const u = this.alias('u');
+    const any = `EXISTS (SELECT 1 FROM ${this.s}.resources ${u}
+       WHERE ${u}.seq = ${level.seq} AND (${this.anyDate(filter, ...luRow(u))}) OFFSET 0)`;
+    return filter.modifier === 'not' ? `NOT ${any}` : any;
   }
 
   /** The current, live `type` version of id `id` (a LATERAL lookup by key). */
@@ -299,6 +392,7 @@ export class SearchSql {
 
   private parameter(filter: ParameterFilter, level: Level): string {
     if (filter.code === '_id') return this.idFilter(filter, level);
+    if (filter.code === '_lastUpdated') return this.lastUpdated(filter, level);
     const code = this.text(filter.code);
     if (filter.modifier === 'missing') {
       const present = tableOf(filter.type)
@@ -378,13 +472,14 @@ export class SearchSql {
         return this.string(value, a, filter.modifier);
       case 'token':
         return this.token(value, {
-          system: `${a}.system`,
-          value: `${a}.value`,
+          system: `coalesce(${a}.system_full, ${a}.system)`,
+          value: `coalesce(${a}.value_full, ${a}.value)`,
           display: `${a}.display`,
           types: `${a}.types`,
+          row: a,
         });
       case 'date':
-        return this.date(value, a);
+        return this.date(value, `${a}.lo`, `${a}.hi`);
       case 'number':
         return `NOT ${a}.empty AND ${this.number(value, a)}`;
       case 'quantity':
@@ -421,10 +516,15 @@ export class SearchSql {
     return this.startsWith(`${a}.norm`, value.normalized);
   }
 
-  private token(
-    value: TokenSearchValue,
-    c: { system: string; value: string; display: string; types: string },
-  ): string {
+  /** The key columns `key`, `full` of a token row (`tokenKey`) equal to `text`. */
+  private keyEqual(key: string, full: string, text: string): string {
+    const [k, whole] = tokenKey(pgText(text));
+    return whole === null
+      ? `${key} = ${this.text(k)}`
+      : `${key} = ${this.text(k)} AND ${full} = ${this.text(whole)}`;
+  }
+
+  private token(value: TokenSearchValue, c: TokenColumns): string {
     if (value.text !== undefined) {
       return `${c.display} IS NOT NULL AND starts_with(${c.display}, ${this.text(value.text)})`;
     }
@@ -436,20 +536,32 @@ export class SearchSql {
            AND (e->>'code') IS NOT DISTINCT FROM ${opt(value.typeCode)})`;
     }
     const tests: string[] = [];
-    if (value.code !== undefined) tests.push(this.equal(c.value, value.code));
-    if (value.system === null) tests.push(`${c.system} IS NULL AND ${c.value} IS NOT NULL`);
-    else if (value.system !== undefined) tests.push(`${c.system} = ${this.text(value.system)}`);
+    const row = c.row;
+    // A key column is NULL exactly when its text is.
+    const [system, code] = row ? [`${row}.system`, `${row}.value`] : [c.system, c.value];
+    if (value.code !== undefined) {
+      tests.push(
+        row ? this.keyEqual(code, `${row}.value_full`, value.code) : `${code} = ${this.text(value.code)}`,
+      );
+    }
+    if (value.system === null) tests.push(`${system} IS NULL AND ${code} IS NOT NULL`);
+    else if (value.system !== undefined) {
+      tests.push(
+        row
+          ? this.keyEqual(system, `${row}.system_full`, value.system)
+          : `${system} = ${this.text(value.system)}`,
+      );
+    }
     return tests.length === 0 ? 'true' : tests.join(' AND ');
   }
 
-  /** `matchDate` on the row's `[lo, hi)` (open ends stored as the largest finite numbers). */
-  private date(value: DateSearchValue, a: string): string {
+  /** `matchDate` on a row's `[lo, hi)` (SQL; open ends stored as the largest finite numbers). */
+  private date(value: DateSearchValue, lo: string, hi: string): string {
     // Bind parameters only for the bounds used (an unused one has no type PostgreSQL can infer).
     let start: string | undefined;
     let end: string | undefined;
     const ps = (): string => (start ??= `${this.param(value.start)}::float8`);
     const pe = (): string => (end ??= `${this.param(value.end)}::float8`);
-    const [lo, hi] = [`${a}.lo`, `${a}.hi`];
     const contained = (): string => `(${lo} >= ${ps()} AND ${hi} <= ${pe()})`;
     switch (value.prefix) {
       case 'eq':

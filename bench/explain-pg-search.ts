@@ -1,0 +1,52 @@
+/**
+ * `npx tsx bench/explain-pg-search.ts --schema S 'Type?query' …`: the plan (`EXPLAIN (ANALYZE,
+ * BUFFERS)`) of the statement the PostgreSQL store runs for each search, against project `bench`
+ * of schema `S` (a schema `measure-pg-search.ts` loaded). A diagnostic for the search benches.
+ *
+ *   --schema NAME  schema (required)
+ *   --project P    project (default bench)
+ */
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { parseSearch } from '../src/fhir/search-query.js';
+import { postgresStorage } from '../src/postgres.js';
+
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { schema: { type: 'string' }, project: { type: 'string', default: 'bench' } },
+});
+const url = process.env.FPK_BENCH_POSTGRES_URL ?? process.env.FPK_TEST_POSTGRES_URL;
+if (!url || !values.schema) throw new Error('Set FPK_TEST_POSTGRES_URL and --schema');
+const storage = postgresStorage({ connectionString: url, schema: values.schema, statementTimeoutMs: 0 });
+const admin = new pg.Pool({ connectionString: url, max: 1 });
+try {
+  for (const search of positionals) {
+    const [type, q = ''] = search.split('?') as [string, string?];
+    const parsed = await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true });
+    const seen: { text: string; values: unknown[] }[] = [];
+    const proto = pg.Client.prototype as unknown as Record<'query', (...args: unknown[]) => unknown>;
+    const original = proto.query;
+    // Record the statements of one search (the store's pool uses pg.Client).
+    proto.query = function (this: pg.Client, ...args: unknown[]) {
+      const [text, params] = args as [unknown, unknown[] | undefined];
+      if (typeof text === 'string' && /search_|resources/.test(text))
+        seen.push({ text, values: params ?? [] });
+      return original.apply(this, args);
+    };
+    try {
+      await storage.searchResources(values.project, type, parsed.query);
+    } finally {
+      proto.query = original;
+    }
+    for (const statement of seen) {
+      const { rows } = await admin.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, BUFFERS) ${statement.text}`,
+        statement.values,
+      );
+      console.log(`--- ${search}\n${rows.map((r) => r['QUERY PLAN']).join('\n')}`);
+    }
+  }
+} finally {
+  await storage.close();
+  await admin.end();
+}
