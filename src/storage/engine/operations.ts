@@ -28,7 +28,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
-import { buildPostings } from './build-postings.js';
+import { buildPostings, type BuildAccess } from './build-postings.js';
 import { resolveChains, wantedPostings } from './chains.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
@@ -481,25 +481,33 @@ export class EngineOperations implements StorageOperations {
 
   /**
    * Builds the search postings of the parameters `query.search` filters on that its type has not
-   * built yet (`build-postings.ts`), holding the writer. Not inside a transaction (it holds the
-   * writer): the search scans there. An indexer that fails to load leaves the search to scan.
+   * built yet (`build-postings.ts`): from the committed state, holding the writer only to catch up
+   * at the end. Not inside a transaction (it holds the writer): the search scans there. An indexer
+   * that fails to load leaves the search to scan.
    */
   private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
     const { search } = query;
-    if (!search || search.resourceType !== resourceType || !this.ctx.exclusive || !this.indexing.enabled)
+    const base = this.ctx.committed?.();
+    if (!search || search.resourceType !== resourceType || !base || !this.indexing.enabled)
       return;
-    const view = this.ctx.view();
     const missing = [...wantedPostings(resourceType, search)]
       .map(
-        ([type, codes]) => [type, codes.filter((c) => !view.postedCodes(projectId, type)?.has(c))] as const,
+        ([type, codes]) => [type, codes.filter((c) => !base.postedCodes(projectId, type)?.has(c))] as const,
       )
       .filter(([, codes]) => codes.length > 0);
     if (missing.length === 0) return;
     const indexer = await this.indexing.load().catch(() => undefined);
     if (!indexer) return;
-    await this.ctx.exclusive(async (base) => {
-      for (const [type, codes] of missing)
-        await buildPostings(base, projectId, type, codes, indexer, (entry) => this.ctx.readBody(entry));
-    });
+    const access: BuildAccess = {
+      readBody: (entry) => this.ctx.readBody(entry),
+      pin: (entries) => this.ctx.pin(entries),
+      exclusive: async (fn) => {
+        // `committed` answered the base: not in a transaction function, so `exclusive` runs `fn`.
+        await this.ctx.exclusive?.(fn);
+      },
+    };
+    await Promise.all(
+      missing.map(([type, codes]) => buildPostings(base, projectId, type, codes, indexer, access)),
+    );
   }
 }

@@ -77,6 +77,8 @@ export class TypePostings {
    * no other). A write computes the keys of exactly these; a search uses only these.
    */
   readonly built = new Set<string>();
+  /** The builds under way, by parameter (`build-postings.ts`): a search waits for its parameters'. */
+  readonly building = new Map<string, Promise<void>>();
 
   /** Number of current entries. */
   get size(): number {
