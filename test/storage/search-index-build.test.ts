@@ -67,7 +67,10 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
     opened.storage = storage;
     try {
       await storage.createProject({ id: P, name: 'P', strictMode: false });
-      const all = Array.from({ length: PATIENTS }, (_, i) => ({ op: 'create' as const, resource: patient(i) }));
+      const all = Array.from({ length: PATIENTS }, (_, i) => ({
+        op: 'create' as const,
+        resource: patient(i),
+      }));
       await storage.writeResources(P, all);
       const { query } = await parseSearch('Patient', [['name', 'fam1']]);
       const searched = storage.searchResources(P, 'Patient', query).then((page) => {
@@ -98,7 +101,10 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
     );
     try {
       await storage.createProject({ id: P, name: 'P', strictMode: false });
-      const all = Array.from({ length: PATIENTS }, (_, i) => ({ op: 'create' as const, resource: patient(i) }));
+      const all = Array.from({ length: PATIENTS }, (_, i) => ({
+        op: 'create' as const,
+        resource: patient(i),
+      }));
       await storage.writeResources(P, all);
       const searches = ['fam12', 'fam3', 'fam149'].map(async (value) => {
         const { query } = await parseSearch('Patient', [['name', value]]);

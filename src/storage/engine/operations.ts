@@ -488,8 +488,7 @@ export class EngineOperations implements StorageOperations {
   private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
     const { search } = query;
     const base = this.ctx.committed?.();
-    if (!search || search.resourceType !== resourceType || !base || !this.indexing.enabled)
-      return;
+    if (!search || search.resourceType !== resourceType || !base || !this.indexing.enabled) return;
     const missing = [...wantedPostings(resourceType, search)]
       .map(
         ([type, codes]) => [type, codes.filter((c) => !base.postedCodes(projectId, type)?.has(c))] as const,
