@@ -41,6 +41,12 @@ async function ids(storage: Storage, params: [string, string][]): Promise<string
   return found;
 }
 
+async function load(storage: Storage): Promise<void> {
+  await storage.createProject({ id: P, name: 'P', strictMode: false });
+  const all = Array.from({ length: PATIENTS }, (_, i) => ({ op: 'create' as const, resource: patient(i) }));
+  await storage.writeResources(P, all);
+}
+
 type Open = (indexer: ResourceIndexer) => Promise<Storage>;
 
 const stores: [string, Open][] = [
@@ -66,12 +72,7 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
     const storage = await open(indexer);
     opened.storage = storage;
     try {
-      await storage.createProject({ id: P, name: 'P', strictMode: false });
-      const all = Array.from({ length: PATIENTS }, (_, i) => ({
-        op: 'create' as const,
-        resource: patient(i),
-      }));
-      await storage.writeResources(P, all);
+      await load(storage);
       const { query } = await parseSearch('Patient', [['name', 'fam1']]);
       const searched = storage.searchResources(P, 'Patient', query).then((page) => {
         events.push('search');
@@ -100,12 +101,7 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
       }),
     );
     try {
-      await storage.createProject({ id: P, name: 'P', strictMode: false });
-      const all = Array.from({ length: PATIENTS }, (_, i) => ({
-        op: 'create' as const,
-        resource: patient(i),
-      }));
-      await storage.writeResources(P, all);
+      await load(storage);
       const searches = ['fam12', 'fam3', 'fam149'].map(async (value) => {
         const { query } = await parseSearch('Patient', [['name', value]]);
         return (await storage.searchResources(P, 'Patient', query)).total;
