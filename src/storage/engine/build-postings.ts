@@ -1,5 +1,9 @@
 import type { ResourceIndexer } from '../search-index.js';
 import type { SearchRequest } from '../search-request.js';
+import type { ResourceQuery } from '../types.js';
+import type { OpContext } from './engine.js';
+import type { Indexing } from './indexing.js';
+import { wantedPostings } from './chains.js';
 import type { StoredResource } from '../types.js';
 import type { ResourceEntry } from './mutation.js';
 import { POSTED_TYPES, postingKeys, UNPOSTED } from './posting-keys.js';
@@ -120,4 +124,39 @@ async function runBuild(
       if (!e.deleted) postings.extend(e, keys.get(e)!);
     for (const code of wanted) postings.built.add(code);
   });
+}
+
+/**
+ * Builds the search postings of the parameters `query.search` filters (and sorts) on that its
+ * type has not built yet: from the committed state, holding the writer only to catch up
+ * at the end. Not inside a transaction (it holds the writer): the search scans there. An indexer
+ * that fails to load leaves the search to scan.
+ */
+export async function buildSearched(
+  ctx: OpContext,
+  indexing: Indexing,
+  projectId: string,
+  resourceType: string,
+  query: ResourceQuery,
+): Promise<void> {
+  const { search } = query;
+  const base = ctx.committed?.();
+  if (!search || search.resourceType !== resourceType || !base || !indexing.enabled) return;
+  const missing = [...wantedPostings(resourceType, search)]
+    .map(([type, codes]) => [type, codes.filter((c) => !base.postedCodes(projectId, type)?.has(c))] as const)
+    .filter(([, codes]) => codes.length > 0);
+  if (missing.length === 0) return;
+  const indexer = await indexing.load().catch(() => undefined);
+  if (!indexer) return;
+  const access: BuildAccess = {
+    readBody: (entry) => ctx.readBody(entry),
+    pin: (entries) => ctx.pin(entries),
+    exclusive: async (fn) => {
+      // `committed` answered the base: not in a transaction function, so `exclusive` runs `fn`.
+      await ctx.exclusive?.(fn);
+    },
+  };
+  await Promise.all(
+    missing.map(([type, codes]) => buildPostings(base, projectId, type, codes, indexer, access)),
+  );
 }

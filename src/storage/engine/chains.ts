@@ -6,6 +6,7 @@ import {
   type SearchRequest,
 } from '../search-request.js';
 import { postableCodes } from './build-postings.js';
+import { sortedCodes } from './sort-postings.js';
 import type { StateView } from './state.js';
 
 /*
@@ -22,11 +23,13 @@ type OneLevelChain = Extract<SearchFilter, { kind: 'chain' }> & { filter: Parame
 const oneLevel = (f: SearchFilter): f is OneLevelChain => f.kind === 'chain' && f.filter.kind === 'parameter';
 
 /**
- * The parameters, by type, whose postings `search` of `resourceType` can use: its own filters',
- * and for each one-level chain, its reference parameter and the inner filter's on each referenced type.
+ * The parameters, by type, whose postings `search` of `resourceType` can use: its own filters' and
+ * sort keys' (`sort-postings.ts`), and for each one-level chain, its reference parameter and the inner filter's on each referenced type.
  */
 export function wantedPostings(resourceType: string, search: SearchRequest): Map<string, string[]> {
-  const wanted = new Map<string, Set<string>>([[resourceType, new Set(postableCodes(search))]]);
+  const wanted = new Map<string, Set<string>>([
+    [resourceType, new Set([...postableCodes(search), ...sortedCodes(search.sort)])],
+  ]);
   const add = (type: string, codes: readonly string[]): void => {
     let set = wanted.get(type);
     if (!set) wanted.set(type, (set = new Set()));

@@ -28,8 +28,9 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
-import { buildPostings, type BuildAccess } from './build-postings.js';
-import { resolveChains, wantedPostings } from './chains.js';
+import { buildSearched } from './build-postings.js';
+import { resolveChains } from './chains.js';
+import { postedSortValues } from './sort-postings.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -407,7 +408,7 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
-    await this.buildSearched(projectId, resourceType, query);
+    await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
     // One-level chains the postings answer become reference filters (`chains.ts`); `none` when one
@@ -451,6 +452,18 @@ export class EngineOperations implements StorageOperations {
         const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
         return { total: window.total, resources };
       }
+      // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
+      const sortValues =
+        !where && query.order
+          ? postedSortValues(view.postedCodes(projectId, resourceType), search?.sort)
+          : undefined;
+      if (sortValues) {
+        const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
+        keyed.sort(compareItems(query));
+        for (const item of keyed) window.offer(item, item.entry);
+        const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+        return { total: window.total, resources };
+      }
       const pageOf = new PageWindow<StoredResource>(query);
       // Native order: filtered in order, the page's bodies kept as they pass. With `order`: the
       // sort values of every match first, then the page's bodies read again. A count needs neither.
@@ -477,36 +490,5 @@ export class EngineOperations implements StorageOperations {
     } finally {
       release();
     }
-  }
-
-  /**
-   * Builds the search postings of the parameters `query.search` filters on that its type has not
-   * built yet (`build-postings.ts`): from the committed state, holding the writer only to catch up
-   * at the end. Not inside a transaction (it holds the writer): the search scans there. An indexer
-   * that fails to load leaves the search to scan.
-   */
-  private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
-    const { search } = query;
-    const base = this.ctx.committed?.();
-    if (!search || search.resourceType !== resourceType || !base || !this.indexing.enabled) return;
-    const missing = [...wantedPostings(resourceType, search)]
-      .map(
-        ([type, codes]) => [type, codes.filter((c) => !base.postedCodes(projectId, type)?.has(c))] as const,
-      )
-      .filter(([, codes]) => codes.length > 0);
-    if (missing.length === 0) return;
-    const indexer = await this.indexing.load().catch(() => undefined);
-    if (!indexer) return;
-    const access: BuildAccess = {
-      readBody: (entry) => this.ctx.readBody(entry),
-      pin: (entries) => this.ctx.pin(entries),
-      exclusive: async (fn) => {
-        // `committed` answered the base: not in a transaction function, so `exclusive` runs `fn`.
-        await this.ctx.exclusive?.(fn);
-      },
-    };
-    await Promise.all(
-      missing.map(([type, codes]) => buildPostings(base, projectId, type, codes, indexer, access)),
-    );
   }
 }
