@@ -1,7 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
+import type { SearchResolver } from '../../src/search/match.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
+import { filterSearch } from '../../src/storage/search-request.js';
 import { createFileStorage } from '../../src/storage/file/file-storage.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
@@ -193,6 +195,72 @@ describe('_sort from the postings (file store)', () => {
       expect((await s.searchResources(P, 'Patient', query)).resources.map((r) => r.id)).toEqual(
         (await s.searchResources(P, 'Patient', scan)).resources.map((r) => r.id),
       );
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe.each(stores)('a two-level chain on the %s store', (_name, open) => {
+  it('is answered through the postings of all three types, without where', async () => {
+    const s = await open();
+    try {
+      await s.createProject({ id: P, name: 'P', strictMode: false });
+      const org = (id: string, name: string): FhirResource => ({ resourceType: 'Organization', id, name });
+      const pat = (id: string, orgId: string): FhirResource => ({
+        resourceType: 'Patient',
+        id,
+        managingOrganization: { reference: `Organization/${orgId}` },
+      });
+      const obs = (id: string, patientId: string): FhirResource => ({
+        resourceType: 'Observation',
+        id,
+        status: 'final',
+        code: { text: 'x' },
+        subject: { reference: `Patient/${patientId}` },
+      });
+      await s.writeResources(
+        P,
+        [
+          org('acme', 'Acme Health'),
+          org('zen', 'Zenith'),
+          pat('pa', 'acme'),
+          pat('pb', 'zen'),
+          pat('pc', 'acme'),
+          obs('o1', 'pa'),
+          obs('o2', 'pb'),
+          obs('o3', 'pc'),
+          obs('o4', 'pb'),
+        ].map((resource) => ({ op: 'create' as const, resource })),
+      );
+      const resolver: SearchResolver = {
+        async *resources(type, filter) {
+          yield* (await s.searchResources(P, type, filter ? { search: filterSearch(type, filter) } : {}))
+            .resources;
+        },
+      };
+      const chained = async (value: string) => {
+        const params: [string, string][] = [['subject:Patient.organization:Organization.name', value]];
+        const { query } = await parseSearch('Observation', params, {}, resolver);
+        const where = query.where!;
+        let calls = 0;
+        query.where = (r) => {
+          calls += 1;
+          return where(r);
+        };
+        const page = await s.searchResources(P, 'Observation', query);
+        const { search: _dropped, ...scan } = query;
+        const scanned = await s.searchResources(P, 'Observation', { ...scan, where });
+        const ids = page.resources.map((r) => r.id).sort();
+        expect(ids).toEqual(scanned.resources.map((r) => r.id).sort());
+        return { ids, calls };
+      };
+      await chained('acme'); // Builds the postings.
+      expect(await chained('acme')).toEqual({ ids: ['o1', 'o3'], calls: 0 });
+      expect(await chained('zen')).toEqual({ ids: ['o2', 'o4'], calls: 0 });
+      expect(await chained('nobody')).toEqual({ ids: [], calls: 0 });
+      await s.updateResource(P, { ...(org('zen', 'Acme West') as FhirResource & { id: string }) });
+      expect(await chained('acme')).toEqual({ ids: ['o1', 'o2', 'o3', 'o4'], calls: 0 });
     } finally {
       await s.close();
     }

@@ -10,73 +10,76 @@ import { sortedCodes } from './sort-postings.js';
 import type { StateView } from './state.js';
 
 /*
- * One-level chains (`subject:Patient.name=win`) through the search postings: the referenced types'
- * postings answer the inner filter exactly, and the chain becomes the reference filter it stands
- * for (`subject` = one of the matching `Patient/<id>`s), which the searched type's postings answer
+ * Chains, one level (`subject:Patient.name=win`) or two (`subject:Patient.organization.name=x`),
+ * through the search postings: the referenced types' postings answer the inner filter exactly (an
+ * inner chain resolved so first), and the chain becomes the reference filter it stands for (`subject` = one of the matching `Patient/<id>`s), which the searched type's postings answer
  * exactly too. What `match.ts` does with a resolver (every resource of the referenced types read
  * and tested), without reading a body.
  */
 
-/** A one-level chain: its inner filter is a parameter. */
-type OneLevelChain = Extract<SearchFilter, { kind: 'chain' }> & { filter: ParameterFilter };
+type Chain = Extract<SearchFilter, { kind: 'chain' }>;
 
-const oneLevel = (f: SearchFilter): f is OneLevelChain => f.kind === 'chain' && f.filter.kind === 'parameter';
+/** Adds to `wanted` the parameters, by type, whose postings resolve `filter` on `type` (`resolveChain`). */
+function addWanted(wanted: Map<string, Set<string>>, type: string, filter: SearchFilter): void {
+  let codes = wanted.get(type);
+  if (!codes) wanted.set(type, (codes = new Set()));
+  if (filter.kind === 'parameter') {
+    for (const code of postableCodes(filterSearch(type, filter))) codes.add(code);
+  } else if (filter.kind === 'chain') {
+    codes.add(filter.code);
+    for (const target of filter.targetTypes) addWanted(wanted, target, filter.filter);
+  }
+}
 
 /**
  * The parameters, by type, whose postings `search` of `resourceType` can use: its own filters' and
- * sort keys' (`sort-postings.ts`), and for each one-level chain, its reference parameter and the inner filter's on each referenced type.
+ * sort keys' (`sort-postings.ts`), and for each chain (one or two levels), its reference
+ * parameter and, on each referenced type, what its inner filter needs.
  */
 export function wantedPostings(resourceType: string, search: SearchRequest): Map<string, string[]> {
   const wanted = new Map<string, Set<string>>([
     [resourceType, new Set([...postableCodes(search), ...sortedCodes(search.sort)])],
   ]);
-  const add = (type: string, codes: readonly string[]): void => {
-    let set = wanted.get(type);
-    if (!set) wanted.set(type, (set = new Set()));
-    for (const code of codes) set.add(code);
-  };
-  for (const f of search.filters) {
-    if (!oneLevel(f)) continue;
-    add(resourceType, [f.code]);
-    for (const type of f.targetTypes) add(type, postableCodes(filterSearch(type, f.filter)));
-  }
+  for (const f of search.filters) if (f.kind === 'chain') addWanted(wanted, resourceType, f);
   return new Map([...wanted].map(([type, codes]) => [type, [...codes]]));
 }
 
 /**
- * `search` with each one-level chain whose inner filter every referenced type's postings answer
- * exactly replaced by the reference filter it stands for; `undefined` when such a chain matches no
- * resource (nor then does the search).
+ * The reference filter a chain stands for: its parameter, one of the referenced resources whose
+ * inner filter (a parameter, or a chain resolved so first) the postings answer exactly. `null`
+ * when no resource matches; undefined when some referenced type's postings cannot tell.
+ */
+function resolveChain(view: StateView, projectId: string, chain: Chain): ParameterFilter | null | undefined {
+  const inner = chain.filter.kind === 'chain' ? resolveChain(view, projectId, chain.filter) : chain.filter;
+  if (inner === undefined) return undefined;
+  if (inner === null) return null;
+  const values: ReferenceSearchValue[] = [];
+  for (const type of chain.targetTypes) {
+    const found = view.searched(projectId, type, filterSearch(type, inner));
+    if (!found?.exact) return undefined;
+    for (const e of found.entries)
+      if (!e.deleted) values.push({ type: 'reference', resourceType: type, id: e.id });
+  }
+  if (values.length === 0) return null;
+  return { kind: 'parameter', code: chain.code, type: 'reference', values };
+}
+
+/**
+ * `search` with each chain (one or two levels) whose inner filters every referenced type's
+ * postings answer exactly replaced by the reference filter it stands for; `undefined` when such a
+ * chain matches no resource (nor then does the search).
  */
 export function resolveChains(
   view: StateView,
   projectId: string,
   search: SearchRequest,
 ): SearchRequest | undefined {
-  if (!search.filters.some(oneLevel)) return search;
+  if (!search.filters.some((f) => f.kind === 'chain')) return search;
   const filters: SearchFilter[] = [];
   for (const f of search.filters) {
-    if (!oneLevel(f)) {
-      filters.push(f);
-      continue;
-    }
-    const values: ReferenceSearchValue[] = [];
-    let exact = true;
-    for (const type of f.targetTypes) {
-      const found = view.searched(projectId, type, filterSearch(type, f.filter));
-      if (!found?.exact) {
-        exact = false;
-        break;
-      }
-      for (const e of found.entries)
-        if (!e.deleted) values.push({ type: 'reference', resourceType: type, id: e.id });
-    }
-    if (!exact) {
-      filters.push(f);
-      continue;
-    }
-    if (values.length === 0) return undefined;
-    filters.push({ kind: 'parameter', code: f.code, type: 'reference', values });
+    const resolved = f.kind === 'chain' ? resolveChain(view, projectId, f) : f;
+    if (resolved === null) return undefined;
+    filters.push(resolved ?? f);
   }
   return { ...search, filters };
 }
