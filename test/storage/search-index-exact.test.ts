@@ -239,28 +239,58 @@ describe.each(stores)('a two-level chain on the %s store', (_name, open) => {
             .resources;
         },
       };
-      const chained = async (value: string) => {
-        const params: [string, string][] = [['subject:Patient.organization:Organization.name', value]];
-        const { query } = await parseSearch('Observation', params, {}, resolver);
+      const answer = async (type: string, params: [string, string][]) => {
+        const { query } = await parseSearch(type, params, {}, resolver);
         const where = query.where!;
         let calls = 0;
         query.where = (r) => {
           calls += 1;
           return where(r);
         };
-        const page = await s.searchResources(P, 'Observation', query);
+        const page = await s.searchResources(P, type, query);
         const { search: _dropped, ...scan } = query;
-        const scanned = await s.searchResources(P, 'Observation', { ...scan, where });
+        const scanned = await s.searchResources(P, type, { ...scan, where });
         const ids = page.resources.map((r) => r.id).sort();
         expect(ids).toEqual(scanned.resources.map((r) => r.id).sort());
         return { ids, calls };
       };
+      const chained = (value: string) =>
+        answer('Observation', [['subject:Patient.organization:Organization.name', value]]);
       await chained('acme'); // Builds the postings.
       expect(await chained('acme')).toEqual({ ids: ['o1', 'o3'], calls: 0 });
       expect(await chained('zen')).toEqual({ ids: ['o2', 'o4'], calls: 0 });
       expect(await chained('nobody')).toEqual({ ids: [], calls: 0 });
       await s.updateResource(P, { ...(org('zen', 'Acme West') as FhirResource & { id: string }) });
       expect(await chained('acme')).toEqual({ ids: ['o1', 'o2', 'o3', 'o4'], calls: 0 });
+      // `_has`: the Patients an Observation matching its filter points at, with other filters.
+      await s.updateResource(P, { ...(obs('o3', 'pc') as FhirResource & { id: string }), status: 'amended' });
+      await answer('Patient', [['_has:Observation:subject:status', 'final']]); // Builds.
+      expect(await answer('Patient', [['_has:Observation:subject:status', 'final']])).toEqual({
+        ids: ['pa', 'pb'],
+        calls: 0,
+      });
+      expect(
+        await answer('Patient', [
+          ['_has:Observation:subject:status', 'amended,final'],
+          ['organization', 'Organization/acme'],
+        ]),
+      ).toEqual({ ids: ['pa', 'pc'], calls: 0 });
+      expect(
+        await answer('Patient', [
+          ['_has:Observation:subject:status', 'final'],
+          ['_id', 'pb,pc'],
+        ]),
+      ).toEqual({ ids: ['pb'], calls: 0 });
+      expect(await answer('Patient', [['_has:Observation:subject:status', 'cancelled']])).toEqual({
+        ids: [],
+        calls: 0,
+      });
+      // A `_has` inside `_has`: not narrowed, `where` decides.
+      expect(
+        await answer('Organization', [
+          ['_has:Patient:organization:_has:Observation:subject:status', 'amended'],
+        ]),
+      ).toMatchObject({ ids: ['acme'] });
     } finally {
       await s.close();
     }

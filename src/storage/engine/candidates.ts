@@ -29,10 +29,11 @@ export function candidateEntries(
     for (const key of keys) for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
     among = [...seen.values()];
   }
-  const searched =
-    query.search?.resourceType === resourceType
-      ? view.searched(projectId, resourceType, ownFilters(query.search, query.searchIndexed), among)
-      : undefined;
+  const own =
+    query.search?.resourceType === resourceType ? ownFilters(query.search, query.searchIndexed) : undefined;
+  // Nothing left for the postings: the ids (or identifiers) asked for are the answer.
+  if (own && among && own.filters.length === 0) return { entries: among, exact: true };
+  const searched = own ? view.searched(projectId, resourceType, own, among) : undefined;
   if (searched?.exact) return searched;
   if (among) return { entries: among, exact: false };
   if (searched && !query.compartment) {

@@ -5,7 +5,9 @@ import {
   type SearchFilter,
   type SearchRequest,
 } from '../search-request.js';
+import type { ResourceQuery } from '../types.js';
 import { postableCodes } from './build-postings.js';
+import { postingKey, unpair } from './posting-keys.js';
 import { sortedCodes } from './sort-postings.js';
 import type { StateView } from './state.js';
 
@@ -18,6 +20,7 @@ import type { StateView } from './state.js';
  */
 
 type Chain = Extract<SearchFilter, { kind: 'chain' }>;
+type Has = Extract<SearchFilter, { kind: 'has' }>;
 
 /** Adds to `wanted` the parameters, by type, whose postings resolve `filter` on `type` (`resolveChain`). */
 function addWanted(wanted: Map<string, Set<string>>, type: string, filter: SearchFilter): void {
@@ -28,6 +31,9 @@ function addWanted(wanted: Map<string, Set<string>>, type: string, filter: Searc
   } else if (filter.kind === 'chain') {
     codes.add(filter.code);
     for (const target of filter.targetTypes) addWanted(wanted, target, filter.filter);
+  } else {
+    addWanted(wanted, filter.resourceType, filter.filter);
+    wanted.get(filter.resourceType)!.add(filter.referenceParam);
   }
 }
 
@@ -40,7 +46,7 @@ export function wantedPostings(resourceType: string, search: SearchRequest): Map
   const wanted = new Map<string, Set<string>>([
     [resourceType, new Set([...postableCodes(search), ...sortedCodes(search.sort)])],
   ]);
-  for (const f of search.filters) if (f.kind === 'chain') addWanted(wanted, resourceType, f);
+  for (const f of search.filters) if (f.kind !== 'parameter') addWanted(wanted, resourceType, f);
   return new Map([...wanted].map(([type, codes]) => [type, [...codes]]));
 }
 
@@ -65,21 +71,70 @@ function resolveChain(view: StateView, projectId: string, chain: Chain): Paramet
 }
 
 /**
- * `search` with each chain (one or two levels) whose inner filters every referenced type's
- * postings answer exactly replaced by the reference filter it stands for; `undefined` when such a
- * chain matches no resource (nor then does the search).
+ * The ids of the resources of `type` a `_has` filter stands for (those its matching referencing
+ * resources point at through its reference parameter, as `Type/id`, as match.ts reads them), when
+ * the referencing type's postings answer its inner filter (a parameter, or a chain resolved so)
+ * exactly and hold that parameter; `null` when none; undefined when the postings cannot tell.
  */
-export function resolveChains(
+function resolveHas(
   view: StateView,
   projectId: string,
-  search: SearchRequest,
-): SearchRequest | undefined {
-  if (!search.filters.some((f) => f.kind === 'chain')) return search;
+  type: string,
+  has: Has,
+): Set<string> | null | undefined {
+  const inner =
+    has.filter.kind === 'chain'
+      ? resolveChain(view, projectId, has.filter)
+      : has.filter.kind === 'parameter'
+        ? has.filter
+        : undefined;
+  if (inner === undefined) return undefined;
+  if (inner === null) return null;
+  if (!view.postedCodes(projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
+  const found = view.searched(projectId, has.resourceType, filterSearch(has.resourceType, inner));
+  if (!found?.exact) return undefined;
+  const prefix = postingKey(has.referenceParam, 'r', '');
+  const ids = new Set<string>();
+  for (const e of found.entries) {
+    if (e.deleted) continue;
+    for (const key of e.postings ?? []) {
+      if (!key.startsWith(prefix)) continue;
+      const [target, id] = unpair(key.slice(prefix.length));
+      if (target === type) ids.add(id);
+    }
+  }
+  return ids.size > 0 ? ids : null;
+}
+
+/**
+ * `query` with each chain (one or two levels) whose inner filters every referenced type's
+ * postings answer exactly replaced by the reference filter it stands for, and each `_has` they
+ * answer so dropped from its search for the ids it stands for (ANDed into `ids`); `undefined` when
+ * one of them matches no resource (nor then does the search). Only `query.search` of
+ * `resourceType` is resolved.
+ */
+export function resolveQuery(
+  view: StateView,
+  projectId: string,
+  resourceType: string,
+  query: ResourceQuery,
+): ResourceQuery | undefined {
+  const { search } = query;
+  if (search?.resourceType !== resourceType || search.filters.every((f) => f.kind === 'parameter'))
+    return query;
   const filters: SearchFilter[] = [];
+  let ids = query.ids ? new Set(query.ids) : undefined;
   for (const f of search.filters) {
+    if (f.kind === 'has') {
+      const found = resolveHas(view, projectId, resourceType, f);
+      if (found === null) return undefined;
+      if (found === undefined) filters.push(f);
+      else ids = ids ? new Set([...ids].filter((id) => found.has(id))) : found;
+      continue;
+    }
     const resolved = f.kind === 'chain' ? resolveChain(view, projectId, f) : f;
     if (resolved === null) return undefined;
     filters.push(resolved ?? f);
   }
-  return { ...search, filters };
+  return { ...query, search: { ...search, filters }, ...(ids ? { ids: [...ids] } : {}) };
 }

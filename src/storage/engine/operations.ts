@@ -29,7 +29,7 @@ import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
 import { buildSearched } from './build-postings.js';
-import { resolveChains } from './chains.js';
+import { resolveQuery } from './chains.js';
 import { postedSortValues } from './sort-postings.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
@@ -411,19 +411,16 @@ export class EngineOperations implements StorageOperations {
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    // One-level chains the postings answer become reference filters (`chains.ts`); `none` when one
-    // matches nothing.
-    const search =
-      query.search?.resourceType === resourceType
-        ? resolveChains(view, projectId, query.search)
-        : query.search;
-    const none = query.search !== undefined && search === undefined;
-    const { entries: candidates, exact } = none
-      ? { entries: [], exact: true }
-      : candidateEntries(view, projectId, resourceType, search ? { ...query, search } : query, keys);
+    // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
+    // `undefined` when one matches nothing.
+    const resolved = resolveQuery(view, projectId, resourceType, query);
+    const search = resolved?.search;
+    const { entries: candidates, exact } = resolved
+      ? candidateEntries(view, projectId, resourceType, resolved, keys)
+      : { entries: [], exact: true };
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
-    const ids = query.ids ? new Set(query.ids) : undefined;
+    const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
