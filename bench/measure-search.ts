@@ -117,21 +117,52 @@ function resolver(storage: Storage): SearchResolver {
   };
 }
 
-/** Each search once (the first: it builds its parameters' postings), then its median of `reps`. */
-async function timeSearches(storage: Storage): Promise<{ first: number; ms: number; total: number }[]> {
-  const out: { first: number; ms: number; total: number }[] = [];
+/** How long after the first search starts a write is issued (the build is under way by then). */
+const WRITE_AFTER_MS = 30;
+
+interface Timed {
+  first: number;
+  /** How long a write issued `WRITE_AFTER_MS` into the first search took (-1: the search ended first). */
+  write: number;
+  ms: number;
+  total: number;
+}
+
+/**
+ * Each search once (the first: it builds its parameters' postings, while a write is issued), then
+ * its median of `reps`.
+ */
+async function timeSearches(storage: Storage): Promise<Timed[]> {
+  const out: Timed[] = [];
+  const patient = resources.find((r) => r.resourceType === 'Patient') as FhirResource & { id: string };
   for (const [, type, params] of searches) {
     const ms: number[] = [];
     let found = 0;
     let first = 0;
+    let write = -1;
     for (let i = 0; i <= reps; i++) {
       const start = now();
       const { query } = await parseSearch(type, params, {}, resolver(storage));
+      let done = false;
+      let written: Promise<void> | undefined;
+      const timer =
+        i === 0
+          ? setTimeout(() => {
+              if (done) return;
+              const issued = now();
+              written = storage.updateResource(P, patient).then(() => {
+                write = now() - issued;
+              });
+            }, WRITE_AFTER_MS)
+          : undefined;
       found = (await storage.searchResources(P, type, query)).total;
+      done = true;
+      clearTimeout(timer);
       if (i === 0) first = now() - start;
       else ms.push(now() - start);
+      await written;
     }
-    out.push({ first, ms: median(ms), total: found });
+    out.push({ first, write, ms: median(ms), total: found });
   }
   return out;
 }
@@ -142,8 +173,8 @@ interface Run {
   bytesPerResource: number;
   postingsPerResource: number;
   reopenMs: number;
-  searches: { first: number; ms: number; total: number }[];
-  reopened: { first: number; ms: number; total: number }[];
+  searches: Timed[];
+  reopened: Timed[];
 }
 
 async function measure(indexed: boolean): Promise<Run> {
@@ -187,13 +218,14 @@ const withIndex = await measure(true);
 const without = scan ? await measure(false) : withIndex;
 const f = (ms: number): string => ms.toFixed(1).padStart(9);
 console.log(
-  `file store, ${total} resources (${patients} patients), medians of ${reps}: index first (builds) / index / scan`,
+  `file store, ${total} resources (${patients} patients), medians of ${reps}: index first (builds) / a write during it / index / scan`,
 );
+const w = (ms: number): string => (ms < 0 ? '-'.padStart(9) : f(ms));
 searches.forEach(([label], i) => {
   const a = withIndex.searches[i]!;
   const b = without.searches[i]!;
   console.log(
-    `${label.padEnd(58)} ${f(a.first)} ms ${f(a.ms)} ms ${f(b.ms)} ms  (total ${a.total}${a.total === b.total ? '' : ` vs ${b.total}!`})`,
+    `${label.padEnd(58)} ${f(a.first)} ms ${w(a.write)} ms ${f(a.ms)} ms ${f(b.ms)} ms  (total ${a.total}${a.total === b.total ? '' : ` vs ${b.total}!`})`,
   );
 });
 console.log('after a clean close and reopen (postings saved): index first / index / scan');

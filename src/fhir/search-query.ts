@@ -216,12 +216,14 @@ export async function parseSearch(
   let ids: string[] | undefined;
   let compartment: string[] | undefined;
   const predicateFilters: SearchFilter[] = [];
+  const indexed: SearchFilter[] = [];
   for (const filter of request.filters) {
     if (filter.kind === 'parameter') {
       if (filter.code === '_id') {
         const list = idsOf(filter);
         if (list) {
           ids = intersect(ids, list);
+          indexed.push(filter);
           continue;
         }
       }
@@ -231,6 +233,7 @@ export async function parseSearch(
           const lu = (query.lastUpdated ??= {});
           if (range.ge !== undefined) lu.ge = lu.ge === undefined ? range.ge : Math.max(lu.ge, range.ge);
           if (range.lt !== undefined) lu.lt = lu.lt === undefined ? range.lt : Math.min(lu.lt, range.lt);
+          indexed.push(filter);
           continue;
         }
       }
@@ -244,6 +247,7 @@ export async function parseSearch(
         const tokens = identifierTokens(filter);
         if (tokens) {
           query.identifier = tokens;
+          indexed.push(filter);
           continue;
         }
       }
@@ -253,6 +257,7 @@ export async function parseSearch(
     predicateFilters.push(filter);
   }
   if (ids !== undefined) query.ids = ids;
+  if (indexed.length > 0) query.searchIndexed = indexed;
   // An empty intersection matches nothing; keep the query well-formed and let `where` say no.
   if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
 

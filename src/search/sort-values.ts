@@ -3,6 +3,7 @@ import type { SearchRegistry } from './definitions.js';
 import { extractValues } from './extract.js';
 import type { IndexValue } from '../storage/index-values.js';
 import type { SortKey } from '../storage/search-request.js';
+import { SORT_HIGHEST, SORT_LOWEST } from '../storage/result-page.js';
 
 /*
  * The values a resource is sorted by for `_sort`: per key, the lowest of the values the parameter
@@ -11,8 +12,8 @@ import type { SortKey } from '../storage/search-request.js';
  */
 
 /** Open ends of a date, number or quantity range, as finite numbers (cursors are JSON). */
-const LOWEST = -Number.MAX_VALUE;
-const HIGHEST = Number.MAX_VALUE;
+const LOWEST = SORT_LOWEST;
+const HIGHEST = SORT_HIGHEST;
 
 /** `system` and `code` as one string that sorts like the pair (NUL joins them: below any character). */
 const pair = (system: string | undefined, code: string): string => `${system ?? ''}\u0000${code}`;

@@ -1,4 +1,4 @@
-import type { SearchRequest } from './search-request.js';
+import type { SearchFilter, SearchRequest } from './search-request.js';
 import type { FhirResource, StoredResource } from './types.js';
 
 /*
@@ -56,6 +56,11 @@ export interface ResourceQuery {
    * indexes answer every filter exactly may skip it. @internal
    */
   whereIsSearch?: boolean;
+  /**
+   * Filters of `search` that `ids`, `lastUpdated` and `identifier` stand for exactly (the same
+   * objects): a store that applies those fields need not test these again. @internal
+   */
+  searchIndexed?: readonly SearchFilter[];
   /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /**

@@ -8,6 +8,13 @@ import type { ResourceCursor, ResourceQuery, SortValue } from './query-types.js'
  */
 
 /**
+ * The open ends of a date, number or quantity range as sort values (finite numbers: cursors are
+ * JSON): the lowest sorts an open start first ascending, the highest an open end first descending.
+ */
+export const SORT_LOWEST = -Number.MAX_VALUE;
+export const SORT_HIGHEST = Number.MAX_VALUE;
+
+/**
  * Compares two lists of sort values (`ResourceOrder.keys`) key by key: numbers by value, strings by
  * UTF-16 code units (the `"C"` collation on ASCII), `descending` keys reversed; a `null` (no value)
  * sorts after every value in either direction. 0 when every key is equal (the id then decides).

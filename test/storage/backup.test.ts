@@ -5,6 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
+import { parseSearch } from '../../src/fhir/search-query.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
 import { createFileStorage, type FileStore } from '../../src/storage/file/file-storage.js';
 import { fileStorage } from '../../src/stores.js';
@@ -83,6 +84,78 @@ describe('fileStorage backup', () => {
       expect(await patients(original)).toEqual(['a:v3@3', 'd:d@1']);
     } finally {
       await original.close();
+    }
+  });
+
+  it('keeps the SMART grants as they were, and the copy builds its search postings again', async () => {
+    const storage = await newStore();
+    const hour = Date.now() + 3_600_000;
+    const grant = (kind: 'refresh' | 'revoked-token', key: string) => ({
+      kind,
+      key,
+      projectId: 'p1',
+      clientId: 'c1',
+      expiresAt: hour,
+      data: { scope: 'openid' },
+    });
+    await storage.grants.put(grant('refresh', 'r1'));
+    await storage.grants.put(grant('revoked-token', 'jti-9'));
+    await storage.writeResources(
+      'p1',
+      ['Smith', 'Smythe', 'Jones'].map((family, i) => ({
+        op: 'create' as const,
+        resource: patient(`s${i}`, family),
+      })),
+    );
+    const { query } = await parseSearch('Patient', [['name', 'sm']]);
+    expect((await storage.searchResources('p1', 'Patient', query)).total).toBe(2);
+    const target = path.join(tempDir('fpk-backup-to-'), 'copy');
+    await storage.backup(target);
+    // After the freeze: in neither the copy's grants nor its resources.
+    await storage.grants.put(grant('refresh', 'r2'));
+    await storage.grants.take('refresh', 'r1');
+    await storage.createResource('p1', patient('s9', 'Smart'));
+    await storage.close();
+
+    const copy = await fileStorage({ dir: target });
+    try {
+      expect(await copy.grants.get('refresh', 'r1')).toMatchObject({ projectId: 'p1', clientId: 'c1' });
+      expect(await copy.grants.get('revoked-token', 'jti-9')).toBeDefined();
+      expect(await copy.grants.get('refresh', 'r2')).toBeUndefined();
+      // No postings were copied: the first search builds them, then writes post to them.
+      const page = await copy.searchResources(
+        'p1',
+        'Patient',
+        (await parseSearch('Patient', [['name', 'sm']])).query,
+      );
+      expect(page.resources.map((r) => r.id).sort()).toEqual(['s0', 's1']);
+      await copy.createResource('p1', patient('s5', 'Smolensk'));
+      const again = await copy.searchResources(
+        'p1',
+        'Patient',
+        (await parseSearch('Patient', [['name', 'smo']])).query,
+      );
+      expect(again.resources.map((r) => r.id)).toEqual(['s5']);
+    } finally {
+      await copy.close();
+    }
+    // A clean close of the copy saves its postings; it reopens with them and the grants.
+    const reopened = await fileStorage({ dir: target });
+    try {
+      expect(
+        fs
+          .readdirSync(path.join(target, 'projects'), { recursive: true })
+          .some((f) => String(f).endsWith('.postings')),
+      ).toBe(false);
+      const page = await reopened.searchResources(
+        'p1',
+        'Patient',
+        (await parseSearch('Patient', [['name', 'sm']])).query,
+      );
+      expect(page.resources.map((r) => r.id).sort()).toEqual(['s0', 's1', 's5']);
+      expect(await reopened.grants.get('refresh', 'r1')).toBeDefined();
+    } finally {
+      await reopened.close();
     }
   });
 

@@ -1,3 +1,4 @@
+import type { SearchFilter, SearchRequest } from '../search-request.js';
 import type { ResourceQuery } from '../types.js';
 import type { ResourceEntry } from './mutation.js';
 import type { SearchCandidates } from './postings.js';
@@ -5,9 +6,11 @@ import type { StateView } from './state.js';
 
 /**
  * The entries a resource search starts from (tombstones possibly included; the caller filters
- * and `where` decides): the ids asked for, else the entries of the identifier keys, else the
- * search postings' candidates (`query.search`; `exact` when they are its matches, see
- * `TypePostings.candidates`), else the patients' compartments, else the type.
+ * them by `ids`, `lastUpdated`, `compartment` and `identifier`, and `where` decides): the search
+ * postings' candidates when they are exactly the matches of `query.search` (`exact`, see
+ * `TypePostings.candidates`; its filters in `searchIndexed` left to the caller's), else the ids
+ * asked for, else the entries of the identifier keys, else the postings' candidates, else the
+ * patients' compartments, else the type.
  */
 export function candidateEntries(
   view: StateView,
@@ -16,19 +19,26 @@ export function candidateEntries(
   query: ResourceQuery,
   keys: ReadonlySet<string> | undefined,
 ): SearchCandidates {
+  let among: ResourceEntry[] | undefined;
   if (query.ids) {
-    const entries = query.ids
+    among = query.ids
       .map((id) => view.resource(projectId, resourceType, id))
-      .filter((e): e is ResourceEntry => e !== undefined);
-    return { entries, exact: false };
+      .filter((e): e is ResourceEntry => e !== undefined && !e.deleted);
   } else if (keys) {
     const seen = new Map<string, ResourceEntry>();
     for (const key of keys) for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
-    return { entries: seen.values(), exact: false };
-  } else if (query.search?.resourceType === resourceType) {
+    among = [...seen.values()];
+  }
+  const own =
+    query.search?.resourceType === resourceType ? ownFilters(query.search, query.searchIndexed) : undefined;
+  // Nothing left for the postings: the ids (or identifiers) asked for are the answer.
+  if (own && among && own.filters.length === 0) return { entries: among, exact: true };
+  const searched = own ? view.searched(projectId, resourceType, own, among) : undefined;
+  if (searched?.exact) return searched;
+  if (among) return { entries: among, exact: false };
+  if (searched && !query.compartment) {
     // A compartment is narrower unless the postings answer the whole search.
-    const found = view.searched(projectId, resourceType, query.search);
-    if (found && (found.exact || !query.compartment)) return found;
+    return searched;
   }
   if (query.compartment) {
     const seen = new Map<string, ResourceEntry>();
@@ -39,4 +49,10 @@ export function candidateEntries(
     return { entries: seen.values(), exact: false };
   }
   return { entries: view.resources(projectId, resourceType), exact: false };
+}
+
+/** `search` without the filters `indexed` (those the query's `ids`, `lastUpdated`, `identifier` stand for). */
+function ownFilters(search: SearchRequest, indexed: readonly SearchFilter[] | undefined): SearchRequest {
+  if (!indexed || indexed.length === 0) return search;
+  return { ...search, filters: search.filters.filter((f) => !indexed.includes(f)) };
 }

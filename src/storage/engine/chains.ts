@@ -5,75 +5,136 @@ import {
   type SearchFilter,
   type SearchRequest,
 } from '../search-request.js';
+import type { ResourceQuery } from '../types.js';
 import { postableCodes } from './build-postings.js';
+import { postingKey, unpair } from './posting-keys.js';
+import { sortedCodes } from './sort-postings.js';
 import type { StateView } from './state.js';
 
 /*
- * One-level chains (`subject:Patient.name=win`) through the search postings: the referenced types'
- * postings answer the inner filter exactly, and the chain becomes the reference filter it stands
- * for (`subject` = one of the matching `Patient/<id>`s), which the searched type's postings answer
+ * Chains, one level (`subject:Patient.name=win`) or two (`subject:Patient.organization.name=x`),
+ * through the search postings: the referenced types' postings answer the inner filter exactly (an
+ * inner chain resolved so first), and the chain becomes the reference filter it stands for (`subject` = one of the matching `Patient/<id>`s), which the searched type's postings answer
  * exactly too. What `match.ts` does with a resolver (every resource of the referenced types read
  * and tested), without reading a body.
  */
 
-/** A one-level chain: its inner filter is a parameter. */
-type OneLevelChain = Extract<SearchFilter, { kind: 'chain' }> & { filter: ParameterFilter };
+type Chain = Extract<SearchFilter, { kind: 'chain' }>;
+type Has = Extract<SearchFilter, { kind: 'has' }>;
 
-const oneLevel = (f: SearchFilter): f is OneLevelChain => f.kind === 'chain' && f.filter.kind === 'parameter';
+/** Adds to `wanted` the parameters, by type, whose postings resolve `filter` on `type` (`resolveChain`). */
+function addWanted(wanted: Map<string, Set<string>>, type: string, filter: SearchFilter): void {
+  let codes = wanted.get(type);
+  if (!codes) wanted.set(type, (codes = new Set()));
+  if (filter.kind === 'parameter') {
+    for (const code of postableCodes(filterSearch(type, filter))) codes.add(code);
+  } else if (filter.kind === 'chain') {
+    codes.add(filter.code);
+    for (const target of filter.targetTypes) addWanted(wanted, target, filter.filter);
+  } else {
+    addWanted(wanted, filter.resourceType, filter.filter);
+    wanted.get(filter.resourceType)!.add(filter.referenceParam);
+  }
+}
 
 /**
- * The parameters, by type, whose postings `search` of `resourceType` can use: its own filters',
- * and for each one-level chain, its reference parameter and the inner filter's on each referenced type.
+ * The parameters, by type, whose postings `search` of `resourceType` can use: its own filters' and
+ * sort keys' (`sort-postings.ts`), and for each chain (one or two levels), its reference
+ * parameter and, on each referenced type, what its inner filter needs.
  */
 export function wantedPostings(resourceType: string, search: SearchRequest): Map<string, string[]> {
-  const wanted = new Map<string, Set<string>>([[resourceType, new Set(postableCodes(search))]]);
-  const add = (type: string, codes: readonly string[]): void => {
-    let set = wanted.get(type);
-    if (!set) wanted.set(type, (set = new Set()));
-    for (const code of codes) set.add(code);
-  };
-  for (const f of search.filters) {
-    if (!oneLevel(f)) continue;
-    add(resourceType, [f.code]);
-    for (const type of f.targetTypes) add(type, postableCodes(filterSearch(type, f.filter)));
-  }
+  const wanted = new Map<string, Set<string>>([
+    [resourceType, new Set([...postableCodes(search), ...sortedCodes(search.sort)])],
+  ]);
+  for (const f of search.filters) if (f.kind !== 'parameter') addWanted(wanted, resourceType, f);
   return new Map([...wanted].map(([type, codes]) => [type, [...codes]]));
 }
 
 /**
- * `search` with each one-level chain whose inner filter every referenced type's postings answer
- * exactly replaced by the reference filter it stands for; `undefined` when such a chain matches no
- * resource (nor then does the search).
+ * The reference filter a chain stands for: its parameter, one of the referenced resources whose
+ * inner filter (a parameter, or a chain resolved so first) the postings answer exactly. `null`
+ * when no resource matches; undefined when some referenced type's postings cannot tell.
  */
-export function resolveChains(
+function resolveChain(view: StateView, projectId: string, chain: Chain): ParameterFilter | null | undefined {
+  const inner = chain.filter.kind === 'chain' ? resolveChain(view, projectId, chain.filter) : chain.filter;
+  if (inner === undefined) return undefined;
+  if (inner === null) return null;
+  const values: ReferenceSearchValue[] = [];
+  for (const type of chain.targetTypes) {
+    const found = view.searched(projectId, type, filterSearch(type, inner));
+    if (!found?.exact) return undefined;
+    for (const e of found.entries)
+      if (!e.deleted) values.push({ type: 'reference', resourceType: type, id: e.id });
+  }
+  if (values.length === 0) return null;
+  return { kind: 'parameter', code: chain.code, type: 'reference', values };
+}
+
+/**
+ * The ids of the resources of `type` a `_has` filter stands for (those its matching referencing
+ * resources point at through its reference parameter, as `Type/id`, as match.ts reads them), when
+ * the referencing type's postings answer its inner filter (a parameter, or a chain resolved so)
+ * exactly and hold that parameter; `null` when none; undefined when the postings cannot tell.
+ */
+function resolveHas(
   view: StateView,
   projectId: string,
-  search: SearchRequest,
-): SearchRequest | undefined {
-  if (!search.filters.some(oneLevel)) return search;
-  const filters: SearchFilter[] = [];
-  for (const f of search.filters) {
-    if (!oneLevel(f)) {
-      filters.push(f);
-      continue;
+  type: string,
+  has: Has,
+): Set<string> | null | undefined {
+  const inner =
+    has.filter.kind === 'chain'
+      ? resolveChain(view, projectId, has.filter)
+      : has.filter.kind === 'parameter'
+        ? has.filter
+        : undefined;
+  if (inner === undefined) return undefined;
+  if (inner === null) return null;
+  if (!view.postedCodes(projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
+  const found = view.searched(projectId, has.resourceType, filterSearch(has.resourceType, inner));
+  if (!found?.exact) return undefined;
+  const prefix = postingKey(has.referenceParam, 'r', '');
+  const ids = new Set<string>();
+  for (const e of found.entries) {
+    if (e.deleted) continue;
+    for (const key of e.postings ?? []) {
+      if (!key.startsWith(prefix)) continue;
+      const [target, id] = unpair(key.slice(prefix.length));
+      if (target === type) ids.add(id);
     }
-    const values: ReferenceSearchValue[] = [];
-    let exact = true;
-    for (const type of f.targetTypes) {
-      const found = view.searched(projectId, type, filterSearch(type, f.filter));
-      if (!found?.exact) {
-        exact = false;
-        break;
-      }
-      for (const e of found.entries)
-        if (!e.deleted) values.push({ type: 'reference', resourceType: type, id: e.id });
-    }
-    if (!exact) {
-      filters.push(f);
-      continue;
-    }
-    if (values.length === 0) return undefined;
-    filters.push({ kind: 'parameter', code: f.code, type: 'reference', values });
   }
-  return { ...search, filters };
+  return ids.size > 0 ? ids : null;
+}
+
+/**
+ * `query` with each chain (one or two levels) whose inner filters every referenced type's
+ * postings answer exactly replaced by the reference filter it stands for, and each `_has` they
+ * answer so dropped from its search for the ids it stands for (ANDed into `ids`); `undefined` when
+ * one of them matches no resource (nor then does the search). Only `query.search` of
+ * `resourceType` is resolved.
+ */
+export function resolveQuery(
+  view: StateView,
+  projectId: string,
+  resourceType: string,
+  query: ResourceQuery,
+): ResourceQuery | undefined {
+  const { search } = query;
+  if (search?.resourceType !== resourceType || search.filters.every((f) => f.kind === 'parameter'))
+    return query;
+  const filters: SearchFilter[] = [];
+  let ids = query.ids ? new Set(query.ids) : undefined;
+  for (const f of search.filters) {
+    if (f.kind === 'has') {
+      const found = resolveHas(view, projectId, resourceType, f);
+      if (found === null) return undefined;
+      if (found === undefined) filters.push(f);
+      else ids = ids ? new Set([...ids].filter((id) => found.has(id))) : found;
+      continue;
+    }
+    const resolved = f.kind === 'chain' ? resolveChain(view, projectId, f) : f;
+    if (resolved === null) return undefined;
+    filters.push(resolved ?? f);
+  }
+  return { ...query, search: { ...search, filters }, ...(ids ? { ids: [...ids] } : {}) };
 }

@@ -41,6 +41,11 @@ export interface OpContext {
   pin(entries: readonly ResourceEntry[]): () => void;
   readBody(entry: ResourceEntry): Promise<StoredResource>;
   /**
+   * The committed state, to build search postings from without holding the writer; undefined when
+   * called from a transaction function, absent in a transaction's own context (see `exclusive`).
+   */
+  committed?(): BaseState | undefined;
+  /**
    * Runs `fn` holding the writer, on the committed state (see `Engine.exclusive`); absent inside a
    * transaction, which holds the writer itself.
    */
@@ -93,12 +98,13 @@ export class Engine {
     write: <T>(plan: (w: WriteContext) => T) => this.enqueueWrite(plan),
     pin: (entries) => this.pinEntries(entries),
     readBody: (entry) => this.readBody(entry),
+    committed: () => (this.inTransaction.getStore()?.open ? undefined : this.base),
     exclusive: (fn) => this.exclusive(fn),
   };
 
   /**
    * Runs `fn` holding the writer without writing: the committed state stays as it is while it
-   * awaits (search postings are built so). Undefined when called from a transaction function, whose
+   * awaits (search postings are finished so). Undefined when called from a transaction function, whose
    * transaction holds the writer (waiting for it would never end).
    */
   exclusive<T>(fn: (base: BaseState) => Promise<T>): Promise<T> | undefined {

@@ -196,10 +196,15 @@ export class Layer implements StateView {
   }
 
   /** The parent's candidates this layer did not change, then every entry of the type it wrote. */
-  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined {
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+    among?: Iterable<ResourceEntry>,
+  ): SearchCandidates | undefined {
     const own = this.resourceEntries.get(projectId)?.get(resourceType);
     if (!this.visible(projectId)) return { entries: own?.values() ?? [], exact: false };
-    const parent = this.parent.searched(projectId, resourceType, search);
+    const parent = this.parent.searched(projectId, resourceType, search, among);
     if (!parent || !own) return parent;
     // This layer's own entries are not posted: `where` decides on them.
     return {

@@ -28,8 +28,9 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
-import { buildPostings } from './build-postings.js';
-import { resolveChains, wantedPostings } from './chains.js';
+import { buildSearched } from './build-postings.js';
+import { resolveQuery } from './chains.js';
+import { postedSortValues } from './sort-postings.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
@@ -407,22 +408,19 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
-    await this.buildSearched(projectId, resourceType, query);
+    await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    // One-level chains the postings answer become reference filters (`chains.ts`); `none` when one
-    // matches nothing.
-    const search =
-      query.search?.resourceType === resourceType
-        ? resolveChains(view, projectId, query.search)
-        : query.search;
-    const none = query.search !== undefined && search === undefined;
-    const { entries: candidates, exact } = none
-      ? { entries: [], exact: true }
-      : candidateEntries(view, projectId, resourceType, search ? { ...query, search } : query, keys);
+    // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
+    // `undefined` when one matches nothing.
+    const resolved = resolveQuery(view, projectId, resourceType, query);
+    const search = resolved?.search;
+    const { entries: candidates, exact } = resolved
+      ? candidateEntries(view, projectId, resourceType, resolved, keys)
+      : { entries: [], exact: true };
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
-    const ids = query.ids ? new Set(query.ids) : undefined;
+    const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
     let matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
@@ -448,6 +446,18 @@ export class EngineOperations implements StorageOperations {
         }
         matches.sort(compareItems(query));
         for (const e of matches) window.offer(e, e);
+        const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+        return { total: window.total, resources };
+      }
+      // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
+      const sortValues =
+        !where && query.order
+          ? postedSortValues(view.postedCodes(projectId, resourceType), search?.sort)
+          : undefined;
+      if (sortValues) {
+        const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
+        keyed.sort(compareItems(query));
+        for (const item of keyed) window.offer(item, item.entry);
         const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
         return { total: window.total, resources };
       }
@@ -477,29 +487,5 @@ export class EngineOperations implements StorageOperations {
     } finally {
       release();
     }
-  }
-
-  /**
-   * Builds the search postings of the parameters `query.search` filters on that its type has not
-   * built yet (`build-postings.ts`), holding the writer. Not inside a transaction (it holds the
-   * writer): the search scans there. An indexer that fails to load leaves the search to scan.
-   */
-  private async buildSearched(projectId: string, resourceType: string, query: ResourceQuery): Promise<void> {
-    const { search } = query;
-    if (!search || search.resourceType !== resourceType || !this.ctx.exclusive || !this.indexing.enabled)
-      return;
-    const view = this.ctx.view();
-    const missing = [...wantedPostings(resourceType, search)]
-      .map(
-        ([type, codes]) => [type, codes.filter((c) => !view.postedCodes(projectId, type)?.has(c))] as const,
-      )
-      .filter(([, codes]) => codes.length > 0);
-    if (missing.length === 0) return;
-    const indexer = await this.indexing.load().catch(() => undefined);
-    if (!indexer) return;
-    await this.ctx.exclusive(async (base) => {
-      for (const [type, codes] of missing)
-        await buildPostings(base, projectId, type, codes, indexer, (entry) => this.ctx.readBody(entry));
-    });
   }
 }

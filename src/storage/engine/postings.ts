@@ -77,6 +77,8 @@ export class TypePostings {
    * no other). A write computes the keys of exactly these; a search uses only these.
    */
   readonly built = new Set<string>();
+  /** The builds under way, by parameter (`build-postings.ts`): a search waits for its parameters'. */
+  readonly building = new Map<string, Promise<void>>();
 
   /** Number of current entries. */
   get size(): number {
@@ -313,9 +315,9 @@ export class TypePostings {
    * The current entries that may match `search` (a superset of its matches), from its most
    * selective filter on a built parameter the postings can answer; undefined when none narrows it
    * below half the type. When every filter is answered exactly (`exactFilter`, none a chain or
-   * `_has`), the entries of all of them intersected, `exact`.
+   * `_has`), the entries of all of them intersected, `exact` (only those of `among` when given).
    */
-  candidates(search: SearchRequest): SearchCandidates | undefined {
+  candidates(search: SearchRequest, among?: Iterable<ResourceEntry>): SearchCandidates | undefined {
     const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
     const answered = filters.map((f) => (this.built.has(f.code) ? this.filterKeys(f) : undefined));
     const combined = this.combinedRanges(filters);
@@ -330,7 +332,7 @@ export class TypePostings {
         ...combined.map((c) => [c.keys]),
         ...(answered as Iterable<string>[][]).filter((_, i) => !merged.has(filters[i]!)),
       ];
-      return { entries: this.intersection(lists), exact: true };
+      return { entries: this.intersection(lists, among), exact: true };
     }
     const options = [
       ...answered.filter((k): k is Iterable<string>[] => k !== undefined),
@@ -354,12 +356,21 @@ export class TypePostings {
     return { entries: out, exact: false };
   }
 
-  /** The entries holding some key of each filter's lists: from the smallest, checked against the others. */
-  private intersection(answered: Iterable<string>[][]): ResourceEntry[] {
+  /**
+   * The entries holding some key of each filter's lists: from the smallest (or `among`), checked
+   * against the others.
+   */
+  private intersection(answered: Iterable<string>[][], among?: Iterable<ResourceEntry>): ResourceEntry[] {
     const found = answered.map((lists) => this.slotsOf(lists, Infinity)!).sort((a, b) => a.size - b.size);
-    const [first, ...rest] = found;
-    const others = rest.map(({ slots }) => new Set(slots.map((slot) => slot.key)));
+    const holds = (slots: Slot[]): Set<string> => new Set(slots.map((slot) => slot.key));
     const out: ResourceEntry[] = [];
+    if (among) {
+      const all = found.map(({ slots }) => holds(slots));
+      for (const e of among) if (all.every((keys) => e.postings?.some((key) => keys.has(key)))) out.push(e);
+      return out;
+    }
+    const [first, ...rest] = found;
+    const others = rest.map(({ slots }) => holds(slots));
     // An entry holds one slot's key once: only several slots can repeat it.
     const seen = first!.slots.length > 1 ? new Set<ResourceEntry>() : undefined;
     const keep = (e: ResourceEntry): void => {

@@ -49,9 +49,15 @@ export interface StateView {
   /**
    * Entries of a type (tombstones possibly included) holding every current match of `search`,
    * from the search postings (`exact` when they are its matches); undefined when they cannot
-   * narrow it (then scan `resources`).
+   * narrow it (then scan `resources`). With `among` (entries the caller narrowed the search to by
+   * other means), exact answers are only those of them.
    */
-  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined;
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+    among?: Iterable<ResourceEntry>,
+  ): SearchCandidates | undefined;
   /** The parameters of a type whose search postings are built (a write posts its keys of these). */
   postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined;
 }
@@ -230,9 +236,14 @@ export class BaseState implements StateView {
     return this.get(projectId)?.identifiers.get(resourceType)?.get(key)?.values() ?? [];
   }
 
-  searched(projectId: string, resourceType: string, search: SearchRequest): SearchCandidates | undefined {
+  searched(
+    projectId: string,
+    resourceType: string,
+    search: SearchRequest,
+    among?: Iterable<ResourceEntry>,
+  ): SearchCandidates | undefined {
     const postings = this.get(projectId)?.postings.get(resourceType);
-    return postings ? postings.candidates(search) : { entries: [], exact: true };
+    return postings ? postings.candidates(search, among) : { entries: [], exact: true };
   }
 
   postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined {

@@ -22,7 +22,7 @@ export interface FileStoreBackup {
   takenAt: string;
   /** Logs copied. */
   logs: number;
-  /** Bytes copied (logs and `directory.json`). */
+  /** Bytes copied (logs, `directory.json` and `grants.json`). */
   bytes: number;
 }
 
@@ -39,6 +39,8 @@ interface FrozenLog {
 export interface FrozenStore {
   logs: FrozenLog[];
   directory: Buffer;
+  /** `grants.json` as it was (SMART refresh tokens and revoked token ids); none: not written. */
+  grants?: Buffer;
   seq: number;
   takenAt: string;
 }
@@ -135,7 +137,10 @@ export function freezeStore(files: StoreFiles, seq: number, takenAt: string): Fr
  * `TEMP_NAME`), every file and directory synced, then renamed into place (a backup that fails
  * half-way leaves no `target`, and removes its temporary directory unless killed).
  * `commit.log` holds the frozen seq; there is no `batch.log` (the logs hold every committed record),
- * no index files and no export snapshots. Unpins the logs whatever happens.
+ * no index files and no export snapshots. Nor saved search postings: a store that is open has
+ * none (they are written by a clean close and consumed on open, with the index files they need),
+ * so the backup opens with none and each parameter is built again by the first search on it.
+ * `grants.json` is the grants as they were at the freeze. Unpins the logs whatever happens.
  */
 export async function writeBackup(
   frozen: FrozenStore,
@@ -161,6 +166,10 @@ export async function writeBackup(
       bytes += log.size;
     }
     await writeSynced(path.join(temp, 'directory.json'), frozen.directory, faults);
+    if (frozen.grants) {
+      await writeSynced(path.join(temp, 'grants.json'), frozen.grants, faults);
+      bytes += frozen.grants.length;
+    }
     const commitLog = await CommitLog.open(temp, true, faults);
     try {
       await commitLog.reset(frozen.seq);

@@ -17,6 +17,14 @@ interface GrantsFile {
  * in-memory `take` and `use` are atomic. Tickets and codes are not written: a restart ends the
  * sign-ins under way, which the user starts again.
  */
+/**
+ * What `grants.json` holds of `grants` now (its long-lived kinds, unexpired): a backup writes it
+ * as it was when the store was frozen.
+ */
+export function grantsFileText(grants: MemoryGrants): string {
+  return JSON.stringify({ grants: grants.entries(PERSISTED) } satisfies GrantsFile);
+}
+
 export async function openFileGrants(dir: string, sync: boolean): Promise<MemoryGrants> {
   const file = new DurableJsonFile<GrantsFile>(path.join(dir, 'grants.json'), sync);
   let writing: Promise<void> | undefined;
@@ -25,7 +33,7 @@ export async function openFileGrants(dir: string, sync: boolean): Promise<Memory
   async function writeLoop(): Promise<void> {
     do {
       again = false;
-      await file.write({ grants: grants.entries(PERSISTED) });
+      await file.write({ grants: grants.entries(PERSISTED) } satisfies GrantsFile);
     } while (again);
   }
 

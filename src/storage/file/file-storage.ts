@@ -1,5 +1,6 @@
 import type { GrantStore } from '../grant-types.js';
-import { openFileGrants } from './file-grants.js';
+import { grantsFileText, openFileGrants } from './file-grants.js';
+import type { MemoryGrants } from '../memory-grants.js';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Engine } from '../engine/engine.js';
@@ -110,7 +111,7 @@ class FileStorage extends EngineStorage implements FileStore {
   readonly descriptor: StorageDescriptor | undefined;
 
   constructor(
-    readonly grants: GrantStore,
+    readonly grants: MemoryGrants,
     engine: Engine,
     private readonly backend: FileBackend,
     dir: string,
@@ -139,7 +140,11 @@ class FileStorage extends EngineStorage implements FileStore {
     const target = await checkBackupTarget(this.backend.dir, dir);
     // Before the store is frozen: the logs stay pinned only for the copy.
     await removeStaleBackupTemps(path.dirname(target));
-    const frozen = await this.engine.enqueueWrite((w) => this.backend.freeze(w.now().iso));
+    // The grants as they are at the freeze (they are written apart from the batches).
+    const frozen = await this.engine.enqueueWrite((w) => ({
+      ...this.backend.freeze(w.now().iso),
+      grants: Buffer.from(grantsFileText(this.grants)),
+    }));
     try {
       return await writeBackup(frozen, target, this.faults);
     } catch (error) {
@@ -228,7 +233,7 @@ export async function createFileStorage(
   });
   const engine = new Engine(backend);
   await backend.open(engine.base, engine.clock);
-  let grants: GrantStore;
+  let grants: MemoryGrants;
   try {
     const saved = backend.takeSavedPostings();
     if (saved.length > 0 && indexing.enabled) {
