@@ -17,6 +17,8 @@ const { values } = parseArgs({
     'database-url': { type: 'string' },
     // PostgreSQL: load the users with COPY (users only, no profiles) instead of the storage API.
     copy: { type: 'boolean', default: false },
+    // V8 CPU profiles of the server process in this directory (`--cpu-prof`).
+    profile: { type: 'string' },
   },
 });
 const store = values.store;
@@ -35,6 +37,7 @@ const server = await startServer({
   exportDir,
   probeDir,
   ...(store === 'postgres' ? { databaseUrl } : {}),
+  ...(values.profile ? { profileDir: path.resolve(values.profile) } : {}),
 });
 try {
   const project = await server.call('newProject', { name: 'scim', strict: false });

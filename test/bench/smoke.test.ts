@@ -121,14 +121,21 @@ describe.runIf(POSTGRES_URL)('benchmark smoke run on PostgreSQL', () => {
         ...KEYS,
         'baseline.pgCopy.ms',
         'baseline.pgCopy.rate',
-        'export.system.pgCopyRatio',
+        'export.system.overPgCopy',
+        'download.gzip.bytes',
+        'download.gzip.ratio',
       ]) {
         expect(byKey.has(key), key).toBe(true);
         expect(Number.isFinite(byKey.get(key)!.value), key).toBe(true);
       }
       expect(results.meta.store).toBe('postgres');
       expect(results.meta.workerExports).toBe(true);
-      expect(typeof byKey.get('export.system.pgCopyRatio')!.pass).toBe('boolean');
+      expect(typeof byKey.get('export.system.overPgCopy')!.pass).toBe('boolean');
+      expect(typeof byKey.get('download.gzip.ratio')!.pass).toBe('boolean');
+      // The export's files are in the database: the gzip download sends them as stored, smaller.
+      const download = results.samples.download as { bytes: number; gzipBytes: number };
+      expect(download.gzipBytes).toBeGreaterThan(0);
+      expect(download.gzipBytes).toBeLessThan(download.bytes / 2);
       // The COPY baseline wrote the rows the export did.
       const copies = results.samples.pgCopy as { rows: number }[];
       expect(copies[0]!.rows).toBe((results.samples.export as { resources: number }).resources);
@@ -137,6 +144,7 @@ describe.runIf(POSTGRES_URL)('benchmark smoke run on PostgreSQL', () => {
         const table = renderComparison([fileResults, results]);
         expect(table).toMatch(/Figure +file +postgres +Unit/);
         expect(table).toContain('COPY TO STDOUT throughput');
+        expect(table).toContain('kick-off to manifest / COPY TO STDOUT');
       }
     },
   );
