@@ -172,8 +172,14 @@ export async function runExport(
 
     const deletedWriter = params.sinceMs !== undefined ? newWriter('deleted') : undefined;
 
+    // Types the snapshot has no version of are not read (a store answers which, when it can).
+    const withVersions = await reader.typesWithVersions?.(projectId, snapshot, types);
     for (const resourceType of types) {
       checkAborted();
+      if (withVersions && !withVersions.has(resourceType)) {
+        progress.typesDone += 1;
+        continue;
+      }
       const writer = newWriter(resourceType);
       const kept = selectionOf(resourceType);
       const typeFilter = filters.get(resourceType);

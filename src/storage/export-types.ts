@@ -51,6 +51,16 @@ export interface ExportReader {
     snapshot: ExportSnapshot,
     options: ExportReadOptions,
   ): AsyncIterable<NdjsonChunk>;
+  /**
+   * Of `resourceTypes`, those with any version (live or deleted) at or before the snapshot: a
+   * superset of the types the snapshot has anything of to export, so that the others are not read
+   * at all. Optional: without it every type is read (cheap for a store in memory).
+   */
+  typesWithVersions?(
+    projectId: string,
+    snapshot: ExportSnapshot,
+    resourceTypes: readonly string[],
+  ): Promise<Set<string>>;
   /** Resources deleted after `since` and up to the snapshot (and not re-created by then). */
   readDeleted(
     projectId: string,

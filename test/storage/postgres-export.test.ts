@@ -94,6 +94,28 @@ if (postgresTestsEnabled('PostgreSQL export reads through COPY')) {
       expect(chunks.length).toBeGreaterThan(1);
     });
 
+    it('names the types with a version at or before the snapshot, so that the others are not read', async () => {
+      const storage = postgresStorage({ connectionString, schema: freshSchema() });
+      afterTest(() => storage.close());
+      await storage.createResource('p1', { resourceType: 'Patient', id: 'pat' });
+      await storage.createResource('p1', { resourceType: 'Condition', id: 'gone' });
+      await storage.deleteResource('p1', 'Condition', 'gone');
+      await storage.createResource('p2', { resourceType: 'Encounter', id: 'other-project' });
+      const snapshot = await storage.exportSnapshot('p1');
+      await storage.createResource('p1', { resourceType: 'Device', id: 'after' });
+      const reader = storage.exportReader;
+      const asked = ['Patient', 'Condition', 'Encounter', 'Device', 'Observation'];
+      // A deleted type counts (a `_since` export lists its deletions); another project's and a
+      // later write's do not.
+      expect([...(await reader.typesWithVersions!('p1', snapshot, asked))].sort()).toEqual([
+        'Condition',
+        'Patient',
+      ]);
+      expect(
+        [...(await reader.typesWithVersions!('p1', await storage.exportSnapshot('p1'), asked))].sort(),
+      ).toEqual(['Condition', 'Device', 'Patient']);
+    });
+
     it('refuses a body that is not single-line JSON (written behind the store’s back)', async () => {
       const schema = freshSchema();
       const storage = postgresStorage({ connectionString, schema });
