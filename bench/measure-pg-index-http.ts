@@ -10,6 +10,8 @@
  *   --synthea DIR     the Synthea bundle directory (default ../shared/data/synthea-r4-100)
  *   --bundles N       the shared bundles and the first N patient bundles only (default: all)
  *   --database-url U  PostgreSQL (default $FPK_BENCH_POSTGRES_URL, else $FPK_TEST_POSTGRES_URL)
+ *   --compile C       how the servers compile the sources: tsx or plain (as `dist/` is built; default
+ *                     $FPK_BENCH_COMPILE, else tsx; see server-process.ts)
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -17,7 +19,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { postBundles, syntheaBundleFiles } from './measure-transactions.js';
-import { startServer, type ServerProcess } from './server-process.js';
+import { benchCompile, startServer, type BenchCompile, type ServerProcess } from './server-process.js';
 import { median } from './stats.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -27,11 +29,15 @@ const { values } = parseArgs({
     synthea: { type: 'string', default: path.resolve(HERE, '../../shared/data/synthea-r4-100') },
     bundles: { type: 'string' },
     'database-url': { type: 'string' },
+    compile: { type: 'string' },
   },
 });
 const databaseUrl =
   values['database-url'] ?? process.env.FPK_BENCH_POSTGRES_URL ?? process.env.FPK_TEST_POSTGRES_URL;
 if (!databaseUrl) throw new Error('Set FPK_BENCH_POSTGRES_URL (or FPK_TEST_POSTGRES_URL)');
+if (values.compile !== undefined && values.compile !== 'tsx' && values.compile !== 'plain')
+  throw new Error('--compile: tsx or plain');
+const compile: BenchCompile = (values.compile as BenchCompile | undefined) ?? benchCompile();
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-pg-index-http-'));
 // A subset: links to the shared bundles and the first N patients' bundles.
 let dir = path.resolve(values.synthea);
@@ -54,6 +60,7 @@ try {
     servers.set(
       mode,
       await startServer({
+        compile,
         store: 'postgres',
         databaseUrl,
         searchIndex: mode === 'with',
@@ -79,7 +86,7 @@ try {
 }
 const [without, withIndex] = [median(rates.without), median(rates.with)];
 console.log(
-  `Synthea transactions over HTTP on PostgreSQL, ${resources} resources, strict project, median of ${values.reps}`,
+  `Synthea transactions over HTTP on PostgreSQL, ${resources} resources, strict project, median of ${values.reps}, servers compiled by ${compile}`,
 );
 console.log(
   `without search index: ${Math.round(without)} resources/s; with: ${Math.round(withIndex)} resources/s`,

@@ -6,6 +6,26 @@ import type { CommandName, Commands, Request, Response, ServerInfo } from './ser
 const CHILD = fileURLToPath(new URL('./server-child.ts', import.meta.url));
 const ROOT = path.resolve(path.dirname(CHILD), '..');
 
+/**
+ * How the server child compiles the TypeScript sources: `tsx` (the default), or `plain`
+ * (`plain-ts.mjs`: esbuild as the package's build runs it, without tsx's `keepNames`, whose
+ * `__name` wrapper makes every closure created in a hot loop several times dearer than in
+ * `dist/`). `FPK_BENCH_COMPILE` sets it.
+ */
+export type BenchCompile = 'tsx' | 'plain';
+
+/** The compile mode of `FPK_BENCH_COMPILE` (default `tsx`). */
+export function benchCompile(): BenchCompile {
+  const mode = process.env.FPK_BENCH_COMPILE ?? 'tsx';
+  if (mode !== 'tsx' && mode !== 'plain') throw new Error(`FPK_BENCH_COMPILE: tsx or plain, not ${mode}`);
+  return mode;
+}
+
+const LOADER: Record<BenchCompile, string> = {
+  tsx: 'tsx',
+  plain: fileURLToPath(new URL('./plain-ts.mjs', import.meta.url)),
+};
+
 /** A running server child process and a typed way to call it. */
 export interface ServerProcess {
   info: ServerInfo;
@@ -19,15 +39,17 @@ export async function startServer(
   options: Commands['open']['args'] & {
     /** Directory for V8 CPU profiles of the server process and its worker threads (`--cpu-prof`). */
     profileDir?: string;
+    /** How the child compiles the sources (default: {@link benchCompile}). */
+    compile?: BenchCompile;
   },
 ): Promise<ServerProcess> {
-  const { profileDir, ...open } = options;
+  const { profileDir, compile = benchCompile(), ...open } = options;
   const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   // Extra V8/Node flags for the server process only (e.g. `--trace-gc`), for investigations.
   const extra = (process.env.FPK_BENCH_SERVER_FLAGS ?? '').split(/\s+/).filter((flag) => flag !== '');
   const child: ChildProcess = fork(CHILD, [], {
     cwd: ROOT,
-    execArgv: ['--import', 'tsx', '--expose-gc', ...profile, ...extra],
+    execArgv: ['--import', LOADER[compile], '--expose-gc', ...profile, ...extra],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   let next = 1;

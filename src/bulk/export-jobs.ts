@@ -240,6 +240,17 @@ export class ExportJobManager {
   }
 
   /**
+   * The kick-off limits as they stand now (free space, then the project's): throws the 503 or 429
+   * `kickoff` would. For a kick-off about to do costly work first (a `_typeFilter` chain's
+   * searches); `kickoff` checks again, atomically with the job's creation.
+   */
+  async checkLimits(projectId: string): Promise<void> {
+    const { limits } = this.#o;
+    await limits?.checkFreeSpace();
+    await limits?.check(projectId, (since) => this.usage(projectId, since));
+  }
+
+  /**
    * Creates and starts a job once it passes the limits; `transactionTime` is the snapshot time.
    * Kick-offs of one project are counted and created one at a time, so that concurrent kick-offs
    * cannot both pass the limits (in this process, and with a shared queue across instances).

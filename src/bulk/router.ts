@@ -179,6 +179,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       }
       const searches = plan.params.typeFilterSearches;
       if (searches) {
+        // A kick-off the limits refuse pays for no chain search.
+        if (searches.some((search) => search.filters.some((f) => f.kind !== 'parameter')))
+          await jobs.checkLimits(projectId);
         // Chains and `_has` are answered now, in the caller's view of the store (docs/bulk-export.md).
         const typeFilterSearches = await resolveTypeFilterChains(searches, plan.types, {
           storage: access ? scopedStorage(storage, access) : storage,

@@ -1,5 +1,5 @@
 import request from 'supertest';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseKickoff } from '../../src/bulk/kickoff-params.js';
 import { resolveTypeFilterChains } from '../../src/bulk/type-filter-chains.js';
 import { searchResources, transactionContext, type FhirContext } from '../../src/fhir/interactions.js';
@@ -103,7 +103,7 @@ async function searched(storage: Storage, filter: string): Promise<string[]> {
 
 forEachStore('_typeFilter chains', (store, open) =>
   describe(`_typeFilter chains and _has (${store} store)`, () => {
-    async function setup(options: { maxTypeFilterMatches?: number } = {}) {
+    async function setup(options: { maxTypeFilterMatches?: number; maxKickoffsPerHour?: number } = {}) {
       const storage = await open();
       afterTest(() => storage.close());
       await storage.createProject({ id: 'proj-a', name: 'A', strictMode: false });
@@ -192,6 +192,22 @@ forEachStore('_typeFilter chains', (store, open) =>
       const observationsOnly = token('proj-a', { scopes: ['system/Observation.rs'] });
       const forbidden = await kickoff('Observation?subject:Patient.name=Smith', observationsOnly);
       expectOperationOutcome(forbidden, 403);
+    });
+
+    it('a kick-off the limits refuse (429) runs none of its chain searches', async () => {
+      const t = await setup({ maxKickoffsPerHour: 1 });
+      const searches = vi.spyOn(t.storage, 'searchResources');
+      const kickoff = (filter: string) =>
+        request(t.app)
+          .get(`${BASE}/$export?_typeFilter=${encodeURIComponent(filter)}`)
+          .set('Authorization', t.auth)
+          .set('Prefer', 'respond-async');
+      expect((await kickoff('Observation?subject:Patient.name=Smith')).status).toBe(202);
+      expect(searches).toHaveBeenCalled();
+      searches.mockClear();
+      const refused = await kickoff('Patient?_has:Observation:patient:code=1234');
+      expectOperationOutcome(refused, 429);
+      expect(searches).not.toHaveBeenCalled();
     });
   }),
 );
