@@ -12,6 +12,7 @@
  *   --database-url U  PostgreSQL (default $FPK_BENCH_POSTGRES_URL, else $FPK_TEST_POSTGRES_URL)
  *   --compile C       how the servers compile the sources: tsx or plain (as `dist/` is built; default
  *                     $FPK_BENCH_COMPILE, else tsx; see server-process.ts)
+ *   --profile DIR     V8 CPU profiles of both servers into DIR/with and DIR/without
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -30,6 +31,7 @@ const { values } = parseArgs({
     bundles: { type: 'string' },
     'database-url': { type: 'string' },
     compile: { type: 'string' },
+    profile: { type: 'string' },
   },
 });
 const databaseUrl =
@@ -61,6 +63,7 @@ try {
       mode,
       await startServer({
         compile,
+        ...(values.profile === undefined ? {} : { profileDir: path.resolve(values.profile, mode) }),
         store: 'postgres',
         databaseUrl,
         searchIndex: mode === 'with',

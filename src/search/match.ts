@@ -218,7 +218,9 @@ export function matchesParameter(
   if (!definition) throw new Error(`${resource.resourceType} has no search parameter ${filter.code}`);
   if (definition.type === 'composite') {
     const elements = extractComposite(registry, definition, resource);
-    if (filter.modifier === 'missing') return (elements.length === 0) === filter.missing;
+    // A composite value is an element with a value for every component (docs/fhir.md, Search).
+    if (filter.modifier === 'missing')
+      return !elements.some((element) => element.components.every((c) => c.length > 0)) === filter.missing;
     return elements.some((element) =>
       filter.values.some(
         (value) =>

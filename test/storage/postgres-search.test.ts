@@ -2,6 +2,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
+import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import type { Storage } from '../../src/storage/types.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
@@ -371,6 +372,80 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         }
         expect(plan).toMatch(/Index Only Scan using search_tokens_key/);
       } finally {
+        await storage.close();
+      }
+    }, 60_000);
+
+    it('migration 12: no composite marker rows; :missing on a composite is the absence of a complete element, as the embedded stores answer', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      const loinc = (code: string) => ({ coding: [{ system: 'http://loinc.org', code }] });
+      const resources = [
+        { id: 'qty', code: loinc('a'), valueQuantity: { value: 5, unit: 'mg' } },
+        { id: 'concept', code: loinc('b'), valueCodeableConcept: loinc('yes') },
+        { id: 'nocode', valueQuantity: { value: 7 } },
+        {
+          id: 'parts',
+          code: loinc('c'),
+          component: [{ code: loinc('d'), valueQuantity: { value: 1 } }, { valueQuantity: { value: 2 } }],
+        },
+      ].map((r) => ({
+        op: 'create' as const,
+        resource: { resourceType: 'Observation', status: 'final', ...r },
+      }));
+      const queries = [
+        'code-value-concept:missing=true',
+        'code-value-concept:missing=false',
+        'code-value-quantity:missing=true',
+        'code-value-quantity:missing=false',
+        'component-code-value-quantity:missing=false',
+        'combo-code-value-quantity:missing=true',
+        'code-value-quantity=a$5',
+      ];
+      const memory = memoryStorage({ indexer: r4SearchIndexer });
+      let storage = postgresStorage({ connectionString, schema });
+      try {
+        await memory.writeResources('p1', resources);
+        await storage.writeResources('p1', resources);
+        const ids = async (store: Storage, q: string) => {
+          const params = new URLSearchParams(`${q}&_sort=_id`);
+          // The memory store tests what its index cannot answer with the predicate.
+          const parsed = await parseSearch('Observation', params, { storeAnswersSearch: store === storage });
+          return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
+        };
+        const answers = async (store: Storage) => Promise.all(queries.map((q) => ids(store, q)));
+        const expected = [
+          ['nocode', 'parts', 'qty'],
+          ['concept'],
+          ['concept', 'nocode', 'parts'],
+          ['qty'],
+          ['parts'],
+          ['concept', 'nocode'],
+          ['qty'],
+        ];
+        expect(await answers(memory)).toEqual(expected);
+        expect(await answers(storage)).toEqual(expected);
+        const markers = async () =>
+          (
+            await admin.query<{ n: number }>(
+              `SELECT (SELECT count(*) FROM ${s}.search_tokens WHERE comp = -1)::int
+                  + (SELECT count(*) FROM ${s}.search_numbers WHERE comp = -1)::int AS n`,
+            )
+          ).rows[0]!.n;
+        expect(await markers()).toBe(0);
+        await storage.close();
+        // The version-11 shape: a marker row for an incomplete element; migration 12 rebuilds without.
+        await admin.query(
+          `INSERT INTO ${s}.search_tokens (seq, project_id, resource_type, param, elem, comp, system, value)
+           SELECT seq, project_id, resource_type, 'code-value-concept', 0, -1, 'http://loinc.org', 'a'
+             FROM ${s}.resources WHERE id = 'qty'`,
+        );
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 12`);
+        storage = postgresStorage({ connectionString, schema });
+        expect(await answers(storage)).toEqual(expected);
+        expect(await markers()).toBe(0);
+      } finally {
+        await memory.close();
         await storage.close();
       }
     }, 60_000);

@@ -317,7 +317,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 11;
+export const SCHEMA_VERSION = 12;
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -338,7 +338,7 @@ function isCurrent(applied: Set<number>): boolean {
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -359,8 +359,9 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
       await client.query('COMMIT');
       return;
     }
-    // Migrations 9 and 11 rebuild the index rows (below): emptied first, their new indexes cost nothing.
-    const rebuild = !before.has(9) || !before.has(11);
+    // Migrations 9, 11 and 12 rebuild the index rows (below): emptied first, their new indexes cost
+    // nothing.
+    const rebuild = !before.has(9) || !before.has(11) || !before.has(12);
     if (before.has(8) && rebuild) {
       await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }

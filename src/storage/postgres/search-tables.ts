@@ -17,9 +17,8 @@ import { forEachLiveSlice, quoteIdentifier } from './schema.js';
  * and deleted when a newer version or a tombstone supersedes it, so every row is searchable as is
  * (no join on the version's state). A composite's elements are rows of the tables of their
  * components: `elem` numbers the element within the version, `comp` the component; plain values
- * have neither. A composite element with a component that sees no value can match no search: it
- * has no rows, and when no element of the parameter is complete one marker row (`comp` -1, the
- * first value seen) keeps `:missing` true to the resource. Date rows carry the hull of their
+ * have neither. A composite element with a component that sees no value is no composite value: it
+ * has no rows (so `:missing` is the absence of rows, as for the other kinds). Date rows carry the hull of their
  * parameter's values in the version (`hlo`, `hhi`), which a GiST index keys, so that a range
  * (`ge` with `lt`) is one index lookup on both bounds. See docs/storage.md (PostgreSQL, Search).
  */
@@ -299,18 +298,21 @@ export class IndexRows {
     INDEX_TABLES.map((t) => [t, Array.from({ length: 5 + COLUMNS[t].length }, () => [])]),
   );
 
-  private push(table: IndexTable, cells: Cell[]): void {
-    const columns = this.columns.get(table)!;
-    cells.forEach((cell, i) => columns[i]!.push(cell));
-  }
+  // Each table's columns, by name (pushed to directly: this runs for every value of every write).
+  private readonly tokens = this.columns.get('search_tokens')!;
+  private readonly strings = this.columns.get('search_strings')!;
+  private readonly dates = this.columns.get('search_dates')!;
+  private readonly numbers = this.columns.get('search_numbers')!;
+  private readonly references = this.columns.get('search_references')!;
+  private readonly uris = this.columns.get('search_uris')!;
 
   /** The rows of one version's entries. */
   add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
-    for (const [param, values] of Object.entries(entries)) {
+    for (const param in entries) {
       // The version's own `id` and `lu` columns: no rows.
       if (param === '_id' || param === '_lastUpdated') continue;
+      const values = entries[param]!;
       let elem = 0;
-      let marker: IndexValue | undefined;
       let hull: [number, number] | undefined;
       for (const value of values) {
         if (value.type === 'date') hull = widen(hull, value.start ?? LOWEST, value.end ?? HIGHEST);
@@ -320,18 +322,30 @@ export class IndexRows {
           this.value(seq, resourceType, param, null, null, value, hull);
           continue;
         }
-        // An element with a component that sees nothing can match no composite search.
-        if (value.components.some((component) => component.length === 0)) {
-          marker ??= value.components.find((component) => component.length > 0)?.[0];
-          continue;
-        }
+        // An element with a component that sees nothing is no composite value: no rows.
+        if (value.components.some((component) => component.length === 0)) continue;
         value.components.forEach((component, comp) => {
           for (const v of foldTexts(component)) this.value(seq, resourceType, param, elem, comp, v);
         });
         elem++;
       }
-      if (elem === 0 && marker) this.value(seq, resourceType, param, 0, -1, marker);
     }
+  }
+
+  /** Starts a row of `columns`: its five common cells. */
+  private static head(
+    columns: Cell[][],
+    seq: string,
+    type: string,
+    param: string,
+    elem: number | null,
+    comp: number | null,
+  ): void {
+    columns[0]!.push(seq);
+    columns[1]!.push(type);
+    columns[2]!.push(param);
+    columns[3]!.push(elem);
+    columns[4]!.push(comp);
   }
 
   private value(
@@ -343,64 +357,73 @@ export class IndexRows {
     v: IndexValue,
     hull?: [number, number],
   ): void {
-    const head: Cell[] = [seq, type, param, elem, comp];
-    const t = (x: string | undefined): string | null => pgText(x) ?? null;
+    const t = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
     switch (v.type) {
       case 'token': {
+        const c = this.tokens;
+        IndexRows.head(c, seq, type, param, elem, comp);
         const [system, systemFull] = keyCells(t(v.system));
         const [value, valueFull] = keyCells(t(v.code));
-        this.push('search_tokens', [
-          ...head,
-          system,
-          value,
-          t(v.text),
-          v.types ? pgText(JSON.stringify(v.types)) : null,
-          systemFull,
-          valueFull,
-        ]);
+        c[5]!.push(system);
+        c[6]!.push(value);
+        c[7]!.push(t(v.text));
+        c[8]!.push(v.types ? pgText(JSON.stringify(v.types)) : null);
+        c[9]!.push(systemFull);
+        c[10]!.push(valueFull);
         return;
       }
-      case 'string':
-        this.push('search_strings', [...head, pgText(v.normalized), pgText(v.exact)]);
+      case 'string': {
+        const c = this.strings;
+        IndexRows.head(c, seq, type, param, elem, comp);
+        c[5]!.push(pgText(v.normalized));
+        c[6]!.push(pgText(v.exact));
         return;
+      }
       case 'date': {
-        const [lo, hi] = [v.start ?? LOWEST, v.end ?? HIGHEST];
+        const c = this.dates;
+        IndexRows.head(c, seq, type, param, elem, comp);
+        const lo = v.start ?? LOWEST;
+        const hi = v.end ?? HIGHEST;
         // A composite's component: its own span.
         const [hlo, hhi] = hull ?? widen(undefined, lo, hi);
-        this.push('search_dates', [...head, lo, hi, clampHull(hlo), clampHull(hhi)]);
+        c[5]!.push(lo);
+        c[6]!.push(hi);
+        c[7]!.push(clampHull(hlo));
+        c[8]!.push(clampHull(hhi));
         return;
       }
       case 'number':
       case 'quantity': {
-        const empty = v.value === undefined && v.low === undefined && v.high === undefined;
+        const c = this.numbers;
+        IndexRows.head(c, seq, type, param, elem, comp);
         const q = v.type === 'quantity' ? v : undefined;
-        this.push('search_numbers', [
-          ...head,
-          v.type === 'quantity',
-          empty,
-          v.value ?? v.low ?? LOWEST,
-          v.value ?? v.high ?? HIGHEST,
-          t(q?.system),
-          t(q?.code),
-          t(q?.unit),
-        ]);
+        c[5]!.push(v.type === 'quantity');
+        c[6]!.push(v.value === undefined && v.low === undefined && v.high === undefined);
+        c[7]!.push(v.value ?? v.low ?? LOWEST);
+        c[8]!.push(v.value ?? v.high ?? HIGHEST);
+        c[9]!.push(t(q?.system));
+        c[10]!.push(t(q?.code));
+        c[11]!.push(t(q?.unit));
         return;
       }
-      case 'reference':
-        this.push('search_references', [
-          ...head,
-          t(v.resourceType),
-          t(v.id),
-          t(v.url),
-          t(v.version),
-          v.identifier !== undefined,
-          t(v.identifier?.system),
-          t(v.identifier?.value),
-        ]);
+      case 'reference': {
+        const c = this.references;
+        IndexRows.head(c, seq, type, param, elem, comp);
+        c[5]!.push(t(v.resourceType));
+        c[6]!.push(t(v.id));
+        c[7]!.push(t(v.url));
+        c[8]!.push(t(v.version));
+        c[9]!.push(v.identifier !== undefined);
+        c[10]!.push(t(v.identifier?.system));
+        c[11]!.push(t(v.identifier?.value));
         return;
-      case 'uri':
-        this.push('search_uris', [...head, pgText(v.value)]);
+      }
+      case 'uri': {
+        const c = this.uris;
+        IndexRows.head(c, seq, type, param, elem, comp);
+        c[5]!.push(pgText(v.value));
         return;
+      }
     }
   }
 
@@ -438,6 +461,44 @@ export async function insertIndexRows(
     inserts.push(
       `INSERT INTO ${s}.${table} (project_id, ${names.join(', ')})
        SELECT $1, * FROM unnest(${args.join(', ')})`,
+    );
+  }
+  if (inserts.length === 0) return;
+  const [last, ...first] = inserts.reverse();
+  const ctes = first.map((sql, i) => `i${i} AS (${sql})`);
+  await query(`${ctes.length > 0 ? `WITH ${ctes.join(', ')} ` : ''}${last!}`, values, true);
+}
+
+/**
+ * {@link insertIndexRows} with each table's rows as one JSON text (an array of row arrays): the
+ * JSON is made by V8's native `JSON.stringify`, where an array parameter is serialized cell by cell
+ * in JavaScript by the driver, and PostgreSQL parses it with `jsonb_array_elements`.
+ */
+export async function insertIndexRowsJson(
+  query: Query,
+  s: string,
+  projectId: string,
+  rows: IndexRows,
+): Promise<void> {
+  const values: unknown[] = [projectId];
+  const inserts: string[] = [];
+  for (const table of INDEX_TABLES) {
+    const columns = rows.columns.get(table)!;
+    const count = columns[0]!.length;
+    if (count === 0) continue;
+    const names = indexColumnNames(table);
+    const types = ['bigint', 'text', 'text', 'integer', 'integer', ...COLUMNS[table].map(([, t]) => t)];
+    const tuples = new Array<Cell[]>(count);
+    for (let r = 0; r < count; r++) {
+      const tuple = new Array<Cell>(columns.length);
+      for (let c = 0; c < columns.length; c++) tuple[c] = columns[c]![r]!;
+      tuples[r] = tuple;
+    }
+    values.push(JSON.stringify(tuples));
+    const cells = types.map((type, i) => `(e->>${i})::${type}`);
+    inserts.push(
+      `INSERT INTO ${s}.${table} (project_id, ${names.join(', ')})
+       SELECT $1, ${cells.join(', ')} FROM jsonb_array_elements($${values.length}::jsonb) e`,
     );
   }
   if (inserts.length === 0) return;
