@@ -449,5 +449,31 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await storage.close();
       }
     }, 60_000);
+
+    it('index rows keep a lone surrogate as U+FFFD, as the body and a search value do', async () => {
+      const schema = newSchema();
+      const storage = postgresStorage({ connectionString, schema });
+      try {
+        const odd = 'a\ud800b';
+        await storage.writeResources('p1', [
+          {
+            op: 'create',
+            resource: {
+              resourceType: 'Patient',
+              id: 'p',
+              name: [{ family: odd }],
+              identifier: [{ system: 'urn:s', value: odd, type: { coding: [{ system: odd, code: 'x' }] } }],
+            },
+          },
+        ]);
+        const ids = async (q: string) => (await search(storage, 'Patient', q)).resources.map((r) => r.id);
+        expect(await ids(`identifier=urn:s|${odd}`)).toEqual(['p']);
+        expect(await ids('identifier=urn:s|a%EF%BF%BDb')).toEqual(['p']);
+        expect(await ids(`family=${odd}`)).toEqual(['p']);
+        expect(await ids(`identifier:of-type=${odd}|x|${odd}`)).toEqual(['p']);
+      } finally {
+        await storage.close();
+      }
+    });
   });
 }
