@@ -25,7 +25,7 @@ import type {
 import type { Executor, Query } from './executor.js';
 import { applyResourceWrites, checkStorableId, lockProjectResources } from './resource-writes.js';
 import { searchResources } from './resource-search.js';
-import type { SearchIndex } from './search-tables.js';
+import type { SearchIndex } from './search-index-sync.js';
 import {
   checkIfVersion,
   checkUserName,

@@ -17,7 +17,8 @@ import {
 import type { Query } from './executor.js';
 import { identifierRows } from './schema.js';
 import type { ResourceIndexer } from '../search-index.js';
-import { deleteIndexRowsCtes, IndexRows, insertIndexRows } from './search-tables.js';
+import { IndexRows, insertIndexRows } from './index-rows.js';
+import { deleteIndexRowsCtes } from './search-tables.js';
 
 /** `checkId`, plus what PostgreSQL text cannot hold: a NUL character. */
 export function checkStorableId(id: unknown, what: string): asserts id is string {

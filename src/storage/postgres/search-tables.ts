@@ -1,15 +1,3 @@
-import type { Pool, PoolClient } from 'pg';
-import type { CompositeIndexValue, IndexValue, TokenIndexValue } from '../index-values.js';
-import {
-  indexerGetter,
-  type IndexerOption,
-  type ResourceIndexEntries,
-  type ResourceIndexer,
-} from '../search-index.js';
-import type { FhirResource } from '../types.js';
-import type { Query } from './executor.js';
-import { forEachLiveSlice, quoteIdentifier } from './schema.js';
-
 /*
  * The search index tables of the PostgreSQL store: one per value kind, a row per value a search
  * parameter sees in a current, live version (`ResourceIndexer` entries), keyed by the version's
@@ -18,34 +6,11 @@ import { forEachLiveSlice, quoteIdentifier } from './schema.js';
  * (no join on the version's state). A composite's elements are rows of the tables of their
  * components: `elem` numbers the element within the version, `comp` the component; plain values
  * have neither. A composite element with a component that sees no value is no composite value: it
- * has no rows (so `:missing` is the absence of rows, as for the other kinds). Date rows carry the hull of their
- * parameter's values in the version (`hlo`, `hhi`), which a GiST index keys, so that a range
- * (`ge` with `lt`) is one index lookup on both bounds. See docs/storage.md (PostgreSQL, Search).
+ * has no rows (so `:missing` is the absence of rows, as for the other kinds). Date rows carry the
+ * hull of their parameter's values in the version (`hlo`, `hhi`), which a GiST index keys, so that
+ * a range (`ge` with `lt`) is one index lookup on both bounds. The rows are built and inserted by
+ * index-rows.ts, rebuilt by search-index-sync.ts. See docs/storage.md (PostgreSQL, Search).
  */
-
-/** The search index of a store: whether it keeps one, and its indexer once the store is open. */
-export interface SearchIndex {
-  readonly enabled: boolean;
-  indexer?: ResourceIndexer;
-  /** Loads the indexer and brings the tables in line with it (after the migrations). */
-  open(): Promise<void>;
-}
-
-/** The search index of a store given `option` (none without one). */
-export function searchIndexOf(pool: Pool, schema: string, option: IndexerOption | undefined): SearchIndex {
-  const getIndexer = indexerGetter(option);
-  const s = quoteIdentifier(schema);
-  const index: SearchIndex = {
-    enabled: option !== undefined,
-    async open() {
-      const indexer = await getIndexer();
-      if (indexer) await syncSearchIndex(pool, schema, s, indexer);
-      else await clearSearchIndex(pool, s);
-      index.indexer = indexer;
-    },
-  };
-  return index;
-}
 
 /** Open ends of ranges, stored as finite numbers: what `sortValuesOf` answers for them. */
 export const LOWEST = -Number.MAX_VALUE;
@@ -68,7 +33,7 @@ export const INDEX_TABLES = [
 export type IndexTable = (typeof INDEX_TABLES)[number];
 
 /** The table, and the columns after the common ones, of each value kind. */
-const COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
+export const INDEX_COLUMNS: Record<IndexTable, [name: string, type: string][]> = {
   search_tokens: [
     ['system', 'text'],
     ['value', 'text'],
@@ -225,7 +190,7 @@ export function searchTableStatements(s: string): string[] {
   ];
   for (const table of INDEX_TABLES) {
     // Migration 8's columns (later ones add the rest).
-    const columns = COLUMNS[table]
+    const columns = INDEX_COLUMNS[table]
       .filter(([name]) => LATER_COLUMNS[name] === undefined)
       .map(([name, type]) => `${name} ${sqlType(type)}`)
       .join(', ');
@@ -253,308 +218,7 @@ export function pgText(value: string | undefined): string | undefined {
   return value?.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value;
 }
 
-type Cell = string | number | boolean | null;
-
-/** A `CodeableConcept.text` alone: a token row with no value, which only `:text` can match. */
-const textOnly = (v: IndexValue | CompositeIndexValue): v is TokenIndexValue & { text: string } =>
-  v.type === 'token' &&
-  v.code === undefined &&
-  v.system === undefined &&
-  v.types === undefined &&
-  v.text !== undefined;
-
-/**
- * `values` with their text-only tokens folded into the other rows: a text another token of the
- * list already has as its display needs no row, and one a coded token without a display can carry
- * goes there. Only `:text` reads a display (`starts_with` on any row of the parameter), and it
- * finds the same texts, on as many rows or fewer; value searches never matched a row without value.
- */
-function foldTexts<T extends IndexValue | CompositeIndexValue>(values: readonly T[]): T[] {
-  if (!values.some(textOnly) || values.every(textOnly)) return values as T[];
-  const out = values.filter((v) => !textOnly(v));
-  for (const v of values) {
-    if (!textOnly(v)) continue;
-    if (out.some((o) => o.type === 'token' && o.text === v.text)) continue;
-    const at = out.findIndex((o) => o.type === 'token' && o.code !== undefined && o.text === undefined);
-    if (at === -1) out.push(v);
-    else out[at] = { ...(out[at] as TokenIndexValue), text: v.text } as T;
-  }
-  return out;
-}
-
-/** {@link tokenKey} of a text or NULL. */
-const keyCells = (text: string | null): [string | null, string | null] =>
-  text === null ? [null, null] : tokenKey(text);
-
-/** The hull `[lo, hi]` widened to hold `[a, b]` (either way round). */
-function widen(hull: [number, number] | undefined, a: number, b: number): [number, number] {
-  const [lo, hi] = [Math.min(a, b), Math.max(a, b)];
-  return hull ? [Math.min(hull[0], lo), Math.max(hull[1], hi)] : [lo, hi];
-}
-
-/** The rows of a batch, column by column (what `unnest` takes). */
-export class IndexRows {
-  readonly columns = new Map<IndexTable, Cell[][]>(
-    INDEX_TABLES.map((t) => [t, Array.from({ length: 5 + COLUMNS[t].length }, () => [])]),
-  );
-
-  // Each table's columns, by name (pushed to directly: this runs for every value of every write).
-  private readonly tokens = this.columns.get('search_tokens')!;
-  private readonly strings = this.columns.get('search_strings')!;
-  private readonly dates = this.columns.get('search_dates')!;
-  private readonly numbers = this.columns.get('search_numbers')!;
-  private readonly references = this.columns.get('search_references')!;
-  private readonly uris = this.columns.get('search_uris')!;
-
-  /** The rows of one version's entries. */
-  add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
-    for (const param in entries) {
-      // The version's own `id` and `lu` columns: no rows.
-      if (param === '_id' || param === '_lastUpdated') continue;
-      const values = entries[param]!;
-      let elem = 0;
-      let hull: [number, number] | undefined;
-      for (const value of values) {
-        if (value.type === 'date') hull = widen(hull, value.start ?? LOWEST, value.end ?? HIGHEST);
-      }
-      for (const value of foldTexts(values)) {
-        if (value.type !== 'composite') {
-          this.value(seq, resourceType, param, null, null, value, hull);
-          continue;
-        }
-        // An element with a component that sees nothing is no composite value: no rows.
-        if (value.components.some((component) => component.length === 0)) continue;
-        value.components.forEach((component, comp) => {
-          for (const v of foldTexts(component)) this.value(seq, resourceType, param, elem, comp, v);
-        });
-        elem++;
-      }
-    }
-  }
-
-  /** Starts a row of `columns`: its five common cells. */
-  private static head(
-    columns: Cell[][],
-    seq: string,
-    type: string,
-    param: string,
-    elem: number | null,
-    comp: number | null,
-  ): void {
-    columns[0]!.push(seq);
-    columns[1]!.push(type);
-    columns[2]!.push(param);
-    columns[3]!.push(elem);
-    columns[4]!.push(comp);
-  }
-
-  private value(
-    seq: string,
-    type: string,
-    param: string,
-    elem: number | null,
-    comp: number | null,
-    v: IndexValue,
-    hull?: [number, number],
-  ): void {
-    const t = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
-    switch (v.type) {
-      case 'token': {
-        const c = this.tokens;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        const [system, systemFull] = keyCells(t(v.system));
-        const [value, valueFull] = keyCells(t(v.code));
-        c[5]!.push(system);
-        c[6]!.push(value);
-        c[7]!.push(t(v.text));
-        c[8]!.push(v.types ? pgText(wellFormedJson(JSON.stringify(v.types))) : null);
-        c[9]!.push(systemFull);
-        c[10]!.push(valueFull);
-        return;
-      }
-      case 'string': {
-        const c = this.strings;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(pgText(v.normalized));
-        c[6]!.push(pgText(v.exact));
-        return;
-      }
-      case 'date': {
-        const c = this.dates;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        const lo = v.start ?? LOWEST;
-        const hi = v.end ?? HIGHEST;
-        // A composite's component: its own span.
-        const [hlo, hhi] = hull ?? widen(undefined, lo, hi);
-        c[5]!.push(lo);
-        c[6]!.push(hi);
-        c[7]!.push(clampHull(hlo));
-        c[8]!.push(clampHull(hhi));
-        return;
-      }
-      case 'number':
-      case 'quantity': {
-        const c = this.numbers;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        const q = v.type === 'quantity' ? v : undefined;
-        c[5]!.push(v.type === 'quantity');
-        c[6]!.push(v.value === undefined && v.low === undefined && v.high === undefined);
-        c[7]!.push(v.value ?? v.low ?? LOWEST);
-        c[8]!.push(v.value ?? v.high ?? HIGHEST);
-        c[9]!.push(t(q?.system));
-        c[10]!.push(t(q?.code));
-        c[11]!.push(t(q?.unit));
-        return;
-      }
-      case 'reference': {
-        const c = this.references;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(t(v.resourceType));
-        c[6]!.push(t(v.id));
-        c[7]!.push(t(v.url));
-        c[8]!.push(t(v.version));
-        c[9]!.push(v.identifier !== undefined);
-        c[10]!.push(t(v.identifier?.system));
-        c[11]!.push(t(v.identifier?.value));
-        return;
-      }
-      case 'uri': {
-        const c = this.uris;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(pgText(v.value));
-        return;
-      }
-    }
-  }
-
-  get empty(): boolean {
-    return [...this.columns.values()].every((c) => c[0]!.length === 0);
-  }
-}
-
-/** The columns of `table` that {@link IndexRows} fills, in its order (every column but `project_id`). */
-export function indexColumnNames(table: IndexTable): string[] {
-  return ['seq', 'resource_type', 'param', 'elem', 'comp', ...COLUMNS[table].map(([n]) => n)];
-}
-
-/** A `\uXXXX` escape of a lone surrogate in JSON text, after an even run of backslashes. */
-const LONE_SURROGATE = /((?:^|[^\\])(?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}/g;
-
-/**
- * JSON text with its lone surrogates as U+FFFD. `JSON.stringify` escapes a lone surrogate
- * (`\ud800`), which `jsonb` refuses; a text parameter is sent as UTF-8, which writes U+FFFD for it
- * (the `body` column's text, and a search value's), so the index rows are made to say the same.
- */
-export function wellFormedJson(json: string): string {
-  if (!/\\u[dD][89a-fA-F]/.test(json)) return json;
-  // Twice: a match consumes the character before the escape, so adjacent escapes need a second pass.
-  const once = json.replace(LONE_SURROGATE, '$1\\ufffd');
-  return once.replace(LONE_SURROGATE, '$1\\ufffd');
-}
-
-/**
- * Inserts `rows` (of project `projectId`) in one statement: an `INSERT … SELECT` per table that has
- * rows, each table's rows one JSON parameter (an array of row arrays) that PostgreSQL reads with
- * `jsonb_array_elements`. V8's native `JSON.stringify` makes it; array parameters (`unnest`) are
- * serialized cell by cell in JavaScript by the driver, which cost about 40 µs per Synthea resource
- * (a store-level write of Synthea resources took 8% longer).
- */
-export async function insertIndexRows(
-  query: Query,
-  s: string,
-  projectId: string,
-  rows: IndexRows,
-): Promise<void> {
-  const values: unknown[] = [projectId];
-  const inserts: string[] = [];
-  for (const table of INDEX_TABLES) {
-    const columns = rows.columns.get(table)!;
-    const count = columns[0]!.length;
-    if (count === 0) continue;
-    const names = indexColumnNames(table);
-    const types = ['bigint', 'text', 'text', 'integer', 'integer', ...COLUMNS[table].map(([, t]) => t)];
-    const tuples = new Array<Cell[]>(count);
-    for (let r = 0; r < count; r++) {
-      const tuple = new Array<Cell>(columns.length);
-      for (let c = 0; c < columns.length; c++) tuple[c] = columns[c]![r]!;
-      tuples[r] = tuple;
-    }
-    values.push(wellFormedJson(JSON.stringify(tuples)));
-    const cells = types.map((type, i) => `(e->>${i})::${type}`);
-    inserts.push(
-      `INSERT INTO ${s}.${table} (project_id, ${names.join(', ')})
-       SELECT $1, ${cells.join(', ')} FROM jsonb_array_elements($${values.length}::jsonb) e`,
-    );
-  }
-  if (inserts.length === 0) return;
-  const [last, ...first] = inserts.reverse();
-  const ctes = first.map((sql, i) => `i${i} AS (${sql})`);
-  await query(`${ctes.length > 0 ? `WITH ${ctes.join(', ')} ` : ''}${last!}`, values, true);
-}
-
 /** The statement parts deleting the index rows of the seqs in parameter `param` (CTEs). */
 export function deleteIndexRowsCtes(s: string, param: string): string[] {
   return INDEX_TABLES.map((t) => `d_${t} AS (DELETE FROM ${s}.${t} WHERE seq = ANY(${param}::bigint[]))`);
-}
-
-/**
- * Brings the index tables in line with `indexer`: when the fingerprint recorded in
- * `search_index_state` differs (or none is, as after migration 8), empties them and indexes every
- * current, live version again, in slices of 1,000 by `seq`, in one transaction under the schema's
- * advisory lock (writers wait for the tables meanwhile).
- */
-export async function syncSearchIndex(
-  pool: Pool,
-  schema: string,
-  s: string,
-  indexer: ResourceIndexer,
-): Promise<void> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await client.query('SET LOCAL statement_timeout = 0');
-    await client.query('SET LOCAL lock_timeout = 0');
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
-    const { rows } = await client.query<{ fingerprint: string }>(
-      `SELECT fingerprint FROM ${s}.search_index_state`,
-    );
-    if (rows[0]?.fingerprint === indexer.fingerprint) {
-      await client.query('COMMIT');
-      return;
-    }
-    await client.query(`TRUNCATE ${INDEX_TABLES.map((t) => `${s}.${t}`).join(', ')}`);
-    await reindexAll(client, s, indexer);
-    await client.query(
-      `INSERT INTO ${s}.search_index_state (fingerprint) VALUES ($1)
-       ON CONFLICT (singleton) DO UPDATE SET fingerprint = excluded.fingerprint`,
-      [indexer.fingerprint],
-    );
-    await client.query('COMMIT');
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
-}
-
-/**
- * A store without an indexer writes no index rows: it forgets the fingerprint, so that a store
- * opened with an indexer again rebuilds the tables.
- */
-export async function clearSearchIndex(pool: Pool, s: string): Promise<void> {
-  await pool.query(`DELETE FROM ${s}.search_index_state`);
-}
-
-async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexer): Promise<void> {
-  const query: Query = (text, values) => client.query(text, values as unknown[]) as never;
-  await forEachLiveSlice(client, s, undefined, async (rows) => {
-    const byProject = new Map<string, IndexRows>();
-    for (const row of rows) {
-      let set = byProject.get(row.project_id);
-      if (!set) byProject.set(row.project_id, (set = new IndexRows()));
-      set.add(row.seq, row.resource_type, indexer.index(JSON.parse(row.body) as FhirResource));
-    }
-    for (const [projectId, set] of byProject) await insertIndexRows(query, s, projectId, set);
-  });
 }
