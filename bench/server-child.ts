@@ -138,8 +138,10 @@ class BenchServer {
       bulk: {
         pool: { workerFilename: PROBE_WORKER, maxThreads: 1 },
         maxRunningExports: 4,
-        // The bench keeps some exports' files (`--large`: over the 1 GiB default); no quota here.
+        // The bench keeps some exports' files (`--large`: over the 1 GiB default); no quota here,
+        // and no cap on one export (`--huge`: about 13 GiB at 10M resources, over the 4 GiB default).
         maxProjectExportSize: Infinity,
+        maxExportSize: Infinity,
         // Export files on disk for every store (PostgreSQL would keep them in the database by
         // default): the export figures compare reading the store, and the COPY baseline writes
         // files too. bench/export-files.ts compares the two file stores.
