@@ -39,7 +39,7 @@ const databaseUrl =
 if (!databaseUrl) throw new Error('Set FPK_BENCH_POSTGRES_URL (or FPK_TEST_POSTGRES_URL)');
 if (values.compile !== undefined && values.compile !== 'tsx' && values.compile !== 'plain')
   throw new Error('--compile: tsx or plain');
-const compile: BenchCompile = (values.compile as BenchCompile | undefined) ?? benchCompile();
+const compile: BenchCompile = values.compile ?? benchCompile();
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-pg-index-http-'));
 // A subset: links to the shared bundles and the first N patients' bundles.
 let dir = path.resolve(values.synthea);
