@@ -319,6 +319,9 @@ export async function forEachLiveSlice(
 /** The latest migration: every version from 1 up to it is recorded once applied. */
 export const SCHEMA_VERSION = 12;
 
+/** The migrations after which the index rows are built again (their shape changed). */
+const INDEX_REBUILDS = [9, 11, 12];
+
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
   const { rows: exists } = await client.query<{ t: string | null }>('SELECT to_regclass($1) AS t', [
@@ -337,6 +340,18 @@ function isCurrent(applied: Set<number>): boolean {
 }
 
 /**
+ * Begins a transaction on `client` that holds the schema's advisory lock until it ends (migrations
+ * and index rebuilds run under it, one instance at a time), with no statement or lock timeout: a
+ * backfill or rebuild may run long, and another instance may hold the lock meanwhile.
+ */
+export async function beginSchemaLocked(client: PoolClient, schema: string): Promise<void> {
+  await client.query('BEGIN');
+  await client.query('SET LOCAL statement_timeout = 0');
+  await client.query('SET LOCAL lock_timeout = 0');
+  await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
+}
+
+/**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
  * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
@@ -345,11 +360,7 @@ function isCurrent(applied: Set<number>): boolean {
 export async function migrate(pool: Pool, schema: string): Promise<void> {
   const client = await pool.connect();
   try {
-    await client.query('BEGIN');
-    // A backfill may run long, and another instance may hold the lock while it migrates.
-    await client.query('SET LOCAL statement_timeout = 0');
-    await client.query('SET LOCAL lock_timeout = 0');
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
+    await beginSchemaLocked(client, schema);
     const s = quoteIdentifier(schema);
     // Up to date: no DDL at all. `ALTER TABLE … IF NOT EXISTS` still takes an exclusive lock on
     // its table, which deadlocks with the running instances' writes (an export file insert locks
@@ -359,9 +370,8 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
       await client.query('COMMIT');
       return;
     }
-    // Migrations 9, 11 and 12 rebuild the index rows (below): emptied first, their new indexes cost
-    // nothing.
-    const rebuild = !before.has(9) || !before.has(11) || !before.has(12);
+    // These migrations rebuild the index rows (below): emptied first, their new indexes cost nothing.
+    const rebuild = INDEX_REBUILDS.some((version) => !before.has(version));
     if (before.has(8) && rebuild) {
       await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }

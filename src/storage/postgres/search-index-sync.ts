@@ -3,7 +3,7 @@ import { indexerGetter, type IndexerOption, type ResourceIndexer } from '../sear
 import type { FhirResource } from '../types.js';
 import type { Query } from './executor.js';
 import { IndexRows, insertIndexRows } from './index-rows.js';
-import { forEachLiveSlice, quoteIdentifier } from './schema.js';
+import { beginSchemaLocked, forEachLiveSlice, quoteIdentifier } from './schema.js';
 import { INDEX_TABLES } from './search-tables.js';
 
 /*
@@ -50,10 +50,7 @@ export async function syncSearchIndex(
 ): Promise<void> {
   const client = await pool.connect();
   try {
-    await client.query('BEGIN');
-    await client.query('SET LOCAL statement_timeout = 0');
-    await client.query('SET LOCAL lock_timeout = 0');
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`fhir-platform-kit:${schema}`]);
+    await beginSchemaLocked(client, schema);
     const { rows } = await client.query<{ fingerprint: string }>(
       `SELECT fingerprint FROM ${s}.search_index_state`,
     );
