@@ -172,10 +172,9 @@ export async function copyResourcesIn(options: {
       ids.keys.forEach((key, i) =>
         text.get('resource_identifiers')!.push(line([projectId, ids.types[i]!, key, ids.seqs[i]!])),
       );
-      for (const [table, columns] of index.columns) {
+      for (const [table, rows] of index.rows) {
         const lines = text.get(table)!;
-        for (let r = 0; r < columns[0]!.length; r++)
-          lines.push(line([projectId, ...columns.map((c) => c[r])]));
+        for (const row of rows) lines.push(line([projectId, ...row]));
       }
       await flush(text);
     };

@@ -14,7 +14,7 @@ import {
 
 /*
  * The index rows of new versions (search-tables.ts has the tables): built from the indexer's
- * entries, column by column, and inserted in one statement per batch of writes.
+ * entries, row by row, and inserted in one statement per batch of writes.
  */
 
 type Cell = string | number | boolean | null;
@@ -56,19 +56,20 @@ function widen(hull: [number, number] | undefined, a: number, b: number): [numbe
   return hull ? [Math.min(hull[0], lo), Math.max(hull[1], hi)] : [lo, hi];
 }
 
-/** The rows of a batch, column by column (what `unnest` takes). */
-export class IndexRows {
-  readonly columns = new Map<IndexTable, Cell[][]>(
-    INDEX_TABLES.map((t) => [t, Array.from({ length: 5 + INDEX_COLUMNS[t].length }, () => [])]),
-  );
+/** A text cell: NULL, or the text as PostgreSQL can hold it ({@link pgText}). */
+const textCell = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
 
-  // Each table's columns, by name (pushed to directly: this runs for every value of every write).
-  private readonly tokens = this.columns.get('search_tokens')!;
-  private readonly strings = this.columns.get('search_strings')!;
-  private readonly dates = this.columns.get('search_dates')!;
-  private readonly numbers = this.columns.get('search_numbers')!;
-  private readonly references = this.columns.get('search_references')!;
-  private readonly uris = this.columns.get('search_uris')!;
+/** The rows of a batch, per table, each row its cells in {@link indexColumnNames} order. */
+export class IndexRows {
+  readonly rows = new Map<IndexTable, Cell[][]>(INDEX_TABLES.map((t) => [t, []]));
+
+  // Each table's rows, by name (pushed to directly: this runs for every value of every write).
+  private readonly tokens = this.rows.get('search_tokens')!;
+  private readonly strings = this.rows.get('search_strings')!;
+  private readonly dates = this.rows.get('search_dates')!;
+  private readonly numbers = this.rows.get('search_numbers')!;
+  private readonly references = this.rows.get('search_references')!;
+  private readonly uris = this.rows.get('search_uris')!;
 
   /** The rows of one version's entries. */
   add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
@@ -96,22 +97,6 @@ export class IndexRows {
     }
   }
 
-  /** Starts a row of `columns`: its five common cells. */
-  private static head(
-    columns: Cell[][],
-    seq: string,
-    type: string,
-    param: string,
-    elem: number | null,
-    comp: number | null,
-  ): void {
-    columns[0]!.push(seq);
-    columns[1]!.push(type);
-    columns[2]!.push(param);
-    columns[3]!.push(elem);
-    columns[4]!.push(comp);
-  }
-
   private value(
     seq: string,
     type: string,
@@ -121,78 +106,76 @@ export class IndexRows {
     v: IndexValue,
     hull?: [number, number],
   ): void {
-    const t = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
     switch (v.type) {
       case 'token': {
-        const c = this.tokens;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        const [system, systemFull] = keyCells(t(v.system));
-        const [value, valueFull] = keyCells(t(v.code));
-        c[5]!.push(system);
-        c[6]!.push(value);
-        c[7]!.push(t(v.text));
-        c[8]!.push(v.types ? pgText(wellFormedJson(JSON.stringify(v.types))) : null);
-        c[9]!.push(systemFull);
-        c[10]!.push(valueFull);
+        const [system, systemFull] = keyCells(textCell(v.system));
+        const [value, valueFull] = keyCells(textCell(v.code));
+        const types = v.types ? pgText(wellFormedJson(JSON.stringify(v.types))) : null;
+        this.tokens.push([
+          seq,
+          type,
+          param,
+          elem,
+          comp,
+          system,
+          value,
+          textCell(v.text),
+          types,
+          systemFull,
+          valueFull,
+        ]);
         return;
       }
-      case 'string': {
-        const c = this.strings;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(pgText(v.normalized));
-        c[6]!.push(pgText(v.exact));
+      case 'string':
+        this.strings.push([seq, type, param, elem, comp, pgText(v.normalized), pgText(v.exact)]);
         return;
-      }
       case 'date': {
-        const c = this.dates;
-        IndexRows.head(c, seq, type, param, elem, comp);
         const lo = v.start ?? LOWEST;
         const hi = v.end ?? HIGHEST;
         // A composite's component: its own span.
         const [hlo, hhi] = hull ?? widen(undefined, lo, hi);
-        c[5]!.push(lo);
-        c[6]!.push(hi);
-        c[7]!.push(clampHull(hlo));
-        c[8]!.push(clampHull(hhi));
+        this.dates.push([seq, type, param, elem, comp, lo, hi, clampHull(hlo), clampHull(hhi)]);
         return;
       }
       case 'number':
       case 'quantity': {
-        const c = this.numbers;
-        IndexRows.head(c, seq, type, param, elem, comp);
         const q = v.type === 'quantity' ? v : undefined;
-        c[5]!.push(v.type === 'quantity');
-        c[6]!.push(v.value === undefined && v.low === undefined && v.high === undefined);
-        c[7]!.push(v.value ?? v.low ?? LOWEST);
-        c[8]!.push(v.value ?? v.high ?? HIGHEST);
-        c[9]!.push(t(q?.system));
-        c[10]!.push(t(q?.code));
-        c[11]!.push(t(q?.unit));
+        this.numbers.push([
+          seq,
+          type,
+          param,
+          elem,
+          comp,
+          v.type === 'quantity',
+          v.value === undefined && v.low === undefined && v.high === undefined,
+          v.value ?? v.low ?? LOWEST,
+          v.value ?? v.high ?? HIGHEST,
+          textCell(q?.system),
+          textCell(q?.code),
+          textCell(q?.unit),
+        ]);
         return;
       }
-      case 'reference': {
-        const c = this.references;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(t(v.resourceType));
-        c[6]!.push(t(v.id));
-        c[7]!.push(t(v.url));
-        c[8]!.push(t(v.version));
-        c[9]!.push(v.identifier !== undefined);
-        c[10]!.push(t(v.identifier?.system));
-        c[11]!.push(t(v.identifier?.value));
+      case 'reference':
+        this.references.push([
+          seq,
+          type,
+          param,
+          elem,
+          comp,
+          textCell(v.resourceType),
+          textCell(v.id),
+          textCell(v.url),
+          textCell(v.version),
+          v.identifier !== undefined,
+          textCell(v.identifier?.system),
+          textCell(v.identifier?.value),
+        ]);
         return;
-      }
-      case 'uri': {
-        const c = this.uris;
-        IndexRows.head(c, seq, type, param, elem, comp);
-        c[5]!.push(pgText(v.value));
+      case 'uri':
+        this.uris.push([seq, type, param, elem, comp, pgText(v.value)]);
         return;
-      }
     }
-  }
-
-  get empty(): boolean {
-    return [...this.columns.values()].every((c) => c[0]!.length === 0);
   }
 }
 
@@ -216,6 +199,19 @@ export function wellFormedJson(json: string): string {
   return once.replace(LONE_SURROGATE, '$1\\ufffd');
 }
 
+/** The column list and the cells read from a JSON row `e` of each table's insert. */
+const INSERT_COLUMNS = Object.fromEntries(
+  INDEX_TABLES.map((t) => [t, indexColumnNames(t).join(', ')]),
+) as Record<IndexTable, string>;
+const INSERT_CELLS = Object.fromEntries(
+  INDEX_TABLES.map((t) => [
+    t,
+    ['bigint', 'text', 'text', 'integer', 'integer', ...INDEX_COLUMNS[t].map(([, type]) => type)]
+      .map((type, i) => `(e->>${i})::${type}`)
+      .join(', '),
+  ]),
+) as Record<IndexTable, string>;
+
 /**
  * Inserts `rows` (of project `projectId`) in one statement: an `INSERT … SELECT` per table that has
  * rows, each table's rows one JSON parameter (an array of row arrays) that PostgreSQL reads with
@@ -232,22 +228,12 @@ export async function insertIndexRows(
   const values: unknown[] = [projectId];
   const inserts: string[] = [];
   for (const table of INDEX_TABLES) {
-    const columns = rows.columns.get(table)!;
-    const count = columns[0]!.length;
-    if (count === 0) continue;
-    const names = indexColumnNames(table);
-    const types = ['bigint', 'text', 'text', 'integer', 'integer', ...INDEX_COLUMNS[table].map(([, t]) => t)];
-    const tuples = new Array<Cell[]>(count);
-    for (let r = 0; r < count; r++) {
-      const tuple = new Array<Cell>(columns.length);
-      for (let c = 0; c < columns.length; c++) tuple[c] = columns[c]![r]!;
-      tuples[r] = tuple;
-    }
-    values.push(wellFormedJson(JSON.stringify(tuples)));
-    const cells = types.map((type, i) => `(e->>${i})::${type}`);
+    const tableRows = rows.rows.get(table)!;
+    if (tableRows.length === 0) continue;
+    values.push(wellFormedJson(JSON.stringify(tableRows)));
     inserts.push(
-      `INSERT INTO ${s}.${table} (project_id, ${names.join(', ')})
-       SELECT $1, ${cells.join(', ')} FROM jsonb_array_elements($${values.length}::jsonb) e`,
+      `INSERT INTO ${s}.${table} (project_id, ${INSERT_COLUMNS[table]})
+       SELECT $1, ${INSERT_CELLS[table]} FROM jsonb_array_elements($${values.length}::jsonb) e`,
     );
   }
   if (inserts.length === 0) return;
