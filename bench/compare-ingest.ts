@@ -35,6 +35,10 @@
  *                       check, side by side in fresh servers
  *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
  *                       `bench/profile-summary.ts`; `--last MS` keeps the final load's samples)
+ *   --store S           file (default) or postgres: each server on a fresh store of that kind (a
+ *                       fresh schema of --database-url, dropped when the server closes)
+ *   --database-url U    PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
+ *                       $FPK_TEST_POSTGRES_URL)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
  *
  * A baseline whose dependencies differ from this tree's gets its own `npm ci --ignore-scripts`
@@ -68,6 +72,8 @@ const { values } = parseArgs({
     'no-synthea': { type: 'boolean', default: false },
     memory: { type: 'boolean', default: false },
     profile: { type: 'string' },
+    store: { type: 'string', default: 'file' },
+    'database-url': { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'compare-ingest.json') },
   },
 });
@@ -83,9 +89,16 @@ const reps = Math.max(1, int('reps', values.reps));
 const patients = int('patients', values.patients);
 const concurrency = int('txn-concurrency', values['txn-concurrency']);
 const log = (message: string): void => console.error(`[compare] ${message}`);
+if (values.store !== 'file' && values.store !== 'postgres') throw new Error('--store: file or postgres');
+const store = values.store;
+const databaseUrl =
+  values['database-url'] ?? process.env.FPK_BENCH_POSTGRES_URL ?? process.env.FPK_TEST_POSTGRES_URL;
+if (store === 'postgres' && !databaseUrl)
+  throw new Error('--store postgres: set --database-url or FPK_BENCH_POSTGRES_URL');
 
 type StartServer = (options: {
-  store: 'file';
+  store: 'file' | 'postgres';
+  databaseUrl?: string;
   dir: string;
   exportDir: string;
   probeDir: string;
@@ -158,7 +171,7 @@ function cpuMs(pid: number): number {
   }
 }
 
-/** Starts `contender`'s bench server on a fresh file store. */
+/** Starts `contender`'s bench server on a fresh store of the kind `--store` names. */
 async function start(contender: Contender): Promise<Running> {
   const module = (await import(
     pathToFileURL(path.join(contender.tree, 'bench', 'server-process.ts')).href
@@ -167,7 +180,8 @@ async function start(contender: Contender): Promise<Running> {
   };
   const data = path.join(work, `data-${++started}`);
   const server = await module.startServer({
-    store: 'file',
+    store,
+    ...(store === 'postgres' ? { databaseUrl } : {}),
     dir: path.join(data, 'store'),
     exportDir: path.join(data, 'export'),
     probeDir: path.join(data, 'probe'),
