@@ -285,12 +285,16 @@ describe.each(stores)('a two-level chain on the %s store', (_name, open) => {
         ids: [],
         calls: 0,
       });
-      // A `_has` inside `_has`: not narrowed, `where` decides.
-      expect(
-        await answer('Organization', [
-          ['_has:Patient:organization:_has:Observation:subject:status', 'amended'],
-        ]),
-      ).toMatchObject({ ids: ['acme'] });
+      // A `_has` inside `_has`: the inner one's ids, then their references.
+      const nested = (value: string) =>
+        answer('Organization', [['_has:Patient:organization:_has:Observation:subject:status', value]]);
+      await nested('amended'); // Builds.
+      expect(await nested('amended')).toEqual({ ids: ['acme'], calls: 0 });
+      expect(await nested('final')).toEqual({ ids: ['acme', 'zen'], calls: 0 });
+      expect(await nested('cancelled')).toEqual({ ids: [], calls: 0 });
+      // A Patient deleted: its Observations no longer lead to its organization.
+      await s.deleteResource(P, 'Patient', 'pc');
+      expect(await nested('amended')).toEqual({ ids: [], calls: 0 });
     } finally {
       await s.close();
     }

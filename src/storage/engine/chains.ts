@@ -9,6 +9,7 @@ import type { ResourceQuery } from '../types.js';
 import { postableCodes } from './build-postings.js';
 import { postingKey, unpair } from './posting-keys.js';
 import { sortedCodes } from './sort-postings.js';
+import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
 
 /*
@@ -71,10 +72,37 @@ function resolveChain(view: StateView, projectId: string, chain: Chain): Paramet
 }
 
 /**
+ * The live resources of `has.resourceType` that match `has`'s inner filter (a parameter, a chain
+ * resolved as `resolveChain` does, or a `_has` resolved by `resolveHas`), when the postings answer
+ * it exactly; `null` when none; undefined when the postings cannot tell.
+ */
+function hasReferrers(view: StateView, projectId: string, has: Has): ResourceEntry[] | null | undefined {
+  const type = has.resourceType;
+  if (has.filter.kind === 'has') {
+    const ids = resolveHas(view, projectId, type, has.filter);
+    if (!ids) return ids;
+    const entries: ResourceEntry[] = [];
+    for (const id of ids) {
+      const entry = view.resource(projectId, type, id);
+      if (entry && !entry.deleted) entries.push(entry);
+    }
+    return entries.length > 0 ? entries : null;
+  }
+  const inner = has.filter.kind === 'chain' ? resolveChain(view, projectId, has.filter) : has.filter;
+  if (!inner) return inner;
+  const found = view.searched(projectId, type, filterSearch(type, inner));
+  if (!found?.exact) return undefined;
+  const entries: ResourceEntry[] = [];
+  for (const e of found.entries) if (!e.deleted) entries.push(e);
+  return entries;
+}
+
+/**
  * The ids of the resources of `type` a `_has` filter stands for (those its matching referencing
  * resources point at through its reference parameter, as `Type/id`, as match.ts reads them), when
- * the referencing type's postings answer its inner filter (a parameter, or a chain resolved so)
- * exactly and hold that parameter; `null` when none; undefined when the postings cannot tell.
+ * the referencing type's postings answer its inner filter (a parameter, a chain, or another `_has`,
+ * resolved so) exactly and hold that parameter; `null` when none; undefined when the postings
+ * cannot tell.
  */
 function resolveHas(
   view: StateView,
@@ -82,21 +110,12 @@ function resolveHas(
   type: string,
   has: Has,
 ): Set<string> | null | undefined {
-  const inner =
-    has.filter.kind === 'chain'
-      ? resolveChain(view, projectId, has.filter)
-      : has.filter.kind === 'parameter'
-        ? has.filter
-        : undefined;
-  if (inner === undefined) return undefined;
-  if (inner === null) return null;
   if (!view.postedCodes(projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
-  const found = view.searched(projectId, has.resourceType, filterSearch(has.resourceType, inner));
-  if (!found?.exact) return undefined;
+  const referrers = hasReferrers(view, projectId, has);
+  if (!referrers) return referrers;
   const prefix = postingKey(has.referenceParam, 'r', '');
   const ids = new Set<string>();
-  for (const e of found.entries) {
-    if (e.deleted) continue;
+  for (const e of referrers) {
     for (const key of e.postings ?? []) {
       if (!key.startsWith(prefix)) continue;
       const [target, id] = unpair(key.slice(prefix.length));
