@@ -153,7 +153,7 @@ export async function copyResourcesIn(options: {
     const write = async (batch: FhirResource[]): Promise<void> => {
       const { lu: firstLu, seqs } = await allocate(query, s, projectId, batch.length);
       const text = new Map<string, string[]>(Object.keys(TABLES).map((t) => [t, []]));
-      const index = new IndexRows();
+      const index = new IndexRows(indexer);
       const versions: [string, string, StoredResource][] = [];
       batch.forEach((resource, i) => {
         const seq = seqs[i]!;

@@ -220,7 +220,12 @@ export type {
 } from './storage/types.js';
 export { DirectoryExportFiles } from './bulk/directory-export-files.js';
 export { memoryStorage, fileStorage, openFileExportReader, r4SearchIndexer } from './stores.js';
-export type { IndexerOption, ResourceIndexer, ResourceIndexEntries } from './storage/search-index.js';
+export type {
+  DerivedParameter,
+  IndexerOption,
+  ResourceIndexer,
+  ResourceIndexEntries,
+} from './storage/search-index.js';
 export type * from './storage/index-values.js';
 export type { MemoryStorageOptions } from './storage/memory.js';
 export type { FileStorageOptions, FileStore, FileStoreBackup } from './storage/file/file-storage.js';

@@ -1,8 +1,9 @@
 import type { CompositeIndexValue, IndexValue } from '../storage/index-values.js';
-import type { ResourceIndexEntries, ResourceIndexer } from '../storage/search-index.js';
+import type { DerivedParameter, ResourceIndexEntries, ResourceIndexer } from '../storage/search-index.js';
 import type { FhirResource } from '../storage/types.js';
 import { compilePath, typedValues, type CompiledPath } from './compiled-paths.js';
 import { loadSearchRegistry, type SearchParameterDefinition, type SearchRegistry } from './definitions.js';
+import { derivedParameters } from './derived-parameters.js';
 import { convert, extractComposite, extractValues } from './extract.js';
 
 /** Bump when the index values of a resource change for the same definitions (a normalization fix). */
@@ -111,8 +112,18 @@ export function createResourceIndexer(
     }
     return list;
   };
+  const derived = new Map<string, ReadonlyMap<string, DerivedParameter>>();
   return {
     fingerprint,
+    derived(resourceType: string): ReadonlyMap<string, DerivedParameter> {
+      let found = derived.get(resourceType);
+      if (!found) {
+        found = derivedParameters(registry, resourceType);
+        // Known types only: a bounded cache.
+        if (registry.parameters(resourceType).length > 0) derived.set(resourceType, found);
+      }
+      return found;
+    },
     index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries {
       const entries: ResourceIndexEntries = {};
       for (const { code, index } of indexersOf(resource.resourceType)) {

@@ -30,7 +30,31 @@ export interface ResourceIndexer {
    * `codes` is correct, only slower: a store keeps just the entries it asked for.
    */
   index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries;
+  /**
+   * The parameters of `resourceType` whose values are exactly those of other parameters of the
+   * type (see {@link DerivedParameter}), by code: a store that keeps rows per parameter may keep
+   * none for them and answer them from their parts. Omitted: every parameter stands alone.
+   */
+  derived?(resourceType: string): ReadonlyMap<string, DerivedParameter>;
 }
+
+/**
+ * A search parameter answered from others of the same type:
+ * - `union`: its values are those of `parts` together (R4 `combo-code` is `code` and
+ *   `component-code`), so a value test, `:not`, `:missing` and a sort read the parts' values;
+ * - `composite`: its elements are those of `alternatives` together, each either the resource
+ *   itself with one component per parameter of `and` (R4 `code-value-concept` on an Observation is
+ *   its `code` and its `value-concept`), or the elements of another composite parameter with the
+ *   same components (`combo-code-value-concept`'s components are `component-code-value-concept`'s).
+ */
+export type DerivedParameter =
+  | { readonly kind: 'union'; readonly parts: readonly string[] }
+  | {
+      readonly kind: 'composite';
+      readonly alternatives: readonly (
+        { readonly and: readonly string[] } | { readonly composite: string }
+      )[];
+    };
 
 /**
  * How a store is given its indexer: the indexer itself, or a loader the store calls (once) before

@@ -1,5 +1,5 @@
 import type { CompositeIndexValue, IndexValue, TokenIndexValue } from '../index-values.js';
-import type { ResourceIndexEntries } from '../search-index.js';
+import type { ResourceIndexEntries, ResourceIndexer } from '../search-index.js';
 import type { Query } from './executor.js';
 import {
   clampHull,
@@ -59,9 +59,15 @@ function widen(hull: [number, number] | undefined, a: number, b: number): [numbe
 /** A text cell: NULL, or the text as PostgreSQL can hold it ({@link pgText}). */
 const textCell = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
 
-/** The rows of a batch, per table, each row its cells in {@link indexColumnNames} order. */
+/**
+ * The rows of a batch, per table, each row its cells in {@link indexColumnNames} order. The
+ * parameters the indexer names derived (`ResourceIndexer.derived`: their values are other
+ * parameters' values) get no rows: search-sql.ts answers them from their parts.
+ */
 export class IndexRows {
   readonly rows = new Map<IndexTable, Cell[][]>(INDEX_TABLES.map((t) => [t, []]));
+
+  constructor(private readonly indexer?: Pick<ResourceIndexer, 'derived'>) {}
 
   // Each table's rows, by name (pushed to directly: this runs for every value of every write).
   private readonly tokens = this.rows.get('search_tokens')!;
@@ -73,9 +79,10 @@ export class IndexRows {
 
   /** The rows of one version's entries. */
   add(seq: string, resourceType: string, entries: ResourceIndexEntries): void {
+    const derived = this.indexer?.derived?.(resourceType);
     for (const param in entries) {
       // The version's own `id` and `lu` columns: no rows.
-      if (param === '_id' || param === '_lastUpdated') continue;
+      if (param === '_id' || param === '_lastUpdated' || derived?.has(param)) continue;
       const values = entries[param]!;
       let elem = 0;
       let hull: [number, number] | undefined;

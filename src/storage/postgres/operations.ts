@@ -428,7 +428,7 @@ export class PostgresOperations implements StorageOperations {
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
     return this.exec.run('read', async (q) => {
       await this.lockResources(q, projectId);
-      return searchResources(q, this.s, projectId, resourceType, query, this.index.indexer !== undefined);
+      return searchResources(q, this.s, projectId, resourceType, query, this.index.indexer);
     });
   }
 }

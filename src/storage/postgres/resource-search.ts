@@ -4,6 +4,7 @@ import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
 import type { SortKey } from '../search-request.js';
+import type { ResourceIndexer } from '../search-index.js';
 import { SearchSql } from './search-sql.js';
 import { numericSortKey, sortCursorValue, sortValueSql } from './search-sort.js';
 
@@ -206,7 +207,7 @@ function keysBeyond(
 
 /**
  * `searchResources` in SQL: the candidates, their order, the page (by offset or by keyset) and the
- * total in one statement. With the store's search index (`indexed`) a query's `search` is
+ * total in one statement. With the store's search indexer (`indexer`) a query's `search` is
  * translated to SQL too (`SearchSql`), its `_sort` keys included. A `where` predicate, or an `order`
  * without the index, still runs in JavaScript: the candidates come from SQL, but filtering, sorting
  * by `order` and paging happen here, on bodies read slice by slice (versions never change, so
@@ -218,10 +219,14 @@ export async function searchResources(
   projectId: string,
   resourceType: string,
   q: ResourceQuery,
-  indexed = false,
+  indexer?: Pick<ResourceIndexer, 'derived'>,
 ): Promise<ResourcePage> {
   const values: unknown[] = [projectId, resourceType];
-  const sql = indexed && q.search ? new SearchSql(s, values, '$1') : undefined;
+  const derived = indexer?.derived?.bind(indexer);
+  const sql =
+    indexer && q.search
+      ? new SearchSql(s, values, '$1', derived && ((type, code) => derived(type).get(code)))
+      : undefined;
   const { from, matched } = candidates(s, projectId, resourceType, q, sql, values);
   const window = new PageWindow<string>(q);
   const keys = sql && q.order && q.search ? q.search.sort : undefined;
@@ -266,7 +271,8 @@ export async function searchResources(
         resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
       };
     }
-    const sortValues = keys?.map((key, i) => `${sortValueSql(sql!, s, key, 'm.seq', 'm.id')} AS k${i}`) ?? [];
+    const sortValues =
+      keys?.map((key, i) => `${sortValueSql(sql!, s, key, 'm.seq', 'm.id', '$2')} AS k${i}`) ?? [];
     const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
     const t = keys ? 'k' : 'm';
     const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);

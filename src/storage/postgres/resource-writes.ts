@@ -291,7 +291,7 @@ export async function applyResourceWrites(
     let rows: IndexRows | undefined;
     try {
       if (indexer) {
-        rows = new IndexRows();
+        rows = new IndexRows(indexer);
         for (const v of versions) {
           if (v.stored && v.superseded === null) rows.add(v.seq, v.resourceType, indexer.index(v.stored));
         }

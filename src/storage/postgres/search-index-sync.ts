@@ -88,7 +88,7 @@ async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexe
     const byProject = new Map<string, IndexRows>();
     for (const row of rows) {
       let set = byProject.get(row.project_id);
-      if (!set) byProject.set(row.project_id, (set = new IndexRows()));
+      if (!set) byProject.set(row.project_id, (set = new IndexRows(indexer)));
       set.add(row.seq, row.resource_type, indexer.index(JSON.parse(row.body) as FhirResource));
     }
     for (const [projectId, set] of byProject) await insertIndexRows(query, s, projectId, set);

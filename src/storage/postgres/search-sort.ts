@@ -13,7 +13,15 @@ import type { SearchSql } from './search-sql.js';
  * parts with U+0001 where `sortValuesOf` uses NUL (which PostgreSQL text cannot hold):
  * {@link sortCursorValue} maps a cursor's values the same way.
  */
-export function sortValueSql(sql: SearchSql, s: string, key: SortKey, seq: string, id: string): string {
+export function sortValueSql(
+  sql: SearchSql,
+  s: string,
+  key: SortKey,
+  seq: string,
+  id: string,
+  /** The searched type (a bind parameter). */
+  type: string,
+): string {
   const agg = key.descending ? 'max' : 'min';
   const t = sql.alias('k');
   const pair = (system: string, code: string): string => `coalesce(${system}, '') || chr(1) || ${code}`;
@@ -57,7 +65,7 @@ export function sortValueSql(sql: SearchSql, s: string, key: SortKey, seq: strin
       return 'NULL';
   }
   return `(SELECT ${agg}(${expression}) FROM ${s}.${table} ${t}
-            WHERE ${t}.seq = ${seq} AND ${t}.param = ${sql.text(key.code)} AND ${t}.elem IS NULL)`;
+            WHERE ${t}.seq = ${seq} AND ${sql.paramIs(t, type, key.code)} AND ${t}.elem IS NULL)`;
 }
 
 /** A cursor's sort value as {@link sortValueSql} computes it (NUL as U+0001 in strings). */

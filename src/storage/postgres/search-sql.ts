@@ -1,4 +1,5 @@
 import { assertNever } from '../assert-never.js';
+import type { DerivedParameter } from '../search-index.js';
 import type {
   ComponentSearchValue,
   DateSearchValue,
@@ -91,6 +92,9 @@ function luBounds(a: number, b: number): [number, number] {
 /** A version's `meta.lastUpdated` as a date row's `[lo, hi]` (it is written to the microsecond, from `lu`). */
 const luRow = (r: string): [string, string] => [`(${r}.lu / 1000)::float8`, `(${r}.lu / 1000 + 1)::float8`];
 
+/** The derived parameters of a type (`ResourceIndexer.derived`), by type name and code. */
+export type DerivedLookup = (resourceType: string, code: string) => DerivedParameter | undefined;
+
 /** Builds the SQL of one search, its bind values appended to `values`. */
 export class SearchSql extends ValueSql {
   private aliases = 0;
@@ -100,8 +104,25 @@ export class SearchSql extends ValueSql {
     private readonly values: unknown[],
     /** The parameter holding the project id. */
     private readonly project: string,
+    /** The parameters with no rows of their own (index-rows.ts), answered from their parts. */
+    private readonly derived?: DerivedLookup,
   ) {
     super();
+  }
+
+  /** How `code` of the type bound at `type` (a bind parameter, as every level's type is) is derived, if it is. */
+  private derivedOf(type: string, code: string): DerivedParameter | undefined {
+    const bound = this.derived && /^\$(\d+)(?:::text)?$/.exec(type);
+    const name = bound ? this.values[Number(bound[1]) - 1] : undefined;
+    return typeof name === 'string' ? this.derived!(name, code) : undefined;
+  }
+
+  /** The test that a row `a` holds a value of `code` on `type`: its own rows, or its union's parts'. */
+  paramIs(a: string, type: string, code: string): string {
+    const derived = this.derivedOf(type, code);
+    return derived?.kind === 'union'
+      ? `${a}.param = ANY(${this.param(derived.parts)}::text[])`
+      : `${a}.param = ${this.text(code)}`;
   }
 
   /** A bind parameter holding `value`. */
@@ -211,8 +232,7 @@ export class SearchSql extends ValueSql {
       filter.modifier !== 'not' &&
       filter.code !== '_id' &&
       filter.values.length > 0;
-    if (driving && filter.type === 'composite')
-      return this.composite(filter, this.text(filter.code), { type });
+    if (driving && filter.type === 'composite') return this.composite(filter, { type });
     if (driving && filter.code === '_lastUpdated') return this.lastUpdatedSeqs(filter, type);
     if (driving) {
       const a = this.alias('v');
@@ -231,7 +251,7 @@ export class SearchSql extends ValueSql {
       }
       return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
                WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
-                 AND ${a}.param = ${this.text(filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
+                 AND ${this.paramIs(a, type, filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
     }
     // No index lookup answers it: every current version of the type, tested one by one.
     const r = this.alias('r');
@@ -369,25 +389,51 @@ export class SearchSql extends ValueSql {
   private parameter(filter: ParameterFilter, level: Level): string {
     if (filter.code === '_id') return this.idFilter(filter, level);
     if (filter.code === '_lastUpdated') return this.lastUpdated(filter, level);
-    const code = this.text(filter.code);
     if (filter.modifier === 'missing') {
-      const present = tableOf(filter.type)
-        .map((table) => {
-          const a = this.alias('p');
-          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a}
-                   WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} OFFSET 0)`;
-        })
-        .join(' OR ');
+      const present = this.present(filter, level);
       return filter.missing ? `NOT (${present})` : `(${present})`;
     }
     if (filter.type === 'composite') {
       const c = this.alias('x');
-      return `EXISTS (SELECT 1 FROM (${this.composite(filter, code, level)}) ${c} OFFSET 0)`;
+      return `EXISTS (SELECT 1 FROM (${this.composite(filter, level)}) ${c} OFFSET 0)`;
     }
     const a = this.alias('v');
     const any = `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
-       WHERE ${a}.seq = ${level.seq} AND ${a}.param = ${code} AND (${this.anyValue(filter, a)}) OFFSET 0)`;
+       WHERE ${a}.seq = ${level.seq} AND ${this.paramIs(a, level.type, filter.code)}
+         AND (${this.anyValue(filter, a)}) OFFSET 0)`;
     return filter.modifier === 'not' ? `NOT ${any}` : any;
+  }
+
+  /**
+   * That the version `level.seq` has a value of `filter`'s parameter (what `:missing` negates): a
+   * row of it (or of a part of its union); for a composite derived from others, one alternative's
+   * rows (each part's, for the resource itself).
+   */
+  private present(filter: ParameterFilter, level: Level): string {
+    const rows = (tables: readonly IndexTable[], code: string): string =>
+      `(${tables
+        .map((table) => {
+          const a = this.alias('p');
+          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a}
+                   WHERE ${a}.seq = ${level.seq} AND ${this.paramIs(a, level.type, code)} OFFSET 0)`;
+        })
+        .join(' OR ')})`;
+    const derived = this.derivedOf(level.type, filter.code);
+    if (derived?.kind !== 'composite') return rows(tableOf(filter.type), filter.code);
+    return derived.alternatives
+      .map((source) =>
+        'and' in source
+          ? `(${source.and.map((part, k) => rows(tableOf(this.partType(filter, k)), part)).join(' AND ')})`
+          : rows(INDEX_TABLES, source.composite),
+      )
+      .join(' OR ');
+  }
+
+  /** The value kind of component `k` of a composite filter (from a value that has it), else every kind. */
+  private partType(filter: ParameterFilter, k: number): SearchParamType {
+    for (const value of filter.values)
+      if (value.type === 'composite' && value.components[k]) return value.components[k].type;
+    return 'composite';
   }
 
   /** `_id`: a token on the version's own id (no system, no text, no identifier type). */
@@ -405,35 +451,78 @@ export class SearchSql extends ValueSql {
   /**
    * A composite: the seqs of versions with one element (`elem`) whose every component has a value
    * matching the value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's
-   * table); of the version `level.seq` only when given, else of every `level.type` version.
+   * table); of the version `level.seq` only when given, else of every `level.type` version. A
+   * composite derived from others (`DerivedParameter`) reads theirs: another composite's rows, or
+   * for the resource itself one row of each part parameter.
    */
-  private composite(filter: ParameterFilter, code: string, level: { seq?: string; type: string }): string {
+  private composite(filter: ParameterFilter, level: { seq?: string; type: string }): string {
+    const derived = this.derivedOf(level.type, filter.code);
+    const sources = derived?.kind === 'composite' ? derived.alternatives : [{ composite: filter.code }];
     const alternatives = filter.values.flatMap((value) => {
       if (value.type !== 'composite' || value.components.length === 0) return [];
-      const aliases = value.components.map(() => this.alias('c'));
-      const [first, ...rest] = value.components;
-      const c0 = aliases[0]!;
-      const nested = rest
-        .map((component, k) => {
-          const c = aliases[k + 1]!;
-          return `EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
-             WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${code} AND ${c}.elem = ${c0}.elem
-               AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
-        })
-        .map((x) => ` AND ${x}`)
-        .join('');
-      const where =
-        level.seq === undefined
-          ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
-          : `${c0}.seq = ${level.seq}`;
-      return [
-        `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-           WHERE ${where} AND ${c0}.param = ${code} AND ${c0}.comp = 0
-             AND ${this.value(first!, c0, {})}${nested}`,
-      ];
+      return sources.flatMap((source) =>
+        'and' in source
+          ? this.compositeOfParts(value.components, source.and, level)
+          : [this.compositeRows(value.components, source.composite, level)],
+      );
     });
     return alternatives.length === 0
       ? 'SELECT NULL::bigint AS seq WHERE false'
       : alternatives.join(' UNION ALL ');
+  }
+
+  /** The first component's row condition on `c0`: of `level.seq`, else of the project and type. */
+  private compositeLevel(c0: string, level: { seq?: string; type: string }): string {
+    return level.seq === undefined
+      ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
+      : `${c0}.seq = ${level.seq}`;
+  }
+
+  /** A composite value on the rows of composite parameter `code` (one element's components). */
+  private compositeRows(
+    components: readonly ComponentSearchValue[],
+    code: string,
+    level: { seq?: string; type: string },
+  ): string {
+    const param = this.text(code);
+    const aliases = components.map(() => this.alias('c'));
+    const [first, ...rest] = components;
+    const c0 = aliases[0]!;
+    const nested = rest
+      .map((component, k) => {
+        const c = aliases[k + 1]!;
+        return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
+           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${param} AND ${c}.elem = ${c0}.elem
+             AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
+      })
+      .join('');
+    return `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
+           WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${param} AND ${c0}.comp = 0
+             AND ${this.value(first!, c0, {})}${nested}`;
+  }
+
+  /** A composite value on the resource itself: component `k` on a row of parameter `parts[k]`. */
+  private compositeOfParts(
+    components: readonly ComponentSearchValue[],
+    parts: readonly string[],
+    level: { seq?: string; type: string },
+  ): string[] {
+    if (components.length > parts.length) return [];
+    const aliases = components.map(() => this.alias('c'));
+    const [first, ...rest] = components;
+    const c0 = aliases[0]!;
+    const nested = rest
+      .map((component, k) => {
+        const c = aliases[k + 1]!;
+        return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
+           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${this.text(parts[k + 1]!)}
+             AND ${this.value(component, c, {})} OFFSET 0)`;
+      })
+      .join('');
+    return [
+      `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
+         WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${this.text(parts[0]!)}
+           AND ${this.value(first!, c0, {})}${nested}`,
+    ];
   }
 }

@@ -1,0 +1,122 @@
+import type { DerivedParameter } from '../storage/search-index.js';
+import type { ExpressionBranch, SearchParameterDefinition, SearchRegistry } from './definitions.js';
+
+/*
+ * The R4 parameters whose values are exactly those of other parameters of the same type, found
+ * from their expressions (src/storage/search-index.ts, `DerivedParameter`):
+ * - a union: its branches are, one for one, the branches of other parameters (Observation
+ *   `combo-code` = `code` | `component-code`, `combo-value-quantity` = `value-quantity` |
+ *   `component-value-quantity`);
+ * - a composite: each branch of its base is either the resource itself, whose components are then
+ *   each another parameter's only branch (Observation `code-value-concept`: `code` and
+ *   `value-concept`), or the only branch of another composite with the same components
+ *   (`combo-code-value-concept` on `Observation.component` is `component-code-value-concept`).
+ * Only value kinds whose index rows are alike whatever their parameter qualify: tokens, strings,
+ * uris, numbers and quantities. Dates are left out (a date row carries its own parameter's hull,
+ * see src/storage/postgres/search-tables.ts), and so are references (chains and `_has` look their
+ * rows up by parameter). `code-value-quantity` stays on its own: `value-quantity` also reads
+ * `valueSampledData`, which its component does not.
+ */
+
+const DERIVABLE: ReadonlySet<string> = new Set(['token', 'string', 'uri', 'number', 'quantity']);
+
+/** An expression in one spelling: no outer parentheses, `x.as(T)` as `x as T`, single spaces. */
+function normalize(expression: string): string {
+  let text = expression.trim().replace(/\s+/g, ' ');
+  while (text.startsWith('(') && text.endsWith(')') && !text.slice(1, -1).includes('('))
+    text = text.slice(1, -1).trim();
+  return text.replace(/\.as\(([A-Za-z]+)\)$/, ' as $1');
+}
+
+/** What makes two branches select the same values. */
+const branchKey = (b: ExpressionBranch): string =>
+  `${normalize(b.expression)}\u0001${b.resolveIs ?? ''}\u0001${b.valueTypes.join(',')}`;
+
+/** The parts whose branches are, one for one, `def`'s; undefined when there are none such. */
+function unionParts(
+  def: SearchParameterDefinition,
+  stored: readonly SearchParameterDefinition[],
+): string[] | undefined {
+  const wanted = new Set(def.branches.map(branchKey));
+  if (wanted.size !== def.branches.length || wanted.size < 2) return undefined;
+  const parts: string[] = [];
+  // Widest first: the fewest parts.
+  const candidates = stored
+    .filter((p) => p.code !== def.code && p.type === def.type && p.branches.length < def.branches.length)
+    .sort((a, b) => b.branches.length - a.branches.length || a.code.localeCompare(b.code));
+  for (const part of candidates) {
+    const keys = part.branches.map(branchKey);
+    if (new Set(keys).size !== keys.length || !keys.every((k) => wanted.has(k))) continue;
+    for (const k of keys) wanted.delete(k);
+    parts.push(part.code);
+    if (wanted.size === 0) return parts;
+  }
+  return undefined;
+}
+
+/** The alternatives of a composite `def`; undefined when one of its branches has no equivalent. */
+function compositeAlternatives(
+  def: SearchParameterDefinition,
+  stored: readonly SearchParameterDefinition[],
+): ({ and: string[] } | { composite: string })[] | undefined {
+  if (def.components.length === 0 || !def.components.every((c) => DERIVABLE.has(c.type))) return undefined;
+  const sameComponents = (other: SearchParameterDefinition): boolean =>
+    other.components.length === def.components.length &&
+    other.components.every(
+      (c, i) =>
+        c.type === def.components[i]!.type &&
+        normalize(c.expression) === normalize(def.components[i]!.expression) &&
+        c.valueTypes.join(',') === def.components[i]!.valueTypes.join(','),
+    );
+  const alternatives: ({ and: string[] } | { composite: string })[] = [];
+  for (const branch of def.branches) {
+    const base = normalize(branch.expression);
+    if (base === def.resourceType) {
+      const and: string[] = [];
+      for (const component of def.components) {
+        const key = `${def.resourceType}.${normalize(component.expression)}\u0001\u0001${component.valueTypes.join(',')}`;
+        const part = stored.find(
+          (p) => p.type === component.type && p.branches.length === 1 && branchKey(p.branches[0]!) === key,
+        );
+        if (!part) return undefined;
+        and.push(part.code);
+      }
+      alternatives.push({ and });
+      continue;
+    }
+    const other = stored.find(
+      (p) =>
+        p.code !== def.code &&
+        p.type === 'composite' &&
+        p.branches.length === 1 &&
+        branchKey(p.branches[0]!) === branchKey(branch) &&
+        sameComponents(p),
+    );
+    if (!other) return undefined;
+    alternatives.push({ composite: other.code });
+  }
+  return alternatives.length > 0 ? alternatives : undefined;
+}
+
+/** The derived parameters of `resourceType` in `registry`, by code (none derived from another derived one). */
+export function derivedParameters(
+  registry: SearchRegistry,
+  resourceType: string,
+): Map<string, DerivedParameter> {
+  const out = new Map<string, DerivedParameter>();
+  const params = registry.parameters(resourceType).filter((p) => p.branches.length > 0);
+  // Fewest branches first: a parameter found derived is no part of a wider one.
+  const ordered = [...params].sort((a, b) => a.branches.length - b.branches.length);
+  const stored = (): SearchParameterDefinition[] => params.filter((p) => !out.has(p.code));
+  for (const def of ordered) {
+    if (def.code.startsWith('_')) continue;
+    if (def.type === 'composite') {
+      const alternatives = compositeAlternatives(def, stored());
+      if (alternatives) out.set(def.code, { kind: 'composite', alternatives });
+    } else if (DERIVABLE.has(def.type)) {
+      const parts = unionParts(def, stored());
+      if (parts) out.set(def.code, { kind: 'union', parts });
+    }
+  }
+  return out;
+}

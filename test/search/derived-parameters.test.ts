@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { R4_RESOURCE_TYPES } from '../../src/common/resource-types.js';
+import { loadSearchRegistry } from '../../src/search/definitions.js';
+import { derivedParameters } from '../../src/search/derived-parameters.js';
+import { loadR4Indexer } from '../../src/search/index-resource.js';
+
+describe('derivedParameters (R4)', () => {
+  it('finds the Observation unions and composites whose values are other parameters', async () => {
+    const registry = await loadSearchRegistry();
+    const observation = Object.fromEntries(derivedParameters(registry, 'Observation'));
+    expect(observation).toEqual({
+      'combo-code': { kind: 'union', parts: ['code', 'component-code'] },
+      'combo-value-quantity': { kind: 'union', parts: ['component-value-quantity', 'value-quantity'] },
+      'combo-value-concept': { kind: 'union', parts: ['component-value-concept', 'value-concept'] },
+      'combo-data-absent-reason': {
+        kind: 'union',
+        parts: ['component-data-absent-reason', 'data-absent-reason'],
+      },
+      'code-value-concept': { kind: 'composite', alternatives: [{ and: ['code', 'value-concept'] }] },
+      'combo-code-value-concept': {
+        kind: 'composite',
+        alternatives: [{ and: ['code', 'value-concept'] }, { composite: 'component-code-value-concept' }],
+      },
+    });
+  });
+
+  it('leaves alone what differs from its would-be parts', async () => {
+    const registry = await loadSearchRegistry();
+    const observation = derivedParameters(registry, 'Observation');
+    // `value-quantity` also reads valueSampledData, the component valueQuantity only; `value-string`
+    // also reads valueCodeableConcept.text; `value-date` is a date (its rows carry its own hull).
+    for (const code of [
+      'code-value-quantity',
+      'combo-code-value-quantity',
+      'code-value-string',
+      'code-value-date',
+    ])
+      expect(observation.has(code)).toBe(false);
+    // No other R4 type has any; every part is a parameter of the type that is not derived itself.
+    for (const type of R4_RESOURCE_TYPES) {
+      const derived = derivedParameters(registry, type);
+      if (type !== 'Observation') expect([...derived.keys()]).toEqual([]);
+      for (const d of derived.values()) {
+        const parts =
+          d.kind === 'union' ? d.parts : d.alternatives.flatMap((a) => ('and' in a ? a.and : [a.composite]));
+        for (const part of parts) {
+          expect(registry.get(type, part)).toBeDefined();
+          expect(derived.has(part)).toBe(false);
+        }
+      }
+    }
+  });
+
+  it('is what the R4 indexer reports', async () => {
+    const indexer = await loadR4Indexer();
+    expect([...indexer.derived!('Observation').keys()].sort()).toEqual(
+      [...derivedParameters(await loadSearchRegistry(), 'Observation').keys()].sort(),
+    );
+    expect(indexer.derived!('Patient').size).toBe(0);
+  });
+});

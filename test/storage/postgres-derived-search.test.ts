@@ -1,0 +1,139 @@
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseSearch } from '../../src/fhir/search-query.js';
+import { postgresStorage } from '../../src/postgres.js';
+import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
+import type { Storage } from '../../src/storage/types.js';
+import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+
+/*
+ * PostgreSQL keeps no index rows for the parameters the R4 indexer derives from others
+ * (`combo-code` = `code` | `component-code`, `code-value-concept` = `code` and `value-concept` on
+ * the Observation itself, …) and answers them from their parts, as the memory store answers them
+ * from the resources.
+ */
+
+/** The R4 Observation parameters derived from others (src/search/derived-parameters.ts). */
+const DERIVED = [
+  'combo-code',
+  'combo-value-quantity',
+  'combo-value-concept',
+  'combo-data-absent-reason',
+  'code-value-concept',
+  'combo-code-value-concept',
+];
+
+const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
+if (postgresTestsEnabled('postgresStorage derived search parameters')) {
+  const connectionString = POSTGRES_URL!;
+  const newSchema = schemaFactory(connectionString);
+  const admin = new pg.Pool({ connectionString, max: 1 });
+  afterAll(() => admin.end());
+
+  describe('postgresStorage derived search parameters', () => {
+    it('writes no rows for them, answers them from their parts, and migration 13 drops the old rows', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      const loinc = (code: string, text?: string) => ({
+        coding: [{ system: 'http://loinc.org', code }],
+        ...(text ? { text } : {}),
+      });
+      const resources = [
+        { id: 'qty', code: loinc('a'), valueQuantity: { value: 5, unit: 'mg' } },
+        { id: 'concept', code: loinc('b'), valueCodeableConcept: loinc('yes', 'Yes') },
+        { id: 'nocode', valueQuantity: { value: 7 } },
+        {
+          id: 'parts',
+          code: loinc('c'),
+          component: [
+            { code: loinc('d'), valueQuantity: { value: 1 } },
+            { code: loinc('e'), valueCodeableConcept: loinc('yes') },
+            { valueQuantity: { value: 9 } },
+          ],
+        },
+        { id: 'textonly', code: { text: 'Blood pressure' }, component: [{ code: loinc('a') }] },
+        { id: 'none' },
+      ].map((r) => ({
+        op: 'create' as const,
+        resource: { resourceType: 'Observation', status: 'final', ...r },
+      }));
+      const queries = [
+        'combo-code=a',
+        'combo-code=http://loinc.org|d,b',
+        'combo-code:not=a',
+        'combo-code:missing=true',
+        'combo-code:missing=false',
+        'combo-code:text=blood',
+        'combo-code=a&combo-code=d',
+        'combo-value-quantity=gt4',
+        'combo-value-quantity=le1',
+        'combo-value-quantity:missing=true',
+        'combo-value-concept=yes',
+        'code-value-concept=b$yes',
+        'code-value-concept=e$yes',
+        'code-value-concept:missing=false',
+        'combo-code-value-concept=e$yes',
+        'combo-code-value-concept=b$yes,c$yes',
+        'combo-code-value-concept:missing=true',
+        'status=final&combo-code=c',
+      ];
+      const memory = memoryStorage({ indexer: r4SearchIndexer });
+      let storage = postgresStorage({ connectionString, schema });
+      try {
+        await memory.writeResources('p1', resources);
+        await storage.writeResources('p1', resources);
+        const ids = async (store: Storage, q: string, sort = '_id') => {
+          const params = new URLSearchParams(`${q}&_sort=${sort}`);
+          // The memory store tests what its index cannot answer with the predicate.
+          const parsed = await parseSearch('Observation', params, { storeAnswersSearch: store === storage });
+          return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
+        };
+        const answers = async (store: Storage) => [
+          ...(await Promise.all(queries.map((q) => ids(store, q)))),
+          // Sorted by a union: the lowest (highest) value of either part.
+          await ids(store, 'status=final', 'combo-code,_id'),
+          await ids(store, 'status=final', '-combo-code,_id'),
+          await ids(store, 'status=final', 'combo-value-quantity,_id'),
+        ];
+        const expected = await answers(memory);
+        expect(expected.slice(0, 3)).toEqual([
+          ['qty', 'textonly'],
+          ['concept', 'parts'],
+          ['concept', 'nocode', 'none', 'parts'],
+        ]);
+        expect(await answers(storage)).toEqual(expected);
+        const derivedRows = async () =>
+          (
+            await admin.query<{ n: number }>(
+              `SELECT (SELECT count(*) FROM ${s}.search_tokens WHERE param = ANY($1))::int
+                    + (SELECT count(*) FROM ${s}.search_numbers WHERE param = ANY($1))::int AS n`,
+              [DERIVED],
+            )
+          ).rows[0]!.n;
+        expect(await derivedRows()).toBe(0);
+        // The parts and the stored composites keep theirs.
+        const { rows } = await admin.query<{ param: string }>(
+          `SELECT DISTINCT param FROM ${s}.search_tokens ORDER BY param`,
+        );
+        expect(rows.map((r) => r.param)).toEqual(
+          expect.arrayContaining(['code', 'component-code', 'component-code-value-concept', 'value-concept']),
+        );
+        await storage.close();
+        // The version-12 shape: rows of a derived parameter; migration 13 rebuilds without them.
+        await admin.query(
+          `INSERT INTO ${s}.search_tokens (seq, project_id, resource_type, param, system, value)
+           SELECT seq, project_id, resource_type, 'combo-code', 'http://loinc.org', 'zzz'
+             FROM ${s}.resources WHERE id = 'qty'`,
+        );
+        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 13`);
+        storage = postgresStorage({ connectionString, schema });
+        expect(await answers(storage)).toEqual(expected);
+        expect(await derivedRows()).toBe(0);
+      } finally {
+        await memory.close();
+        await storage.close();
+      }
+    }, 60_000);
+  });
+}
