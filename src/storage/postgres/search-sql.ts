@@ -1,21 +1,9 @@
 import { assertNever } from '../assert-never.js';
-import type { DerivedParameter } from '../search-index.js';
-import type {
-  ComponentSearchValue,
-  DateSearchValue,
-  ParameterFilter,
-  SearchFilter,
-  SearchParamType,
-} from '../search-request.js';
-import {
-  clampHull,
-  dateBoxSql,
-  dateKeySql,
-  HULL_LIMIT,
-  type IndexTable,
-  INDEX_TABLES,
-} from './search-tables.js';
-import { ValueSql } from './search-value-sql.js';
+import type { DateSearchValue, ParameterFilter, SearchFilter } from '../search-request.js';
+import { clampHull, dateBoxSql, dateKeySql, HULL_LIMIT } from './search-tables.js';
+import { ParameterSql, tableOf, type Level } from './search-parameter-sql.js';
+
+export type { DerivedLookup, Level } from './search-parameter-sql.js';
 
 /*
  * A `SearchRequest`'s filters and sort keys as SQL over the search index tables (search-tables.ts),
@@ -25,35 +13,6 @@ import { ValueSql } from './search-value-sql.js';
  * referencing rows to this version's id. Values travel as bind parameters.
  * @see https://hl7.org/fhir/R4/search.html
  */
-
-/** A resource a filter is evaluated on: SQL expressions of its `seq` and `id`, and its type (a parameter). */
-export interface Level {
-  seq: string;
-  id: string;
-  type: string;
-}
-
-/** The table holding the index values of a search value (or parameter) type. */
-function tableOf(type: SearchParamType | ComponentSearchValue['type']): IndexTable[] {
-  switch (type) {
-    case 'string':
-      return ['search_strings'];
-    case 'token':
-      return ['search_tokens'];
-    case 'date':
-      return ['search_dates'];
-    case 'number':
-    case 'quantity':
-      return ['search_numbers'];
-    case 'reference':
-      return ['search_references'];
-    case 'uri':
-      return ['search_uris'];
-    case 'composite':
-    case 'special':
-      return [...INDEX_TABLES];
-  }
-}
 
 /**
  * The points a date row `[lo, hi]` matching `value` must reach (`SearchSql.date`): `eq`, `ap` some
@@ -92,50 +51,8 @@ function luBounds(a: number, b: number): [number, number] {
 /** A version's `meta.lastUpdated` as a date row's `[lo, hi]` (it is written to the microsecond, from `lu`). */
 const luRow = (r: string): [string, string] => [`(${r}.lu / 1000)::float8`, `(${r}.lu / 1000 + 1)::float8`];
 
-/** The derived parameters of a type (`ResourceIndexer.derived`), by type name and code. */
-export type DerivedLookup = (resourceType: string, code: string) => DerivedParameter | undefined;
-
 /** Builds the SQL of one search, its bind values appended to `values`. */
-export class SearchSql extends ValueSql {
-  private aliases = 0;
-
-  constructor(
-    private readonly s: string,
-    private readonly values: unknown[],
-    /** The parameter holding the project id. */
-    private readonly project: string,
-    /** The parameters with no rows of their own (index-rows.ts), answered from their parts. */
-    private readonly derived?: DerivedLookup,
-  ) {
-    super();
-  }
-
-  /** How `code` of the type bound at `type` (a bind parameter, as every level's type is) is derived, if it is. */
-  private derivedOf(type: string, code: string): DerivedParameter | undefined {
-    const bound = this.derived && /^\$(\d+)(?:::text)?$/.exec(type);
-    const name = bound ? this.values[Number(bound[1]) - 1] : undefined;
-    return typeof name === 'string' ? this.derived!(name, code) : undefined;
-  }
-
-  /** The test that a row `a` holds a value of `code` on `type`: its own rows, or its union's parts'. */
-  paramIs(a: string, type: string, code: string): string {
-    const derived = this.derivedOf(type, code);
-    return derived?.kind === 'union'
-      ? `${a}.param = ANY(${this.param(derived.parts)}::text[])`
-      : `${a}.param = ${this.text(code)}`;
-  }
-
-  /** A bind parameter holding `value`. */
-  param(value: unknown): string {
-    this.values.push(value);
-    return `$${this.values.length}`;
-  }
-
-  /** A fresh table alias. */
-  alias(prefix: string): string {
-    return `${prefix}${++this.aliases}`;
-  }
-
+export class SearchSql extends ParameterSql {
   /**
    * The filters, ANDed, as conditions on the resource `level`: each a correlated `EXISTS` fenced
    * with `OFFSET 0`, so that it stays a lookup by the version's `seq` (or id) per candidate row
@@ -404,38 +321,6 @@ export class SearchSql extends ValueSql {
     return filter.modifier === 'not' ? `NOT ${any}` : any;
   }
 
-  /**
-   * That the version `level.seq` has a value of `filter`'s parameter (what `:missing` negates): a
-   * row of it (or of a part of its union); for a composite derived from others, one alternative's
-   * rows (each part's, for the resource itself).
-   */
-  private present(filter: ParameterFilter, level: Level): string {
-    const rows = (tables: readonly IndexTable[], code: string): string =>
-      `(${tables
-        .map((table) => {
-          const a = this.alias('p');
-          return `EXISTS (SELECT 1 FROM ${this.s}.${table} ${a}
-                   WHERE ${a}.seq = ${level.seq} AND ${this.paramIs(a, level.type, code)} OFFSET 0)`;
-        })
-        .join(' OR ')})`;
-    const derived = this.derivedOf(level.type, filter.code);
-    if (derived?.kind !== 'composite') return rows(tableOf(filter.type), filter.code);
-    return derived.alternatives
-      .map((source) =>
-        'and' in source
-          ? `(${source.and.map((part, k) => rows(tableOf(this.partType(filter, k)), part)).join(' AND ')})`
-          : rows(INDEX_TABLES, source.composite),
-      )
-      .join(' OR ');
-  }
-
-  /** The value kind of component `k` of a composite filter (from a value that has it), else every kind. */
-  private partType(filter: ParameterFilter, k: number): SearchParamType {
-    for (const value of filter.values)
-      if (value.type === 'composite' && value.components[k]) return value.components[k].type;
-    return 'composite';
-  }
-
   /** `_id`: a token on the version's own id (no system, no text, no identifier type). */
   private idFilter(filter: ParameterFilter, level: Level): string {
     if (filter.modifier === 'missing') return filter.missing ? 'false' : 'true';
@@ -446,83 +331,5 @@ export class SearchSql extends ValueSql {
     );
     const any = tests.length === 0 ? 'false' : tests.join(' OR ');
     return filter.modifier === 'not' ? `NOT (${any})` : `(${any})`;
-  }
-
-  /**
-   * A composite: the seqs of versions with one element (`elem`) whose every component has a value
-   * matching the value's component (rows `comp` = 0, 1, … of the parameter, in their value kind's
-   * table); of the version `level.seq` only when given, else of every `level.type` version. A
-   * composite derived from others (`DerivedParameter`) reads theirs: another composite's rows, or
-   * for the resource itself one row of each part parameter.
-   */
-  private composite(filter: ParameterFilter, level: { seq?: string; type: string }): string {
-    const derived = this.derivedOf(level.type, filter.code);
-    const sources = derived?.kind === 'composite' ? derived.alternatives : [{ composite: filter.code }];
-    const alternatives = filter.values.flatMap((value) => {
-      if (value.type !== 'composite' || value.components.length === 0) return [];
-      return sources.flatMap((source) =>
-        'and' in source
-          ? this.compositeOfParts(value.components, source.and, level)
-          : [this.compositeRows(value.components, source.composite, level)],
-      );
-    });
-    return alternatives.length === 0
-      ? 'SELECT NULL::bigint AS seq WHERE false'
-      : alternatives.join(' UNION ALL ');
-  }
-
-  /** The first component's row condition on `c0`: of `level.seq`, else of the project and type. */
-  private compositeLevel(c0: string, level: { seq?: string; type: string }): string {
-    return level.seq === undefined
-      ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
-      : `${c0}.seq = ${level.seq}`;
-  }
-
-  /** A composite value on the rows of composite parameter `code` (one element's components). */
-  private compositeRows(
-    components: readonly ComponentSearchValue[],
-    code: string,
-    level: { seq?: string; type: string },
-  ): string {
-    const param = this.text(code);
-    const aliases = components.map(() => this.alias('c'));
-    const [first, ...rest] = components;
-    const c0 = aliases[0]!;
-    const nested = rest
-      .map((component, k) => {
-        const c = aliases[k + 1]!;
-        return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
-           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${param} AND ${c}.elem = ${c0}.elem
-             AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
-      })
-      .join('');
-    return `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-           WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${param} AND ${c0}.comp = 0
-             AND ${this.value(first!, c0, {})}${nested}`;
-  }
-
-  /** A composite value on the resource itself: component `k` on a row of parameter `parts[k]`. */
-  private compositeOfParts(
-    components: readonly ComponentSearchValue[],
-    parts: readonly string[],
-    level: { seq?: string; type: string },
-  ): string[] {
-    if (components.length > parts.length) return [];
-    const aliases = components.map(() => this.alias('c'));
-    const [first, ...rest] = components;
-    const c0 = aliases[0]!;
-    const nested = rest
-      .map((component, k) => {
-        const c = aliases[k + 1]!;
-        return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
-           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${this.text(parts[k + 1]!)}
-             AND ${this.value(component, c, {})} OFFSET 0)`;
-      })
-      .join('');
-    return [
-      `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-         WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${this.text(parts[0]!)}
-           AND ${this.value(first!, c0, {})}${nested}`,
-    ];
   }
 }
