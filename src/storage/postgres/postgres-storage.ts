@@ -53,7 +53,7 @@ import { checkHistoryRetention } from '../history-retention.js';
 import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history.js';
 
 export type { PostgresStorageOptions } from './postgres-options.js';
-import { millis, POSTGRES_POOL_DEFAULTS } from './pool-options.js';
+import { millis, POSTGRES_POOL_DEFAULTS, SESSION_OPTIONS } from './pool-options.js';
 import { ReplicaExecutor, replicaRouterFor, type ReplicaRouter } from './replicas.js';
 
 export { POSTGRES_POOL_DEFAULTS } from './pool-options.js';
@@ -416,6 +416,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
       lock_timeout: lockTimeoutMs,
       statement_timeout: statementTimeoutMs,
       idle_in_transaction_session_timeout: idleTimeoutMs,
+      options: SESSION_OPTIONS,
     });
     // A connection dropped while idle must not crash the process; the next query reports it.
     pool.on('error', () => undefined);

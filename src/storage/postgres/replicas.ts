@@ -1,6 +1,7 @@
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import pg, { type Pool, type PoolClient } from 'pg';
 import { InvalidOptionError } from '../../errors.js';
+import { SESSION_OPTIONS } from './pool-options.js';
 import {
   StatementNames,
   mapPgError,
@@ -76,6 +77,7 @@ export class ReplicaRouter {
         connectionString: url,
         max: options.maxConnections,
         connectionTimeoutMillis: options.connectTimeoutMs,
+        options: SESSION_OPTIONS,
       });
       // A replica going away must not crash the process: its idle clients emit `error`.
       pool.on('error', () => undefined);
