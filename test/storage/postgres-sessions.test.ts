@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
@@ -22,13 +22,11 @@ if (postgresTestsEnabled('postgresStorage sessions')) {
         schema: newSchema(),
         readReplicas: [connectionString],
       });
-      const clients = new Set<pg.Client>();
-      const query = pg.Client.prototype.query;
-      const spy = function (this: pg.Client, ...args: unknown[]) {
-        clients.add(this);
-        return (query as (...a: unknown[]) => unknown).apply(this, args);
-      };
-      (pg.Client.prototype as unknown as { query: typeof spy }).query = spy;
+      const query = vi.spyOn(pg.Client.prototype, 'query');
+      const poolQuery = vi.spyOn(pg.Pool.prototype, 'query');
+      const poolConnect = vi.spyOn(pg.Pool.prototype, 'connect');
+      let clients: Set<pg.Client>;
+      let pools: Set<pg.Pool>;
       try {
         await storage.writeResources('p1', [
           { op: 'create', resource: { resourceType: 'Patient', id: 'ann', name: [{ family: 'Smith' }] } },
@@ -39,10 +37,17 @@ if (postgresTestsEnabled('postgresStorage sessions')) {
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);
         await new Promise((resolve) => setTimeout(resolve, 50));
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);
+        // The clients the store's statements ran on.
+        clients = new Set(query.mock.contexts as pg.Client[]);
+        pools = new Set([...poolQuery.mock.contexts, ...poolConnect.mock.contexts] as pg.Pool[]);
       } finally {
-        (pg.Client.prototype as unknown as { query: typeof query }).query = query;
+        query.mockRestore();
+        poolQuery.mockRestore();
+        poolConnect.mockRestore();
       }
       try {
+        // The primary's pool and the replica's.
+        expect(pools.size).toBe(2);
         expect(clients.size).toBeGreaterThan(0);
         for (const client of clients) {
           const { rows } = await client.query<{ jit: string }>('SHOW jit');
