@@ -84,6 +84,7 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
     probeDir,
     databaseUrl: options.databaseUrl,
     exportFiles: 'database',
+    ...(options.probeGc ? { probeGc: true } : {}),
   });
   const db = new pg.Pool({ connectionString: options.databaseUrl, max: 2 });
   const schema = server.info.schema!;
@@ -324,6 +325,22 @@ export async function runHuge(options: HugeOptions): Promise<BenchResults> {
           groupProbe.peakIsolateBytes,
           1.2,
         );
+        // `--probe-gc`: what stays reachable after forced GCs, garbage left out.
+        if (systemProbe.peakLiveBytes > 0 && groupProbe.peakLiveBytes > 0) {
+          add({
+            key: 'huge.memory.workerLive',
+            label: 'Export worker live peak (after forced GCs), system export',
+            value: systemProbe.peakLiveBytes / MB,
+            unit: 'MiB',
+          });
+          ratio(
+            'huge.memory.workerLiveRatio',
+            'Export worker live peak, system export / Group export',
+            systemProbe.peakLiveBytes,
+            groupProbe.peakLiveBytes,
+            1.2,
+          );
+        }
       }
     });
 
