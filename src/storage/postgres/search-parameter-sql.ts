@@ -144,27 +144,18 @@ export abstract class ParameterSql extends ValueSql {
       : `${c0}.seq = ${level.seq}`;
   }
 
-  /** A composite value on the rows of composite parameter `code` (one element's components). */
+  /** A composite value on the rows of composite parameter `code`: one element's components. */
   private compositeRows(
     components: readonly ComponentSearchValue[],
     code: string,
     level: { seq?: string; type: string },
   ): string {
     const param = this.text(code);
-    const aliases = components.map(() => this.alias('c'));
-    const [first, ...rest] = components;
-    const c0 = aliases[0]!;
-    const nested = rest
-      .map((component, k) => {
-        const c = aliases[k + 1]!;
-        return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
-           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${param} AND ${c}.elem = ${c0}.elem
-             AND ${c}.comp = ${k + 1} AND ${this.value(component, c, {})} OFFSET 0)`;
-      })
-      .join('');
-    return `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-           WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${param} AND ${c0}.comp = 0
-             AND ${this.value(first!, c0, {})}${nested}`;
+    return this.compositeSql(components, level, (k, c, c0) =>
+      k === 0
+        ? `${c}.param = ${param} AND ${c}.comp = 0`
+        : `${c}.param = ${param} AND ${c}.elem = ${c0}.elem AND ${c}.comp = ${k}`,
+    );
   }
 
   /** A composite value on the resource itself: component `k` on a row of parameter `parts[k]`. */
@@ -174,21 +165,32 @@ export abstract class ParameterSql extends ValueSql {
     level: { seq?: string; type: string },
   ): string[] {
     if (components.length > parts.length) return [];
+    return [this.compositeSql(components, level, (k, c) => `${c}.param = ${this.text(parts[k]!)}`)];
+  }
+
+  /**
+   * The seqs whose rows match every component: component 0 on a row `c0` of `level`, each other
+   * one on a row of the same version; `row(k, c, c0)` says which rows hold component `k`.
+   */
+  private compositeSql(
+    components: readonly ComponentSearchValue[],
+    level: { seq?: string; type: string },
+    row: (k: number, c: string, c0: string) => string,
+  ): string {
     const aliases = components.map(() => this.alias('c'));
-    const [first, ...rest] = components;
     const c0 = aliases[0]!;
-    const nested = rest
-      .map((component, k) => {
-        const c = aliases[k + 1]!;
+    const nested = components
+      .slice(1)
+      .map((component, i) => {
+        const c = aliases[i + 1]!;
         return ` AND EXISTS (SELECT 1 FROM ${this.s}.${tableOf(component.type)[0]!} ${c}
-           WHERE ${c}.seq = ${c0}.seq AND ${c}.param = ${this.text(parts[k + 1]!)}
+           WHERE ${c}.seq = ${c0}.seq AND ${row(i + 1, c, c0)}
              AND ${this.value(component, c, {})} OFFSET 0)`;
       })
       .join('');
-    return [
-      `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first!.type)[0]!} ${c0}
-         WHERE ${this.compositeLevel(c0, level)} AND ${c0}.param = ${this.text(parts[0]!)}
-           AND ${this.value(first!, c0, {})}${nested}`,
-    ];
+    const first = components[0]!;
+    return `SELECT ${c0}.seq FROM ${this.s}.${tableOf(first.type)[0]!} ${c0}
+           WHERE ${this.compositeLevel(c0, level)} AND ${row(0, c0, c0)}
+             AND ${this.value(first, c0, {})}${nested}`;
   }
 }
