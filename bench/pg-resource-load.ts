@@ -17,7 +17,7 @@ import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { allocate, storedVersion } from '../src/storage/postgres/resource-writes.js';
 import { identifierRows, quoteIdentifier } from '../src/storage/postgres/schema.js';
-import { IndexRows, indexColumnNames } from '../src/storage/postgres/index-rows.js';
+import { IndexRows, indexColumnNames, searchKeyNumbers } from '../src/storage/postgres/index-rows.js';
 import { INDEX_TABLES } from '../src/storage/postgres/search-tables.js';
 import type { Query } from '../src/storage/postgres/executor.js';
 import type { ResourceIndexer } from '../src/storage/search-index.js';
@@ -39,7 +39,7 @@ const TABLES: Record<string, string[]> = {
   ],
   resource_compartments: ['project_id', 'patient_id', 'resource_type', 'seq'],
   resource_identifiers: ['project_id', 'resource_type', 'key', 'seq'],
-  ...Object.fromEntries(INDEX_TABLES.map((t) => [t, ['project_id', ...indexColumnNames(t)]])),
+  ...Object.fromEntries(INDEX_TABLES.map((t) => [t, indexColumnNames(t)])),
 };
 
 type Cell = string | number | boolean | null | undefined;
@@ -172,9 +172,11 @@ export async function copyResourcesIn(options: {
       ids.keys.forEach((key, i) =>
         text.get('resource_identifiers')!.push(line([projectId, ids.types[i]!, key, ids.seqs[i]!])),
       );
+      // Each row's pair position as its `search_keys` number (the store numbers them in its insert).
+      const keys = await searchKeyNumbers(query, s, projectId, index.pairs);
       for (const [table, rows] of index.rows) {
         const lines = text.get(table)!;
-        for (const row of rows) lines.push(line([projectId, ...row]));
+        for (const [seq, pair, ...rest] of rows) lines.push(line([seq, keys[(pair as number) - 1], ...rest]));
       }
       await flush(text);
     };

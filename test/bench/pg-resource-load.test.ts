@@ -43,9 +43,15 @@ if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
              'superseded', superseded_seq IS NOT NULL, 'project', project_id,
              'body', regexp_replace(body, '"lastUpdated":"[^"]*"', '', 'g'))::text AS row
              FROM ${s}.resources`
-        : `SELECT ((to_jsonb(t) - 'seq') || jsonb_build_object('version', r.resource_type || '/' || r.id))::text AS row
-             FROM ${s}.${table} t JOIN ${s}.resources r ON r.seq = t.seq
-            WHERE ${table === 'search_dates' ? `t.param <> '_lastUpdated'` : 'true'}`;
+        : !(INDEX_TABLES as readonly string[]).includes(table)
+          ? `SELECT ((to_jsonb(t) - 'seq') || jsonb_build_object('version', r.resource_type || '/' || r.id))::text AS row
+               FROM ${s}.${table} t JOIN ${s}.resources r ON r.seq = t.seq`
+          : // An index row's key as the project, type and parameter it numbers (numbers differ by schema).
+            `SELECT ((to_jsonb(t) - 'seq' - 'key')
+                     || jsonb_build_object('version', r.resource_type || '/' || r.id,
+                          'project', k.project_id, 'type', k.resource_type, 'param', k.param))::text AS row
+               FROM ${s}.${table} t JOIN ${s}.resources r ON r.seq = t.seq
+               JOIN ${s}.search_keys k ON k.key = t.key`;
     const { rows } = await admin.query<{ row: string }>(sql);
     return rows.map((r) => r.row).sort();
   };

@@ -106,15 +106,17 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         const derivedRows = async () =>
           (
             await admin.query<{ n: number }>(
-              `SELECT (SELECT count(*) FROM ${s}.search_tokens WHERE param = ANY($1))::int
-                    + (SELECT count(*) FROM ${s}.search_numbers WHERE param = ANY($1))::int AS n`,
+              `SELECT (SELECT count(*) FROM ${s}.search_tokens t JOIN ${s}.search_keys k USING (key)
+                        WHERE k.param = ANY($1))::int
+                    + (SELECT count(*) FROM ${s}.search_numbers t JOIN ${s}.search_keys k USING (key)
+                        WHERE k.param = ANY($1))::int AS n`,
               [DERIVED],
             )
           ).rows[0]!.n;
         expect(await derivedRows()).toBe(0);
         // The parts and the stored composites keep theirs.
         const { rows } = await admin.query<{ param: string }>(
-          `SELECT DISTINCT param FROM ${s}.search_tokens ORDER BY param`,
+          `SELECT DISTINCT k.param FROM ${s}.search_tokens t JOIN ${s}.search_keys k USING (key) ORDER BY param`,
         );
         expect(rows.map((r) => r.param)).toEqual(
           expect.arrayContaining(['code', 'component-code', 'component-code-value-concept', 'value-concept']),
@@ -122,10 +124,17 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         await storage.close();
         // The version-12 shape: rows of a derived parameter; migration 13 rebuilds without them.
         await admin.query(
-          `INSERT INTO ${s}.search_tokens (seq, project_id, resource_type, param, system, value)
-           SELECT seq, project_id, resource_type, 'combo-code', 'http://loinc.org', 'zzz'
-             FROM ${s}.resources WHERE id = 'qty'`,
+          `INSERT INTO ${s}.search_keys (project_id, resource_type, param)
+           VALUES ('p1', 'Observation', 'combo-code') ON CONFLICT DO NOTHING`,
         );
+        await admin.query(
+          `INSERT INTO ${s}.search_tokens (seq, key, system, value)
+           SELECT r.seq, k.key, 'http://loinc.org', 'zzz'
+             FROM ${s}.resources r JOIN ${s}.search_keys k
+               ON k.project_id = r.project_id AND k.resource_type = r.resource_type AND k.param = 'combo-code'
+            WHERE r.id = 'qty'`,
+        );
+        expect(await derivedRows()).toBe(1);
         await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 13`);
         storage = postgresStorage({ connectionString, schema });
         expect(await answers(storage)).toEqual(expected);

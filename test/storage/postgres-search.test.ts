@@ -2,6 +2,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
+import { dateBoxSql } from '../../src/storage/postgres/search-tables.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -19,6 +20,48 @@ if (postgresTestsEnabled('postgresStorage search index')) {
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });
   afterAll(() => admin.end());
+
+  /**
+   * The index tables as migrations 8–13 left them (keyed by project, type and parameter texts,
+   * before `search_keys`), with a stray row each, and the versions from `from` on forgotten: opening
+   * the store migrates them again (migration 14 makes the tables anew and the rows are rebuilt).
+   */
+  const textKeyedShape = async (s: string, from: number) => {
+    const tables: Record<string, string> = {
+      search_tokens: 'system text, value text, display text, types jsonb, system_full text, value_full text',
+      search_strings: 'norm text, exact text',
+      search_dates: 'lo float8, hi float8, hlo float8, hhi float8',
+      search_numbers:
+        'quantity boolean, empty boolean, lo float8, hi float8, system text, unit_code text, unit text',
+      search_references:
+        'target_type text, target_id text, url text, version text, ident boolean, id_system text, id_value text',
+      search_uris: 'value text',
+    };
+    await admin.query(`DROP TABLE ${s}.search_keys`);
+    for (const [table, columns] of Object.entries(tables)) {
+      await admin.query(`DROP TABLE ${s}.${table}`);
+      await admin.query(
+        `CREATE TABLE ${s}.${table} (seq bigint NOT NULL, project_id text NOT NULL, resource_type text NOT NULL,
+           param text NOT NULL, elem integer, comp integer, ${columns})`,
+      );
+      await admin.query(
+        `INSERT INTO ${s}.${table} (seq, project_id, resource_type, param)
+         SELECT seq, project_id, resource_type, 'stray' FROM ${s}.resources LIMIT 1`,
+      );
+    }
+    await admin.query(
+      `CREATE INDEX search_tokens_key ON ${s}.search_tokens (project_id, resource_type, param, value)`,
+    );
+    await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version >= $1`, [from]);
+  };
+
+  /** The rows of `table` per parameter code, by the codes their keys number. */
+  const rowsOf = async (s: string, table: string, where = 'true') =>
+    (
+      await admin.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${s}.${table} t JOIN ${s}.search_keys k USING (key) WHERE ${where}`,
+      )
+    ).rows[0]!.n;
 
   const search = async (storage: Storage, type: string, query: string) => {
     const parsed = await parseSearch(type, new URLSearchParams(query), { storeAnswersSearch: true });
@@ -195,27 +238,8 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         expect(expected.length).toBeGreaterThan(0);
         await storage.close();
 
-        // The version-8 shape: no hull columns, the B-tree lookup, composite rows and texts as they were.
-        await admin.query(`DROP INDEX ${s}.search_dates_span`);
-        await admin.query(`ALTER TABLE ${s}.search_dates DROP COLUMN hlo, DROP COLUMN hhi`);
-        await admin.query(
-          `CREATE INDEX search_dates_lookup ON ${s}.search_dates (project_id, resource_type, param, lo, hi)`,
-        );
-        await admin.query(`DROP INDEX ${s}.search_tokens_key`);
-        await admin.query(`ALTER TABLE ${s}.search_tokens DROP COLUMN system_full, DROP COLUMN value_full`);
-        await admin.query(`CREATE INDEX search_tokens_value ON ${s}.search_tokens (value)`);
-        for (const [table, column] of [
-          ['search_tokens', 'value'],
-          ['search_strings', 'norm'],
-          ['search_uris', 'value'],
-        ] as const) {
-          await admin.query(`DROP INDEX ${s}.${table}_value`);
-          await admin.query(
-            `CREATE INDEX ${table}_lookup ON ${s}.${table} (project_id, resource_type, param, left(${column}, 100), seq)`,
-          );
-        }
-        // (A version-8 schema has none of the later migrations' changes either.)
-        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version IN (9, 11)`);
+        // A version-8 schema: its tables are made anew and filled again.
+        await textKeyedShape(s, 9);
         storage = postgresStorage({ connectionString, schema });
         expect((await search(storage, 'Observation', range)).resources.map((r) => r.id).sort()).toEqual(
           expected,
@@ -226,21 +250,29 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         expect(await goals('target-date=ge2031&target-date=lt2005')).toEqual([]);
         expect(await goals('target-date=eq2005')).toEqual([]);
         expect(await goals('target-date=eq2030&target-date=eq1990')).toEqual(['spread']);
-        const { rows } = await admin.query<{ n: number; lookup: string | null; value: string | null }>(
+        const { rows } = await admin.query<{
+          n: number;
+          stray: number;
+          old: string | null;
+          value: string | null;
+        }>(
           `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE hlo IS NULL OR hhi IS NULL)::int AS n,
-                  coalesce(to_regclass('${schema}.search_dates_lookup'), to_regclass('${schema}.search_tokens_lookup'))::text AS lookup,
-                  to_regclass('${schema}.search_strings_value')::text AS value`,
+                  (SELECT count(*) FROM ${s}.search_keys WHERE param = 'stray')::int AS stray,
+                  (SELECT string_agg(attname, ',') FROM pg_attribute
+                    WHERE attrelid = '${s}.search_tokens'::regclass AND attnum > 0
+                      AND attname IN ('project_id', 'resource_type', 'param')) AS old,
+                  to_regclass('${schema}.search_strings_key')::text AS value`,
         );
         expect(rows[0]).toEqual({
           n: 0,
-          lookup: null,
-          value: expect.stringContaining('search_strings_value'),
+          stray: 0,
+          old: null,
+          value: expect.stringContaining('search_strings_key'),
         });
+        expect(await rowsOf(s, 'search_dates', `k.param = 'date'`)).toBe(300);
         const plan = await admin.query<{ 'QUERY PLAN': string }>(
           `EXPLAIN SELECT seq FROM ${s}.search_dates a
-            WHERE box(point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8, a.hlo),
-                      point(hashtext(a.project_id || chr(1) || a.resource_type || chr(1) || a.param)::float8 + 1, a.hhi))
-               && box(point(1, 0), point(2, 1))`,
+            WHERE ${dateBoxSql('a.key', 'a.hlo', 'a.hhi')} && box(point(1, 0), point(2, 1))`,
         );
         expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/search_dates_span/);
       } finally {
@@ -311,43 +343,24 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         expect(await ids(`_lastUpdated=sa${at(ms)}&_id=o0`)).toEqual([]);
         await storage.close();
 
-        // The version-10 shape: whole texts in system and value, the value lookup, _lastUpdated rows.
-        await admin.query(`UPDATE ${s}.search_tokens SET system = coalesce(system_full, system),
-                             value = coalesce(value_full, value)`);
-        await admin.query(`DROP INDEX ${s}.search_tokens_key`);
-        await admin.query(`ALTER TABLE ${s}.search_tokens DROP COLUMN system_full, DROP COLUMN value_full`);
-        await admin.query(
-          `CREATE INDEX search_tokens_value ON ${s}.search_tokens (project_id, resource_type, param, left(value, 100))`,
-        );
-        await admin.query(
-          `INSERT INTO ${s}.search_dates (seq, project_id, resource_type, param, lo, hi, hlo, hhi)
-           SELECT seq, project_id, resource_type, '_lastUpdated', lu / 1000, lu / 1000 + 1, lu / 1000, lu / 1000 + 1
-             FROM ${s}.resources`,
-        );
-        await admin.query(`DROP INDEX ${s}.search_dates_span`);
-        await admin.query(
-          `CREATE INDEX search_dates_box ON ${s}.search_dates USING gist
-            (box(point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hlo),
-                 point(hashtext(project_id || chr(1) || resource_type || chr(1) || param)::float8, hhi)))`,
-        );
-        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 11`);
+        // A version-10 schema: its tables are made anew and filled again.
+        await textKeyedShape(s, 11);
         storage = postgresStorage({ connectionString, schema });
         expect(await Promise.all(queries.map(answer))).toEqual(before);
-        const { rows } = await admin.query<Record<string, number | string | null>>(
-          `SELECT (SELECT count(*) FROM ${s}.search_dates WHERE param = '_lastUpdated')::int AS dates,
-                  (SELECT count(*) FROM ${s}.search_tokens
-                    WHERE param = 'code' AND (value_full IS NOT NULL OR system_full IS NOT NULL))::int AS long,
-                  to_regclass('${schema}.search_tokens_value')::text AS old,
-                  to_regclass('${schema}.search_tokens_key')::text AS key,
-                  to_regclass('${schema}.search_dates_box')::text AS box,
+        expect(await rowsOf(s, 'search_dates', `k.param = '_lastUpdated'`)).toBe(0);
+        expect(
+          await rowsOf(
+            s,
+            'search_tokens',
+            `k.param = 'code' AND (value_full IS NOT NULL OR system_full IS NOT NULL)`,
+          ),
+        ).toBe(135);
+        const { rows } = await admin.query<Record<string, string | null>>(
+          `SELECT to_regclass('${schema}.search_tokens_key')::text AS key,
                   to_regclass('${schema}.search_dates_span')::text AS span`,
         );
         expect(rows[0]).toEqual({
-          dates: 0,
-          long: 135,
-          old: null,
           key: expect.stringContaining('search_tokens_key'),
-          box: null,
           span: expect.stringContaining('search_dates_span'),
         });
         // The lookup needs no heap once VACUUM marked the pages all-visible (it cannot while another
@@ -362,7 +375,8 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           await client.query('SET LOCAL enable_seqscan = off');
           const { rows: lines } = await client.query<{ 'QUERY PLAN': string }>(
             `EXPLAIN (ANALYZE, COSTS OFF) SELECT seq FROM ${s}.search_tokens
-              WHERE project_id = 'p1' AND resource_type = 'Observation' AND param = 'code'
+              WHERE key = (SELECT key FROM ${s}.search_keys
+                            WHERE project_id = 'p1' AND resource_type = 'Observation' AND param = 'code')
                 AND value = 'short' AND system = 'urn:c'`,
           );
           plan = lines.map((r) => r['QUERY PLAN']).join('\n');
@@ -436,9 +450,11 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await storage.close();
         // The version-11 shape: a marker row for an incomplete element; migration 12 rebuilds without.
         await admin.query(
-          `INSERT INTO ${s}.search_tokens (seq, project_id, resource_type, param, elem, comp, system, value)
-           SELECT seq, project_id, resource_type, 'code-value-concept', 0, -1, 'http://loinc.org', 'a'
-             FROM ${s}.resources WHERE id = 'qty'`,
+          `INSERT INTO ${s}.search_tokens (seq, key, elem, comp, system, value)
+           SELECT r.seq, k.key, 0, -1, 'http://loinc.org', 'a'
+             FROM ${s}.resources r JOIN ${s}.search_keys k
+               ON k.project_id = r.project_id AND k.resource_type = r.resource_type AND k.param = 'code-value-concept'
+            WHERE r.id = 'qty'`,
         );
         await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 12`);
         storage = postgresStorage({ connectionString, schema });

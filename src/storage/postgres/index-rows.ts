@@ -14,7 +14,8 @@ import {
 
 /*
  * The index rows of new versions (search-tables.ts has the tables): built from the indexer's
- * entries, row by row, and inserted in one statement per batch of writes.
+ * entries, row by row, and inserted in one statement per batch of writes, which also numbers the
+ * (type, parameter) pairs the project had no `search_keys` number for yet.
  */
 
 type Cell = string | number | boolean | null;
@@ -60,12 +61,16 @@ function widen(hull: [number, number] | undefined, a: number, b: number): [numbe
 const textCell = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
 
 /**
- * The rows of a batch, per table, each row its cells in {@link indexColumnNames} order. The
+ * The rows of a batch, per table, each row its cells in {@link indexColumnNames} order, with the
+ * position (from 1) of its type and parameter code in `pairs` in place of its `key`. The
  * parameters the indexer names derived (`ResourceIndexer.derived`: their values are other
  * parameters' values) get no rows: search-sql.ts answers them from their parts.
  */
 export class IndexRows {
   readonly rows = new Map<IndexTable, Cell[][]>(INDEX_TABLES.map((t) => [t, []]));
+  /** The (type, code) pairs of the rows, in the order of their positions. */
+  readonly pairs: { types: string[]; codes: string[] } = { types: [], codes: [] };
+  private readonly positions = new Map<string, Map<string, number>>();
 
   constructor(private readonly indexer?: Pick<ResourceIndexer, 'derived'>) {}
 
@@ -84,6 +89,8 @@ export class IndexRows {
       // The version's own `id` and `lu` columns: no rows.
       if (param === '_id' || param === '_lastUpdated' || derived?.has(param)) continue;
       const values = entries[param]!;
+      if (values.length === 0) continue;
+      const pair = this.position(resourceType, param);
       let elem = 0;
       let hull: [number, number] | undefined;
       for (const value of values) {
@@ -91,23 +98,35 @@ export class IndexRows {
       }
       for (const value of foldTexts(values)) {
         if (value.type !== 'composite') {
-          this.value(seq, resourceType, param, null, null, value, hull);
+          this.value(seq, pair, null, null, value, hull);
           continue;
         }
         // An element with a component that sees nothing is no composite value: no rows.
         if (value.components.some((component) => component.length === 0)) continue;
         value.components.forEach((component, comp) => {
-          for (const v of foldTexts(component)) this.value(seq, resourceType, param, elem, comp, v);
+          for (const v of foldTexts(component)) this.value(seq, pair, elem, comp, v);
         });
         elem++;
       }
     }
   }
 
+  /** The position (from 1) of `type` and `code` in {@link pairs}, added when new. */
+  private position(type: string, code: string): number {
+    let byCode = this.positions.get(type);
+    if (!byCode) this.positions.set(type, (byCode = new Map<string, number>()));
+    let at = byCode.get(code);
+    if (at === undefined) {
+      at = this.pairs.types.push(type);
+      this.pairs.codes.push(code);
+      byCode.set(code, at);
+    }
+    return at;
+  }
+
   private value(
     seq: string,
-    type: string,
-    param: string,
+    pair: number,
     elem: number | null,
     comp: number | null,
     v: IndexValue,
@@ -120,8 +139,7 @@ export class IndexRows {
         const types = v.types ? pgText(wellFormedJson(JSON.stringify(v.types))) : null;
         this.tokens.push([
           seq,
-          type,
-          param,
+          pair,
           elem,
           comp,
           system,
@@ -134,14 +152,14 @@ export class IndexRows {
         return;
       }
       case 'string':
-        this.strings.push([seq, type, param, elem, comp, pgText(v.normalized), pgText(v.exact)]);
+        this.strings.push([seq, pair, elem, comp, pgText(v.normalized), pgText(v.exact)]);
         return;
       case 'date': {
         const lo = v.start ?? LOWEST;
         const hi = v.end ?? HIGHEST;
         // A composite's component: its own span.
         const [hlo, hhi] = hull ?? widen(undefined, lo, hi);
-        this.dates.push([seq, type, param, elem, comp, lo, hi, clampHull(hlo), clampHull(hhi)]);
+        this.dates.push([seq, pair, elem, comp, lo, hi, clampHull(hlo), clampHull(hhi)]);
         return;
       }
       case 'number':
@@ -149,8 +167,7 @@ export class IndexRows {
         const q = v.type === 'quantity' ? v : undefined;
         this.numbers.push([
           seq,
-          type,
-          param,
+          pair,
           elem,
           comp,
           v.type === 'quantity',
@@ -166,8 +183,7 @@ export class IndexRows {
       case 'reference':
         this.references.push([
           seq,
-          type,
-          param,
+          pair,
           elem,
           comp,
           textCell(v.resourceType),
@@ -180,15 +196,15 @@ export class IndexRows {
         ]);
         return;
       case 'uri':
-        this.uris.push([seq, type, param, elem, comp, pgText(v.value)]);
+        this.uris.push([seq, pair, elem, comp, pgText(v.value)]);
         return;
     }
   }
 }
 
-/** The columns of `table` that {@link IndexRows} fills, in its order (every column but `project_id`). */
+/** The columns of `table`, in the order of {@link IndexRows}' cells (`key` given as a pair's position). */
 export function indexColumnNames(table: IndexTable): string[] {
-  return ['seq', 'resource_type', 'param', 'elem', 'comp', ...INDEX_COLUMNS[table].map(([n]) => n)];
+  return ['seq', 'key', 'elem', 'comp', ...INDEX_COLUMNS[table].map(([n]) => n)];
 }
 
 /** A `\uXXXX` escape of a lone surrogate in JSON text, after an even run of backslashes. */
@@ -206,18 +222,45 @@ export function wellFormedJson(json: string): string {
   return once.replace(LONE_SURROGATE, '$1\\ufffd');
 }
 
-/** The column list and the cells read from a JSON row `e` of each table's insert. */
+/**
+ * The column list and the cells read from a JSON row `e` of each table's insert (its key the
+ * number at its pair's position in the array `k.keys`).
+ */
 const INSERT_COLUMNS = Object.fromEntries(
   INDEX_TABLES.map((t) => [t, indexColumnNames(t).join(', ')]),
 ) as Record<IndexTable, string>;
 const INSERT_CELLS = Object.fromEntries(
   INDEX_TABLES.map((t) => [
     t,
-    ['bigint', 'text', 'text', 'integer', 'integer', ...INDEX_COLUMNS[t].map(([, type]) => type)]
-      .map((type, i) => `(e->>${i})::${type}`)
+    ['bigint', 'key', 'integer', 'integer', ...INDEX_COLUMNS[t].map(([, type]) => type)]
+      .map((type, i) => (type === 'key' ? `k.keys[(e->>${i})::int]` : `(e->>${i})::${type}`))
       .join(', '),
   ]),
 ) as Record<IndexTable, string>;
+
+/**
+ * The CTEs giving `k.keys`, the `search_keys` numbers of project `$1`'s pairs `$2` (types) and `$3`
+ * (codes) in their order, numbering the pairs it has none for yet. No other transaction numbers
+ * the same pairs meanwhile: a project's resource writes are serialized (resource-writes.ts
+ * `allocate` holds its clock row), and a rebuild (search-index-sync.ts) empties the index tables
+ * first, which waits for every transaction that wrote rows (and so numbers) and holds back the
+ * others. Were one to, its number would be outside this statement's snapshot, and the row's NULL
+ * key would fail the statement rather than lose the row.
+ */
+function keyCtes(s: string): string[] {
+  return [
+    `need AS (SELECT n.t, n.c, n.i FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS n(t, c, i))`,
+    `fresh AS (INSERT INTO ${s}.search_keys (project_id, resource_type, param)
+       SELECT $1, n.t, n.c FROM need n
+        WHERE NOT EXISTS (SELECT 1 FROM ${s}.search_keys o
+                           WHERE o.project_id = $1 AND o.resource_type = n.t AND o.param = n.c)
+        ORDER BY n.t, n.c
+       ON CONFLICT DO NOTHING RETURNING key, resource_type, param)`,
+    `k AS (SELECT array_agg(coalesce(o.key, f.key) ORDER BY n.i) AS keys FROM need n
+       LEFT JOIN ${s}.search_keys o ON o.project_id = $1 AND o.resource_type = n.t AND o.param = n.c
+       LEFT JOIN fresh f ON f.resource_type = n.t AND f.param = n.c)`,
+  ];
+}
 
 /**
  * Inserts `rows` (of project `projectId`) in one statement: an `INSERT … SELECT` per table that has
@@ -232,19 +275,39 @@ export async function insertIndexRows(
   projectId: string,
   rows: IndexRows,
 ): Promise<void> {
-  const values: unknown[] = [projectId];
+  const values: unknown[] = [projectId, rows.pairs.types, rows.pairs.codes];
   const inserts: string[] = [];
   for (const table of INDEX_TABLES) {
     const tableRows = rows.rows.get(table)!;
     if (tableRows.length === 0) continue;
     values.push(wellFormedJson(JSON.stringify(tableRows)));
     inserts.push(
-      `INSERT INTO ${s}.${table} (project_id, ${INSERT_COLUMNS[table]})
-       SELECT $1, ${INSERT_CELLS[table]} FROM jsonb_array_elements($${values.length}::jsonb) e`,
+      `INSERT INTO ${s}.${table} (${INSERT_COLUMNS[table]})
+       SELECT ${INSERT_CELLS[table]} FROM k, jsonb_array_elements($${values.length}::jsonb) e`,
     );
   }
   if (inserts.length === 0) return;
   const [last, ...first] = inserts.reverse();
-  const ctes = first.map((sql, i) => `i${i} AS (${sql})`);
-  await query(`${ctes.length > 0 ? `WITH ${ctes.join(', ')} ` : ''}${last!}`, values, true);
+  const ctes = [...keyCtes(s), ...first.map((sql, i) => `i${i} AS (${sql})`)];
+  await query(`WITH ${ctes.join(', ')} ${last!}`, values, true);
+}
+
+/**
+ * The `search_keys` numbers of project `projectId`'s `pairs` (types and codes), in their order,
+ * numbering those it has none for yet (as {@link insertIndexRows} does; for a loader that writes
+ * the rows itself, bench/pg-resource-load.ts).
+ */
+export async function searchKeyNumbers(
+  query: Query,
+  s: string,
+  projectId: string,
+  pairs: IndexRows['pairs'],
+): Promise<number[]> {
+  if (pairs.types.length === 0) return [];
+  const { rows } = await query<{ keys: number[] }>(
+    `WITH ${keyCtes(s).join(', ')} SELECT keys FROM k`,
+    [projectId, pairs.types, pairs.codes],
+    true,
+  );
+  return rows[0]!.keys;
 }

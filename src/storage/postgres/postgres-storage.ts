@@ -197,7 +197,6 @@ class PostgresStorage extends PostgresOperations implements Storage {
         'resource_clocks',
         'resource_compartments',
         'resource_identifiers',
-        ...INDEX_TABLES,
         'resources',
         'users',
         'memberships',
@@ -206,6 +205,15 @@ class PostgresStorage extends PostgresOperations implements Storage {
         'oauth_grants',
       ]) {
         await query(`DELETE FROM ${this.s}.${table} WHERE project_id = $1`, [id]);
+      }
+      // The index rows by their keys. The keys stay (a few rows per type and parameter written):
+      // a project made again with the same id writes its rows under them again.
+      for (const table of INDEX_TABLES) {
+        await query(
+          `DELETE FROM ${this.s}.${table}
+            WHERE key = ANY(ARRAY(SELECT key FROM ${this.s}.search_keys WHERE project_id = $1))`,
+          [id],
+        );
       }
     });
   }

@@ -3,12 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import { identifierKeys } from '../identifier-keys.js';
 import type { StoredResource, UserRecord } from '../types.js';
 import { userEmails } from '../user-list.js';
-import {
-  INDEX_TABLES,
-  searchTableStatements,
-  searchTableStatements11,
-  searchTableStatements9,
-} from './search-tables.js';
+import { INDEX_TABLES, searchTableStatements } from './search-tables.js';
 
 /** `name` as a quoted SQL identifier. */
 export function quoteIdentifier(name: string): string {
@@ -32,7 +27,7 @@ export const UNIQUE_ATTRIBUTES: Readonly<Record<string, string>> = {
  * existing schema is a no-op. Ids sort with the "C" collation: code-unit order, as in the memory
  * store, whatever the database's locale.
  */
-function migrationStatements(s: string): string[] {
+function migrationStatements(s: string, applied: Set<number>): string[] {
   const id = 'text COLLATE "C" NOT NULL';
   return [
     `CREATE SCHEMA IF NOT EXISTS ${s}`,
@@ -182,10 +177,9 @@ function migrationStatements(s: string): string[] {
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS encoding text NOT NULL DEFAULT 'identity'`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS crc32 bigint`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
-    // Migration 8: the search index tables (filled by `syncSearchIndex` once the indexer is known).
-    ...searchTableStatements(s),
-    // Migration 9: date hulls and their GiST index (the rows are rebuilt, see `migrate`).
-    ...searchTableStatements9(s),
+    // Migrations 8, 9, 11 and 14: the search index tables (filled by `syncSearchIndex` once the
+    // indexer is known; emptied and rebuilt by the migrations of INDEX_REBUILDS).
+    ...searchTableStatements(s, applied.has(14)),
     // Migration 10: the SMART App Launch grants (PostgresGrants): tickets, codes, refresh tokens and
     // revoked access token ids, by kind and key (a hash of the secret value), expiring at `expires_at`
     // (epoch ms); revocation finds a user's or a refresh family's grants by the indexes.
@@ -203,8 +197,6 @@ function migrationStatements(s: string): string[] {
     `CREATE INDEX IF NOT EXISTS oauth_grants_user ON ${s}.oauth_grants (project_id, user_id)`,
     `CREATE INDEX IF NOT EXISTS oauth_grants_family ON ${s}.oauth_grants (family) WHERE family IS NOT NULL`,
     `CREATE INDEX IF NOT EXISTS oauth_grants_expiry ON ${s}.oauth_grants (expires_at)`,
-    // Migration 11: token keys for index-only lookups, no `_lastUpdated` rows (rebuilt, see `migrate`).
-    ...searchTableStatements11(s),
   ];
 }
 
@@ -317,10 +309,10 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 13;
+export const SCHEMA_VERSION = 14;
 
 /** The migrations after which the index rows are built again (their shape changed). */
-const INDEX_REBUILDS = [9, 11, 12, 13];
+const INDEX_REBUILDS = [9, 11, 12, 13, 14];
 
 /** The versions recorded in `schema_migrations` (none when the table does not exist yet). */
 async function appliedVersions(client: PoolClient, schema: string): Promise<Set<number>> {
@@ -353,7 +345,7 @@ export async function beginSchemaLocked(client: PoolClient, schema: string): Pro
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL; 13: no rows for the parameters the indexer derives from others, `ResourceIndexer.derived`, rebuilt likewise), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL; 13: no rows for the parameters the indexer derives from others, `ResourceIndexer.derived`, rebuilt likewise; 14: the index tables keyed by `search_keys` numbers, created anew and rebuilt likewise), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */
@@ -375,7 +367,7 @@ export async function migrate(pool: Pool, schema: string): Promise<void> {
     if (before.has(8) && rebuild) {
       await client.query(`TRUNCATE ${INDEX_TABLES.map((table) => `${s}.${table}`).join(', ')}`);
     }
-    for (const statement of migrationStatements(s)) await client.query(statement);
+    for (const statement of migrationStatements(s, before)) await client.query(statement);
     const applied = await appliedVersions(client, schema);
     // A schema created by this version has no resources yet: the backfill finds nothing.
     if (!applied.has(2)) await backfillIdentifiers(client, s);

@@ -1,6 +1,6 @@
 import type { DerivedParameter } from '../search-index.js';
 import type { ComponentSearchValue, ParameterFilter, SearchParamType } from '../search-request.js';
-import { type IndexTable, INDEX_TABLES } from './search-tables.js';
+import { type IndexTable, INDEX_TABLES, keyOfSql, keysOfSql } from './search-tables.js';
 import { ValueSql } from './search-value-sql.js';
 
 /*
@@ -74,12 +74,15 @@ export abstract class ParameterSql extends ValueSql {
     return typeof name === 'string' ? this.derived!(name, code) : undefined;
   }
 
-  /** The test that a row `a` holds a value of `code` on `type`: its own rows, or its union's parts'. */
+  /**
+   * The test that a row `a` holds a value of `code` on `type` in the project: its own rows, or its
+   * union's parts' (by their `search_keys` numbers).
+   */
   paramIs(a: string, type: string, code: string): string {
     const derived = this.derivedOf(type, code);
     return derived?.kind === 'union'
-      ? `${a}.param = ANY(${this.param(derived.parts)}::text[])`
-      : `${a}.param = ${this.text(code)}`;
+      ? `${a}.key = ANY(${keysOfSql(this.s, this.project, type, `${this.param(derived.parts)}::text[]`)})`
+      : `${a}.key = ${keyOfSql(this.s, this.project, type, this.text(code))}`;
   }
 
   /**
@@ -137,11 +140,9 @@ export abstract class ParameterSql extends ValueSql {
       : alternatives.join(' UNION ALL ');
   }
 
-  /** The first component's row condition on `c0`: of `level.seq`, else of the project and type. */
+  /** The first component's row condition on `c0`: of `level.seq` (its key says the project and type). */
   private compositeLevel(c0: string, level: { seq?: string; type: string }): string {
-    return level.seq === undefined
-      ? `${c0}.project_id = ${this.project} AND ${c0}.resource_type = ${level.type}`
-      : `${c0}.seq = ${level.seq}`;
+    return level.seq === undefined ? 'true' : `${c0}.seq = ${level.seq}`;
   }
 
   /** A composite value on the rows of composite parameter `code`: one element's components. */
@@ -150,11 +151,10 @@ export abstract class ParameterSql extends ValueSql {
     code: string,
     level: { seq?: string; type: string },
   ): string {
-    const param = this.text(code);
     return this.compositeSql(components, level, (k, c, c0) =>
       k === 0
-        ? `${c}.param = ${param} AND ${c}.comp = 0`
-        : `${c}.param = ${param} AND ${c}.elem = ${c0}.elem AND ${c}.comp = ${k}`,
+        ? `${this.paramIs(c, level.type, code)} AND ${c}.comp = 0`
+        : `${c}.key = ${c0}.key AND ${c}.elem = ${c0}.elem AND ${c}.comp = ${k}`,
     );
   }
 
@@ -165,7 +165,7 @@ export abstract class ParameterSql extends ValueSql {
     level: { seq?: string; type: string },
   ): string[] {
     if (components.length > parts.length) return [];
-    return [this.compositeSql(components, level, (k, c) => `${c}.param = ${this.text(parts[k]!)}`)];
+    return [this.compositeSql(components, level, (k, c) => this.paramIs(c, level.type, parts[k]!))];
   }
 
   /**

@@ -1,6 +1,6 @@
 import { assertNever } from '../assert-never.js';
 import type { DateSearchValue, ParameterFilter, SearchFilter } from '../search-request.js';
-import { clampHull, dateBoxSql, dateKeySql, HULL_LIMIT } from './search-tables.js';
+import { clampHull, dateBoxSql, HULL_LIMIT, keyOfSql } from './search-tables.js';
 import { ParameterSql, tableOf, type Level } from './search-parameter-sql.js';
 
 export type { DerivedLookup, Level } from './search-parameter-sql.js';
@@ -123,14 +123,9 @@ export class SearchSql extends ParameterSql {
       }
       [low, high] = [Math.max(low, fLow), Math.min(high, fHigh)];
     }
-    const key = (project: string, t: string, c: string): string => dateKeySql(project, t, c);
-    const row = dateBoxSql(
-      key(`${a}.project_id`, `${a}.resource_type`, `${a}.param`),
-      `${a}.hlo`,
-      `${a}.hhi`,
-    );
+    const row = dateBoxSql(`${a}.key`, `${a}.hlo`, `${a}.hhi`);
     const f = (x: number): string => `${this.param(x)}::float8`;
-    const query = key(`${this.project}::text`, `${type}::text`, this.text(code));
+    const query = keyOfSql(this.s, this.project, type, this.text(code));
     return low <= high
       ? `${row} && ${dateBoxSql(query, f(low), f(high))}`
       : `${row} @> ${dateBoxSql(query, f(high), f(low))}`;
@@ -158,17 +153,14 @@ export class SearchSql extends ParameterSql {
         hull = ` AND ${this.dateHull(all, filter.code, type, a)}`;
         // The other filters on the parameter: the driving row itself usually matches them (one
         // value per resource), else another row of its version must.
-        const others = this.sameDates(filter, all);
-        const code = others.length > 0 ? this.text(filter.code) : '';
-        for (const other of others) {
+        for (const other of this.sameDates(filter, all)) {
           const x = this.alias('x');
           hull += ` AND ((${this.anyValue(other, a)}) OR EXISTS (SELECT 1 FROM ${this.s}.search_dates ${x}
-            WHERE ${x}.seq = ${a}.seq AND ${x}.param = ${code} AND (${this.anyValue(other, x)}) OFFSET 0))`;
+            WHERE ${x}.seq = ${a}.seq AND ${x}.key = ${a}.key AND (${this.anyValue(other, x)}) OFFSET 0))`;
         }
       }
       return `SELECT ${a}.seq FROM ${this.s}.${tableOf(filter.type)[0]!} ${a}
-               WHERE ${a}.project_id = ${this.project} AND ${a}.resource_type = ${type}
-                 AND ${this.paramIs(a, type, filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
+               WHERE ${this.paramIs(a, type, filter.code)} AND (${this.anyValue(filter, a)})${hull}`;
     }
     // No index lookup answers it: every current version of the type, tested one by one.
     const r = this.alias('r');
@@ -224,7 +216,6 @@ export class SearchSql extends ParameterSql {
   /** Seqs of `type` versions referencing (`code`) a current resource of one of `types` that matches `inner`. */
   private chainSeqs(code: string, types: readonly string[], inner: SearchFilter, type: string): string {
     if (types.length === 0) return 'SELECT NULL::bigint AS seq WHERE false';
-    const codeParam = this.text(code);
     return types
       .map((target) => {
         const t = this.text(target);
@@ -232,8 +223,8 @@ export class SearchSql extends ParameterSql {
         return `SELECT ${f}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, t)}) ${d} OFFSET 0) ${d}
           CROSS JOIN LATERAL (SELECT id FROM ${this.s}.resources ${r} WHERE ${r}.seq = ${d}.seq OFFSET 0) ${r}
           CROSS JOIN LATERAL (SELECT seq FROM ${this.s}.search_references ${f}
-             WHERE ${f}.project_id = ${this.project} AND ${f}.resource_type = ${type} AND ${f}.param = ${codeParam}
-               AND ${f}.target_id = ${r}.id AND ${f}.target_type = ${t} OFFSET 0) ${f}`;
+             WHERE ${this.paramIs(f, type, code)} AND ${f}.target_id = ${r}.id AND ${f}.target_type = ${t}
+             OFFSET 0) ${f}`;
       })
       .join(' UNION ALL ');
   }
@@ -244,7 +235,7 @@ export class SearchSql extends ParameterSql {
     const [d, h, r] = [this.alias('d'), this.alias('h'), this.alias('r')];
     return `SELECT ${r}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, s)}) ${d} OFFSET 0) ${d}
       CROSS JOIN LATERAL (SELECT DISTINCT target_id FROM ${this.s}.search_references ${h}
-         WHERE ${h}.seq = ${d}.seq AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${type}
+         WHERE ${h}.seq = ${d}.seq AND ${this.paramIs(h, s, param)} AND ${h}.target_type = ${type}
            AND ${h}.target_id IS NOT NULL OFFSET 0) ${h}
       ${this.byId(type, `${h}.target_id`, r)}`;
   }
@@ -266,14 +257,14 @@ export class SearchSql extends ParameterSql {
   private chain(code: string, types: readonly string[], inner: SearchFilter, level: Level): string {
     if (types.length === 0) return 'false';
     const f = this.alias('f');
-    const codeParam = this.text(code);
+    const codeIs = this.paramIs(f, level.type, code);
     return types
       .map((type) => {
         const t = this.text(type);
         const r = this.alias('r');
         const where = this.test(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
         return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${f} ${this.byId(t, `${f}.target_id`, r)}
-           WHERE ${f}.seq = ${level.seq} AND ${f}.param = ${codeParam} AND ${f}.target_type = ${t}
+           WHERE ${f}.seq = ${level.seq} AND ${codeIs} AND ${f}.target_type = ${t}
              AND (${where}) OFFSET 0)`;
       })
       .join(' OR ');
@@ -290,8 +281,7 @@ export class SearchSql extends ParameterSql {
     const where = this.test(inner, { seq: `${h}.seq`, id: r ? `${r}.id` : 'NULL', type: t });
     return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${h}
         ${r ? `JOIN ${this.s}.resources ${r} ON ${r}.seq = ${h}.seq` : ''}
-       WHERE ${h}.project_id = ${this.project} AND ${h}.resource_type = ${t}
-         AND ${h}.param = ${this.text(param)} AND ${h}.target_type = ${level.type}
+       WHERE ${this.paramIs(h, t, param)} AND ${h}.target_type = ${level.type}
          AND ${h}.target_id = ${level.id} AND (${where}) OFFSET 0)`;
   }
 

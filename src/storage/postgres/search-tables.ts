@@ -1,7 +1,8 @@
 /*
  * The search index tables of the PostgreSQL store: one per value kind, a row per value a search
  * parameter sees in a current, live version (`ResourceIndexer` entries), keyed by the version's
- * `seq`, with its project, type and parameter code. Rows are written in the version's transaction
+ * `seq` and by `key`, a small integer naming its project, type and parameter code (a row of
+ * `search_keys`, whose numbers are never reused). Rows are written in the version's transaction
  * and deleted when a newer version or a tombstone supersedes it, so every row is searchable as is
  * (no join on the version's state). A composite's elements are rows of the tables of their
  * components: `elem` numbers the element within the version, `comp` the component; plain values
@@ -73,24 +74,18 @@ export const INDEX_COLUMNS: Record<IndexTable, [name: string, type: string][]> =
   search_uris: [['value', 'text']],
 };
 
-/** The columns added after migration 8 (by the migration of that number). */
-const LATER_COLUMNS: Readonly<Record<string, number>> = { hlo: 9, hhi: 9, system_full: 11, value_full: 11 };
-
-/** Migration 8's B-tree lookup index of each table (after `project_id, resource_type, param`). */
-const LOOKUP_8: Partial<Record<IndexTable, string>> = {
+/**
+ * The lookup index of each table after `key` (migration 14): token rows are found by value and
+ * system with their `seq`, all plain columns (a `system|code` lookup and its count read the index
+ * alone); the string and uri keys end at the value's first {@link KEY_CHARS} characters, without
+ * `seq` (an expression key never serves an index-only scan, and without `seq` the rows of one
+ * value share one deduplicated entry); dates have the GiST index of {@link dateBoxSql}.
+ */
+const LOOKUP: Record<Exclude<IndexTable, 'search_dates'>, string> = {
+  search_tokens: 'value, system, seq',
+  search_strings: `left(norm, ${KEY_CHARS})`,
   search_numbers: 'lo, hi',
   search_references: 'target_id, target_type, seq',
-};
-
-/**
- * Migration 9's lookup indexes, in place of migration 8's on these tables: dates have the GiST
- * index of {@link dateBoxSql}; the text keys end at the value, without `seq` (an expression key
- * never serves an index-only scan, and without `seq` the rows of one value share one
- * deduplicated entry, a smaller index to write).
- */
-const LOOKUP_9: Partial<Record<IndexTable, string>> = {
-  search_tokens: `left(value, ${KEY_CHARS})`,
-  search_strings: `left(norm, ${KEY_CHARS})`,
   search_uris: `left(value, ${KEY_CHARS})`,
 };
 
@@ -107,64 +102,16 @@ export const HULL_LIMIT = 1e16;
 export const clampHull = (x: number): number => Math.max(-HULL_LIMIT, Math.min(HULL_LIMIT, x));
 
 /**
- * The GiST key of a date row, or of a query on one (`key` the SQL of its project, type and code
- * as text; `lo`, `hi` SQL numbers): a box one unit wide whose x is a hash of the key and whose y
- * spans the hull. A hash collision (or a neighbouring hash) only adds candidates, which the
- * equality on the row's project, type and code then drops. The unit width matters: the GiST
- * chooses a page by the growth of its area, and a box of no width has no area whatever its span,
- * so migration 9's degenerate boxes were placed without regard to their dates (a month's lookup
- * read 1,900 index pages at 1M resources; 60 with the width, see docs/performance.md).
+ * The GiST key of a date row, or of a query on one (`key` the SQL of its `search_keys` number;
+ * `lo`, `hi` SQL numbers): a box one unit wide at x = twice the key, whose y spans the hull, so
+ * that the boxes of two keys never touch. The unit width matters: the GiST chooses a page by the
+ * growth of its area, and a box of no width has no area whatever its span, so migration 9's
+ * degenerate boxes were placed without regard to their dates (a month's lookup read 1,900 index
+ * pages at 1M resources; 60 with the width, see docs/performance.md).
  */
 export function dateBoxSql(key: string, lo: string, hi: string): string {
-  const x = `hashtext(${key})::float8`;
+  const x = `(${key})::float8 * 2`;
   return `box(point(${x}, ${lo}), point(${x} + 1, ${hi}))`;
-}
-
-/** The key {@link dateBoxSql} hashes, from SQL text expressions. */
-export const dateKeySql = (project: string, type: string, param: string): string =>
-  `${project} || chr(1) || ${type} || chr(1) || ${param}`;
-
-/**
- * Migration 9: hull columns on `search_dates` and its GiST index in place of the B-tree one, and
- * the text lookup indexes without `seq` (the tables are refilled by `syncSearchIndex`: the
- * migration forgets the indexer's fingerprint).
- */
-export function searchTableStatements9(s: string): string[] {
-  return [
-    `ALTER TABLE ${s}.search_dates ADD COLUMN IF NOT EXISTS hlo float8`,
-    `ALTER TABLE ${s}.search_dates ADD COLUMN IF NOT EXISTS hhi float8`,
-    `DROP INDEX IF EXISTS ${s}.search_dates_lookup`,
-    // (Its GiST index, `search_dates_box`, is migration 11's `search_dates_span` now.)
-    ...Object.entries(LOOKUP_9).flatMap(([table, key]) => [
-      `DROP INDEX IF EXISTS ${s}.${table}_lookup`,
-      // Migration 11 replaces the token one.
-      ...(table === 'search_tokens'
-        ? []
-        : [
-            `CREATE INDEX IF NOT EXISTS ${table}_value ON ${s}.${table} (project_id, resource_type, param, ${key})`,
-          ]),
-    ]),
-  ];
-}
-
-/**
- * Migration 11: the date GiST index on boxes of unit width ({@link dateBoxSql}); token rows keep `system` and `value` as B-tree keys ({@link tokenKey}, the whole
- * text beside them only when longer), and one lookup index ends at value, system and `seq`, all
- * plain columns: a `system|code` lookup, and its count, is an index-only scan (no heap visit per
- * row to check the system or read the `seq`). The rows are rebuilt (`migrate` forgets the
- * fingerprint), and without `_lastUpdated` date rows (the `resources` row's `lu` answers it).
- */
-export function searchTableStatements11(s: string): string[] {
-  return [
-    `ALTER TABLE ${s}.search_tokens ADD COLUMN IF NOT EXISTS system_full text COLLATE "C"`,
-    `ALTER TABLE ${s}.search_tokens ADD COLUMN IF NOT EXISTS value_full text COLLATE "C"`,
-    `DROP INDEX IF EXISTS ${s}.search_tokens_value`,
-    `CREATE INDEX IF NOT EXISTS search_tokens_key
-      ON ${s}.search_tokens (project_id, resource_type, param, value, system, seq)`,
-    `DROP INDEX IF EXISTS ${s}.search_dates_box`,
-    `CREATE INDEX IF NOT EXISTS search_dates_span ON ${s}.search_dates USING gist
-      (${dateBoxSql(dateKeySql('project_id', 'resource_type', 'param'), 'hlo', 'hhi')})`,
-  ];
 }
 
 /**
@@ -180,36 +127,53 @@ export function tokenKey(text: string): [key: string, full: string | null] {
   return [`${chars.slice(0, KEY_CHARS).join('')}\u0001`, text];
 }
 
-/** Migration 8: the index tables and `search_index_state` (the indexer's fingerprint). */
-export function searchTableStatements(s: string): string[] {
-  const id = 'text COLLATE "C" NOT NULL';
+/**
+ * The index tables' DDL. Migration 8 created them keyed by project id, type and parameter code as
+ * texts in every row, and migrations 9 and 11 reshaped their indexes; migration 14 drops them (the
+ * rows are rebuilt from the versions by `syncSearchIndex`, see schema.ts `migrate`) and creates
+ * them keyed by `search_keys` numbers: a lookup index entry shrinks from about 60 bytes of key
+ * texts to 4 (docs/performance.md, "Search on PostgreSQL"). `search_index_state` holds the
+ * indexer's fingerprint. `current`: migration 14 is applied already, and the statements only
+ * create what is missing.
+ */
+export function searchTableStatements(s: string, current: boolean): string[] {
+  const name = 'text COLLATE "C" NOT NULL';
   const out = [
     `CREATE TABLE IF NOT EXISTS ${s}.search_index_state (
       singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
       fingerprint text NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS ${s}.search_keys (
+      key integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      project_id ${name}, resource_type ${name}, param ${name})`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS search_keys_name ON ${s}.search_keys (project_id, resource_type, param)`,
   ];
   for (const table of INDEX_TABLES) {
-    // Migration 8's columns (later ones add the rest).
-    const columns = INDEX_COLUMNS[table]
-      .filter(([name]) => LATER_COLUMNS[name] === undefined)
-      .map(([name, type]) => `${name} ${sqlType(type)}`)
-      .join(', ');
+    const columns = INDEX_COLUMNS[table].map(([name, type]) => `${name} ${sqlType(type)}`).join(', ');
+    if (!current) out.push(`DROP TABLE IF EXISTS ${s}.${table}`);
     out.push(
       `CREATE TABLE IF NOT EXISTS ${s}.${table} (
-        seq bigint NOT NULL, project_id ${id}, resource_type ${id}, param ${id},
-        elem integer, comp integer, ${columns})`,
+        seq bigint NOT NULL, key integer NOT NULL, elem integer, comp integer, ${columns})`,
       `CREATE INDEX IF NOT EXISTS ${table}_seq ON ${s}.${table} (seq)`,
+      table === 'search_dates'
+        ? `CREATE INDEX IF NOT EXISTS search_dates_span ON ${s}.search_dates USING gist
+            (${dateBoxSql('key', 'hlo', 'hhi')})`
+        : `CREATE INDEX IF NOT EXISTS ${table}_key ON ${s}.${table} (key, ${LOOKUP[table]})`,
     );
-    const lookup = LOOKUP_8[table];
-    if (lookup !== undefined) {
-      out.push(
-        `CREATE INDEX IF NOT EXISTS ${table}_lookup
-          ON ${s}.${table} (project_id, resource_type, param, ${lookup})`,
-      );
-    }
   }
   return out;
 }
+
+/**
+ * SQL of the `search_keys` number of a project's type and parameter code (SQL texts), NULL when
+ * none was ever written (so that a row test on it matches nothing).
+ */
+export const keyOfSql = (s: string, project: string, type: string, code: string): string =>
+  `(SELECT key FROM ${s}.search_keys WHERE project_id = ${project} AND resource_type = ${type} AND param = ${code})`;
+
+/** SQL of the `search_keys` numbers of a project's type and parameter codes (a SQL text array). */
+export const keysOfSql = (s: string, project: string, type: string, codes: string): string =>
+  `ARRAY(SELECT key FROM ${s}.search_keys
+           WHERE project_id = ${project} AND resource_type = ${type} AND param = ANY(${codes}))`;
 
 /** NUL, which PostgreSQL text cannot hold, as U+FFFD (search values are mapped the same way). */
 export function pgText(value: string): string;
