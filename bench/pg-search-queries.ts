@@ -30,12 +30,14 @@ export async function pgSearchQueries(
 ): Promise<PgSearchQuery[]> {
   const one = async <T>(sql: string): Promise<T> => (await db.query(sql)).rows[0] as T;
   const family = await one<{ exact: string }>(
-    `SELECT exact FROM ${s}.search_strings WHERE resource_type = 'Patient' AND param = 'family'
+    `SELECT exact FROM ${s}.search_strings
+      WHERE key = ANY(ARRAY(SELECT key FROM ${s}.search_keys WHERE resource_type = 'Patient' AND param = 'family'))
       GROUP BY exact ORDER BY count(*), exact LIMIT 1`,
   );
   const month = await one<{ start: string }>(
     `SELECT to_char(to_timestamp(percentile_disc(0.5) WITHIN GROUP (ORDER BY lo) / 1000), 'YYYY-MM') AS start
-       FROM ${s}.search_dates WHERE resource_type = 'Observation' AND param = 'date'`,
+       FROM ${s}.search_dates
+      WHERE key = ANY(ARRAY(SELECT key FROM ${s}.search_keys WHERE resource_type = 'Observation' AND param = 'date'))`,
   );
   const [y, m] = month.start.split('-').map(Number) as [number, number];
   const next = m === 12 ? `${y + 1}-01` : `${y}-${String(m + 1).padStart(2, '0')}`;

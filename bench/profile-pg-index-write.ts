@@ -52,13 +52,13 @@ const VARIANTS: Record<string, Variant> = {
   index: { open: createPostgresStorage, indexer, drop: [] },
 };
 if (values.btrees) {
-  VARIANTS['index, no lookup indexes'] = { open: createPostgresStorage, indexer, drop: ['lookup', 'value'] };
-  VARIANTS['index, no date GiST'] = { open: createPostgresStorage, indexer, drop: ['box'] };
+  VARIANTS['index, no lookup indexes'] = { open: createPostgresStorage, indexer, drop: ['key'] };
+  VARIANTS['index, no date GiST'] = { open: createPostgresStorage, indexer, drop: ['span'] };
   VARIANTS['index, no seq indexes'] = { open: createPostgresStorage, indexer, drop: ['seq'] };
   VARIANTS['index, no indexes'] = {
     open: createPostgresStorage,
     indexer,
-    drop: ['lookup', 'value', 'box', 'seq'],
+    drop: ['key', 'span', 'seq'],
   };
 }
 if (values.baseline) {
