@@ -154,6 +154,55 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       }
     });
 
+    it('numbers a project’s types and parameters in the write’s own transaction: a rollback numbers nothing, each project its own', async () => {
+      const schema = newSchema();
+      const s = quote(schema);
+      const storage = postgresStorage({ connectionString, schema });
+      const device = (id: string, model: string) => ({ resourceType: 'Device', id, modelNumber: model });
+      const keys = async (project: string) =>
+        (
+          await admin.query<{ param: string }>(
+            `SELECT param FROM ${s}.search_keys WHERE project_id = $1 AND resource_type = 'Device' ORDER BY param`,
+            [project],
+          )
+        ).rows.map((r) => r.param);
+      const models = async (project: string, q: string) => {
+        const parsed = await parseSearch('Device', new URLSearchParams(q), { storeAnswersSearch: true });
+        return (await storage.searchResources(project, 'Device', parsed.query)).resources.map((r) => r.id);
+      };
+      try {
+        await expect(
+          storage.transaction(async (tx) => {
+            await tx.createResource('p1', device('d0', 'm-0'));
+            // Its own numbers: the transaction finds what it wrote.
+            const parsed = await parseSearch('Device', new URLSearchParams('model=m-0'), {
+              storeAnswersSearch: true,
+            });
+            expect(
+              (await tx.searchResources('p1', 'Device', parsed.query)).resources.map((r) => r.id),
+            ).toEqual(['d0']);
+            throw new Error('rolled back');
+          }),
+        ).rejects.toThrow('rolled back');
+        expect(await keys('p1')).toEqual([]);
+        await storage.writeResources('p1', [{ op: 'create', resource: device('d1', 'm-1') }]);
+        await storage.writeResources('p2', [{ op: 'create', resource: device('d2', 'm-1') }]);
+        expect(await keys('p1')).toContain('model');
+        expect(await keys('p2')).toEqual(await keys('p1'));
+        expect(await models('p1', 'model=m-1')).toEqual(['d1']);
+        expect(await models('p2', 'model=m-1')).toEqual(['d2']);
+        // A parameter no row was ever written for has no number: its test matches nothing.
+        expect(await models('p1', 'udi-carrier=x')).toEqual([]);
+        expect(await models('p1', 'udi-carrier:missing=true')).toEqual(['d1']);
+        const { rows } = await admin.query<{ n: number }>(
+          `SELECT count(DISTINCT key)::int AS n FROM ${s}.search_keys WHERE resource_type = 'Device' AND param = 'model'`,
+        );
+        expect(rows[0]!.n).toBe(2);
+      } finally {
+        await storage.close();
+      }
+    });
+
     it('rebuilds the index tables on open when the indexer fingerprint changes, and after migration 8', async () => {
       const schema = newSchema();
       const s = quote(schema);
