@@ -176,7 +176,12 @@ export async function copyResourcesIn(options: {
       const keys = await searchKeyNumbers(query, s, projectId, index.pairs);
       for (const [table, rows] of index.rows) {
         const lines = text.get(table)!;
-        for (const [seq, pair, ...rest] of rows) lines.push(line([seq, keys[(pair as number) - 1], ...rest]));
+        const width = TABLES[table]!.length; // (a row leaves out its trailing NULLs; COPY needs every cell)
+        for (const [seq, pair, ...rest] of rows) {
+          const cells = [seq, keys[(pair as number) - 1], ...rest];
+          while (cells.length < width) cells.push(null);
+          lines.push(line(cells));
+        }
       }
       await flush(text);
     };

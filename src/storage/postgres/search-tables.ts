@@ -65,9 +65,9 @@ export const INDEX_COLUMNS: Record<IndexTable, [name: string, type: string][]> =
   search_references: [
     ['target_type', 'text'],
     ['target_id', 'text'],
+    ['ident', 'boolean'],
     ['url', 'text'],
     ['version', 'text'],
-    ['ident', 'boolean'],
     ['id_system', 'text'],
     ['id_value', 'text'],
   ],
