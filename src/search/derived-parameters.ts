@@ -11,11 +11,14 @@ import type { ExpressionBranch, SearchParameterDefinition, SearchRegistry } from
  *   each another parameter's only branch (Observation `code-value-concept`: `code` and
  *   `value-concept`), or the only branch of another composite with the same components
  *   (`combo-code-value-concept` on `Observation.component` is `component-code-value-concept`).
+ * - a reference restricted to a target type: its branches are other reference parameters'
+ *   branches with `.where(resolve() is T)`, one type for all (Observation `patient` is `subject`
+ *   restricted to Patient), so its values are theirs whose target type is T.
  * Only value kinds whose index rows are alike whatever their parameter qualify: tokens, strings,
- * uris, numbers and quantities. Dates are left out (a date row carries its own parameter's hull,
- * see src/storage/postgres/search-tables.ts), and so are references (chains and `_has` look their
- * rows up by parameter). `code-value-quantity` stays on its own: `value-quantity` also reads
- * `valueSampledData`, which its component does not.
+ * uris, numbers and quantities, and references restricted to a type. Dates are left out (a date
+ * row carries its own parameter's hull, see src/storage/postgres/search-tables.ts).
+ * `code-value-quantity` stays on its own: `value-quantity` also reads `valueSampledData`, which
+ * its component does not.
  */
 
 const DERIVABLE: ReadonlySet<string> = new Set(['token', 'string', 'uri', 'number', 'quantity']);
@@ -28,30 +31,71 @@ function normalize(expression: string): string {
   return text.replace(/\.as\(([A-Za-z]+)\)$/, ' as $1');
 }
 
-/** What makes two branches select the same values. */
-const branchKey = (b: ExpressionBranch): string =>
-  `${normalize(b.expression)}\u0001${b.resolveIs ?? ''}\u0001${b.valueTypes.join(',')}`;
+/** What makes two branches select the same values (`resolveIs` left out with `unrestricted`). */
+const branchKey = (b: ExpressionBranch, unrestricted = false): string =>
+  `${normalize(b.expression)}\u0001${unrestricted ? '' : (b.resolveIs ?? '')}\u0001${b.valueTypes.join(',')}`;
 
-/** The parts whose branches are, one for one, `def`'s; undefined when there are none such. */
-function unionParts(
-  def: SearchParameterDefinition,
-  stored: readonly SearchParameterDefinition[],
+/**
+ * The codes of `candidates` (widest first: the fewest parts) whose branches together are, one for
+ * one, the branches keyed `wanted`; undefined when they are not.
+ */
+function coveringParts(
+  wanted: Set<string>,
+  candidates: readonly SearchParameterDefinition[],
 ): string[] | undefined {
-  const wanted = new Set(def.branches.map(branchKey));
-  if (wanted.size !== def.branches.length || wanted.size < 2) return undefined;
   const parts: string[] = [];
-  // Widest first: the fewest parts.
-  const candidates = stored
-    .filter((p) => p.code !== def.code && p.type === def.type && p.branches.length < def.branches.length)
-    .sort((a, b) => b.branches.length - a.branches.length || a.code.localeCompare(b.code));
-  for (const part of candidates) {
-    const keys = part.branches.map(branchKey);
+  const sorted = [...candidates].sort(
+    (a, b) => b.branches.length - a.branches.length || a.code.localeCompare(b.code),
+  );
+  for (const part of sorted) {
+    const keys = part.branches.map((b) => branchKey(b));
     if (new Set(keys).size !== keys.length || !keys.every((k) => wanted.has(k))) continue;
     for (const k of keys) wanted.delete(k);
     parts.push(part.code);
     if (wanted.size === 0) return parts;
   }
   return undefined;
+}
+
+/** The parts whose branches are, one for one, `def`'s; undefined when there are none such. */
+function unionParts(
+  def: SearchParameterDefinition,
+  stored: readonly SearchParameterDefinition[],
+): string[] | undefined {
+  const wanted = new Set(def.branches.map((b) => branchKey(b)));
+  if (wanted.size !== def.branches.length || wanted.size < 2) return undefined;
+  return coveringParts(
+    wanted,
+    stored.filter(
+      (p) => p.code !== def.code && p.type === def.type && p.branches.length < def.branches.length,
+    ),
+  );
+}
+
+/**
+ * A reference parameter whose every branch is `X.where(resolve() is T)`, one T for all, as the
+ * unrestricted reference parameters whose branches are, one for one, those `X`, and T.
+ */
+function restriction(
+  def: SearchParameterDefinition,
+  stored: readonly SearchParameterDefinition[],
+): { parts: string[]; targetType: string } | undefined {
+  const targetType = def.branches[0]?.resolveIs;
+  if (def.type !== 'reference' || targetType === undefined) return undefined;
+  if (def.branches.some((b) => b.resolveIs !== targetType)) return undefined;
+  const wanted = new Set(def.branches.map((b) => branchKey(b, true)));
+  if (wanted.size !== def.branches.length) return undefined;
+  const parts = coveringParts(
+    wanted,
+    stored.filter(
+      (p) =>
+        p.code !== def.code &&
+        p.type === 'reference' &&
+        p.branches.length <= def.branches.length &&
+        p.branches.every((b) => b.resolveIs === undefined),
+    ),
+  );
+  return parts && { parts, targetType };
 }
 
 /** The alternatives of a composite `def`; undefined when one of its branches has no equivalent. */
@@ -116,6 +160,9 @@ export function derivedParameters(
     } else if (DERIVABLE.has(def.type)) {
       const parts = unionParts(def, stored());
       if (parts) out.set(def.code, { kind: 'union', parts });
+    } else {
+      const restricted = restriction(def, stored());
+      if (restricted) out.set(def.code, { kind: 'union', ...restricted });
     }
   }
   return out;

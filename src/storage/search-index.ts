@@ -42,13 +42,15 @@ export interface ResourceIndexer {
  * A search parameter answered from others of the same type:
  * - `union`: its values are those of `parts` together (R4 `combo-code` is `code` and
  *   `component-code`), so a value test, `:not`, `:missing` and a sort read the parts' values;
+ *   with `targetType`, only their references to that type (R4 Observation `patient` is `subject`
+ *   restricted to Patient: `Observation.subject.where(resolve() is Patient)`);
  * - `composite`: its elements are those of `alternatives` together, each either the resource
  *   itself with one component per parameter of `and` (R4 `code-value-concept` on an Observation is
  *   its `code` and its `value-concept`), or the elements of another composite parameter with the
  *   same components (`combo-code-value-concept`'s components are `component-code-value-concept`'s).
  */
 export type DerivedParameter =
-  | { readonly kind: 'union'; readonly parts: readonly string[] }
+  | { readonly kind: 'union'; readonly parts: readonly string[]; readonly targetType?: string }
   | {
       readonly kind: 'composite';
       readonly alternatives: readonly (

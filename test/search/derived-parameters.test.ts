@@ -5,7 +5,7 @@ import { derivedParameters } from '../../src/search/derived-parameters.js';
 import { loadR4Indexer } from '../../src/search/index-resource.js';
 
 describe('derivedParameters (R4)', () => {
-  it('finds the Observation unions and composites whose values are other parameters', async () => {
+  it('finds the Observation unions, restrictions and composites whose values are other parameters', async () => {
     const registry = await loadSearchRegistry();
     const observation = Object.fromEntries(derivedParameters(registry, 'Observation'));
     expect(observation).toEqual({
@@ -16,6 +16,7 @@ describe('derivedParameters (R4)', () => {
         kind: 'union',
         parts: ['component-data-absent-reason', 'data-absent-reason'],
       },
+      patient: { kind: 'union', parts: ['subject'], targetType: 'Patient' },
       'code-value-concept': { kind: 'composite', alternatives: [{ and: ['code', 'value-concept'] }] },
       'combo-code-value-concept': {
         kind: 'composite',
@@ -36,10 +37,16 @@ describe('derivedParameters (R4)', () => {
       'code-value-date',
     ])
       expect(observation.has(code)).toBe(false);
-    // No other R4 type has any; every part is a parameter of the type that is not derived itself.
+    // The other R4 types have reference restrictions only (`patient`, `practitioner`, `location`
+    // of a wider reference); every part is a parameter of the type that is not derived itself.
+    const restrictions: string[] = [];
     for (const type of R4_RESOURCE_TYPES) {
       const derived = derivedParameters(registry, type);
-      if (type !== 'Observation') expect([...derived.keys()]).toEqual([]);
+      for (const [code, d] of derived) {
+        if (type === 'Observation') continue;
+        expect(d.kind === 'union' && d.targetType !== undefined, `${type} ${code}`).toBe(true);
+        restrictions.push(`${type}.${code}`);
+      }
       for (const d of derived.values()) {
         const parts =
           d.kind === 'union' ? d.parts : d.alternatives.flatMap((a) => ('and' in a ? a.and : [a.composite]));
@@ -49,6 +56,18 @@ describe('derivedParameters (R4)', () => {
         }
       }
     }
+    expect(restrictions).toEqual(
+      expect.arrayContaining([
+        'Condition.patient',
+        'Encounter.patient',
+        'Encounter.practitioner',
+        'AuditEvent.patient',
+      ]),
+    );
+    expect(restrictions.length).toBe(47);
+    // A reference of its own element is no restriction: Immunization.patient, Claim.patient.
+    expect(derivedParameters(registry, 'Immunization').has('patient')).toBe(false);
+    expect(derivedParameters(registry, 'Claim').has('patient')).toBe(false);
   });
 
   it('is what the R4 indexer reports', async () => {

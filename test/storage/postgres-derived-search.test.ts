@@ -9,8 +9,8 @@ import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg
 /*
  * PostgreSQL keeps no index rows for the parameters the R4 indexer derives from others
  * (`combo-code` = `code` | `component-code`, `code-value-concept` = `code` and `value-concept` on
- * the Observation itself, …) and answers them from their parts, as the memory store answers them
- * from the resources.
+ * the Observation itself, `patient` = `subject` restricted to Patient, …) and answers them from
+ * their parts, as the memory store answers them from the resources.
  */
 
 /** The R4 Observation parameters derived from others (src/search/derived-parameters.ts). */
@@ -40,11 +40,26 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         ...(text ? { text } : {}),
       });
       const resources = [
-        { id: 'qty', code: loinc('a'), valueQuantity: { value: 5, unit: 'mg' } },
-        { id: 'concept', code: loinc('b'), valueCodeableConcept: loinc('yes', 'Yes') },
-        { id: 'nocode', valueQuantity: { value: 7 } },
+        {
+          id: 'qty',
+          code: loinc('a'),
+          valueQuantity: { value: 5, unit: 'mg' },
+          subject: { reference: 'Patient/p1' },
+        },
+        {
+          id: 'concept',
+          code: loinc('b'),
+          valueCodeableConcept: loinc('yes', 'Yes'),
+          subject: { reference: 'Group/g1' },
+        },
+        {
+          id: 'nocode',
+          valueQuantity: { value: 7 },
+          subject: { type: 'Patient', identifier: { system: 'urn:s', value: 'x' } },
+        },
         {
           id: 'parts',
+          subject: { reference: 'http://other.org/fhir/Patient/p2' },
           code: loinc('c'),
           component: [
             { code: loinc('d'), valueQuantity: { value: 1 } },
@@ -77,12 +92,27 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         'combo-code-value-concept=b$yes,c$yes',
         'combo-code-value-concept:missing=true',
         'status=final&combo-code=c',
+        // `patient` is `subject` restricted to Patient.
+        'patient=p1',
+        'patient=Patient/p2',
+        'patient=http://other.org/fhir/Patient/p2',
+        'patient=g1',
+        'subject=Group/g1',
+        'patient:missing=true',
+        'patient:missing=false',
+        'patient:identifier=urn:s|x',
       ];
       const memory = memoryStorage({ indexer: r4SearchIndexer });
       let storage = postgresStorage({ connectionString, schema });
       try {
-        await memory.writeResources('p1', resources);
-        await storage.writeResources('p1', resources);
+        const patients = [
+          { id: 'p1', name: [{ family: 'Smith' }] },
+          { id: 'p2', name: [{ family: 'Jones' }] },
+        ].map((r) => ({ op: 'create' as const, resource: { resourceType: 'Patient', ...r } }));
+        for (const store of [memory, storage]) {
+          await store.writeResources('p1', resources);
+          await store.writeResources('p1', patients);
+        }
         const ids = async (store: Storage, q: string, sort = '_id') => {
           const params = new URLSearchParams(`${q}&_sort=${sort}`);
           // The memory store tests what its index cannot answer with the predicate.
@@ -95,6 +125,7 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
           await ids(store, 'status=final', 'combo-code,_id'),
           await ids(store, 'status=final', '-combo-code,_id'),
           await ids(store, 'status=final', 'combo-value-quantity,_id'),
+          await ids(store, 'status=final', '-patient,_id'),
         ];
         const expected = await answers(memory);
         expect(expected.slice(0, 3)).toEqual([
@@ -103,6 +134,29 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
           ['concept', 'nocode', 'none', 'parts'],
         ]);
         expect(await answers(storage)).toEqual(expected);
+        expect(expected.slice(queries.indexOf('patient=p1'), queries.indexOf('patient=p1') + 4)).toEqual([
+          ['qty'],
+          ['parts'],
+          ['parts'],
+          [],
+        ]);
+        // Chains through a restriction, both ways (the memory store leaves chains to the FHIR layer).
+        const pgIds = async (type: string, q: string) => {
+          const parsed = await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true });
+          return (await storage.searchResources('p1', type, parsed.query)).resources.map((r) => r.id).sort();
+        };
+        expect(await pgIds('Observation', 'patient.name=smith')).toEqual(['qty']);
+        for (const name of ['smith', 'jones', 'smith,jones'])
+          expect(await pgIds('Observation', `patient:Patient.name=${name}`)).toEqual(
+            await pgIds('Observation', `subject:Patient.name=${name}`),
+          );
+        expect(await pgIds('Patient', '_has:Observation:patient:code=a')).toEqual(['p1']);
+        expect(await pgIds('Patient', '_has:Observation:patient:code=b,c')).toEqual(['p2']);
+        const { rows: referenceRows } = await admin.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${s}.search_references t JOIN ${s}.search_keys k USING (key)
+            WHERE k.param = 'patient'`,
+        );
+        expect(referenceRows[0]!.n).toBe(0);
         const derivedRows = async () =>
           (
             await admin.query<{ n: number }>(

@@ -76,13 +76,17 @@ export abstract class ParameterSql extends ValueSql {
 
   /**
    * The test that a row `a` holds a value of `code` on `type` in the project: its own rows, or its
-   * union's parts' (by their `search_keys` numbers).
+   * union's parts' (by their `search_keys` numbers), of its target type when it is restricted to
+   * one (a reference row).
    */
   paramIs(a: string, type: string, code: string): string {
     const derived = this.derivedOf(type, code);
-    return derived?.kind === 'union'
-      ? `${a}.key = ANY(${keysOfSql(this.s, this.project, type, `${this.param(derived.parts)}::text[]`)})`
-      : `${a}.key = ${keyOfSql(this.s, this.project, type, this.text(code))}`;
+    if (derived?.kind !== 'union')
+      return `${a}.key = ${keyOfSql(this.s, this.project, type, this.text(code))}`;
+    const parts = `${a}.key = ANY(${keysOfSql(this.s, this.project, type, `${this.param(derived.parts)}::text[]`)})`;
+    return derived.targetType === undefined
+      ? parts
+      : `${parts} AND ${a}.target_type = ${this.text(derived.targetType)}`;
   }
 
   /**
