@@ -6,9 +6,12 @@
  * the schema is created; with `--btrees`), and, with `--baseline DIR` (an earlier commit's tree,
  * e.g. `git archive <ref> | tar -x -C DIR` with `node_modules` linked), by that tree's store
  * without and with its indexer, all in turns (`--reps`, the order rotating); prints the medians
- * of resources/s and each over the store without index, then the index rows written per resource
- * and table. A diagnostic: a table without its indexes answers no search. Uses
- * `FPK_BENCH_POSTGRES_URL` (else `FPK_TEST_POSTGRES_URL`).
+ * of resources/s and each over the store without index, the write-ahead log each wrote per
+ * resource (`pg_current_wal_lsn` before and after the timed writes, a `CHECKPOINT` first when the
+ * role may, so that every variant starts alike), then the index rows written per resource and
+ * table. A baseline tree without the R4 indexer (before issue 30) has its store without index
+ * only. A diagnostic: a table without its indexes answers no search. Uses `FPK_BENCH_POSTGRES_URL`
+ * (else `FPK_TEST_POSTGRES_URL`).
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
@@ -66,19 +69,23 @@ if (values.baseline) {
   const store = (await import(path.join(dir, 'src/storage/postgres/postgres-storage.ts'))) as {
     createPostgresStorage: Open;
   };
-  const search = (await import(path.join(dir, 'src/search/index-resource.ts'))) as {
-    loadR4Indexer: typeof loadR4Indexer;
-  };
+  const search = (await import(path.join(dir, 'src/search/index-resource.ts')).catch(() => undefined)) as
+    { loadR4Indexer: typeof loadR4Indexer } | undefined;
   VARIANTS['baseline: no index'] = { open: store.createPostgresStorage, drop: [] };
-  VARIANTS['baseline: index'] = {
-    open: store.createPostgresStorage,
-    indexer: await search.loadR4Indexer(),
-    drop: [],
-  };
+  if (search) {
+    VARIANTS['baseline: index'] = {
+      open: store.createPostgresStorage,
+      indexer: await search.loadR4Indexer(),
+      drop: [],
+    };
+  }
 }
 const names = Object.keys(VARIANTS);
 const rates = new Map<string, number[]>(names.map((n) => [n, []]));
+const walBytes = new Map<string, number[]>(names.map((n) => [n, []]));
 const rows = new Map<string, number>();
+const walLsn = async (): Promise<string> =>
+  (await admin.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!.lsn;
 for (let rep = 0; rep < Number(values.reps); rep++) {
   const order = names.map((_, i) => names[(i + rep) % names.length]!);
   for (const name of order) {
@@ -96,6 +103,8 @@ for (let rep = 0; rep < Number(values.reps); rep++) {
         for (const suffix of variant.drop)
           await admin.query(`DROP INDEX IF EXISTS "${schema}".${table}_${suffix}`);
       }
+      await admin.query('CHECKPOINT').catch(() => undefined);
+      const walBefore = await walLsn();
       const start = now();
       for (const batch of batches) {
         await storage.writeResources(
@@ -104,6 +113,11 @@ for (let rep = 0; rep < Number(values.reps); rep++) {
         );
       }
       rates.get(name)!.push((total / (now() - start)) * 1000);
+      const { rows: wal } = await admin.query<{ bytes: string }>(
+        'SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::text AS bytes',
+        [walBefore],
+      );
+      walBytes.get(name)!.push(Number(wal[0]!.bytes) / total);
       if (name === 'index' && rep === 0) {
         for (const table of INDEX_TABLES) {
           const { rows: r } = await admin.query<{ n: number }>(
@@ -121,12 +135,15 @@ for (let rep = 0; rep < Number(values.reps); rep++) {
 await admin.end();
 const base = median(rates.get('no index')!);
 console.log(`PostgreSQL writeResources, ${total} resources, median of ${values.reps} turns`);
-console.log("| variant | resources/s | slowdown over its tree's store without index |");
-console.log('|---|---:|---:|');
+console.log(
+  "| variant | resources/s | slowdown over its tree's store without index | WAL bytes per resource |",
+);
+console.log('|---|---:|---:|---:|');
 for (const name of names) {
   const rate = median(rates.get(name)!);
   const own = name.startsWith('baseline') ? median(rates.get('baseline: no index')!) : base;
-  console.log(`| ${name} | ${Math.round(rate)} | ${(own / rate).toFixed(2)}x |`);
+  const wal = Math.round(median(walBytes.get(name)!));
+  console.log(`| ${name} | ${Math.round(rate)} | ${(own / rate).toFixed(2)}x | ${wal} |`);
 }
 console.log(
   `index rows per resource: ${[...rows].map(([t, n]) => `${t} ${n.toFixed(2)}`).join(', ')}; ` +
