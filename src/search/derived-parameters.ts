@@ -10,7 +10,8 @@ import type { ExpressionBranch, SearchParameterDefinition, SearchRegistry } from
  * - a composite: each branch of its base is either the resource itself, whose components are then
  *   each another parameter's only branch (Observation `code-value-concept`: `code` and
  *   `value-concept`), or the only branch of another composite with the same components
- *   (`combo-code-value-concept` on `Observation.component` is `component-code-value-concept`).
+ *   (`combo-code-value-concept` on `Observation.component` is `component-code-value-concept`;
+ *   `combo-code-value-quantity` on the Observation itself is `code-value-quantity`).
  * - a reference restricted to a target type: its branches are other reference parameters'
  *   branches with `.where(resolve() is T)`, one type for all (Observation `patient` is `subject`
  *   restricted to Patient), so its values are theirs whose target type is T.
@@ -116,17 +117,17 @@ function compositeAlternatives(
   for (const branch of def.branches) {
     const base = normalize(branch.expression);
     if (base === def.resourceType) {
-      const and: string[] = [];
-      for (const component of def.components) {
+      const and = def.components.map((component) => {
         const key = `${def.resourceType}.${normalize(component.expression)}\u0001\u0001${component.valueTypes.join(',')}`;
-        const part = stored.find(
+        return stored.find(
           (p) => p.type === component.type && p.branches.length === 1 && branchKey(p.branches[0]!) === key,
-        );
-        if (!part) return undefined;
-        and.push(part.code);
+        )?.code;
+      });
+      if (and.every((code) => code !== undefined)) {
+        alternatives.push({ and });
+        continue;
       }
-      alternatives.push({ and });
-      continue;
+      // Else another composite on the resource itself with the same components, as for any base.
     }
     const other = stored.find(
       (p) =>

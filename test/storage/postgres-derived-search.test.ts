@@ -21,6 +21,7 @@ const DERIVED = [
   'combo-data-absent-reason',
   'code-value-concept',
   'combo-code-value-concept',
+  'combo-code-value-quantity',
 ];
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
@@ -92,6 +93,11 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         'combo-code-value-concept=b$yes,c$yes',
         'combo-code-value-concept:missing=true',
         'status=final&combo-code=c',
+        'combo-code-value-quantity=a$5',
+        'combo-code-value-quantity=d$1,c$9',
+        'combo-code-value-quantity=http://loinc.org|d$le1|http://unitsofmeasure.org|mg',
+        'combo-code-value-quantity:missing=true',
+        'combo-code-value-quantity:missing=false',
         // `patient` is `subject` restricted to Patient.
         'patient=p1',
         'patient=Patient/p2',
