@@ -17,7 +17,12 @@ import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { allocate, storedVersion } from '../src/storage/postgres/resource-writes.js';
 import { identifierRows, quoteIdentifier } from '../src/storage/postgres/schema.js';
-import { IndexRows, indexColumnNames, searchKeyNumbers } from '../src/storage/postgres/index-rows.js';
+import {
+  IndexRows,
+  indexColumnNames,
+  keptEntries,
+  searchKeyNumbers,
+} from '../src/storage/postgres/index-rows.js';
 import { INDEX_TABLES } from '../src/storage/postgres/search-tables.js';
 import type { Query } from '../src/storage/postgres/executor.js';
 import type { ResourceIndexer } from '../src/storage/search-index.js';
@@ -166,7 +171,7 @@ export async function copyResourcesIn(options: {
         for (const patient of new Set(compartment.patientIds(stored)))
           text.get('resource_compartments')!.push(line([projectId, patient, stored.resourceType, seq]));
         if (parsed) versions.push([seq, stored.resourceType, parsed]);
-        index.add(seq, stored.resourceType, indexer.index(stored));
+        index.add(seq, stored.resourceType, keptEntries(indexer, stored));
       });
       const ids = identifierRows(versions);
       ids.keys.forEach((key, i) =>

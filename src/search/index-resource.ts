@@ -113,8 +113,18 @@ export function createResourceIndexer(
     return list;
   };
   const derived = new Map<string, ReadonlyMap<string, DerivedParameter>>();
+  const codes = new Map<string, ReadonlySet<string>>();
   return {
     fingerprint,
+    codes(resourceType: string): ReadonlySet<string> {
+      let found = codes.get(resourceType);
+      if (!found) {
+        const list = indexersOf(resourceType);
+        found = new Set(list.map((p) => p.code));
+        if (list.length > 0) codes.set(resourceType, found);
+      }
+      return found;
+    },
     derived(resourceType: string): ReadonlyMap<string, DerivedParameter> {
       let found = derived.get(resourceType);
       if (!found) {

@@ -36,6 +36,12 @@ export interface ResourceIndexer {
    * none for them and answer them from their parts. Omitted: every parameter stands alone.
    */
   derived?(resourceType: string): ReadonlyMap<string, DerivedParameter>;
+  /**
+   * Every code `index` can answer for `resourceType` (its indexed parameters), so that a store
+   * keeping none for the derived ones can ask for the others only. Omitted: not known (the store
+   * asks for all).
+   */
+  codes?(resourceType: string): ReadonlySet<string>;
 }
 
 /**

@@ -3,6 +3,7 @@ import { R4_RESOURCE_TYPES } from '../../src/common/resource-types.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { derivedParameters } from '../../src/search/derived-parameters.js';
 import { loadR4Indexer } from '../../src/search/index-resource.js';
+import { keptEntries } from '../../src/storage/postgres/index-rows.js';
 
 describe('derivedParameters (R4)', () => {
   it('finds the Observation unions, restrictions and composites whose values are other parameters', async () => {
@@ -76,5 +77,33 @@ describe('derivedParameters (R4)', () => {
       [...derivedParameters(await loadSearchRegistry(), 'Observation').keys()].sort(),
     );
     expect(indexer.derived!('Patient').size).toBe(0);
+  });
+
+  it('lets PostgreSQL ask the indexer for the parameters it keeps rows of only', async () => {
+    const indexer = await loadR4Indexer();
+    const observation = {
+      resourceType: 'Observation',
+      id: 'o',
+      status: 'final',
+      code: { coding: [{ system: 'http://loinc.org', code: '2345-7' }] },
+      subject: { reference: 'Patient/p' },
+      valueQuantity: { value: 5, system: 'http://unitsofmeasure.org', code: 'mg' },
+      component: [{ code: { coding: [{ code: 'c' }] }, valueCodeableConcept: { coding: [{ code: 'v' }] } }],
+    };
+    const all = indexer.index(observation);
+    const kept = keptEntries(indexer, observation);
+    const derived = indexer.derived!('Observation');
+    for (const code of ['combo-code', 'patient', 'combo-code-value-quantity', 'code-value-quantity'])
+      expect(all[code], code).toBeDefined();
+    expect(Object.keys(kept).sort()).toEqual(
+      Object.keys(all)
+        .filter((c) => !derived.has(c))
+        .sort(),
+    );
+    for (const code of Object.keys(kept)) expect(kept[code]).toEqual(all[code]);
+    expect(indexer.codes!('Observation').has('combo-code')).toBe(true);
+    // A type without derived parameters: everything, as `index` answers.
+    const patient = { resourceType: 'Patient', id: 'p', name: [{ family: 'Smith' }], gender: 'female' };
+    expect(keptEntries(indexer, patient)).toEqual(indexer.index(patient));
   });
 });

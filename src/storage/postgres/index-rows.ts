@@ -1,5 +1,6 @@
 import type { CompositeIndexValue, IndexValue, TokenIndexValue } from '../index-values.js';
 import type { ResourceIndexEntries, ResourceIndexer } from '../search-index.js';
+import type { FhirResource } from '../types.js';
 import type { Query } from './executor.js';
 import {
   clampHull,
@@ -59,6 +60,28 @@ function widen(hull: [number, number] | undefined, a: number, b: number): [numbe
 
 /** A text cell: NULL, or the text as PostgreSQL can hold it ({@link pgText}). */
 const textCell = (x: string | undefined): string | null => (x === undefined ? null : pgText(x));
+
+/** Per indexer and type: the codes whose rows are kept (not derived), when the indexer lists its codes. */
+const KEPT_CODES = new WeakMap<ResourceIndexer, Map<string, ReadonlySet<string> | undefined>>();
+
+/**
+ * The index entries of `resource` whose rows are kept: the indexer computes none of the derived
+ * parameters (`ResourceIndexer.derived`) when it can list its codes (`codes`); else all, and
+ * {@link IndexRows} drops the derived ones.
+ */
+export function keptEntries(indexer: ResourceIndexer, resource: FhirResource): ResourceIndexEntries {
+  let byType = KEPT_CODES.get(indexer);
+  if (!byType) KEPT_CODES.set(indexer, (byType = new Map<string, ReadonlySet<string> | undefined>()));
+  const type = resource.resourceType;
+  let kept = byType.get(type);
+  if (!byType.has(type)) {
+    const all = indexer.codes?.(type);
+    const derived = indexer.derived?.(type);
+    kept = all && derived && derived.size > 0 ? new Set([...all].filter((c) => !derived.has(c))) : undefined;
+    if (all && all.size > 0) byType.set(type, kept); // Known types only: a bounded cache.
+  }
+  return indexer.index(resource, kept);
+}
 
 /**
  * The rows of a batch, per table, each row its cells in {@link indexColumnNames} order, with the

@@ -17,7 +17,7 @@ import {
 import type { Query } from './executor.js';
 import { identifierRows } from './schema.js';
 import type { ResourceIndexer } from '../search-index.js';
-import { IndexRows, insertIndexRows } from './index-rows.js';
+import { IndexRows, insertIndexRows, keptEntries } from './index-rows.js';
 import { deleteIndexRowsCtes } from './search-tables.js';
 
 /** `checkId`, plus what PostgreSQL text cannot hold: a NUL character. */
@@ -293,7 +293,8 @@ export async function applyResourceWrites(
       if (indexer) {
         rows = new IndexRows(indexer);
         for (const v of versions) {
-          if (v.stored && v.superseded === null) rows.add(v.seq, v.resourceType, indexer.index(v.stored));
+          if (v.stored && v.superseded === null)
+            rows.add(v.seq, v.resourceType, keptEntries(indexer, v.stored));
         }
       }
     } finally {

@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from 'pg';
 import { indexerGetter, type IndexerOption, type ResourceIndexer } from '../search-index.js';
 import type { FhirResource } from '../types.js';
 import type { Query } from './executor.js';
-import { IndexRows, insertIndexRows } from './index-rows.js';
+import { IndexRows, insertIndexRows, keptEntries } from './index-rows.js';
 import { beginSchemaLocked, forEachLiveSlice, quoteIdentifier } from './schema.js';
 import { INDEX_TABLES } from './search-tables.js';
 
@@ -89,7 +89,7 @@ async function reindexAll(client: PoolClient, s: string, indexer: ResourceIndexe
     for (const row of rows) {
       let set = byProject.get(row.project_id);
       if (!set) byProject.set(row.project_id, (set = new IndexRows(indexer)));
-      set.add(row.seq, row.resource_type, indexer.index(JSON.parse(row.body) as FhirResource));
+      set.add(row.seq, row.resource_type, keptEntries(indexer, JSON.parse(row.body) as FhirResource));
     }
     for (const [projectId, set] of byProject) await insertIndexRows(query, s, projectId, set);
   });
