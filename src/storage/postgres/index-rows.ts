@@ -250,7 +250,7 @@ const LONE_SURROGATE = /((?:^|[^\\])(?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}/g;
  * (the `body` column's text, and a search value's), so the index rows are made to say the same.
  */
 export function wellFormedJson(json: string): string {
-  // (`JSON.stringify` writes its escapes in lower case; the search for the text is cheaper than the expression's.)
+  // `JSON.stringify` writes its escapes in lower case: a plain text search first (cheaper).
   if (!json.includes('\\ud') || !/\\u[dD][89a-fA-F]/.test(json)) return json;
   // Twice: a match consumes the character before the escape, so adjacent escapes need a second pass.
   const once = json.replace(LONE_SURROGATE, '$1\\ufffd');
