@@ -129,6 +129,26 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
       await rejectsWith(storage.readResource('p1', 'Patient', 'exists'), NOT_FOUND);
     });
 
+    it('stores any text exactly, answers copies, and writes resourceType and id first', async () => {
+      const texts = ['"quoted" \\ back\\slash', 'Zoë Ñúñez 日本語 😀', '{"not":"json"}', ''];
+      const input = { resourceType: 'Patient', active: true, name: [{ given: [...texts] }] };
+      const results = await storage.writeResources('p1', [
+        { op: 'create', resource: { resourceType: 'Patient', id: 'gone' } },
+        { op: 'create', resource: input },
+        { op: 'delete', resourceType: 'Patient', id: 'gone' },
+        { op: 'create', resource: { ...input, id: 'second', meta: { source: 's' }, gender: 'other' } },
+      ]);
+      input.name[0]!.given[0] = 'changed';
+      const [first, second] = [results[1]!.resource!, results[3]!.resource!];
+      expect(first.name).toEqual([{ given: texts }]);
+      for (const r of [first, second]) {
+        expect(Object.keys(r).slice(0, 2)).toEqual(['resourceType', 'id']);
+        expect(await storage.readResource('p1', 'Patient', r.id)).toEqual(r);
+      }
+      expect(second).toMatchObject({ meta: { source: 's' }, gender: 'other' });
+      await rejectsWith(storage.readResource('p1', 'Patient', 'gone'), NOT_FOUND);
+    });
+
     it('never loses a write under concurrent ifMatch updates', async () => {
       await storage.createResource('p1', { resourceType: 'Basic', id: 'counter', count: 0 });
       const worker = async (increments: number) => {

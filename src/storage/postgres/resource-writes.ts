@@ -58,16 +58,20 @@ function key(resourceType: string, id: string): string {
 
 /** A new version as the store writes it (see {@link storedVersion}). */
 export interface StoredVersion {
+  /** `body` parsed: the version as a read answers it, sharing nothing with the caller's object. */
   stored: StoredResource;
   /** The JSON text of `stored`: the `body` column. */
   body: string;
-  /** `body` parsed again, when it has identifiers (their keys are of the JSON as stored). */
+  /** `stored`, when it has identifiers (their keys are of the JSON as stored). */
   parsed?: StoredResource;
 }
 
 /**
- * Version `versionId` of `resource` as the store writes it: a copy with `id` and `meta` set
- * (`lastUpdated` the instant `lu`, microseconds), `resourceType` and `id` first in its JSON.
+ * Version `versionId` of `resource` as the store writes it: with `id` and `meta` set
+ * (`lastUpdated` the instant `lu`, microseconds), `resourceType` and `id` first in its JSON. The
+ * JSON is written from a shallow copy and parsed back for the copy the caller gets, which costs
+ * about half of a `structuredClone` followed by the same `JSON.stringify` (docs/performance.md,
+ * "Search on PostgreSQL"), and drops what JSON cannot hold (`undefined` members) as the body does.
  */
 export function storedVersion(
   resource: FhirResource,
@@ -75,16 +79,13 @@ export function storedVersion(
   versionId: string,
   lu: number,
 ): StoredVersion {
-  const copy = structuredClone(resource) as StoredResource;
-  copy.id = id;
-  copy.meta = { ...(copy.meta ?? {}), versionId, lastUpdated: isoMicros(lu) };
-  // Keep `resourceType` and `id` first in the stored JSON, as FHIR servers usually do.
-  const { resourceType: type, id: _id, ...rest } = copy;
-  const stored: StoredResource = { resourceType: type, id, ...rest };
-  const body = JSON.stringify(stored);
-  // Only a body with identifiers needs parsing back.
-  if (stored.identifier === undefined) return { stored, body };
-  return { stored, body, parsed: JSON.parse(body) as StoredResource };
+  const { resourceType: type, id: _id, ...rest } = resource as StoredResource;
+  const meta = { ...(rest.meta ?? {}), versionId, lastUpdated: isoMicros(lu) };
+  // `resourceType` and `id` first, as FHIR servers usually write them; `meta` where it was (a
+  // member named again in a literal keeps its first place), else last.
+  const body = JSON.stringify({ resourceType: type, id, ...rest, meta });
+  const stored = JSON.parse(body) as StoredResource;
+  return stored.identifier === undefined ? { stored, body } : { stored, body, parsed: stored };
 }
 
 /**
@@ -253,14 +254,16 @@ export async function applyResourceWrites(
         v.parsed && v.superseded === null ? [[v.seq, v.resourceType, v.parsed] as const] : [],
       ),
     );
+    const bodies = packedTexts(versions.map((v) => v.body));
     const written = query(
       `WITH version AS (
          INSERT INTO ${s}.resources
            (seq, project_id, resource_type, id, version_id, lu, deleted, body, superseded_seq)
-         SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted, v.body, v.superseded_seq
+         SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted,
+                convert_from(substring($8::bytea FROM v.body_at FOR v.body_bytes), 'UTF8'), v.superseded_seq
            FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::boolean[],
-                       $8::text[], $9::bigint[])
-             AS v(seq, resource_type, id, version_id, lu, deleted, body, superseded_seq)),
+                       $16::integer[], $17::integer[], $9::bigint[])
+             AS v(seq, resource_type, id, version_id, lu, deleted, body_at, body_bytes, superseded_seq)),
        identifier AS (
          INSERT INTO ${s}.resource_identifiers (project_id, resource_type, key, seq)
          SELECT $1, i.resource_type, i.key, i.seq
@@ -276,7 +279,7 @@ export async function applyResourceWrites(
         versions.map((v) => v.versionId),
         versions.map((v) => v.lu),
         versions.map((v) => v.deleted),
-        versions.map((v) => v.body),
+        bodies.bytes,
         versions.map((v) => v.superseded),
         members.map((m) => m.patient),
         members.map((m) => m.v.resourceType),
@@ -284,6 +287,8 @@ export async function applyResourceWrites(
         identifiers.types,
         identifiers.keys,
         identifiers.seqs,
+        bodies.at,
+        bodies.lengths,
       ],
       true,
     );
@@ -303,4 +308,32 @@ export async function applyResourceWrites(
     if (rows) await insertIndexRows(query, s, projectId, rows);
   }
   return results;
+}
+
+/**
+ * `texts` as one parameter: their UTF-8 bytes end to end (a `bytea`, which the driver sends as
+ * binary), with each text's first byte (from 1, as SQL `substring` counts) and byte length, NULL
+ * for a NULL text. A `text[]` parameter is written as an array literal, every `"` and backslash of every
+ * body escaped by a regular expression in JavaScript and parsed back by PostgreSQL: for JSON
+ * bodies, full of quotes, that was most of the cost of sending them (docs/performance.md, "Search
+ * on PostgreSQL"). The statement takes each body back with `convert_from(substring(…), 'UTF8')`.
+ */
+export function packedTexts(texts: readonly (string | null)[]): {
+  bytes: Buffer;
+  at: (number | null)[];
+  lengths: (number | null)[];
+} {
+  const lengths = texts.map((text) => (text === null ? null : Buffer.byteLength(text)));
+  const bytes = Buffer.allocUnsafe(lengths.reduce<number>((sum, n) => sum + (n ?? 0), 0));
+  const at: (number | null)[] = [];
+  let offset = 0;
+  texts.forEach((text, i) => {
+    if (text === null) {
+      at.push(null);
+      return;
+    }
+    at.push(offset + 1);
+    offset += bytes.write(text, offset, lengths[i]!);
+  });
+  return { bytes, at, lengths };
 }
