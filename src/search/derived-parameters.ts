@@ -18,11 +18,20 @@ import type { ExpressionBranch, SearchParameterDefinition, SearchRegistry } from
  * Only value kinds whose index rows are alike whatever their parameter qualify: tokens, strings,
  * uris, numbers and quantities, and references restricted to a type. Dates are left out (a date
  * row carries its own parameter's hull, see src/storage/postgres/search-tables.ts).
- * `code-value-quantity` stays on its own: `value-quantity` also reads `valueSampledData`, which
- * its component does not.
+ * A branch whose every value type the indexer never gives a value of the parameter's type is
+ * left out of the comparison: `value-quantity` also reads `valueSampledData`, which has no value,
+ * low nor high for a quantity (src/search/extract.ts `quantities`), so `code-value-quantity`,
+ * whose component reads `valueQuantity` only, is `code` and `value-quantity` all the same.
  */
 
 const DERIVABLE: ReadonlySet<string> = new Set(['token', 'string', 'uri', 'number', 'quantity']);
+
+/** Per parameter type, the element types that never give a value of it (see above). */
+const NO_VALUES: Readonly<Record<string, ReadonlySet<string>>> = { quantity: new Set(['SampledData']) };
+
+/** The branches of `p` that can give values. */
+const valuedBranches = (p: SearchParameterDefinition): ExpressionBranch[] =>
+  p.branches.filter((b) => !b.valueTypes.every((t) => NO_VALUES[p.type]?.has(t)));
 
 /** An expression in one spelling: no outer parentheses, `x.as(T)` as `x as T`, single spaces. */
 function normalize(expression: string): string {
@@ -119,9 +128,10 @@ function compositeAlternatives(
     if (base === def.resourceType) {
       const and = def.components.map((component) => {
         const key = `${def.resourceType}.${normalize(component.expression)}\u0001\u0001${component.valueTypes.join(',')}`;
-        return stored.find(
-          (p) => p.type === component.type && p.branches.length === 1 && branchKey(p.branches[0]!) === key,
-        )?.code;
+        return stored.find((p) => {
+          const branches = valuedBranches(p);
+          return p.type === component.type && branches.length === 1 && branchKey(branches[0]!) === key;
+        })?.code;
       });
       if (and.every((code) => code !== undefined)) {
         alternatives.push({ and });

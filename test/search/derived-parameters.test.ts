@@ -23,10 +23,11 @@ describe('derivedParameters (R4)', () => {
         kind: 'composite',
         alternatives: [{ and: ['code', 'value-concept'] }, { composite: 'component-code-value-concept' }],
       },
-      // Its own element's components are `code-value-quantity`'s (which stays: see below).
+      // `value-quantity` also reads valueSampledData, which gives no quantity (next test).
+      'code-value-quantity': { kind: 'composite', alternatives: [{ and: ['code', 'value-quantity'] }] },
       'combo-code-value-quantity': {
         kind: 'composite',
-        alternatives: [{ composite: 'code-value-quantity' }, { composite: 'component-code-value-quantity' }],
+        alternatives: [{ and: ['code', 'value-quantity'] }, { composite: 'component-code-value-quantity' }],
       },
     });
   });
@@ -34,10 +35,30 @@ describe('derivedParameters (R4)', () => {
   it('leaves alone what differs from its would-be parts', async () => {
     const registry = await loadSearchRegistry();
     const observation = derivedParameters(registry, 'Observation');
-    // `value-quantity` also reads valueSampledData, the component valueQuantity only; `value-string`
-    // also reads valueCodeableConcept.text; `value-date` is a date (its rows carry its own hull).
-    for (const code of ['code-value-quantity', 'code-value-string', 'code-value-date'])
-      expect(observation.has(code)).toBe(false);
+    // `value-string` also reads valueCodeableConcept.text, the component valueString only;
+    // `value-date` is a date (its rows carry its own hull).
+    for (const code of ['code-value-string', 'code-value-date']) expect(observation.has(code)).toBe(false);
+    // `code-value-quantity` is `code` and `value-quantity` only because a valueSampledData, which
+    // `value-quantity` reads and its component does not, gives the indexer no quantity.
+    const indexer = await loadR4Indexer();
+    const sampled = indexer.index({
+      resourceType: 'Observation',
+      id: 's',
+      code: { coding: [{ code: 'c' }] },
+      valueSampledData: {
+        origin: { value: 1, system: 'http://unitsofmeasure.org', code: 'mV' },
+        period: 10,
+        dimensions: 1,
+        lowerLimit: 0,
+        upperLimit: 5,
+        data: '1 2 3',
+      },
+    });
+    expect(sampled['value-quantity'] ?? []).toEqual([]);
+    // The composite's element lacks its quantity: no composite value (and no PostgreSQL rows).
+    expect(sampled['code-value-quantity']).toEqual([
+      { type: 'composite', components: [[{ type: 'token', code: 'c' }], []] },
+    ]);
     // The other R4 types have reference restrictions only (`patient`, `practitioner`, `location`
     // of a wider reference); every part is a parameter of the type that is not derived itself.
     const restrictions: string[] = [];

@@ -21,6 +21,7 @@ const DERIVED = [
   'combo-data-absent-reason',
   'code-value-concept',
   'combo-code-value-concept',
+  'code-value-quantity',
   'combo-code-value-quantity',
 ];
 
@@ -33,7 +34,7 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
   afterAll(() => admin.end());
 
   describe('postgresStorage derived search parameters', () => {
-    it('writes no rows for them, answers them from their parts, and migration 13 drops the old rows', async () => {
+    it('writes no rows for them, answers them from their parts, and migrations 13 and 15 drop the old rows', async () => {
       const schema = newSchema();
       const s = quote(schema);
       const loinc = (code: string, text?: string) => ({
@@ -98,6 +99,11 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         'combo-code-value-quantity=http://loinc.org|d$le1|http://unitsofmeasure.org|mg',
         'combo-code-value-quantity:missing=true',
         'combo-code-value-quantity:missing=false',
+        'code-value-quantity=a$5',
+        'code-value-quantity=http://loinc.org|a$gt4|http://unitsofmeasure.org|mg',
+        'code-value-quantity=d$1',
+        'code-value-quantity:missing=true',
+        'code-value-quantity:missing=false',
         // `patient` is `subject` restricted to Patient.
         'patient=p1',
         'patient=Patient/p2',
@@ -181,24 +187,32 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         expect(rows.map((r) => r.param)).toEqual(
           expect.arrayContaining(['code', 'component-code', 'component-code-value-concept', 'value-concept']),
         );
-        await storage.close();
-        // The version-12 shape: rows of a derived parameter; migration 13 rebuilds without them.
-        await admin.query(
-          `INSERT INTO ${s}.search_keys (project_id, resource_type, param)
-           VALUES ('p1', 'Observation', 'combo-code') ON CONFLICT DO NOTHING`,
-        );
-        await admin.query(
-          `INSERT INTO ${s}.search_tokens (seq, key, system, value)
-           SELECT r.seq, k.key, 'http://loinc.org', 'zzz'
-             FROM ${s}.resources r JOIN ${s}.search_keys k
-               ON k.project_id = r.project_id AND k.resource_type = r.resource_type AND k.param = 'combo-code'
-            WHERE r.id = 'qty'`,
-        );
-        expect(await derivedRows()).toBe(1);
-        await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = 13`);
-        storage = postgresStorage({ connectionString, schema });
-        expect(await answers(storage)).toEqual(expected);
-        expect(await derivedRows()).toBe(0);
+        // The shapes before migration 13 (rows of `combo-code`) and 15 (of `code-value-quantity`):
+        // the migration rebuilds the index without them.
+        for (const [version, param] of [
+          [13, 'combo-code'],
+          [15, 'code-value-quantity'],
+        ] as const) {
+          await storage.close();
+          await admin.query(
+            `INSERT INTO ${s}.search_keys (project_id, resource_type, param)
+             VALUES ('p1', 'Observation', $1) ON CONFLICT DO NOTHING`,
+            [param],
+          );
+          await admin.query(
+            `INSERT INTO ${s}.search_tokens (seq, key, system, value)
+             SELECT r.seq, k.key, 'http://loinc.org', 'zzz'
+               FROM ${s}.resources r JOIN ${s}.search_keys k
+                 ON k.project_id = r.project_id AND k.resource_type = r.resource_type AND k.param = $1
+              WHERE r.id = 'qty'`,
+            [param],
+          );
+          expect(await derivedRows()).toBe(1);
+          await admin.query(`DELETE FROM ${s}.schema_migrations WHERE version = $1`, [version]);
+          storage = postgresStorage({ connectionString, schema });
+          expect(await answers(storage)).toEqual(expected);
+          expect(await derivedRows()).toBe(0);
+        }
       } finally {
         await memory.close();
         await storage.close();
