@@ -36,7 +36,9 @@
  *   --profile DIR       a V8 CPU profile of this tree's server process into DIR (summarise it with
  *                       `bench/profile-summary.ts`; `--last MS` keeps the final load's samples)
  *   --store S           file (default) or postgres: each server on a fresh store of that kind (a
- *                       fresh schema of --database-url, dropped when the server closes)
+ *                       fresh schema of --database-url, dropped when the server closes); with
+ *                       postgres, a `CHECKPOINT` (when the role may) before each timed run, so that
+ *                       no run pays for flushing the log an earlier one wrote
  *   --database-url U    PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
  *                       $FPK_TEST_POSTGRES_URL)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
@@ -50,6 +52,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { generatePatients } from './dataset.js';
 import { postBundles, syntheaBundleFiles } from './measure-transactions.js';
 import { uploadNdjson } from './measure-upload.js';
@@ -265,6 +268,23 @@ async function warmUp({ server }: Running): Promise<void> {
   }
 }
 
+/**
+ * Writes PostgreSQL's dirty pages now (a superuser or `pg_checkpoint` may; else nothing): a run
+ * that writes a few hundred MB of log otherwise meets, now and then, a checkpoint an earlier run
+ * started, and takes 3–5 times as long whichever tree it measures.
+ */
+async function checkpoint(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  try {
+    await client.connect();
+    await client.query('CHECKPOINT');
+  } catch {
+    // Not permitted, or no server: the run goes on without.
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
 const startedAt = new Date();
 const load = os.loadavg();
 const contenders: Contender[] = [];
@@ -297,6 +317,7 @@ try {
             name: `${task.key}-${rep}`,
             strict: task.strict,
           });
+          if (databaseUrl && store === 'postgres') await checkpoint(databaseUrl);
           const memoryBefore = values.memory ? await contender.server.call('resetPeak', {}) : undefined;
           const cpuBefore = cpuMs(contender.server.info.pid);
           const result = await task.run(contender, project.token);
