@@ -77,6 +77,8 @@ export class PostgresOperations implements StorageOperations {
      * transaction read stays true until it commits, as in the other stores.
      */
     private readonly lockReads = false,
+    /** Told the number of resource writes each `writeResources` made (a transaction's count). */
+    private readonly onWrites?: (count: number) => void,
   ) {
     if (index.enabled) this.answersSearch = true;
   }
@@ -419,10 +421,12 @@ export class PostgresOperations implements StorageOperations {
     return deleteThroughBatch((writes) => this.writeResources(projectId, writes), resourceType, id, options);
   }
 
-  writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
-    return this.exec.run('atomic', (query) =>
+  async writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
+    const results = await this.exec.run('atomic', (query) =>
       applyResourceWrites(query, this.s, this.compartment, projectId, writes, this.index.indexer),
     );
+    this.onWrites?.(writes.length);
+    return results;
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {

@@ -50,6 +50,7 @@ import { newExportJobRecord } from '../record-rules.js';
 import { InvalidOptionError } from '../../errors.js';
 import type { PostgresStorageOptions } from './postgres-options.js';
 import { checkHistoryRetention } from '../history-retention.js';
+import { FirstStatistics } from './first-statistics.js';
 import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history.js';
 
 export type { PostgresStorageOptions } from './postgres-options.js';
@@ -114,12 +115,15 @@ class PostgresStorage extends PostgresOperations implements Storage {
       lifecycle.track(fn),
     );
     this.sweeper = history === 'all' ? undefined : new HistorySweeper(root, this.s, history);
+    this.firstStatistics = new FirstStatistics(root, this.s);
   }
 
   private readonly sweeper: HistorySweeper | undefined;
+  private readonly firstStatistics: FirstStatistics;
 
   override async writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]> {
     const results = await super.writeResources(projectId, writes);
+    this.firstStatistics.note(writes.length);
     await this.sweeper?.afterWrite(projectId);
     return results;
   }
@@ -150,15 +154,17 @@ class PostgresStorage extends PostgresOperations implements Storage {
       });
       const exec = new TransactionExecutor(client);
       let broken: Error | undefined;
+      let written = 0;
       try {
         await client.query('BEGIN');
         const marker: TransactionMarker = { open: true, exec };
         let result: T;
         this.openTransactions++;
         try {
-          result = await this.scope.run(marker, () =>
-            fn(new PostgresOperations(exec, this.s, this.compartment, this.index, true)),
-          );
+          const ops = new PostgresOperations(exec, this.s, this.compartment, this.index, true, (n) => {
+            written += n;
+          });
+          result = await this.scope.run(marker, () => fn(ops));
         } finally {
           marker.open = false;
           // On Node 20 an enabled AsyncLocalStorage makes every promise of the process run a hook:
@@ -169,6 +175,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
         exec.assertCommittable();
         const commit = await client.query('COMMIT');
         this.replicas?.noteWrite();
+        if (commit.command !== 'ROLLBACK') this.firstStatistics.note(written);
         // PostgreSQL answers COMMIT of an aborted transaction with a rollback, not an error.
         if (commit.command === 'ROLLBACK') {
           throw new StorageError('ERR_STORAGE_TRANSACTION_ABORTED', 'The transaction was rolled back');
