@@ -4,6 +4,7 @@ import { auditStorageContract } from './audit-contract.js';
 import { grantsStorageContract } from './grants-contract.js';
 import { historyStorageContract } from './history-contract.js';
 import { recordsStorageContract } from './records-contract.js';
+import { identifierSearchStorageContract } from './identifier-search-contract.js';
 import { resourcesStorageContract } from './resources-contract.js';
 import { transactionsStorageContract } from './transactions-contract.js';
 import { userListStorageContract } from './user-list-contract.js';
@@ -36,6 +37,7 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
 
     recordsStorageContract(() => storage);
     resourcesStorageContract(() => storage);
+    identifierSearchStorageContract(() => storage);
     transactionsStorageContract(() => storage);
     userListStorageContract(() => storage);
     historyStorageContract(() => storage);
