@@ -42,6 +42,7 @@
  *   --database-url U    PostgreSQL for --store postgres (default $FPK_BENCH_POSTGRES_URL, else
  *                       $FPK_TEST_POSTGRES_URL)
  *   --out FILE          JSON output (default bench/out/compare-ingest.json)
+ *   --help              this text
  *
  * A baseline whose dependencies differ from this tree's gets its own `npm ci --ignore-scripts`
  * (once: the extracted trees stay in `$TMPDIR/fpk-baselines/`).
@@ -78,8 +79,16 @@ const { values } = parseArgs({
     store: { type: 'string', default: 'file' },
     'database-url': { type: 'string' },
     out: { type: 'string', default: path.join(HERE, 'out', 'compare-ingest.json') },
+    help: { type: 'boolean', default: false },
   },
 });
+if (values.help) {
+  // The usage is this file's opening comment.
+  const source = fs.readFileSync(fileURLToPath(import.meta.url), 'utf8');
+  const usage = source.slice(source.indexOf('/**') + 3, source.indexOf('*/'));
+  process.stdout.write(`${usage.replace(/^ \* ?/gm, '').trim()}\n`);
+  process.exit(0);
+}
 
 function int(name: string, value: string): number {
   const n = Number(value);

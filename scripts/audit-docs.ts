@@ -339,7 +339,8 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
         overflow: true,
       },
     },
-  },  {
+  },
+  {
     title: 'Sign-in through the identity provider',
     record: {
       kind: 'sign-in',

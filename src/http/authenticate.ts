@@ -25,7 +25,8 @@ export function requirePrincipal(authenticate: Authenticate, storage?: Storage):
   return asyncHandler(async (req, res, next) => {
     const principal = await authenticate(req);
     if (!principal) throw unauthorized();
-    if (storage && principal.kind === 'user' && principal.projectId) await assertActiveUser(storage, principal);
+    if (storage && principal.kind === 'user' && principal.projectId)
+      await assertActiveUser(storage, principal);
     res.locals[PRINCIPAL] = principal;
     next();
   });

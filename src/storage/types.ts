@@ -101,7 +101,9 @@ export interface StorageOperations {
   readProject(id: string): Promise<ProjectRecord>;
   updateProject(
     id: string,
-    changes: Partial<Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider'>>,
+    changes: Partial<
+      Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider'>
+    >,
   ): Promise<ProjectRecord>;
 
   // Users (unique per project: userName case-insensitively, externalId exactly)

@@ -25,7 +25,14 @@ const MISSING =
   'dist/ is missing or incomplete: run `npm run build` first (`npm test` builds it through its pretest script)';
 
 function requireDist(): void {
-  for (const file of ['index.js', 'index.cjs', 'postgres.js', 'postgres.cjs', 'export-worker.js', 'export-worker.cjs']) {
+  for (const file of [
+    'index.js',
+    'index.cjs',
+    'postgres.js',
+    'postgres.cjs',
+    'export-worker.js',
+    'export-worker.cjs',
+  ]) {
     if (!fs.existsSync(`${DIST}${file}`)) throw new Error(`${MISSING} (no dist/${file})`);
   }
 }

@@ -80,7 +80,12 @@ describe('unknown option keys', () => {
       'retension',
       'retention',
     ],
-    ['memoryStorage', () => memoryStorage({ exportChunkByte: 64 } as never), 'exportChunkByte', 'exportChunkBytes'],
+    [
+      'memoryStorage',
+      () => memoryStorage({ exportChunkByte: 64 } as never),
+      'exportChunkByte',
+      'exportChunkBytes',
+    ],
     [
       'postgresStorage',
       // Refused before any connection is made (no database needed).

@@ -84,7 +84,9 @@ describe('readBundleStream', () => {
       '413 ERR_BODY_TOO_LARGE',
     );
     const many = JSON.stringify({ entry: [{}, {}, {}] });
-    expect(await code(readBundleStream(chunked(many), { ...LIMITS, maxEntries: 2 }))).toBe('413 ERR_FHIR_TOO_COSTLY');
+    expect(await code(readBundleStream(chunked(many), { ...LIMITS, maxEntries: 2 }))).toBe(
+      '413 ERR_FHIR_TOO_COSTLY',
+    );
   });
 });
 
@@ -164,7 +166,10 @@ describe('a transaction Bundle over bodyLimit, on the file store', () => {
       .set('Content-Type', 'application/fhir+json')
       .send(big);
     expectOperationOutcome(res, 413);
-    const latin = await post(JSON.stringify(syntheaLikeBundle(10, 100)), 'application/fhir+json; charset=latin1');
+    const latin = await post(
+      JSON.stringify(syntheaLikeBundle(10, 100)),
+      'application/fhir+json; charset=latin1',
+    );
     expectOperationOutcome(latin, 415);
   });
 });

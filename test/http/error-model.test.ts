@@ -362,7 +362,8 @@ describe('ERROR_TABLE', () => {
       // A 503 the client may retry is `temporarily_unavailable` (RFC 6749 §5.2 names it for the
       // authorization endpoint; the token endpoint uses it the same way).
       const retry = status === 503 && oauthError === 'temporarily_unavailable';
-      if (status >= 500) expect(oauthError === 'server_error' || retry || code.startsWith('ERR_OAUTH_')).toBe(true);
+      if (status >= 500)
+        expect(oauthError === 'server_error' || retry || code.startsWith('ERR_OAUTH_')).toBe(true);
       if (status === 401) expect(oauthError).toBe('invalid_client');
     }
   });

@@ -34,13 +34,17 @@ describe('error rendering', () => {
     expect(res.status).toBe(400);
     expect(res.headers['content-type']).toMatch(/application\/fhir\+json/);
     expect(res.body.resourceType).toBe('OperationOutcome');
-    expect(res.body.issue[0]).toMatchObject({ severity: 'error', code: 'invalid', expression: ['Parameters.parameter'] });
+    expect(res.body.issue[0]).toMatchObject({
+      severity: 'error',
+      code: 'invalid',
+      expression: ['Parameters.parameter'],
+    });
   });
 
   it('maps storage errors and hides internal errors', async () => {
-    const notFound = await request(app(fhirErrorHandler(silent), () => Promise.reject(new NotFoundError('x')))).get(
-      '/mount/x',
-    );
+    const notFound = await request(
+      app(fhirErrorHandler(silent), () => Promise.reject(new NotFoundError('x'))),
+    ).get('/mount/x');
     expect(notFound.status).toBe(404);
     expect(notFound.body.issue[0].code).toBe('not-found');
     const invalid = await request(
@@ -48,9 +52,9 @@ describe('error rendering', () => {
     ).get('/mount/x');
     expect(invalid.status).toBe(400);
     expect(invalid.body.issue[0].code).toBe('invalid');
-    const internal = await request(app(fhirErrorHandler(silent), () => Promise.reject(new Error('secret')))).get(
-      '/mount/x',
-    );
+    const internal = await request(
+      app(fhirErrorHandler(silent), () => Promise.reject(new Error('secret'))),
+    ).get('/mount/x');
     expect(internal.status).toBe(500);
     expect(JSON.stringify(internal.body)).not.toContain('secret');
   });
@@ -67,9 +71,9 @@ describe('error rendering', () => {
       scimType: 'invalidFilter',
       detail: 'bad filter',
     });
-    const conflict = await request(app(scimErrorHandler(silent), () => Promise.reject(new ConflictError('dup')))).get(
-      '/mount/x',
-    );
+    const conflict = await request(
+      app(scimErrorHandler(silent), () => Promise.reject(new ConflictError('dup'))),
+    ).get('/mount/x');
     expect(conflict.body).toMatchObject({ status: '409', scimType: 'uniqueness' });
   });
 

@@ -5,7 +5,11 @@ import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { jsonBody } from '../../src/http/body.js';
 import { fhirErrorHandler, scimErrorHandler } from '../../src/http/error-rendering.js';
-import { DEFAULT_MAX_JSON_DEPTH, jsonNestingExceeds, valueNestingExceeds } from '../../src/http/json-depth.js';
+import {
+  DEFAULT_MAX_JSON_DEPTH,
+  jsonNestingExceeds,
+  valueNestingExceeds,
+} from '../../src/http/json-depth.js';
 
 const nested = (depth: number) =>
   `${'{"a":['.repeat(depth >> 1)}${depth % 2 ? '{}' : ''}${']}'.repeat(depth >> 1)}`;

@@ -230,7 +230,10 @@ describe('client registration and client assertion limits (fixed)', () => {
 
   it('client assertion: a jti over 512 characters is 401 invalid_client; 512 gets a token', async () => {
     const key = await clientKey('ES384');
-    const registered = await newClient({ jwks: JSON.stringify({ keys: [key.publicJwk] }), scope: 'system/*.rs' });
+    const registered = await newClient({
+      jwks: JSON.stringify({ keys: [key.publicJwk] }),
+      scope: 'system/*.rs',
+    });
     expect(registered.status).toBe(201);
     const clientId = registered.body.id as string;
     const token = async (jti: string) =>
@@ -331,9 +334,15 @@ describe('input limits at smaller configured values', () => {
     const lines = Array.from({ length: 400 }, (_, i) => line(`big-${i}`, 700)).join('\n');
     expect(lines.length).toBeGreaterThan(256 * KiB);
     expectOperationOutcome(await upload([['big.ndjson', lines]]), 413, 'too-costly');
-    expect((await request(small.app).get('/fhir/R4/Basic/big-0').set('Authorization', smallAuth)).status).toBe(200);
-    expect((await request(small.app).get('/fhir/R4/Basic/big-399').set('Authorization', smallAuth)).status).toBe(404);
-    const ok = await upload([['fits.ndjson', Array.from({ length: 10 }, (_, i) => line(`fits-${i}`, 300)).join('\n')]]);
+    expect(
+      (await request(small.app).get('/fhir/R4/Basic/big-0').set('Authorization', smallAuth)).status,
+    ).toBe(200);
+    expect(
+      (await request(small.app).get('/fhir/R4/Basic/big-399').set('Authorization', smallAuth)).status,
+    ).toBe(404);
+    const ok = await upload([
+      ['fits.ndjson', Array.from({ length: 10 }, (_, i) => line(`fits-${i}`, 300)).join('\n')],
+    ]);
     expect(ok.status, JSON.stringify(ok.body)).toBe(200);
   });
 
@@ -346,12 +355,20 @@ describe('input limits at smaller configured values', () => {
 
   it('upload maxLineLength (16 MiB by default, 1 KiB here): a longer line is reported and skipped, the file goes on', async () => {
     // A long line whole within one chunk, and one longer than a chunk of the upload stream.
-    const lines = [line('ll-1'), line('ll-long', 2000), line('ll-2'), line('ll-huge', 200 * KiB), line('ll-3')];
+    const lines = [
+      line('ll-1'),
+      line('ll-long', 2000),
+      line('ll-2'),
+      line('ll-huge', 200 * KiB),
+      line('ll-3'),
+    ];
     const res = await upload([['lines.ndjson', lines.join('\n')]]);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const issues = res.body.issue as { severity: string; code: string; location?: string[] }[];
     for (const at of ['lines.ndjson:2', 'lines.ndjson:4'])
-      expect(issues).toContainEqual(expect.objectContaining({ severity: 'error', code: 'too-costly', location: [at] }));
+      expect(issues).toContainEqual(
+        expect.objectContaining({ severity: 'error', code: 'too-costly', location: [at] }),
+      );
     expect(issues).toContainEqual(
       expect.objectContaining({ details: { text: 'lines.ndjson: 5 lines, 3 loaded, 2 failed' } }),
     );
