@@ -12,8 +12,8 @@ export const FIRST_STATISTICS_AFTER = 1_000;
  * resource written, which made every batch of audit events scan all the audit events of its
  * project while holding the project's writers back (several seconds a batch on the Synthea
  * sample; docs/performance.md, "Search on PostgreSQL"). With statistics it looks each one up by
- * its id (`resources_current`, or `resources_history_instance`). In the background, through the pool; a failure (a role that may not
- * analyze the table) is left to autovacuum.
+ * its id (`resources_current`, or `resources_history_instance`). In the background, through the
+ * pool; a failure (a role that may not analyze the table) is left to autovacuum.
  */
 export class FirstStatistics {
   private written = 0;

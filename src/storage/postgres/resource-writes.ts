@@ -318,7 +318,7 @@ export async function applyResourceWrites(
  * bodies, full of quotes, that was most of the cost of sending them (docs/performance.md, "Search
  * on PostgreSQL"). The statement takes each body back with `convert_from(substring(…), 'UTF8')`.
  */
-export function packedTexts(texts: readonly (string | null)[]): {
+function packedTexts(texts: readonly (string | null)[]): {
   bytes: Buffer;
   at: (number | null)[];
   lengths: (number | null)[];
