@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
 import { postgresStorage } from '../src/postgres.js';
+import { allReads } from '../test/helpers/search-reads.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -22,7 +23,7 @@ const admin = new pg.Pool({ connectionString: url, max: 1 });
 try {
   for (const search of positionals) {
     const [type, q = ''] = search.split('?') as [string, string?];
-    const parsed = await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true });
+    const parsed = await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true }, allReads());
     const seen: { text: string; values: unknown[] }[] = [];
     const proto = pg.Client.prototype as unknown as Record<'query', (...args: unknown[]) => unknown>;
     const original = proto.query;

@@ -9,6 +9,7 @@ import { fileStorage } from '../src/stores.js';
 import { loadR4Indexer } from '../src/search/index-resource.js';
 import { generatePatients } from './dataset.js';
 import { median, now } from './stats.js';
+import { allReads } from '../test/helpers/search-reads.js';
 
 /*
  * Search on the file store with its search index (issue 30, on by default: postings built per
@@ -142,7 +143,7 @@ async function timeSearches(storage: Storage): Promise<Timed[]> {
     let write = -1;
     for (let i = 0; i <= reps; i++) {
       const start = now();
-      const { query } = await parseSearch(type, params, {}, resolver(storage));
+      const { query } = await parseSearch(type, params, {}, allReads(resolver(storage)));
       let done = false;
       let written: Promise<void> | undefined;
       const timer =

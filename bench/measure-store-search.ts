@@ -13,6 +13,7 @@ import { fileStorage, memoryStorage, r4SearchIndexer } from '../src/stores.js';
 import { generatePatients } from './dataset.js';
 import type { StoreKind } from './server-protocol.js';
 import { median, now } from './stats.js';
+import { allReads } from '../test/helpers/search-reads.js';
 
 /*
  * The search section of `npm run bench` (issue 30): the generated patients loaded into a store of
@@ -132,7 +133,7 @@ export async function measureStoreSearch(options: {
   try {
     // The indexer and the definitions are the process's, not the store's: loaded before the heap is.
     (await r4SearchIndexer()).index({ resourceType: 'Patient' });
-    await parseSearch('Patient', [['name', 'x']]);
+    await parseSearch('Patient', [['name', 'x']], {}, allReads());
     collect();
     const heapBefore = process.memoryUsage().heapUsed;
     storage = postgres
@@ -203,7 +204,7 @@ export async function measureStoreSearch(options: {
           type,
           new URLSearchParams(text),
           { storeAnswersSearch: answers },
-          answers ? undefined : resolver,
+          allReads(answers ? undefined : resolver),
         );
         total = (await storage.searchResources(PROJECT, type, query)).total;
         if (i > 0) times.push(now() - start);

@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
 import type { Storage } from '../src/storage/types.js';
 import { median, now } from './stats.js';
+import { allReads } from '../test/helpers/search-reads.js';
 
 /** One timed search: what it is, the query, and its target median at 1M resources (ms). */
 export interface PgSearchQuery {
@@ -85,9 +86,14 @@ export async function timePgSearch(
   let total = 0;
   for (let i = 0; i < runs + 2; i++) {
     const start = now();
-    const parsed = await parseSearch(search.type, new URLSearchParams(search.query), {
-      storeAnswersSearch: true,
-    });
+    const parsed = await parseSearch(
+      search.type,
+      new URLSearchParams(search.query),
+      {
+        storeAnswersSearch: true,
+      },
+      allReads(),
+    );
     const page = await storage.searchResources(projectId, search.type, parsed.query);
     const ms = now() - start;
     total = page.total ?? 0;

@@ -10,6 +10,7 @@ import {
   type TokenSearchValue,
 } from '../storage/search-request.js';
 import type { StorageOperations, StoredResource } from '../storage/types.js';
+import { typesReadByFilters } from '../search/types-read.js';
 import type { TypeFilterSearch } from './type-filter.js';
 
 /*
@@ -44,7 +45,9 @@ const PAGE = 1000;
  * `searches` with every chain and `_has` replaced by the plain reference or `_id` filter it stands
  * for at this moment (plain, structured-cloneable data kept with the job). Searches of types not in
  * `types` (not exported) are left as they are. Errors: 403 `forbidden` for a chain through a type
- * the caller may not see, 400 `too-costly` when one matches more than `maxMatches` resources.
+ * the caller may not see, at any depth (checked before anything is read: deeper levels stay with a
+ * store that answers chains itself), 400 `too-costly` when one matches more than `maxMatches`
+ * resources.
  */
 export async function resolveTypeFilterChains(
   searches: readonly TypeFilterSearch[],
@@ -58,6 +61,7 @@ export async function resolveTypeFilterChains(
       out.push(search);
       continue;
     }
+    for (const type of typesReadByFilters(search.filters)) checkSee(ctx, type);
     const filters: SearchFilter[] = [];
     for (const filter of search.filters) {
       filters.push(

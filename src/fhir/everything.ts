@@ -4,7 +4,7 @@ import { typedTail } from '../search/parse-value.js';
 import type { ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientCompartmentTypes } from './compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
-import type { FhirContext } from './interactions.js';
+import { searchReads, type FhirContext } from './interactions.js';
 import { checkId } from './resource-checks.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { parseSearch } from './search-query.js';
@@ -102,7 +102,7 @@ async function referencedIds(
     }
   };
   for (const type of sources) {
-    const where = await careDateTest(type, params);
+    const where = await careDateTest(ctx, type, params);
     const page = await ctx.storage.searchResources(ctx.projectId, type, {
       compartment: [patientId],
       ...(where ? { where } : {}),
@@ -118,6 +118,7 @@ async function referencedIds(
  * for the Patient, and for types without a `date` parameter (all of whose resources are kept).
  */
 async function careDateTest(
+  ctx: FhirContext,
   type: string,
   params: EverythingParams,
 ): Promise<ResourceQuery['where'] | undefined> {
@@ -127,7 +128,7 @@ async function careDateTest(
   const values: [string, string][] = [];
   if (params.start !== undefined) values.push(['date', `ge${params.start}`]);
   if (params.end !== undefined) values.push(['date', `le${params.end}`]);
-  return (await parseSearch(type, values)).query.where;
+  return (await parseSearch(type, values, {}, searchReads(ctx))).query.where;
 }
 
 /**
@@ -154,7 +155,7 @@ async function walkPatient(
     if (params.since !== undefined) query.lastUpdated = { ge: params.since };
     if (isCompartmentType(type)) {
       query.compartment = [patientId];
-      const where = await careDateTest(type, params);
+      const where = await careDateTest(ctx, type, params);
       if (where) query.where = where;
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };
     } else {

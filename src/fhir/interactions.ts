@@ -9,12 +9,11 @@ import type { FhirResource, ResourcePage, StorageOperations, StoredResource } fr
 import { rewriteReferences } from './bundle-entries.js';
 import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
-import type { SearchResolver } from '../search/match.js';
 import { filterSearch } from '../storage/search-request.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
-import { parseSearch, type ParsedSearch, type SearchQueryOptions } from './search-query.js';
+import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 import { scopedStorage } from './scoped-storage.js';
 
@@ -90,12 +89,11 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const answers = storeAnswersSearch(ctx);
   const { query, applied } = await parseSearch(
     type,
     params,
-    { storeAnswersSearch: answers },
-    storeResolver(ctx),
+    { storeAnswersSearch: storeAnswersSearch(ctx) },
+    searchReads(ctx),
   );
   if (options.requireCriteria && applied.length === 0) {
     throw new FhirError(412, 'invalid', 'Conditional criteria must name at least one search parameter');
@@ -277,14 +275,48 @@ export async function patchResource(
   checkType(type);
   checkId(id);
   authorize(ctx, type, 'update');
+  return ctx.atomically(async (tx) =>
+    writePatched(tx, await tx.storage.readResource(tx.projectId, type, id), patch, options),
+  );
+}
+
+/**
+ * `PATCH [base]/[type]?[criteria]`: conditional patch. The one resource the criteria match is
+ * patched as {@link patchResource} patches it, the search, the read and the write in one
+ * transaction; no match is a 404, several a 412, criteria naming no parameter a 412. Needs the
+ * `update` right, and `search` for the criteria (every type they read included).
+ * @see https://hl7.org/fhir/R4/http.html#patch
+ */
+export async function conditionalPatch(
+  ctx: FhirContext,
+  type: string,
+  criteria: string,
+  patch: PatchDocument,
+  options: { ifMatch?: string } = {},
+): Promise<WriteOutcome> {
+  checkType(type);
+  authorize(ctx, type, 'update');
   return ctx.atomically(async (tx) => {
-    const current = await tx.storage.readResource(tx.projectId, type, id);
-    const resource = await patchedResource(tx, current, patch, options);
-    const result = await tx.storage.updateResource(tx.projectId, resource, {
-      ifMatch: current.meta.versionId,
-    });
-    return { status: 200, resource: result.resource };
+    const matches = await conditionalMatches(tx, type, criteria, { requireCriteria: true });
+    if (matches.length > 1) {
+      throw new FhirError(412, 'duplicate', 'The conditional patch criteria match more than one resource');
+    }
+    const [current] = matches;
+    if (!current) throw new FhirError(404, 'not-found', 'No resource matches the conditional patch criteria');
+    return writePatched(tx, current, patch, options);
   });
+}
+
+/** Patches `current` and writes the result, asking for `current`'s version (nothing written meanwhile is lost). */
+async function writePatched(
+  tx: FhirContext,
+  current: StoredResource,
+  patch: PatchDocument,
+  options: { ifMatch?: string },
+): Promise<WriteOutcome> {
+  const resource = await patchedResource(tx, current, patch, options);
+  const result = await tx.storage.updateResource(tx.projectId, resource, { ifMatch: current.meta.versionId });
+  return { status: 200, resource: result.resource };
 }
 
 /**
@@ -431,16 +463,22 @@ export interface SearchOutcome extends ParsedSearch {
 }
 
 /**
- * How a chained or reverse-chained search reads the resources of another type: the current ones of
- * the principal's project, each type authorized for search first (a chain must not reveal what the
- * principal may not search). The inner filter goes to the store as the query's `search`, without
- * `where`: a store with search indexes narrows the read by it (the caller tests each resource).
+ * How a chained or reverse-chained search reaches the resources of another type: each type
+ * authorized for search when the search is planned (a chain must not reveal what the principal may
+ * not search, whichever store answers it), then, unless the store answers the chain itself, the
+ * current ones of the principal's project read through `ctx.storage` (a SMART user's view). The
+ * inner filter goes to the store as the query's `search`, without `where`: a store with search
+ * indexes narrows the read by it (the caller tests each resource).
  */
-function storeResolver(ctx: FhirContext): SearchResolver {
+export function searchReads(ctx: FhirContext): SearchReads {
+  const authorizeType = (resourceType: string): void => {
+    checkType(resourceType);
+    authorize(ctx, resourceType, 'search');
+  };
   return {
+    authorize: authorizeType,
     async *resources(resourceType, filter) {
-      checkType(resourceType);
-      authorize(ctx, resourceType, 'search');
+      authorizeType(resourceType);
       const query = filter ? { search: filterSearch(resourceType, filter) } : {};
       const page = await ctx.storage.searchResources(ctx.projectId, resourceType, query);
       yield* page.resources;
@@ -451,7 +489,7 @@ function storeResolver(ctx: FhirContext): SearchResolver {
 /**
  * Whether the store alone decides the search's filters. Not for a SMART user: a store that answers
  * chains and `_has` itself (PostgreSQL) reads every resource of the project for them, so the filters
- * are also tested here, with chains through the user's own view ({@link storeResolver}); the store's
+ * are also tested here, with chains through the user's own view ({@link searchReads}); the store's
  * answer, a superset, is narrowed by them.
  */
 function storeAnswersSearch(ctx: FhirContext): boolean {
@@ -482,7 +520,7 @@ export async function searchResources(
     type,
     params,
     { ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
-    storeResolver(ctx),
+    searchReads(ctx),
   );
   const { query, request } = parsed;
   const wanted = query.count ?? Infinity;

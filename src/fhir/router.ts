@@ -29,6 +29,7 @@ import { mountEverything } from './everything-route.js';
 import {
   authorize,
   conditionalDelete,
+  conditionalPatch,
   conditionalUpdate,
   createResource,
   deleteResource,
@@ -358,6 +359,27 @@ export function fhirRouter(options: FhirRouterOptions): Router {
           });
         }
         res.status(204).end();
+      }),
+    )
+    .patch(
+      guard,
+      ...secured,
+      withCriteria,
+      patchBody,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const type = stringParam(req.params.type);
+        // A caller without the right to update gets 403, whatever its patch document holds.
+        authorize(contextOf(req), type, 'update');
+        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const result = await conditionalPatch(
+          contextOf(req),
+          type,
+          queryString(req),
+          patch,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        sendUpdated(req, res, result);
       }),
     )
     .all(guard, methodNotAllowed('GET, POST'));

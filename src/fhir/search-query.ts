@@ -4,6 +4,7 @@ import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
 import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
+import { typesReadByFilters } from '../search/types-read.js';
 import type { ParameterFilter, SearchFilter, SearchRequest } from '../storage/search-request.js';
 import { sortValuesOf } from '../search/sort-values.js';
 import type { IdentifierToken, ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
@@ -27,6 +28,17 @@ export interface SearchQueryOptions {
    * and `_has` are resolved by the store. @internal
    */
   storeAnswersSearch?: boolean;
+}
+
+/**
+ * How a search reaches resources of other types (chains and `_has`): `authorize` is asked, when the
+ * search is planned and before anything is read, about every type its filters read (see
+ * `typesReadByFilters`) and throws a 403 `FhirError` for one the caller may not search; `resources`
+ * reads them when this module answers the chain itself. Required of every caller, whichever store
+ * answers the search: a store that answers chains itself (PostgreSQL) reads them unchecked.
+ */
+export interface SearchReads extends SearchResolver {
+  authorize(resourceType: string): void;
 }
 
 /** A type-level search, parsed and turned into a storage query. */
@@ -121,8 +133,9 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
  * interaction's criteria) with the R4 search module (`src/search`) and turns it into a storage
  * query: the parts the stores index (`_id`, one-value `_lastUpdated`, the first plain `identifier`,
  * Patient references of compartment parameters) narrow the candidates, and a predicate compiled
- * from every other filter (`where`) decides. Chains and `_has` read the resources they need through
- * `resolver` (400 without one). `AuditEvent`'s own parameters keep their predicates
+ * from every other filter (`where`) decides. Every type a chain or `_has` reads is authorized
+ * through `reads` first (403), whoever answers the search; unless the store answers them itself,
+ * they read the resources they need through it. `AuditEvent`'s own parameters keep their predicates
  * (`auditSearchPredicate`: an agent's bare id also matches its identifier).
  *
  * `_sort` becomes the stores' `sort` or an `order` by the keys' values (see `orderQuery`); `_cursor`
@@ -134,8 +147,8 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
 export async function parseSearch(
   resourceType: string,
   params: Iterable<readonly [string, string]>,
-  options: SearchQueryOptions = {},
-  resolver?: SearchResolver,
+  options: SearchQueryOptions,
+  reads: SearchReads,
 ): Promise<ParsedSearch> {
   const registry = await loadSearchRegistry();
   const lenient = options.lenient ?? false;
@@ -201,6 +214,7 @@ export async function parseSearch(
   }
 
   const { request } = parsed;
+  for (const type of typesReadByFilters(request.filters)) reads.authorize(type);
   const query: ResourceQuery = { count: request.count, search: request };
   if (request.offset > 0) query.offset = request.offset;
   const cursorShape = orderQuery(registry, request, query);
@@ -263,7 +277,7 @@ export async function parseSearch(
 
   const tests = [...auditTests];
   if (predicateFilters.length > 0 && options.storeAnswersSearch !== true)
-    tests.push(await compileSearchPredicate(registry, predicateFilters, resolver));
+    tests.push(await compileSearchPredicate(registry, predicateFilters, reads));
   // Only the search's own filters: a store that answers them all exactly may skip the predicate.
   if (auditTests.length === 0 && tests.length === 1) query.whereIsSearch = true;
   if (tests.length === 1) query.where = tests[0];

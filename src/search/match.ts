@@ -27,7 +27,7 @@ import type {
  * How a chain or a reverse chain reads other resources: the current resources of a type, of the
  * searching project only, that may match `filter` (the chain's or `_has`'s inner filter, tested
  * again on each one). Any superset of the resources that match is correct (a store may narrow
- * with its indexes, see `storeResolver` in src/fhir/interactions.ts); iterables and async
+ * with its indexes, see `searchReads` in src/fhir/interactions.ts); iterables and async
  * iterables are both accepted.
  */
 export interface SearchResolver {

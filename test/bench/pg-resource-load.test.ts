@@ -10,6 +10,7 @@ import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { collectNdjson } from '../../src/testing/contract-helpers.js';
 import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { allReads } from '../helpers/search-reads.js';
 
 const PROJECT = 'p1';
 const PATIENTS = 3;
@@ -124,7 +125,9 @@ if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
         ['Observation', 'date=ge2000-01&date=lt2010-01'],
         ['Observation', 'subject:Patient.name=Lemke'],
       ] as const) {
-        const query = (await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true })).query;
+        const query = (
+          await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true }, allReads())
+        ).query;
         const [a, b] = await Promise.all(
           [viaStore, viaCopy].map(async ({ storage }) => {
             const page = await storage.searchResources(PROJECT, type, { ...query, count: 1000 });
@@ -169,7 +172,12 @@ if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
         Date.parse(loaded.meta.lastUpdated),
       );
       const query = (
-        await parseSearch('Patient', new URLSearchParams('name=Zyxwv'), { storeAnswersSearch: true })
+        await parseSearch(
+          'Patient',
+          new URLSearchParams('name=Zyxwv'),
+          { storeAnswersSearch: true },
+          allReads(),
+        )
       ).query;
       const found = await viaCopy.storage.searchResources(PROJECT, 'Patient', query);
       expect(found.resources.map((r) => r.id)).toEqual([patient]);

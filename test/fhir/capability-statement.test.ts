@@ -7,6 +7,7 @@ import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { allReads } from '../helpers/search-reads.js';
 
 const BASE = '/api/fhir/R4';
 const registry = await loadSearchRegistry();
@@ -139,7 +140,7 @@ describe('the CapabilityStatement lists the search parameters of each type', () 
       }[name];
       if (value === undefined) continue;
       await expect(
-        parseSearch(name === '_revinclude' ? 'Patient' : 'Observation', [[name, value]]),
+        parseSearch(name === '_revinclude' ? 'Patient' : 'Observation', [[name, value]], {}, allReads()),
         name,
       ).resolves.toBeDefined();
     }
@@ -151,7 +152,7 @@ describe('the CapabilityStatement lists the search parameters of each type', () 
       for (const p of entry.searchParam) {
         const value = valueOf(p, () => compositeSample(type, p.name));
         await expect(
-          parseSearch(type, [[p.name, value]]),
+          parseSearch(type, [[p.name, value]], {}, allReads()),
           `${type}?${p.name}=${value}`,
         ).resolves.toBeDefined();
         count += 1;

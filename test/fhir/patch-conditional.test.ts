@@ -615,6 +615,54 @@ function suite(name: string, open: Open): void {
         reference: `Organization/${org.id}`,
       });
     });
+
+    it('patches the one match of PATCH [type]?criteria: 404 for none, 412 for several, If-Match honoured', async () => {
+      const { app } = await appOver(open);
+      const one = await create(app, patient('cp1'));
+      await create(app, patient('cp2'));
+      await create(app, patient('cp2'));
+      const ok = await patch(app, 'Patient?identifier=urn:test|cp1', [
+        { op: 'replace', path: '/name/0/family', value: 'Patched' },
+      ]);
+      expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+      expect(ok.body).toMatchObject({ id: one.id, meta: { versionId: '2' } });
+      expect(ok.body.name[0].family).toBe('Patched');
+      const fhirPath = await patch(
+        app,
+        'Patient?identifier=urn:test|cp1',
+        parameters(
+          operation(
+            { name: 'type', valueCode: 'add' },
+            { name: 'path', valueString: 'Patient' },
+            { name: 'name', valueString: 'active' },
+            { name: 'value', valueBoolean: true },
+          ),
+        ),
+        'application/fhir+json',
+      ).set('If-Match', 'W/"2"');
+      expect(fhirPath.status, JSON.stringify(fhirPath.body)).toBe(200);
+      expect(fhirPath.body).toMatchObject({ id: one.id, active: true, meta: { versionId: '3' } });
+      const stale = await patch(app, 'Patient?identifier=urn:test|cp1', [
+        { op: 'add', path: '/gender', value: 'female' },
+      ]).set('If-Match', 'W/"2"');
+      expectIssue(stale, 412);
+      expectIssue(
+        await patch(app, 'Patient?identifier=urn:test|none', [{ op: 'remove', path: '/active' }]),
+        404,
+      );
+      expectIssue(
+        await patch(app, 'Patient?identifier=urn:test|cp2', [{ op: 'remove', path: '/name' }]),
+        412,
+        'duplicate',
+      );
+      // Criteria naming no parameter would patch any resource: refused.
+      expectIssue(await patch(app, 'Patient?_count=1', [{ op: 'remove', path: '/name' }]), 412, 'invalid');
+      const unchanged = await read(app, 'Patient?identifier=urn:test|cp2');
+      expect(unchanged.body.entry.map((e: { resource: { name?: unknown } }) => e.resource.name)).toEqual([
+        [{ family: 'Smith', given: ['Ann'] }],
+        [{ family: 'Smith', given: ['Ann'] }],
+      ]);
+    });
   });
 }
 

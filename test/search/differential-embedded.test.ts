@@ -9,6 +9,7 @@ import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/stores.js';
 import { allQueries, expected, hasSynthea, loadCorpus } from '../helpers/search-differential.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { allReads } from '../helpers/search-reads.js';
 
 /*
  * Differential test of the embedded stores' search index (src/storage/engine/postings.ts, on by
@@ -34,7 +35,7 @@ function resolver(storage: Storage): SearchResolver {
 }
 
 async function actual(storage: Storage, type: string, query: string, count: boolean): Promise<string[]> {
-  const parsed = await parseSearch(type, new URLSearchParams(query), {}, resolver(storage));
+  const parsed = await parseSearch(type, new URLSearchParams(query), {}, allReads(resolver(storage)));
   const { count: _count, ...all } = parsed.query;
   const page = await storage.searchResources(PROJECT, type, all);
   expect(page.total).toBe(page.resources.length);

@@ -9,6 +9,7 @@ import { compareSortValues } from '../../src/storage/result-page.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allQueries, expected, loadCorpus } from '../helpers/search-differential.js';
+import { allReads } from '../helpers/search-reads.js';
 
 const PROJECT = 'p';
 let registry: SearchRegistry;
@@ -25,7 +26,12 @@ let registry: SearchRegistry;
  */
 
 async function actual(storage: Storage, type: string, query: string): Promise<string[]> {
-  const parsed = await parseSearch(type, new URLSearchParams(query), { storeAnswersSearch: true });
+  const parsed = await parseSearch(
+    type,
+    new URLSearchParams(query),
+    { storeAnswersSearch: true },
+    allReads(),
+  );
   expect(parsed.query.where, `${type}?${query} reaches the store without a predicate`).toBeUndefined();
   const { count: _count, ...all } = parsed.query;
   const page = await storage.searchResources(PROJECT, type, all);
@@ -117,9 +123,14 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
               compareSortValues(a.keys, b.keys, descending) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
           )
           .map((r) => r.id);
-        const parsed = await parseSearch(type, new URLSearchParams(`_sort=${sort}&_count=7`), {
-          storeAnswersSearch: true,
-        });
+        const parsed = await parseSearch(
+          type,
+          new URLSearchParams(`_sort=${sort}&_count=7`),
+          {
+            storeAnswersSearch: true,
+          },
+          allReads(),
+        );
         const got: string[] = [];
         let page = await storage.searchResources(PROJECT, type, parsed.query);
         while (page.resources.length > 0) {

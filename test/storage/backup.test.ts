@@ -13,6 +13,7 @@ import { newUser } from '../../src/testing/contract-helpers.js';
 import { expectUnavailable, FaultPlan, openFaultyStore, patient } from '../helpers/file-faults.js';
 import { createApp } from '../helpers/bulk-export.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { allReads } from '../helpers/search-reads.js';
 
 /** Every Patient of `p1` as `id:family@version`, sorted. */
 async function patients(storage: FileStore, projectId = 'p1'): Promise<string[]> {
@@ -107,7 +108,7 @@ describe('fileStorage backup', () => {
         resource: patient(`s${i}`, family),
       })),
     );
-    const { query } = await parseSearch('Patient', [['name', 'sm']]);
+    const { query } = await parseSearch('Patient', [['name', 'sm']], {}, allReads());
     expect((await storage.searchResources('p1', 'Patient', query)).total).toBe(2);
     const target = path.join(tempDir('fpk-backup-to-'), 'copy');
     await storage.backup(target);
@@ -126,14 +127,14 @@ describe('fileStorage backup', () => {
       const page = await copy.searchResources(
         'p1',
         'Patient',
-        (await parseSearch('Patient', [['name', 'sm']])).query,
+        (await parseSearch('Patient', [['name', 'sm']], {}, allReads())).query,
       );
       expect(page.resources.map((r) => r.id).sort()).toEqual(['s0', 's1']);
       await copy.createResource('p1', patient('s5', 'Smolensk'));
       const again = await copy.searchResources(
         'p1',
         'Patient',
-        (await parseSearch('Patient', [['name', 'smo']])).query,
+        (await parseSearch('Patient', [['name', 'smo']], {}, allReads())).query,
       );
       expect(again.resources.map((r) => r.id)).toEqual(['s5']);
     } finally {
@@ -150,7 +151,7 @@ describe('fileStorage backup', () => {
       const page = await reopened.searchResources(
         'p1',
         'Patient',
-        (await parseSearch('Patient', [['name', 'sm']])).query,
+        (await parseSearch('Patient', [['name', 'sm']], {}, allReads())).query,
       );
       expect(page.resources.map((r) => r.id).sort()).toEqual(['s0', 's1', 's5']);
       expect(await reopened.grants.get('refresh', 'r1')).toBeDefined();

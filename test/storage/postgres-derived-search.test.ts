@@ -5,6 +5,7 @@ import { postgresStorage } from '../../src/postgres.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { allReads } from '../helpers/search-reads.js';
 
 /*
  * PostgreSQL keeps no index rows for the parameters the R4 indexer derives from others
@@ -128,7 +129,12 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         const ids = async (store: Storage, q: string, sort = '_id') => {
           const params = new URLSearchParams(`${q}&_sort=${sort}`);
           // The memory store tests what its index cannot answer with the predicate.
-          const parsed = await parseSearch('Observation', params, { storeAnswersSearch: store === storage });
+          const parsed = await parseSearch(
+            'Observation',
+            params,
+            { storeAnswersSearch: store === storage },
+            allReads(),
+          );
           return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
         };
         const answers = async (store: Storage) => [
@@ -154,7 +160,12 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         ]);
         // Chains through a restriction, both ways (the memory store leaves chains to the FHIR layer).
         const pgIds = async (type: string, q: string) => {
-          const parsed = await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true });
+          const parsed = await parseSearch(
+            type,
+            new URLSearchParams(q),
+            { storeAnswersSearch: true },
+            allReads(),
+          );
           return (await storage.searchResources('p1', type, parsed.query)).resources.map((r) => r.id).sort();
         };
         expect(await pgIds('Observation', 'patient.name=smith')).toEqual(['qty']);

@@ -7,6 +7,7 @@ import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import type { Storage } from '../../src/storage/types.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { allReads } from '../helpers/search-reads.js';
 
 /*
  * PostgreSQL's search index: searches answered in SQL without reading bodies, the index rows kept
@@ -64,7 +65,12 @@ if (postgresTestsEnabled('postgresStorage search index')) {
     ).rows[0]!.n;
 
   const search = async (storage: Storage, type: string, query: string) => {
-    const parsed = await parseSearch(type, new URLSearchParams(query), { storeAnswersSearch: true });
+    const parsed = await parseSearch(
+      type,
+      new URLSearchParams(query),
+      { storeAnswersSearch: true },
+      allReads(),
+    );
     return storage.searchResources('p1', type, parsed.query);
   };
 
@@ -93,6 +99,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           'Observation',
           new URLSearchParams('code=urn:c|rare&subject:Patient.name=smith&_sort=-date&_count=5'),
           { storeAnswersSearch: true },
+          allReads(),
         );
         expect(parsed.query.where).toBeUndefined();
         const query = vi.spyOn(pg.Client.prototype, 'query');
@@ -168,7 +175,12 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           )
         ).rows.map((r) => r.param);
       const models = async (project: string, q: string) => {
-        const parsed = await parseSearch('Device', new URLSearchParams(q), { storeAnswersSearch: true });
+        const parsed = await parseSearch(
+          'Device',
+          new URLSearchParams(q),
+          { storeAnswersSearch: true },
+          allReads(),
+        );
         return (await storage.searchResources(project, 'Device', parsed.query)).resources.map((r) => r.id);
       };
       try {
@@ -176,9 +188,14 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           storage.transaction(async (tx) => {
             await tx.createResource('p1', device('d0', 'm-0'));
             // Its own numbers: the transaction finds what it wrote.
-            const parsed = await parseSearch('Device', new URLSearchParams('model=m-0'), {
-              storeAnswersSearch: true,
-            });
+            const parsed = await parseSearch(
+              'Device',
+              new URLSearchParams('model=m-0'),
+              {
+                storeAnswersSearch: true,
+              },
+              allReads(),
+            );
             expect(
               (await tx.searchResources('p1', 'Device', parsed.query)).resources.map((r) => r.id),
             ).toEqual(['d0']);
@@ -474,7 +491,12 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         const ids = async (store: Storage, q: string) => {
           const params = new URLSearchParams(`${q}&_sort=_id`);
           // The memory store tests what its index cannot answer with the predicate.
-          const parsed = await parseSearch('Observation', params, { storeAnswersSearch: store === storage });
+          const parsed = await parseSearch(
+            'Observation',
+            params,
+            { storeAnswersSearch: store === storage },
+            allReads(),
+          );
           return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
         };
         const answers = async (store: Storage) => Promise.all(queries.map((q) => ids(store, q)));

@@ -3,6 +3,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { allReads } from '../helpers/search-reads.js';
 
 /*
  * The sessions a PostgreSQL store opens itself run with JIT off (pool-options.ts,
@@ -31,9 +32,14 @@ if (postgresTestsEnabled('postgresStorage sessions')) {
         await storage.writeResources('p1', [
           { op: 'create', resource: { resourceType: 'Patient', id: 'ann', name: [{ family: 'Smith' }] } },
         ]);
-        const parsed = await parseSearch('Patient', new URLSearchParams('name=smi'), {
-          storeAnswersSearch: true,
-        });
+        const parsed = await parseSearch(
+          'Patient',
+          new URLSearchParams('name=smi'),
+          {
+            storeAnswersSearch: true,
+          },
+          allReads(),
+        );
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);
         await new Promise((resolve) => setTimeout(resolve, 50));
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);

@@ -4,6 +4,7 @@ import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { allReads } from '../helpers/search-reads.js';
 
 // The first search on a parameter builds its postings (build-postings.ts) without holding the
 // writer: writes issued meanwhile complete before the build does, and the postings then hold them.
@@ -31,7 +32,7 @@ async function watchedIndexer(onIndex: (codes: ReadonlySet<string>) => void): Pr
 }
 
 async function ids(storage: Storage, params: [string, string][]): Promise<string[]> {
-  const { query } = await parseSearch('Patient', params);
+  const { query } = await parseSearch('Patient', params, {}, allReads());
   const page = await storage.searchResources(P, 'Patient', query);
   // The same query scanned (`where` over every Patient) answers the same.
   const { search: _dropped, ...scan } = query;
@@ -73,7 +74,7 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
     opened.storage = storage;
     try {
       await load(storage);
-      const { query } = await parseSearch('Patient', [['name', 'fam1']]);
+      const { query } = await parseSearch('Patient', [['name', 'fam1']], {}, allReads());
       const searched = storage.searchResources(P, 'Patient', query).then((page) => {
         events.push('search');
         return page;
@@ -103,7 +104,7 @@ describe.each(stores)('building postings on the %s store', (_name, open) => {
     try {
       await load(storage);
       const searches = ['fam12', 'fam3', 'fam149'].map(async (value) => {
-        const { query } = await parseSearch('Patient', [['name', value]]);
+        const { query } = await parseSearch('Patient', [['name', value]], {}, allReads());
         return (await storage.searchResources(P, 'Patient', query)).total;
       });
       expect(await Promise.all(searches)).toEqual([111, 111, 11]);

@@ -8,6 +8,7 @@ import { createFileStorage } from '../../src/storage/file/file-storage.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { allReads } from '../helpers/search-reads.js';
 
 // `_id`, `_lastUpdated` and a plain `identifier` are answered by the stores' own indexes (the
 // query's `ids`, `lastUpdated`, `identifier`): combined with filters the postings answer exactly,
@@ -38,7 +39,7 @@ describe.each(stores)('searches the %s store answers without where', (_name, ope
 
   /** The ids found, the total, and how many times `where` ran (the scan's answer is the same). */
   async function counted(s: Storage, params: [string, string][]) {
-    const { query } = await parseSearch('Patient', params);
+    const { query } = await parseSearch('Patient', params, {}, allReads());
     const where = query.where;
     let calls = 0;
     if (where)
@@ -170,7 +171,7 @@ describe('_sort from the postings (file store)', () => {
         ],
       ];
       for (const params of sorts) {
-        const { query } = await parseSearch('Patient', [...params, ['_count', '7']]);
+        const { query } = await parseSearch('Patient', [...params, ['_count', '7']], {}, allReads());
         await s.searchResources(P, 'Patient', query); // Builds the postings.
         reads = 0;
         const page = await s.searchResources(P, 'Patient', query);
@@ -187,10 +188,15 @@ describe('_sort from the postings (file store)', () => {
         expect(next.resources.map((r) => r.id)).toEqual(scannedNext.resources.map((r) => r.id));
       }
       // A filter the postings do not answer exactly: where reads the bodies, same order.
-      const { query } = await parseSearch('Patient', [
-        ['_sort', 'name'],
-        ['gender:not', 'female'],
-      ]);
+      const { query } = await parseSearch(
+        'Patient',
+        [
+          ['_sort', 'name'],
+          ['gender:not', 'female'],
+        ],
+        {},
+        allReads(),
+      );
       const { search: _dropped, ...scan } = query;
       expect((await s.searchResources(P, 'Patient', query)).resources.map((r) => r.id)).toEqual(
         (await s.searchResources(P, 'Patient', scan)).resources.map((r) => r.id),
@@ -240,7 +246,7 @@ describe.each(stores)('a two-level chain on the %s store', (_name, open) => {
         },
       };
       const answer = async (type: string, params: [string, string][]) => {
-        const { query } = await parseSearch(type, params, {}, resolver);
+        const { query } = await parseSearch(type, params, {}, allReads(resolver));
         const where = query.where!;
         let calls = 0;
         query.where = (r) => {

@@ -11,6 +11,7 @@ import type { BaseState } from '../../src/storage/engine/state.js';
 import type { FhirResource, ResourceQuery, Storage } from '../../src/storage/types.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { allReads } from '../helpers/search-reads.js';
 
 // Search through the stores' indexes (issue 30): each search is built as the FHIR router builds
 // it (`parseSearch`: `query.search` plus the `where` predicate), and its answer is compared with
@@ -95,7 +96,7 @@ const observations: FhirResource[] = [
 const ids = (resources: { id: string }[]): string[] => resources.map((r) => r.id).sort();
 
 async function search(storage: Storage, type: string, params: [string, string][], projectId = P) {
-  const { query } = await parseSearch(type, params);
+  const { query } = await parseSearch(type, params, {}, allReads());
   const page = await storage.searchResources(projectId, type, query);
   // The same query without `search`: no store narrows it, `where` decides over the whole type.
   const { search: _dropped, ...scan } = query satisfies ResourceQuery;
@@ -256,29 +257,44 @@ function searchCases(open: () => Storage | Promise<Storage>): void {
 
   it('totals, _sort and keyset paging over a narrowed search', async () => {
     const s = await ready();
-    const { query } = await parseSearch('Observation', [
-      ['code', '1234-5'],
-      ['_sort', '-date'],
-      ['_count', '2'],
-    ]);
+    const { query } = await parseSearch(
+      'Observation',
+      [
+        ['code', '1234-5'],
+        ['_sort', '-date'],
+        ['_count', '2'],
+      ],
+      {},
+      allReads(),
+    );
     const first = await s.searchResources(P, 'Observation', query);
     expect(first.total).toBe(5);
     expect(ids(first.resources)).toEqual(sorted('o3', 'o5'));
     expect(first.resources.map((r) => r.id)).toEqual(['o5', 'o3']);
-    const { query: next } = await parseSearch('Observation', [
-      ['code', '1234-5'],
-      ['_sort', '-date'],
-      ['_count', '2'],
-    ]);
+    const { query: next } = await parseSearch(
+      'Observation',
+      [
+        ['code', '1234-5'],
+        ['_sort', '-date'],
+        ['_count', '2'],
+      ],
+      {},
+      allReads(),
+    );
     const after = await s.searchResources(P, 'Observation', {
       ...next,
       after: { id: 'o3', keys: query.order!.keys(first.resources[1]!) },
     });
     expect(after.resources.map((r) => r.id)).toEqual(['o2', 'o1']);
-    const { query: count } = await parseSearch('Observation', [
-      ['code', '1234-5'],
-      ['_summary', 'count'],
-    ]);
+    const { query: count } = await parseSearch(
+      'Observation',
+      [
+        ['code', '1234-5'],
+        ['_summary', 'count'],
+      ],
+      {},
+      allReads(),
+    );
     const counted = await s.searchResources(P, 'Observation', count);
     expect(counted).toEqual({ total: 5, resources: [] });
   });
@@ -296,7 +312,7 @@ function searchCases(open: () => Storage | Promise<Storage>): void {
     await s.transaction(async (tx) => {
       await tx.createResource(P, observation('t1', '7777-7', LOINC, 'Patient/pb', 1, '2024'));
       // Inside the transaction: its own writes are candidates too.
-      const { query } = await parseSearch('Observation', [['code', '7777-7']]);
+      const { query } = await parseSearch('Observation', [['code', '7777-7']], {}, allReads());
       expect(ids((await tx.searchResources(P, 'Observation', query)).resources)).toEqual(sorted('o1', 't1'));
       await tx.deleteResource(P, 'Observation', 'o1');
       expect(ids((await tx.searchResources(P, 'Observation', query)).resources)).toEqual(['t1']);
@@ -383,7 +399,7 @@ describe('file store: postings built on demand, saved on close', () => {
       await load(storage);
       const calls = { n: 0 };
       const counted = async (params: [string, string][]) => {
-        const { query } = await parseSearch('Observation', params);
+        const { query } = await parseSearch('Observation', params, {}, allReads());
         const where = query.where!;
         calls.n = 0;
         query.where = (r) => {
@@ -431,7 +447,12 @@ describe('file store: postings built on demand, saved on close', () => {
       };
       const chained = async (value: string) => {
         reads.length = 0;
-        const { query } = await parseSearch('Observation', [['subject:Patient.name', value]], {}, resolver);
+        const { query } = await parseSearch(
+          'Observation',
+          [['subject:Patient.name', value]],
+          {},
+          allReads(resolver),
+        );
         const where = query.where!;
         let calls = 0;
         query.where = (r) => {
