@@ -158,6 +158,7 @@ export type { FhirRouterOptions } from './fhir/router-options.js';
 export type {
   CapabilityContribution,
   CapabilityOperation,
+  CapabilitySearchLimits,
   CapabilityStatementInput,
   CapabilityStatementJson,
 } from './fhir/capability-statement.js';

@@ -229,6 +229,7 @@ class BatchedAuditTrail implements AuditTrail {
       const found = await this.storage.searchResources(projectId, 'AuditEvent', {
         ids: uncertain,
         count: uncertain.length,
+        total: 'none',
       });
       const stored = new Set(found.resources.map((r) => r.id));
       todo = entries.filter((e) => !stored.has(e.event.id));
@@ -251,6 +252,7 @@ class BatchedAuditTrail implements AuditTrail {
           lastUpdated: { lt: cutoff },
           where: (r) => typeof r.recorded === 'string' && Date.parse(r.recorded) < cutoff,
           count: this.config.batchSize,
+          total: 'none',
         });
         if (page.resources.length === 0) break;
         await this.storage.writeResources(

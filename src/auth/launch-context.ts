@@ -74,6 +74,7 @@ export async function findPatients(
     },
     sort: '_id',
     count,
+    total: 'none',
   });
   return page.resources.map((p) => ({
     id: p.id,

@@ -113,7 +113,12 @@ async function* matches(
   before: number,
 ): AsyncGenerator<StoredResource> {
   checkSee(ctx, type);
-  const query: ResourceQuery = { search: filterSearch(type, filter), sort: '_id', count: PAGE };
+  const query: ResourceQuery = {
+    search: filterSearch(type, filter),
+    sort: '_id',
+    count: PAGE,
+    total: 'none',
+  };
   if (!ctx.storeAnswersSearch) {
     query.where = await compileSearchPredicate(ctx.registry, [filter], resolver);
     query.whereIsSearch = true;

@@ -262,6 +262,14 @@ export const SERVE_SETTINGS = {
       '`minimal`: FHIR writes and Bundle write entries answer without the resource unless `Prefer: return=representation`',
     read: (text, invalid) => oneOf(['representation', 'minimal'] as const)(text, invalid) ?? 'representation',
   },
+  fhirMaxAccurateTotal: {
+    env: 'FHIR_MAX_ACCURATE_TOTAL',
+    flag: '--fhir-max-accurate-total <n>',
+    defaultText: '100000',
+    description:
+      'most matches an exact search total counts (`_total=accurate`, `_summary=count`); beyond, `400` `too-costly` (`Infinity`: no limit)',
+    read: countLimit(100_000),
+  },
   scimDefaultUserType: {
     env: 'SCIM_DEFAULT_USER_TYPE',
     flag: '--scim-default-user-type <type>',

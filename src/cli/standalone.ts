@@ -128,7 +128,7 @@ export async function startStandalone(
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },
-      fhir: { defaultReturn: config.fhirDefaultReturn },
+      fhir: { defaultReturn: config.fhirDefaultReturn, maxAccurateTotal: config.fhirMaxAccurateTotal },
       ...(config.idpIssuer && config.idpClientId
         ? { federation: { defaultProvider: await defaultIdentityProvider(config) } }
         : {}),

@@ -24,6 +24,7 @@ import { parseEverythingParams } from './everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from './history.js';
 import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
+import type { SearchTotalOptions } from './search-total.js';
 
 /** Options of `processBundle` (batch.ts). */
 export interface BundleProcessingOptions {
@@ -39,7 +40,7 @@ export interface BundleProcessingOptions {
    */
   returnOutcome?: boolean;
   /** Search options for GET entries. */
-  search?: SearchQueryOptions;
+  search?: SearchQueryOptions & SearchTotalOptions;
   /**
    * What a conditional DELETE entry does with several matches (`fhirRouter`'s option), or `off`
    * (the entry answers 405). At most `maxEntries` are deleted. @default 'single'

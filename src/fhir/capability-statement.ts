@@ -2,6 +2,7 @@ import { auditEventCapability } from '../audit/capability.js';
 import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
 import { isSupportedParameter } from '../search/parse.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
+import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
 
 /** An operation to advertise in the CapabilityStatement. */
 export interface CapabilityOperation {
@@ -56,6 +57,47 @@ export interface CapabilityStatementInput {
    * `not-supported`. @default 'single'
    */
   conditionalDelete?: 'single' | 'multiple' | 'not-supported';
+  /**
+   * The search limits `fhirRouter` applies (its options of the same names), stated in the
+   * `_count` and `_total` parameters' documentation and in `rest.documentation` (R4 has no element
+   * for limits).
+   * @default { defaultCount: 20, maxCount: 1000, maxAccurateTotal: 100000 }
+   */
+  searchLimits?: CapabilitySearchLimits;
+}
+
+/** The search limits a CapabilityStatement states (`CapabilityStatementInput.searchLimits`). */
+export interface CapabilitySearchLimits {
+  /** Page size without `_count`. */
+  defaultCount: number;
+  /** Largest page size. */
+  maxCount: number;
+  /** Most matches an exact total counts (400 `too-costly` past it); `Infinity`: no bound. */
+  maxAccurateTotal: number;
+}
+
+const DEFAULT_SEARCH_LIMITS: CapabilitySearchLimits = {
+  defaultCount: 20,
+  maxCount: 1000,
+  maxAccurateTotal: DEFAULT_MAX_ACCURATE_TOTAL,
+};
+
+/** A count for people: `100,000`, `Infinity` as "no bound". */
+const shown = (n: number): string => (n === Infinity ? 'no bound' : n.toLocaleString('en-US'));
+
+/** `rest.documentation`: the search limits, in Markdown. */
+function limitsDocumentation(limits: CapabilitySearchLimits): string {
+  const accurate =
+    limits.maxAccurateTotal === Infinity
+      ? 'an exact total (`_total=accurate`, `_summary=count`, `_count=0`) counts every match'
+      : `an exact total (\`_total=accurate\`, \`_summary=count\`, \`_count=0\`) is counted up to ${shown(limits.maxAccurateTotal)} matches; past that the search answers 400 \`too-costly\` (\`_total=estimate\` is never refused)`;
+  return [
+    'Search limits:',
+    '',
+    `- \`_count\`: ${shown(limits.defaultCount)} when absent, at most ${shown(limits.maxCount)} (a larger one is lowered).`,
+    '- `_total`: a searchset has no `total` unless asked (`_total=accurate` or `estimate`, or a count request).',
+    `- ${accurate}.`,
+  ].join('\n');
 }
 
 const INTERACTIONS = [
@@ -156,7 +198,8 @@ function mergeSecurity(target: Record<string, unknown>, add: Record<string, unkn
  * with read / vread / update / patch / delete / history-instance / history-type / create /
  * search-type (history-system and batch / transaction at the system level), versioning with If-Match,
  * conditional create, read, update and delete, the search parameters each type answers (from
- * `registry`, with their definition URLs), batch and transaction; extended by the given
+ * `registry`, with their definition URLs), the search limits (`rest.documentation`), batch and
+ * transaction; extended by the given
  * contributions (security service, operations, instantiated statements).
  * @see https://hl7.org/fhir/R4/capabilitystatement.html
  */
@@ -165,6 +208,7 @@ export function buildCapabilityStatement(
   registry: SearchRegistry,
 ): CapabilityStatementJson {
   const contributions = input.contributions ?? [];
+  const limits = input.searchLimits ?? DEFAULT_SEARCH_LIMITS;
   const typeOperations = new Map<string, { name: string; definition: string }[]>();
   const systemOperations: { name: string; definition: string }[] = [];
   const security: Record<string, unknown> = {};
@@ -214,11 +258,16 @@ export function buildCapabilityStatement(
     rest: [
       {
         mode: 'server',
+        documentation: limitsDocumentation(limits),
         ...(Object.keys(security).length > 0 ? { security } : {}),
         resource,
         interaction: [{ code: 'batch' }, { code: 'transaction' }, { code: 'history-system' }],
         searchParam: [
-          { name: '_count', type: 'number', documentation: 'Page size (capped by the server).' },
+          {
+            name: '_count',
+            type: 'number',
+            documentation: `Page size: ${shown(limits.defaultCount)} when absent, at most ${shown(limits.maxCount)}.`,
+          },
           {
             name: '_offset',
             type: 'number',
@@ -232,7 +281,11 @@ export function buildCapabilityStatement(
           },
           { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
           { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
-          { name: '_total', type: 'token', documentation: 'none, estimate or accurate.' },
+          {
+            name: '_total',
+            type: 'token',
+            documentation: `none (the default, but for _summary=count and _count=0), estimate or accurate (at most ${shown(limits.maxAccurateTotal)} matches, else 400 too-costly).`,
+          },
           {
             name: '_include',
             type: 'special',

@@ -151,7 +151,7 @@ async function walkPatient(
     const at = WALK_ORDER.indexOf(type);
     if (at < startAt) continue;
     const resume = start && at === startAt ? start : undefined;
-    const query: ResourceQuery = { count: limit - out.length };
+    const query: ResourceQuery = { count: limit - out.length, total: 'none' };
     if (params.since !== undefined) query.lastUpdated = { ge: params.since };
     if (isCompartmentType(type)) {
       query.compartment = [patientId];
@@ -238,6 +238,7 @@ export async function allPatientsEverything(
       const next = await ctx.storage.searchResources(ctx.projectId, 'Patient', {
         sort: '_id',
         count: 1,
+        total: 'none',
         ...(patient === undefined ? {} : { after: { id: patient } }),
       });
       const found = next.resources[0];

@@ -5,7 +5,13 @@ import type { DataAccess } from '../auth/data-access.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
-import type { FhirResource, ResourcePage, StorageOperations, StoredResource } from '../storage/types.js';
+import type {
+  FhirResource,
+  ResourcePage,
+  ResourceQuery,
+  StorageOperations,
+  StoredResource,
+} from '../storage/types.js';
 import { rewriteReferences } from './bundle-entries.js';
 import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
@@ -15,6 +21,12 @@ import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
+import {
+  checkAccurateTotal,
+  DEFAULT_MAX_ACCURATE_TOTAL,
+  searchTotal,
+  type SearchTotalOptions,
+} from './search-total.js';
 import { scopedStorage } from './scoped-storage.js';
 
 /**
@@ -101,7 +113,12 @@ export async function conditionalMatches(
   const count = options.limit ?? 2;
   // Which resources match, not a page of them: no paging cursor, no order by values.
   const { after: _after, before: _before, order: _order, ...matching } = query;
-  const page = await ctx.storage.searchResources(ctx.projectId, type, { ...matching, offset: 0, count });
+  const page = await ctx.storage.searchResources(ctx.projectId, type, {
+    ...matching,
+    offset: 0,
+    count,
+    total: 'none',
+  });
   return page.resources;
 }
 
@@ -448,7 +465,7 @@ export async function deleteResource(
 
 /** Result of a search: the page, plus how it was parsed (for links and the ignored-parameter outcome). */
 export interface SearchOutcome extends ParsedSearch {
-  /** The matches of the page and the total of all matches. */
+  /** The matches of the page, and the total of all matches when the search asked for it (`_total`). */
   page: ResourcePage;
   /** What `_include` / `_revinclude` added (`search.mode = include`). */
   included: StoredResource[];
@@ -505,14 +522,16 @@ export const MAX_INCLUDE_DEPTH = 3;
  * `GET [base]/[type]?…` and `POST [base]/[type]/_search`: one page of matches (see `parseSearch` for
  * what is supported), with what `_include` / `_revinclude` add (`collectIncludes`: at most
  * {@link MAX_INCLUDED}, `:iterate` {@link MAX_INCLUDE_DEPTH} levels), only ever of the principal's
- * project. The store is asked for one match more than the page to know whether another page follows.
+ * project. The store is asked for one match more than the page to know whether another page follows,
+ * and for the total `_total` asks (`searchTotal`: none by default), an exact one counted at most to
+ * `maxAccurateTotal` (400 `too-costly` past it).
  * @see https://hl7.org/fhir/R4/http.html#search
  */
 export async function searchResources(
   ctx: FhirContext,
   type: string,
   params: Iterable<readonly [string, string]>,
-  options: SearchQueryOptions = {},
+  options: SearchQueryOptions & SearchTotalOptions = {},
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
@@ -524,14 +543,24 @@ export async function searchResources(
   );
   const { query, request } = parsed;
   const wanted = query.count ?? Infinity;
-  const asked = wanted > 0 && wanted < Infinity ? { ...query, count: wanted + 1 } : query;
+  const total = searchTotal(request);
+  const maxAccurateTotal = options.maxAccurateTotal ?? DEFAULT_MAX_ACCURATE_TOTAL;
+  const asked: ResourceQuery = {
+    ...query,
+    ...(wanted > 0 && wanted < Infinity ? { count: wanted + 1 } : {}),
+    total,
+    ...(total === 'accurate' ? { maxTotal: maxAccurateTotal } : {}),
+  };
   const found = await ctx.storage.searchResources(ctx.projectId, type, asked);
+  checkAccurateTotal(found.total, total, maxAccurateTotal);
   let resources = found.resources;
   const more = resources.length > wanted;
   // Backwards, the extra match is the furthest from the cursor: the first.
   if (more)
     resources = query.before ? resources.slice(resources.length - wanted) : resources.slice(0, wanted);
-  const page: ResourcePage = { total: found.total, resources };
+  // A store may count although none was asked: the Bundle gives what `_total` asked only.
+  const page: ResourcePage =
+    total === 'none' || found.total === undefined ? { resources } : { total: found.total, resources };
   const offset = query.offset ?? 0;
   let included: StoredResource[] = [];
   let issues: OutcomeIssue[] = [];

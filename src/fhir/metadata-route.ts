@@ -16,7 +16,10 @@ const KEPT_STATEMENTS = 8;
  */
 export function mountMetadata(
   router: Router,
-  config: Pick<ResolvedFhirRouterOptions, 'capabilities' | 'conditionalDelete' | 'software'>,
+  config: Pick<
+    ResolvedFhirRouterOptions,
+    'capabilities' | 'conditionalDelete' | 'software' | 'defaultCount' | 'maxCount' | 'maxAccurateTotal'
+  >,
   base: (req: Request) => string,
 ): void {
   const statements = new Map<string, string>();
@@ -34,6 +37,11 @@ export function mountMetadata(
               conditionalDelete:
                 config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
               ...(config.software ? { software: config.software } : {}),
+              searchLimits: {
+                defaultCount: config.defaultCount,
+                maxCount: config.maxCount,
+                maxAccurateTotal: config.maxAccurateTotal,
+              },
             },
             await loadSearchRegistry(),
           );

@@ -1,5 +1,12 @@
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
-import { oneOf, optionError, positiveInteger, sizeInBytes, sizeOption } from '../common/options.js';
+import {
+  oneOf,
+  optionError,
+  positiveInteger,
+  positiveLimit,
+  sizeInBytes,
+  sizeOption,
+} from '../common/options.js';
 import {
   checkRouterOptions,
   type BodyLimitOptions,
@@ -7,6 +14,7 @@ import {
   type OwnOptionKeys,
 } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
+import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
 
@@ -37,6 +45,15 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
   defaultCount?: number;
   /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
   maxCount?: number;
+  /**
+   * Most matches an exact search total counts: `_total=accurate`, `_summary=count` and `_count=0`
+   * answer 400 `too-costly` (naming `_total`) when more match, before counting further. A search
+   * without `_total` counts nothing, and `_total=estimate` is never refused. `Infinity`: no bound.
+   * The CapabilityStatement states it.
+   * @see https://hl7.org/fhir/R4/search.html#total
+   * @default 100000
+   */
+  maxAccurateTotal?: number;
   /** Most entries in a batch or transaction Bundle (413 above). @default 10000 */
   maxBundleEntries?: number;
   /**
@@ -105,6 +122,7 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   maxJsonDepth: true,
   defaultCount: true,
   maxCount: true,
+  maxAccurateTotal: true,
   maxBundleEntries: true,
   defaultReturn: true,
   conditionalDelete: true,
@@ -114,6 +132,14 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   validator: true,
   fallthrough: true,
 };
+
+/** `maxAccurateTotal`: a positive integer or `Infinity`. */
+function resolveMaxAccurateTotal(value: number | undefined): number {
+  const bound = positiveLimit(OWNER, 'maxAccurateTotal', value, DEFAULT_MAX_ACCURATE_TOTAL);
+  if (bound !== Infinity && !Number.isSafeInteger(bound))
+    optionError(OWNER, 'maxAccurateTotal', 'maxAccurateTotal must be a positive integer or Infinity');
+  return bound;
+}
 
 /** Fills in defaults and fails fast on bad options. */
 export function resolveFhirRouterOptions(
@@ -136,6 +162,7 @@ export function resolveFhirRouterOptions(
     maxJsonDepth: resolveMaxJsonDepth(OWNER, options.maxJsonDepth),
     defaultCount,
     maxCount,
+    maxAccurateTotal: resolveMaxAccurateTotal(options.maxAccurateTotal),
     maxBundleEntries: positiveInteger(OWNER, 'maxBundleEntries', options.maxBundleEntries, 10_000),
     defaultReturn:
       oneOf(OWNER, 'defaultReturn', options.defaultReturn, ['representation', 'minimal']) ?? 'representation',

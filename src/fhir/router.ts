@@ -89,8 +89,9 @@ function queryString(req: Request): string {
  * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|PATCH|DELETE
  *   /{type}/{id}` (`ETag` / `If-Match` versioning; `If-None-Match` / `If-Modified-Since` conditional
  *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
- *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles with `total`, included
- *   resources and keyset paging links.
+ *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles (a `total` when `_total`
+ *   asks for one, an exact one at most `maxAccurateTotal`), included resources and keyset paging
+ *   links.
  * - `GET /{type}/{id}/_history/{vid}` (vread of any version the store keeps; 410 for a deletion) and
  *   the `history` Bundles of `GET /_history`, `/{type}/_history` and `/{type}/{id}/_history`
  *   (`_since`, `_at`, `_count`, `next` links by cursor).
@@ -120,7 +121,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     maxDepth: config.maxJsonDepth,
   });
   const bodyLimitBytes = sizeInBytes(config.bodyLimit);
-  const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
+  const searchOptions = {
+    defaultCount: config.defaultCount,
+    maxCount: config.maxCount,
+    maxAccurateTotal: config.maxAccurateTotal,
+  };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
   // Undefined when no trail records: the events are then not even built.
   const audit = requestRecorder(config.auditTrail, config.onError ?? defaultErrorLogger);

@@ -56,7 +56,8 @@ function pagingLinks(
 }
 
 /**
- * The `searchset` Bundle of one page: `total` (unless `_total=none`), absolute `self` / `first` /
+ * The `searchset` Bundle of one page: `total` when the search counted (`_total=accurate` or
+ * `estimate`, `_summary=count`, `_count=0`; see `searchTotal`), absolute `self` / `first` /
  * `previous` / `next` links (repeating the applied parameters with `_count` and `_offset` or
  * `_cursor`), one `match` entry per resource, one `include` entry per included resource, both as
  * `_summary` / `_elements` render them, and an `outcome` entry when parameters were ignored or
@@ -64,7 +65,7 @@ function pagingLinks(
  * @see https://hl7.org/fhir/R4/search.html
  */
 export function buildSearchBundle(baseUrl: string, type: string, result: SearchOutcome): BundleJson {
-  const { page, ignored, request, subset } = result;
+  const { page, ignored, subset } = result;
   const entry: Record<string, unknown>[] = [];
   const add = (resource: StoredResource, mode: 'match' | 'include'): void => {
     entry.push({
@@ -88,7 +89,7 @@ export function buildSearchBundle(baseUrl: string, type: string, result: SearchO
     id: randomUUID(),
     meta: { lastUpdated: new Date().toISOString() },
     type: 'searchset',
-    ...(request.total === 'none' && request.summary !== 'count' ? {} : { total: page.total }),
+    ...(page.total === undefined ? {} : { total: page.total }),
     link: pagingLinks(baseUrl, type, result),
     entry,
   };

@@ -135,7 +135,11 @@ export async function collectIncludes(
       }
       for (const [type, ids] of wanted) {
         if (cut || !permitted(type, false)) continue;
-        const page = await ctx.storage.searchResources(ctx.projectId, type, { ids: [...ids], count: room() });
+        const page = await ctx.storage.searchResources(ctx.projectId, type, {
+          ids: [...ids],
+          count: room(),
+          total: 'none',
+        });
         take(page.resources, level);
       }
     }
@@ -155,6 +159,7 @@ export async function collectIncludes(
             keys.has(keyOf(ref)),
           ),
         count: room(),
+        total: 'none',
       };
       if (target.searchParam !== '*') {
         const filter: ParameterFilter = {

@@ -82,6 +82,23 @@ export interface ResourceQuery {
   offset?: number;
   /** Maximum number returned; 0 returns only the total. @default all */
   count?: number;
+  /**
+   * What `ResourcePage.total` the caller needs (FHIR `_total`): `accurate` counts the matches (as far
+   * as `maxTotal`); `estimate` asks for a cheap approximation (PostgreSQL: the planner's row
+   * estimate; the memory and file stores: exact whenever the count costs no extra read, else
+   * extrapolated from the candidates read for the page); `none` asks for no count, so that a store
+   * reads only as far as the page (`total` may then be absent).
+   * @see https://hl7.org/fhir/R4/search.html#total
+   * @default 'accurate'
+   */
+  total?: 'none' | 'estimate' | 'accurate';
+  /**
+   * With `total: 'accurate'`: the count may stop once more than this many match. A `total` over
+   * `maxTotal` says that more than `maxTotal` match (the package's stores answer `maxTotal + 1`; a
+   * store may count further). A whole number, or `Infinity`.
+   * @default Infinity
+   */
+  maxTotal?: number;
 }
 
 /** One value a resource is sorted by: a string, a number, or `null` when it has none. */
@@ -113,7 +130,11 @@ export interface ResourceCursor {
 }
 
 export interface ResourcePage {
-  total: number;
+  /**
+   * The number of matches, whatever the page, as the query's `total` asks: exact (but at most
+   * `maxTotal + 1`) for `accurate`, approximate for `estimate`; absent only when it asked `none`.
+   */
+  total?: number;
   resources: StoredResource[];
 }
 

@@ -132,6 +132,14 @@ export class PageWindow<T> {
     return this.#count === 0;
   }
 
+  /**
+   * True when no later match can change the page: it holds `count` matches, or wants none (not
+   * with `before`, whose page is the last matches before the cursor).
+   */
+  get full(): boolean {
+    return !this.#before && this.#kept.length >= this.#count;
+  }
+
   /** The next match, in order, and what to keep of it when it is on the page. */
   offer(item: OrderedItem, value: T): void {
     this.total += 1;

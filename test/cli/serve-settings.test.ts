@@ -6,6 +6,7 @@ import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
 import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
+import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
 import { readConfig } from '../../src/cli/serve-config.js';
 import {
@@ -106,6 +107,11 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       onlineRefreshTokenLifetime: token.onlineRefreshTokenLifetime,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
+    const fhir = resolveFhirRouterOptions(
+      { storage: memoryStorage(), authenticate: testAuthenticate },
+      () => () => [],
+    );
+    expect(values.fhirMaxAccurateTotal).toBe(fhir.maxAccurateTotal);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
@@ -141,6 +147,13 @@ describe('serve settings: reading', () => {
     });
     expect(readConfig({ BULK_MAX_TYPE_FILTER_MATCHES: 'Infinity' }).bulkMaxTypeFilterMatches).toBe(Infinity);
     expect(readConfig({ BULK_MAX_EXPORT_SIZE: '1048576' }).bulkMaxExportSize).toBe(1048576);
+  });
+
+  it('reads the bound on exact search totals, a positive integer or Infinity', () => {
+    expect(readConfig({ FHIR_MAX_ACCURATE_TOTAL: '5000' }).fhirMaxAccurateTotal).toBe(5000);
+    expect(readConfig({ FHIR_MAX_ACCURATE_TOTAL: 'Infinity' }).fhirMaxAccurateTotal).toBe(Infinity);
+    for (const bad of ['0', '1.5', 'many'])
+      expect(() => readConfig({ FHIR_MAX_ACCURATE_TOTAL: bad }), bad).toThrow(/FHIR_MAX_ACCURATE_TOTAL/);
   });
 
   it.each([

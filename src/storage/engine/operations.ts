@@ -38,6 +38,14 @@ import { resolveUserList } from '../user-list.js';
 import { engineUserPage, userQueryList } from './user-page.js';
 import { compareItems, firstInOrder, PageWindow } from '../result-page.js';
 import {
+  countedEnough,
+  extrapolated,
+  resourcePage,
+  totalOf,
+  totalRule,
+  type TotalRule,
+} from '../total-rule.js';
+import {
   checkId,
   checkIfVersion,
   checkResourceType,
@@ -92,6 +100,9 @@ class StoredWriteResult implements WriteResult {
     };
   }
 }
+
+/** Bodies are read this many at a time, so that a large type is not held in memory at once. */
+const BODY_SLICE = 256;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
@@ -408,6 +419,7 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
+    const rule = totalRule(query);
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
@@ -433,59 +445,109 @@ export class EngineOperations implements StorageOperations {
     }
     const release = this.ctx.pin(matches);
     try {
-      const window = new PageWindow<ResourceEntry>(query);
-      if (!where && !query.order) {
-        if (!query.after && !query.before) {
-          // The page's entries only are put in order, and only their bodies read.
-          const offset = Math.max(0, query.offset ?? 0);
-          const count = query.count === undefined ? Infinity : Math.max(0, query.count);
-          const page =
-            count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
-          const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
-          return { total: matches.length, resources };
-        }
-        matches.sort(compareItems(query));
-        for (const e of matches) window.offer(e, e);
-        const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
-        return { total: window.total, resources };
-      }
+      if (!where && !query.order) return await this.unfilteredPage(query, matches, rule);
       // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
       const sortValues =
         !where && query.order
           ? postedSortValues(view.postedCodes(projectId, resourceType), search?.sort)
           : undefined;
       if (sortValues) {
+        const window = new PageWindow<ResourceEntry>(query);
         const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
         keyed.sort(compareItems(query));
         for (const item of keyed) window.offer(item, item.entry);
         const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
-        return { total: window.total, resources };
+        return resourcePage(resources, totalOf(rule, window.total));
       }
-      const pageOf = new PageWindow<StoredResource>(query);
-      // Native order: filtered in order, the page's bodies kept as they pass. With `order`: the
-      // sort values of every match first, then the page's bodies read again. A count needs neither.
-      const order = pageOf.countOnly ? undefined : query.order;
-      if (!order && !pageOf.countOnly) matches.sort(compareItems(query));
-      const keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
-      // Read bodies in slices so a large type is not held in memory at once.
-      for (let i = 0; i < matches.length; i += 256) {
-        const slice = matches.slice(i, i + 256);
-        const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-        bodies.forEach((body, k) => {
-          if (where && !where(body)) return;
-          const entry = slice[k]!;
-          if (order) keyed.push({ entry, id: entry.id, keys: order.keys(body) });
-          else pageOf.offer(entry, body);
-        });
-      }
-      if (!order) return { total: pageOf.total, resources: pageOf.page() };
-      matches = [];
-      keyed.sort(compareItems(query));
-      for (const item of keyed) window.offer(item, item.entry);
-      const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
-      return { total: window.total, resources };
+      // A count alone needs no order.
+      const countOnly = query.count !== undefined && query.count <= 0;
+      if (query.order && !countOnly) return await this.orderedPage(query, matches, where, rule);
+      return await this.filteredPage(query, matches, where, rule);
     } finally {
       release();
     }
+  }
+
+  /**
+   * The page of matches that need no `where` and no `order`: every match is counted as it is
+   * (the count costs nothing), only the page's entries are put in order and their bodies read.
+   */
+  private async unfilteredPage(
+    query: ResourceQuery,
+    matches: ResourceEntry[],
+    rule: TotalRule,
+  ): Promise<ResourcePage> {
+    if (!query.after && !query.before) {
+      const offset = Math.max(0, query.offset ?? 0);
+      const count = query.count === undefined ? Infinity : Math.max(0, query.count);
+      const page =
+        count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
+      const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
+      return resourcePage(resources, totalOf(rule, matches.length));
+    }
+    const window = new PageWindow<ResourceEntry>(query);
+    matches.sort(compareItems(query));
+    for (const e of matches) window.offer(e, e);
+    const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+    return resourcePage(resources, totalOf(rule, window.total));
+  }
+
+  /**
+   * The page of an `order` by values read from the bodies: the sort values of every match (after
+   * `where`) first, then the page's bodies read again. Counts every match on the way.
+   */
+  private async orderedPage(
+    query: ResourceQuery,
+    matches: ResourceEntry[],
+    where: ResourceQuery['where'],
+    rule: TotalRule,
+  ): Promise<ResourcePage> {
+    const order = query.order!;
+    let keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
+    for (let i = 0; i < matches.length; i += BODY_SLICE) {
+      const slice = matches.slice(i, i + BODY_SLICE);
+      const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
+      bodies.forEach((body, k) => {
+        if (where && !where(body)) return;
+        const entry = slice[k]!;
+        keyed.push({ entry, id: entry.id, keys: order.keys(body) });
+      });
+    }
+    keyed.sort(compareItems(query));
+    const window = new PageWindow<ResourceEntry>(query);
+    for (const item of keyed) window.offer(item, item.entry);
+    keyed = [];
+    const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+    return resourcePage(resources, totalOf(rule, window.total));
+  }
+
+  /**
+   * The page of matches `where` decides, in the native order: bodies read slice by slice, the
+   * page's kept as they pass. Reading stops once the page is complete and the count needs no
+   * more (`none`, `estimate`: extrapolated from the candidates read; `accurate`: past its bound).
+   */
+  private async filteredPage(
+    query: ResourceQuery,
+    matches: ResourceEntry[],
+    where: ResourceQuery['where'],
+    rule: TotalRule,
+  ): Promise<ResourcePage> {
+    const window = new PageWindow<StoredResource>(query);
+    // Without a page to fill, the order does not matter.
+    if (!window.countOnly) matches.sort(compareItems(query));
+    let examined = 0;
+    while (examined < matches.length && !(window.full && countedEnough(rule, window.total))) {
+      const slice = matches.slice(examined, examined + BODY_SLICE);
+      const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
+      bodies.forEach((body, k) => {
+        if (!where || where(body)) window.offer(slice[k]!, body);
+      });
+      examined += slice.length;
+    }
+    const total =
+      rule.mode === 'estimate'
+        ? extrapolated(window.total, examined, matches.length)
+        : totalOf(rule, window.total);
+    return resourcePage(window.page(), total);
   }
 }

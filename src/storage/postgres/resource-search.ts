@@ -1,5 +1,14 @@
 import type { ResourcePage, ResourceQuery, SortValue, StoredResource } from '../types.js';
 import { compareItems, cursorItem, PageWindow } from '../result-page.js';
+import {
+  countedEnough,
+  countLimit,
+  extrapolated,
+  resourcePage,
+  totalOf,
+  totalRule,
+  type TotalRule,
+} from '../total-rule.js';
 import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
@@ -205,13 +214,30 @@ function keysBeyond(
   return condition;
 }
 
+/** What a page statement answered, with what it tells of the total. */
+interface SqlPage {
+  resources: StoredResource[];
+  /** The matches it counted (at most its limit), when it was asked to. */
+  counted?: number;
+  /** The number of matches when the page shows it (it ended before `count`, from the start). */
+  exact?: number;
+  /** A number of matches there are at least (those the page passed and holds). */
+  atLeast: number;
+}
+
+/** The matches of a query as rows (one per match) of SQL text and the parameters it uses. */
+interface MatchRows {
+  rows: string;
+  values: unknown[];
+}
+
 /**
- * `searchResources` in SQL: the candidates, their order, the page (by offset or by keyset) and the
- * total in one statement. With the store's search indexer (`indexer`) a query's `search` is
- * translated to SQL too (`SearchSql`), its `_sort` keys included. A `where` predicate, or an `order`
- * without the index, still runs in JavaScript: the candidates come from SQL, but filtering, sorting
- * by `order` and paging happen here, on bodies read slice by slice (versions never change, so
- * reading a slice later, or a page's bodies again, is still consistent).
+ * `searchResources` in SQL: the candidates, their order and the page (by offset or by keyset) in
+ * one statement, so that a page in an indexed order stops after `count`; with `total: 'accurate'`
+ * the same statement counts the matches, reading at most `maxTotal + 1` of them. An estimate is the
+ * planner's (`sqlEstimate`). With the store's search indexer (`indexer`) a query's `search` is
+ * translated to SQL too (`SearchSql`), its `_sort` keys included. A `where` predicate, or an
+ * `order` without the index, still runs in JavaScript (`filteredPage`).
  */
 export async function searchResources(
   query: Query,
@@ -221,6 +247,7 @@ export async function searchResources(
   q: ResourceQuery,
   indexer?: Pick<ResourceIndexer, 'derived'>,
 ): Promise<ResourcePage> {
+  const rule = totalRule(q);
   const values: unknown[] = [projectId, resourceType];
   const derived = indexer?.derived?.bind(indexer);
   const sql =
@@ -228,81 +255,155 @@ export async function searchResources(
       ? new SearchSql(s, values, '$1', derived && ((type, code) => derived(type).get(code)))
       : undefined;
   const { from, matched } = candidates(s, projectId, resourceType, q, sql, values);
-  const window = new PageWindow<string>(q);
+  // One row per match, with the candidates' parameters only (the page adds its own).
+  const matches: MatchRows = {
+    rows: matched !== undefined ? `SELECT 1 FROM (${matched}) x` : `SELECT 1 FROM ${from}`,
+    values: [...values],
+  };
   const keys = sql && q.order && q.search ? q.search.sort : undefined;
-  if (!q.where && (!q.order || keys)) {
-    const offset = Math.max(0, q.offset ?? 0);
-    const count = q.count === undefined ? null : Math.max(0, q.count);
-    const cursor = q.after ?? q.before;
-    const backwards = q.before !== undefined;
-    let position = 'true';
-    const param = (value: unknown): string => {
-      values.push(value);
-      return `$${values.length}`;
-    };
-    if (cursor) {
-      const at = cursorItem(q, cursor);
-      if (keys) position = keysBeyond(keys, 'k', backwards, { id: at.id, keys: at.keys ?? [] }, param);
-      else {
-        const id = param(at.id);
-        // An unused parameter has no type PostgreSQL can infer: `lu` only for the `_lastUpdated` sorts.
-        if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
-        position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
-      }
+  if (q.where || (q.order && !keys)) return filteredPage(query, s, q, from, values, rule);
+  const page = await sqlPage(query, s, q, rule, { from, matched, sql, keys, values, matches });
+  if (rule.mode === 'none') return resourcePage(page.resources, undefined);
+  if (page.counted !== undefined) return resourcePage(page.resources, page.counted);
+  if (page.exact !== undefined) return resourcePage(page.resources, totalOf(rule, page.exact));
+  return resourcePage(page.resources, Math.max(await sqlEstimate(query, matches), page.atLeast));
+}
+
+/**
+ * The page of a query answered in SQL, in one statement: counting the matches as far as an
+ * accurate total needs, else counting nothing (with `count` 0 there is no page, only the count).
+ * `matched` (seqs of the matches, see `candidates`) answers a `_lastUpdated` page without a cursor
+ * alone.
+ */
+async function sqlPage(
+  query: Query,
+  s: string,
+  q: ResourceQuery,
+  rule: TotalRule,
+  c: {
+    from: string;
+    matched: string | undefined;
+    sql: SearchSql | undefined;
+    keys: readonly SortKey[] | undefined;
+    values: unknown[];
+    matches: MatchRows;
+  },
+): Promise<SqlPage> {
+  const { values, keys } = c;
+  const offset = Math.max(0, q.offset ?? 0);
+  const count = q.count === undefined ? null : Math.max(0, q.count);
+  const cursor = q.after ?? q.before;
+  const backwards = q.before !== undefined;
+  let position = 'true';
+  const param = (value: unknown): string => {
+    values.push(value);
+    return `$${values.length}`;
+  };
+  const limit = rule.bound === Infinity ? null : countLimit(rule);
+  if (count === 0) {
+    if (rule.mode !== 'accurate') return { resources: [], atLeast: 0 };
+    const { rows } = await query<{ total: number }>(
+      `SELECT count(*)::int AS total FROM (${c.matches.rows} LIMIT $${c.matches.values.length + 1}) t`,
+      [...c.matches.values, limit],
+    );
+    return { resources: [], counted: rows[0]?.total ?? 0, atLeast: 0 };
+  }
+  // The count reads the candidates' own text (the page's `m` stays a single, inlined reference).
+  const counting =
+    rule.mode === 'accurate'
+      ? `(SELECT count(*)::int AS total FROM (${c.matches.rows} LIMIT ${param(limit)}) c) t`
+      : undefined;
+  if (cursor) {
+    const at = cursorItem(q, cursor);
+    if (keys) position = keysBeyond(keys, 'k', backwards, { id: at.id, keys: at.keys ?? [] }, param);
+    else {
+      const id = param(at.id);
+      // An unused parameter has no type PostgreSQL can infer: `lu` only for the `_lastUpdated` sorts.
+      if (at.lastUpdatedMicros !== undefined) values.push(at.lastUpdatedMicros);
+      position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
     }
-    if (matched !== undefined && !cursor && !keys && (q.sort ?? '_lastUpdated').endsWith('_lastUpdated')) {
-      // Versions of a project get their seqs and instants in one order (both are handed out under
-      // the project's clock lock): a `_lastUpdated` page is the lowest (highest) seqs, read alone.
-      values.push(count, offset);
-      const desc = q.sort === '-_lastUpdated' ? ' DESC' : '';
-      const { rows } = await query<{ total: number; body: string | null }>(
-        `WITH m AS (${matched})
-         SELECT t.total, p.body
-           FROM (SELECT count(*)::int AS total FROM m) t
-           LEFT JOIN LATERAL (
-             SELECT r.body, r.lu, r.id
-               FROM (SELECT seq FROM m ORDER BY seq${desc} LIMIT $${values.length - 1} OFFSET $${values.length}) n
-               JOIN ${s}.resources r USING (seq)) p ON true
-          ORDER BY ${orderBy(q.sort, 'p')}`,
-        values,
-      );
-      return {
-        total: rows[0]?.total ?? 0,
-        resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
-      };
-    }
+  }
+  let ctes = '';
+  let pageRows: string;
+  let outerOrder: string;
+  if (c.matched !== undefined && !cursor && !keys && (q.sort ?? '_lastUpdated').endsWith('_lastUpdated')) {
+    // Versions of a project get their seqs and instants in one order (both are handed out under
+    // the project's clock lock): a `_lastUpdated` page is the lowest (highest) seqs, read alone.
+    values.push(count, offset);
+    const desc = q.sort === '-_lastUpdated' ? ' DESC' : '';
+    pageRows = `SELECT r.body, r.lu, r.id
+                  FROM (SELECT seq FROM (${c.matched}) m ORDER BY seq${desc}
+                         LIMIT $${values.length - 1} OFFSET $${values.length}) n
+                  JOIN ${s}.resources r USING (seq)`;
+    outerOrder = orderBy(q.sort, 'p');
+  } else {
     const sortValues =
-      keys?.map((key, i) => `${sortValueSql(sql!, s, key, 'm.seq', 'm.id', '$2')} AS k${i}`) ?? [];
+      keys?.map((key, i) => `${sortValueSql(c.sql!, s, key, 'm.seq', 'm.id', '$2')} AS k${i}`) ?? [];
     const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
     const t = keys ? 'k' : 'm';
     const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);
-    const outerOrder = keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p');
+    outerOrder = keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p');
     values.push(count, offset);
-    const { rows } = await query<{ total: number; body: string | null }>(
-      `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${from})
-       SELECT t.total, p.body
-         FROM (SELECT count(*)::int AS total FROM m) t
-         LEFT JOIN LATERAL (
-           SELECT r.body, ${t}.* FROM ${ordered} JOIN ${s}.resources r USING (seq)
-            WHERE ${position}
-           ORDER BY ${pageOrder}
-           LIMIT $${values.length - 1} OFFSET $${values.length}) p ON true
-        ORDER BY ${outerOrder}`,
-      values,
-    );
-    return {
-      total: rows[0]?.total ?? 0,
-      resources: rows.filter((r) => r.body !== null).map((r) => JSON.parse(r.body!) as StoredResource),
-    };
+    ctes = `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${c.from}) `;
+    pageRows = `SELECT r.body, ${t}.* FROM ${ordered} JOIN ${s}.resources r USING (seq)
+                 WHERE ${position}
+                 ORDER BY ${pageOrder}
+                 LIMIT $${values.length - 1} OFFSET $${values.length}`;
   }
+  const statement = counting
+    ? `${ctes}SELECT t.total, p.body FROM ${counting} LEFT JOIN LATERAL (${pageRows}) p ON true
+        ORDER BY ${outerOrder}`
+    : `${ctes}SELECT p.body FROM (${pageRows}) p ORDER BY ${outerOrder}`;
+  const { rows } = await query<{ total?: number; body: string | null }>(statement, values);
+  const resources = rows.flatMap((r) => (r.body === null ? [] : [JSON.parse(r.body) as StoredResource]));
+  const passed = cursor || resources.length === 0 ? 0 : offset;
+  const ended =
+    (count === null || resources.length < count) && !cursor && (resources.length > 0 || offset === 0);
+  return {
+    resources,
+    ...(counting ? { counted: rows[0]?.total ?? 0 } : {}),
+    atLeast: passed + resources.length,
+    ...(ended ? { exact: offset + resources.length } : {}),
+  };
+}
+
+/**
+ * The planner's estimate of the number of matches (`EXPLAIN` of the match rows: nothing is read),
+ * as fresh as the statistics `ANALYZE` (or autovacuum) gathered.
+ */
+async function sqlEstimate(query: Query, matches: MatchRows): Promise<number> {
+  const { rows } = await query<{ 'QUERY PLAN': { Plan: { 'Plan Rows': number } }[] }>(
+    `EXPLAIN (FORMAT JSON) ${matches.rows}`,
+    matches.values,
+  );
+  return Math.round(rows[0]?.['QUERY PLAN'][0]?.Plan['Plan Rows'] ?? 0);
+}
+
+/**
+ * The page of a query with `where`, or an `order` without the index: the candidates come from
+ * SQL, but filtering, sorting by `order` and paging happen here, on bodies read slice by slice
+ * (versions never change, so reading a slice later, or a page's bodies again, is still
+ * consistent). In the native order, reading stops once the page is complete and the count needs
+ * no more (as the memory and file stores do); an `order` reads every match.
+ */
+async function filteredPage(
+  query: Query,
+  s: string,
+  q: ResourceQuery,
+  from: string,
+  values: unknown[],
+  rule: TotalRule,
+): Promise<ResourcePage> {
+  const window = new PageWindow<string>(q);
   const order = window.countOnly ? undefined : q.order;
   const { rows: matches } = await query<{ seq: string; id: string; lu: string }>(
     `SELECT r.seq, r.id, r.lu FROM ${from}${order || window.countOnly ? '' : ` ORDER BY ${orderBy(q.sort, 'r')}`}`,
     values,
   );
   const keyed: { seq: string; id: string; keys: SortValue[] }[] = [];
-  for (let i = 0; i < matches.length; i += SLICE) {
-    const slice = matches.slice(i, i + SLICE);
+  let examined = 0;
+  while (examined < matches.length && (order || !(window.full && countedEnough(rule, window.total)))) {
+    const slice = matches.slice(examined, examined + SLICE);
     const { rows } = await query<{ seq: string; body: string }>(
       `SELECT seq, body FROM ${s}.resources WHERE seq = ANY($1::bigint[])`,
       [slice.map((m) => m.seq)],
@@ -316,6 +417,7 @@ export async function searchResources(
       if (order) keyed.push({ seq: match.seq, id: match.id, keys: order.keys(resource) });
       else window.offer({ id: match.id, lastUpdatedMicros: Number(match.lu) }, body);
     }
+    examined += slice.length;
   }
   if (order) {
     keyed.sort(compareItems(q));
@@ -334,5 +436,12 @@ export async function searchResources(
       return body === undefined ? [] : [body];
     });
   }
-  return { total: window.total, resources: page.map((body) => JSON.parse(body) as StoredResource) };
+  const total =
+    rule.mode === 'estimate'
+      ? extrapolated(window.total, examined, matches.length)
+      : totalOf(rule, window.total);
+  return resourcePage(
+    page.map((body) => JSON.parse(body) as StoredResource),
+    total,
+  );
 }
