@@ -6,9 +6,10 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
+import { searchTotal } from '../src/fhir/search-total.js';
 import type { SearchResolver } from '../src/search/match.js';
 import { postgresStorage } from '../src/postgres.js';
-import type { FhirResource, Storage } from '../src/storage/types.js';
+import type { FhirResource, ResourceQuery, Storage } from '../src/storage/types.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../src/stores.js';
 import { generatePatients } from './dataset.js';
 import type { StoreKind } from './server-protocol.js';
@@ -20,10 +21,11 @@ import { allReads } from '../test/helpers/search-reads.js';
  * the kind under test, opened in the bench process with its search index (the file and memory
  * stores with `indexer: r4SearchIndexer`, PostgreSQL with its default R4 index in a fresh schema,
  * dropped at the end), then the issue's searches, each built as the FHIR router builds it
- * (`parseSearch`) and timed `reps` times after a warm-up: the first page (20) of a selective token
- * (the Observation code nearest 1% of the resources), its `_summary=count`, a name prefix (three
- * letters), a date range (the busiest month of Observation dates) and a one-level chain (a whole
- * family name). Also the index's size: bytes per resource of the index tables (PostgreSQL), or
+ * (`parseSearch`, and the total `_total` asks: none for a page) and timed `reps` times after a
+ * warm-up (the number of matches counted once more, untimed): the first page (20) of a selective
+ * token (the Observation code nearest 1% of the resources), its `_summary=count`, a name prefix
+ * (three letters), a date range (the busiest month of Observation dates) and a one-level chain (a
+ * whole family name). Also the index's size: bytes per resource of the index tables (PostgreSQL), or
  * the heap the loaded store holds per resource (file and memory stores, after forced GCs).
  */
 
@@ -197,18 +199,26 @@ export async function measureStoreSearch(options: {
       options.log(`search: ${q.query}`);
       const [type, text] = q.query.split('?') as [string, string];
       const times: number[] = [];
-      let total = 0;
+      let total: number | undefined;
+      let query: ResourceQuery = {};
       for (let i = 0; i < options.reps + 1; i++) {
         const start = now();
-        const { query } = await parseSearch(
+        const parsed = await parseSearch(
           type,
           new URLSearchParams(text),
           { storeAnswersSearch: answers },
           allReads(answers ? undefined : resolver),
         );
-        total = (await storage.searchResources(PROJECT, type, query)).total;
+        // The total the FHIR search asks: none for a page, unless `_total` or a count asks.
+        query = parsed.query;
+        total = (
+          await storage.searchResources(PROJECT, type, { ...query, total: searchTotal(parsed.request) })
+        ).total;
         if (i > 0) times.push(now() - start);
       }
+      // The number of matches, counted once more (untimed) when the search did not count them.
+      const { order: _order, ...counted } = query;
+      total ??= (await storage.searchResources(PROJECT, type, { ...counted, count: 0 })).total ?? 0;
       searches.push({ ...q, medianMs: median(times), total });
     }
     return {

@@ -1,11 +1,13 @@
 /**
  * Issue 30's searches on a PostgreSQL store (used by `measure-pg-search.ts` and the `--huge`
  * benchmark): the values are drawn from the loaded data, each query is timed as the FHIR router
- * runs it (parse, then the store's search: first page of 20 with its total).
+ * runs it (parse, then the store's search: first page of 20 with the total `_total` asks, none
+ * unless a count is asked for). The number of matches is counted once more, untimed.
  */
 import type pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
-import type { Storage } from '../src/storage/types.js';
+import { searchTotal } from '../src/fhir/search-total.js';
+import type { ResourceQuery, Storage } from '../src/storage/types.js';
 import { median, now } from './stats.js';
 import { allReads } from '../test/helpers/search-reads.js';
 
@@ -75,7 +77,18 @@ export async function pgSearchQueries(
   ];
 }
 
-/** `search` run `runs` times after 2 untimed runs: the median ms and the total it answered. */
+/** The number of matches of a parsed search's query (an exact count, unbounded). */
+async function countMatches(storage: Storage, projectId: string, query: ResourceQuery): Promise<number> {
+  const { order: _order, ...counted } = query;
+  const page = await storage.searchResources(projectId, query.search!.resourceType, {
+    ...counted,
+    count: 0,
+    total: 'accurate',
+  });
+  return page.total ?? 0;
+}
+
+/** `search` run `runs` times after 2 untimed runs: the median ms and its number of matches. */
 export async function timePgSearch(
   storage: Storage,
   projectId: string,
@@ -83,7 +96,8 @@ export async function timePgSearch(
   runs: number,
 ): Promise<{ medianMs: number; total: number; times: number[] }> {
   const times: number[] = [];
-  let total = 0;
+  let total: number | undefined;
+  let query: ResourceQuery = {};
   for (let i = 0; i < runs + 2; i++) {
     const start = now();
     const parsed = await parseSearch(
@@ -94,10 +108,15 @@ export async function timePgSearch(
       },
       allReads(),
     );
-    const page = await storage.searchResources(projectId, search.type, parsed.query);
+    const page = await storage.searchResources(projectId, search.type, {
+      ...parsed.query,
+      total: searchTotal(parsed.request),
+    });
     const ms = now() - start;
-    total = page.total ?? 0;
+    total = page.total;
+    query = parsed.query;
     if (i >= 2) times.push(ms);
   }
+  total ??= await countMatches(storage, projectId, query);
   return { medianMs: median(times), total, times };
 }

@@ -105,7 +105,7 @@ describe('AuditEvent through the FHIR API', () => {
 
   it('pages with _count and next links', async () => {
     const res = await request(ctx.app)
-      .get(`${FHIR}/AuditEvent?_count=2&_sort=_lastUpdated`)
+      .get(`${FHIR}/AuditEvent?_count=2&_sort=_lastUpdated&_total=accurate`)
       .set('Authorization', auditor);
     expect(res.body.total).toBe(3);
     expect(res.body.entry).toHaveLength(2);
@@ -122,13 +122,13 @@ describe('AuditEvent through the FHIR API', () => {
       expect(res.body.resourceType).toBe('OperationOutcome');
     }
     const lenient = await request(ctx.app)
-      .get(`${FHIR}/AuditEvent?type:text=Query`)
+      .get(`${FHIR}/AuditEvent?type:text=Query&_total=accurate`)
       .set('Authorization', auditor)
       .set('Prefer', 'handling=lenient');
     expect(lenient.status).toBe(200);
     expect(lenient.body.total).toBe(3);
     const strict = await request(ctx.app)
-      .get(`${FHIR}/AuditEvent?type:text=Query`)
+      .get(`${FHIR}/AuditEvent?type:text=Query&_total=accurate`)
       .set('Authorization', auditor);
     expect(strict.status).toBe(400);
   });

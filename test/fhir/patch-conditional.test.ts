@@ -98,7 +98,7 @@ function expectIssue(res: request.Response, status: number, code?: string): void
 }
 
 async function countOf(app: express.Express, query: string): Promise<number> {
-  const res = await read(app, query);
+  const res = await read(app, `${query}${query.includes('?') ? '&' : '?'}_summary=count`);
   expect(res.status).toBe(200);
   return res.body.total as number;
 }

@@ -136,8 +136,8 @@ describe.skipIf(!exists)(
       // Every compartment resource, by the compartment index of the store.
       let compartment = 0;
       for (const type of patientCompartmentTypes()) {
-        compartment += (await storage.searchResources('synthea', type, { compartment: [id], count: 0 }))
-          .total;
+        compartment +=
+          (await storage.searchResources('synthea', type, { compartment: [id], count: 0 })).total ?? NaN;
       }
       expect(seen.filter((r) => r.mode === 'match')).toHaveLength(compartment);
       // The sample's encounters and claims reference practitioners and organizations: each comes once.

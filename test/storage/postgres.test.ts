@@ -355,7 +355,7 @@ if (!url) {
               const found = await tx.searchResources('p1', 'Patient', {
                 where: (r) => r.gender === 'other',
               });
-              if (found.total > 0) return false;
+              if (found.resources.length > 0) return false;
               await tx.createResource('p1', { resourceType: 'Patient', gender: 'other' });
               return true;
             }),
