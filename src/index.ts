@@ -101,6 +101,7 @@ export {
   StorageClosedError,
   StorageLockedError,
   StorageUnavailableError,
+  SearchTooCostlyError,
 } from './storage/errors.js';
 export { compareSortValues } from './storage/result-page.js';
 export type {

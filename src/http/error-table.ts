@@ -281,6 +281,12 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     '`StorageUnavailableError`: disk full, I/O error, read-only dir, no database (`Retry-After: 1`)',
     { oauthError: 'temporarily_unavailable', retryAfter: 1 },
   ),
+  ERR_STORAGE_TOO_COSTLY: answer(
+    400,
+    'too-costly',
+    '`SearchTooCostlyError`: a search ran out of its time budget (`searchTimeoutMs`) and was stopped',
+    { scimType: 'tooMany' },
+  ),
   ERR_STORAGE_IN_TRANSACTION: answer(
     500,
     'exception',
