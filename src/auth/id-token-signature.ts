@@ -55,7 +55,10 @@ export function idTokenAlgorithms(listed: unknown): string[] {
   return listed.filter((alg): alg is string => typeof alg === 'string' && ASYMMETRIC_ALGORITHMS.has(alg));
 }
 
-/** Throws `IdTokenSignatureError` unless one of `keys` signed `idToken` with one of `algorithms`. */
+/**
+ * Throws `IdTokenSignatureError` unless one of `keys` signed `idToken` with one of `algorithms`
+ * that is asymmetric.
+ */
 export async function verifyIdTokenSignature(
   idToken: string,
   keys: JWTVerifyGetKey | undefined,
@@ -67,8 +70,8 @@ export async function verifyIdTokenSignature(
   } catch (cause) {
     throw new IdTokenSignatureError('signature', 'The ID token is not a JWS', { cause });
   }
-  // Checked before any key is looked for: `none` and HS* never reach the key set.
-  if (typeof alg !== 'string' || !algorithms.includes(alg)) {
+  // Checked before any key is looked for: `none` and HS* never reach the key set, whatever is listed.
+  if (typeof alg !== 'string' || !ASYMMETRIC_ALGORITHMS.has(alg) || !algorithms.includes(alg)) {
     throw new IdTokenSignatureError('algorithm', 'The ID token alg is not accepted');
   }
   if (!keys) throw new IdTokenSignatureError('keys-unavailable', 'The provider publishes no usable jwks_uri');
