@@ -61,6 +61,7 @@ export type { BearerAuthOptions } from './auth/bearer-auth.js';
 export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
 export { federatedSignIn } from './auth/federated-sign-in.js';
 export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
+export type { IdentityProviderJwksOptions } from './auth/identity-provider-keys.js';
 export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
 export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
 export type {

@@ -166,7 +166,8 @@ export interface FhirPlatformOptions {
   audit?: AuditOptions;
   /**
    * Options of the default `federatedSignIn` (`defaultProvider`, `texts`, `renderRefusal`,
-   * `lifetime`, `discoveryTtl`); with `authorization.authenticateUser` it is an option error.
+   * `lifetime`, `discoveryTtl`, `jwks`); with `authorization.authenticateUser` it is an option
+   * error.
    * @default {}
    */
   federation?: Partial<

@@ -336,6 +336,43 @@ export const SERVE_SETTINGS = {
     description: 'the SCIM user attribute the claim must equal: `email`, `userName` or `externalId`',
     read: (text, invalid) => oneOf(['email', 'userName', 'externalId'] as const)(text, invalid) ?? 'email',
   },
+  idpJwksTimeoutMs: {
+    env: 'IDP_JWKS_TIMEOUT_MS',
+    flag: '--idp-jwks-timeout-ms <ms>',
+    defaultText: '5000',
+    description:
+      "how long an identity provider's `jwks_uri` (the keys that verify its ID tokens' signatures) has to answer; a slower one fails the sign-in ([login](docs/login.md#the-providers-keys))",
+    read: integer(5000, 1),
+  },
+  idpJwksMaxBytes: {
+    env: 'IDP_JWKS_MAX_BYTES',
+    flag: '--idp-jwks-max-bytes <bytes>',
+    defaultText: '65536',
+    description: "most bytes read from an identity provider's `jwks_uri`; a larger key set fails the sign-in",
+    read: size(65536, { infinite: false }),
+  },
+  idpJwksCacheMaxAgeMs: {
+    env: 'IDP_JWKS_CACHE_MAX_AGE_MS',
+    flag: '--idp-jwks-cache-max-age-ms <ms>',
+    defaultText: '600000',
+    description: "how long an identity provider's fetched keys are reused before they are fetched again",
+    read: integer(600_000, 0),
+  },
+  idpJwksCooldownMs: {
+    env: 'IDP_JWKS_COOLDOWN_MS',
+    flag: '--idp-jwks-cooldown-ms <ms>',
+    defaultText: '30000',
+    description:
+      "after a fetch of an identity provider's keys, how long an ID token with a `kid` they lack is refused rather than cause another fetch (a rotated key)",
+    read: integer(30_000, 0),
+  },
+  allowPrivateIdpJwksAddresses: {
+    env: 'ALLOW_PRIVATE_IDP_JWKS_ADDRESSES',
+    flag: '--allow-private-idp-jwks-addresses',
+    description:
+      "`true`/`false`: fetch identity providers' `jwks_uri`s on loopback, private and link-local addresses (a provider inside your network); unset: allowed unless `NODE_ENV=production`",
+    read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
+  },
   allowPrivateJwksAddresses: {
     env: 'ALLOW_PRIVATE_JWKS_ADDRESSES',
     flag: '--allow-private-jwks-addresses',

@@ -12,6 +12,7 @@ import {
   protectServer,
   provisionSuperAdminClient,
   type FhirPlatform,
+  type IdentityProviderJwksOptions,
   type Logger,
   type ProjectIdentityProvider,
   type Storage,
@@ -48,6 +49,19 @@ function listenError(error: unknown, config: StandaloneConfig): unknown {
             ? `Cannot listen on ${where}: permission denied (ports below 1024 need privileges). Choose another port with PORT (--port)`
             : undefined;
   return message ? new CliError(message, EXIT.failure, { cause: error }) : error;
+}
+
+/** How identity providers' keys are fetched (`IDP_JWKS_*`); unset private addresses: the default. */
+function identityProviderJwks(config: StandaloneConfig): IdentityProviderJwksOptions {
+  return {
+    timeout: config.idpJwksTimeoutMs,
+    maxBytes: config.idpJwksMaxBytes,
+    cacheMaxAge: config.idpJwksCacheMaxAgeMs,
+    cooldown: config.idpJwksCooldownMs,
+    ...(config.allowPrivateIdpJwksAddresses === undefined
+      ? {}
+      : { allowPrivateAddresses: config.allowPrivateIdpJwksAddresses }),
+  };
 }
 
 /** The identity provider of projects that set none (`IDP_*`); the key file read now. */
@@ -129,9 +143,12 @@ export async function startStandalone(
         pool: { maxThreads: config.bulkExportThreads },
       },
       fhir: { defaultReturn: config.fhirDefaultReturn },
-      ...(config.idpIssuer && config.idpClientId
-        ? { federation: { defaultProvider: await defaultIdentityProvider(config) } }
-        : {}),
+      federation: {
+        ...(config.idpIssuer && config.idpClientId
+          ? { defaultProvider: await defaultIdentityProvider(config) }
+          : {}),
+        jwks: identityProviderJwks(config),
+      },
       token: {
         refreshTokenLifetime: config.refreshTokenLifetime,
         onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
 import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
+import { resolveIdentityProviderJwksOptions } from '../../src/auth/identity-provider-keys.js';
 import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
@@ -104,6 +105,18 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
     }).toEqual({
       refreshTokenLifetime: token.refreshTokenLifetime,
       onlineRefreshTokenLifetime: token.onlineRefreshTokenLifetime,
+    });
+    const idpJwks = resolveIdentityProviderJwksOptions('test');
+    expect({
+      timeout: values.idpJwksTimeoutMs,
+      maxBytes: values.idpJwksMaxBytes,
+      cacheMaxAge: values.idpJwksCacheMaxAgeMs,
+      cooldown: values.idpJwksCooldownMs,
+    }).toEqual({
+      timeout: idpJwks.timeout,
+      maxBytes: idpJwks.maxBytes,
+      cacheMaxAge: idpJwks.cacheMaxAge,
+      cooldown: idpJwks.cooldown,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
     const audit = resolveAuditOptions('test', {});

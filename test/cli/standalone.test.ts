@@ -113,6 +113,27 @@ describe('serve: configuration', () => {
     expect(() => readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'yes' })).toThrow(/ALLOW_PRIVATE_JWKS_ADDRESSES/);
   });
 
+  it("reads the identity providers' key settings", () => {
+    expect(readConfig({})).toMatchObject({
+      idpJwksTimeoutMs: 5000,
+      idpJwksMaxBytes: 65536,
+      idpJwksCacheMaxAgeMs: 600000,
+      idpJwksCooldownMs: 30000,
+    });
+    expect(readConfig({}).allowPrivateIdpJwksAddresses).toBeUndefined();
+    expect(readConfig({ IDP_JWKS_MAX_BYTES: '128kb' }).idpJwksMaxBytes).toBe(128 * 1024);
+    expect(readConfig({ ALLOW_PRIVATE_IDP_JWKS_ADDRESSES: 'TRUE' }).allowPrivateIdpJwksAddresses).toBe(true);
+    for (const [name, bad] of [
+      ['IDP_JWKS_TIMEOUT_MS', '0'],
+      ['IDP_JWKS_MAX_BYTES', 'Infinity'],
+      ['IDP_JWKS_CACHE_MAX_AGE_MS', '-1'],
+      ['IDP_JWKS_COOLDOWN_MS', 'soon'],
+      ['ALLOW_PRIVATE_IDP_JWKS_ADDRESSES', 'yes'],
+    ] as const) {
+      expect(() => readConfig({ [name]: bad }), name).toThrow(new RegExp(name));
+    }
+  });
+
   it('reads the SCIM settings for identity providers', () => {
     expect(readConfig({})).toMatchObject({ scimEchoUserName: false });
     expect(readConfig({}).scimDefaultUserType).toBeUndefined();
