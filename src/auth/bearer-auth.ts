@@ -12,6 +12,7 @@ import {
   verifyAccessToken,
   type AccessTokenClaims,
 } from './access-token.js';
+import { accessTokenRevoked } from './access-token-revocation.js';
 import { adminRights } from './admin-scopes.js';
 import { parseBasicAuthorization } from './client-authentication.js';
 import { allowedScopes } from './client-scopes.js';
@@ -92,8 +93,9 @@ export interface BearerAuthOptions {
    */
   rateLimit?: FailureLimitOptions | false;
   /**
-   * Where revoked access token ids are (the revocation endpoint's): a revoked token is refused
-   * until it expires. Pass the same store as the revocation endpoint.
+   * Where revoked access token ids and the authorizations of user tokens are (the token and
+   * revocation endpoints'): a revoked token, or a user's token whose authorization was revoked, is
+   * refused. Pass the same store as those endpoints.
    * @default storage.grants
    */
   grants?: GrantStore;
@@ -201,11 +203,11 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
       throw error;
     }
-    // The revocation lookup (a keyed read; a round trip on PostgreSQL) runs beside the client's
+    // The revocation lookups (keyed reads; round trips on PostgreSQL) run beside the client's
     // reads rather than before them. A revoked token is refused as revoked whatever the client
     // check says, as when the lookup came first.
     const [revoked, checked] = await Promise.all([
-      grants?.get('revoked-token', claims.jti),
+      grants ? accessTokenRevoked(grants, claims) : false,
       activeClient(claims.client_id, invalid).then(
         (client) => ({ client }),
         (error: unknown) => ({ error }),
