@@ -125,7 +125,7 @@ const BEARER_AUTH_KEYS: OptionKeys<BearerAuthOptions> = {
  * An `Authenticate` for access tokens issued by `tokenRouter` (`Authorization: Bearer <jwt>`,
  * RFC 6750): checks the signature by a current server key, `alg`, `typ`, `iss`, `aud` and `exp`,
  * then reads the client on every request so a revoked or deleted client (or a deleted project) stops
- * at once. Granted scopes are re-intersected with the client's current ones, and the principal is an
+ * at once, and the token's revocation (its `jti`, and for a user's token its authorization). Granted scopes are re-intersected with the client's current ones, and the principal is an
  * admin (or super admin) only when the client still is one and the token carries `project:admin`
  * (`platform:admin`). Basic credentials act with every scope the client may have. No credentials resolve
  * `undefined` (401); a bad token throws 401 `invalid_token`.

@@ -188,12 +188,24 @@ export async function userTokens(config: UserGrantConfig, input: UserTokenInput)
   }
   const refresh = await storeRefreshToken(config, input, now);
   if (refresh) response.refresh_token = refresh.token;
-  const until = Math.max(access.claims.exp * 1000, refresh?.expiresAt ?? 0);
-  if (!(await config.grants.extend('family', input.family, until))) {
-    if (refresh) await config.grants.take('refresh', refresh.key);
-    throw invalidGrant('The authorization was revoked');
-  }
+  await extendAuthorization(config, input.family, access, refresh);
   return { response, access, ...(refresh ? { refreshKey: refresh.key } : {}) };
+}
+
+/**
+ * Extends the authorization to outlive the tokens just issued, so that a check of it stands for
+ * theirs; `invalid_grant` (and the new refresh token dropped) when it was revoked meanwhile.
+ */
+async function extendAuthorization(
+  config: UserGrantConfig,
+  family: string,
+  access: IssuedAccessToken,
+  refresh: { key: string; expiresAt: number } | undefined,
+): Promise<void> {
+  const until = Math.max(access.claims.exp * 1000, refresh?.expiresAt ?? 0);
+  if (await config.grants.extend('family', family, until)) return;
+  if (refresh) await config.grants.take('refresh', refresh.key);
+  throw invalidGrant('The authorization was revoked');
 }
 
 /** Stores a new refresh token when the scopes hold `offline_access` or `online_access`. */

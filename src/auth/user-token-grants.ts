@@ -217,7 +217,11 @@ async function spend(
  * §4.1.2 for codes, RFC 9700 §4.14.2 for rotated refresh tokens): every refresh token of it, and
  * every access token issued from it (they name it). Audited as `reuse`.
  */
-async function reused(config: UserGrantConfig, request: UserGrantRequest, grant: PresentedGrant): Promise<never> {
+async function reused(
+  config: UserGrantConfig,
+  request: UserGrantRequest,
+  grant: PresentedGrant,
+): Promise<never> {
   await config.grants.revoke({ projectId: grant.projectId, family: grant.family });
   if (grant.kind === 'code') {
     request.seen.codeReuse = true;

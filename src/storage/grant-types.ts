@@ -27,7 +27,10 @@ export interface GrantRecord {
   clientId: string;
   /** The signed-in user (SCIM user id) it was issued to, when known. */
   userId?: string;
-  /** The family of refresh tokens rotated from one authorization code. */
+  /**
+   * The authorization it belongs to: the id of the `family` record of one consent, shared by its
+   * code and every refresh token rotated from it.
+   */
   family?: string;
   /** Epoch ms; an expired record is never returned and may be dropped at any time. */
   expiresAt: number;
