@@ -262,6 +262,65 @@ export const SERVE_SETTINGS = {
       '`minimal`: FHIR writes and Bundle write entries answer without the resource unless `Prefer: return=representation`',
     read: (text, invalid) => oneOf(['representation', 'minimal'] as const)(text, invalid) ?? 'representation',
   },
+  searchMaxConcurrent: {
+    env: 'SEARCH_MAX_CONCURRENT',
+    flag: '--search-max-concurrent <n>',
+    defaultText: '4',
+    description:
+      'costly reads of one project (searches, `$everything`, history listings) running at once; each project has its own ([deployment](docs/deployment.md#tenant-fairness))',
+    read: integer(4, 1),
+  },
+  searchMaxQueued: {
+    env: 'SEARCH_MAX_QUEUED',
+    flag: '--search-max-queued <n>',
+    defaultText: '32',
+    description: "a project's costly reads that may wait for a turn; more answer `429` at once",
+    read: integer(32, 0),
+  },
+  searchMaxWaitMs: {
+    env: 'SEARCH_MAX_WAIT_MS',
+    flag: '--search-max-wait-ms <ms>',
+    defaultText: '10000',
+    description: 'longest wait of a costly read for its turn, then `429` with `Retry-After`',
+    read: integer(10_000, 0),
+  },
+  searchTimeoutMs: {
+    env: 'SEARCH_TIMEOUT_MS',
+    flag: '--search-timeout-ms <ms>',
+    defaultText: '10000',
+    description:
+      'time a costly read may run from the start of its turn; then it is stopped and answers `400` `too-costly` (keep it under `DATABASE_STATEMENT_TIMEOUT_MS`)',
+    read: integer(10_000, 1),
+  },
+  searchMaxSortKeys: {
+    env: 'SEARCH_MAX_SORT_KEYS',
+    flag: '--search-max-sort-keys <n>',
+    defaultText: '5',
+    description: '`_sort` keys a search may give, else `400` `too-costly`',
+    read: integer(5, 1),
+  },
+  searchMaxParameters: {
+    env: 'SEARCH_MAX_PARAMETERS',
+    flag: '--search-max-parameters <n>',
+    defaultText: '30',
+    description:
+      'search parameters one search may give (a repeated one counting each time), else `400` `too-costly`',
+    read: integer(30, 1),
+  },
+  searchMaxHasDepth: {
+    env: 'SEARCH_MAX_HAS_DEPTH',
+    flag: '--search-max-has-depth <n>',
+    defaultText: '2',
+    description: '`_has` nested in one another, else `400` `too-costly`',
+    read: integer(2, 1),
+  },
+  searchMaxOffset: {
+    env: 'SEARCH_MAX_OFFSET',
+    flag: '--search-max-offset <n>',
+    defaultText: '10000',
+    description: "largest `_offset`, else `400` `too-costly` (the Bundle's `next` links page further)",
+    read: integer(10_000, 0),
+  },
   scimDefaultUserType: {
     env: 'SCIM_DEFAULT_USER_TYPE',
     flag: '--scim-default-user-type <type>',

@@ -142,7 +142,21 @@ export async function startStandalone(
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },
-      fhir: { defaultReturn: config.fhirDefaultReturn },
+      fhir: {
+        defaultReturn: config.fhirDefaultReturn,
+        searchAdmission: {
+          maxConcurrent: config.searchMaxConcurrent,
+          maxQueued: config.searchMaxQueued,
+          maxWaitMs: config.searchMaxWaitMs,
+        },
+        searchTimeoutMs: config.searchTimeoutMs,
+        searchLimits: {
+          maxSortKeys: config.searchMaxSortKeys,
+          maxFilters: config.searchMaxParameters,
+          maxHasDepth: config.searchMaxHasDepth,
+          maxOffset: config.searchMaxOffset,
+        },
+      },
       federation: {
         ...(config.idpIssuer && config.idpClientId
           ? { defaultProvider: await defaultIdentityProvider(config) }

@@ -2,6 +2,7 @@
  * The steps batch and transaction Bundles share (`batch.ts`, `batch-bundle.ts`): GET entries, the
  * planned write of an entry, the conditional-delete mode, and conditional references.
  */
+import { admitted } from './costly-reads.js';
 import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import type { FhirResource, ResourceWrite, Storage } from '../storage/types.js';
@@ -63,24 +64,35 @@ export async function runGet(
   options: BundleProcessingOptions,
   activity: RequestActivity | undefined,
 ): Promise<Record<string, unknown>> {
-  if (entry.operation === 'everything') return runEverything(ctx, entry, options, activity);
-  if (entry.operation === 'history' || entry.operation === 'vread')
-    return runHistory(ctx, entry, options, activity);
-  if (entry.id !== undefined) {
-    const resource = await readResource(ctx, entry.type, entry.id);
-    activity?.accessed(readAccess('read', resource));
-    if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
-      return {
-        response: {
-          status: '304 Not Modified',
-          etag: etagOf(resource.meta.versionId),
-          lastModified: resource.meta.lastUpdated,
-        },
-      };
-    }
-    // `Prefer: return=` is about writes: a read answers its resource either way.
-    return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
+  // Searches, `$everything` and history listings take a turn of the project, as alone they do.
+  if (entry.operation === 'everything')
+    return admitted(ctx, (turn) => runEverything(turn, entry, options, activity));
+  if (entry.operation === 'history')
+    return admitted(ctx, (turn) => runHistory(turn, entry, options, activity));
+  if (entry.operation === 'vread') return runHistory(ctx, entry, options, activity);
+  if (entry.id === undefined) return admitted(ctx, (turn) => runSearch(turn, entry, options, activity));
+  const resource = await readResource(ctx, entry.type, entry.id);
+  activity?.accessed(readAccess('read', resource));
+  if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
+    return {
+      response: {
+        status: '304 Not Modified',
+        etag: etagOf(resource.meta.versionId),
+        lastModified: resource.meta.lastUpdated,
+      },
+    };
   }
+  // `Prefer: return=` is about writes: a read answers its resource either way.
+  return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
+}
+
+/** A search GET entry: the searchset a plain search answers. */
+async function runSearch(
+  ctx: FhirContext,
+  entry: Entry,
+  options: BundleProcessingOptions,
+  activity: RequestActivity | undefined,
+): Promise<Record<string, unknown>> {
   const result = await searchResources(
     ctx,
     entry.type,

@@ -1,5 +1,12 @@
 import { resolveMaxJsonDepth } from '../http/json-depth.js';
-import { oneOf, optionError, positiveInteger, sizeInBytes, sizeOption } from '../common/options.js';
+import {
+  nonNegativeNumber,
+  oneOf,
+  optionError,
+  positiveInteger,
+  sizeInBytes,
+  sizeOption,
+} from '../common/options.js';
 import {
   checkRouterOptions,
   type BodyLimitOptions,
@@ -9,6 +16,9 @@ import {
 import type { CapabilityContribution } from './capability-statement.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
+import type { SearchAdmissionLimits } from './search-admission.js';
+import { SEARCH_COST_DEFAULTS, type SearchCostLimits } from '../search/cost-limits.js';
+import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 
 /** Options of `fhirRouter`. */
 export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions {
@@ -76,6 +86,26 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
    */
   validator?: ResourceValidator;
   /**
+   * How many costly reads of one project (searches, `POST _search`, `$everything`, history
+   * listings, the searches of a batch or transaction) run at once, and how many may wait their
+   * turn and for how long; beyond, 429 `throttled` with `Retry-After`. Each project has its own
+   * turns: one project's load never takes another's (see docs/deployment.md, "Tenant fairness").
+   * @default { maxConcurrent: 4, maxQueued: 32, maxWaitMs: 10000 }
+   */
+  searchAdmission?: Partial<SearchAdmissionLimits>;
+  /**
+   * Milliseconds a costly read may run from the start of its turn: past it the store stops it and
+   * it answers 400 `too-costly` (never a 503). Shorter than a PostgreSQL store's statement timeout.
+   * @default 10000
+   */
+  searchTimeoutMs?: number;
+  /**
+   * Bounds on what a search may ask, refused (400 `too-costly`) before it runs: `_sort` keys,
+   * parameters, nested `_has`, `_offset`; and how much `_include` / `_revinclude` add to a page
+   * (a warning beyond). @default { maxSortKeys: 5, maxFilters: 30, maxHasDepth: 2, maxOffset: 10000, maxIncluded: 1000, maxIncludeDepth: 3 }
+   */
+  searchLimits?: FhirSearchLimits;
+  /**
    * When true, requests this router has no route for (unknown types, `$operations`, other paths) go
    * on to the next handler instead of answering a 404 OperationOutcome; mount other routers that
    * share the base path (bulk export, `Project/$init`) before or after it accordingly.
@@ -84,18 +114,81 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
   fallthrough?: boolean;
 }
 
+/**
+ * Bounds on what a search may ask (`SearchCostLimits`, refused with 400 `too-costly` before it
+ * runs), and on what `_include` / `_revinclude` add to one page (cut with a `too-costly` warning).
+ */
+export interface FhirSearchLimits extends SearchCostLimits {
+  /** Most resources `_include` / `_revinclude` add to one page. @default 1000 */
+  maxIncluded?: number;
+  /** Most levels `:iterate` follows (the first level included). @default 3 */
+  maxIncludeDepth?: number;
+}
+
 /** Options with every default filled in. */
 export interface ResolvedFhirRouterOptions
   extends
     Required<
       Omit<
         FhirRouterOptions,
-        'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail' | 'streamedBundleLimit'
+        | 'baseUrl'
+        | 'onError'
+        | 'software'
+        | 'logger'
+        | 'auditTrail'
+        | 'streamedBundleLimit'
+        | 'searchAdmission'
+        | 'searchLimits'
       >
     >,
     Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail'> {
   /** In bytes. */
   streamedBundleLimit: number;
+  searchAdmission: SearchAdmissionLimits;
+  searchLimits: Required<FhirSearchLimits>;
+}
+
+const ADMISSION_KEYS: OptionKeys<SearchAdmissionLimits> = {
+  maxConcurrent: true,
+  maxQueued: true,
+  maxWaitMs: true,
+};
+
+const SEARCH_LIMIT_KEYS: OptionKeys<FhirSearchLimits> = {
+  maxSortKeys: true,
+  maxFilters: true,
+  maxHasDepth: true,
+  maxOffset: true,
+  maxIncluded: true,
+  maxIncludeDepth: true,
+};
+
+function resolveSearchAdmission(options: Partial<SearchAdmissionLimits> = {}): SearchAdmissionLimits {
+  checkOptionKeys(OWNER, options, ADMISSION_KEYS, 'searchAdmission.');
+  return {
+    maxConcurrent: positiveInteger(OWNER, 'searchAdmission.maxConcurrent', options.maxConcurrent, 4),
+    maxQueued: nonNegativeNumber(OWNER, 'searchAdmission.maxQueued', options.maxQueued, 32),
+    maxWaitMs: nonNegativeNumber(OWNER, 'searchAdmission.maxWaitMs', options.maxWaitMs, 10_000),
+  };
+}
+
+function resolveSearchLimits(options: FhirSearchLimits = {}): Required<FhirSearchLimits> {
+  checkOptionKeys(OWNER, options, SEARCH_LIMIT_KEYS, 'searchLimits.');
+  const limit = (name: keyof FhirSearchLimits, fallback: number): number =>
+    positiveInteger(OWNER, `searchLimits.${name}`, options[name], fallback);
+  return {
+    maxSortKeys: limit('maxSortKeys', SEARCH_COST_DEFAULTS.maxSortKeys),
+    maxFilters: limit('maxFilters', SEARCH_COST_DEFAULTS.maxFilters),
+    maxHasDepth: limit('maxHasDepth', SEARCH_COST_DEFAULTS.maxHasDepth),
+    maxOffset: nonNegativeNumber(
+      OWNER,
+      'searchLimits.maxOffset',
+      options.maxOffset,
+      SEARCH_COST_DEFAULTS.maxOffset,
+    ),
+    maxIncluded: limit('maxIncluded', 1000),
+    maxIncludeDepth: limit('maxIncludeDepth', 3),
+  };
 }
 
 const OWNER = 'fhirRouter';
@@ -112,6 +205,9 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   capabilities: true,
   software: true,
   validator: true,
+  searchAdmission: true,
+  searchTimeoutMs: true,
+  searchLimits: true,
   fallthrough: true,
 };
 
@@ -144,6 +240,9 @@ export function resolveFhirRouterOptions(
     upload: { ...(options.upload ?? {}) },
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),
+    searchAdmission: resolveSearchAdmission(options.searchAdmission),
+    searchTimeoutMs: positiveInteger(OWNER, 'searchTimeoutMs', options.searchTimeoutMs, 10_000),
+    searchLimits: resolveSearchLimits(options.searchLimits),
     fallthrough: options.fallthrough ?? false,
     onError,
   };

@@ -1,3 +1,4 @@
+import { admitted } from './costly-reads.js';
 import express, {
   type NextFunction,
   type Request,
@@ -250,10 +251,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   ): Promise<void> {
     const type = stringParam(req.params.type);
     const prefer = parsePrefer(req.headers.prefer);
-    const result = await searchResources(contextOf(req), type, params, {
-      ...searchOptions,
-      lenient: prefer.handling === 'lenient',
-    });
+    const result = await admitted(contextOf(req), (ctx) =>
+      searchResources(ctx, type, params, { ...searchOptions, lenient: prefer.handling === 'lenient' }),
+    );
     if (audit)
       auditAccess(req, res, searchAccess(type, query, [...result.page.resources, ...result.included]));
     sendFhir(res, 200, buildSearchBundle(base(req), type, result));

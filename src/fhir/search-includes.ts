@@ -5,6 +5,7 @@ import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/s
 import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
 import type { FhirContext } from './interactions.js';
+import { deadlineOf } from './costly-reads.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 
@@ -135,7 +136,11 @@ export async function collectIncludes(
       }
       for (const [type, ids] of wanted) {
         if (cut || !permitted(type, false)) continue;
-        const page = await ctx.storage.searchResources(ctx.projectId, type, { ids: [...ids], count: room() });
+        const page = await ctx.storage.searchResources(ctx.projectId, type, {
+          ids: [...ids],
+          count: room(),
+          ...deadlineOf(ctx),
+        });
         take(page.resources, level);
       }
     }
@@ -155,6 +160,7 @@ export async function collectIncludes(
             keys.has(keyOf(ref)),
           ),
         count: room(),
+        ...deadlineOf(ctx),
       };
       if (target.searchParam !== '*') {
         const filter: ParameterFilter = {

@@ -1,3 +1,5 @@
+import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
+import { r4StructureValidator } from '../../src/fhir/structure-validator.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -117,6 +119,26 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxBytes: idpJwks.maxBytes,
       cacheMaxAge: idpJwks.cacheMaxAge,
       cooldown: idpJwks.cooldown,
+    });
+    const fhir = resolveFhirRouterOptions({ storage: memoryStorage(), authenticate: testAuthenticate }, () =>
+      r4StructureValidator(),
+    );
+    expect({
+      maxConcurrent: values.searchMaxConcurrent,
+      maxQueued: values.searchMaxQueued,
+      maxWaitMs: values.searchMaxWaitMs,
+      timeoutMs: values.searchTimeoutMs,
+      maxSortKeys: values.searchMaxSortKeys,
+      maxFilters: values.searchMaxParameters,
+      maxHasDepth: values.searchMaxHasDepth,
+      maxOffset: values.searchMaxOffset,
+    }).toEqual({
+      ...fhir.searchAdmission,
+      timeoutMs: fhir.searchTimeoutMs,
+      maxSortKeys: fhir.searchLimits.maxSortKeys,
+      maxFilters: fhir.searchLimits.maxFilters,
+      maxHasDepth: fhir.searchLimits.maxHasDepth,
+      maxOffset: fhir.searchLimits.maxOffset,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
     const audit = resolveAuditOptions('test', {});

@@ -28,6 +28,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
+import { SearchPace } from './search-pace.js';
 import { buildSearched } from './build-postings.js';
 import { resolveQuery } from './chains.js';
 import { postedSortValues } from './sort-postings.js';
@@ -408,7 +409,9 @@ export class EngineOperations implements StorageOperations {
     resourceType: string,
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
+    const pace = new SearchPace(query.deadline);
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
+    pace.check();
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
     // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
@@ -467,16 +470,19 @@ export class EngineOperations implements StorageOperations {
       const order = pageOf.countOnly ? undefined : query.order;
       if (!order && !pageOf.countOnly) matches.sort(compareItems(query));
       const keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
-      // Read bodies in slices so a large type is not held in memory at once.
+      // Read bodies in slices so a large type is not held in memory at once; tested a few
+      // milliseconds at a time (`pace`), so other requests are served meanwhile.
       for (let i = 0; i < matches.length; i += 256) {
         const slice = matches.slice(i, i + 256);
         const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-        bodies.forEach((body, k) => {
-          if (where && !where(body)) return;
+        for (let k = 0; k < bodies.length; k++) {
+          if (pace.due) await pace.breathe();
+          const body = bodies[k]!;
+          if (where && !where(body)) continue;
           const entry = slice[k]!;
           if (order) keyed.push({ entry, id: entry.id, keys: order.keys(body) });
           else pageOf.offer(entry, body);
-        });
+        }
       }
       if (!order) return { total: pageOf.total, resources: pageOf.page() };
       matches = [];
