@@ -248,6 +248,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
 
 const OWNER = 'fhirPlatform';
 
+/** The readiness checks of the platform itself (`exportWorkers` only with bulk export). */
+const PLATFORM_CHECKS = ['storage', 'exportWorkers', 'signingKeys'];
+
 /** The platform's default `bulk.closeTimeout`, ms (the router's own is 0). */
 const PLATFORM_EXPORT_CLOSE_TIMEOUT = 10_000;
 
@@ -394,7 +397,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
     // Tokens need a signing key: the first probe makes one when the store has none.
     checks.signingKeys = timedCheck(() => keys.current(), readyTimeout, 'unavailable');
-    const holds = readinessHolds(`${OWNER}.holdReadiness`, checks);
+    const holds = readinessHolds(`${OWNER}.holdReadiness`, checks, PLATFORM_CHECKS);
     router.get(paths.healthz, livenessHandler());
     router.get(paths.readyz, readinessHandler(checks));
     if (logRequests && logger) router.use(requestLogger(logger));

@@ -26,10 +26,15 @@ const NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 
 /**
  * Holds over `checks` (the checks `readinessHandler` answers, read per request): each held name is
- * added to them. The names already there are the platform's own, and cannot be held.
+ * added to them. `ownNames` are the platform's own checks (whether mounted or not), and cannot be
+ * held.
  */
-export function readinessHolds(owner: string, checks: ReadinessChecks): ReadinessHolds {
-  const own = new Set(Object.keys(checks));
+export function readinessHolds(
+  owner: string,
+  checks: ReadinessChecks,
+  ownNames: readonly string[],
+): ReadinessHolds {
+  const own = new Set([...ownNames, ...Object.keys(checks)]);
   const statuses = new Map<string, CheckStatus>();
   // The newest hold of each name: an older one that settles later changes nothing.
   const newest = new Map<string, object>();
