@@ -92,3 +92,10 @@ export function scopedMemberRule(name: string): ScopedMemberRule | undefined {
     ? SCOPED_MEMBER_RULES[name as keyof typeof SCOPED_MEMBER_RULES]
     : undefined;
 }
+
+/** Whether the view refuses a member of this rule (undefined: no member of the contract). */
+export function isRefused(
+  rule: ScopedMemberRule | undefined,
+): rule is { readonly refused: string } | undefined {
+  return rule === undefined || (typeof rule === 'object' && 'refused' in rule);
+}

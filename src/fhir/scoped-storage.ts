@@ -19,7 +19,7 @@ import type {
   WriteResult,
 } from '../storage/types.js';
 import { R4_PATIENT_COMPARTMENT } from './compartment.js';
-import { scopedMemberRule, type CheckedMember } from './scoped-storage-rules.js';
+import { isRefused, scopedMemberRule, type CheckedMember } from './scoped-storage-rules.js';
 
 /**
  * The data access rule of `principal` in `projectId` (undefined unless it is a SMART user), with the
@@ -225,7 +225,7 @@ function guardedView<T extends StorageOperations>(storage: T, checked: Pick<Stor
   const member = (name: string): unknown => {
     const rule = scopedMemberRule(name);
     if (rule === undefined) throw refusal(name, 'not a member of the Storage contract');
-    if (typeof rule === 'object' && 'refused' in rule) throw refusal(name, rule.refused);
+    if (isRefused(rule)) throw refusal(name, rule.refused);
     const value: unknown = Reflect.get(storage, name);
     if (value === undefined) return undefined;
     if (rule === 'checked') return checked[name as CheckedMember];
@@ -242,8 +242,7 @@ function guardedView<T extends StorageOperations>(storage: T, checked: Pick<Stor
     },
     has: (_target, property) => {
       if (typeof property !== 'string') return property === SCOPED;
-      const rule = scopedMemberRule(property);
-      return rule !== undefined && !(typeof rule === 'object' && 'refused' in rule) && property in storage;
+      return !isRefused(scopedMemberRule(property)) && property in storage;
     },
     set: readOnly,
     defineProperty: readOnly,

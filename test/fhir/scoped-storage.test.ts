@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { PlatformError } from '../../src/errors.js';
 import { scopedStorage, userDataAccess } from '../../src/fhir/scoped-storage.js';
 import {
+  isRefused,
   SCOPED_MEMBER_RULES,
   scopedMemberRule,
   type ScopedMemberRule,
@@ -36,9 +37,6 @@ function memberNames(store: object): string[] {
     for (const key of Object.getOwnPropertyNames(at)) names.add(key);
   return [...names].sort();
 }
-
-const refused = (rule: ScopedMemberRule | undefined): boolean =>
-  rule === undefined || (typeof rule === 'object' && 'refused' in rule);
 
 /** Expects reading `name` of `view` to throw the view's refusal. */
 function expectRefused(view: object, name: string): void {
@@ -131,7 +129,7 @@ forEachStore('scopedStorage', (store, open) =>
       );
       for (const name of names) {
         const rule = scopedMemberRule(name);
-        if (refused(rule)) {
+        if (isRefused(rule)) {
           expectRefused(view, name);
         } else if (rule === 'checked') {
           const member: unknown = Reflect.get(view, name);
@@ -141,7 +139,7 @@ forEachStore('scopedStorage', (store, open) =>
           expect(() => Reflect.get(view, name), name).not.toThrow();
         }
       }
-      expect(names.filter((name) => !refused(scopedMemberRule(name)))).toEqual(
+      expect(names.filter((name) => !isRefused(scopedMemberRule(name)))).toEqual(
         expect.arrayContaining(['readResource', 'searchResources', 'readProject', 'ping']),
       );
     });
