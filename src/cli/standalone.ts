@@ -90,6 +90,25 @@ async function defaultIdentityProvider(config: StandaloneConfig): Promise<Projec
 }
 
 /**
+ * The super-admin client (`SUPER_ADMIN_CLIENT_ID`, `SUPER_ADMIN_CLIENT_SECRET`, or a secret
+ * generated now), provisioned once the server listens and the platform's start has settled: a
+ * start that cannot listen rejects before it, and creates no credentials.
+ */
+async function provisionOnceListening(
+  listened: Promise<unknown>,
+  platform: FhirPlatform,
+  storage: Storage,
+  config: StandaloneConfig,
+): Promise<Awaited<ReturnType<typeof provisionSuperAdminClient>>> {
+  await listened;
+  await platform.ready;
+  return provisionSuperAdminClient(storage, {
+    ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
+    ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
+  });
+}
+
+/**
  * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at
  * the default paths on the embedded file store under `config.dataDir` (`store/` for the data,
  * `exports/` for bulk export files), or on PostgreSQL when `config.databaseUrl` is set (export
@@ -97,7 +116,9 @@ async function defaultIdentityProvider(config: StandaloneConfig): Promise<Projec
  *
  * The super-admin client is provisioned last, once the server listens: a start that fails (a port
  * in use, a bad `HOST`) creates no credentials, so the first start that succeeds is the one that
- * shows the generated secret. A failed start closes what it opened, the platform before the store.
+ * shows the generated secret. Until it is written the platform holds readiness (`/readyz` 503 with
+ * `superAdmin: 'pending'`, every other route 503). A failed start closes what it opened, the
+ * platform before the store.
  */
 export async function startStandalone(
   config: StandaloneConfig,
@@ -198,19 +219,20 @@ export async function startStandalone(
       errorPaths,
     });
     server = listening;
+    const listened = once(listening, 'listening');
+    // Held from before the first connection: /readyz answers 200, and the routes answer at all,
+    // only once the configured super-admin credentials work.
+    const provisioned = provisionOnceListening(listened, platform, storage, config);
+    platform.holdReadiness('superAdmin', provisioned);
     listening.listen(config.port, config.host);
     try {
-      await once(listening, 'listening');
+      await listened;
     } catch (error) {
       server = undefined; // never listened: nothing to close
       throw listenError(error, config);
     }
-    await platform.ready;
     // Last: nothing after it can fail, so a generated secret always reaches the caller.
-    const admin = await provisionSuperAdminClient(storage, {
-      ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
-      ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
-    });
+    const admin = await provisioned;
     const port = (listening.address() as AddressInfo).port;
     const baseUrl = config.port === 0 ? config.baseUrl.replace(/:0$/, `:${port}`) : config.baseUrl;
     const running = platform;
