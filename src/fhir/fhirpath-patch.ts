@@ -9,6 +9,7 @@ import type { Atom, AtomContext, TypedValue } from '@medplum/core';
 import { FhirError } from '../http/http-error.js';
 import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../search/value-types.js';
 import type { FhirResource } from '../storage/types.js';
+import { checkOperationCount, DEFAULT_PATCH_LIMITS, PatchedSize, type PatchLimits } from './patch-limits.js';
 import {
   isObject,
   malformed,
@@ -356,14 +357,25 @@ function applyOperation(locator: Locator, op: PatchOperation): void {
  * input (`where(…)`, `first()`, `last()`, `ofType(…)`, …). A malformed `Parameters` is a 400; an
  * operation that cannot be applied (a path selecting several elements where one is needed, an
  * index out of range, `add` to an element that is present and not a list) a 422. Deleting what a
- * path does not find changes nothing.
+ * path does not find changes nothing. More operations than `limits.maxOperations` (before any is
+ * read), or an `add`, `insert` or `replace` that would grow the resource past
+ * `limits.maxResourceSize` (before it is applied), is a 413.
  * @see https://hl7.org/fhir/R4/fhirpatch.html
  */
-export async function applyFhirPathPatch(resource: FhirResource, parameters: FhirResource): Promise<unknown> {
+export async function applyFhirPathPatch(
+  resource: FhirResource,
+  parameters: FhirResource,
+  limits: PatchLimits = DEFAULT_PATCH_LIMITS,
+): Promise<unknown> {
+  const list = parameters.parameter;
+  if (Array.isArray(list)) checkOperationCount('FHIRPath Patch', list.length, limits, 'Parameters.parameter');
   const operations = parseFhirPathPatch(parameters);
   const { core, schema } = await load();
   const result = structuredClone(resource);
+  const size = new PatchedSize(result, limits);
   for (const op of operations) {
+    const expression = `Parameters.parameter[${op.at}]`;
+    size.add(op.value, (op.name ?? op.path).length, { what: 'FHIRPath Patch', expression });
     applyOperation(new Locator(core, schema, result, op.at), op);
   }
   return result;
