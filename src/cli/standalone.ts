@@ -142,7 +142,11 @@ export async function startStandalone(
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },
-      fhir: { defaultReturn: config.fhirDefaultReturn },
+      fhir: {
+        defaultReturn: config.fhirDefaultReturn,
+        maxPatchOperations: config.fhirMaxPatchOperations,
+        maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,
+      },
       federation: {
         ...(config.idpIssuer && config.idpClientId
           ? { defaultProvider: await defaultIdentityProvider(config) }

@@ -7,6 +7,7 @@ import { ExportPool } from '../../src/bulk/export-pool.js';
 import { resolveIdentityProviderJwksOptions } from '../../src/auth/identity-provider-keys.js';
 import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
+import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
 import { readConfig } from '../../src/cli/serve-config.js';
 import {
@@ -119,6 +120,14 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       cooldown: idpJwks.cooldown,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
+    const fhir = resolveFhirRouterOptions(
+      { storage: memoryStorage(), authenticate: testAuthenticate },
+      () => () => [],
+    );
+    expect({
+      maxOperations: values.fhirMaxPatchOperations,
+      maxResourceSize: values.fhirMaxPatchedResourceSize,
+    }).toEqual(fhir.patchLimits);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
