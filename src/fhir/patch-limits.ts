@@ -70,13 +70,16 @@ export function jsonSizeUpTo(value: unknown, limit: number): number {
         if (node === null) size += 4;
         else if (Array.isArray(node)) {
           // Brackets and commas first: a list of a million items is over the limit before it is walked.
-          size += node.length + 1;
+          size += Math.max(node.length + 1, 2);
           if (size <= limit) for (const item of node) pending.push(item);
         } else {
-          size += 1;
+          // Braces and commas: one more than the keys, or two for none.
+          size += 2;
+          let first = true;
           for (const key in node) {
             if (!Object.hasOwn(node, key)) continue;
-            size += Buffer.byteLength(key, 'utf8') + 4;
+            size += Buffer.byteLength(key, 'utf8') + (first ? 3 : 4);
+            first = false;
             pending.push((node as Record<string, unknown>)[key]);
           }
         }
