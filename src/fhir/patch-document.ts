@@ -22,11 +22,7 @@ export type PatchDocument = (
  * applied within `limits`.
  * @see https://hl7.org/fhir/R4/http.html#patch
  */
-export function patchDocumentOf(
-  mediaType: string,
-  body: unknown,
-  limits: PatchLimits = DEFAULT_PATCH_LIMITS,
-): PatchDocument {
+export function patchDocumentOf(mediaType: string, body: unknown, limits: PatchLimits): PatchDocument {
   if (body === undefined) throw new FhirError(400, 'required', 'A patch body is required');
   if (Array.isArray(body) && mediaType !== 'application/fhir+json') {
     return counted({ kind: 'json-patch', operations: body, limits });

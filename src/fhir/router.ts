@@ -372,7 +372,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const type = stringParam(req.params.type);
         // A caller without the right to update gets 403, whatever its patch document holds.
         authorize(contextOf(req), type, 'update');
-        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
         const result = await conditionalPatch(
           contextOf(req),
           type,

@@ -158,6 +158,12 @@ function suite(name: string, open: Open): void {
         { op: 'test', path: '/id', value: 'other' },
       ]);
       expectTooCostly(json, 'maxPatchOperations');
+      // A conditional patch too.
+      const conditional = await patch(app, `Patient?_id=${p.id}`, [
+        ...tests(5),
+        { op: 'test', path: '/id', value: 'x' },
+      ]);
+      expectTooCostly(conditional, 'maxPatchOperations');
 
       const add = (i: number) =>
         fhirPathOperation('add', 'Patient', 'identifier', { valueIdentifier: { value: String(i) } });
