@@ -237,3 +237,65 @@ describe('jsonSizeUpTo', () => {
     expect(cut).toBeLessThan(whole);
   });
 });
+
+describe('FHIRPath Patch values and their elements', () => {
+  const request = (): FhirResource => ({
+    resourceType: 'MedicationRequest',
+    id: 'm',
+    status: 'active',
+    intent: 'order',
+    subject: { reference: 'Patient/p' },
+    dispenseRequest: { numberOfRepeatsAllowed: 1 },
+  });
+
+  it('take a profile of Quantity where a Quantity is wanted, and no other complex type', async () => {
+    const out = (await apply(
+      request(),
+      op('add', 'MedicationRequest.dispenseRequest', {
+        name: 'expectedSupplyDuration',
+        valueQuantity: { value: 30, unit: 'd' },
+      }),
+    )) as { dispenseRequest: Record<string, unknown> };
+    expect(out.dispenseRequest.expectedSupplyDuration).toEqual({ value: 30, unit: 'd' });
+    const misfit = await failure(
+      apply(
+        request(),
+        op('add', 'MedicationRequest.dispenseRequest', {
+          name: 'expectedSupplyDuration',
+          valueRange: { low: { value: 1 } },
+        }),
+      ),
+    );
+    expect(misfit).toMatchObject({ status: 422, expression: ['Parameters.parameter[0]'] });
+  });
+
+  it('keep the JSON type of a primitive element, an enumerated code included', async () => {
+    const integer = await failure(
+      apply(
+        request(),
+        op('replace', 'MedicationRequest.dispenseRequest.numberOfRepeatsAllowed', { valueString: '2' }),
+      ),
+    );
+    expect(integer.status).toBe(422);
+    const code = await failure(
+      apply(request(), op('replace', 'MedicationRequest.status', { valueBoolean: true })),
+    );
+    expect(code.status).toBe(422);
+    const fits = (await apply(
+      request(),
+      op('replace', 'MedicationRequest.status', { valueCode: 'stopped' }),
+      op('replace', 'MedicationRequest.dispenseRequest.numberOfRepeatsAllowed', { valueUnsignedInt: 2 }),
+    )) as { status: string; dispenseRequest: { numberOfRepeatsAllowed: number } };
+    expect([fits.status, fits.dispenseRequest.numberOfRepeatsAllowed]).toEqual(['stopped', 2]);
+  });
+
+  it('leave an element the schema does not know to validation', async () => {
+    const out = (await apply(
+      request(),
+      op('add', 'MedicationRequest', { name: 'madeUp', valueBoolean: true }),
+    )) as {
+      madeUp: boolean;
+    };
+    expect(out.madeUp).toBe(true);
+  });
+});
