@@ -41,7 +41,7 @@ export function applyJsonPatch(
       const { value, key } = addedBy(document, operation);
       size.add(value, key, { what });
       document = jsonpatch.applyOperation(document, operation as jsonpatch.Operation, validateOperation, true)
-        .newDocument as unknown;
+        .newDocument;
     } catch (error) {
       throw refusal(error, what);
     }
@@ -97,7 +97,7 @@ function validateOperation(
 ): void {
   const op: unknown = operation !== null && typeof operation === 'object' ? operation.op : undefined;
   if (op !== 'move' && op !== 'copy') {
-    jsonpatch.validator(operation, index, document as never, existingPath);
+    jsonpatch.validator(operation, index, document, existingPath);
     return;
   }
   jsonpatch.validator(operation, index);
