@@ -40,8 +40,12 @@ export function applyJsonPatch(
     try {
       const { value, key } = addedBy(document, operation);
       size.add(value, key, { what });
-      document = jsonpatch.applyOperation(document, operation as jsonpatch.Operation, validateOperation, true)
-        .newDocument;
+      document = jsonpatch.applyOperation(
+        document,
+        operation as jsonpatch.Operation,
+        validateOperation,
+        true,
+      ).newDocument;
     } catch (error) {
       throw refusal(error, what);
     }
