@@ -321,6 +321,22 @@ export const SERVE_SETTINGS = {
     description: "largest `_offset`, else `400` `too-costly` (the Bundle's `next` links page further)",
     read: integer(10_000, 0),
   },
+  fhirMaxPatchOperations: {
+    env: 'FHIR_MAX_PATCH_OPERATIONS',
+    flag: '--fhir-max-patch-operations <n>',
+    defaultText: '1000',
+    description:
+      'operations one PATCH (JSON Patch or FHIRPath Patch, a Bundle entry too) may hold, else `413` `too-costly` before any is applied',
+    read: integer(1000, 1),
+  },
+  fhirMaxPatchedResourceSize: {
+    env: 'FHIR_MAX_PATCHED_RESOURCE_SIZE',
+    flag: '--fhir-max-patched-resource-size <bytes>',
+    defaultText: '32mb',
+    description:
+      'largest resource a PATCH may leave (its JSON, measured as each operation adds to it), else `413` `too-costly` naming the operation ([docs/reliability.md](docs/reliability.md#input-limits))',
+    read: size(32 * 1024 * 1024, { infinite: false }),
+  },
   scimDefaultUserType: {
     env: 'SCIM_DEFAULT_USER_TYPE',
     flag: '--scim-default-user-type <type>',

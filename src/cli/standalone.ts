@@ -177,6 +177,8 @@ export async function startStandalone(
           maxHasDepth: config.searchMaxHasDepth,
           maxOffset: config.searchMaxOffset,
         },
+        maxPatchOperations: config.fhirMaxPatchOperations,
+        maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,
       },
       federation: {
         ...(config.idpIssuer && config.idpClientId

@@ -25,6 +25,8 @@ import { parseEverythingParams } from './everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from './history.js';
 import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
+import type { EntryPatchOptions } from './patch-document.js';
+import type { PatchLimits } from './patch-limits.js';
 
 /** Options of `processBundle` (batch.ts). */
 export interface BundleProcessingOptions {
@@ -48,6 +50,12 @@ export interface BundleProcessingOptions {
   conditionalDelete?: ConditionalDeleteMode | 'off';
   /** Deepest nesting of the JSON Patch of a PATCH entry's `Binary`. @default 100 */
   maxJsonDepth?: number;
+  /**
+   * The bounds of each PATCH entry's patch: its operations, and the size it may grow the resource
+   * to (`fhirRouter`'s `maxPatchOperations` and `maxPatchedResourceSize`).
+   * @default DEFAULT_PATCH_LIMITS (1,000 operations, 32 MiB)
+   */
+  patchLimits?: PatchLimits;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
   /**
@@ -55,6 +63,14 @@ export interface BundleProcessingOptions {
    * patient data (a transaction's only once it has committed). @default undefined (nothing collected)
    */
   activity?: RequestActivity;
+}
+
+/** How the PATCH entries of a Bundle processed with `options` are read and bounded. */
+export function patchingOf(options: BundleProcessingOptions): EntryPatchOptions {
+  return {
+    ...(options.maxJsonDepth !== undefined ? { maxDepth: options.maxJsonDepth } : {}),
+    ...(options.patchLimits ? { limits: options.patchLimits } : {}),
+  };
 }
 
 /** Answers a GET entry (a read, a conditional read, a search), as a batch or a transaction runs it. */

@@ -14,6 +14,7 @@ import {
   type OwnOptionKeys,
 } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability-statement.js';
+import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch-limits.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
 import type { SearchAdmissionLimits } from './search-admission.js';
@@ -49,6 +50,26 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
   maxCount?: number;
   /** Most entries in a batch or transaction Bundle (413 above). @default 10000 */
   maxBundleEntries?: number;
+  /**
+   * Most operations in one patch (a JSON Patch, or the `operation` parameters of a FHIRPath Patch),
+   * over HTTP or in a batch or transaction entry; more answer 413 (`too-costly`) before any is
+   * applied.
+   * @default 1000
+   */
+  maxPatchOperations?: number;
+  /**
+   * Largest resource a patch may leave, bytes (of JSON, strings by their UTF-8 length) or a size
+   * string. It is measured as the patch applies: each operation that adds to the resource (JSON
+   * Patch `add`, `replace`, `copy`; FHIRPath Patch `add`, `insert`, `replace`) counts what it
+   * writes before it is applied, and one that would pass the limit answers 413 (`too-costly`),
+   * naming the operation, with nothing written. Removed and replaced values are not taken off, so
+   * the measure is an upper bound. A patch made of its body's values cannot grow a resource by more
+   * than the body, so twice `bodyLimit` admits any patch of a resource the body limit admits; a JSON
+   * Patch `copy` doubles what it copies, and twenty copies of one element would otherwise build a
+   * resource a million times its size.
+   * @default twice `bodyLimit` ('32mb' with the default `bodyLimit`)
+   */
+  maxPatchedResourceSize?: number | string;
   /**
    * What a successful create or update answers, and what each entry of a batch or transaction
    * answer carries, when the request sends no `Prefer: return=`: the stored resource
@@ -139,6 +160,8 @@ export interface ResolvedFhirRouterOptions
         | 'streamedBundleLimit'
         | 'searchAdmission'
         | 'searchLimits'
+        | 'maxPatchOperations'
+        | 'maxPatchedResourceSize'
       >
     >,
     Pick<FhirRouterOptions, 'baseUrl' | 'onError' | 'software' | 'logger' | 'auditTrail'> {
@@ -146,6 +169,8 @@ export interface ResolvedFhirRouterOptions
   streamedBundleLimit: number;
   searchAdmission: SearchAdmissionLimits;
   searchLimits: Required<FhirSearchLimits>;
+  /** `maxPatchOperations` and `maxPatchedResourceSize` (in bytes). */
+  patchLimits: PatchLimits;
 }
 
 const ADMISSION_KEYS: OptionKeys<SearchAdmissionLimits> = {
@@ -199,6 +224,8 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   defaultCount: true,
   maxCount: true,
   maxBundleEntries: true,
+  maxPatchOperations: true,
+  maxPatchedResourceSize: true,
   defaultReturn: true,
   conditionalDelete: true,
   upload: true,
@@ -233,6 +260,7 @@ export function resolveFhirRouterOptions(
     defaultCount,
     maxCount,
     maxBundleEntries: positiveInteger(OWNER, 'maxBundleEntries', options.maxBundleEntries, 10_000),
+    patchLimits: resolvePatchLimits(options, sizeInBytes(bodyLimit)),
     defaultReturn:
       oneOf(OWNER, 'defaultReturn', options.defaultReturn, ['representation', 'minimal']) ?? 'representation',
     conditionalDelete:
@@ -245,5 +273,21 @@ export function resolveFhirRouterOptions(
     searchLimits: resolveSearchLimits(options.searchLimits),
     fallthrough: options.fallthrough ?? false,
     onError,
+  };
+}
+
+/** `maxPatchOperations` and `maxPatchedResourceSize`, checked; the size defaults to twice `bodyLimit` bytes. */
+function resolvePatchLimits(options: FhirRouterOptions, bodyLimit: number): PatchLimits {
+  const { maxPatchOperations, maxPatchedResourceSize } = options;
+  return {
+    maxOperations: positiveInteger(
+      OWNER,
+      'maxPatchOperations',
+      maxPatchOperations,
+      DEFAULT_PATCH_LIMITS.maxOperations,
+    ),
+    maxResourceSize: sizeInBytes(
+      sizeOption(OWNER, 'maxPatchedResourceSize', maxPatchedResourceSize, 2 * bodyLimit),
+    ),
   };
 }

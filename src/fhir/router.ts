@@ -228,6 +228,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       returnOutcome: answer === 'OperationOutcome',
       conditionalDelete: config.conditionalDelete,
       maxJsonDepth: config.maxJsonDepth,
+      patchLimits: config.patchLimits,
       search: { ...searchOptions, lenient: prefer.handling === 'lenient' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
@@ -371,7 +372,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const type = stringParam(req.params.type);
         // A caller without the right to update gets 403, whatever its patch document holds.
         authorize(contextOf(req), type, 'update');
-        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
         const result = await conditionalPatch(
           contextOf(req),
           type,
@@ -441,7 +446,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const ifMatch = parseIfMatch(req.get('If-Match'));
         // A caller without the right to update gets 403, whatever its patch document holds.
         authorize(contextOf(req), stringParam(req.params.type), 'update');
-        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
         const result = await patchResource(
           contextOf(req),
           stringParam(req.params.type),

@@ -1,5 +1,3 @@
-import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
-import { r4StructureValidator } from '../../src/fhir/structure-validator.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -9,6 +7,7 @@ import { ExportPool } from '../../src/bulk/export-pool.js';
 import { resolveIdentityProviderJwksOptions } from '../../src/auth/identity-provider-keys.js';
 import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
+import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
 import { buildProgram } from '../../src/cli/program.js';
 import { readConfig } from '../../src/cli/serve-config.js';
 import {
@@ -120,8 +119,9 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       cacheMaxAge: idpJwks.cacheMaxAge,
       cooldown: idpJwks.cooldown,
     });
-    const fhir = resolveFhirRouterOptions({ storage: memoryStorage(), authenticate: testAuthenticate }, () =>
-      r4StructureValidator(),
+    const fhir = resolveFhirRouterOptions(
+      { storage: memoryStorage(), authenticate: testAuthenticate },
+      () => () => [],
     );
     expect({
       maxConcurrent: values.searchMaxConcurrent,
@@ -141,6 +141,10 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxOffset: fhir.searchLimits.maxOffset,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
+    expect({
+      maxOperations: values.fhirMaxPatchOperations,
+      maxResourceSize: values.fhirMaxPatchedResourceSize,
+    }).toEqual(fhir.patchLimits);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
