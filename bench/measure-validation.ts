@@ -6,7 +6,7 @@ import { median, now } from './stats.js';
 export interface ValidationFigures {
   /** Resources validated per repetition (a sample of the input, every n-th resource). */
   resources: number;
-  /** `@medplum/core`'s `validateResource` alone: the strict validator before the fast path. */
+  /** `@medplum/core`'s `validateResource` and the shape check: the strict validator without the fast path. */
   referenceMs: number[];
   /** The default validator (`r4StructureValidator()`), one pass over the sample. */
   defaultMs: number[];

@@ -61,6 +61,7 @@ export type { BearerAuthOptions } from './auth/bearer-auth.js';
 export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
 export { federatedSignIn } from './auth/federated-sign-in.js';
 export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
+export type { IdentityProviderJwksOptions } from './auth/identity-provider-keys.js';
 export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
 export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
 export type {
@@ -101,6 +102,7 @@ export {
   StorageClosedError,
   StorageLockedError,
   StorageUnavailableError,
+  SearchTooCostlyError,
 } from './storage/errors.js';
 export { compareSortValues } from './storage/result-page.js';
 export type {
@@ -158,10 +160,10 @@ export type { FhirRouterOptions } from './fhir/router-options.js';
 export type {
   CapabilityContribution,
   CapabilityOperation,
-  CapabilitySearchLimits,
   CapabilityStatementInput,
   CapabilityStatementJson,
 } from './fhir/capability-statement.js';
+export type { CapabilitySearchLimits } from './fhir/capability-limits.js';
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 export { r4StructureValidator } from './fhir/structure-validator.js';
 export type { ResourceValidator } from './fhir/structure-validator.js';

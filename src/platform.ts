@@ -19,7 +19,15 @@ import type { FhirRouterOptions } from './fhir/router-options.js';
 import { projectRouter, type ProjectRouterOptions } from './project/router.js';
 import { scimRouter, type ScimRouterOptions } from './scim/router.js';
 import type { ErrorLogger } from './http/error-rendering.js';
-import { livenessHandler, readinessHandler, storageCheck, type ReadinessChecks } from './http/health.js';
+import {
+  livenessHandler,
+  readinessHandler,
+  storageCheck,
+  timedCheck,
+  type ReadinessChecks,
+} from './http/health.js';
+import { notReadyGate, readinessHolds } from './http/readiness-holds.js';
+import { errorFormatOf } from './http/error-paths.js';
 import { componentLogger, type Logger } from './common/logger.js';
 import { errorSink, requestLogger } from './http/request-logging.js';
 import { AUDIT_OPTION_KEYS, type AuditOptions } from './audit/options.js';
@@ -57,7 +65,10 @@ export interface FhirPlatformPaths {
   introspect: string;
   /** Liveness (`200 {"status":"ok"}`). @default '/healthz' */
   healthz: string;
-  /** Readiness (storage reachable, export workers up). @default '/readyz' */
+  /**
+   * Readiness (storage reachable, export workers up, a signing key usable, the work given to
+   * `holdReadiness` done). @default '/readyz'
+   */
   readyz: string;
   /**
    * The federated sign-in's router: the identity providers' `redirect_uri` is this path followed
@@ -152,7 +163,8 @@ export interface FhirPlatformOptions {
    */
   logRequests?: boolean;
   /**
-   * Milliseconds `GET /readyz` waits for `storage.ping()` before answering 503.
+   * Milliseconds `GET /readyz` waits for `storage.ping()`, and for the signing key (loaded, or
+   * generated when there is none), before answering 503.
    * @default 2000
    */
   readyTimeout?: number;
@@ -166,7 +178,8 @@ export interface FhirPlatformOptions {
   audit?: AuditOptions;
   /**
    * Options of the default `federatedSignIn` (`defaultProvider`, `texts`, `renderRefusal`,
-   * `lifetime`, `discoveryTtl`); with `authorization.authenticateUser` it is an option error.
+   * `lifetime`, `discoveryTtl`, `jwks`); with `authorization.authenticateUser` it is an option
+   * error.
    * @default {}
    */
   federation?: Partial<
@@ -190,8 +203,27 @@ export interface FhirPlatform {
   errorPaths: Required<ErrorPaths>;
   /** The sign-in the authorization endpoint uses: `authorization.authenticateUser`, or the federated one. */
   authenticateUser: AuthenticateUser;
-  /** Resolves when background work (export job resume) has started. */
+  /**
+   * Resolves when the platform's own background start-up (export job resume) has settled; never
+   * rejects. `GET /readyz` answers 200 only after it, and once a signing key is usable and the work
+   * given to `holdReadiness` is done.
+   */
   ready: Promise<void>;
+  /**
+   * Holds readiness until `work` resolves: start-up work of the host that requests depend on, such as
+   * writing the credentials its clients will use (`ensureSuperAdminClient`) or seeding data. Until
+   * then `GET /readyz` answers 503 with the check `name` at `'pending'`, and every other route of
+   * the platform answers 503 with `Retry-After: 1` (FHIR `transient`, OAuth
+   * `temporarily_unavailable`, SCIM 503), so that no client takes a missing credential for a wrong
+   * one. Once `work` resolves the check is `'ok'`; if it rejects, `'failed'`, and both stay at 503
+   * until new work is held under the same name. Call it before the server listens; `work` must not
+   * depend on the platform's own HTTP routes (use `admin`, or the storage). Load balancers and
+   * scripts then wait for `/readyz` and find every configured credential working.
+   * @throws InvalidOptionError (`ERR_INVALID_OPTION`) for a `name` that is not a word of letters,
+   *   digits, `-` and `_`, or that names one of the platform's own checks (`storage`,
+   *   `exportWorkers`, `signingKeys`), or a `work` that is no promise.
+   */
+  holdReadiness(name: string, work: PromiseLike<unknown>): void;
   /**
    * Shuts down: running exports get up to `bulk.closeTimeout` ms (default 10000) to finish, those
    * still running are stopped (they resume at the next start, or on another instance with a shared
@@ -216,6 +248,9 @@ const DEFAULT_PATHS: FhirPlatformPaths = {
 };
 
 const OWNER = 'fhirPlatform';
+
+/** The readiness checks of the platform itself (`exportWorkers` only with bulk export). */
+const PLATFORM_CHECKS = ['storage', 'exportWorkers', 'signingKeys'];
 
 /** The platform's default `bulk.closeTimeout`, ms (the router's own is 0). */
 const PLATFORM_EXPORT_CLOSE_TIMEOUT = 10_000;
@@ -361,9 +396,17 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     // Health probes: before the request log (probes would flood it), unauthenticated, no data.
     const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
     if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
+    // Tokens need a signing key: the first probe makes one when the store has none.
+    checks.signingKeys = timedCheck(() => keys.current(), readyTimeout, 'unavailable');
+    const holds = readinessHolds(`${OWNER}.holdReadiness`, checks, PLATFORM_CHECKS);
     router.get(paths.healthz, livenessHandler());
     router.get(paths.readyz, readinessHandler(checks));
     if (logRequests && logger) router.use(requestLogger(logger));
+    const errorPaths = {
+      scim: [paths.scim],
+      oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect],
+    };
+    router.use(notReadyGate(holds, errorFormatOf(OWNER, errorPaths)));
     // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events,
     // the federated sign-in as `sign-in` events.
     router.use(
@@ -488,9 +531,10 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     return {
       router,
       admin,
-      errorPaths: { scim: [paths.scim], oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect] },
+      errorPaths,
       authenticateUser,
       ready: bulk ? bulk.ready : Promise.resolve(),
+      holdReadiness: (name, work) => holds.hold(name, work),
       close: async () => {
         await bulk?.close();
         await auditTrail.close();

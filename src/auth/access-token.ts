@@ -34,6 +34,12 @@ export interface AccessTokenClaims extends JWTPayload {
   fhirUser?: string;
   /** User tokens only: the launch context patient's id (SMART `launch/patient`), when one was chosen. */
   patient?: string;
+  /**
+   * User tokens only: the authorization (the refresh family of one consent) the token was issued
+   * from. The token counts only while that authorization lives: a reused code or refresh token, or
+   * the revocation of one of its refresh tokens, ends it.
+   */
+  family?: string;
 }
 
 /** The signed-in user a token is issued to (SMART App Launch); absent for a client's own token. */
@@ -44,6 +50,8 @@ export interface AccessTokenUser {
   fhirUser: string;
   /** The launch context patient's id, when the app asked for `launch/patient` and one was chosen. */
   patient?: string;
+  /** The authorization (refresh family) the token is issued from (the `family` claim). */
+  family?: string;
 }
 
 export interface IssueAccessTokenInput {
@@ -97,6 +105,7 @@ export async function issueAccessToken(
     super_admin: rights.superAdmin,
     ...(user ? { fhirUser: user.fhirUser } : {}),
     ...(user?.patient === undefined ? {} : { patient: user.patient }),
+    ...(user?.family === undefined ? {} : { family: user.family }),
   };
   const token = await new SignJWT(claims)
     .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ACCESS_TOKEN_TYPE })
@@ -171,6 +180,7 @@ export async function verifyAccessToken(
       (isUser
         ? typeof payload.fhirUser !== 'string' ||
           !(payload.patient === undefined || typeof payload.patient === 'string') ||
+          !(payload.family === undefined || typeof payload.family === 'string') ||
           payload.project_id === null ||
           payload.admin !== false ||
           payload.super_admin !== false

@@ -12,6 +12,7 @@ import {
   verifyAccessToken,
   type AccessTokenClaims,
 } from './access-token.js';
+import { accessTokenRevoked } from './access-token-revocation.js';
 import { adminRights } from './admin-scopes.js';
 import { parseBasicAuthorization } from './client-authentication.js';
 import { allowedScopes } from './client-scopes.js';
@@ -92,8 +93,9 @@ export interface BearerAuthOptions {
    */
   rateLimit?: FailureLimitOptions | false;
   /**
-   * Where revoked access token ids are (the revocation endpoint's): a revoked token is refused
-   * until it expires. Pass the same store as the revocation endpoint.
+   * Where revoked access token ids and the authorizations of user tokens are (the token and
+   * revocation endpoints'): a revoked token, or a user's token whose authorization was revoked, is
+   * refused. Pass the same store as those endpoints.
    * @default storage.grants
    */
   grants?: GrantStore;
@@ -123,7 +125,7 @@ const BEARER_AUTH_KEYS: OptionKeys<BearerAuthOptions> = {
  * An `Authenticate` for access tokens issued by `tokenRouter` (`Authorization: Bearer <jwt>`,
  * RFC 6750): checks the signature by a current server key, `alg`, `typ`, `iss`, `aud` and `exp`,
  * then reads the client on every request so a revoked or deleted client (or a deleted project) stops
- * at once. Granted scopes are re-intersected with the client's current ones, and the principal is an
+ * at once, and the token's revocation (its `jti`, and for a user's token its authorization). Granted scopes are re-intersected with the client's current ones, and the principal is an
  * admin (or super admin) only when the client still is one and the token carries `project:admin`
  * (`platform:admin`). Basic credentials act with every scope the client may have. No credentials resolve
  * `undefined` (401); a bad token throws 401 `invalid_token`.
@@ -201,11 +203,11 @@ export function bearerAuth(options: BearerAuthOptions): Authenticate {
       if (error instanceof AccessTokenError) throw invalid('The access token is invalid or expired');
       throw error;
     }
-    // The revocation lookup (a keyed read; a round trip on PostgreSQL) runs beside the client's
+    // The revocation lookups (keyed reads; round trips on PostgreSQL) run beside the client's
     // reads rather than before them. A revoked token is refused as revoked whatever the client
     // check says, as when the lookup came first.
     const [revoked, checked] = await Promise.all([
-      grants?.get('revoked-token', claims.jti),
+      grants ? accessTokenRevoked(grants, claims) : false,
       activeClient(claims.client_id, invalid).then(
         (client) => ({ client }),
         (error: unknown) => ({ error }),

@@ -2,8 +2,9 @@ import { createLocalJWKSet, errors, type CryptoKey, type JWTVerifyGetKey } from 
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 import { booleanOption, nonNegativeNumber, positiveInteger } from '../common/options.js';
 import type { ClientRecord } from '../storage/types.js';
-import { JwksFetchError, jwksFetcher, type JwksFetcher } from './jwks-fetch.js';
+import { jwksFetcher } from './jwks-fetch.js';
 import { privateAddressesAllowedByDefault } from './public-address.js';
+import { remoteKeySet } from './remote-key-set.js';
 
 /**
  * Largest JWKS: characters of a `jwks` registered inline, bytes of a `jwks_uri`'s answer. Real
@@ -88,7 +89,6 @@ const CLIENT_JWKS_KEYS: OptionKeys<ClientJwksOptions> = {
 };
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
-const SIGNING_KEY_TYPES = new Set(['RSA', 'EC', 'OKP']);
 
 /** Whether `uri` may be fetched as a client JWKS under `allowHttp`. */
 export function isFetchableJwksUri(uri: string, allowHttp = false): boolean {
@@ -157,59 +157,6 @@ export function clientJwks(options: ClientJwksOptions = {}, owner = 'tokenRouter
       return set;
     },
   };
-}
-
-/**
- * A key set fetched from `url` and cached as jose's `createRemoteJWKSet` does (reused for
- * `cacheMaxAge`; an unknown `kid` refetches unless the last fetch is under `cooldown` old;
- * concurrent callers share one fetch), through our bounded fetcher, keeping `maxKeys` keys.
- */
-function remoteKeySet(
-  url: URL,
-  fetcher: JwksFetcher,
-  limits: { cacheMaxAge: number; cooldown: number; maxKeys: number },
-): JWTVerifyGetKey {
-  let local: JWTVerifyGetKey | undefined;
-  let fetchedAt = Number.NEGATIVE_INFINITY;
-  let pending: Promise<JWTVerifyGetKey> | undefined;
-  const reload = (): Promise<JWTVerifyGetKey> =>
-    (pending ??= fetcher
-      .fetch(url)
-      .then((json) => {
-        local = createLocalJWKSet({ keys: keptKeys(json, limits.maxKeys) });
-        fetchedAt = Date.now();
-        return local;
-      })
-      .finally(() => {
-        pending = undefined;
-      }));
-  return async (header, token) => {
-    const fresh = local && Date.now() < fetchedAt + limits.cacheMaxAge;
-    const keys = fresh && local ? local : await reload();
-    try {
-      return await keys(header, token);
-    } catch (error) {
-      if (error instanceof errors.JWKSNoMatchingKey && Date.now() >= fetchedAt + limits.cooldown) {
-        return (await reload())(header, token);
-      }
-      throw error;
-    }
-  };
-}
-
-/** The first `max` signing keys of a fetched JWK Set (RFC 7517 §5). */
-function keptKeys(json: unknown, max: number): Record<string, unknown>[] {
-  const keys = (json as { keys?: unknown } | null)?.keys;
-  if (typeof json !== 'object' || json === null || !Array.isArray(keys))
-    throw new JwksFetchError('invalid', 'The JWKS has no keys array');
-  const kept: Record<string, unknown>[] = [];
-  for (const key of keys as unknown[]) {
-    if (kept.length === max) break;
-    if (typeof key !== 'object' || key === null || Array.isArray(key)) continue;
-    const jwk = key as Record<string, unknown>;
-    if (typeof jwk.kty === 'string' && SIGNING_KEY_TYPES.has(jwk.kty) && jwk.use !== 'enc') kept.push(jwk);
-  }
-  return kept;
 }
 
 /**

@@ -16,7 +16,9 @@ import { defaultErrorLogger } from '../http/error-rendering.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ProjectIdentityProvider, Storage, UserRecord } from '../storage/types.js';
 import { federationCookies, type FederationTransaction } from './federation-cookies.js';
+import { IdTokenSignatureError } from './id-token-signature.js';
 import { identityProviderClients } from './identity-provider-client.js';
+import { identityProviderJwks, type IdentityProviderJwksOptions } from './identity-provider-keys.js';
 import { signingKeys as createSigningKeys, type SigningKeys } from './signing-keys.js';
 import {
   DEFAULT_SIGN_IN_TEXTS,
@@ -57,6 +59,12 @@ export interface FederatedSignInOptions {
   lifetime?: number;
   /** Seconds discovered provider metadata is kept by this instance. @default 3600 */
   discoveryTtl?: number;
+  /**
+   * Fetching and caching of each provider's published keys (its `jwks_uri`), which verify the
+   * signatures of its ID tokens.
+   * @default {} (each field its default)
+   */
+  jwks?: IdentityProviderJwksOptions;
   /** Texts of the refusal page, by reason (and its `title`). @default DEFAULT_SIGN_IN_TEXTS */
   texts?: Partial<Record<SignInRefusalReason | 'title' | 'failed', string>>;
   /** Renders the whole refusal page instead of the default one (HTML). @default undefined */
@@ -84,6 +92,7 @@ const KEYS: OptionKeys<FederatedSignInOptions> = {
   signingKeys: true,
   lifetime: true,
   discoveryTtl: true,
+  jwks: true,
   texts: true,
   renderRefusal: true,
   auditTrail: true,
@@ -150,7 +159,7 @@ export function federatedSignIn(options: FederatedSignInOptions): FederatedSignI
   const texts = { ...DEFAULT_SIGN_IN_TEXTS, ...options.texts };
   const keys = options.signingKeys ?? createSigningKeys(storage);
   const cookies = federationCookies(keys, lifetime);
-  const clients = identityProviderClients(discoveryTtl);
+  const clients = identityProviderClients(discoveryTtl, identityProviderJwks(OWNER, options.jwks));
 
   const callbackUrl = (req: Request): string => {
     const given = options.callbackUrl;
@@ -256,6 +265,47 @@ export function federatedSignIn(options: FederatedSignInOptions): FederatedSignI
     return value;
   }
 
+  /** Refused unless the ID token is signed by a key the provider publishes. */
+  async function checkSignature(
+    provider: ProjectIdentityProvider,
+    idToken: string | undefined,
+  ): Promise<void> {
+    if (idToken === undefined) throw new Refused('idp-error', { error: 'no ID token' });
+    try {
+      await clients.verifyIdTokenSignature(provider, idToken);
+    } catch (error) {
+      if (!(error instanceof IdTokenSignatureError)) throw error;
+      if (error.reason !== 'keys-unavailable') throw new Refused('idp-error', { error: error.message });
+      onError(error);
+      throw new Refused('idp-unavailable');
+    }
+  }
+
+  /**
+   * The provider's tokens for the code of `current`: `openid-client` checks the answer and the ID
+   * token's claims (issuer, audience, expiry, `nonce`), then its signature is checked.
+   */
+  async function verifiedTokens(
+    config: oidc.Configuration,
+    provider: ProjectIdentityProvider,
+    transaction: FederationTransaction,
+    current: URL,
+  ): Promise<Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>> {
+    let tokens: Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>;
+    try {
+      tokens = await oidc.authorizationCodeGrant(config, current, {
+        pkceCodeVerifier: transaction.codeVerifier,
+        expectedState: transaction.state,
+        expectedNonce: transaction.nonce,
+        idTokenExpected: true,
+      });
+    } catch (cause) {
+      throw new Refused('idp-error', { error: oauthErrorCode(cause) });
+    }
+    await checkSignature(provider, tokens.id_token);
+    return tokens;
+  }
+
   const authenticateUser: AuthenticateUser = async (req, res, signIn: SignInRequest) => {
     const { projectId, clientId, ticket, resumeUrl } = signIn;
     const userId = await cookies.readSignedIn(req, projectId, ticket);
@@ -316,17 +366,7 @@ export function federatedSignIn(options: FederatedSignInOptions): FederatedSignI
       // The URL the provider redirected to, as it sent it: the registered callback and this query.
       const current = new URL(transaction.redirectUri);
       current.search = query.toString();
-      let tokens: Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>;
-      try {
-        tokens = await oidc.authorizationCodeGrant(config, current, {
-          pkceCodeVerifier: transaction.codeVerifier,
-          expectedState: transaction.state,
-          expectedNonce: transaction.nonce,
-          idTokenExpected: true,
-        });
-      } catch (cause) {
-        throw new Refused('idp-error', { error: oauthErrorCode(cause) });
-      }
+      const tokens = await verifiedTokens(config, provider, transaction, current);
       const identity = await assertedIdentity(config, claimName, tokens);
       const user = await matchUser(projectId, provider, identity);
       await cookies.setSignedIn(

@@ -10,6 +10,7 @@ import { optionError } from '../common/options.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ClientRecord, GrantStore, UserRecord } from '../storage/types.js';
 import { AccessTokenError, verifyAccessToken, type AccessTokenClaims } from './access-token.js';
+import { accessTokenRevoked } from './access-token-revocation.js';
 import { formParam, type FormParams } from './client-authentication.js';
 import { tokenIdentity, type PerRequest } from './issuer.js';
 import { SIGNING_ALGORITHMS } from './signing-keys.js';
@@ -87,7 +88,7 @@ async function accessClaims(
     if (error instanceof AccessTokenError) return undefined;
     throw error;
   }
-  if (await grants.get('revoked-token', claims.jti)) return undefined;
+  if (await accessTokenRevoked(grants, claims)) return undefined;
   return claims;
 }
 
@@ -96,8 +97,9 @@ async function accessClaims(
  * `/oauth2/revoke`); it answers `POST /` with a form holding `token` (and an optional
  * `token_type_hint`), the client authenticating as at the token endpoint (a public client by
  * `client_id`). A refresh token revokes its whole grant (every refresh token rotated from the same
- * code); an access token is refused by `bearerAuth` from then until it expires. A token that is
- * unknown, expired or another client's is answered 200 all the same (RFC 7009 §2.2).
+ * code and every access token issued from them, RFC 7009 §2.1); an access token is refused by
+ * `bearerAuth` from then until it expires. A token that is unknown, expired or another client's is
+ * answered 200 all the same (RFC 7009 §2.2).
  */
 export function revocationRouter(options: TokenManagementOptions): Router {
   const { config, grants, logError, form, formOnly, tokenRequest } = setUp('revocationRouter', options);
@@ -238,6 +240,8 @@ export function introspectionRouter(options: TokenManagementOptions): Router {
     }
     const grant = await grants.get('refresh', secretKey(token));
     if (!grant || grant.used || !(await activeClient(grant.clientId))) return undefined;
+    // A refresh token put while its authorization was being revoked outlives it: it is not active.
+    if (!grant.family || !(await grants.get('family', grant.family))) return undefined;
     const user = await activeUser(grant.projectId, grant.userId ?? '');
     if (!user) return undefined;
     const data = grant.data as RefreshGrantData;

@@ -95,6 +95,33 @@ export function scopesAllow(
   return false;
 }
 
+/** Whether `have` permits everything `want` does: same context, its type or `*`, every action of `want`. */
+function covers(have: ResourceScope, want: ResourceScope): boolean {
+  return (
+    have.context === want.context &&
+    (have.resourceType === '*' || have.resourceType === want.resourceType) &&
+    [...want.actions].every((a) => have.actions.has(a))
+  );
+}
+
+/**
+ * Whether `granted` implies `scope`, in v1 or v2 syntax alike: a resource scope is implied by a granted
+ * one of the same context (`user/` and `patient/` are different contexts) whose type is the same or
+ * `*` and whose actions include all of its own (`patient/*.read` implies `patient/Observation.rs`,
+ * `patient/*.rs` implies `patient/Observation.r`, but not `patient/Observation.cruds`). Any other scope
+ * (`openid`, `fhirUser`, `offline_access`, `online_access`, `launch/patient`, a v2 scope with a `?`
+ * restriction) is implied only when granted as written. What a refresh may ask for (SMART App Launch
+ * 2.x "Refresh access token": a subset of the scopes granted in the original launch; RFC 6749 §6).
+ */
+export function scopeImplied(granted: readonly string[], scope: string): boolean {
+  const want = parseResourceScope(scope);
+  if (!want) return granted.includes(scope);
+  return granted.some((text) => {
+    const have = parseResourceScope(text);
+    return have !== undefined && covers(have, want);
+  });
+}
+
 function formatScope(context: string, resourceType: string, actions: ReadonlySet<ScopeAction>): string {
   return `${context}/${resourceType}.${ALL_ACTIONS.filter((a) => actions.has(a)).join('')}`;
 }
@@ -114,14 +141,7 @@ export function intersectScopes(requested: readonly string[], allowed: readonly 
       if (allowed.includes(text)) granted.add(text);
       continue;
     }
-    const covering = allowedParsed.some(
-      (have) =>
-        have &&
-        have.context === want.context &&
-        (have.resourceType === '*' || have.resourceType === want.resourceType) &&
-        [...want.actions].every((a) => have.actions.has(a)),
-    );
-    if (covering) {
+    if (allowedParsed.some((have) => have && covers(have, want))) {
       granted.add(text);
       continue;
     }

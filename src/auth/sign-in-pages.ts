@@ -16,13 +16,13 @@ export type SignInRefusalReason =
   | 'inactive-user'
   /** The provider asserted no value for the configured claim (or an e-mail it did not verify). */
   | 'missing-claim'
-  /** The provider answered an error, or its answer could not be verified. */
+  /** The provider answered an error, or an ID token whose claims or signature fail verification. */
   | 'idp-error'
   /** The callback's `state` matches no sign-in started in this browser (expired, replayed, forged). */
   | 'bad-state'
   /** The project has no identity provider and the platform no default one. */
   | 'no-identity-provider'
-  /** The provider could not be reached or its discovery document read. */
+  /** The provider could not be reached, or its discovery document or its keys (`jwks_uri`) read. */
   | 'idp-unavailable';
 
 /** A refusal, as handed to `renderRefusal`. */
@@ -34,7 +34,10 @@ export interface SignInRefusal {
   message: string;
   /** The identity the provider asserted (the claim's value), when known. */
   identity?: string;
-  /** The provider's OAuth `error` code, for `idp-error`. */
+  /**
+   * For `idp-error`: the provider's OAuth `error` code, or why its answer failed verification
+   * (`ID token signature invalid`, …).
+   */
   error?: string;
 }
 

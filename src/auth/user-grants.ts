@@ -50,9 +50,6 @@ export interface CodeGrantData extends Record<string, unknown> {
   codeChallenge: string;
   nonce?: string;
   patient?: string;
-  /** Set once exchanged: the access token issued, to revoke should the code come again. */
-  accessJti?: string;
-  accessExpiresAt?: number;
 }
 
 /** What a refresh token stands for (kept in its grant's `data`). */
@@ -61,22 +58,25 @@ export interface RefreshGrantData extends Record<string, unknown> {
   patient?: string;
 }
 
-/** Stores a new authorization code for a user's consent; resolves the code. */
+/**
+ * Stores a new authorization code for a user's consent, and the authorization it starts (a `family`
+ * record, which every token issued from the code extends); resolves the code.
+ */
 export async function issueCode(
   grants: GrantStore,
   input: { client: ClientRecord; userId: string; data: CodeGrantData; now: number },
 ): Promise<string> {
   const code = randomSecret();
-  await grants.put({
-    kind: 'code',
-    key: secretKey(code),
+  const family = randomSecret();
+  const owner = {
     projectId: input.client.projectId!,
     clientId: input.client.id,
     userId: input.userId,
-    family: randomSecret(),
+    family,
     expiresAt: input.now + CODE_LIFETIME * 1000,
-    data: input.data,
-  });
+  };
+  await grants.put({ kind: 'family', key: family, ...owner, data: {} });
+  await grants.put({ kind: 'code', key: secretKey(code), ...owner, data: input.data });
   return code;
 }
 
@@ -119,9 +119,16 @@ export async function grantUser(config: UserGrantConfig, grant: GrantRecord): Pr
 export interface UserTokenInput {
   client: ClientRecord;
   user: UserRecord;
+  /** The access token's scopes (with `offline_access` or `online_access`, a refresh token too). */
   scopes: string[];
+  /**
+   * What a refresh token issued now stands for: the grant's scopes (RFC 6749 §6: a new refresh
+   * token keeps the scope of the one it replaces, whatever this refresh narrowed).
+   * @default scopes
+   */
+  grantScopes?: string[];
   patient?: string;
-  /** The refresh family (the code's). */
+  /** The authorization (refresh family) the tokens are issued from: the code's. */
   family: string;
   nonce?: string;
   issuer: string;
@@ -132,11 +139,20 @@ export interface UserTokenInput {
   lifetime: number;
 }
 
-/** Signs the access token, and the id_token and a new refresh token when the scopes ask for them. */
-export async function userTokens(
-  config: UserGrantConfig,
-  input: UserTokenInput,
-): Promise<{ response: UserTokenResponse; access: IssuedAccessToken }> {
+/** What `userTokens` issued: the response, its access token and its refresh token's key, if any. */
+export interface IssuedUserTokens {
+  response: UserTokenResponse;
+  access: IssuedAccessToken;
+  refreshKey?: string;
+}
+
+/**
+ * Signs the access token, and the id_token and a new refresh token when the scopes ask for them, then
+ * extends the authorization (`family`) to outlive them all. The last step fails when the authorization
+ * was revoked meanwhile (`invalid_grant`): tokens are never handed out for a revoked authorization,
+ * and those handed out die with it (`bearerAuth` and the refresh grant read it).
+ */
+export async function userTokens(config: UserGrantConfig, input: UserTokenInput): Promise<IssuedUserTokens> {
   const now = config.now();
   const fhirUser = `${input.user.userType}/${input.user.profileId}`;
   const access = await issueAccessToken(config.keys, {
@@ -146,7 +162,12 @@ export async function userTokens(
     audience: input.audience,
     lifetime: input.lifetime,
     now,
-    user: { id: input.user.id, fhirUser, ...(input.patient ? { patient: input.patient } : {}) },
+    user: {
+      id: input.user.id,
+      fhirUser,
+      family: input.family,
+      ...(input.patient ? { patient: input.patient } : {}),
+    },
   });
   const response: UserTokenResponse = {
     access_token: access.token,
@@ -165,27 +186,55 @@ export async function userTokens(
       ...(input.nonce ? { nonce: input.nonce } : {}),
     });
   }
+  const refresh = await storeRefreshToken(config, input, now);
+  if (refresh) response.refresh_token = refresh.token;
+  await extendAuthorization(config, input.family, access, refresh);
+  return { response, access, ...(refresh ? { refreshKey: refresh.key } : {}) };
+}
+
+/**
+ * Extends the authorization to outlive the tokens just issued, so that a check of it stands for
+ * theirs; `invalid_grant` (and the new refresh token dropped) when it was revoked meanwhile.
+ */
+async function extendAuthorization(
+  config: UserGrantConfig,
+  family: string,
+  access: IssuedAccessToken,
+  refresh: { key: string; expiresAt: number } | undefined,
+): Promise<void> {
+  const until = Math.max(access.claims.exp * 1000, refresh?.expiresAt ?? 0);
+  if (await config.grants.extend('family', family, until)) return;
+  if (refresh) await config.grants.take('refresh', refresh.key);
+  throw invalidGrant('The authorization was revoked');
+}
+
+/** Stores a new refresh token when the scopes hold `offline_access` or `online_access`. */
+async function storeRefreshToken(
+  config: UserGrantConfig,
+  input: UserTokenInput,
+  now: number,
+): Promise<{ token: string; key: string; expiresAt: number } | undefined> {
   const offline = input.scopes.includes('offline_access');
-  if (offline || input.scopes.includes('online_access')) {
-    const refresh = randomSecret();
-    const lifetime = offline ? config.refreshTokenLifetime : config.onlineRefreshTokenLifetime;
-    const data: RefreshGrantData = {
-      scopes: input.scopes,
-      ...(input.patient ? { patient: input.patient } : {}),
-    };
-    await config.grants.put({
-      kind: 'refresh',
-      key: secretKey(refresh),
-      projectId: input.user.projectId,
-      clientId: input.client.id,
-      userId: input.user.id,
-      family: input.family,
-      expiresAt: now + lifetime * 1000,
-      data,
-    });
-    response.refresh_token = refresh;
-  }
-  return { response, access };
+  if (!offline && !input.scopes.includes('online_access')) return undefined;
+  const token = randomSecret();
+  const key = secretKey(token);
+  const lifetime = offline ? config.refreshTokenLifetime : config.onlineRefreshTokenLifetime;
+  const expiresAt = now + lifetime * 1000;
+  const data: RefreshGrantData = {
+    scopes: input.grantScopes ?? input.scopes,
+    ...(input.patient ? { patient: input.patient } : {}),
+  };
+  await config.grants.put({
+    kind: 'refresh',
+    key,
+    projectId: input.user.projectId,
+    clientId: input.client.id,
+    userId: input.user.id,
+    family: input.family,
+    expiresAt,
+    data,
+  });
+  return { token, key, expiresAt };
 }
 
 /**

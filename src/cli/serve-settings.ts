@@ -262,13 +262,88 @@ export const SERVE_SETTINGS = {
       '`minimal`: FHIR writes and Bundle write entries answer without the resource unless `Prefer: return=representation`',
     read: (text, invalid) => oneOf(['representation', 'minimal'] as const)(text, invalid) ?? 'representation',
   },
-  fhirMaxAccurateTotal: {
-    env: 'FHIR_MAX_ACCURATE_TOTAL',
-    flag: '--fhir-max-accurate-total <n>',
+  searchMaxConcurrent: {
+    env: 'SEARCH_MAX_CONCURRENT',
+    flag: '--search-max-concurrent <n>',
+    defaultText: '4',
+    description:
+      'costly reads of one project (searches, `$everything`, history listings) running at once; each project has its own ([deployment](docs/deployment.md#tenant-fairness))',
+    read: integer(4, 1),
+  },
+  searchMaxQueued: {
+    env: 'SEARCH_MAX_QUEUED',
+    flag: '--search-max-queued <n>',
+    defaultText: '32',
+    description: "a project's costly reads that may wait for a turn; more answer `429` at once",
+    read: integer(32, 0),
+  },
+  searchMaxWaitMs: {
+    env: 'SEARCH_MAX_WAIT_MS',
+    flag: '--search-max-wait-ms <ms>',
+    defaultText: '10000',
+    description: 'longest wait of a costly read for its turn, then `429` with `Retry-After`',
+    read: integer(10_000, 0),
+  },
+  searchTimeoutMs: {
+    env: 'SEARCH_TIMEOUT_MS',
+    flag: '--search-timeout-ms <ms>',
+    defaultText: '10000',
+    description:
+      'time a costly read may run from the start of its turn; then it is stopped and answers `400` `too-costly` (keep it under `DATABASE_STATEMENT_TIMEOUT_MS`)',
+    read: integer(10_000, 1),
+  },
+  searchMaxSortKeys: {
+    env: 'SEARCH_MAX_SORT_KEYS',
+    flag: '--search-max-sort-keys <n>',
+    defaultText: '5',
+    description: '`_sort` keys a search may give, else `400` `too-costly`',
+    read: integer(5, 1),
+  },
+  searchMaxParameters: {
+    env: 'SEARCH_MAX_PARAMETERS',
+    flag: '--search-max-parameters <n>',
+    defaultText: '30',
+    description:
+      'search parameters one search may give (a repeated one counting each time), else `400` `too-costly`',
+    read: integer(30, 1),
+  },
+  searchMaxHasDepth: {
+    env: 'SEARCH_MAX_HAS_DEPTH',
+    flag: '--search-max-has-depth <n>',
+    defaultText: '2',
+    description: '`_has` nested in one another, else `400` `too-costly`',
+    read: integer(2, 1),
+  },
+  searchMaxOffset: {
+    env: 'SEARCH_MAX_OFFSET',
+    flag: '--search-max-offset <n>',
+    defaultText: '10000',
+    description: "largest `_offset`, else `400` `too-costly` (the Bundle's `next` links page further)",
+    read: integer(10_000, 0),
+  },
+  searchMaxAccurateTotal: {
+    env: 'SEARCH_MAX_ACCURATE_TOTAL',
+    flag: '--search-max-accurate-total <n>',
     defaultText: '100000',
     description:
-      'most matches an exact search total counts (`_total=accurate`, `_summary=count`); beyond, `400` `too-costly` (`Infinity`: no limit)',
+      'matches an exact search total may count (`_total=accurate`, `_summary=count`), else `400` `too-costly`; a search without `_total` counts none (`Infinity`: no limit)',
     read: countLimit(100_000),
+  },
+  fhirMaxPatchOperations: {
+    env: 'FHIR_MAX_PATCH_OPERATIONS',
+    flag: '--fhir-max-patch-operations <n>',
+    defaultText: '1000',
+    description:
+      'operations one PATCH (JSON Patch or FHIRPath Patch, a Bundle entry too) may hold, else `413` `too-costly` before any is applied',
+    read: integer(1000, 1),
+  },
+  fhirMaxPatchedResourceSize: {
+    env: 'FHIR_MAX_PATCHED_RESOURCE_SIZE',
+    flag: '--fhir-max-patched-resource-size <bytes>',
+    defaultText: '32mb',
+    description:
+      'largest resource a PATCH may leave (its JSON, measured as each operation adds to it), else `413` `too-costly` naming the operation ([docs/reliability.md](docs/reliability.md#input-limits))',
+    read: size(32 * 1024 * 1024, { infinite: false }),
   },
   scimDefaultUserType: {
     env: 'SCIM_DEFAULT_USER_TYPE',
@@ -343,6 +418,43 @@ export const SERVE_SETTINGS = {
     defaultText: 'email',
     description: 'the SCIM user attribute the claim must equal: `email`, `userName` or `externalId`',
     read: (text, invalid) => oneOf(['email', 'userName', 'externalId'] as const)(text, invalid) ?? 'email',
+  },
+  idpJwksTimeoutMs: {
+    env: 'IDP_JWKS_TIMEOUT_MS',
+    flag: '--idp-jwks-timeout-ms <ms>',
+    defaultText: '5000',
+    description:
+      "how long an identity provider's `jwks_uri` (the keys that verify its ID tokens' signatures) has to answer; a slower one fails the sign-in ([login](docs/login.md#the-providers-keys))",
+    read: integer(5000, 1),
+  },
+  idpJwksMaxBytes: {
+    env: 'IDP_JWKS_MAX_BYTES',
+    flag: '--idp-jwks-max-bytes <bytes>',
+    defaultText: '65536',
+    description: "most bytes read from an identity provider's `jwks_uri`; a larger key set fails the sign-in",
+    read: size(65536, { infinite: false }),
+  },
+  idpJwksCacheMaxAgeMs: {
+    env: 'IDP_JWKS_CACHE_MAX_AGE_MS',
+    flag: '--idp-jwks-cache-max-age-ms <ms>',
+    defaultText: '600000',
+    description: "how long an identity provider's fetched keys are reused before they are fetched again",
+    read: integer(600_000, 0),
+  },
+  idpJwksCooldownMs: {
+    env: 'IDP_JWKS_COOLDOWN_MS',
+    flag: '--idp-jwks-cooldown-ms <ms>',
+    defaultText: '30000',
+    description:
+      "after a fetch of an identity provider's keys, how long an ID token with a `kid` they lack is refused rather than cause another fetch (a rotated key)",
+    read: integer(30_000, 0),
+  },
+  allowPrivateIdpJwksAddresses: {
+    env: 'ALLOW_PRIVATE_IDP_JWKS_ADDRESSES',
+    flag: '--allow-private-idp-jwks-addresses',
+    description:
+      "`true`/`false`: fetch identity providers' `jwks_uri`s on loopback, private and link-local addresses (a provider inside your network); unset: allowed unless `NODE_ENV=production`",
+    read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
   },
   allowPrivateJwksAddresses: {
     env: 'ALLOW_PRIVATE_JWKS_ADDRESSES',

@@ -12,6 +12,7 @@ import {
   protectServer,
   provisionSuperAdminClient,
   type FhirPlatform,
+  type IdentityProviderJwksOptions,
   type Logger,
   type ProjectIdentityProvider,
   type Storage,
@@ -50,6 +51,19 @@ function listenError(error: unknown, config: StandaloneConfig): unknown {
   return message ? new CliError(message, EXIT.failure, { cause: error }) : error;
 }
 
+/** How identity providers' keys are fetched (`IDP_JWKS_*`); unset private addresses: the default. */
+function identityProviderJwks(config: StandaloneConfig): IdentityProviderJwksOptions {
+  return {
+    timeout: config.idpJwksTimeoutMs,
+    maxBytes: config.idpJwksMaxBytes,
+    cacheMaxAge: config.idpJwksCacheMaxAgeMs,
+    cooldown: config.idpJwksCooldownMs,
+    ...(config.allowPrivateIdpJwksAddresses === undefined
+      ? {}
+      : { allowPrivateAddresses: config.allowPrivateIdpJwksAddresses }),
+  };
+}
+
 /** The identity provider of projects that set none (`IDP_*`); the key file read now. */
 async function defaultIdentityProvider(config: StandaloneConfig): Promise<ProjectIdentityProvider> {
   let privateKey: Record<string, unknown> | undefined;
@@ -76,6 +90,25 @@ async function defaultIdentityProvider(config: StandaloneConfig): Promise<Projec
 }
 
 /**
+ * The super-admin client (`SUPER_ADMIN_CLIENT_ID`, `SUPER_ADMIN_CLIENT_SECRET`, or a secret
+ * generated now), provisioned once the server listens and the platform's start has settled: a
+ * start that cannot listen rejects before it, and creates no credentials.
+ */
+async function provisionOnceListening(
+  listened: Promise<unknown>,
+  platform: FhirPlatform,
+  storage: Storage,
+  config: StandaloneConfig,
+): Promise<Awaited<ReturnType<typeof provisionSuperAdminClient>>> {
+  await listened;
+  await platform.ready;
+  return provisionSuperAdminClient(storage, {
+    ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
+    ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
+  });
+}
+
+/**
  * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at
  * the default paths on the embedded file store under `config.dataDir` (`store/` for the data,
  * `exports/` for bulk export files), or on PostgreSQL when `config.databaseUrl` is set (export
@@ -83,7 +116,9 @@ async function defaultIdentityProvider(config: StandaloneConfig): Promise<Projec
  *
  * The super-admin client is provisioned last, once the server listens: a start that fails (a port
  * in use, a bad `HOST`) creates no credentials, so the first start that succeeds is the one that
- * shows the generated secret. A failed start closes what it opened, the platform before the store.
+ * shows the generated secret. Until it is written the platform holds readiness (`/readyz` 503 with
+ * `superAdmin: 'pending'`, every other route 503). A failed start closes what it opened, the
+ * platform before the store.
  */
 export async function startStandalone(
   config: StandaloneConfig,
@@ -128,10 +163,30 @@ export async function startStandalone(
         minFreeSpace: config.bulkMinFreeSpace,
         pool: { maxThreads: config.bulkExportThreads },
       },
-      fhir: { defaultReturn: config.fhirDefaultReturn, maxAccurateTotal: config.fhirMaxAccurateTotal },
-      ...(config.idpIssuer && config.idpClientId
-        ? { federation: { defaultProvider: await defaultIdentityProvider(config) } }
-        : {}),
+      fhir: {
+        defaultReturn: config.fhirDefaultReturn,
+        searchAdmission: {
+          maxConcurrent: config.searchMaxConcurrent,
+          maxQueued: config.searchMaxQueued,
+          maxWaitMs: config.searchMaxWaitMs,
+        },
+        searchTimeoutMs: config.searchTimeoutMs,
+        searchLimits: {
+          maxSortKeys: config.searchMaxSortKeys,
+          maxFilters: config.searchMaxParameters,
+          maxHasDepth: config.searchMaxHasDepth,
+          maxOffset: config.searchMaxOffset,
+          maxAccurateTotal: config.searchMaxAccurateTotal,
+        },
+        maxPatchOperations: config.fhirMaxPatchOperations,
+        maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,
+      },
+      federation: {
+        ...(config.idpIssuer && config.idpClientId
+          ? { defaultProvider: await defaultIdentityProvider(config) }
+          : {}),
+        jwks: identityProviderJwks(config),
+      },
       token: {
         refreshTokenLifetime: config.refreshTokenLifetime,
         onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,
@@ -167,19 +222,20 @@ export async function startStandalone(
       errorPaths,
     });
     server = listening;
+    const listened = once(listening, 'listening');
+    // Held from before the first connection: /readyz answers 200, and the routes answer at all,
+    // only once the configured super-admin credentials work.
+    const provisioned = provisionOnceListening(listened, platform, storage, config);
+    platform.holdReadiness('superAdmin', provisioned);
     listening.listen(config.port, config.host);
     try {
-      await once(listening, 'listening');
+      await listened;
     } catch (error) {
       server = undefined; // never listened: nothing to close
       throw listenError(error, config);
     }
-    await platform.ready;
     // Last: nothing after it can fail, so a generated secret always reaches the caller.
-    const admin = await provisionSuperAdminClient(storage, {
-      ...(config.superAdminClientId ? { clientId: config.superAdminClientId } : {}),
-      ...(config.superAdminClientSecret ? { clientSecret: config.superAdminClientSecret } : {}),
-    });
+    const admin = await provisioned;
     const port = (listening.address() as AddressInfo).port;
     const baseUrl = config.port === 0 ? config.baseUrl.replace(/:0$/, `:${port}`) : config.baseUrl;
     const running = platform;

@@ -23,6 +23,7 @@ import {
   planWrite,
   resolveConditionalReferences,
   runGet,
+  patchingOf,
   type BundleProcessingOptions,
 } from './bundle-steps.js';
 
@@ -37,7 +38,7 @@ export async function processBatch(
 ): Promise<BundleJson> {
   const parsed: (Entry | { index: number; error: unknown })[] = raw.map((e, i) => {
     try {
-      return parseEntry(i, e, options.maxJsonDepth);
+      return parseEntry(i, e, patchingOf(options));
     } catch (error) {
       return { index: i, error };
     }

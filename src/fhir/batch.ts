@@ -32,6 +32,7 @@ import {
   planWrite,
   resolveConditionalReferences,
   runGet,
+  patchingOf,
   type BundleProcessingOptions,
 } from './bundle-steps.js';
 
@@ -70,7 +71,7 @@ async function processTransaction(
   raw: unknown[],
   options: BundleProcessingOptions,
 ): Promise<BundleJson> {
-  const entries = raw.map((e, i) => parseEntry(i, e, options.maxJsonDepth));
+  const entries = raw.map((e, i) => parseEntry(i, e, patchingOf(options)));
   const targets = new Set<string>();
   const references = new Map<string, string>();
   for (const entry of entries) {

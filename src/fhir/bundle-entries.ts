@@ -4,7 +4,7 @@
  */
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { FhirResource } from '../storage/types.js';
-import { patchDocumentOfEntry, type PatchDocument } from './patch-document.js';
+import { patchDocumentOfEntry, type EntryPatchOptions, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
 import { isResourceType } from '../common/resource-types.js';
 
@@ -146,9 +146,10 @@ function parseIfMatch(index: number, header: unknown): string | undefined {
  * Reads one entry of a batch or transaction Bundle (400 when malformed): `GET`, `POST`, `PUT`
  * (`[type]/[id]`, or `[type]?[criteria]`: a conditional update), `PATCH` (`[type]/[id]`, with a
  * `Parameters` or `Binary` resource) and `DELETE` (`[type]/[id]`, or a conditional delete).
- * `maxJsonDepth` bounds the JSON Patch of a `Binary`.
+ * `patching` bounds the patch of a PATCH entry (the nesting of a `Binary`'s JSON Patch, its
+ * operations, the size it may grow the resource to).
  */
-export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): Entry {
+export function parseEntry(index: number, raw: unknown, patching: EntryPatchOptions = {}): Entry {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
     throw entryError(index, 'Entry must be an object');
   const { request, resource, fullUrl } = raw as { request?: unknown; resource?: unknown; fullUrl?: unknown };
@@ -231,9 +232,10 @@ export function parseEntry(index: number, raw: unknown, maxJsonDepth?: number): 
   }
   if (verb === 'PATCH') {
     try {
-      entry.patch = patchDocumentOfEntry(resource, maxJsonDepth);
+      entry.patch = patchDocumentOfEntry(resource, patching);
     } catch (error) {
-      if (error instanceof FhirError) throw entryError(index, error.message);
+      // A patch with too many operations keeps its 413.
+      if (error instanceof FhirError) throw entryError(index, error.message, error.status, error.issueCode);
       throw error;
     }
   }

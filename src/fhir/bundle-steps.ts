@@ -2,6 +2,7 @@
  * The steps batch and transaction Bundles share (`batch.ts`, `batch-bundle.ts`): GET entries, the
  * planned write of an entry, the conditional-delete mode, and conditional references.
  */
+import { admitted } from './costly-reads.js';
 import type { ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import type { FhirResource, ResourceWrite, Storage } from '../storage/types.js';
@@ -24,7 +25,8 @@ import { parseEverythingParams } from './everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from './history.js';
 import { etagOf, notModified } from './versioning.js';
 import type { SearchQueryOptions } from './search-query.js';
-import type { SearchTotalOptions } from './search-total.js';
+import type { EntryPatchOptions } from './patch-document.js';
+import type { PatchLimits } from './patch-limits.js';
 
 /** Options of `processBundle` (batch.ts). */
 export interface BundleProcessingOptions {
@@ -40,7 +42,7 @@ export interface BundleProcessingOptions {
    */
   returnOutcome?: boolean;
   /** Search options for GET entries. */
-  search?: SearchQueryOptions & SearchTotalOptions;
+  search?: SearchQueryOptions;
   /**
    * What a conditional DELETE entry does with several matches (`fhirRouter`'s option), or `off`
    * (the entry answers 405). At most `maxEntries` are deleted. @default 'single'
@@ -48,6 +50,12 @@ export interface BundleProcessingOptions {
   conditionalDelete?: ConditionalDeleteMode | 'off';
   /** Deepest nesting of the JSON Patch of a PATCH entry's `Binary`. @default 100 */
   maxJsonDepth?: number;
+  /**
+   * The bounds of each PATCH entry's patch: its operations, and the size it may grow the resource
+   * to (`fhirRouter`'s `maxPatchOperations` and `maxPatchedResourceSize`).
+   * @default DEFAULT_PATCH_LIMITS (1,000 operations, 32 MiB)
+   */
+  patchLimits?: PatchLimits;
   /** Receives the errors of batch entries that fail with a 5xx status. @default writes to stderr */
   onError?: ErrorLogger;
   /**
@@ -57,6 +65,14 @@ export interface BundleProcessingOptions {
   activity?: RequestActivity;
 }
 
+/** How the PATCH entries of a Bundle processed with `options` are read and bounded. */
+export function patchingOf(options: BundleProcessingOptions): EntryPatchOptions {
+  return {
+    ...(options.maxJsonDepth !== undefined ? { maxDepth: options.maxJsonDepth } : {}),
+    ...(options.patchLimits ? { limits: options.patchLimits } : {}),
+  };
+}
+
 /** Answers a GET entry (a read, a conditional read, a search), as a batch or a transaction runs it. */
 export async function runGet(
   ctx: FhirContext,
@@ -64,24 +80,35 @@ export async function runGet(
   options: BundleProcessingOptions,
   activity: RequestActivity | undefined,
 ): Promise<Record<string, unknown>> {
-  if (entry.operation === 'everything') return runEverything(ctx, entry, options, activity);
-  if (entry.operation === 'history' || entry.operation === 'vread')
-    return runHistory(ctx, entry, options, activity);
-  if (entry.id !== undefined) {
-    const resource = await readResource(ctx, entry.type, entry.id);
-    activity?.accessed(readAccess('read', resource));
-    if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
-      return {
-        response: {
-          status: '304 Not Modified',
-          etag: etagOf(resource.meta.versionId),
-          lastModified: resource.meta.lastUpdated,
-        },
-      };
-    }
-    // `Prefer: return=` is about writes: a read answers its resource either way.
-    return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
+  // Searches, `$everything` and history listings take a turn of the project, as alone they do.
+  if (entry.operation === 'everything')
+    return admitted(ctx, (turn) => runEverything(turn, entry, options, activity));
+  if (entry.operation === 'history')
+    return admitted(ctx, (turn) => runHistory(turn, entry, options, activity));
+  if (entry.operation === 'vread') return runHistory(ctx, entry, options, activity);
+  if (entry.id === undefined) return admitted(ctx, (turn) => runSearch(turn, entry, options, activity));
+  const resource = await readResource(ctx, entry.type, entry.id);
+  activity?.accessed(readAccess('read', resource));
+  if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {
+    return {
+      response: {
+        status: '304 Not Modified',
+        etag: etagOf(resource.meta.versionId),
+        lastModified: resource.meta.lastUpdated,
+      },
+    };
   }
+  // `Prefer: return=` is about writes: a read answers its resource either way.
+  return responseOf('200 OK', resource, { baseUrl: options.baseUrl });
+}
+
+/** A search GET entry: the searchset a plain search answers. */
+async function runSearch(
+  ctx: FhirContext,
+  entry: Entry,
+  options: BundleProcessingOptions,
+  activity: RequestActivity | undefined,
+): Promise<Record<string, unknown>> {
   const result = await searchResources(
     ctx,
     entry.type,

@@ -2,7 +2,12 @@ import { auditEventCapability } from '../audit/capability.js';
 import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
 import { isSupportedParameter } from '../search/parse.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
-import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
+import {
+  limitsDocumentation,
+  shown,
+  statedLimits,
+  type CapabilitySearchLimits,
+} from './capability-limits.js';
 
 /** An operation to advertise in the CapabilityStatement. */
 export interface CapabilityOperation {
@@ -59,45 +64,11 @@ export interface CapabilityStatementInput {
   conditionalDelete?: 'single' | 'multiple' | 'not-supported';
   /**
    * The search limits `fhirRouter` applies (its options of the same names), stated in the
-   * `_count` and `_total` parameters' documentation and in `rest.documentation` (R4 has no element
-   * for limits).
-   * @default { defaultCount: 20, maxCount: 1000, maxAccurateTotal: 100000 }
+   * documentation of the result parameters they bound and in `rest.documentation` (R4 has no
+   * element for limits).
+   * @default the router's defaults
    */
   searchLimits?: CapabilitySearchLimits;
-}
-
-/** The search limits a CapabilityStatement states (`CapabilityStatementInput.searchLimits`). */
-export interface CapabilitySearchLimits {
-  /** Page size without `_count`. */
-  defaultCount: number;
-  /** Largest page size. */
-  maxCount: number;
-  /** Most matches an exact total counts (400 `too-costly` past it); `Infinity`: no bound. */
-  maxAccurateTotal: number;
-}
-
-const DEFAULT_SEARCH_LIMITS: CapabilitySearchLimits = {
-  defaultCount: 20,
-  maxCount: 1000,
-  maxAccurateTotal: DEFAULT_MAX_ACCURATE_TOTAL,
-};
-
-/** A count for people: `100,000`, `Infinity` as "no bound". */
-const shown = (n: number): string => (n === Infinity ? 'no bound' : n.toLocaleString('en-US'));
-
-/** `rest.documentation`: the search limits, in Markdown. */
-function limitsDocumentation(limits: CapabilitySearchLimits): string {
-  const accurate =
-    limits.maxAccurateTotal === Infinity
-      ? 'an exact total (`_total=accurate`, `_summary=count`, `_count=0`) counts every match'
-      : `an exact total (\`_total=accurate\`, \`_summary=count\`, \`_count=0\`) is counted up to ${shown(limits.maxAccurateTotal)} matches; past that the search answers 400 \`too-costly\` (\`_total=estimate\` is never refused)`;
-  return [
-    'Search limits:',
-    '',
-    `- \`_count\`: ${shown(limits.defaultCount)} when absent, at most ${shown(limits.maxCount)} (a larger one is lowered).`,
-    '- `_total`: a searchset has no `total` unless asked (`_total=accurate` or `estimate`, or a count request).',
-    `- ${accurate}.`,
-  ].join('\n');
 }
 
 const INTERACTIONS = [
@@ -208,7 +179,7 @@ export function buildCapabilityStatement(
   registry: SearchRegistry,
 ): CapabilityStatementJson {
   const contributions = input.contributions ?? [];
-  const limits = input.searchLimits ?? DEFAULT_SEARCH_LIMITS;
+  const limits = statedLimits(input.searchLimits);
   const typeOperations = new Map<string, { name: string; definition: string }[]>();
   const systemOperations: { name: string; definition: string }[] = [];
   const security: Record<string, unknown> = {};
@@ -271,13 +242,12 @@ export function buildCapabilityStatement(
           {
             name: '_offset',
             type: 'number',
-            documentation: 'Number of matches to skip (next links use it).',
+            documentation: `Number of matches to skip, at most ${shown(limits.maxOffset)} (next links page further).`,
           },
           {
             name: '_sort',
             type: 'string',
-            documentation:
-              'Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending.',
+            documentation: `Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending; at most ${shown(limits.maxSortKeys)} keys.`,
           },
           { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
           { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
@@ -289,12 +259,12 @@ export function buildCapabilityStatement(
           {
             name: '_include',
             type: 'special',
-            documentation: 'Type:parameter[:target], * and :iterate (3 levels, at most 1000 a page).',
+            documentation: `Type:parameter[:target], * and :iterate (${shown(limits.maxIncludeDepth)} levels, at most ${shown(limits.maxIncluded)} a page).`,
           },
           {
             name: '_revinclude',
             type: 'special',
-            documentation: 'Type:parameter[:target] and :iterate (3 levels, at most 1000 a page).',
+            documentation: `Type:parameter[:target] and :iterate (${shown(limits.maxIncludeDepth)} levels, at most ${shown(limits.maxIncluded)} a page).`,
           },
           {
             name: '_has',

@@ -1,3 +1,4 @@
+import { admitted } from './costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
@@ -60,13 +61,11 @@ export function mountEverything(router: Router, deps: EverythingRouteDeps): void
         lenient: parsePrefer(req.headers.prefer).handling === 'lenient',
       };
       const params = parseEverythingParams(paramsOf(req), options);
-      const ctx = deps.contextOf(req);
       const captures = req.params as unknown as Record<string, string | undefined>;
       const id = instance ? (captures['0'] ?? '') : undefined;
-      const page =
-        id === undefined
-          ? await allPatientsEverything(ctx, params)
-          : await patientEverything(ctx, id, params);
+      const page = await admitted(deps.contextOf(req), (ctx) =>
+        id === undefined ? allPatientsEverything(ctx, params) : patientEverything(ctx, id, params),
+      );
       const resources: StoredResource[] = page.entries.map((e) => e.resource);
       const details = searchAccess('Patient', everythingQuery(params), resources);
       if (details) deps.audit?.(req, res, details);

@@ -5,6 +5,7 @@ import type { ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientCompartmentTypes } from './compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
 import { searchReads, type FhirContext } from './interactions.js';
+import { deadlineOf } from './costly-reads.js';
 import { checkId } from './resource-checks.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { parseSearch } from './search-query.js';
@@ -106,6 +107,7 @@ async function referencedIds(
     const page = await ctx.storage.searchResources(ctx.projectId, type, {
       compartment: [patientId],
       ...(where ? { where } : {}),
+      ...deadlineOf(ctx),
     });
     for (const resource of page.resources) visit(resource);
   }
@@ -151,7 +153,7 @@ async function walkPatient(
     const at = WALK_ORDER.indexOf(type);
     if (at < startAt) continue;
     const resume = start && at === startAt ? start : undefined;
-    const query: ResourceQuery = { count: limit - out.length, total: 'none' };
+    const query: ResourceQuery = { count: limit - out.length, total: 'none', ...deadlineOf(ctx) };
     if (params.since !== undefined) query.lastUpdated = { ge: params.since };
     if (isCompartmentType(type)) {
       query.compartment = [patientId];
@@ -240,6 +242,7 @@ export async function allPatientsEverything(
         count: 1,
         total: 'none',
         ...(patient === undefined ? {} : { after: { id: patient } }),
+        ...deadlineOf(ctx),
       });
       const found = next.resources[0];
       if (!found) break;

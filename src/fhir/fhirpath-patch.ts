@@ -9,6 +9,8 @@ import type { Atom, AtomContext, TypedValue } from '@medplum/core';
 import { FhirError } from '../http/http-error.js';
 import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../search/value-types.js';
 import type { FhirResource } from '../storage/types.js';
+import { checkOperationCount, DEFAULT_PATCH_LIMITS, PatchedSize, type PatchLimits } from './patch-limits.js';
+import { valueMisfit } from './patch-value-fit.js';
 import {
   isObject,
   malformed,
@@ -53,6 +55,8 @@ function unappliable(at: number, message: string): FhirError {
 /** Where a selected element sits: `parent[key]`, or `parent[key][index]` in a list. */
 interface Slot {
   parent: Record<string, unknown>;
+  /** The parent's type in the JSON schema, when known. */
+  owner: string | undefined;
   key: string;
   /** The name the path used (`deceased` for the key `deceasedBoolean`). */
   name: string;
@@ -117,6 +121,37 @@ class Locator {
     return this.property(type, choice) ? choice : name;
   }
 
+  /**
+   * Throws a 422 unless `op`'s value fits the element `key` of `type` (see patch-value-fit.ts). An
+   * element the schema does not know is left to validation; but a choice element (`name`, such as
+   * `deceased`) takes only the types it lists, under their keys (`deceasedBoolean`).
+   */
+  checkFit(type: string | undefined, key: string, name: string, op: PatchOperation): void {
+    const property = this.property(type, key);
+    if (property === undefined) {
+      if (this.isChoice(type, name)) {
+        const typed = op.valueType === undefined ? 'a value without a type' : `value${op.valueType}`;
+        throw unappliable(op.at, `${name} is a choice element that takes no ${typed}`);
+      }
+      return;
+    }
+    const misfit = valueMisfit(property, this.schema, op.value, op.valueType);
+    if (misfit !== undefined) throw unappliable(op.at, `the value does not fit ${key}: ${misfit}`);
+  }
+
+  /** True when `name` is a choice element of `type` (`deceased` of Patient: `deceasedBoolean`, …). */
+  private isChoice(type: string | undefined, name: string): boolean {
+    const properties = type === undefined ? undefined : this.schema[type]?.properties;
+    if (!properties) return false;
+    return Object.keys(properties).some(
+      (key) =>
+        key.length > name.length &&
+        key.startsWith(name) &&
+        /^[A-Z]/.test(key.slice(name.length)) &&
+        this.choiceType(key, name) !== undefined,
+    );
+  }
+
   private children(node: Selected, name: string): Selected[] {
     if (!isObject(node.value)) return [];
     const key = this.keyOf(node.value, node.type, name);
@@ -128,10 +163,12 @@ class Locator {
       return (value as unknown[]).map((item, index) => ({
         value: item,
         type,
-        slot: { parent, key, name, index },
+        slot: { parent, owner: node.type, key, name, index },
       }));
     }
-    return value === undefined || value === null ? [] : [{ value, type, slot: { parent, key, name } }];
+    return value === undefined || value === null
+      ? []
+      : [{ value, type, slot: { parent, owner: node.type, key, name } }];
   }
 
   /** A choice element's type from its key (`valueString` → `string`, `valueQuantity` → `Quantity`). */
@@ -231,7 +268,7 @@ function listOf(
   locator: Locator,
   op: PatchOperation,
   atom: Atom,
-): { parent: Record<string, unknown>; key: string; list: unknown[] } {
+): { parent: Record<string, unknown>; owner: string | undefined; key: string; list: unknown[] } {
   const core = locator.core;
   const child = atom instanceof core.FhirPathAtom ? atom.child : atom;
   let owners: Selected[];
@@ -258,7 +295,16 @@ function listOf(
   if (current === undefined && !locator.repeats(owner.type, key, current)) {
     throw unappliable(op.at, `${name} is not a list`);
   }
-  return { parent, key, list: (current as unknown[] | undefined) ?? [] };
+  return { parent, owner: owner.type, key, list: (current as unknown[] | undefined) ?? [] };
+}
+
+/**
+ * The key a replaced value takes: its slot's, except that a choice element takes the new value's
+ * type (`deceasedBoolean` → `deceasedDateTime`).
+ */
+function replacedKey(slot: Slot, op: PatchOperation): string {
+  if (slot.key === slot.name || op.valueType === undefined) return slot.key;
+  return `${slot.name}${op.valueType[0]!.toUpperCase()}${op.valueType.slice(1)}`;
 }
 
 function one(op: PatchOperation, selected: Selected[], what: string): Selected & { slot: Slot } {
@@ -291,16 +337,19 @@ function applyOperation(locator: Locator, op: PatchOperation): void {
       if (existing !== undefined) {
         const current = parent[existing];
         if (!Array.isArray(current)) throw unappliable(op.at, `${name} is present and not a list`);
+        locator.checkFit(owner.type, existing, name, op);
         current.push(op.value);
         return;
       }
       const key = locator.keyFor(owner.type, name, op.valueType);
+      locator.checkFit(owner.type, key, name, op);
       setOwn(parent, key, locator.repeats(owner.type, key, undefined) ? [op.value] : op.value);
       return;
     }
     case 'insert': {
-      const { parent, key, list } = listOf(locator, op, atom);
+      const { parent, owner, key, list } = listOf(locator, op, atom);
       if (op.index! > list.length) throw unappliable(op.at, `index ${op.index} is beyond the list's end`);
+      locator.checkFit(owner, key, key, op);
       list.splice(op.index!, 0, op.value);
       const extensions = parent[`_${key}`];
       if (Array.isArray(extensions) && extensions.length >= op.index!) extensions.splice(op.index!, 0, null);
@@ -318,17 +367,15 @@ function applyOperation(locator: Locator, op: PatchOperation): void {
       const { slot } = one(op, locator.select(atom), 'element');
       const { parent } = slot;
       if (slot.index !== undefined) {
+        locator.checkFit(slot.owner, slot.key, slot.key, op);
         (parent[slot.key] as unknown[])[slot.index] = op.value;
         return;
       }
-      let key = slot.key;
-      if (key !== slot.name && op.valueType !== undefined) {
-        // A choice element takes the new value's type: `deceasedBoolean` → `deceasedDateTime`.
-        key = `${slot.name}${op.valueType[0]!.toUpperCase()}${op.valueType.slice(1)}`;
-        if (key !== slot.key) {
-          delete parent[slot.key];
-          delete parent[`_${slot.key}`];
-        }
+      const key = replacedKey(slot, op);
+      locator.checkFit(slot.owner, key, slot.name, op);
+      if (key !== slot.key) {
+        delete parent[slot.key];
+        delete parent[`_${slot.key}`];
       }
       setOwn(parent, key, op.value);
       return;
@@ -356,14 +403,25 @@ function applyOperation(locator: Locator, op: PatchOperation): void {
  * input (`where(…)`, `first()`, `last()`, `ofType(…)`, …). A malformed `Parameters` is a 400; an
  * operation that cannot be applied (a path selecting several elements where one is needed, an
  * index out of range, `add` to an element that is present and not a list) a 422. Deleting what a
- * path does not find changes nothing.
+ * path does not find changes nothing. More operations than `limits.maxOperations` (before any is
+ * read), or an `add`, `insert` or `replace` that would grow the resource past
+ * `limits.maxResourceSize` (before it is applied), is a 413.
  * @see https://hl7.org/fhir/R4/fhirpatch.html
  */
-export async function applyFhirPathPatch(resource: FhirResource, parameters: FhirResource): Promise<unknown> {
+export async function applyFhirPathPatch(
+  resource: FhirResource,
+  parameters: FhirResource,
+  limits: PatchLimits = DEFAULT_PATCH_LIMITS,
+): Promise<unknown> {
+  const list = parameters.parameter;
+  if (Array.isArray(list)) checkOperationCount('FHIRPath Patch', list.length, limits, 'Parameters.parameter');
   const operations = parseFhirPathPatch(parameters);
   const { core, schema } = await load();
   const result = structuredClone(resource);
+  const size = new PatchedSize(result, limits);
   for (const op of operations) {
+    const expression = `Parameters.parameter[${op.at}]`;
+    size.add(op.value, (op.name ?? op.path).length, { what: 'FHIRPath Patch', expression });
     applyOperation(new Locator(core, schema, result, op.at), op);
   }
   return result;

@@ -1,3 +1,4 @@
+import { admitted } from './costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
@@ -49,7 +50,8 @@ export function mountHistoryRoutes(router: Router, deps: HistoryRouteDeps): void
         ...deps.search,
         lenient: parsePrefer(req.headers.prefer).handling === 'lenient',
       });
-      const page = await readHistoryPage(deps.contextOf(req), deps.storage, request);
+      // A listing of a type or the project reads as much as a search: a turn of the project.
+      const page = await admitted(deps.contextOf(req), (ctx) => readHistoryPage(ctx, deps.storage, request));
       if (deps.auditAccess) {
         // One event per type of patient-compartment data the page holds.
         const byType = new Map<string, StoredResource[]>();

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { canAccess } from '../auth/access.js';
-import type { DataAccess } from '../auth/data-access.js';
 import { parseDateRange } from '../common/date-range.js';
 import { isValidId, R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';
@@ -16,6 +15,7 @@ import type {
 import type { BundleJson } from './bundle-response.js';
 import { authorize, type FhirContext } from './interactions.js';
 import { checkId, checkType } from './resource-checks.js';
+import { permittedEntries, scopedStorage } from './scoped-storage.js';
 import { etagOf } from './versioning.js';
 
 /**
@@ -25,6 +25,11 @@ import { etagOf } from './versioning.js';
  * @see https://hl7.org/fhir/R4/http.html#vread
  * @see https://hl7.org/fhir/R4/http.html#history
  */
+
+/** The store as the principal may see it: a SMART user's limited view (`scopedStorage`). */
+function visibleStore(ctx: FhirContext, storage: Storage): Storage {
+  return ctx.access ? scopedStorage(storage, ctx.access) : storage;
+}
 
 /** `GET [type]/[id]/_history/[vid]`: any version the store keeps; a deletion is 410 Gone. */
 export async function readVersion(
@@ -42,8 +47,9 @@ export async function readVersion(
     throw new FhirError(400, 'invalid', 'The version id does not match the FHIR id syntax', {
       expression: ['vid'],
     });
-  const resource = await storage.readResourceVersion(ctx.projectId, type, id, versionId);
-  // A version outside what a SMART user may see is not there for it (as its read).
+  const resource = await visibleStore(ctx, storage).readResourceVersion(ctx.projectId, type, id, versionId);
+  // A version outside what a SMART user may see is not there for it (as its read). The user's view
+  // refused it already: this is a second line.
   if (ctx.access && !(await ctx.access.permits(resource, 'read')))
     throw new NotFoundError(`${type}/${id} has no version ${versionId}`);
   return resource;
@@ -147,9 +153,10 @@ export async function readHistoryPage(
     authorize(ctx, type, id !== undefined ? 'read' : 'search');
   }
   const visible = type === undefined ? listableTypes(ctx) : () => true;
+  const store = visibleStore(ctx, storage);
   let page: HistoryPage;
   try {
-    page = await storage.readHistory(ctx.projectId, request.query);
+    page = await store.readHistory(ctx.projectId, request.query);
   } catch (error) {
     // A cursor the store does not know (of another store, or altered).
     if ((error as { code?: string }).code === 'ERR_STORAGE_INVALID')
@@ -157,36 +164,19 @@ export async function readHistoryPage(
     throw error;
   }
   let entries = page.entries.filter((e) => visible(e.resourceType));
+  // The user's view kept only what it may see: this is a second line.
   if (ctx.access) entries = await permittedEntries(ctx.access, entries, id !== undefined ? 'read' : 'search');
   // A resource that never existed has no history: 404, as its read (a deleted one has its history).
   // For a SMART user, read through its limited view: one it may not see is a 404 as well.
   if (id !== undefined && entries.length === 0 && request.query.cursor === undefined) {
-    await (ctx.access ? ctx.storage : storage)
-      .readResource(ctx.projectId, type!, id)
-      .catch((error: unknown) => {
-        if (!(error instanceof NotFoundError && error.deleted)) throw error;
-      });
+    await store.readResource(ctx.projectId, type!, id).catch((error: unknown) => {
+      if (!(error instanceof NotFoundError && error.deleted)) throw error;
+    });
   }
   // A total counts the versions left out as well: not given then.
   const { total, ...rest } = page;
   const counted = total !== undefined && entries.length === page.entries.length ? { total } : {};
   return { ...rest, ...counted, entries };
-}
-
-/**
- * The entries of a history page a SMART user may see: versions within its patients' compartments.
- * Deletions carry no content to place in a compartment, so they are left out.
- */
-async function permittedEntries(
-  access: DataAccess,
-  entries: HistoryEntry[],
-  action: 'read' | 'search',
-): Promise<HistoryEntry[]> {
-  const kept: HistoryEntry[] = [];
-  for (const entry of entries) {
-    if (entry.resource && (await access.permits(entry.resource, action))) kept.push(entry);
-  }
-  return kept;
 }
 
 const STATUS: Record<HistoryMethod, string> = {

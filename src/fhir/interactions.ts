@@ -19,14 +19,11 @@ import { filterSearch } from '../storage/search-request.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
+import { deadlineOf } from './costly-reads.js';
+import type { SearchCostLimits } from '../search/cost-limits.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
-import {
-  checkAccurateTotal,
-  DEFAULT_MAX_ACCURATE_TOTAL,
-  searchTotal,
-  type SearchTotalOptions,
-} from './search-total.js';
+import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
 import { scopedStorage } from './scoped-storage.js';
 
 /**
@@ -52,6 +49,27 @@ export interface FhirContext {
    * concurrent requests cannot both find no match and both create.
    */
   atomically<T>(fn: (ctx: FhirContext) => Promise<T>): Promise<T>;
+  /**
+   * Runs a costly read (a search, `$everything`, a history listing) in a turn of the project (the
+   * router's `searchAdmission`: 429 when none comes), with a context whose `deadline` is the end of
+   * that turn. Absent: run at once, without a deadline (a context built by hand).
+   */
+  admit?<T>(work: (ctx: FhirContext) => Promise<T>): Promise<T>;
+  /**
+   * When the costly read under way must be answered by, epoch ms: every store query it makes is
+   * given it (`ResourceQuery.deadline`). Set by `admit`.
+   */
+  deadline?: number;
+  /**
+   * Bounds on what a search may ask (400 `too-costly` beyond), how far an exact total counts, and
+   * what includes add to a page.
+   * @default SEARCH_COST_DEFAULTS, DEFAULT_MAX_ACCURATE_TOTAL, MAX_INCLUDED, MAX_INCLUDE_DEPTH
+   */
+  searchLimits?: SearchCostLimits & {
+    maxAccurateTotal?: number;
+    maxIncluded?: number;
+    maxIncludeDepth?: number;
+  };
 }
 
 /** The context of `ctx` inside the transaction `tx`: nested `atomically` calls run in it as well. */
@@ -104,7 +122,7 @@ export async function conditionalMatches(
   const { query, applied } = await parseSearch(
     type,
     params,
-    { storeAnswersSearch: storeAnswersSearch(ctx) },
+    { storeAnswersSearch: storeAnswersSearch(ctx), ...limitsOf(ctx) },
     searchReads(ctx),
   );
   if (options.requireCriteria && applied.length === 0) {
@@ -118,6 +136,7 @@ export async function conditionalMatches(
     offset: 0,
     count,
     total: 'none',
+    ...deadlineOf(ctx),
   });
   return page.resources;
 }
@@ -497,10 +516,18 @@ export function searchReads(ctx: FhirContext): SearchReads {
     async *resources(resourceType, filter) {
       authorizeType(resourceType);
       const query = filter ? { search: filterSearch(resourceType, filter) } : {};
-      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, query);
+      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {
+        ...query,
+        ...deadlineOf(ctx),
+      });
       yield* page.resources;
     },
   };
+}
+
+/** `{ limits }` of `ctx` when it has some: the search options a context's searches are parsed with. */
+function limitsOf(ctx: FhirContext): Pick<SearchQueryOptions, 'limits'> {
+  return ctx.searchLimits === undefined ? {} : { limits: ctx.searchLimits };
 }
 
 /**
@@ -531,25 +558,26 @@ export async function searchResources(
   ctx: FhirContext,
   type: string,
   params: Iterable<readonly [string, string]>,
-  options: SearchQueryOptions & SearchTotalOptions = {},
+  options: SearchQueryOptions = {},
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
   const parsed = await parseSearch(
     type,
     params,
-    { ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
+    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
     searchReads(ctx),
   );
   const { query, request } = parsed;
   const wanted = query.count ?? Infinity;
   const total = searchTotal(request);
-  const maxAccurateTotal = options.maxAccurateTotal ?? DEFAULT_MAX_ACCURATE_TOTAL;
+  const maxAccurateTotal = ctx.searchLimits?.maxAccurateTotal ?? DEFAULT_MAX_ACCURATE_TOTAL;
   const asked: ResourceQuery = {
     ...query,
     ...(wanted > 0 && wanted < Infinity ? { count: wanted + 1 } : {}),
     total,
     ...(total === 'accurate' ? { maxTotal: maxAccurateTotal } : {}),
+    ...deadlineOf(ctx),
   };
   const found = await ctx.storage.searchResources(ctx.projectId, type, asked);
   checkAccurateTotal(found.total, total, maxAccurateTotal);
@@ -565,7 +593,10 @@ export async function searchResources(
   let included: StoredResource[] = [];
   let issues: OutcomeIssue[] = [];
   if (resources.length > 0 && (request.include.length > 0 || request.revinclude.length > 0)) {
-    const limits = { maxIncluded: MAX_INCLUDED, maxDepth: MAX_INCLUDE_DEPTH };
+    const limits = {
+      maxIncluded: ctx.searchLimits?.maxIncluded ?? MAX_INCLUDED,
+      maxDepth: ctx.searchLimits?.maxIncludeDepth ?? MAX_INCLUDE_DEPTH,
+    };
     const registry = await loadSearchRegistry();
     ({ resources: included, issues } = await collectIncludes(ctx, registry, request, resources, limits));
   }

@@ -18,7 +18,7 @@ export function mountMetadata(
   router: Router,
   config: Pick<
     ResolvedFhirRouterOptions,
-    'capabilities' | 'conditionalDelete' | 'software' | 'defaultCount' | 'maxCount' | 'maxAccurateTotal'
+    'capabilities' | 'conditionalDelete' | 'software' | 'defaultCount' | 'maxCount' | 'searchLimits'
   >,
   base: (req: Request) => string,
 ): void {
@@ -40,7 +40,7 @@ export function mountMetadata(
               searchLimits: {
                 defaultCount: config.defaultCount,
                 maxCount: config.maxCount,
-                maxAccurateTotal: config.maxAccurateTotal,
+                ...config.searchLimits,
               },
             },
             await loadSearchRegistry(),

@@ -8,6 +8,7 @@ import { inheritedNameIssues } from './inherited-names.js';
 import { transactionContext, type FhirContext } from './interactions.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
+import { searchAdmission } from './search-admission.js';
 import { clearedByFastPath } from './structure-validator.js';
 
 /** The FHIR context of each request: the middleware that builds it, and its reader. */
@@ -24,10 +25,14 @@ export interface RequestContexts {
  * request and only by a write that validates.
  */
 export function requestContexts(
-  config: Pick<ResolvedFhirRouterOptions, 'storage' | 'validator'>,
+  config: Pick<
+    ResolvedFhirRouterOptions,
+    'storage' | 'validator' | 'searchAdmission' | 'searchTimeoutMs' | 'searchLimits'
+  >,
 ): RequestContexts {
   const { storage } = config;
   const contexts = new WeakMap<Request, FhirContext>();
+  const admission = searchAdmission(config.searchAdmission, config.searchTimeoutMs);
   const withContext: RequestHandler = (req, res, next) => {
     const principal = getPrincipal(res);
     const projectId = requireProjectId(principal);
@@ -39,6 +44,9 @@ export function requestContexts(
       principal,
       ...(access ? { access } : {}),
       atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
+      // A turn of the project; nested costly reads (a Bundle's search inside a turn) take no other.
+      admit: (work) => admission.run(projectId, (deadline) => work(admittedContext(ctx, deadline))),
+      searchLimits: config.searchLimits,
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {
           if (error instanceof NotFoundError) {
@@ -59,6 +67,11 @@ export function requestContexts(
     };
     contexts.set(req, ctx);
     next();
+  };
+  /** `ctx` in a turn that ends at `deadline`: its own costly reads run at once within it. */
+  const admittedContext = (ctx: FhirContext, deadline: number): FhirContext => {
+    const inner: FhirContext = { ...ctx, deadline, admit: (work) => work(inner) };
+    return inner;
   };
   const contextOf = (req: Request): FhirContext => {
     const ctx = contexts.get(req);

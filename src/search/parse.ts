@@ -1,3 +1,4 @@
+import { checkSearchCost, type SearchCostLimits } from './cost-limits.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
@@ -31,6 +32,8 @@ export interface ParseSearchRequestOptions {
   maxCount?: number;
   /** The time the `ap` date prefix is measured from, epoch ms. @default Date.now() */
   now?: number;
+  /** Bounds on what the search may ask (400 `too-costly` beyond). @default SEARCH_COST_DEFAULTS */
+  limits?: SearchCostLimits;
 }
 
 /** What {@link parseSearchRequest} answers. */
@@ -444,5 +447,6 @@ export function parseSearchRequest(
   if (request.elements && ['true', 'text', 'data'].includes(request.summary ?? '')) {
     throw invalidValue('_elements', '_elements does not combine with _summary=true, text or data');
   }
+  checkSearchCost(request, options.limits);
   return { request, ignored, applied };
 }

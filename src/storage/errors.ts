@@ -63,6 +63,17 @@ export class StorageUnavailableError extends StorageError {
   }
 }
 
+/**
+ * A search ran out of its time (`ResourceQuery.deadline`): the store stopped it and released what
+ * it held. The request, not the store, is at fault: asked again as it is, it would run out again
+ * (routers answer 400 `too-costly`, telling the caller to narrow it).
+ */
+export class SearchTooCostlyError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_TOO_COSTLY', message, options);
+  }
+}
+
 /** A record the storage cannot keep as given (bad resource type, empty id or userName, …). */
 export class InvalidRecordError extends StorageError {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -1,7 +1,7 @@
 import type { GrantFilter, GrantKind, GrantRecord, GrantStore } from './grant-types.js';
 
 /** Grant kinds `revoke` removes. */
-export const REVOCABLE_GRANT_KINDS: readonly GrantKind[] = ['ticket', 'code', 'refresh'];
+export const REVOCABLE_GRANT_KINDS: readonly GrantKind[] = ['ticket', 'code', 'refresh', 'family'];
 
 /** Whether `grant` matches `filter` (and is of a kind `revoke` removes). */
 export function grantMatches(grant: GrantRecord, filter: GrantFilter): boolean {
@@ -16,8 +16,8 @@ export function grantMatches(grant: GrantRecord, filter: GrantFilter): boolean {
 
 /**
  * Grants in this process's memory (the memory store's, and the file store's for the kinds it
- * does not write to disk). Every operation runs synchronously inside the call, so `take` and
- * `use` are atomic within the process. `onChange` hears of every change (the file store
+ * does not write to disk). Every operation changes the map synchronously inside the call, so
+ * `take`, `use`, `extend` and `revoke` are atomic within the process. `onChange` hears of every change (the file store
  * persists from it).
  */
 export class MemoryGrants implements GrantStore {
@@ -84,6 +84,16 @@ export class MemoryGrants implements GrantStore {
     grant.used = true;
     if (firstUse) await this.onChange(kind);
     return { grant: structuredClone(grant), firstUse };
+  }
+
+  async extend(kind: GrantKind, key: string, expiresAt: number): Promise<boolean> {
+    const grant = this.live(kind, key);
+    if (!grant) return false;
+    if (expiresAt > grant.expiresAt) {
+      grant.expiresAt = expiresAt;
+      await this.onChange(kind);
+    }
+    return true;
   }
 
   async revoke(filter: GrantFilter): Promise<number> {

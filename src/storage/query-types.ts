@@ -80,6 +80,14 @@ export interface ResourceQuery {
   before?: ResourceCursor;
   /** Number of matches to skip. @default 0 */
   offset?: number;
+  /**
+   * When the search must be answered by, in epoch milliseconds (the `Date.now()` clock): past it
+   * the store stops, releases what it holds and throws `SearchTooCostlyError`. The embedded stores
+   * check it between slices of candidates, yielding to the event loop there so that other requests
+   * are served meanwhile; PostgreSQL makes what is left of it the statement timeout of the
+   * search's statements. @default no deadline
+   */
+  deadline?: number;
   /** Maximum number returned; 0 returns only the total. @default all */
   count?: number;
   /**

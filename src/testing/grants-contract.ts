@@ -13,8 +13,10 @@ function grant(fields: Partial<GrantRecord> & Pick<GrantRecord, 'kind' | 'key'>)
 
 /**
  * The `grants` of the storage contract (SMART App Launch grants): single-use `take`, `use` marking
- * a record used exactly once (concurrent calls included), expiry, and revocation by user, client
- * and family that never removes revoked token ids. Skipped for a store without `grants`.
+ * a record used exactly once (concurrent calls included), `extend` never shortening a record nor
+ * reviving one, expiry, revocation by user, client and family that never removes revoked token
+ * ids, and `extend` or `use` racing `revoke`: once the revocation resolved, nothing it removed is
+ * handed out or extended, whichever came first. Skipped for a store without `grants`.
  * Called inside `runStorageContract`.
  */
 export function grantsStorageContract(getStorage: () => Storage): void {
@@ -71,6 +73,57 @@ export function grantsStorageContract(getStorage: () => Storage): void {
       for (const r of results) expect(r?.grant).toMatchObject({ key: 'r1', family: 'f1', used: true });
       expect(await grants().get('refresh', 'r1')).toMatchObject({ used: true });
       expect((await grants().use('refresh', 'r1'))?.firstUse).toBe(false);
+    });
+
+    it('extends an unexpired grant, never shortening it; not one never put, expired or revoked', async () => {
+      if (!getStorage().grants) return;
+      const now = Date.now();
+      await grants().put(grant({ kind: 'family', key: 'f1', family: 'f1', expiresAt: now + 60_000 }));
+      expect(await grants().extend('family', 'f1', now + 120_000)).toBe(true);
+      expect((await grants().get('family', 'f1'))?.expiresAt).toBe(now + 120_000);
+      expect(await grants().extend('family', 'f1', now + 90_000)).toBe(true);
+      expect((await grants().get('family', 'f1'))?.expiresAt).toBe(now + 120_000);
+      expect(await grants().extend('family', 'nobody', now + 90_000)).toBe(false);
+      expect(await grants().get('family', 'nobody')).toBeUndefined();
+      await grants().put(grant({ kind: 'family', key: 'old', family: 'old', expiresAt: now - 1 }));
+      expect(await grants().extend('family', 'old', now + 90_000)).toBe(false);
+      expect(await grants().get('family', 'old')).toBeUndefined();
+      expect(await grants().revoke({ projectId: 'gp1', family: 'f1' })).toBe(1);
+      expect(await grants().extend('family', 'f1', now + 180_000)).toBe(false);
+      expect(await grants().get('family', 'f1')).toBeUndefined();
+    });
+
+    it('a family revoked while its tokens are issued and its refresh token spent stays revoked', async () => {
+      if (!getStorage().grants) return;
+      // What the token endpoint does for two requests racing on one refresh token: one issues
+      // (stores its new refresh token, extends the family, spends the old one) while the other,
+      // having seen the token spent, revokes the family. Every order ends with the family gone.
+      for (let round = 0; round < 8; round++) {
+        const family = `race${round}`;
+        const later = Date.now() + 120_000;
+        await grants().put(grant({ kind: 'family', key: family, family }));
+        await grants().put(grant({ kind: 'refresh', key: `${family}-old`, family }));
+        const issue = async () => {
+          await grants().put(grant({ kind: 'refresh', key: `${family}-new`, family }));
+          if (await grants().extend('family', family, later)) await grants().use('refresh', `${family}-old`);
+        };
+        const revoke = () => grants().revoke({ projectId: 'gp1', family });
+        await Promise.all(round % 2 === 0 ? [issue(), revoke()] : [revoke(), issue()]);
+        expect(await grants().get('family', family)).toBeUndefined();
+        expect(await grants().extend('family', family, later + 1)).toBe(false);
+        expect(await grants().get('refresh', `${family}-old`)).toBeUndefined();
+        expect(await grants().use('refresh', `${family}-old`)).toBeUndefined();
+      }
+    });
+
+    it('revokes families with the rest of a user’s or client’s grants', async () => {
+      if (!getStorage().grants) return;
+      await grants().put(grant({ kind: 'family', key: 'fu', family: 'fu', userId: 'u1' }));
+      await grants().put(grant({ kind: 'family', key: 'fc', family: 'fc', userId: 'u2', clientId: 'app2' }));
+      expect(await grants().revoke({ projectId: 'gp1', userId: 'u1' })).toBe(1);
+      expect(await grants().get('family', 'fu')).toBeUndefined();
+      expect(await grants().revoke({ projectId: 'gp1', clientId: 'app2' })).toBe(1);
+      expect(await grants().get('family', 'fc')).toBeUndefined();
     });
 
     it('revokes by family, by user and by client, within the project only, never revoked token ids', async () => {

@@ -41,12 +41,41 @@ if (postgresTestsEnabled('SMART grants across PostgreSQL instances')) {
     const refresh = (setup: LaunchSetup, refreshToken: string) =>
       token(setup, { grant_type: 'refresh_token', refresh_token: refreshToken, client_id: setup.publicApp });
 
-    it('spends a code once across instances, even when both race for it', async () => {
+    it('spends a code once across instances, even when both race for it, and revokes what it gave', async () => {
       const { a, b } = await twoInstances();
-      const { verifier, challenge } = pkce();
-      const code = (await authorize(a, a.publicApp, a.users.patient, challenge)).searchParams.get('code')!;
-      const answers = await Promise.all([exchange(a, code, verifier), exchange(b, code, verifier)]);
-      expect(answers.map((r) => r.status).sort()).toEqual([200, 400]);
+      // The race is real: which instance wins, and where the two interleave, varies by round.
+      for (let round = 0; round < 5; round++) {
+        const { verifier, challenge } = pkce();
+        const code = (await authorize(a, a.publicApp, a.users.patient, challenge)).searchParams.get('code')!;
+        const answers = await Promise.all([exchange(a, code, verifier), exchange(b, code, verifier)]);
+        expect(answers.map((r) => r.status).sort()).toEqual([200, 400]);
+        const winner = answers.find((r) => r.status === 200)!;
+        for (const instance of [a, b]) {
+          const read = await request(instance.app)
+            .get('/fhir/R4/Patient/pat1')
+            .set('Authorization', `Bearer ${winner.body.access_token as string}`);
+          expect(read.status).toBe(401);
+        }
+        expect((await refresh(b, winner.body.refresh_token as string)).body.error).toBe('invalid_grant');
+      }
+    });
+
+    it('a refresh token used on both instances at once revokes the winner’s new tokens', async () => {
+      const { a, b } = await twoInstances();
+      for (let round = 0; round < 5; round++) {
+        const { verifier, challenge } = pkce();
+        const code = (await authorize(a, a.publicApp, a.users.patient, challenge)).searchParams.get('code')!;
+        const first = await exchange(a, code, verifier);
+        const refreshToken = first.body.refresh_token as string;
+        const answers = await Promise.all([refresh(a, refreshToken), refresh(b, refreshToken)]);
+        expect(answers.map((r) => r.status).sort()).toEqual([200, 400]);
+        const winner = answers.find((r) => r.status === 200)!;
+        const read = await request(b.app)
+          .get('/fhir/R4/Patient/pat1')
+          .set('Authorization', `Bearer ${winner.body.access_token as string}`);
+        expect(read.status).toBe(401);
+        expect((await refresh(a, winner.body.refresh_token as string)).body.error).toBe('invalid_grant');
+      }
     });
 
     it('rotates refresh tokens across instances; reuse on the other revokes the grant; SCIM ends it', async () => {

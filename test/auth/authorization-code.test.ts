@@ -137,6 +137,24 @@ describe('SMART App Launch: authorization code flow', () => {
     expect(read.status).toBe(401);
   });
 
+  it('a code refused because the app may no longer have its scopes stays usable once it may', async () => {
+    const { verifier, challenge } = pkce();
+    const code = (await authorize(setup, setup.publicApp, setup.users.patient, challenge)).searchParams.get(
+      'code',
+    )!;
+    const registered = (await setup.storage.readClient(setup.publicApp)).scope;
+    await setup.storage.updateClient(setup.publicApp, { scope: 'user/Practitioner.rs' });
+    const refused = await exchange(code, verifier);
+    expect([refused.status, refused.body.error]).toEqual([400, 'invalid_scope']);
+    await setup.storage.updateClient(setup.publicApp, { scope: registered });
+    const ok = await exchange(code, verifier);
+    expect(ok.status).toBe(200);
+    const read = await request(setup.app)
+      .get('/fhir/R4/Patient/pat1')
+      .set('Authorization', `Bearer ${ok.body.access_token as string}`);
+    expect(read.status).toBe(200);
+  });
+
   it('refuses a code at another redirect_uri or for another client', async () => {
     const { verifier, challenge } = pkce();
     const code = (await authorize(setup, setup.publicApp, setup.users.patient, challenge)).searchParams.get(

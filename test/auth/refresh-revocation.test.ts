@@ -67,12 +67,16 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
     const wider = await refresh(narrowed.body.refresh_token as string, { scope: 'user/*.rs' });
     expect(wider.body.error).toBe('invalid_scope');
 
-    // The first token, used already, comes again: refused, and the newest one dies with it.
+    // The first token, used already, comes again: refused, and the newest one dies with it, as do
+    // the access tokens of the grant, those the refreshes gave included.
     const reuse = await refresh(first.refresh_token);
     expect(reuse.status).toBe(400);
     expect(reuse.body.error).toBe('invalid_grant');
     const after = await refresh(narrowed.body.refresh_token as string);
     expect(after.body.error).toBe('invalid_grant');
+    for (const access of [first.access_token, second.body.access_token, narrowed.body.access_token]) {
+      expect(await fhirStatus(access as string)).toBe(401);
+    }
 
     // Refreshes and the reuse are audited in the project.
     const events = await eventually('refresh audit events', async () => {
@@ -83,6 +87,94 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
         : false;
     });
     expect(events).toContain(setup.users.patient);
+  });
+
+  /** Waits for the audit event of a refresh; then resolves whether a reuse is recorded too. */
+  async function reuseRecorded(): Promise<boolean> {
+    const text = await eventually('the refresh audit event', async () => {
+      const page = await setup.storage.searchResources(setup.projectId, 'AuditEvent');
+      const all = JSON.stringify(page.resources);
+      return all.includes('"refresh"') ? all : false;
+    });
+    return text.includes('"reuse"');
+  }
+
+  it('a refused refresh leaves its refresh token as it was, and records no reuse', async () => {
+    const t = await tokens();
+    const refused = async (answer: Promise<request.Response>, status: number, error: string) => {
+      const res = await answer;
+      expect([res.status, res.body.error]).toEqual([status, error]);
+    };
+    // Scopes the grant does not imply (more actions, another context, a scope never granted).
+    for (const scope of ['patient/*.cruds', 'user/*.rs', 'patient/Observation.rs online_access', ' ']) {
+      await refused(refresh(t.refresh_token, { scope }), 400, 'invalid_scope');
+    }
+    // Another client, authenticated or only named, or the app with a secret it does not have.
+    await refused(
+      token(setup, { grant_type: 'refresh_token', refresh_token: t.refresh_token }, setup.confidentialApp),
+      400,
+      'invalid_grant',
+    );
+    await refused(refresh(t.refresh_token, { client_id: setup.confidentialApp.id }), 401, 'invalid_client');
+    await refused(
+      token(
+        setup,
+        { grant_type: 'refresh_token', refresh_token: t.refresh_token },
+        { id: setup.publicApp, secret: 'not-its-secret' },
+      ),
+      401,
+      'invalid_client',
+    );
+    // The app may no longer have any scope of the grant; then it may again.
+    const registered = (await setup.storage.readClient(setup.publicApp)).scope;
+    await setup.storage.updateClient(setup.publicApp, { scope: 'user/Practitioner.rs' });
+    await refused(refresh(t.refresh_token), 400, 'invalid_scope');
+    await setup.storage.updateClient(setup.publicApp, { scope: registered });
+
+    const ok = await refresh(t.refresh_token);
+    expect(ok.status).toBe(200);
+    expect(ok.body.scope).toBe(t.scope);
+    expect(await fhirStatus(t.access_token)).toBe(200);
+    expect(await reuseRecorded()).toBe(false);
+  });
+
+  it('a refresh may ask for any scope its grant implies; the new refresh token keeps the whole grant', async () => {
+    await setup.storage.updateResource(setup.projectId, {
+      resourceType: 'Observation',
+      id: 'obs1',
+      status: 'final',
+      code: { text: 'weight' },
+      subject: { reference: 'Patient/pat1' },
+    });
+    const t = await tokens();
+    const observation = async (accessToken: string) =>
+      (
+        await request(setup.app)
+          .get('/fhir/R4/Observation/obs1')
+          .set('Authorization', `Bearer ${accessToken}`)
+      ).status;
+    // patient/*.rs implies one type in v2 syntax, or in v1 (.read is .rs), or with fewer actions.
+    let current = t.refresh_token;
+    for (const scope of [
+      'patient/Observation.rs',
+      'patient/Observation.read',
+      'patient/Observation.r launch/patient openid',
+    ]) {
+      const res = await refresh(current, { scope });
+      expect(res.status).toBe(200);
+      expect(res.body.scope).toBe(`${scope} offline_access`);
+      expect(res.body.patient).toBe('pat1');
+      expect(await observation(res.body.access_token as string)).toBe(200);
+      expect(await fhirStatus(res.body.access_token as string)).toBe(403);
+      current = res.body.refresh_token as string;
+    }
+    // Each refresh is measured against the grant, not against the last refresh's narrower ask.
+    const whole = await refresh(current);
+    expect(whole.status).toBe(200);
+    expect(whole.body.scope).toBe(t.scope);
+    expect(await fhirStatus(whole.body.access_token as string)).toBe(200);
+    const wider = await refresh(whole.body.refresh_token as string, { scope: 'patient/Observation.cruds' });
+    expect(wider.body.error).toBe('invalid_scope');
   });
 
   it('online_access refresh tokens work like offline ones, and a refresh token needs its own client', async () => {
@@ -117,13 +209,20 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
   });
 
   it('revokes refresh tokens and access tokens (RFC 7009), 200 for unknown ones', async () => {
+    // A refresh token revokes its grant: the access tokens issued from it too (RFC 7009 §2.1).
     const t = await tokens();
-    expect((await revoke(t.refresh_token)).status).toBe(200);
-    expect((await refresh(t.refresh_token)).body.error).toBe('invalid_grant');
-
-    expect(await fhirStatus(t.access_token)).not.toBe(401);
-    expect((await revoke(t.access_token)).status).toBe(200);
+    const rotated = await refresh(t.refresh_token);
+    expect(await fhirStatus(rotated.body.access_token as string)).toBe(200);
+    expect((await revoke(rotated.body.refresh_token as string)).status).toBe(200);
+    expect((await refresh(rotated.body.refresh_token as string)).body.error).toBe('invalid_grant');
     expect(await fhirStatus(t.access_token)).toBe(401);
+    expect(await fhirStatus(rotated.body.access_token as string)).toBe(401);
+
+    // An access token revokes itself only.
+    const t1 = await tokens();
+    expect((await revoke(t1.access_token)).status).toBe(200);
+    expect(await fhirStatus(t1.access_token)).toBe(401);
+    expect((await refresh(t1.refresh_token)).status).toBe(200);
 
     expect((await revoke('no-such-token')).status).toBe(200);
     expect((await revoke('a.b.c')).status).toBe(200);
@@ -180,6 +279,11 @@ describe('SMART App Launch: refresh, revocation, introspection, SCIM', () => {
 
     await revoke(t.access_token);
     expect((await introspect(t.access_token)).body).toEqual({ active: false });
+    // An access token whose grant was revoked (by its refresh token) is no longer active either.
+    const ended = await tokens();
+    expect((await introspect(ended.access_token)).body.active).toBe(true);
+    await revoke(ended.refresh_token);
+    expect((await introspect(ended.access_token)).body).toEqual({ active: false });
     expect((await introspect('garbage')).body).toEqual({ active: false });
 
     // Another project's client sees nothing of this project's tokens.

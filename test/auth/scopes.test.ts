@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { intersectScopes, parseResourceScope, scopesAllow } from '../../src/auth/scopes.js';
+import { intersectScopes, parseResourceScope, scopeImplied, scopesAllow } from '../../src/auth/scopes.js';
 import { canAccess } from '../../src/auth/access.js';
 
 describe('SMART scopes', () => {
@@ -71,6 +71,37 @@ describe('SMART scopes', () => {
     expect(intersectScopes(['launch/patient', 'launch'], registered)).toEqual(['launch/patient']);
     // A v2 restriction is never granted as a resource scope (not enforced here).
     expect(intersectScopes(['patient/Observation.rs?category=laboratory'], registered)).toEqual([]);
+  });
+
+  it('says which scopes a grant implies (what a refresh may ask for), in v1 and v2 syntax', () => {
+    const v1 = ['patient/*.read', 'launch/patient', 'openid', 'offline_access'];
+    for (const scope of ['patient/Observation.read', 'patient/Observation.rs', 'patient/*.s', 'openid']) {
+      expect(scopeImplied(v1, scope), scope).toBe(true);
+    }
+    const v2 = ['patient/*.rs', 'user/Observation.cruds', 'fhirUser'];
+    for (const scope of ['patient/Observation.r', 'patient/Patient.read', 'user/Observation.write']) {
+      expect(scopeImplied(v2, scope), scope).toBe(true);
+    }
+    for (const scope of [
+      // More actions than granted.
+      'patient/Observation.cruds',
+      'patient/*.write',
+      'patient/*.*',
+      // Another context, or another type.
+      'user/Patient.rs',
+      'system/*.rs',
+      'user/Encounter.rs',
+      // Other scopes only when granted as written.
+      'openid',
+      'offline_access',
+      'online_access',
+      'launch/patient',
+      'patient/Observation.rs?category=laboratory',
+    ]) {
+      expect(scopeImplied(v2, scope), scope).toBe(false);
+    }
+    expect(scopeImplied(v1, 'fhirUser')).toBe(false);
+    expect(scopeImplied([], 'patient/Observation.r')).toBe(false);
   });
 
   it('counts patient/ scopes only where asked to (a client has no launch patient)', () => {

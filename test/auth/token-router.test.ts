@@ -243,6 +243,7 @@ describe('token endpoint and bearerAuth', () => {
       put: (grant) => grants.put(grant),
       take: (kind, key) => grants.take(kind, key),
       use: (kind, key) => grants.use(kind, key),
+      extend: (kind, key, expiresAt) => grants.extend(kind, key, expiresAt),
       revoke: (filter) => grants.revoke(filter),
       async get(kind, key) {
         await new Promise((resolve) => setTimeout(resolve, 50));

@@ -36,7 +36,10 @@ describe('user access tokens', () => {
     app = authApp(storage);
   });
 
-  async function token(user: { id: string; fhirUser: string; patient?: string }, scopes = ['user/*.rs']) {
+  async function token(
+    user: { id: string; fhirUser: string; patient?: string; family?: string },
+    scopes = ['user/*.rs'],
+  ) {
     // authApp signs with signingKeys(storage): keys live in the store, so this instance verifies too.
     const issued = await issueAccessToken(signingKeys(storage), {
       client,
@@ -85,6 +88,32 @@ describe('user access tokens', () => {
     expect((await get()).status).toBe(200);
     await storage.deleteUser('p1', 'u1');
     expect((await get()).status).toBe(401);
+  });
+
+  it('counts a token naming its authorization only while that authorization lives', async () => {
+    const grants = storage.grants!;
+    const authorization = {
+      kind: 'family' as const,
+      key: 'fam1',
+      projectId: 'p1',
+      clientId: 'app1',
+      userId: 'u1',
+      family: 'fam1',
+      expiresAt: Date.now() + 60_000,
+      data: {},
+    };
+    await grants.put(authorization);
+    // Another project's authorization of the same id does not count for this one's tokens.
+    await grants.put({ ...authorization, key: 'fam2', family: 'fam2', projectId: 'p2' });
+    const status = async (family: string) => {
+      const { token: t } = await token({ id: 'u1', fhirUser: 'Patient/pat1', family });
+      return (await request(app).get('/fhir/R4/Observation').set('Authorization', `Bearer ${t}`)).status;
+    };
+    expect(await status('fam1')).toBe(200);
+    expect(await status('fam2')).toBe(401);
+    expect(await status('unknown')).toBe(401);
+    expect(await grants.revoke({ projectId: 'p1', family: 'fam1' })).toBe(1);
+    expect(await status('fam1')).toBe(401);
   });
 
   it('refuses a token whose profile no longer matches the user', async () => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
 import { resolveAuditOptions } from '../../src/audit/options.js';
 import { ExportPool } from '../../src/bulk/export-pool.js';
+import { resolveIdentityProviderJwksOptions } from '../../src/auth/identity-provider-keys.js';
 import { resolveTokenEndpointConfig } from '../../src/auth/token-router.js';
 import { resolveBulkExportRouterOptions } from '../../src/bulk/router-options.js';
 import { resolveFhirRouterOptions } from '../../src/fhir/router-options.js';
@@ -106,12 +107,46 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       refreshTokenLifetime: token.refreshTokenLifetime,
       onlineRefreshTokenLifetime: token.onlineRefreshTokenLifetime,
     });
-    expect(values.authorizeTicketLifetime).toBe(600);
+    const idpJwks = resolveIdentityProviderJwksOptions('test');
+    expect({
+      timeout: values.idpJwksTimeoutMs,
+      maxBytes: values.idpJwksMaxBytes,
+      cacheMaxAge: values.idpJwksCacheMaxAgeMs,
+      cooldown: values.idpJwksCooldownMs,
+    }).toEqual({
+      timeout: idpJwks.timeout,
+      maxBytes: idpJwks.maxBytes,
+      cacheMaxAge: idpJwks.cacheMaxAge,
+      cooldown: idpJwks.cooldown,
+    });
     const fhir = resolveFhirRouterOptions(
       { storage: memoryStorage(), authenticate: testAuthenticate },
       () => () => [],
     );
-    expect(values.fhirMaxAccurateTotal).toBe(fhir.maxAccurateTotal);
+    expect({
+      maxConcurrent: values.searchMaxConcurrent,
+      maxQueued: values.searchMaxQueued,
+      maxWaitMs: values.searchMaxWaitMs,
+      timeoutMs: values.searchTimeoutMs,
+      maxSortKeys: values.searchMaxSortKeys,
+      maxFilters: values.searchMaxParameters,
+      maxHasDepth: values.searchMaxHasDepth,
+      maxOffset: values.searchMaxOffset,
+      maxAccurateTotal: values.searchMaxAccurateTotal,
+    }).toEqual({
+      ...fhir.searchAdmission,
+      timeoutMs: fhir.searchTimeoutMs,
+      maxSortKeys: fhir.searchLimits.maxSortKeys,
+      maxFilters: fhir.searchLimits.maxFilters,
+      maxHasDepth: fhir.searchLimits.maxHasDepth,
+      maxOffset: fhir.searchLimits.maxOffset,
+      maxAccurateTotal: fhir.searchLimits.maxAccurateTotal,
+    });
+    expect(values.authorizeTicketLifetime).toBe(600);
+    expect({
+      maxOperations: values.fhirMaxPatchOperations,
+      maxResourceSize: values.fhirMaxPatchedResourceSize,
+    }).toEqual(fhir.patchLimits);
     const audit = resolveAuditOptions('test', {});
     expect({
       maxUrlLength: values.auditMaxUrlLength,
@@ -150,10 +185,10 @@ describe('serve settings: reading', () => {
   });
 
   it('reads the bound on exact search totals, a positive integer or Infinity', () => {
-    expect(readConfig({ FHIR_MAX_ACCURATE_TOTAL: '5000' }).fhirMaxAccurateTotal).toBe(5000);
-    expect(readConfig({ FHIR_MAX_ACCURATE_TOTAL: 'Infinity' }).fhirMaxAccurateTotal).toBe(Infinity);
+    expect(readConfig({ SEARCH_MAX_ACCURATE_TOTAL: '5000' }).searchMaxAccurateTotal).toBe(5000);
+    expect(readConfig({ SEARCH_MAX_ACCURATE_TOTAL: 'Infinity' }).searchMaxAccurateTotal).toBe(Infinity);
     for (const bad of ['0', '1.5', 'many'])
-      expect(() => readConfig({ FHIR_MAX_ACCURATE_TOTAL: bad }), bad).toThrow(/FHIR_MAX_ACCURATE_TOTAL/);
+      expect(() => readConfig({ SEARCH_MAX_ACCURATE_TOTAL: bad }), bad).toThrow(/SEARCH_MAX_ACCURATE_TOTAL/);
   });
 
   it.each([

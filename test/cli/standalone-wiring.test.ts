@@ -98,6 +98,32 @@ describe('serve settings reach the library', () => {
     expect(seen.platform[1]?.authorization).toEqual({ ticketLifetime: 600 });
   });
 
+  it("the identity providers' key fetching, as federation.jwks options", async () => {
+    const standalone = await start({
+      IDP_JWKS_TIMEOUT_MS: '2000',
+      IDP_JWKS_MAX_BYTES: '32kb',
+      IDP_JWKS_CACHE_MAX_AGE_MS: '60000',
+      IDP_JWKS_COOLDOWN_MS: '0',
+      ALLOW_PRIVATE_IDP_JWKS_ADDRESSES: 'false',
+    });
+    await standalone.close();
+    expect(seen.platform[0]?.federation).toEqual({
+      jwks: {
+        timeout: 2000,
+        maxBytes: 32 * 1024,
+        cacheMaxAge: 60000,
+        cooldown: 0,
+        allowPrivateAddresses: false,
+      },
+    });
+    // Unset: the library's defaults (private addresses as NODE_ENV says).
+    const defaults = await start({});
+    await defaults.close();
+    expect(seen.platform[1]?.federation).toEqual({
+      jwks: { timeout: 5000, maxBytes: 65536, cacheMaxAge: 600000, cooldown: 30000 },
+    });
+  });
+
   it("the PostgreSQL pool's size and timeouts, the read replicas and the history retention, as postgresStorage options", async () => {
     const standalone = await start({
       DATABASE_URL: 'postgres://db.example/fhir',

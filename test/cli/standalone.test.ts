@@ -97,6 +97,16 @@ describe('serve: configuration', () => {
     expect(config.fhirDefaultReturn).toBe('representation');
     expect(readConfig({ FHIR_DEFAULT_RETURN: 'Minimal' }).fhirDefaultReturn).toBe('minimal');
     expect(() => readConfig({ FHIR_DEFAULT_RETURN: 'OperationOutcome' })).toThrow(/FHIR_DEFAULT_RETURN/);
+    expect(config.fhirMaxPatchOperations).toBe(1000);
+    expect(readConfig({ FHIR_MAX_PATCH_OPERATIONS: '50' }).fhirMaxPatchOperations).toBe(50);
+    expect(() => readConfig({ FHIR_MAX_PATCH_OPERATIONS: '0' })).toThrow(/FHIR_MAX_PATCH_OPERATIONS/);
+    expect(config.fhirMaxPatchedResourceSize).toBe(32 * 1024 * 1024);
+    expect(readConfig({ FHIR_MAX_PATCHED_RESOURCE_SIZE: '1mb' }).fhirMaxPatchedResourceSize).toBe(
+      1024 * 1024,
+    );
+    expect(() => readConfig({ FHIR_MAX_PATCHED_RESOURCE_SIZE: 'Infinity' })).toThrow(
+      /FHIR_MAX_PATCHED_RESOURCE_SIZE/,
+    );
     expect(config.maxConnectionsPerAddress).toBe(128);
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: '16' }).maxConnectionsPerAddress).toBe(16);
     expect(readConfig({ MAX_CONNECTIONS_PER_ADDRESS: 'Infinity' }).maxConnectionsPerAddress).toBe(Infinity);
@@ -111,6 +121,27 @@ describe('serve: configuration', () => {
     expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'true' }).allowPrivateJwksAddresses).toBe(true);
     expect(readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'FALSE' }).allowPrivateJwksAddresses).toBe(false);
     expect(() => readConfig({ ALLOW_PRIVATE_JWKS_ADDRESSES: 'yes' })).toThrow(/ALLOW_PRIVATE_JWKS_ADDRESSES/);
+  });
+
+  it("reads the identity providers' key settings", () => {
+    expect(readConfig({})).toMatchObject({
+      idpJwksTimeoutMs: 5000,
+      idpJwksMaxBytes: 65536,
+      idpJwksCacheMaxAgeMs: 600000,
+      idpJwksCooldownMs: 30000,
+    });
+    expect(readConfig({}).allowPrivateIdpJwksAddresses).toBeUndefined();
+    expect(readConfig({ IDP_JWKS_MAX_BYTES: '128kb' }).idpJwksMaxBytes).toBe(128 * 1024);
+    expect(readConfig({ ALLOW_PRIVATE_IDP_JWKS_ADDRESSES: 'TRUE' }).allowPrivateIdpJwksAddresses).toBe(true);
+    for (const [name, bad] of [
+      ['IDP_JWKS_TIMEOUT_MS', '0'],
+      ['IDP_JWKS_MAX_BYTES', 'Infinity'],
+      ['IDP_JWKS_CACHE_MAX_AGE_MS', '-1'],
+      ['IDP_JWKS_COOLDOWN_MS', 'soon'],
+      ['ALLOW_PRIVATE_IDP_JWKS_ADDRESSES', 'yes'],
+    ] as const) {
+      expect(() => readConfig({ [name]: bad }), name).toThrow(new RegExp(name));
+    }
   });
 
   it('reads the SCIM settings for identity providers', () => {
@@ -306,7 +337,7 @@ describe('serve: the standalone server', () => {
     }
   });
 
-  it('provisions SCIM users without userType and echoes userName with the SCIM_* settings, and answers FHIR writes minimally with FHIR_DEFAULT_RETURN', async () => {
+  it('provisions SCIM users without userType and echoes userName with the SCIM_* settings, answers FHIR writes minimally with FHIR_DEFAULT_RETURN, and bounds patches with FHIR_MAX_PATCH_*', async () => {
     const standalone = await startStandalone(
       readConfig({
         PORT: '0',
@@ -315,6 +346,8 @@ describe('serve: the standalone server', () => {
         SCIM_DEFAULT_USER_TYPE: 'Practitioner',
         SCIM_ECHO_USER_NAME: 'true',
         FHIR_DEFAULT_RETURN: 'minimal',
+        FHIR_MAX_PATCH_OPERATIONS: '2',
+        FHIR_MAX_PATCHED_RESOURCE_SIZE: '4kb',
       }),
     );
     try {
@@ -371,6 +404,22 @@ describe('serve: the standalone server', () => {
       expect(write.status).toBe(201);
       expect(write.headers.get('location')).toMatch(/\/fhir\/R4\/Patient\/[^/]+\/_history\/1$/);
       expect(await write.text()).toBe('');
+
+      const id = /\/Patient\/([^/]+)\//.exec(write.headers.get('location')!)![1]!;
+      const patch = (operations: unknown[]) =>
+        fetch(`${base}/fhir/R4/Patient/${id}`, {
+          method: 'PATCH',
+          headers: { Authorization: `Bearer ${fhirToken}`, 'Content-Type': 'application/json-patch+json' },
+          body: JSON.stringify(operations),
+        });
+      const gender = { op: 'add', path: '/gender', value: 'female' };
+      const tooMany = await patch([gender, gender, gender]);
+      expect(tooMany.status).toBe(413);
+      expect(JSON.stringify(await tooMany.json())).toContain('maxPatchOperations');
+      const tooLarge = await patch([gender, { op: 'add', path: '/id2', value: 'x'.repeat(5000) }]);
+      expect(tooLarge.status).toBe(413);
+      expect(JSON.stringify(await tooLarge.json())).toContain('(operation 1)');
+      expect((await patch([gender, gender])).status).toBe(200);
     } finally {
       await standalone.close();
     }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { applyFhirPathPatch } from '../../src/fhir/fhirpath-patch.js';
 import { applyJsonPatch } from '../../src/fhir/json-patch.js';
+import { jsonSizeUpTo } from '../../src/fhir/patch-limits.js';
 import type { FhirResource } from '../../src/storage/types.js';
 
 const op = (type: string, path: string, rest: Record<string, unknown> = {}) => {
@@ -176,5 +177,125 @@ describe('JSON Patch', () => {
       applyJsonPatch(input, [{ op: 'add', path: '/constructor/prototype/x', value: 1 }]),
     ).toThrow();
     expect(({} as Record<string, unknown>).x).toBeUndefined();
+  });
+});
+
+describe('JSON Patch move and copy', () => {
+  it('refuse a from that points at nothing (422), naming the operation that failed', () => {
+    const ok = { op: 'test', path: '/active', value: true };
+    for (const from of ['/telecom', '/name/5', '/name/x', '/active/deeper', 'name', '/__proto__']) {
+      for (const verb of ['move', 'copy']) {
+        expect(
+          () => applyJsonPatch(patient(), [ok, ok, { op: verb, from, path: '/x' }]),
+          `${verb} ${from}`,
+        ).toThrow(
+          expect.objectContaining({ status: 422, message: expect.stringContaining('(operation 2)') }),
+        );
+      }
+    }
+    // A malformed operation later in the list is named by its own index too.
+    expect(() => applyJsonPatch(patient(), [ok, { op: 'jump', path: '/x' }])).toThrow(
+      expect.objectContaining({ status: 400, message: expect.stringContaining('(operation 1)') }),
+    );
+  });
+
+  it('move and copy what `from` points at, escaped keys and list items included', () => {
+    const input = { ...patient(), extension: [{ url: 'a/b~c', valueString: 'v' }], 'a/b': { 'c~d': 1 } };
+    const out = applyJsonPatch(input, [
+      { op: 'copy', from: '/a~1b/c~0d', path: '/copied' },
+      { op: 'move', from: '/name/1', path: '/name/0' },
+      { op: 'copy', from: '', path: '/contained' },
+    ]) as Record<string, unknown> & { name: { family: string }[]; contained: { copied?: number } };
+    expect(out.copied).toBe(1);
+    expect(out.name.map((n) => n.family)).toEqual(['B', 'A']);
+    expect(out.contained.copied).toBe(1);
+  });
+});
+
+describe('jsonSizeUpTo', () => {
+  it("measures a value's JSON text in bytes", () => {
+    const values: unknown[] = [
+      patient(),
+      { a: [1, -2.5, 1e21, true, false, null, 'é€'], b: { c: 'x"y' }, ü: [[{ d: [] }]] },
+      'text',
+      42,
+      [null],
+    ];
+    for (const value of values) {
+      // Escapes are not counted: `"` inside a string is one byte here, two in JSON.
+      const text = JSON.stringify(value).replaceAll('\\"', '"');
+      expect(jsonSizeUpTo(value, Infinity), text).toBe(Buffer.byteLength(text));
+    }
+  });
+
+  it('stops once over the limit, with an answer over it', () => {
+    const big = { list: Array.from({ length: 10_000 }, (_, i) => ({ value: `item ${i}` })) };
+    const whole = jsonSizeUpTo(big, Infinity);
+    expect(whole).toBe(JSON.stringify(big).length);
+    const cut = jsonSizeUpTo(big, 1000);
+    expect(cut).toBeGreaterThan(1000);
+    expect(cut).toBeLessThan(whole);
+  });
+});
+
+describe('FHIRPath Patch values and their elements', () => {
+  const request = (): FhirResource => ({
+    resourceType: 'MedicationRequest',
+    id: 'm',
+    status: 'active',
+    intent: 'order',
+    subject: { reference: 'Patient/p' },
+    dispenseRequest: { numberOfRepeatsAllowed: 1 },
+  });
+
+  it('take a profile of Quantity where a Quantity is wanted, and no other complex type', async () => {
+    const out = (await apply(
+      request(),
+      op('add', 'MedicationRequest.dispenseRequest', {
+        name: 'expectedSupplyDuration',
+        valueQuantity: { value: 30, unit: 'd' },
+      }),
+    )) as { dispenseRequest: Record<string, unknown> };
+    expect(out.dispenseRequest.expectedSupplyDuration).toEqual({ value: 30, unit: 'd' });
+    const misfit = await failure(
+      apply(
+        request(),
+        op('add', 'MedicationRequest.dispenseRequest', {
+          name: 'expectedSupplyDuration',
+          valueRange: { low: { value: 1 } },
+        }),
+      ),
+    );
+    expect(misfit).toMatchObject({ status: 422, expression: ['Parameters.parameter[0]'] });
+  });
+
+  it('keep the JSON type of a primitive element, an enumerated code included', async () => {
+    const integer = await failure(
+      apply(
+        request(),
+        op('replace', 'MedicationRequest.dispenseRequest.numberOfRepeatsAllowed', { valueString: '2' }),
+      ),
+    );
+    expect(integer.status).toBe(422);
+    const code = await failure(
+      apply(request(), op('replace', 'MedicationRequest.status', { valueBoolean: true })),
+    );
+    expect(code.status).toBe(422);
+    const fits = (await apply(
+      request(),
+      op('replace', 'MedicationRequest.status', { valueCode: 'stopped' }),
+      op('replace', 'MedicationRequest.dispenseRequest.numberOfRepeatsAllowed', { valueUnsignedInt: 2 }),
+    )) as { status: string; dispenseRequest: { numberOfRepeatsAllowed: number } };
+    expect([fits.status, fits.dispenseRequest.numberOfRepeatsAllowed]).toEqual(['stopped', 2]);
+  });
+
+  it('leave an element the schema does not know to validation', async () => {
+    const out = (await apply(
+      request(),
+      op('add', 'MedicationRequest', { name: 'madeUp', valueBoolean: true }),
+    )) as {
+      madeUp: boolean;
+    };
+    expect(out.madeUp).toBe(true);
   });
 });

@@ -39,6 +39,7 @@ import {
   StorageError,
   StorageLockedError,
   StorageUnavailableError,
+  SearchTooCostlyError,
 } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -126,6 +127,11 @@ const THROWN: Sample[] = [
       new StorageUnavailableError(SECRET_TEXT, {
         cause: Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' }),
       }),
+  },
+  {
+    code: 'ERR_STORAGE_TOO_COSTLY',
+    label: 'SearchTooCostlyError',
+    error: () => new SearchTooCostlyError(SECRET_TEXT),
   },
   ...(
     [

@@ -67,7 +67,7 @@ async function runFlow(kit, express, label, openStorage = (dir) => kit.fileStora
     assert.equal((await call(base, 'GET', '/healthz')).status, 200);
     const ready = await call(base, 'GET', '/readyz');
     assert.equal(ready.status, 200, ready.text);
-    assert.deepEqual(ready.json.checks, { storage: 'ok', exportWorkers: 'ok' });
+    assert.deepEqual(ready.json.checks, { storage: 'ok', exportWorkers: 'ok', signingKeys: 'ok' });
     const root = await bearer(base, ROOT.id, ROOT.secret);
     const init = await call(base, 'POST', '/fhir/R4/Project/$init', {
       token: root,

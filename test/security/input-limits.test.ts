@@ -79,6 +79,33 @@ describe('input limits at their defaults', () => {
     );
   });
 
+  it('FHIR PATCH: 1,000 operations (413 above), patched resource 32 MiB (413 at the copy that would pass it)', async () => {
+    const created = await request(t.app)
+      .post('/fhir/R4/Basic')
+      .set('Authorization', auth)
+      .type(FHIR_JSON)
+      .send(JSON.stringify({ resourceType: 'Basic', code: { text: 'x'.repeat(1000) } }));
+    expect(created.status).toBe(201);
+    const patch = (operations: unknown[]) =>
+      request(t.app)
+        .patch(`/fhir/R4/Basic/${created.body.id as string}`)
+        .set('Authorization', auth)
+        .type('application/json-patch+json')
+        .send(JSON.stringify(operations));
+    const test = { op: 'test', path: '/code/text', value: 'x'.repeat(1000) };
+    expect((await patch(Array.from({ length: 1000 }, () => test))).status).toBe(200);
+    expectOperationOutcome(await patch(Array.from({ length: 1001 }, () => test)), 413);
+    // Each copy of the list into itself doubles the resource: 1 KB to 32 MiB in about 15 copies.
+    const extension = { url: 'http://example.org/x', valueString: 'x'.repeat(1000) };
+    const copy = { op: 'copy', from: '/extension', path: '/extension/-' };
+    const res = await patch([
+      { op: 'add', path: '/extension', value: [extension] },
+      ...Array.from({ length: 30 }, () => copy),
+    ]);
+    expectOperationOutcome(res, 413);
+    expect(res.body.issue[0].details.text).toContain('maxPatchedResourceSize');
+  });
+
   it('search: _count over 1,000 is lowered to 1,000', async () => {
     const res = await request(t.app).get('/fhir/R4/Patient?_count=5000').set('Authorization', auth);
     expect(res.status).toBe(200);

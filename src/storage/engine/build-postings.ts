@@ -1,3 +1,4 @@
+import { SearchPace } from './search-pace.js';
 import type { ResourceIndexer } from '../search-index.js';
 import type { SearchRequest } from '../search-request.js';
 import type { ResourceQuery } from '../types.js';
@@ -90,6 +91,7 @@ async function runBuild(
   const keys = new Map<ResourceEntry, string[]>();
   /** Indexes `entries`; `strict`: a failed read fails the build, else that version is read again later. */
   const index = async (entries: ResourceEntry[], strict: boolean): Promise<void> => {
+    const pace = new SearchPace();
     const release = access.pin(entries);
     try {
       for (let i = 0; i < entries.length; i += READ_AHEAD) {
@@ -100,6 +102,8 @@ async function runBuild(
         bodies.forEach((body, k) => {
           if (body) keys.set(slice[k]!, postingKeys(indexer.index(body, wanted), wanted));
         });
+        // A build of a large type is shared work with no deadline: it lets other requests run.
+        await pace.breathe();
       }
     } finally {
       release();

@@ -28,6 +28,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
+import { SearchPace } from './search-pace.js';
 import { buildSearched } from './build-postings.js';
 import { resolveQuery } from './chains.js';
 import { postedSortValues } from './sort-postings.js';
@@ -420,7 +421,9 @@ export class EngineOperations implements StorageOperations {
     query: ResourceQuery = {},
   ): Promise<ResourcePage> {
     const rule = totalRule(query);
+    const pace = new SearchPace(query.deadline);
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
+    pace.check();
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
     // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
@@ -461,8 +464,8 @@ export class EngineOperations implements StorageOperations {
       }
       // A count alone needs no order.
       const countOnly = query.count !== undefined && query.count <= 0;
-      if (query.order && !countOnly) return await this.orderedPage(query, matches, where, rule);
-      return await this.filteredPage(query, matches, where, rule);
+      if (query.order && !countOnly) return await this.orderedPage(query, matches, where, rule, pace);
+      return await this.filteredPage(query, matches, where, rule, pace);
     } finally {
       release();
     }
@@ -494,24 +497,28 @@ export class EngineOperations implements StorageOperations {
 
   /**
    * The page of an `order` by values read from the bodies: the sort values of every match (after
-   * `where`) first, then the page's bodies read again. Counts every match on the way.
+   * `where`) first, then the page's bodies read again. Counts every match on the way. Tested a few
+   * milliseconds at a time (`pace`), so other requests are served meanwhile.
    */
   private async orderedPage(
     query: ResourceQuery,
     matches: ResourceEntry[],
     where: ResourceQuery['where'],
     rule: TotalRule,
+    pace: SearchPace,
   ): Promise<ResourcePage> {
     const order = query.order!;
     let keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
     for (let i = 0; i < matches.length; i += BODY_SLICE) {
       const slice = matches.slice(i, i + BODY_SLICE);
       const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-      bodies.forEach((body, k) => {
-        if (where && !where(body)) return;
+      for (let k = 0; k < bodies.length; k++) {
+        if (pace.due) await pace.breathe();
+        const body = bodies[k]!;
+        if (where && !where(body)) continue;
         const entry = slice[k]!;
         keyed.push({ entry, id: entry.id, keys: order.keys(body) });
-      });
+      }
     }
     keyed.sort(compareItems(query));
     const window = new PageWindow<ResourceEntry>(query);
@@ -525,12 +532,14 @@ export class EngineOperations implements StorageOperations {
    * The page of matches `where` decides, in the native order: bodies read slice by slice, the
    * page's kept as they pass. Reading stops once the page is complete and the count needs no
    * more (`none`, `estimate`: extrapolated from the candidates read; `accurate`: past its bound).
+   * Tested a few milliseconds at a time (`pace`), as `orderedPage` is.
    */
   private async filteredPage(
     query: ResourceQuery,
     matches: ResourceEntry[],
     where: ResourceQuery['where'],
     rule: TotalRule,
+    pace: SearchPace,
   ): Promise<ResourcePage> {
     const window = new PageWindow<StoredResource>(query);
     // Without a page to fill, the order does not matter.
@@ -539,9 +548,11 @@ export class EngineOperations implements StorageOperations {
     while (examined < matches.length && !(window.full && countedEnough(rule, window.total))) {
       const slice = matches.slice(examined, examined + BODY_SLICE);
       const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-      bodies.forEach((body, k) => {
+      for (let k = 0; k < bodies.length; k++) {
+        if (pace.due) await pace.breathe();
+        const body = bodies[k]!;
         if (!where || where(body)) window.offer(slice[k]!, body);
-      });
+      }
       examined += slice.length;
     }
     const total =

@@ -4,19 +4,12 @@ import { MemoryGrants } from '../memory-grants.js';
 import { DurableJsonFile } from './durable-json-file.js';
 
 /** The kinds written to disk: the long-lived ones. Tickets and codes live a minute or two. */
-const PERSISTED: readonly GrantKind[] = ['refresh', 'revoked-token'];
+const PERSISTED: readonly GrantKind[] = ['refresh', 'family', 'revoked-token'];
 
 interface GrantsFile {
   grants: GrantRecord[];
 }
 
-/**
- * The file store's grants: in memory, with refresh tokens and revoked token ids also written to
- * `grants.json` in the store directory (rewritten whole, durably, after each change of those
- * kinds; concurrent changes share one write). The file store is one process (its lock), so the
- * in-memory `take` and `use` are atomic. Tickets and codes are not written: a restart ends the
- * sign-ins under way, which the user starts again.
- */
 /**
  * What `grants.json` holds of `grants` now (its long-lived kinds, unexpired): a backup writes it
  * as it was when the store was frozen.
@@ -25,6 +18,13 @@ export function grantsFileText(grants: MemoryGrants): string {
   return JSON.stringify({ grants: grants.entries(PERSISTED) } satisfies GrantsFile);
 }
 
+/**
+ * The file store's grants: in memory, with refresh tokens, families and revoked token ids also
+ * written to `grants.json` in the store directory (rewritten whole, durably, after each change of
+ * those kinds; concurrent changes share one write). The file store is one process (its lock), so the
+ * in-memory `take`, `use`, `extend` and `revoke` are atomic. Tickets and codes are not written: a
+ * restart ends the sign-ins under way, which the user starts again.
+ */
 export async function openFileGrants(dir: string, sync: boolean): Promise<MemoryGrants> {
   const file = new DurableJsonFile<GrantsFile>(path.join(dir, 'grants.json'), sync);
   let writing: Promise<void> | undefined;

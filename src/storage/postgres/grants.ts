@@ -16,8 +16,9 @@ function withUsed(row: GrantRow): GrantRecord {
 
 /**
  * Grants in the `oauth_grants` table (migration 9), shared by every instance on the database.
- * `take` is one `DELETE … RETURNING` and `use` one `UPDATE … RETURNING` reading the row it locked,
- * so of two instances racing on one code or refresh token exactly one wins. Times are each
+ * `take` is one `DELETE … RETURNING`, `use` one `UPDATE … RETURNING` reading the row it locked,
+ * `extend` one `UPDATE` and `revoke` one `DELETE`, so of two instances racing on one code or refresh
+ * token exactly one wins, and a family revoked is never extended afterwards. Times are each
  * instance's clock, as for `useOnce` (grants live minutes to days, far above clock drift).
  */
 export class PostgresGrants implements GrantStore {
@@ -98,6 +99,23 @@ export class PostgresGrants implements GrantStore {
       );
       const row = rows[0];
       return row && { grant: withUsed(row), firstUse: !row.was_used };
+    });
+  }
+
+  extend(kind: GrantKind, key: string, expiresAt: number): Promise<boolean> {
+    return this.exec.run('write', async (query) => {
+      // One statement locking the row: against a racing `revoke` (one DELETE), either this runs
+      // first and the DELETE then removes the row, or it finds the row gone (READ COMMITTED re-reads
+      // a row it waited for) and answers false.
+      const { rowCount } = await query(
+        `UPDATE ${this.s}.oauth_grants
+            SET expires_at = GREATEST(expires_at, $3::bigint),
+                record = jsonb_set(record::jsonb, '{expiresAt}', to_jsonb(GREATEST(expires_at, $3::bigint)))::json
+          WHERE kind = $1 AND key = $2 AND expires_at > $4`,
+        [kind, key, Math.ceil(expiresAt), Date.now()],
+        true,
+      );
+      return (rowCount ?? 0) > 0;
     });
   }
 

@@ -21,8 +21,8 @@ import { validResources } from './valid-resources.js';
 /*
  * Differential test of strict validation: the default validator (a fast path compiled per type,
  * then `@medplum/core` for anything it does not clear) against `@medplum/core`'s `validateResource`
- * alone, the validator before the fast path. Every issue is compared whole (severity, code,
- * details.text, expression, diagnostics), in order.
+ * and the shape check (validation/value-shapes.ts) without the fast path. Every issue is compared
+ * whole (severity, code, details.text, expression, diagnostics), in order.
  */
 
 // The shared Synthea sample, as test/fhir/synthea.test.ts finds it: ../shared/data next to the repo.
