@@ -222,3 +222,49 @@ describe('the CapabilityStatement lists includes', () => {
     expect(revIncluded.body.entry).toHaveLength(2);
   });
 });
+
+describe('the CapabilityStatement states the search limits', () => {
+  const limitsOf = async (options: Parameters<typeof fhirRouter>[0]) => {
+    const limited = express();
+    limited.use(BASE, fhirRouter(options));
+    const res = await request(limited).get(`${BASE}/metadata`);
+    expect(res.status).toBe(200);
+    const rest = res.body.rest[0] as { documentation: string; searchParam: SearchParamEntry[] };
+    const doc = (name: string) => rest.searchParam.find((p) => p.name === name)?.documentation ?? '';
+    return { rest, doc };
+  };
+
+  it("in rest.documentation and the result parameters' documentation, as the router is set", async () => {
+    const defaults = await limitsOf({ storage, authenticate: testAuthenticate });
+    expect(defaults.rest.documentation).toContain('up to 100,000 matches');
+    expect(defaults.rest.documentation).toContain('`_count`: 20 when absent, at most 1,000');
+    expect(defaults.doc('_total')).toMatch(
+      /^none \(the default.*at most 100,000 matches, else 400 too-costly/,
+    );
+    expect(defaults.doc('_count')).toBe('Page size: 20 when absent, at most 1,000.');
+
+    const set = await limitsOf({
+      storage,
+      authenticate: testAuthenticate,
+      defaultCount: 10,
+      maxCount: 50,
+      searchLimits: { maxAccurateTotal: 5000, maxSortKeys: 2, maxOffset: 300, maxIncluded: 40 },
+    });
+    expect(set.rest.documentation).toContain('up to 5,000 matches');
+    expect(set.rest.documentation).toContain('`_count`: 10 when absent, at most 50');
+    expect(set.rest.documentation).toContain('At most 2 `_sort` keys, 30 search parameters');
+    expect(set.rest.documentation).toContain('an `_offset` of 300');
+    expect(set.rest.documentation).toContain('at most 40 resources a page');
+    expect(set.doc('_total')).toContain('at most 5,000 matches');
+    expect(set.doc('_sort')).toContain('at most 2 keys');
+    expect(set.doc('_include')).toContain('at most 40 a page');
+
+    const unbounded = await limitsOf({
+      storage,
+      authenticate: testAuthenticate,
+      searchLimits: { maxAccurateTotal: Infinity },
+    });
+    expect(unbounded.rest.documentation).toContain('is counted whatever the number of matches');
+    expect(unbounded.doc('_total')).toContain('no bound');
+  });
+});

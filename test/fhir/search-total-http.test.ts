@@ -5,6 +5,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
 import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
 import type { Storage } from '../../src/storage/types.js';
+import { memoryStorage } from '../../src/stores.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
@@ -196,5 +197,21 @@ forEachStore('search totals over HTTP', (store, open) => {
         for (const text of estimated) expect(text).not.toMatch(/count\(/i);
       });
     }
+  });
+});
+
+describe('searchLimits.maxAccurateTotal', () => {
+  it('is checked when the router is made: a positive integer or Infinity', () => {
+    const storage = memoryStorage();
+    const make = (maxAccurateTotal: unknown) => () =>
+      fhirRouter({ storage, authenticate: testAuthenticate, searchLimits: { maxAccurateTotal } as never });
+    for (const bad of [0, -1, 1.5, Number.NaN, '10'])
+      expect(make(bad), String(bad)).toThrow(
+        expect.objectContaining({
+          code: 'ERR_INVALID_OPTION',
+          message: expect.stringMatching(/maxAccurateTotal/),
+        }),
+      );
+    for (const good of [1, 100_000, Infinity]) expect(make(good), String(good)).not.toThrow();
   });
 });
