@@ -293,6 +293,7 @@ describe('input limits at smaller configured values', () => {
         bodyLimit: 16 * KiB,
         streamedBundleLimit: 64 * KiB,
         upload: { maxFileSize: 256 * KiB, maxFiles: 2, maxLineLength: KiB },
+        searchLimits: { maxAccurateTotal: 3 },
       },
     });
     const id = await small.initProject('Small limits');
@@ -313,6 +314,26 @@ describe('input limits at smaller configured values', () => {
         request: { method: 'POST', url: 'Basic' },
       })),
     });
+
+  it('searchLimits.maxAccurateTotal (100,000 by default, 3 here): an exact total past it is 400, at it 200', async () => {
+    const search = (query: string) =>
+      request(small.app).get(`/fhir/R4/Basic?${query}`).set('Authorization', smallAuth);
+    const basic = (code: string) =>
+      request(small.app)
+        .post('/fhir/R4/Basic')
+        .set('Authorization', smallAuth)
+        .type(FHIR_JSON)
+        .send(JSON.stringify({ resourceType: 'Basic', code: { text: code } }));
+    for (const code of ['three', 'three', 'three', 'four', 'four', 'four', 'four'])
+      expect((await basic(code)).status).toBe(201);
+    const under = await search('code:text=three&_summary=count');
+    expect(under.status).toBe(200);
+    expect(under.body.total).toBe(3);
+    const over = await search('code:text=four&_total=accurate');
+    expectOperationOutcome(over, 400, 'too-costly');
+    expect(over.body.issue[0].expression).toEqual(['_total']);
+    expect((await search('code:text=four')).status).toBe(200);
+  });
 
   it('streamedBundleLimit (1 GB by default, 64 KiB here): a Bundle over bodyLimit is streamed; over the limit, 413', async () => {
     const post = (text: string) =>
