@@ -145,8 +145,8 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_FHIR_TOO_COSTLY: answer(
     413,
     'too-costly',
-    'Over a size limit; 429 when the project export files reach `maxProjectExportSize`; 412 when a multiple conditional delete matches more than `maxBundleEntries`',
-    { otherStatuses: [429, 412] },
+    'Over a size limit; 429 when the project export files reach `maxProjectExportSize`; 412 when a multiple conditional delete matches more than `maxBundleEntries`; 400 when a search asks more than its `searchLimits` allow (an exact total past `maxAccurateTotal` among them) or a `_typeFilter` chain matches more than `maxTypeFilterMatches`',
+    { otherStatuses: [429, 412, 400] },
   ),
   ERR_FHIR_THROTTLED: answer(
     429,
