@@ -345,10 +345,13 @@ async function sqlPage(
     outerOrder = keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p');
     values.push(count, offset);
     ctes = `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${c.from}) `;
-    pageRows = `SELECT r.body, ${t}.* FROM ${ordered} JOIN ${s}.resources r USING (seq)
-                 WHERE ${position}
-                 ORDER BY ${pageOrder}
-                 LIMIT $${values.length - 1} OFFSET $${values.length}`;
+    // The page is cut before the bodies are read: only its own are.
+    pageRows = `SELECT r.body, n.* FROM (
+                  SELECT ${t}.* FROM ${ordered}
+                   WHERE ${position}
+                   ORDER BY ${pageOrder}
+                   LIMIT $${values.length - 1} OFFSET $${values.length}) n
+                 JOIN ${s}.resources r USING (seq)`;
   }
   const statement = counting
     ? `${ctes}SELECT t.total, p.body FROM ${counting} LEFT JOIN LATERAL (${pageRows}) p ON true
