@@ -29,7 +29,7 @@ for (const [name, open] of STORES) {
       afterTest(() => storage.close());
       const writes = Array.from({ length: count }, (_, i) => ({
         op: 'update' as const,
-        resource: { resourceType: 'Patient', id: `p${i}` } as FhirResource & { id: string },
+        resource: { resourceType: 'Patient', id: `p${i}` },
       }));
       await storage.writeResources('p1', writes);
       return storage;
