@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
-import type { FhirResource, Storage, StoredResource } from '../../src/storage/types.js';
+import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
