@@ -56,6 +56,73 @@ export interface CapabilityStatementInput {
    * `not-supported`. @default 'single'
    */
   conditionalDelete?: 'single' | 'multiple' | 'not-supported';
+  /**
+   * The bounds searches are held to (`fhirRouter`'s `searchLimits`), said in the documentation of
+   * the search parameters they bound. @default the router's defaults
+   */
+  searchLimits?: Partial<SearchLimitsText>;
+}
+
+/** The bounds a CapabilityStatement states, each in the documentation of the parameter it bounds. */
+interface SearchLimitsText {
+  maxSortKeys: number;
+  maxOffset: number;
+  maxHasDepth: number;
+  maxFilters: number;
+  maxIncluded: number;
+  maxIncludeDepth: number;
+}
+
+const LIMITS_TEXT_DEFAULTS: SearchLimitsText = {
+  maxSortKeys: 5,
+  maxOffset: 10_000,
+  maxHasDepth: 2,
+  maxFilters: 30,
+  maxIncluded: 1000,
+  maxIncludeDepth: 3,
+};
+
+/**
+ * The result parameters every type takes, documented with the bounds they are held to (R4 has no
+ * element for such limits: `searchParam.documentation` says them where a client looks).
+ */
+function resultParameters(limits: SearchLimitsText): Record<string, string>[] {
+  const includes = `${limits.maxIncludeDepth} levels, at most ${limits.maxIncluded} a page`;
+  return [
+    {
+      name: '_count',
+      type: 'number',
+      documentation: `Page size (capped by the server). A search takes at most ${limits.maxFilters} parameters.`,
+    },
+    {
+      name: '_offset',
+      type: 'number',
+      documentation: `Number of matches to skip, at most ${limits.maxOffset} (next links page further).`,
+    },
+    {
+      name: '_sort',
+      type: 'string',
+      documentation: `Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending; at most ${limits.maxSortKeys} keys.`,
+    },
+    { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
+    { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
+    { name: '_total', type: 'token', documentation: 'none, estimate or accurate.' },
+    {
+      name: '_include',
+      type: 'special',
+      documentation: `Type:parameter[:target], * and :iterate (${includes}).`,
+    },
+    {
+      name: '_revinclude',
+      type: 'special',
+      documentation: `Type:parameter[:target] and :iterate (${includes}).`,
+    },
+    {
+      name: '_has',
+      type: 'special',
+      documentation: `Reverse chaining: _has:Type:reference:parameter=value, nested at most ${limits.maxHasDepth} deep.`,
+    },
+  ];
 }
 
 const INTERACTIONS = [
@@ -217,38 +284,7 @@ export function buildCapabilityStatement(
         ...(Object.keys(security).length > 0 ? { security } : {}),
         resource,
         interaction: [{ code: 'batch' }, { code: 'transaction' }, { code: 'history-system' }],
-        searchParam: [
-          { name: '_count', type: 'number', documentation: 'Page size (capped by the server).' },
-          {
-            name: '_offset',
-            type: 'number',
-            documentation: 'Number of matches to skip (next links use it).',
-          },
-          {
-            name: '_sort',
-            type: 'string',
-            documentation:
-              'Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending.',
-          },
-          { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
-          { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
-          { name: '_total', type: 'token', documentation: 'none, estimate or accurate.' },
-          {
-            name: '_include',
-            type: 'special',
-            documentation: 'Type:parameter[:target], * and :iterate (3 levels, at most 1000 a page).',
-          },
-          {
-            name: '_revinclude',
-            type: 'special',
-            documentation: 'Type:parameter[:target] and :iterate (3 levels, at most 1000 a page).',
-          },
-          {
-            name: '_has',
-            type: 'special',
-            documentation: 'Reverse chaining: _has:Type:reference:parameter=value, nested.',
-          },
-        ],
+        searchParam: resultParameters({ ...LIMITS_TEXT_DEFAULTS, ...input.searchLimits }),
         ...(systemOperations.length > 0 ? { operation: systemOperations } : {}),
       },
     ],

@@ -16,7 +16,7 @@ const KEPT_STATEMENTS = 8;
  */
 export function mountMetadata(
   router: Router,
-  config: Pick<ResolvedFhirRouterOptions, 'capabilities' | 'conditionalDelete' | 'software'>,
+  config: Pick<ResolvedFhirRouterOptions, 'capabilities' | 'conditionalDelete' | 'software' | 'searchLimits'>,
   base: (req: Request) => string,
 ): void {
   const statements = new Map<string, string>();
@@ -34,6 +34,7 @@ export function mountMetadata(
               conditionalDelete:
                 config.conditionalDelete === 'off' ? 'not-supported' : config.conditionalDelete,
               ...(config.software ? { software: config.software } : {}),
+              searchLimits: config.searchLimits,
             },
             await loadSearchRegistry(),
           );

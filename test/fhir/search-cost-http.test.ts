@@ -89,6 +89,18 @@ forEachStore('search cost bounds over HTTP', (store, open) =>
       );
       expectTooCostly(await get(app, 'Patient?_offset=6'), '_offset');
       expect((await get(app, `Patient?${repeated(2)}&_sort=name&_offset=5`)).status).toBe(200);
+      // The CapabilityStatement says the bounds where a client reads about those parameters.
+      const metadata = await request(app).get(`${BASE}/metadata`);
+      const documentation = new Map(
+        (metadata.body.rest[0].searchParam as { name: string; documentation: string }[]).map((p) => [
+          p.name,
+          p.documentation,
+        ]),
+      );
+      expect(documentation.get('_sort')).toContain('at most 1 keys');
+      expect(documentation.get('_offset')).toContain('at most 5');
+      expect(documentation.get('_has')).toContain('at most 1 deep');
+      expect(documentation.get('_count')).toContain('at most 2 parameters');
     });
   }),
 );
