@@ -41,6 +41,7 @@ const ROOT = [
   'StorageError',
   'StorageLockedError',
   'StorageUnavailableError',
+  'SearchTooCostlyError',
   'authorizationRouter',
   'bearerAuth',
   'buildAuditEvent',

@@ -71,3 +71,50 @@ export function limitsDocumentation(limits: StatedLimits): string {
     `- \`_include\` / \`_revinclude\`: at most ${shown(limits.maxIncluded)} resources a page, \`:iterate\` ${shown(limits.maxIncludeDepth)} levels (a \`too-costly\` warning beyond).`,
   ].join('\n');
 }
+
+/**
+ * The result parameters every type takes (`rest.searchParam`), documented with the bounds they are
+ * held to: `searchParam.documentation` says them where a client looks.
+ */
+export function resultParameters(limits: StatedLimits): Record<string, string>[] {
+  const includes = `${shown(limits.maxIncludeDepth)} levels, at most ${shown(limits.maxIncluded)} a page`;
+  return [
+    {
+      name: '_count',
+      type: 'number',
+      documentation: `Page size: ${shown(limits.defaultCount)} when absent, at most ${shown(limits.maxCount)}. A search takes at most ${shown(limits.maxFilters)} parameters.`,
+    },
+    {
+      name: '_offset',
+      type: 'number',
+      documentation: `Number of matches to skip, at most ${shown(limits.maxOffset)} (next links page further).`,
+    },
+    {
+      name: '_sort',
+      type: 'string',
+      documentation: `Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending; at most ${shown(limits.maxSortKeys)} keys.`,
+    },
+    { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
+    { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
+    {
+      name: '_total',
+      type: 'token',
+      documentation: `none (the default, but for _summary=count and _count=0), estimate or accurate (at most ${shown(limits.maxAccurateTotal)} matches, else 400 too-costly).`,
+    },
+    {
+      name: '_include',
+      type: 'special',
+      documentation: `Type:parameter[:target], * and :iterate (${includes}).`,
+    },
+    {
+      name: '_revinclude',
+      type: 'special',
+      documentation: `Type:parameter[:target] and :iterate (${includes}).`,
+    },
+    {
+      name: '_has',
+      type: 'special',
+      documentation: `Reverse chaining: _has:Type:reference:parameter=value, nested at most ${shown(limits.maxHasDepth)} deep.`,
+    },
+  ];
+}

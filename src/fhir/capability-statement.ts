@@ -4,7 +4,7 @@ import { isSupportedParameter } from '../search/parse.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import {
   limitsDocumentation,
-  shown,
+  resultParameters,
   statedLimits,
   type CapabilitySearchLimits,
 } from './capability-limits.js';
@@ -63,9 +63,9 @@ export interface CapabilityStatementInput {
    */
   conditionalDelete?: 'single' | 'multiple' | 'not-supported';
   /**
-   * The search limits `fhirRouter` applies (its options of the same names), stated in the
-   * documentation of the result parameters they bound and in `rest.documentation` (R4 has no
-   * element for limits).
+   * The search limits `fhirRouter` applies (`defaultCount`, `maxCount` and its `searchLimits`),
+   * stated in the documentation of the result parameters they bound and in `rest.documentation`
+   * (R4 has no element for limits).
    * @default the router's defaults
    */
   searchLimits?: CapabilitySearchLimits;
@@ -233,45 +233,7 @@ export function buildCapabilityStatement(
         ...(Object.keys(security).length > 0 ? { security } : {}),
         resource,
         interaction: [{ code: 'batch' }, { code: 'transaction' }, { code: 'history-system' }],
-        searchParam: [
-          {
-            name: '_count',
-            type: 'number',
-            documentation: `Page size: ${shown(limits.defaultCount)} when absent, at most ${shown(limits.maxCount)}.`,
-          },
-          {
-            name: '_offset',
-            type: 'number',
-            documentation: `Number of matches to skip, at most ${shown(limits.maxOffset)} (next links page further).`,
-          },
-          {
-            name: '_sort',
-            type: 'string',
-            documentation: `Comma-separated search parameters of the type (or _id, _lastUpdated), - for descending; at most ${shown(limits.maxSortKeys)} keys.`,
-          },
-          { name: '_summary', type: 'token', documentation: 'true, text, data, count or false.' },
-          { name: '_elements', type: 'string', documentation: 'Top-level elements to return (SUBSETTED).' },
-          {
-            name: '_total',
-            type: 'token',
-            documentation: `none (the default, but for _summary=count and _count=0), estimate or accurate (at most ${shown(limits.maxAccurateTotal)} matches, else 400 too-costly).`,
-          },
-          {
-            name: '_include',
-            type: 'special',
-            documentation: `Type:parameter[:target], * and :iterate (${shown(limits.maxIncludeDepth)} levels, at most ${shown(limits.maxIncluded)} a page).`,
-          },
-          {
-            name: '_revinclude',
-            type: 'special',
-            documentation: `Type:parameter[:target] and :iterate (${shown(limits.maxIncludeDepth)} levels, at most ${shown(limits.maxIncluded)} a page).`,
-          },
-          {
-            name: '_has',
-            type: 'special',
-            documentation: 'Reverse chaining: _has:Type:reference:parameter=value, nested.',
-          },
-        ],
+        searchParam: resultParameters(limits),
         ...(systemOperations.length > 0 ? { operation: systemOperations } : {}),
       },
     ],

@@ -2,7 +2,7 @@ import type { FhirContext } from './interactions.js';
 
 /** Runs `work` as `ctx.admit` admits it (a turn of the project, with its deadline), or at once. */
 export function admitted<T>(ctx: FhirContext, work: (ctx: FhirContext) => Promise<T>): Promise<T> {
-  return ctx.admit ? ctx.admit(work) : work(ctx);
+  return ctx.admit ? ctx.admit(ctx, work) : work(ctx);
 }
 
 /** `{ deadline }` of `ctx` when it has one: what every store query of a costly read carries. */

@@ -51,10 +51,11 @@ export interface FhirContext {
   atomically<T>(fn: (ctx: FhirContext) => Promise<T>): Promise<T>;
   /**
    * Runs a costly read (a search, `$everything`, a history listing) in a turn of the project (the
-   * router's `searchAdmission`: 429 when none comes), with a context whose `deadline` is the end of
-   * that turn. Absent: run at once, without a deadline (a context built by hand).
+   * router's `searchAdmission`: 429 when none comes), with `ctx` (this context, or one derived from
+   * it, such as a transaction's) given the `deadline` the turn ends by. Absent: run at once,
+   * without a deadline (a context built by hand). Call it through `admitted`.
    */
-  admit?<T>(work: (ctx: FhirContext) => Promise<T>): Promise<T>;
+  admit?<T>(ctx: FhirContext, work: (ctx: FhirContext) => Promise<T>): Promise<T>;
   /**
    * When the costly read under way must be answered by, epoch ms: every store query it makes is
    * given it (`ResourceQuery.deadline`). Set by `admit`.

@@ -45,7 +45,8 @@ export function requestContexts(
       ...(access ? { access } : {}),
       atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
       // A turn of the project; nested costly reads (a Bundle's search inside a turn) take no other.
-      admit: (work) => admission.run(projectId, (deadline) => work(admittedContext(ctx, deadline))),
+      admit: (current, work) =>
+        admission.run(projectId, (deadline) => work(admittedContext(current, deadline))),
       searchLimits: config.searchLimits,
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {
@@ -68,10 +69,9 @@ export function requestContexts(
     contexts.set(req, ctx);
     next();
   };
-  /** `ctx` in a turn that ends at `deadline`: its own costly reads run at once within it. */
+  /** `ctx` in a turn that ends at `deadline`: costly reads it starts run at once, in that turn. */
   const admittedContext = (ctx: FhirContext, deadline: number): FhirContext => {
-    const inner: FhirContext = { ...ctx, deadline, admit: (work) => work(inner) };
-    return inner;
+    return { ...ctx, deadline, admit: (current, work) => work(current) };
   };
   const contextOf = (req: Request): FhirContext => {
     const ctx = contexts.get(req);

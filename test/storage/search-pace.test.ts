@@ -1,0 +1,82 @@
+import { describe, expect, it } from 'vitest';
+import { SearchTooCostlyError } from '../../src/storage/errors.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
+import type { Storage, StoredResource } from '../../src/storage/types.js';
+import { afterTest } from '../helpers/cleanup.js';
+import { tempDir } from '../helpers/temp-dir.js';
+
+/*
+ * The embedded stores' searches share the event loop and keep to their deadline
+ * (`ResourceQuery.deadline`): a search whose test of each candidate is slow lets other callbacks
+ * run while it works, and stops with SearchTooCostlyError once its deadline passes.
+ */
+
+/** Spins for `ms` milliseconds: a test of one candidate that costs CPU time. */
+function spin(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+const STORES: [string, () => Storage | Promise<Storage>][] = [
+  ['memory', () => memoryStorage()],
+  ['file', () => fileStorage({ dir: tempDir('fpk-pace-'), durability: 'write' })],
+];
+
+for (const [name, open] of STORES) {
+  describe(`search pace (${name} store)`, () => {
+    async function seeded(count: number): Promise<Storage> {
+      const storage = await open();
+      afterTest(() => storage.close());
+      const writes = Array.from({ length: count }, (_, i) => ({
+        op: 'update' as const,
+        resource: { resourceType: 'Patient', id: `p${i}` },
+      }));
+      await storage.writeResources('p1', writes);
+      return storage;
+    }
+
+    it('refuses a search whose deadline has passed', async () => {
+      const storage = await seeded(3);
+      await expect(
+        storage.searchResources('p1', 'Patient', { deadline: Date.now() - 1 }),
+      ).rejects.toBeInstanceOf(SearchTooCostlyError);
+    });
+
+    it('lets other callbacks run while a slow search works, and answers it whole', async () => {
+      const storage = await seeded(40);
+      let tested = 0;
+      let testedWhenOtherRan: number | undefined;
+      const page = await storage.searchResources('p1', 'Patient', {
+        where: (_r: StoredResource) => {
+          // Scheduled once the search is testing candidates: it must not wait for the last one.
+          if (tested === 0) setImmediate(() => (testedWhenOtherRan = tested));
+          spin(1);
+          tested += 1;
+          return true;
+        },
+      });
+      expect(page.resources).toHaveLength(40);
+      expect(tested).toBe(40);
+      // The other callback ran in the middle of the search, not after it.
+      expect(testedWhenOtherRan).toBeGreaterThan(0);
+      expect(testedWhenOtherRan).toBeLessThan(40);
+    });
+
+    it('stops a slow search at its deadline with SearchTooCostlyError', async () => {
+      const storage = await seeded(300);
+      let tested = 0;
+      const search = storage.searchResources('p1', 'Patient', {
+        deadline: Date.now() + 30,
+        where: () => {
+          spin(1);
+          tested += 1;
+          return true;
+        },
+      });
+      await expect(search).rejects.toBeInstanceOf(SearchTooCostlyError);
+      expect(tested).toBeLessThan(300);
+      // The store answers the next search as usual.
+      expect((await storage.searchResources('p1', 'Patient', { count: 0 })).total).toBe(300);
+    });
+  });
+}
