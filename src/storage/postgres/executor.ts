@@ -298,7 +298,11 @@ export class TransactionExecutor implements Executor {
     return result;
   }
 
-  private async runNow<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T> {
+  private async runNow<T>(
+    kind: ExecutionKind,
+    fn: (query: Query) => Promise<T>,
+    search?: SearchRun,
+  ): Promise<T> {
     this.assertCommittable();
     const raw = queryOn(this.client, this.names);
     try {
@@ -312,7 +316,8 @@ export class TransactionExecutor implements Executor {
             throw error;
           }
         }) as Query;
-        const deadline = kind === 'read' ? searchDeadline(search?.deadline, this.statementTimeoutMs) : undefined;
+        const deadline =
+          kind === 'read' ? searchDeadline(search?.deadline, this.statementTimeoutMs) : undefined;
         if (deadline === undefined) return await fn(watched);
         return await this.searchWithin(watched, deadline, fn);
       }
@@ -340,7 +345,11 @@ export class TransactionExecutor implements Executor {
    * A search under its deadline in the transaction: its statements' timeout set for it, then the
    * session's again for the transaction's later statements (unless the search aborted it).
    */
-  private async searchWithin<T>(watched: Query, deadline: number, fn: (query: Query) => Promise<T>): Promise<T> {
+  private async searchWithin<T>(
+    watched: Query,
+    deadline: number,
+    fn: (query: Query) => Promise<T>,
+  ): Promise<T> {
     const timed = deadlineQuery(watched, (text) => watched(text), deadline);
     const restore = async () => {
       if (timed.begun) await watched('SET LOCAL statement_timeout TO DEFAULT');

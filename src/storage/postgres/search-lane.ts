@@ -6,8 +6,9 @@ import { SearchTooCostlyError, StorageClosedError, StorageUnavailableError } fro
  * run at most `connections` at once, so that the rest of the pool stays free for point reads,
  * writes, the token endpoint's records and readiness; and at most `perProject` of them for one
  * project, so that one tenant's searches cannot take the whole lane. A search that finds no room
- * waits in its project's queue (first come, first served); when a search ends, the projects with
- * waiting searches are served in turn, so a project with 50 waiting does not hold back another's.
+ * waits in its project's queue (first come, first served); when a search ends, the project with
+ * waiting searches that runs the fewest is served (projects in turn among equals), so a project
+ * with 50 waiting does not hold back another's.
  */
 
 /** The lane's sizes, resolved from the store's options. */
@@ -66,7 +67,7 @@ export function resolveSearchLane(
   return { connections, perProject, waitTimeoutMs };
 }
 
-/** Admits searches into the lane: per project in arrival order, projects in turn. */
+/** Admits searches into the lane: per project in arrival order, the project running fewest first. */
 export class SearchLane {
   private running = 0;
   /** Searches running now, per project (projects with none are absent). */
@@ -135,10 +136,13 @@ export class SearchLane {
     else this.waiting.set(waiter.projectId, [waiter]);
   }
 
-  /** Admits waiting searches while there is room: the first project in turn that may run one. */
+  /**
+   * Admits waiting searches while there is room: of the projects that may run one more, the one
+   * running the fewest (the first in turn among equals).
+   */
   private dispatch(): void {
     while (this.running < this.limits.connections) {
-      const next = [...this.waiting.keys()].find((projectId) => this.hasRoom(projectId));
+      const next = this.nextProject();
       if (next === undefined) return;
       const queue = this.waiting.get(next)!;
       const waiter = queue.shift()!;
@@ -148,6 +152,19 @@ export class SearchLane {
       clearTimeout(waiter.timer);
       waiter.grant(this.take(next));
     }
+  }
+
+  private nextProject(): string | undefined {
+    let next: string | undefined;
+    let fewest = Infinity;
+    for (const projectId of this.waiting.keys()) {
+      const held = this.held.get(projectId) ?? 0;
+      if (held < fewest && held < this.limits.perProject) {
+        next = projectId;
+        fewest = held;
+      }
+    }
+    return next;
   }
 
   private armTimer(waiter: Waiter, deadline: number | undefined): void {
