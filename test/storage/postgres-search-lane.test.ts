@@ -113,7 +113,10 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
   }
 
   /** Tracks the order in which labelled promises settle. */
-  function settleOrder(): { order: string[]; track<T>(label: string, promise: Promise<T>): Promise<T> } {
+  function settleOrder(): {
+    order: string[];
+    track: <T>(label: string, promise: Promise<T>) => Promise<T>;
+  } {
     const order: string[] = [];
     return {
       order,
@@ -140,7 +143,7 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
         admin: false,
         superAdmin: false,
       });
-      await storage.grants.put({
+      await storage.grants!.put({
         kind: 'code',
         key: 'b-code',
         projectId: 'b',
@@ -168,7 +171,7 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
       expect(written!.resource!.meta.versionId).toBe('1');
       await storage.ping();
       expect((await storage.readClient('b-client')).projectId).toBe('b');
-      expect((await storage.grants.get('code', 'b-code'))?.clientId).toBe('b-client');
+      expect((await storage.grants!.get('code', 'b-code'))?.clientId).toBe('b-client');
       expect((await storage.readResourceVersion('b', 'Patient', 'p1', '1')).id).toBe('p1');
       // And b's search runs in the lane beside a's one.
       const page = await storage.searchResources('b', 'Patient', await searchQuery('Patient', 'gender=male'));
