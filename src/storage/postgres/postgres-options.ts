@@ -49,7 +49,8 @@ export interface PostgresStorageOptions {
   /**
    * Longest wait for a free connection of the store's pool, in milliseconds; a call still waiting
    * then fails with `StorageUnavailableError` (HTTP 503 with `Retry-After`). 0 waits forever.
-   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.)
+   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.) Also the longest wait of
+   * a search without a deadline for room in the search lane (`searchConnections`), with `pool` too.
    * @default 10000
    */
   acquireTimeoutMs?: number;
@@ -64,7 +65,9 @@ export interface PostgresStorageOptions {
   /**
    * Longest run of one statement, in milliseconds: PostgreSQL's `statement_timeout` on the store's
    * connections (an export's `COPY` and cursors are exempt). 0 is no limit. (Not set on a caller's
-   * `pool`.)
+   * `pool`.) A search with an earlier `deadline` runs its statements with what is left of that
+   * instead, and one cancelled by it fails with `SearchTooCostlyError` rather than
+   * `StorageUnavailableError`.
    * @default 60000
    */
   statementTimeoutMs?: number;
