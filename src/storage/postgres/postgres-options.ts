@@ -30,19 +30,20 @@ export interface PostgresStorageOptions {
   maxConnections?: number;
   /**
    * How many connections searches may hold at once, all projects together: the search lane
-   * (`searchResources`, which `_include`, `$everything` and conditional interactions use too, and
-   * history listings of a type or a project). The rest of the pool stays free for everything else:
-   * point reads and writes, the token endpoint's records, readiness. A search finding the lane full
-   * waits for room (its wait counts against its `deadline`; without one, `acquireTimeoutMs` bounds
-   * it). From 1 to the pool's size less one (with `pool`, the size of that pool). See
+   * (`searchResources`, which `_include` and `$everything` use too, and history listings of a type
+   * or a project; a search inside a transaction runs on its connection instead). The rest of the
+   * pool stays free for everything else: point reads and writes, the token endpoint's records,
+   * readiness. A search finding the lane full waits for room (its wait counts against its
+   * `deadline`; without one, `acquireTimeoutMs` bounds it). From 1 to the pool's size less one
+   * (with `pool`, the size of that pool). See docs/storage.md, "Search lane", and
    * docs/deployment.md, "Database settings and pool sizes".
    * @default the pool's size less 30% of it (at least 2): 7 of 10
    */
   searchConnections?: number;
   /**
    * How many of the `searchConnections` one project's searches may hold at once. Its further
-   * searches wait in arrival order; projects with waiting searches are served in turn. From 1 to
-   * `searchConnections`.
+   * searches wait in arrival order; when a search ends, the waiting project running the fewest
+   * goes next (projects in turn among equals). From 1 to `searchConnections`.
    * @default half of `searchConnections` (at least 1): 3 of 7
    */
   maxProjectSearchConnections?: number;
