@@ -133,7 +133,7 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
   const far = () => Date.now() + 120_000;
 
   describe('PostgreSQL search lane', () => {
-    it("keeps point reads, writes, clients, grants, ping and another project's search going while one project's searches are stuck", async () => {
+    it("keeps point reads, writes, the token endpoint's records, ping and another project's search going while one project's searches are stuck", async () => {
       const { storage, schema } = await open(SMALL);
       await storage.createClient({
         id: 'b-client',
@@ -173,6 +173,9 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
       expect((await storage.readClient('b-client')).projectId).toBe('b');
       expect((await storage.grants!.get('code', 'b-code'))?.clientId).toBe('b-client');
       expect((await storage.readResourceVersion('b', 'Patient', 'p1', '1')).id).toBe('p1');
+      await storage.failureCounts!.add(['b-client'], 60_000);
+      expect((await storage.failureCounts!.get(['b-client']))[0]?.failures).toBe(1);
+      expect(await storage.useOnce('b-jti', Date.now() + 60_000)).toBe(true);
       // And b's search runs in the lane beside a's one.
       const page = await storage.searchResources('b', 'Patient', await searchQuery('Patient', 'gender=male'));
       expect(page.resources.map((r) => r.id)).toEqual(['p1']);
