@@ -19,6 +19,8 @@ const POSTGRES_STORAGE_KEYS: OptionKeys<PostgresStorageOptions> = {
   pool: true,
   schema: true,
   maxConnections: true,
+  searchConnections: true,
+  maxProjectSearchConnections: true,
   acquireTimeoutMs: true,
   lockTimeoutMs: true,
   statementTimeoutMs: true,

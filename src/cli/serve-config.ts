@@ -36,6 +36,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
       );
     }
   }
+  checkSearchConnections(values);
   if (Boolean(values.superAdminClientId) !== Boolean(values.superAdminClientSecret)) {
     throw new UsageError(
       'Set both SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET (--super-admin-client-id, --super-admin-client-secret), or neither',
@@ -53,4 +54,20 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): StandaloneConf
     throw new UsageError('IDP_CLIENT_SECRET and IDP_PRIVATE_KEY_FILE need IDP_ISSUER (--idp-issuer) too');
   }
   return { ...values, baseUrl: values.baseUrl ?? `http://localhost:${values.port}` };
+}
+
+/** The search lane's sizes against the pool's (postgresStorage checks them too, naming its options). */
+function checkSearchConnections(values: ServeValues): void {
+  const search = values.databaseSearchConnections;
+  if (search !== undefined && search >= values.databaseMaxConnections) {
+    throw new UsageError(
+      'DATABASE_SEARCH_CONNECTIONS (--database-search-connections) must be less than DATABASE_MAX_CONNECTIONS (--database-max-connections): the connections searches cannot take serve reads, writes, tokens and /readyz',
+    );
+  }
+  const perProject = values.databaseMaxProjectSearchConnections;
+  if (perProject !== undefined && search !== undefined && perProject > search) {
+    throw new UsageError(
+      'DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS (--database-max-project-search-connections) must be at most DATABASE_SEARCH_CONNECTIONS (--database-search-connections)',
+    );
+  }
 }

@@ -116,11 +116,30 @@ export const SERVE_SETTINGS = {
     store: 'postgres',
     read: integer(10, 2),
   },
+  databaseSearchConnections: {
+    env: 'DATABASE_SEARCH_CONNECTIONS',
+    flag: '--database-search-connections <n>',
+    defaultText: '7 (the pool less 30%, at least 2)',
+    description:
+      'connections of the pool searches and history listings may hold at once, all projects together; the others stay free for reads, writes, tokens and `/readyz` (less than `DATABASE_MAX_CONNECTIONS`; [docs/deployment.md](docs/deployment.md#database-settings-and-pool-sizes))',
+    store: 'postgres',
+    read: (text, invalid) => (text === undefined ? undefined : integer(1, 1)(text, invalid)),
+  },
+  databaseMaxProjectSearchConnections: {
+    env: 'DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS',
+    flag: '--database-max-project-search-connections <n>',
+    defaultText: '3 (half of `DATABASE_SEARCH_CONNECTIONS`)',
+    description:
+      "how many of those one project's searches may hold at once; its others wait in turn (at most `DATABASE_SEARCH_CONNECTIONS`)",
+    store: 'postgres',
+    read: (text, invalid) => (text === undefined ? undefined : integer(1, 1)(text, invalid)),
+  },
   databaseAcquireTimeoutMs: {
     env: 'DATABASE_ACQUIRE_TIMEOUT_MS',
     flag: '--database-acquire-timeout-ms <ms>',
     defaultText: '10000',
-    description: 'longest wait for a free connection; then `503` with `Retry-After` (`0`: no limit)',
+    description:
+      'longest wait for a free connection, and for a search without a deadline for room among the search connections; then `503` with `Retry-After` (`0`: no limit)',
     store: 'postgres',
     read: integer(10_000, 0),
   },

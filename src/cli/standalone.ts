@@ -129,6 +129,12 @@ export async function startStandalone(
     ? (await import('../postgres.js')).postgresStorage({
         connectionString: config.databaseUrl,
         maxConnections: config.databaseMaxConnections,
+        ...(config.databaseSearchConnections !== undefined
+          ? { searchConnections: config.databaseSearchConnections }
+          : {}),
+        ...(config.databaseMaxProjectSearchConnections !== undefined
+          ? { maxProjectSearchConnections: config.databaseMaxProjectSearchConnections }
+          : {}),
         acquireTimeoutMs: config.databaseAcquireTimeoutMs,
         lockTimeoutMs: config.databaseLockTimeoutMs,
         statementTimeoutMs: config.databaseStatementTimeoutMs,

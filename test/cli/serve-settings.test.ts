@@ -18,6 +18,10 @@ import {
   type ServeSettingKey,
 } from '../../src/cli/serve-settings.js';
 import { POSTGRES_POOL_DEFAULTS } from '../../src/storage/postgres/postgres-storage.js';
+import {
+  defaultProjectSearchConnections,
+  defaultSearchConnections,
+} from '../../src/storage/postgres/search-lane.js';
 import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate } from '../helpers/test-auth.js';
 
@@ -268,6 +272,39 @@ describe('serve settings: reading', () => {
     );
     expect(() => readConfig({ DATABASE_LOCK_TIMEOUT_MS: '5000' })).toThrow(
       /DATABASE_LOCK_TIMEOUT_MS.*DATABASE_URL/,
+    );
+  });
+
+  it("reads the search lane's sizes, leaving the library's defaults when unset, and checks them against the pool", () => {
+    const base = { DATABASE_URL: 'postgres://db/fhir' };
+    expect(readConfig(base).databaseSearchConnections).toBeUndefined();
+    expect(readConfig(base).databaseMaxProjectSearchConnections).toBeUndefined();
+    // The documented defaults are the library's for the default pool.
+    const search = defaultSearchConnections(POSTGRES_POOL_DEFAULTS.maxConnections);
+    expect(SERVE_SETTINGS.databaseSearchConnections.defaultText).toMatch(new RegExp(`^${search} `));
+    expect(SERVE_SETTINGS.databaseMaxProjectSearchConnections.defaultText).toMatch(
+      new RegExp(`^${defaultProjectSearchConnections(search)} `),
+    );
+    expect(
+      readConfig({
+        ...base,
+        DATABASE_MAX_CONNECTIONS: '20',
+        DATABASE_SEARCH_CONNECTIONS: '12',
+        DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS: '4',
+      }),
+    ).toMatchObject({ databaseSearchConnections: 12, databaseMaxProjectSearchConnections: 4 });
+    for (const bad of ['0', '1.5', 'many'])
+      expect(() => readConfig({ ...base, DATABASE_SEARCH_CONNECTIONS: bad }), bad).toThrow(
+        /DATABASE_SEARCH_CONNECTIONS/,
+      );
+    expect(() => readConfig({ ...base, DATABASE_SEARCH_CONNECTIONS: '10' })).toThrow(
+      /DATABASE_SEARCH_CONNECTIONS.*less than DATABASE_MAX_CONNECTIONS/,
+    );
+    expect(() =>
+      readConfig({ ...base, DATABASE_SEARCH_CONNECTIONS: '4', DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS: '5' }),
+    ).toThrow(/DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS.*at most DATABASE_SEARCH_CONNECTIONS/);
+    expect(() => readConfig({ DATABASE_SEARCH_CONNECTIONS: '4' })).toThrow(
+      /DATABASE_SEARCH_CONNECTIONS.*DATABASE_URL/,
     );
   });
 

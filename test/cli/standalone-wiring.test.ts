@@ -124,10 +124,12 @@ describe('serve settings reach the library', () => {
     });
   });
 
-  it("the PostgreSQL pool's size and timeouts, the read replicas and the history retention, as postgresStorage options", async () => {
+  it("the PostgreSQL pool's size, search lane and timeouts, the read replicas and the history retention, as postgresStorage options", async () => {
     const standalone = await start({
       DATABASE_URL: 'postgres://db.example/fhir',
       DATABASE_MAX_CONNECTIONS: '20',
+      DATABASE_SEARCH_CONNECTIONS: '12',
+      DATABASE_MAX_PROJECT_SEARCH_CONNECTIONS: '4',
       DATABASE_ACQUIRE_TIMEOUT_MS: '1000',
       DATABASE_LOCK_TIMEOUT_MS: '2000',
       DATABASE_STATEMENT_TIMEOUT_MS: '3000',
@@ -142,6 +144,8 @@ describe('serve settings reach the library', () => {
       {
         connectionString: 'postgres://db.example/fhir',
         maxConnections: 20,
+        searchConnections: 12,
+        maxProjectSearchConnections: 4,
         acquireTimeoutMs: 1000,
         lockTimeoutMs: 2000,
         statementTimeoutMs: 3000,

@@ -1,10 +1,14 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
+import { SearchTooCostlyError } from '../../src/storage/errors.js';
 import { lsnValue } from '../../src/storage/postgres/replicas.js';
 import type { Storage } from '../../src/storage/types.js';
 import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { eventually } from '../helpers/eventually.js';
 import { replicaUnavailable, startReplica, type Replica } from '../helpers/pg-replica.js';
+import { allReads } from '../helpers/search-reads.js';
 
 describe('lsnValue', () => {
   it('orders WAL positions as PostgreSQL does', () => {
@@ -153,6 +157,81 @@ if (enabled) {
             replicaFreshness: 'eventual' as 'primary',
           }),
         ).toThrow(/replicaFreshness must be 'instance' or 'primary'/);
+      });
+
+      it('holds searches on a replica to the search lane, and cancels one there at its deadline', async () => {
+        // A pool of 4: 2 connections for searches, 1 per project (on each replica too).
+        const reader = postgresStorage({
+          connectionString,
+          schema,
+          readReplicas: [replica.url],
+          maxConnections: 4,
+        });
+        stores.push(reader);
+        await writer.createProject({ id: 'p2', name: 'Two', strictMode: false });
+        for (const project of ['p1', 'p2'])
+          await writer.createResource(project, {
+            resourceType: 'Observation',
+            id: 'weighed',
+            status: 'final',
+            code: { text: 'weight' },
+            valueQuantity: { value: 7 },
+          });
+        await writer.createResource('p1', patient('lane'));
+        await replica.caughtUp(admin);
+        const quantity = await parseSearch(
+          'Observation',
+          new URLSearchParams('value-quantity=7'),
+          { storeAnswersSearch: true },
+          allReads(),
+        );
+        const search = (project: string, deadline: number) =>
+          reader.searchResources(project, 'Observation', { ...quantity.query, deadline });
+        // Locked on the primary, and so on the replica once it replays the lock: searches reading
+        // search_numbers wait there.
+        const lock = await admin.connect();
+        let locked = true;
+        const unlock = async () => {
+          if (!locked) return;
+          locked = false;
+          await lock.query('ROLLBACK');
+          lock.release();
+        };
+        try {
+          await lock.query('BEGIN');
+          await lock.query(`LOCK TABLE "${schema}".search_numbers IN ACCESS EXCLUSIVE MODE`);
+          // A commit flushes the WAL that holds the lock's record, so that the replica gets it now.
+          await admin.query('SELECT pg_current_xact_id()');
+          await eventually('the replica holding the lock it replayed', async () => {
+            const { rows } = await replica.query(
+              `SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND mode = 'AccessExclusiveLock' AND granted`,
+              [`"${schema}".search_numbers`],
+            );
+            return rows.length > 0;
+          });
+          const stuck = async () =>
+            (
+              await replica.query<{ pid: number }>(
+                `SELECT pid FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%search_numbers%'`,
+                [schema],
+              )
+            ).rows;
+          const held = Array.from({ length: 6 }, () => search('p1', Date.now() + 120_000));
+          await eventually('a search of p1 waiting on the replica', async () => (await stuck()).length > 0);
+          // A point read finds a replica connection: p1's searches hold one, as their share.
+          expect(await found(reader, 'lane')).toBe(true);
+          expect(await stuck()).toHaveLength(1);
+          // p2's search runs beside it on the replica, which has no statement timeout of its own:
+          // its deadline cancels it.
+          await expect(search('p2', Date.now() + 500)).rejects.toBeInstanceOf(SearchTooCostlyError);
+          expect(await stuck()).toHaveLength(1);
+          await unlock();
+          const pages = await Promise.all(held);
+          expect(pages.map((p) => p.resources.map((r) => r.id))).toEqual(Array(6).fill(['weighed']));
+        } finally {
+          await unlock();
+        }
       });
 
       it('a replica that goes away: reads fall back to the primary', async () => {

@@ -4,6 +4,7 @@ import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import { ConflictError, InvalidRecordError, StorageError, StorageUnavailableError } from '../errors.js';
 import { isSystemError } from '../system-error.js';
 import { UNIQUE_ATTRIBUTES } from './schema.js';
+import { deadlineError, deadlineQuery, runWithDeadline, searchDeadline } from './search-deadline.js';
 
 /**
  * Runs one SQL statement with positional parameters. `prepare` names the statement so that each
@@ -22,9 +23,20 @@ export type Query = <R extends QueryResultRow = QueryResultRow>(
  */
 export type ExecutionKind = 'read' | 'write' | 'atomic';
 
+/**
+ * What a search adds to a read: the project whose share of the search lane it takes, and when it
+ * must be answered by (`ResourceQuery.deadline`, epoch ms), which bounds its wait for the lane and
+ * its statements (search-deadline.ts).
+ */
+export interface SearchRun {
+  projectId: string;
+  deadline?: number | undefined;
+}
+
 /** Where operations run: the pool (each call its own transaction) or one open transaction. */
 export interface Executor {
-  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T>;
+  /** Runs `fn`; with `search`, as a search (in the search lane, under its deadline). */
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T>;
 }
 
 interface PgError {
@@ -190,16 +202,21 @@ export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => P
   }
 }
 
-/** Plain operations: single statements on the pool, atomic ones in a transaction of their own. */
+/**
+ * Plain operations: single statements on the pool, atomic ones in a transaction of their own, a
+ * search on one connection (under its deadline when it has one).
+ */
 export class PoolExecutor implements Executor {
   private readonly names = new StatementNames();
 
   constructor(
     private readonly pool: Pool,
     private readonly transactionScope: AsyncLocalStorage<TransactionMarker>,
+    /** The `statement_timeout` of the pool's sessions, in ms (0: none, or not known). */
+    private readonly statementTimeoutMs = 0,
   ) {}
 
-  async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+  async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T> {
     const marker = this.transactionScope.getStore();
     if (marker?.open) {
       if (kind !== 'read') throw inTransactionError();
@@ -207,9 +224,10 @@ export class PoolExecutor implements Executor {
       // its entries are validated) runs on the transaction's own connection. Taking a second one
       // while this one holds locks wedged the pool: with as many transactions as connections,
       // each waited for a connection that only another one, waiting for its lock, could free.
-      return marker.exec.run(kind, fn);
+      return marker.exec.run(kind, fn, search);
     }
     try {
+      if (search !== undefined && kind === 'read') return await this.search(fn, search);
       if (kind !== 'atomic') return await fn(queryOn(this.pool, this.names));
       for (let attempt = 1; ; attempt++) {
         try {
@@ -220,6 +238,20 @@ export class PoolExecutor implements Executor {
       }
     } catch (error) {
       throw mapPgError(error);
+    }
+  }
+
+  /** A search holds one connection from its first statement to its last. */
+  private async search<T>(fn: (query: Query) => Promise<T>, search: SearchRun): Promise<T> {
+    const deadline = searchDeadline(search.deadline, this.statementTimeoutMs);
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      const query = queryOn(client, this.names);
+      if (deadline === undefined) return await fn(query);
+      return await runWithDeadline(client, query, deadline, fn, (error) => (broken = error));
+    } finally {
+      client.release(broken);
     }
   }
 }
@@ -241,6 +273,8 @@ export class TransactionExecutor implements Executor {
 
   constructor(
     private readonly client: PoolClient,
+    /** The `statement_timeout` of the client's session, in ms (0: none, or not known). */
+    private readonly statementTimeoutMs = 0,
     private readonly names = new StatementNames(),
   ) {}
 
@@ -255,16 +289,20 @@ export class TransactionExecutor implements Executor {
     if (this.failure !== undefined) throw mapPgError(this.failure);
   }
 
-  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T> {
     if (!this.active) {
       return Promise.reject(new StorageError('ERR_STORAGE_TRANSACTION_ENDED', 'The transaction has ended'));
     }
-    const result = this.tail.then(() => this.runNow(kind, fn));
+    const result = this.tail.then(() => this.runNow(kind, fn, search));
     this.tail = result.catch(() => undefined);
     return result;
   }
 
-  private async runNow<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+  private async runNow<T>(
+    kind: ExecutionKind,
+    fn: (query: Query) => Promise<T>,
+    search?: SearchRun,
+  ): Promise<T> {
     this.assertCommittable();
     const raw = queryOn(this.client, this.names);
     try {
@@ -278,7 +316,10 @@ export class TransactionExecutor implements Executor {
             throw error;
           }
         }) as Query;
-        return await fn(watched);
+        const deadline =
+          kind === 'read' ? searchDeadline(search?.deadline, this.statementTimeoutMs) : undefined;
+        if (deadline === undefined) return await fn(watched);
+        return await this.searchWithin(watched, deadline, fn);
       }
       const name = `fpk_sp_${++this.savepoints}`;
       await this.client.query(`SAVEPOINT ${name}`);
@@ -297,6 +338,29 @@ export class TransactionExecutor implements Executor {
       }
     } catch (error) {
       throw mapPgError(error);
+    }
+  }
+
+  /**
+   * A search under its deadline in the transaction: its statements' timeout set for it, then the
+   * session's again for the transaction's later statements (unless the search aborted it).
+   */
+  private async searchWithin<T>(
+    watched: Query,
+    deadline: number,
+    fn: (query: Query) => Promise<T>,
+  ): Promise<T> {
+    const timed = deadlineQuery(watched, (text) => watched(text), deadline);
+    const restore = async () => {
+      if (timed.begun) await watched('SET LOCAL statement_timeout TO DEFAULT');
+    };
+    try {
+      const result = await fn(timed.query);
+      await restore();
+      return result;
+    } catch (error) {
+      await restore().catch(() => undefined);
+      throw deadlineError(error, deadline);
     }
   }
 }

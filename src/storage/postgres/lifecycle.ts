@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import type { Pool } from 'pg';
 import { StorageClosedError, StorageUnavailableError } from '../errors.js';
-import { mapPgError, type ExecutionKind, type Executor, type Query } from './executor.js';
+import { mapPgError, type ExecutionKind, type Executor, type Query, type SearchRun } from './executor.js';
 
 // The PostgreSQL store's lifecycle: calls wait for the migrations, `close()` waits for the calls
 // in flight (for a bounded time), and the clients a stuck close must end.
@@ -115,7 +115,7 @@ export class GuardedExecutor implements Executor {
     private readonly inner: Executor,
   ) {}
 
-  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
-    return this.lifecycle.track(() => this.inner.run(kind, fn));
+  run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T> {
+    return this.lifecycle.track(() => this.inner.run(kind, fn, search));
   }
 }

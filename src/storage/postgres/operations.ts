@@ -430,9 +430,14 @@ export class PostgresOperations implements StorageOperations {
   }
 
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
-    return this.exec.run('read', async (q) => {
-      await this.lockResources(q, projectId);
-      return searchResources(q, this.s, projectId, resourceType, query, this.index.indexer);
-    });
+    // In the search lane (the store's executor) and by the query's deadline.
+    return this.exec.run(
+      'read',
+      async (q) => {
+        await this.lockResources(q, projectId);
+        return searchResources(q, this.s, projectId, resourceType, query, this.index.indexer);
+      },
+      { projectId, deadline: query.deadline },
+    );
   }
 }

@@ -29,9 +29,29 @@ export interface PostgresStorageOptions {
    */
   maxConnections?: number;
   /**
+   * How many connections searches may hold at once, all projects together: the search lane
+   * (`searchResources`, which `_include` and `$everything` use too, and history listings of a type
+   * or a project; a search inside a transaction runs on its connection instead). The rest of the
+   * pool stays free for everything else: point reads and writes, the token endpoint's records,
+   * readiness. A search finding the lane full waits for room (its wait counts against its
+   * `deadline`; without one, `acquireTimeoutMs` bounds it). From 1 to the pool's size less one
+   * (with `pool`, the size of that pool). See docs/storage.md, "Search lane", and
+   * docs/deployment.md, "Database settings and pool sizes".
+   * @default the pool's size less 30% of it (at least 2): 7 of 10
+   */
+  searchConnections?: number;
+  /**
+   * How many of the `searchConnections` one project's searches may hold at once. Its further
+   * searches wait in arrival order; when a search ends, the waiting project running the fewest
+   * goes next (projects in turn among equals). From 1 to `searchConnections`.
+   * @default half of `searchConnections` (at least 1): 3 of 7
+   */
+  maxProjectSearchConnections?: number;
+  /**
    * Longest wait for a free connection of the store's pool, in milliseconds; a call still waiting
    * then fails with `StorageUnavailableError` (HTTP 503 with `Retry-After`). 0 waits forever.
-   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.)
+   * (With `pool`, the caller's `connectionTimeoutMillis` applies instead.) Also the longest wait of
+   * a search without a deadline for room in the search lane (`searchConnections`), with `pool` too.
    * @default 10000
    */
   acquireTimeoutMs?: number;
@@ -46,7 +66,9 @@ export interface PostgresStorageOptions {
   /**
    * Longest run of one statement, in milliseconds: PostgreSQL's `statement_timeout` on the store's
    * connections (an export's `COPY` and cursors are exempt). 0 is no limit. (Not set on a caller's
-   * `pool`.)
+   * `pool`.) A search with an earlier `deadline` runs its statements with what is left of that
+   * instead, and one cancelled by it fails with `SearchTooCostlyError` rather than
+   * `StorageUnavailableError`.
    * @default 60000
    */
   statementTimeoutMs?: number;

@@ -56,6 +56,8 @@ import { HistorySweeper, readPgHistory, readPgVersion } from './resource-history
 export type { PostgresStorageOptions } from './postgres-options.js';
 import { millis, POSTGRES_POOL_DEFAULTS, SESSION_OPTIONS } from './pool-options.js';
 import { ReplicaExecutor, replicaRouterFor, type ReplicaRouter } from './replicas.js';
+import { LaneExecutor } from './lane-executor.js';
+import { resolveSearchLane, SearchLane } from './search-lane.js';
 
 export { POSTGRES_POOL_DEFAULTS } from './pool-options.js';
 
@@ -91,12 +93,15 @@ class PostgresStorage extends PostgresOperations implements Storage {
     files: { chunkBytes: number; gzipLevel: number; descriptor: StorageDescriptor | undefined },
     history: HistoryRetention,
     index: SearchIndex,
+    private readonly searches: { lane: SearchLane; statementTimeoutMs: number },
     private readonly replicas?: ReplicaRouter,
   ) {
-    const primary = new PoolExecutor(pool, scope);
-    const root = new GuardedExecutor(lifecycle, primary);
+    const primary = new PoolExecutor(pool, scope, searches.statementTimeoutMs);
+    const guarded = (inner: Executor) =>
+      new GuardedExecutor(lifecycle, new LaneExecutor(searches.lane, inner, scope));
+    const root = guarded(primary);
     super(
-      replicas ? new GuardedExecutor(lifecycle, new ReplicaExecutor(primary, pool, replicas, scope)) : root,
+      replicas ? guarded(new ReplicaExecutor(primary, pool, replicas, scope)) : root,
       quoteIdentifier(schema),
       compartment,
       index,
@@ -138,7 +143,9 @@ class PostgresStorage extends PostgresOperations implements Storage {
   }
 
   readHistory(projectId: string, query: HistoryQuery): Promise<HistoryPage> {
-    return this.root.run('read', (q) => readPgHistory(q, this.s, projectId, query));
+    // A type's or the project's history walks many versions: in the search lane, as a search.
+    const search = query.id === undefined ? { projectId } : undefined;
+    return this.root.run('read', (q) => readPgHistory(q, this.s, projectId, query), search);
   }
 
   /** Transaction functions running now (the scope is disabled when none is). */
@@ -152,7 +159,7 @@ class PostgresStorage extends PostgresOperations implements Storage {
       const client = await this.pool.connect().catch((error: unknown) => {
         throw mapPgError(error);
       });
-      const exec = new TransactionExecutor(client);
+      const exec = new TransactionExecutor(client, this.searches.statementTimeoutMs);
       let broken: Error | undefined;
       let written = 0;
       try {
@@ -370,6 +377,8 @@ class PostgresStorage extends PostgresOperations implements Storage {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      // Searches still waiting for the lane have not started: refused now rather than run.
+      this.searches.lane.close();
       const settled = await this.lifecycle.close();
       if (!this.ownsPool) return;
       if (!settled) {
@@ -421,6 +430,7 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     throw new InvalidOptionError('postgresStorage: connectionString must be a non-empty string');
   }
   checkPatientCompartment(options.compartment, 'postgresStorage');
+  const lane = new SearchLane(resolveSearchLane(options, options.pool?.options.max ?? max, acquireTimeoutMs));
   let pool = options.pool;
   const ownsPool = pool === undefined;
   if (!pool) {
@@ -469,6 +479,8 @@ export function createPostgresStorage(options: WithCompartment<PostgresStorageOp
     { chunkBytes: fileChunkBytes, gzipLevel, descriptor: filesDescriptor },
     checkHistoryRetention('postgresStorage', options.history),
     index,
+    // The timeout of the store's own sessions; a caller's pool's is not known.
+    { lane, statementTimeoutMs: ownsPool ? statementTimeoutMs : 0 },
     replicas,
   );
 }

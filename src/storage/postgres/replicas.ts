@@ -10,8 +10,10 @@ import {
   type ExecutionKind,
   type Executor,
   type Query,
+  type SearchRun,
   type TransactionMarker,
 } from './executor.js';
+import { runWithDeadline, searchDeadline } from './search-deadline.js';
 
 /** A WAL position (`pg_lsn` text, `16/B374D848`) as a number that orders like it. */
 export function lsnValue(text: string): bigint {
@@ -124,9 +126,14 @@ export class ReplicaRouter {
 
   /**
    * Runs a read on a replica that has replayed `required`, or returns `undefined` (the caller runs
-   * it on the primary). Failures of the read itself (not of reaching the replica) are thrown.
+   * it on the primary). Failures of the read itself (not of reaching the replica) are thrown. A
+   * search's statements end by its `deadline` (the replicas' sessions have no timeout of their own).
    */
-  async read<T>(primary: Query, fn: (query: Query) => Promise<T>): Promise<{ value: T } | undefined> {
+  async read<T>(
+    primary: Query,
+    fn: (query: Query) => Promise<T>,
+    deadline?: number,
+  ): Promise<{ value: T } | undefined> {
     const now = Date.now();
     const replicas = this.candidates(now);
     if (replicas.length === 0) return undefined;
@@ -151,7 +158,10 @@ export class ReplicaRouter {
           continue;
         }
         if (lsnValue(state.lsn) < required) continue;
-        return { value: await fn(queryOn(client, replica.names)) };
+        const query = queryOn(client, replica.names);
+        const timed = searchDeadline(deadline, 0);
+        if (timed === undefined) return { value: await fn(query) };
+        return { value: await runWithDeadline(client, query, timed, fn, (error) => (broken = error)) };
       } catch (error) {
         if (isUnavailable(error)) {
           broken = error as Error;
@@ -190,22 +200,22 @@ export class ReplicaExecutor implements Executor {
     private readonly transactionScope: AsyncLocalStorage<TransactionMarker>,
   ) {}
 
-  async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>): Promise<T> {
+  async run<T>(kind: ExecutionKind, fn: (query: Query) => Promise<T>, search?: SearchRun): Promise<T> {
     if (kind !== 'read' || this.transactionScope.getStore()?.open) {
       try {
-        return await this.primary.run(kind, fn);
+        return await this.primary.run(kind, fn, search);
       } finally {
         // Also after a failure: a commit whose answer was lost may have happened.
         if (kind !== 'read') this.router.noteWrite();
       }
     }
     try {
-      const routed = await this.router.read(queryOn(this.primaryPool, this.names), fn);
+      const routed = await this.router.read(queryOn(this.primaryPool, this.names), fn, search?.deadline);
       if (routed) return routed.value;
     } catch (error) {
       throw mapPgError(error);
     }
-    return this.primary.run(kind, fn);
+    return this.primary.run(kind, fn, search);
   }
 }
 
