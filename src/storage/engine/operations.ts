@@ -436,7 +436,7 @@ export class EngineOperations implements StorageOperations {
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
-    let matches: ResourceEntry[] = [];
+    const matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
       if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;

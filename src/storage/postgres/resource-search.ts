@@ -269,50 +269,88 @@ export async function searchResources(
   return resourcePage(page.resources, Math.max(await sqlEstimate(query, matches), page.atLeast));
 }
 
+/** What the candidates of a SQL page are (see `candidates`), and the parameters they use. */
+interface SqlCandidates {
+  from: string;
+  matched: string | undefined;
+  sql: SearchSql | undefined;
+  keys: readonly SortKey[] | undefined;
+  values: unknown[];
+  matches: MatchRows;
+}
+
 /**
  * The page of a query answered in SQL, in one statement: counting the matches as far as an
  * accurate total needs, else counting nothing (with `count` 0 there is no page, only the count).
- * `matched` (seqs of the matches, see `candidates`) answers a `_lastUpdated` page without a cursor
- * alone.
  */
 async function sqlPage(
   query: Query,
   s: string,
   q: ResourceQuery,
   rule: TotalRule,
-  c: {
-    from: string;
-    matched: string | undefined;
-    sql: SearchSql | undefined;
-    keys: readonly SortKey[] | undefined;
-    values: unknown[];
-    matches: MatchRows;
-  },
+  c: SqlCandidates,
 ): Promise<SqlPage> {
-  const { values, keys } = c;
   const offset = Math.max(0, q.offset ?? 0);
   const count = q.count === undefined ? null : Math.max(0, q.count);
   const cursor = q.after ?? q.before;
-  const backwards = q.before !== undefined;
-  let position = 'true';
-  const param = (value: unknown): string => {
-    values.push(value);
-    return `$${values.length}`;
-  };
   const limit = rule.bound === Infinity ? null : countLimit(rule);
   if (count === 0) {
     if (rule.mode !== 'accurate') return { resources: [], atLeast: 0 };
-    const { rows } = await query<{ total: number }>(
-      `SELECT count(*)::int AS total FROM (${c.matches.rows} LIMIT $${c.matches.values.length + 1}) t`,
-      [...c.matches.values, limit],
-    );
-    return { resources: [], counted: rows[0]?.total ?? 0, atLeast: 0 };
+    return { resources: [], counted: await countMatches(query, c.matches, limit), atLeast: 0 };
   }
+  const param = (value: unknown): string => {
+    c.values.push(value);
+    return `$${c.values.length}`;
+  };
   // The count reads the candidates' own text (the page's `m` stays a single, inlined reference).
   const counting =
     rule.mode === 'accurate'
       ? `(SELECT count(*)::int AS total FROM (${c.matches.rows} LIMIT ${param(limit)}) c) t`
       : undefined;
+  const { ctes, rows: pageRows, order } = pageSelect(s, q, c, param, { count, offset });
+  const statement = counting
+    ? `${ctes}SELECT t.total, p.body FROM ${counting} LEFT JOIN LATERAL (${pageRows}) p ON true
+        ORDER BY ${order}`
+    : `${ctes}SELECT p.body FROM (${pageRows}) p ORDER BY ${order}`;
+  const { rows } = await query<{ total?: number; body: string | null }>(statement, c.values);
+  const resources = rows.flatMap((r) => (r.body === null ? [] : [JSON.parse(r.body) as StoredResource]));
+  const passed = cursor || resources.length === 0 ? 0 : offset;
+  const ended =
+    (count === null || resources.length < count) && !cursor && (resources.length > 0 || offset === 0);
+  return {
+    resources,
+    ...(counting ? { counted: rows[0]?.total ?? 0 } : {}),
+    atLeast: passed + resources.length,
+    ...(ended ? { exact: offset + resources.length } : {}),
+  };
+}
+
+/** The number of matches, reading at most `limit` of them (`null`: all). */
+async function countMatches(query: Query, matches: MatchRows, limit: number | null): Promise<number> {
+  const { rows } = await query<{ total: number }>(
+    `SELECT count(*)::int AS total FROM (${matches.rows} LIMIT $${matches.values.length + 1}) t`,
+    [...matches.values, limit],
+  );
+  return rows[0]?.total ?? 0;
+}
+
+/**
+ * The rows of a page (`body` and what the order compares) and the order to answer them in, with
+ * the common table expressions they need: the matches ordered and cut (by `count` and `offset`, or
+ * from the cursor) before the bodies are read. `matched` (seqs of the matches, see `candidates`)
+ * answers a `_lastUpdated` page without a cursor alone.
+ */
+function pageSelect(
+  s: string,
+  q: ResourceQuery,
+  c: SqlCandidates,
+  param: (value: unknown) => string,
+  window: { count: number | null; offset: number },
+): { ctes: string; rows: string; order: string } {
+  const { keys, values } = c;
+  const cursor = q.after ?? q.before;
+  const backwards = q.before !== undefined;
+  let position = 'true';
   if (cursor) {
     const at = cursorItem(q, cursor);
     if (keys) position = keysBeyond(keys, 'k', backwards, { id: at.id, keys: at.keys ?? [] }, param);
@@ -323,50 +361,35 @@ async function sqlPage(
       position = beyond(q.sort, 'm', backwards, id, `$${values.length}`);
     }
   }
-  let ctes = '';
-  let pageRows: string;
-  let outerOrder: string;
+  const limit = param(window.count);
+  const offset = param(window.offset);
   if (c.matched !== undefined && !cursor && !keys && (q.sort ?? '_lastUpdated').endsWith('_lastUpdated')) {
     // Versions of a project get their seqs and instants in one order (both are handed out under
     // the project's clock lock): a `_lastUpdated` page is the lowest (highest) seqs, read alone.
-    values.push(count, offset);
     const desc = q.sort === '-_lastUpdated' ? ' DESC' : '';
-    pageRows = `SELECT r.body, r.lu, r.id
-                  FROM (SELECT seq FROM (${c.matched}) m ORDER BY seq${desc}
-                         LIMIT $${values.length - 1} OFFSET $${values.length}) n
-                  JOIN ${s}.resources r USING (seq)`;
-    outerOrder = orderBy(q.sort, 'p');
-  } else {
-    const sortValues =
-      keys?.map((key, i) => `${sortValueSql(c.sql!, s, key, 'm.seq', 'm.id', '$2')} AS k${i}`) ?? [];
-    const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
-    const t = keys ? 'k' : 'm';
-    const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);
-    outerOrder = keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p');
-    values.push(count, offset);
-    ctes = `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${c.from}) `;
-    // The page is cut before the bodies are read: only its own are.
-    pageRows = `SELECT r.body, n.* FROM (
-                  SELECT ${t}.* FROM ${ordered}
-                   WHERE ${position}
-                   ORDER BY ${pageOrder}
-                   LIMIT $${values.length - 1} OFFSET $${values.length}) n
-                 JOIN ${s}.resources r USING (seq)`;
+    return {
+      ctes: '',
+      rows: `SELECT r.body, r.lu, r.id
+               FROM (SELECT seq FROM (${c.matched}) m ORDER BY seq${desc} LIMIT ${limit} OFFSET ${offset}) n
+               JOIN ${s}.resources r USING (seq)`,
+      order: orderBy(q.sort, 'p'),
+    };
   }
-  const statement = counting
-    ? `${ctes}SELECT t.total, p.body FROM ${counting} LEFT JOIN LATERAL (${pageRows}) p ON true
-        ORDER BY ${outerOrder}`
-    : `${ctes}SELECT p.body FROM (${pageRows}) p ORDER BY ${outerOrder}`;
-  const { rows } = await query<{ total?: number; body: string | null }>(statement, values);
-  const resources = rows.flatMap((r) => (r.body === null ? [] : [JSON.parse(r.body) as StoredResource]));
-  const passed = cursor || resources.length === 0 ? 0 : offset;
-  const ended =
-    (count === null || resources.length < count) && !cursor && (resources.length > 0 || offset === 0);
+  const sortValues =
+    keys?.map((key, i) => `${sortValueSql(c.sql!, s, key, 'm.seq', 'm.id', '$2')} AS k${i}`) ?? [];
+  const ordered = keys ? `(SELECT m.seq, m.id, ${sortValues.join(', ')} FROM m) k` : 'm';
+  const t = keys ? 'k' : 'm';
+  const pageOrder = keys ? keysOrderBy(keys, 'k', backwards) : orderBy(q.sort, 'm', backwards);
   return {
-    resources,
-    ...(counting ? { counted: rows[0]?.total ?? 0 } : {}),
-    atLeast: passed + resources.length,
-    ...(ended ? { exact: offset + resources.length } : {}),
+    ctes: `WITH m AS (SELECT r.seq, r.id, r.lu FROM ${c.from}) `,
+    // The page is cut before the bodies are read: only its own are.
+    rows: `SELECT r.body, n.* FROM (
+             SELECT ${t}.* FROM ${ordered}
+              WHERE ${position}
+              ORDER BY ${pageOrder}
+              LIMIT ${limit} OFFSET ${offset}) n
+           JOIN ${s}.resources r USING (seq)`,
+    order: keys ? keysOrderBy(keys, 'p') : orderBy(q.sort, 'p'),
   };
 }
 
