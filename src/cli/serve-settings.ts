@@ -217,9 +217,9 @@ export const SERVE_SETTINGS = {
       const urls = text.split(',').map((url) => url.trim());
       const expected = `a comma-separated list of connection strings, each ${CONNECTION_STRING_FORMS}`;
       if (urls.some((url) => url === '')) invalid(expected, 'has an empty entry');
-      for (const [index, url] of urls.entries()) {
+      for (const url of urls) {
         const problem = connectionStringProblem(url);
-        if (problem) invalid(expected, `has an entry ${index + 1} that ${problem}`);
+        if (problem) invalid(expected, `has an entry that ${problem}: "${withoutPassword(url)}"`);
       }
       return urls;
     },
