@@ -198,7 +198,7 @@ describe('command line: usage', () => {
 
   it('exits 2 before starting on a DATABASE_URL that is no PostgreSQL connection string, or a BASE_URL that is the FHIR base', async () => {
     // (vitest sets BASE_URL to '/', which serve would refuse first.)
-    const env = { BASE_URL: '', DATA_DIR: tempDir('fpk-cli-refused-') };
+    const env = { BASE_URL: '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir('fpk-cli-refused-') };
     const runs = await Promise.all([
       // pg reads `notaurl` as the host `base`, and `mysql://…` as a PostgreSQL server.
       cli(['serve'], { env: { ...env, DATABASE_URL: 'notaurl' } }),
