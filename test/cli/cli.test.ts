@@ -214,16 +214,16 @@ describe('command line: usage', () => {
       expect(run.stdout).not.toContain('starting the standalone server');
       expect(run.stderr.trim().split('\n'), run.stderr).toHaveLength(1);
     }
-    expect(runs[0]!.stderr).toMatch(
+    expect(runs[0].stderr).toMatch(
       /DATABASE_URL \(--database-url\) must be a PostgreSQL connection string: postgres:\/\//,
     );
-    expect(runs[0]!.stderr).toContain('"notaurl", which is not a URL');
-    expect(runs[1]!.stderr).toMatch(/DATABASE_URL \(--database-url\).*scheme mysql:/);
-    expect(runs[1]!.stderr).not.toContain('secret');
-    expect(runs[2]!.stderr).toMatch(/DATABASE_READ_REPLICAS \(--database-read-replicas\).*"replica"/);
-    expect(runs[3]!.stderr).toMatch(/BASE_URL \(--base-url\) must be the server's origin.*not the FHIR base/);
-    expect(runs[3]!.stderr).toMatch(/Set BASE_URL=http:\/\/localhost:8107 /);
-    expect(runs[4]!.stderr).toMatch(/--database-url must be a PostgreSQL connection string/);
+    expect(runs[0].stderr).toContain('"notaurl", which is not a URL');
+    expect(runs[1].stderr).toMatch(/DATABASE_URL \(--database-url\).*scheme mysql:/);
+    expect(runs[1].stderr).not.toContain('secret');
+    expect(runs[2].stderr).toMatch(/DATABASE_READ_REPLICAS \(--database-read-replicas\).*"replica"/);
+    expect(runs[3].stderr).toMatch(/BASE_URL \(--base-url\) must be the server's origin.*not the FHIR base/);
+    expect(runs[3].stderr).toMatch(/Set BASE_URL=http:\/\/localhost:8107 /);
+    expect(runs[4].stderr).toMatch(/--database-url must be a PostgreSQL connection string/);
   });
 });
 

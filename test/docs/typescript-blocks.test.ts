@@ -55,7 +55,7 @@ const BLOCKS = PAGES.flatMap(typescriptBlocks);
 
 function hostOptions(): ts.CompilerOptions {
   const config = ts.parseJsonConfigFileContent(
-    ts.readConfigFile(path.join(REPO, 'tsconfig.json'), ts.sys.readFile).config,
+    ts.readConfigFile(path.join(REPO, 'tsconfig.json'), (file) => ts.sys.readFile(file)).config,
     ts.sys,
     REPO,
   );
