@@ -129,7 +129,7 @@ export class ExportJobManager {
   readonly #kickoffs = new Map<string, Promise<unknown>>();
   #timer: NodeJS.Timeout | undefined;
   #claimTimer: NodeJS.Timeout | undefined;
-  #claiming: Promise<void> | undefined;
+  #claiming: Promise<boolean> | undefined;
   #closing = false;
   /** Closing and done waiting: the jobs still running are being stopped (to resume later). */
   #stopping = false;
@@ -169,7 +169,8 @@ export class ExportJobManager {
         void this.#claimWork();
       }, this.#heartbeat);
       this.#claimTimer.unref();
-      await this.#claimWork();
+      // Reported once: the sweep would fail the same way (a store that cannot be reached).
+      if (!(await this.#claimWork())) return;
     } else {
       const interrupted = await this.#o.storage.listExportJobs({ status: ['accepted', 'in-progress'] });
       for (const job of interrupted) {
@@ -182,11 +183,14 @@ export class ExportJobManager {
     await this.sweep();
   }
 
-  /** Claims runnable jobs (new ones, or those of a dead instance) while threads are free. */
-  #claimWork(): Promise<void> {
+  /**
+   * Claims runnable jobs (new ones, or those of a dead instance) while threads are free; answers
+   * false when that failed (the error is reported).
+   */
+  #claimWork(): Promise<boolean> {
     this.#claiming ??= (async () => {
       const queue = this.#queue;
-      if (!queue) return;
+      if (!queue) return true;
       try {
         while (!this.#closing && this.#running.size < this.#o.pool.maxThreads) {
           const run = this.#newRun();
@@ -198,8 +202,10 @@ export class ExportJobManager {
           }
           this.#launch(job, run);
         }
+        return true;
       } catch (error) {
         if (!this.#closing) this.#o.onError(error);
+        return false;
       }
     })().finally(() => {
       this.#claiming = undefined;

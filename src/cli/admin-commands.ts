@@ -11,6 +11,7 @@ import {
   type Storage,
 } from '../index.js';
 import { CliError, UsageError } from './cli-error.js';
+import { CONNECTION_STRING_FORMS, connectionStringProblem, withoutPassword } from './database-url.js';
 import { connectionOf, reasonOf, ServerClient, type ConnectionFlags } from './server-client.js';
 
 /** Where an administration command acts: a running server over HTTP, or a file store directory. */
@@ -48,12 +49,26 @@ function parameters(list: (Parameter | false | undefined)[]): Parameters {
   return { resourceType: 'Parameters', parameter: list.filter((p): p is Parameter => Boolean(p)) };
 }
 
+/** What an offline command tells the user to do when a server has its store open. */
+const WHILE_SERVING = {
+  // init-project and new-client have an HTTP form.
+  admin: 'stop it, or run this command against the server with --fhir-url and client credentials',
+  // rotate-super-admin-secret has none: a running server takes a secret of the user's choice instead.
+  rotate:
+    'stop it and run this command again, or restart the server with SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET set to a secret of your choice (serve sets it at each start)',
+} as const;
+
 /**
  * Opens the file store of a data directory (`<dataDir>/store`, as `serve` keeps it). With `create`,
  * a directory that does not exist yet is created (`init-project` seeds a store before its first
- * start); without, it must hold a store already.
+ * start); without, it must hold a store already. `whileServing` says what to do when a server has
+ * it open.
  */
-async function openDataDir(dataDir: string, create: boolean): Promise<Storage> {
+async function openDataDir(
+  dataDir: string,
+  create: boolean,
+  whileServing: keyof typeof WHILE_SERVING = 'admin',
+): Promise<Storage> {
   const dir = path.resolve(dataDir);
   const storeDir = path.join(dir, 'store');
   if (!create && !fs.existsSync(storeDir)) {
@@ -63,11 +78,9 @@ async function openDataDir(dataDir: string, create: boolean): Promise<Storage> {
     return await fileStorage({ dir: storeDir });
   } catch (error) {
     if (error instanceof StorageLockedError) {
-      throw new CliError(
-        `${error.message}: a server is running on it; stop it, or run this command against the server with --fhir-url`,
-        1,
-        { cause: error },
-      );
+      throw new CliError(`${error.message}: a server is running on it; ${WHILE_SERVING[whileServing]}`, 1, {
+        cause: error,
+      });
     }
     throw error;
   }
@@ -194,9 +207,15 @@ export async function rotateSuperAdmin(flags: RotateSuperAdminSecretFlags): Prom
   if (Boolean(flags.dataDir) === Boolean(flags.databaseUrl)) {
     throw new UsageError('Give --data-dir (the file store) or --database-url (PostgreSQL), one of them');
   }
+  const problem = flags.databaseUrl ? connectionStringProblem(flags.databaseUrl) : undefined;
+  if (problem) {
+    throw new UsageError(
+      `--database-url must be ${CONNECTION_STRING_FORMS}, got "${withoutPassword(flags.databaseUrl!)}", which ${problem}`,
+    );
+  }
   const storage = flags.databaseUrl
     ? (await import('../postgres.js')).postgresStorage({ connectionString: flags.databaseUrl })
-    : await openDataDir(flags.dataDir!, false);
+    : await openDataDir(flags.dataDir!, false, 'rotate');
   try {
     const { clientId, clientSecret } = await rotateSuperAdminSecret(storage, { clientId: flags.clientId });
     return { clientId, clientSecret };

@@ -6,7 +6,14 @@ import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CliError, EXIT, UsageError } from './cli-error.js';
 import { progressBar } from './progress.js';
-import { answerError, connectionOf, ServerClient, type ConnectionFlags } from './server-client.js';
+import {
+  answerError,
+  connectionOf,
+  fetchOrFail,
+  ServerClient,
+  UnreachableError,
+  type ConnectionFlags,
+} from './server-client.js';
 
 export interface ExportFlags extends ConnectionFlags {
   /** Patient-level export (`Patient/$export`). */
@@ -162,11 +169,7 @@ async function download(
   );
   const headers: Record<string, string> = { Accept: 'application/fhir+ndjson' };
   if (have > 0) headers.Range = `bytes=${have}-`;
-  const res = withToken
-    ? await client.request(url, { headers })
-    : await fetch(url, { headers }).catch((error: unknown) => {
-        throw new CliError(`Cannot reach ${url}: ${String(error)}`);
-      });
+  const res = withToken ? await client.request(url, { headers }) : await fetchOrFail(url, { headers });
   let append = false;
   if (res.status === 206) {
     const range = /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '');
@@ -221,6 +224,20 @@ async function kickoff(client: ServerClient, url: string): Promise<Response> {
     await res.body?.cancel();
     await sleep(wait);
   }
+}
+
+/**
+ * A server that stopped answering after the kick-off, said with what to do: the job goes on
+ * there, and the output directory remembers it (`.export-state.json`), so the same command
+ * resumes it. Other errors as they are.
+ */
+function resumable(error: unknown, what: string): unknown {
+  if (!(error instanceof UnreachableError)) return error;
+  return new CliError(
+    `${error.message}. The export job goes on on the server; run the same command again to resume ${what}`,
+    EXIT.failure,
+    { cause: error },
+  );
 }
 
 /** One downloaded file as the summary shows it. */
@@ -297,6 +314,8 @@ export async function runExport(flags: ExportFlags): Promise<Record<string, unkn
       }
       throw await answerError('Export', res);
     }
+  } catch (error) {
+    throw resumable(error, 'waiting for it');
   } finally {
     waiting.stop();
   }
@@ -342,6 +361,8 @@ export async function runExport(flags: ExportFlags): Promise<Record<string, unkn
       });
       show(index + 1);
     }
+  } catch (error) {
+    throw resumable(error, 'downloading its files');
   } finally {
     downloading.stop();
   }

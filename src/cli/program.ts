@@ -174,8 +174,11 @@ export function buildProgram(): Command {
     .addOption(new Option('--alg <alg>', 'signing algorithm').choices([...KEY_ALGORITHMS]).default('ES384'))
     .option('--kid <kid>', 'key id (default: the JWK thumbprint)')
     .option('--private-key-out <file>', 'the private JWK file, mode 0600', 'private-key.json')
-    .option('--jwks-out <file>', 'write the public JWKS to this file instead of stdout')
-    .option('--force', 'replace an existing private key file')
+    .option(
+      '--jwks-out <file>',
+      'write the public JWKS to this file instead of stdout (not over an existing one: a shell redirection would empty it first)',
+    )
+    .option('--force', 'replace existing --private-key-out and --jwks-out files')
     .addHelpText('after', EXIT_HELP)
     .action(async (flags: Parameters<typeof generateKeys>[0]) => {
       const { jwks, kid } = await generateKeys(flags);

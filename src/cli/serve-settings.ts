@@ -1,7 +1,8 @@
 import path from 'node:path';
-import { baseUrlProblem } from '../common/base-url.js';
+import { BASE_URL_FORM, baseUrlProblem } from '../common/base-url.js';
 import type { ProfileType } from '../index.js';
 import { UsageError } from './cli-error.js';
+import { CONNECTION_STRING_FORMS, connectionStringProblem, withoutPassword } from './database-url.js';
 import {
   boolean,
   countLimit,
@@ -11,6 +12,12 @@ import {
   optionalText,
   size,
 } from './setting-readers.js';
+
+/**
+ * Refuses a setting's text: the error says what the value must be (`expected`) and, when given,
+ * what is wrong with this one (`which`: `has the scheme "ftp:"`).
+ */
+export type Invalid = (expected: string, which?: string) => never;
 
 /**
  * One setting of `serve`: its flag and environment variable, its default, its description and how
@@ -35,16 +42,40 @@ export interface ServeSetting<T> {
   store?: 'file' | 'postgres';
   /**
    * The value, from the variable's text: trimmed, `undefined` when unset or empty (the default
-   * then). Calls `invalid(expected)` on a bad text, which throws a `UsageError` naming the
+   * then). Calls `invalid(expected, which)` on a bad text, which throws a `UsageError` naming the
    * variable, the flag and the text.
    */
-  read(text: string | undefined, invalid: (expected: string) => never): T;
+  read(text: string | undefined, invalid: Invalid): T;
+  /** The text as a refusal quotes it, when it may hold a secret (a connection string's password). */
+  quote?(text: string): string;
 }
 
 const GIB = 1024 * 1024 * 1024;
+/** Where `serve` mounts the FHIR API under `BASE_URL` (fhirPlatform's default `paths.fhir`). */
+export const FHIR_PATH = '/fhir/R4';
 const PROFILE_TYPES: readonly ProfileType[] = ['Patient', 'Practitioner', 'RelatedPerson'];
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 type LogLevel = (typeof LOG_LEVELS)[number];
+
+/**
+ * `BASE_URL`: an origin, with a reverse proxy's path prefix if any. One that ends with the FHIR
+ * path is almost surely the FHIR base given by mistake: the server would advertise
+ * `…/fhir/R4/fhir/R4`, which answers 404.
+ */
+function readBaseUrl(text: string | undefined, invalid: Invalid): string | undefined {
+  if (text === undefined) return undefined;
+  const problem = baseUrlProblem(text);
+  if (problem) invalid(BASE_URL_FORM, problem);
+  const baseUrl = text.replace(/\/+$/, '');
+  if (baseUrl.endsWith(FHIR_PATH)) {
+    const origin = baseUrl.slice(0, -FHIR_PATH.length);
+    invalid(
+      "the server's origin, with a reverse proxy's path prefix if any, not the FHIR base",
+      `ends with ${FHIR_PATH}, the path the server adds: its FHIR base would be ${baseUrl}${FHIR_PATH}. Set BASE_URL=${origin} for the FHIR base ${baseUrl}`,
+    );
+  }
+  return baseUrl;
+}
 
 /**
  * Every setting of `serve`, in the order of `--help` and the docs. Defaults of library options
@@ -70,20 +101,15 @@ export const SERVE_SETTINGS = {
     flag: '--base-url <url>',
     defaultText: 'http://localhost:$PORT',
     description:
-      'public origin used in absolute URLs and token audiences: an absolute `http://` or `https://` URL (a path is kept)',
-    read: (text, invalid) => {
-      if (text === undefined) return undefined;
-      const problem = baseUrlProblem(text);
-      if (problem) invalid(`an absolute http or https URL such as https://fhir.example.org (it ${problem})`);
-      return text.replace(/\/+$/, '');
-    },
+      "public origin used in absolute URLs and token audiences: an absolute `http://` or `https://` URL, with a reverse proxy's path prefix if any; not the FHIR base (the server adds `/fhir/R4`)",
+    read: readBaseUrl,
   },
   dataDir: {
     env: 'DATA_DIR',
     flag: '--data-dir <dir>',
     defaultText: './data',
     description:
-      'the file store (`store/`), export files (`exports/`) and audit journal; created when missing',
+      'the file store (`store/`), export files (`exports/`) and audit journal; created when missing; each instance needs its own, even instances sharing `DATABASE_URL`',
     read: (text) => path.resolve(text ?? './data'),
   },
   superAdminClientId: {
@@ -105,8 +131,13 @@ export const SERVE_SETTINGS = {
     env: 'DATABASE_URL',
     flag: '--database-url <url>',
     description:
-      'a PostgreSQL connection string: store everything there instead of the file store (several instances can share it)',
-    read: optionalText,
+      'a PostgreSQL connection string (`postgres://user:password@host:5432/database`, `postgresql://…` or `socket:/path?db=database`): store everything there instead of the file store (several instances can share it)',
+    read: (text, invalid) => {
+      if (text === undefined) return undefined;
+      const problem = connectionStringProblem(text);
+      return problem ? invalid(CONNECTION_STRING_FORMS, problem) : text;
+    },
+    quote: withoutPassword,
   },
   databaseMaxConnections: {
     env: 'DATABASE_MAX_CONNECTIONS',
@@ -184,9 +215,15 @@ export const SERVE_SETTINGS = {
     read: (text, invalid) => {
       if (text === undefined) return undefined;
       const urls = text.split(',').map((url) => url.trim());
-      if (urls.some((url) => url === '')) invalid('a comma-separated list of connection strings');
+      const expected = `a comma-separated list of connection strings, each ${CONNECTION_STRING_FORMS}`;
+      if (urls.some((url) => url === '')) invalid(expected, 'has an empty entry');
+      for (const url of urls) {
+        const problem = connectionStringProblem(url);
+        if (problem) invalid(expected, `has an entry that ${problem}: "${withoutPassword(url)}"`);
+      }
       return urls;
     },
+    quote: (text) => text.split(',').map(withoutPassword).join(','),
   },
   databaseReplicaFreshness: {
     env: 'DATABASE_REPLICA_FRESHNESS',
@@ -579,8 +616,12 @@ export function readSettings(env: NodeJS.ProcessEnv): ServeValues {
   for (const [key, setting] of serveSettings()) {
     const text = settingText(env, setting);
     const flag = setting.flag.split(' ')[0];
-    values[key] = setting.read(text, (expected) => {
-      throw new UsageError(`${setting.env} (${flag}) must be ${expected}, got "${env[setting.env]}"`);
+    values[key] = setting.read(text, (expected, which) => {
+      const given = env[setting.env] ?? '';
+      const quoted = setting.quote ? setting.quote(given) : given;
+      throw new UsageError(
+        `${setting.env} (${flag}) must be ${expected}, got "${quoted}"${which ? `, which ${which}` : ''}`,
+      );
     });
   }
   return values as ServeValues;

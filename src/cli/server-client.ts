@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { importJWK, SignJWT, type JWK } from 'jose';
-import { CliError, UsageError } from './cli-error.js';
+import { CliError, EXIT, UsageError } from './cli-error.js';
 
 /** How the command authenticates to the server's token endpoint. */
 export interface ClientCredentials {
@@ -77,15 +77,23 @@ export function reasonOf(text: string): string {
   return text.trim().slice(0, 200);
 }
 
-/** `fetch` that turns a network failure into one clear line. */
+/** A request that got no answer: the server is down or gone, or the network failed. */
+export class UnreachableError extends CliError {
+  constructor(url: string, error: unknown) {
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    super(`Cannot reach ${url}: ${cause?.code ?? cause?.message ?? String(error)}`, EXIT.failure, {
+      cause: error,
+    });
+    this.name = 'UnreachableError';
+  }
+}
+
+/** `fetch` that turns a network failure into one clear line (an `UnreachableError`). */
 export async function fetchOrFail(url: string, init?: RequestInit): Promise<Response> {
   try {
     return await fetch(url, init);
   } catch (error) {
-    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    throw new CliError(`Cannot reach ${url}: ${cause?.code ?? cause?.message ?? String(error)}`, 1, {
-      cause: error,
-    });
+    throw new UnreachableError(url, error);
   }
 }
 

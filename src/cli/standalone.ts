@@ -11,6 +11,7 @@ import {
   notFoundHandler,
   protectServer,
   provisionSuperAdminClient,
+  StorageLockedError,
   type FhirPlatform,
   type IdentityProviderJwksOptions,
   type Logger,
@@ -49,6 +50,24 @@ function listenError(error: unknown, config: StandaloneConfig): unknown {
             ? `Cannot listen on ${where}: permission denied (ports below 1024 need privileges). Choose another port with PORT (--port)`
             : undefined;
   return message ? new CliError(message, EXIT.failure, { cause: error }) : error;
+}
+
+/**
+ * A directory of `DATA_DIR` locked by another process (the file store, or the audit journal every
+ * instance keeps there, PostgreSQL or not) said as what to do; other errors as they are.
+ */
+function dataDirError(error: unknown, config: StandaloneConfig): unknown {
+  if (!(error instanceof StorageLockedError)) return error;
+  const advice = config.databaseUrl
+    ? 'Each instance needs its own DATA_DIR (--data-dir), even instances sharing one DATABASE_URL'
+    : 'Stop it, or give each instance its own DATA_DIR (--data-dir); instances that serve the same data share a DATABASE_URL, each with its own DATA_DIR';
+  return new CliError(
+    `${error.message}: another process (another server?) uses this DATA_DIR. ${advice}`,
+    EXIT.failure,
+    {
+      cause: error,
+    },
+  );
 }
 
 /** How identity providers' keys are fetched (`IDP_JWKS_*`); unset private addresses: the default. */
@@ -144,7 +163,11 @@ export async function startStandalone(
         replicaFreshness: config.databaseReplicaFreshness,
         history: config.history,
       })
-    : await fileStorage({ dir: path.join(config.dataDir, 'store'), history: config.history });
+    : await fileStorage({ dir: path.join(config.dataDir, 'store'), history: config.history }).catch(
+        (error: unknown) => {
+          throw dataDirError(error, config);
+        },
+      );
   let platform: FhirPlatform | undefined;
   let server: Server | undefined;
   try {
@@ -280,6 +303,6 @@ export async function startStandalone(
     }
     await platform?.close();
     await storage.close();
-    throw error;
+    throw dataDirError(error, config);
   }
 }

@@ -30,16 +30,23 @@ export function redactSecrets(text: string): string {
   return text.replace(SECRETS, (_match, scheme?: string) => (scheme ? `${scheme} [redacted]` : '[redacted]'));
 }
 
-/** The loggable part of an error: its class, code, message and stack, with secrets redacted. */
+/**
+ * The loggable part of an error: its class, code, message and stack, with secrets redacted. The
+ * object has no prototype: pino's `err` serializer describes anything with a `message` again, and
+ * names a plain object's type after its constructor (`"type":"Object"`); without one it keeps ours.
+ */
 export function describeError(error: unknown): LoggedError {
-  if (!(error instanceof Error)) return { type: typeof error, message: redactSecrets(String(error)) };
+  const described: LoggedError = Object.create(null) as LoggedError;
+  if (!(error instanceof Error)) {
+    return Object.assign(described, { type: typeof error, message: redactSecrets(String(error)) });
+  }
   const code = error instanceof PlatformError ? error.code : (error as { code?: unknown }).code;
-  return {
+  return Object.assign(described, {
     type: error.name,
     ...(typeof code === 'string' ? { code } : {}),
     message: redactSecrets(error.message),
     ...(error.stack ? { stack: redactSecrets(error.stack) } : {}),
-  };
+  });
 }
 
 /** `logger.child({ component })` when the logger has `child`, else the logger. */

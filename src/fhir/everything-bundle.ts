@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { outcomeOf } from '../http/outcome.js';
 import type { BundleJson } from './bundle-response.js';
 import type { EverythingPage } from './everything.js';
+import { ignoredParameterIssue } from './ignored-parameter-issue.js';
 import { encodeEverythingCursor, type EverythingParams } from './everything-params.js';
 
 /** What the audit trail records as the query of a `$everything` page: `$everything?` and the parameters applied. */
@@ -37,12 +38,7 @@ export function everythingBundle(
     search: { mode },
   }));
   if (params.ignored.length > 0) {
-    const issues = params.ignored.map((name) => ({
-      severity: 'warning' as const,
-      code: 'not-supported' as const,
-      details: { text: `Parameter ${name} is not supported and was ignored` },
-      expression: [name],
-    }));
+    const issues = params.ignored.map((param) => ignoredParameterIssue(param, 'Parameter'));
     entry.push({ resource: outcomeOf(issues), search: { mode: 'outcome' } });
   }
   return {

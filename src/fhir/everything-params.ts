@@ -1,6 +1,7 @@
 import { parseDateRange } from '../common/date-range.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';
+import type { IgnoredParameter } from '../search/parse.js';
 import { instantMicros } from '../storage/result-page.js';
 
 /**
@@ -27,8 +28,8 @@ export interface EverythingParams {
   cursor?: EverythingCursor;
   /** The parameters applied, without paging: what a `self` / `next` link repeats. */
   applied: [string, string][];
-  /** Parameters ignored (`Prefer: handling=lenient` only), by name. */
-  ignored: string[];
+  /** Parameters ignored (`Prefer: handling=lenient` only: each `not-supported`). */
+  ignored: IgnoredParameter[];
 }
 
 /**
@@ -173,7 +174,7 @@ export function parseEverythingParams(
             expression: [name],
           });
         }
-        out.ignored.push(name);
+        out.ignored.push({ name, reason: 'not-supported' });
     }
   }
   return out;

@@ -3,6 +3,7 @@ import type { StoredResource } from '../storage/types.js';
 import type { BundleJson } from './bundle-response.js';
 import type { SearchOutcome } from './interactions.js';
 import { outcomeOf, type OutcomeIssue } from '../http/outcome.js';
+import { ignoredParameterIssue } from './ignored-parameter-issue.js';
 import { encodeCursor, type PageCursor } from './search-cursor.js';
 
 /** The paging parameters of one link: `_count` always, then an `_offset` or a `_cursor`. */
@@ -76,12 +77,7 @@ export function buildSearchBundle(baseUrl: string, type: string, result: SearchO
   };
   for (const resource of page.resources) add(resource, 'match');
   for (const resource of result.included) add(resource, 'include');
-  const issues: OutcomeIssue[] = ignored.map((name) => ({
-    severity: 'warning',
-    code: 'not-supported',
-    details: { text: `Search parameter ${name} is not supported and was ignored` },
-    expression: [name],
-  }));
+  const issues: OutcomeIssue[] = ignored.map((param) => ignoredParameterIssue(param, 'Search parameter'));
   issues.push(...result.issues);
   if (issues.length > 0) entry.push({ resource: outcomeOf(issues), search: { mode: 'outcome' } });
   return {

@@ -3,7 +3,7 @@ import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit-event-s
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
 import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
-import { parseSearchRequest } from '../search/parse.js';
+import { parseSearchRequest, type IgnoredParameter } from '../search/parse.js';
 import { typesReadByFilters } from '../search/types-read.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { ParameterFilter, SearchFilter, SearchRequest } from '../storage/search-request.js';
@@ -50,8 +50,8 @@ export interface ParsedSearch {
   query: ResourceQuery;
   /** The parsed search (plain data). */
   request: SearchRequest;
-  /** Names of the parameters that were ignored (lenient handling only), in request order. */
-  ignored: string[];
+  /** The parameters that were ignored (lenient handling, or an empty value), in request order. */
+  ignored: IgnoredParameter[];
   /** The parameters applied, without paging: what a `self` / `next` link repeats. */
   applied: [string, string][];
   /** The `_cursor` the page was asked from (set in `query.after` / `query.before` too). */
@@ -156,7 +156,7 @@ export async function parseSearch(
   const registry = await loadSearchRegistry();
   const lenient = options.lenient ?? false;
   const all = [...params];
-  const ignoredNames = new Set<number>();
+  const ignoredAt = new Map<number, IgnoredParameter['reason']>();
   const appliedHere: number[] = [];
   const rest: [string, string][] = [];
   const restIndex: number[] = [];
@@ -169,7 +169,7 @@ export async function parseSearch(
     const modifier = colon === -1 ? undefined : rawName.slice(colon + 1);
     const unsupported = (why: string): void => {
       if (!lenient) throw new FhirError(400, 'not-supported', why, { expression: [rawName] });
-      ignoredNames.add(index);
+      ignoredAt.set(index, 'not-supported');
     };
     if (resourceType === AUDIT_EVENT_TYPE && AUDIT_EVENT_SEARCH_PARAMS.includes(code)) {
       const test = auditSearchPredicate(code, modifier, value);
@@ -204,11 +204,11 @@ export async function parseSearch(
     if (i !== undefined) taken.add(i);
     return i;
   };
-  for (const name of parsed.ignored) {
+  for (const { name, reason } of parsed.ignored) {
     const i = restIndex.find((at, k) => !taken.has(at) && rest[k]![0] === name);
     if (i !== undefined) {
       taken.add(i);
-      ignoredNames.add(i);
+      ignoredAt.set(i, reason);
     }
   }
   const appliedAt = new Set(appliedHere);
@@ -291,8 +291,11 @@ export async function parseSearch(
   return {
     query,
     request,
-    ignored: all.flatMap(([name], i) => (ignoredNames.has(i) ? [name] : [])),
-    applied: all.filter((_, i) => appliedAt.has(i) && !ignoredNames.has(i)).map(([n, v]) => [n, v]),
+    ignored: all.flatMap(([name], i) => {
+      const reason = ignoredAt.get(i);
+      return reason ? [{ name, reason }] : [];
+    }),
+    applied: all.filter((_, i) => appliedAt.has(i) && !ignoredAt.has(i)).map(([n, v]) => [n, v]),
     ...(cursor ? { cursor } : {}),
     cursorShape,
     positionOf: (resource) => ({

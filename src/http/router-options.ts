@@ -5,7 +5,7 @@ import type { ErrorLogger } from './error-rendering.js';
 import type { Logger } from '../common/logger.js';
 import { errorSink } from './request-logging.js';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
-import { baseUrlProblem } from '../common/base-url.js';
+import { BASE_URL_FORM, baseUrlProblem } from '../common/base-url.js';
 import { optionalFunction, optionError, requireFunction, sizeOption } from '../common/options.js';
 import { requireStorage } from '../storage/storage-shape.js';
 
@@ -144,7 +144,13 @@ export function storageOption(owner: string, value: unknown): void {
 export function baseUrlOption(owner: string, value: unknown): void {
   if (value === undefined) return;
   const problem = baseUrlProblem(value);
-  if (problem) optionError(owner, 'baseUrl', `baseUrl ${problem}, got ${JSON.stringify(value)}`);
+  if (problem) {
+    optionError(
+      owner,
+      'baseUrl',
+      `baseUrl must be ${BASE_URL_FORM}, got ${JSON.stringify(value)}, which ${problem}`,
+    );
+  }
 }
 
 /** Optional `onError` (a function) and `logger` (pino's shape: `error`, `warn`, `info`, `debug`). */

@@ -36,11 +36,22 @@ export interface ParseSearchRequestOptions {
   limits?: SearchCostLimits;
 }
 
+/**
+ * A parameter a search did not apply, and why: `not-supported` (unknown, or a parameter or
+ * modifier this server does not answer; lenient handling only) or `no-value` (given empty,
+ * `name=`, which says nothing).
+ */
+export interface IgnoredParameter {
+  /** As named in the request (`name:below`). */
+  name: string;
+  reason: 'not-supported' | 'no-value';
+}
+
 /** What {@link parseSearchRequest} answers. */
 export interface ParsedSearchRequest {
   request: SearchRequest;
-  /** Parameters ignored (lenient handling, or an empty value), as named in the request, in order. */
-  ignored: string[];
+  /** Parameters ignored (lenient handling, or an empty value), in request order. */
+  ignored: IgnoredParameter[];
   /**
    * The parameters applied, as given, without paging (`_count`, `_offset`) and no-ops (`_format`,
    * `_pretty`): what a `self` / `next` link repeats.
@@ -338,7 +349,8 @@ function includeTarget(
  *
  * An unknown parameter, an unsupported one (`_text`, `_filter`, …) or an unsupported modifier
  * (`:in`, `:below` on a token, …) is a 400 `FhirError` naming it in `expression`; under `lenient`
- * it is listed in `ignored` instead. A malformed value is always a 400.
+ * it is listed in `ignored` instead. A parameter without a value is listed there too, whatever the
+ * handling. A malformed value is always a 400.
  * @see https://hl7.org/fhir/R4/search.html
  */
 export function parseSearchRequest(
@@ -359,7 +371,7 @@ export function parseSearchRequest(
     count: Math.min(options.defaultCount ?? 20, maxCount),
     offset: 0,
   };
-  const ignored: string[] = [];
+  const ignored: IgnoredParameter[] = [];
   const applied: [string, string][] = [];
 
   for (const [rawName, value] of params) {
@@ -376,7 +388,7 @@ export function parseSearchRequest(
       }
       if (value === '') {
         // A parameter without a value says nothing: ignored, and said so (R4 gives it no meaning).
-        ignored.push(rawName);
+        ignored.push({ name: rawName, reason: 'no-value' });
         continue;
       }
       if (modifier !== undefined && ['_sort', '_summary', '_elements', '_total'].includes(code)) {
@@ -441,7 +453,7 @@ export function parseSearchRequest(
     } catch (error) {
       if (!(error instanceof Unsupported)) throw error;
       if (!lenient) throw new FhirError(400, error.issueCode, error.message, { expression: [rawName] });
-      ignored.push(rawName);
+      ignored.push({ name: rawName, reason: 'not-supported' });
     }
   }
   if (request.elements && ['true', 'text', 'data'].includes(request.summary ?? '')) {

@@ -192,6 +192,38 @@ describe('command line: usage', () => {
     expect(runs[4].stderr).toMatch(/PORT \(--port\) must be an integer/);
     expect(runs[5].stderr).toContain('--client-secret');
     expect(runs[7].stderr).toMatch(/BASE_URL \(--base-url\) must be an absolute http or https URL/);
+    // Said once (it was "must be an absolute http or https URL … (it must be an absolute …)").
+    expect(runs[7].stderr.split('absolute http or https URL')).toHaveLength(2);
+  });
+
+  it('exits 2 before starting on a DATABASE_URL that is no PostgreSQL connection string, or a BASE_URL that is the FHIR base', async () => {
+    // (vitest sets BASE_URL to '/', which serve would refuse first.)
+    const env = { BASE_URL: '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir('fpk-cli-refused-') };
+    const runs = await Promise.all([
+      // pg reads `notaurl` as the host `base`, and `mysql://…` as a PostgreSQL server.
+      cli(['serve'], { env: { ...env, DATABASE_URL: 'notaurl' } }),
+      cli(['serve', '--database-url', 'mysql://app:secret@localhost/fhir'], { env }),
+      cli(['serve'], {
+        env: { ...env, DATABASE_URL: 'postgres://db/fhir', DATABASE_READ_REPLICAS: 'replica' },
+      }),
+      cli(['serve'], { env: { ...env, BASE_URL: 'http://localhost:8107/fhir/R4' } }),
+      cli(['rotate-super-admin-secret', '--database-url', 'notaurl']),
+    ]);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stdout).not.toContain('starting the standalone server');
+      expect(run.stderr.trim().split('\n'), run.stderr).toHaveLength(1);
+    }
+    expect(runs[0].stderr).toMatch(
+      /DATABASE_URL \(--database-url\) must be a PostgreSQL connection string: postgres:\/\//,
+    );
+    expect(runs[0].stderr).toContain('"notaurl", which is not a URL');
+    expect(runs[1].stderr).toMatch(/DATABASE_URL \(--database-url\).*scheme mysql:/);
+    expect(runs[1].stderr).not.toContain('secret');
+    expect(runs[2].stderr).toMatch(/DATABASE_READ_REPLICAS \(--database-read-replicas\).*"replica"/);
+    expect(runs[3].stderr).toMatch(/BASE_URL \(--base-url\) must be the server's origin.*not the FHIR base/);
+    expect(runs[3].stderr).toMatch(/Set BASE_URL=http:\/\/localhost:8107 /);
+    expect(runs[4].stderr).toMatch(/--database-url must be a PostgreSQL connection string/);
   });
 });
 
@@ -318,6 +350,20 @@ describe('command line: against a server mounted under /api', () => {
     const again = await cli(['keys', '--private-key-out', keyOut]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('--force');
+    // Nor the JWKS (a `> jwks.json` redirection would have emptied it before keys refused), and
+    // nothing is written when one of the two exists: no new private key without its JWKS.
+    const jwksBefore = fs.readFileSync(jwksOut, 'utf8');
+    const otherKey = path.join(work, 'keys-test-other-private.json');
+    const jwksTaken = await cli(['keys', '--private-key-out', otherKey, '--jwks-out', jwksOut]);
+    expect(jwksTaken.code).toBe(1);
+    expect(jwksTaken.stderr).toMatch(
+      /keys-test-jwks\.json exists; choose another --jwks-out or pass --force/,
+    );
+    expect(fs.readFileSync(jwksOut, 'utf8')).toBe(jwksBefore);
+    expect(fs.existsSync(otherKey)).toBe(false);
+    const forced = await cliJson(['keys', '--private-key-out', otherKey, '--jwks-out', jwksOut, '--force']);
+    expect(JSON.parse(fs.readFileSync(jwksOut, 'utf8')).keys[0].kid).toBe(forced.kid);
+    fs.writeFileSync(jwksOut, jwksBefore); // the pair the rest of this test registers
 
     const client = await cliJson([
       'new-client',
@@ -584,6 +630,65 @@ describe('command line: against a server mounted under /api', () => {
     expect(ids).toEqual(['p1', 'p2', 'p3', 'p4']);
   });
 
+  it('says the export goes on and the same command resumes it when the server stops answering', async () => {
+    // The same platform on a server of its own, which stops once it has answered the kick-off.
+    const app = express();
+    let stopAfterKickoff = true;
+    app.use((req, res, next) => {
+      if (stopAfterKickoff && req.path.endsWith('/$export')) {
+        stopAfterKickoff = false;
+        res.once('finish', () => {
+          server.close();
+          server.closeAllConnections();
+        });
+      }
+      next();
+    });
+    app.use('/api', host.platform.router);
+    let server = app.listen(0, '127.0.0.1');
+    const stopped = once(server, 'close');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    const out = path.join(work, 'server-gone');
+    const args = [
+      'export',
+      '--fhir-url',
+      `http://127.0.0.1:${port}/api/fhir/R4`,
+      '--client-id',
+      admin.id,
+      '--client-secret',
+      admin.secret,
+      '--out',
+      out,
+      '--type',
+      'Patient',
+      '--quiet',
+    ];
+    const first = await cli(args);
+    expect(first.code).toBe(1);
+    expect(first.stderr).toMatch(
+      /Cannot reach http:\/\/127\.0\.0\.1:\d+\/.*The export job goes on on the server; run the same command again to resume/,
+    );
+    expect(first.stderr.trim().split('\n')).toHaveLength(1);
+    expect(fs.existsSync(path.join(out, '.export-state.json'))).toBe(true);
+
+    // As it says: the server back on its port, the same command resumes that export.
+    await stopped;
+    server = app.listen(port, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const second = await cli(args);
+      expect(second.code, second.stderr).toBe(0);
+      expect(second.stderr).toContain('Resuming the export');
+      expect(JSON.parse(second.stdout).files).toEqual([
+        expect.objectContaining({ type: 'Patient', lines: 4, count: 4 }),
+      ]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
   /** A Patient export by the admin client (secret) into `out`. */
   const exportPatients = (out: string) =>
     cli([
@@ -702,6 +807,10 @@ describe('command line: against a server mounted under /api', () => {
     ]);
     expect(locked.code).toBe(1);
     expect(locked.stderr).toMatch(/a server is running on it/);
+    // What a user can do: rotate has no --fhir-url (no HTTP form).
+    expect(locked.stderr).not.toContain('--fhir-url');
+    expect(locked.stderr).toMatch(/stop it and run this command again/);
+    expect(locked.stderr).toMatch(/SUPER_ADMIN_CLIENT_ID and SUPER_ADMIN_CLIENT_SECRET/);
     const missing = await cli(['rotate-super-admin-secret', '--data-dir', dataDir, '--client-id', 'nobody']);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/has no client nobody/);

@@ -333,6 +333,110 @@ describe('serve settings: reading', () => {
     );
   });
 
+  it('reads DATABASE_URL and each read replica as a PostgreSQL connection string, refusing anything else (exit 2)', () => {
+    for (const url of [
+      'postgres://user:secret@db.example.org:5432/fhir',
+      'postgresql://db/fhir?sslmode=verify-full',
+      'POSTGRES://db/fhir',
+      'postgres:///fhir?host=/var/run/postgresql',
+      'postgres://user:secret@/fhir?host=/var/run/postgresql',
+      'socket:/var/run/postgresql?db=fhir',
+      'socket://user:secret@/var/run/postgresql?db=fhir',
+      '/var/run/postgresql fhir',
+    ]) {
+      expect(readConfig({ DATABASE_URL: url }).databaseUrl, url).toBe(url);
+      expect(
+        readConfig({
+          DATABASE_URL: 'postgres://db/fhir',
+          DATABASE_READ_REPLICAS: `postgres://r1/fhir,${url}`,
+        }).databaseReadReplicas,
+        url,
+      ).toEqual(['postgres://r1/fhir', url]);
+    }
+    // pg would read each of these (a bare word as the host `base`, mysql:// as a PostgreSQL server).
+    for (const [url, which] of [
+      ['notaurl', /is not a URL/],
+      ['localhost:5432/fhir', /scheme localhost:/],
+      ['mysql://user:secret@db/fhir', /scheme mysql:, not postgres:/],
+      ['postgres:db/fhir', /does not start with postgres:\/\//],
+      ['postgres://db:99999/fhir', /is not a valid URL/],
+      ['socket:', /no path after socket:/],
+      ['socket://db', /no path after socket:/],
+    ] as const) {
+      const refused = (): unknown => readConfig({ DATABASE_URL: url });
+      expect(refused, url).toThrow(
+        expect.objectContaining({
+          exitCode: 2,
+          message: expect.stringMatching(
+            /^DATABASE_URL \(--database-url\) must be a PostgreSQL connection string/,
+          ),
+        }),
+      );
+      expect(refused, url).toThrow(which);
+      expect(
+        () =>
+          readConfig({
+            DATABASE_URL: 'postgres://db/fhir',
+            DATABASE_READ_REPLICAS: `postgres://r1/fhir,${url}`,
+          }),
+        url,
+      ).toThrow(/^DATABASE_READ_REPLICAS \(--database-read-replicas\) must be .*, which has an entry that/);
+    }
+    // A password is not repeated in the message.
+    expect(() => readConfig({ DATABASE_URL: 'mysql://user:secret@db/fhir' })).toThrow(
+      /"mysql:\/\/user:\*\*\*@db\/fhir"/,
+    );
+    expect(() => readConfig({ DATABASE_URL: 'mysql://user:secret@db/fhir' })).not.toThrow(/secret/);
+    expect(() =>
+      readConfig({
+        DATABASE_URL: 'postgres://db/fhir',
+        DATABASE_READ_REPLICAS: 'mysql://user:secret@r1/fhir',
+      }),
+    ).not.toThrow(/secret/);
+  });
+
+  it('says once what BASE_URL must be, then what is wrong with the value given', () => {
+    for (const [url, which] of [
+      ['not a url', /which is not an absolute URL$/],
+      ['localhost:3006', /which has the scheme "localhost:"$/],
+      ['http:fhir.example.org', /which has no host after http:\/\/ or https:\/\/$/],
+      ['https://user:pass@fhir.example.org', /which carries credentials$/],
+      ['https://fhir.example.org/?x=1', /which has a query or fragment$/],
+    ] as const) {
+      let message = '';
+      try {
+        readConfig({ BASE_URL: url });
+      } catch (error) {
+        message = (error as Error).message;
+      }
+      expect(message, url).toMatch(/^BASE_URL \(--base-url\) must be an absolute http or https URL/);
+      expect(message.split('absolute http or https URL'), message).toHaveLength(2);
+      expect(message).toMatch(which);
+    }
+  });
+
+  it("refuses a BASE_URL that is the FHIR base (ending with /fhir/R4), naming the origin to set; keeps a proxy's prefix", () => {
+    for (const url of ['http://localhost:8107/fhir/R4', 'http://localhost:8107/fhir/R4/']) {
+      expect(() => readConfig({ BASE_URL: url }), url).toThrow(
+        expect.objectContaining({
+          exitCode: 2,
+          message: expect.stringMatching(
+            /^BASE_URL \(--base-url\) must be the server's origin.*not the FHIR base.*Set BASE_URL=http:\/\/localhost:8107 for the FHIR base http:\/\/localhost:8107\/fhir\/R4$/,
+          ),
+        }),
+      );
+    }
+    expect(() => readConfig({ BASE_URL: 'https://host.example.org/api/fhir/R4' })).toThrow(
+      /Set BASE_URL=https:\/\/host\.example\.org\/api for/,
+    );
+    expect(readConfig({ BASE_URL: 'https://host.example.org/api/' }).baseUrl).toBe(
+      'https://host.example.org/api',
+    );
+    expect(readConfig({ BASE_URL: 'https://host.example.org/fhir' }).baseUrl).toBe(
+      'https://host.example.org/fhir',
+    );
+  });
+
   it('lays flags over the variables', () => {
     const env = serveEnvironment(
       { bulkMaxKickoffsPerHour: '5', logLevel: 'warn', bulkRequireAsyncHeaders: true },

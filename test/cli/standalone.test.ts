@@ -7,9 +7,10 @@ import path from 'node:path';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createAuditTrail } from '../../src/audit/trail.js';
 import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
-import { fileStorage } from '../../src/stores.js';
+import { fileStorage, memoryStorage } from '../../src/stores.js';
 import { clientKey, signAssertion } from '../auth/client-keys.js';
 
 const dirs: string[] = [];
@@ -551,6 +552,22 @@ describe('serve: the standalone server', () => {
   });
 });
 
+/** Resolves once `child` has printed `text` on stdout; rejects if it exits first. */
+function printed(child: ReturnType<typeof spawnServe>, text: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let stdout = '';
+    const onData = (chunk: Buffer): void => {
+      stdout += chunk.toString();
+      if (stdout.includes(text)) {
+        child.stdout.off('data', onData);
+        resolve();
+      }
+    };
+    child.stdout.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`serve exited (${code}) before printing ${text}`)));
+  });
+}
+
 /** Collects a spawned serve's output and exit code. */
 function watch(child: ReturnType<typeof spawnServe>) {
   const run = { stdout: '', stderr: '' };
@@ -597,6 +614,77 @@ describe('serve: a start that fails', () => {
       second.process.kill('SIGTERM');
     }
     expect(await second.exited).toBe(0);
+  });
+
+  it('on a database it cannot reach: its error logged once, with its type and message, and one line on stderr', async () => {
+    const closed = await freePort(); // nothing listens there
+    const serve = watch(
+      spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], await freePort(), {
+        DATA_DIR: tempDir(),
+        DATABASE_URL: `postgres://127.0.0.1:${closed}/none`,
+      }),
+    );
+    expect(await serve.exited).toBe(1);
+    const errors = logLines(serve.run.stdout).filter((line) => line.level === 50);
+    // Once (the export jobs' resume and their sweep both logged it), described as an error: pino
+    // named a plain object's type "Object".
+    expect(errors, serve.run.stdout).toHaveLength(1);
+    expect(errors[0]!.err).toMatchObject({
+      type: 'StorageUnavailableError',
+      code: 'ERR_STORAGE_UNAVAILABLE',
+      message: expect.stringContaining('ECONNREFUSED'),
+    });
+    expect(serve.run.stderr.split('\n').filter((line) => line !== '')).toEqual([
+      expect.stringMatching(/^fhir-platform-kit: The database is unavailable: connect ECONNREFUSED/),
+    ]);
+  });
+
+  it('on a DATA_DIR another server uses: exit 1, saying that each instance needs its own DATA_DIR', async () => {
+    const dataDir = tempDir();
+    const first = watch(
+      spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], await freePort(), { DATA_DIR: dataDir }),
+    );
+    try {
+      await printed(first.process, '"listening"');
+      const second = watch(
+        spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], await freePort(), { DATA_DIR: dataDir }),
+      );
+      expect(await second.exited).toBe(1);
+      expect(second.run.stderr.split('\n').filter((line) => line !== '')).toEqual([
+        expect.stringMatching(
+          /^fhir-platform-kit: The storage directory .* is in use by process \d+: another process \(another server\?\) uses this DATA_DIR\. Stop it, or give each instance its own DATA_DIR \(--data-dir\)/,
+        ),
+      ]);
+    } finally {
+      first.process.kill('SIGTERM');
+    }
+    expect(await first.exited).toBe(0);
+  });
+
+  it('on a DATA_DIR whose audit journal another process holds, with PostgreSQL: each instance needs its own DATA_DIR, even on one DATABASE_URL', async () => {
+    const dataDir = tempDir();
+    // What another instance keeps there whatever its store: the audit journal, locked while open.
+    const other = createAuditTrail({
+      storage: memoryStorage(),
+      journalDir: path.join(dataDir, 'audit-journal'),
+    });
+    try {
+      // The store connects lazily: the journal is refused before any connection.
+      const config = readConfig({
+        PORT: '0',
+        HOST: '127.0.0.1',
+        DATA_DIR: dataDir,
+        DATABASE_URL: `postgres://127.0.0.1:${await freePort()}/none`,
+      });
+      await expect(startStandalone(config)).rejects.toMatchObject({
+        exitCode: 1,
+        message: expect.stringMatching(
+          /audit-journal is in use by process \d+: another process \(another server\?\) uses this DATA_DIR\. Each instance needs its own DATA_DIR \(--data-dir\), even instances sharing one DATABASE_URL$/,
+        ),
+      });
+    } finally {
+      await other.close();
+    }
   });
 
   it.each([

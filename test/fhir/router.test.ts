@@ -529,6 +529,37 @@ describe('search', () => {
       400,
     );
   });
+
+  it('says why each parameter was ignored: one without a value, one not supported', async () => {
+    await create(patient());
+    const outcomeOf = (res: request.Response) =>
+      res.body.entry.find((e: { search: { mode: string } }) => e.search.mode === 'outcome')?.resource;
+    // An empty value is ignored under either handling, and said to be empty, not unsupported.
+    const empty = await request(t.app).get(`${BASE}/Patient?name=`).set('Authorization', auth());
+    expect(empty.status).toBe(200);
+    // Not a filter: the one Patient matches.
+    expect(
+      empty.body.entry.filter((e: { search: { mode: string } }) => e.search.mode === 'match'),
+    ).toHaveLength(1);
+    expect(outcomeOf(empty).issue).toEqual([
+      expect.objectContaining({
+        severity: 'warning',
+        code: 'informational',
+        details: { text: expect.stringMatching(/^Search parameter name has no value and was ignored$/) },
+        expression: ['name'],
+      }),
+    ]);
+    const both = await request(t.app)
+      .get(`${BASE}/Patient?name=&nickname=Smith`)
+      .set('Authorization', auth())
+      .set('Prefer', 'handling=lenient');
+    expect(both.status).toBe(200);
+    const [noValue, unsupported] = outcomeOf(both).issue as { code: string; details: { text: string } }[];
+    expect(noValue!.details.text).toMatch(/name has no value/);
+    expect(noValue!.details.text).not.toMatch(/not supported/);
+    expect(unsupported).toMatchObject({ code: 'not-supported', expression: ['nickname'] });
+    expect(unsupported!.details.text).toMatch(/nickname is not supported/);
+  });
 });
 
 describe('batch and transaction', () => {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the README's shell blocks as a new user would: in a fresh clone of HEAD (plus the working
 # tree's uncommitted changes to tracked files), with `npm ci` for the Quick start's `npm install`.
-#   - `npm start` on a free port, then the "Command line" block and the "Walk-through with curl"
-#     block against it;
+#   - `npm start` on a free port, then the "Command line" block (twice: it must survive a second
+#     run) and the "Walk-through with curl" block against it;
 #   - "Into your own Express app": its three shell blocks and its `my-app/server.mjs`, from the
 #     directory that holds the clone (`npm pack`, a new my-app, `SEED=1 node server.mjs`, import and
 #     Group export through the installed bin).
@@ -131,6 +131,11 @@ script="$(subst "$script" "'<SUPER_ADMIN_CLIENT_SECRET printed by the first star
 run_block command-line "$clone" "$script"
 lines "$clone/export/Patient-1.ndjson" 2
 lines "$clone/export/Observation-1.ndjson" 1
+lines "$clone/export/Group-1.ndjson" 1
+# Run twice, as a newcomer may paste it: `keys` keeps the pair of the first run (a `> jwks.json`
+# redirection emptied that file before `keys` refused), and the rest makes another project with it.
+run_block command-line-again "$clone" "$script"
+lines "$clone/export/Patient-1.ndjson" 2
 lines "$clone/export/Group-1.ndjson" 1
 
 script="$(block 'Walk-through with curl' sh 1)"

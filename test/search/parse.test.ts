@@ -374,7 +374,11 @@ describe('parseSearchRequest: unknown and unsupported parameters', () => {
     const lenient = parse('Patient', 'nope=1&name=a&name:below=x&_text=y&_count=5&_format=json', {
       lenient: true,
     });
-    expect(lenient.ignored).toEqual(['nope', 'name:below', '_text']);
+    expect(lenient.ignored).toEqual([
+      { name: 'nope', reason: 'not-supported' },
+      { name: 'name:below', reason: 'not-supported' },
+      { name: '_text', reason: 'not-supported' },
+    ]);
     expect(lenient.applied).toEqual([['name', 'a']]);
     expect(lenient.request.filters).toHaveLength(1);
   });
@@ -383,10 +387,15 @@ describe('parseSearchRequest: unknown and unsupported parameters', () => {
     expect400(() => parse('Patient', 'birthdate=soon', { lenient: true }), 'birthdate', 'invalid');
   });
 
-  it('ignores a parameter without a value, and says so', () => {
+  it('ignores a parameter without a value, and says why: it has none (not that it is unsupported)', () => {
     const { request, ignored } = parse('Patient', 'name=&gender=male');
-    expect(ignored).toEqual(['name']);
+    expect(ignored).toEqual([{ name: 'name', reason: 'no-value' }]);
     expect(request.filters).toHaveLength(1);
+    // Under lenient handling both reasons appear, each for its own parameter.
+    expect(parse('Patient', 'nope=1&name=', { lenient: true }).ignored).toEqual([
+      { name: 'nope', reason: 'not-supported' },
+      { name: 'name', reason: 'no-value' },
+    ]);
   });
 
   it('answers plain, structured-cloneable data', () => {
