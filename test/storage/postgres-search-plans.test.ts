@@ -193,6 +193,56 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
         expect(await planProblems(type, query), `${type}?${query}`).toEqual([]);
     }, 60_000);
 
+    it('is migration 16: the (seq) indexes become (seq, key), the rows stay', async () => {
+      const other = newSchema();
+      const o = `"${other}"`;
+      const written = resources().slice(0, 60);
+      const first = postgresStorage({ connectionString, schema: other });
+      await first.writeResources(
+        'p1',
+        written.map((resource) => ({
+          op: 'update' as const,
+          resource: resource as FhirResource & { id: string },
+        })),
+      );
+      await first.close();
+      const rows = async () => {
+        let n = 0;
+        for (const table of INDEX_TABLES)
+          n += (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${o}.${table}`)).rows[0]!.n;
+        return n;
+      };
+      const indexes = async () =>
+        (
+          await admin.query<{ name: string }>(
+            `SELECT indexname AS name FROM pg_indexes WHERE schemaname = $1 AND indexname LIKE 'search%seq%' ORDER BY 1`,
+            [other],
+          )
+        ).rows.map((r) => r.name);
+      const before = await rows();
+      expect(before).toBeGreaterThan(100);
+      // The schema as version 15 left it.
+      for (const table of INDEX_TABLES) {
+        await admin.query(`DROP INDEX ${o}.${table}_seq_key`);
+        await admin.query(`CREATE INDEX ${table}_seq ON ${o}.${table} (seq)`);
+      }
+      await admin.query(`DELETE FROM ${o}.schema_migrations WHERE version = 16`);
+      const { rows: state } = await admin.query<{ fingerprint: string }>(
+        `SELECT fingerprint FROM ${o}.search_index_state`,
+      );
+      const second = postgresStorage({ connectionString, schema: other });
+      try {
+        const page = await second.searchResources('p1', 'Observation', { count: 0 });
+        expect(page.total).toBe(written.filter((r) => r.resourceType === 'Observation').length);
+        expect(await indexes()).toEqual(INDEX_TABLES.map((table) => `${table}_seq_key`).sort());
+        expect(await rows()).toBe(before);
+        // No rebuild: the indexer's fingerprint is the one before.
+        expect((await admin.query(`SELECT fingerprint FROM ${o}.search_index_state`)).rows).toEqual(state);
+      } finally {
+        await second.close();
+      }
+    }, 60_000);
+
     it('answers them', async () => {
       const totals = async (type: string, query: string) => (await statementsOf(type, query)).page.total;
       const observations = PATIENTS * OBSERVATIONS;
