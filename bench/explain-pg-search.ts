@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
 import { postgresStorage } from '../src/postgres.js';
+import { SESSION_OPTIONS } from '../src/storage/postgres/pool-options.js';
 import { allReads } from '../test/helpers/search-reads.js';
 
 const { values, positionals } = parseArgs({
@@ -26,7 +27,8 @@ const { values, positionals } = parseArgs({
 const url = process.env.FPK_BENCH_POSTGRES_URL ?? process.env.FPK_TEST_POSTGRES_URL;
 if (!url || !values.schema) throw new Error('Set FPK_TEST_POSTGRES_URL and --schema');
 const storage = postgresStorage({ connectionString: url, schema: values.schema, statementTimeoutMs: 0 });
-const admin = new pg.Pool({ connectionString: url, max: 1 });
+// The store's session settings (JIT off): the plans are those its statements get.
+const admin = new pg.Pool({ connectionString: url, max: 1, options: SESSION_OPTIONS });
 try {
   await storage.ping(); // The tables are ready before any statement is recorded.
   for (const search of positionals) {

@@ -143,7 +143,7 @@ async function patientTypes(
   patientId: string,
   types: readonly string[],
 ): Promise<readonly string[]> {
-  if (!ctx.storage.compartmentTypes) return types;
+  if (!ctx.storage.compartmentTypes || !types.some(isCompartmentType)) return types;
   const present = new Set(await ctx.storage.compartmentTypes(ctx.projectId, patientId));
   return types.filter((type) => !isCompartmentType(type) || present.has(type));
 }
@@ -155,13 +155,13 @@ async function patientTypes(
 async function walkPatient(
   ctx: FhirContext,
   patientId: string,
-  walkTypes: readonly string[],
+  allowed: readonly string[],
   params: EverythingParams,
   start: EverythingCursor | undefined,
   limit: number,
 ): Promise<EverythingPage['entries']> {
   const out: EverythingPage['entries'] = [];
-  const types = await patientTypes(ctx, patientId, walkTypes);
+  const types = await patientTypes(ctx, patientId, allowed);
   const startAt = start ? WALK_ORDER.indexOf(start.type) : 0;
   let references: Map<string, string[]> | undefined;
   for (const type of types) {

@@ -101,7 +101,9 @@ export class SearchSql extends ParameterSql {
     };
     const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
     if (!best || rank(best) === 9) return undefined;
-    const covers = [best, ...this.sameDates(best, filters), ...filters.filter((f) => sameFilter(f, best))];
+    // Its repeats too (`distinctFilters`).
+    const repeats = filters.filter((f) => f !== best && sameFilter(f, best));
+    const covers = [best, ...this.sameDates(best, filters), ...repeats];
     return { filter: best, seqs: this.seqs(best, type, filters), covers };
   }
 
