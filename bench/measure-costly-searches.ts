@@ -206,6 +206,29 @@ async function ask(base: string, query: string): Promise<Answer> {
   };
 }
 
+/**
+ * With `--analyze`, `VACUUM (ANALYZE)` of every table (what autovacuum does after a load); then
+ * prints which tables have statistics.
+ */
+async function statistics(admin: pg.Client, schema: string): Promise<void> {
+  const s = `"${schema}"`;
+  if (options.analyze) {
+    for (const t of [
+      'resources',
+      'resource_compartments',
+      'resource_identifiers',
+      ...INDEX_TABLES,
+      'search_keys',
+    ])
+      await admin.query(`VACUUM (ANALYZE) ${s}.${t}`);
+  }
+  const { rows } = await admin.query<{ relname: string }>(
+    `SELECT relname FROM pg_stat_user_tables WHERE schemaname = $1 AND last_analyze IS NOT NULL ORDER BY 1`,
+    [schema],
+  );
+  console.log(`postgres: tables with statistics: ${rows.map((r) => r.relname).join(', ') || 'none'}`);
+}
+
 /** The PostgreSQL store on schema `schema`, loaded with `resources` unless it holds them already. */
 async function openPostgres(
   url: string,
@@ -234,26 +257,87 @@ async function openPostgres(
       const ms = await load(storage, resources);
       console.error(`postgres: loaded in ${(ms / 1000).toFixed(1)} s`);
     }
-    if (options.analyze) {
-      // What autovacuum does after a load.
-      for (const t of [
-        'resources',
-        'resource_compartments',
-        'resource_identifiers',
-        ...INDEX_TABLES,
-        'search_keys',
-      ])
-        await admin.query(`VACUUM (ANALYZE) ${s}.${t}`);
-    }
-    const { rows: stats } = await admin.query<{ relname: string }>(
-      `SELECT relname FROM pg_stat_user_tables WHERE schemaname = $1 AND last_analyze IS NOT NULL ORDER BY 1`,
-      [schema],
-    );
-    console.log(`postgres: tables with statistics: ${stats.map((r) => r.relname).join(', ') || 'none'}`);
+    await statistics(admin, schema);
   } finally {
     await admin.end();
   }
   return storage;
+}
+
+/** A store behind its router. */
+interface Server {
+  store: string;
+  storage: Storage;
+  base: string;
+  close: () => void;
+}
+
+const loadAverage = (): string =>
+  os
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ');
+
+/** The file store (unless `--no-file`) and PostgreSQL, each loaded and behind a router, in that order. */
+async function openServers(
+  url: string,
+  schema: string,
+  dir: string,
+  resources: readonly FhirResource[],
+  servers: Server[],
+): Promise<void> {
+  if (!options['no-file']) {
+    const file = await fileStorage({ dir, indexer: r4SearchIndexer });
+    await file.createProject({ id: PROJECT, name: 'bench', strictMode: false });
+    const ms = await load(file, resources);
+    console.error(`file: loaded in ${(ms / 1000).toFixed(1)} s`);
+    servers.push({ store: 'file', storage: file, ...(await serve(file)) });
+  }
+  const postgres = await openPostgres(url, schema, resources);
+  servers.push({ store: 'postgres', storage: postgres, ...(await serve(postgres)) });
+}
+
+/**
+ * `q` asked of every server in turns, the first going first alternating, one untimed round then
+ * `reps` timed: a table row with each store's median, the PostgreSQL / file ratio and the answers.
+ */
+async function timeQuery(servers: readonly Server[], label: string, total: string, q: string, reps: number) {
+  const times = new Map<string, number[]>(servers.map((s) => [s.store, []]));
+  const last = new Map<string, Answer>();
+  for (let round = 0; round <= reps; round++) {
+    const order = round % 2 === 0 ? servers : [...servers].reverse();
+    for (const server of order) {
+      const answer = await ask(server.base, q);
+      last.set(server.store, answer);
+      if (round > 0) times.get(server.store)!.push(answer.ms);
+    }
+  }
+  const medians = servers.map((s) => median(times.get(s.store)!));
+  const file = medians.length > 1 ? medians[0]! : Number.NaN;
+  const pgMs = medians.at(-1)!;
+  const answers = servers
+    .map((s) => {
+      const a = last.get(s.store)!;
+      return `${s.store} ${a.status} total ${a.total ?? '-'} entries ${a.entries}`;
+    })
+    .join('; ');
+  const fileMs = Number.isNaN(file) ? '-' : file.toFixed(1);
+  const ratio = Number.isNaN(file) ? '-' : (pgMs / file).toFixed(2);
+  return `| ${label} | ${total} | ${fileMs} | ${pgMs.toFixed(1)} | ${ratio} | ${answers} |`;
+}
+
+/** Closes the servers and their stores, removes the file store, and drops a schema of its own. */
+async function cleanUp(servers: readonly Server[], dir: string, url: string, schema: string): Promise<void> {
+  for (const server of servers) {
+    server.close();
+    await server.storage.close();
+  }
+  fs.rmSync(dir, { recursive: true, force: true });
+  if (options.schema) return;
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await admin.end();
 }
 
 async function main(): Promise<void> {
@@ -266,78 +350,32 @@ async function main(): Promise<void> {
   const reps = Number(options.reps);
   const only = options.only?.split(',');
   const totals = options.totals.split(',');
-  const queries = QUERIES.filter((q) => !only || only.includes(q.key));
   const { name, resources } = dataset();
   const observations = resources.filter((r) => r.resourceType === 'Observation').length;
   console.log(
     `Costly searches (issue 44), ${name}: ${resources.length} resources, ${observations} Observations; ` +
-      `medians of ${reps}; load average ${os
-        .loadavg()
-        .map((l) => l.toFixed(1))
-        .join(' ')}; ${new Date().toISOString()}`,
+      `medians of ${reps}; load average ${loadAverage()}; ${new Date().toISOString()}`,
   );
   const schema = options.schema ?? `fpk_bench_costly_${process.pid}`;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-costly-'));
-  const servers: { store: string; storage: Storage; base: string; close: () => void }[] = [];
+  const servers: Server[] = [];
   try {
-    if (!options['no-file']) {
-      const file = await fileStorage({ dir, indexer: r4SearchIndexer });
-      await file.createProject({ id: PROJECT, name: 'bench', strictMode: false });
-      const ms = await load(file, resources);
-      console.error(`file: loaded in ${(ms / 1000).toFixed(1)} s`);
-      servers.push({ store: 'file', storage: file, ...(await serve(file)) });
-    }
-    const postgres = await openPostgres(url, schema, resources);
-    servers.push({ store: 'postgres', storage: postgres, ...(await serve(postgres)) });
+    await openServers(url, schema, dir, resources, servers);
     const rows: string[] = [];
-    for (const query of queries) {
+    for (const query of QUERIES.filter((q) => !only || only.includes(q.key))) {
+      // `$everything` has no total.
       for (const total of query.key === 'everything' ? ['-'] : totals) {
         const q = total === '-' ? query.path : `${query.path}&_total=${total}`;
-        const times = new Map<string, number[]>(servers.map((s) => [s.store, []]));
-        const last = new Map<string, Answer>();
-        for (let round = 0; round <= reps; round++) {
-          const order = round % 2 === 0 ? servers : [...servers].reverse();
-          for (const server of order) {
-            const answer = await ask(server.base, q);
-            last.set(server.store, answer);
-            if (round > 0) times.get(server.store)!.push(answer.ms);
-          }
-        }
-        const medians = servers.map((s) => median(times.get(s.store)!));
-        const file = medians.length > 1 ? medians[0]! : Number.NaN;
-        const pgMs = medians.at(-1)!;
-        const shape = servers
-          .map((s) => {
-            const a = last.get(s.store)!;
-            return `${s.store} ${a.status} total ${a.total ?? '-'} entries ${a.entries}`;
-          })
-          .join('; ');
-        const line = `| ${query.label} | ${total} | ${Number.isNaN(file) ? '-' : file.toFixed(1)} | ${pgMs.toFixed(1)} | ${Number.isNaN(file) ? '-' : (pgMs / file).toFixed(2)} | ${shape} |`;
-        console.error(line);
-        rows.push(line);
+        rows.push(await timeQuery(servers, query.label, total, q, reps));
+        console.error(rows.at(-1));
       }
     }
     console.log('| Query | `_total` | file ms | PostgreSQL ms | PG / file | answers |');
     console.log('| --- | --- | ---: | ---: | ---: | --- |');
     for (const row of rows) console.log(row);
-    console.log(
-      `load average at the end: ${os
-        .loadavg()
-        .map((l) => l.toFixed(1))
-        .join(' ')}`,
-    );
+    console.log(`load average at the end: ${loadAverage()}`);
   } finally {
-    for (const server of servers) {
-      server.close();
-      await server.storage.close();
-    }
-    fs.rmSync(dir, { recursive: true, force: true });
-    if (!options.schema) {
-      const admin = new pg.Client({ connectionString: url });
-      await admin.connect();
-      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await admin.end();
-    }
+    await cleanUp(servers, dir, url, schema);
   }
 }
 

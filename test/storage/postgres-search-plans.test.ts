@@ -130,7 +130,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
     try {
       const page = await storage.searchResources('p1', type, parsed.query);
       const statements = spy.mock.calls
-        .map(([text, values]) => ({ text: text as unknown, values: (values ?? []) as unknown[] }))
+        .map(([text, values]) => ({ text, values: (values ?? []) as unknown[] }))
         .filter((c): c is { text: string; values: unknown[] } => typeof c.text === 'string')
         .filter((c) => !/pg_stat_user_tables|^ANALYZE /.test(c.text));
       return { page, statements };
