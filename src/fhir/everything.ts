@@ -134,18 +134,34 @@ async function careDateTest(
 }
 
 /**
+ * `types` less the compartment types of which the store says the patient's compartment has no
+ * resource (`Storage.compartmentTypes`: one round trip, where asking each type is one per type: a
+ * sixty-odd on a database for a patient with few kinds of records); all of them when it cannot say.
+ */
+async function patientTypes(
+  ctx: FhirContext,
+  patientId: string,
+  types: readonly string[],
+): Promise<readonly string[]> {
+  if (!ctx.storage.compartmentTypes || !types.some(isCompartmentType)) return types;
+  const present = new Set(await ctx.storage.compartmentTypes(ctx.projectId, patientId));
+  return types.filter((type) => !isCompartmentType(type) || present.has(type));
+}
+
+/**
  * Up to `limit` resources of one patient's walk from `start` (the cursor's type and position, or
  * the beginning), with the position of the last one.
  */
 async function walkPatient(
   ctx: FhirContext,
   patientId: string,
-  types: readonly string[],
+  allowed: readonly string[],
   params: EverythingParams,
   start: EverythingCursor | undefined,
   limit: number,
 ): Promise<EverythingPage['entries']> {
   const out: EverythingPage['entries'] = [];
+  const types = await patientTypes(ctx, patientId, allowed);
   const startAt = start ? WALK_ORDER.indexOf(start.type) : 0;
   let references: Map<string, string[]> | undefined;
   for (const type of types) {
@@ -234,25 +250,36 @@ export async function allPatientsEverything(
   const entries: (EverythingPage['entries'][number] & { patient: string })[] = [];
   let patient = cursor?.patient;
   let start = cursor;
+  // The next patients in id order, read a batch at a time once one patient's walk did not fill the page.
+  let upcoming: string[] = [];
   // The cursor's patient may have been deleted since: its walk then yields nothing, and the next one starts.
   while (entries.length < limit) {
     if (patient === undefined || start === undefined) {
-      const next = await ctx.storage.searchResources(ctx.projectId, 'Patient', {
-        sort: '_id',
-        count: 1,
-        total: 'none',
-        ...(patient === undefined ? {} : { after: { id: patient } }),
-        ...deadlineOf(ctx),
-      });
-      const found = next.resources[0];
-      if (!found) break;
-      patient = found.id;
+      if (upcoming.length === 0) {
+        const count = patient === undefined ? 1 : limit - entries.length;
+        upcoming = await nextPatients(ctx, patient, count);
+      }
+      const found = upcoming.shift();
+      if (found === undefined) break;
+      patient = found;
     }
     const walked = await walkPatient(ctx, patient, types, params, start, limit - entries.length);
     for (const entry of walked) entries.push({ ...entry, patient });
     start = undefined;
   }
   return pageOf(entries, params.count, (i) => entries[i]?.patient);
+}
+
+/** The ids of up to `count` Patients after `after` in id order (from the first without it). */
+async function nextPatients(ctx: FhirContext, after: string | undefined, count: number): Promise<string[]> {
+  const next = await ctx.storage.searchResources(ctx.projectId, 'Patient', {
+    sort: '_id',
+    count,
+    total: 'none',
+    ...(after === undefined ? {} : { after: { id: after } }),
+    ...deadlineOf(ctx),
+  });
+  return next.resources.map((r) => r.id);
 }
 
 function pageOf(

@@ -57,6 +57,7 @@ export const SCOPED_MEMBER_RULES = {
   searchResources: 'checked',
   readResourceVersion: 'checked',
   readHistory: 'checked',
+  compartmentTypes: 'checked',
   transaction: 'checked',
 
   listSigningKeys: CREDENTIALS,

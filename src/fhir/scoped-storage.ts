@@ -162,6 +162,16 @@ function checkedMembers(storage: Storage, access: DataAccess): Pick<Storage, Che
       const { total: _total, ...rest } = page;
       return { ...rest, entries };
     },
+    // Only the types whose search reaches the patient (the view of the walk's searches): the others
+    // would answer nothing through the view anyway.
+    async compartmentTypes(projectId: string, patientId: string): Promise<string[]> {
+      const kept: string[] = [];
+      for (const type of await storage.compartmentTypes!(projectId, patientId)) {
+        const limit = await access.limit(type, 'search');
+        if (limit === undefined || limit.includes(patientId)) kept.push(type);
+      }
+      return kept;
+    },
     // A transaction of the view is one of the store, seen through the same limits.
     transaction<R>(fn: (tx: StorageOperations) => Promise<R>): Promise<R> {
       return storage.transaction((tx) => fn(scopedStorage(tx, access)));

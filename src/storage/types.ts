@@ -154,6 +154,14 @@ export interface StorageOperations {
   /** All-or-nothing: either every write applies or none does. */
   writeResources(projectId: string, writes: ResourceWrite[]): Promise<WriteResult[]>;
   searchResources(projectId: string, resourceType: string, query?: ResourceQuery): Promise<ResourcePage>;
+  /**
+   * The resource types with a resource in the compartment of patient `patientId` (any order). It
+   * may name a type more: one whose resources there were all deleted or left the compartment since,
+   * never one less. `Patient/$everything` asks it once per patient and then searches only those
+   * types, instead of each of the compartment's 60-odd types in turn (a round trip each on a
+   * database). Optional: without it the walk searches every type. The PostgreSQL store has it.
+   */
+  compartmentTypes?(projectId: string, patientId: string): Promise<string[]>;
 }
 
 /** One failure counter in a `FailureCountStore`, while its window is open. */

@@ -1,6 +1,6 @@
 import express from 'express';
 import request from 'supertest';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
@@ -366,6 +366,46 @@ function suite(name: string, open: Open): void {
         'Observation/ann-obs3',
         'Observation/bob-obs',
       ]);
+    });
+
+    // A store that can say which types a patient's compartment holds (`compartmentTypes`: the
+    // PostgreSQL store's) is asked once per patient, and only those types are searched, not each of
+    // the sixty-odd in turn (a round trip each on a database).
+    it.runIf(name === 'PostgreSQL')('searches only the types of a patient’s compartment', async () => {
+      const { app, storage } = await appOver(open);
+      await seed(app);
+      expect((await storage.compartmentTypes!('p1', 'ann')).sort()).toEqual([
+        'Encounter',
+        'MedicationRequest',
+        'Observation',
+        'Patient',
+      ]);
+      expect(await storage.compartmentTypes!('p2', 'ann')).toEqual([]);
+      const searched: string[] = [];
+      const search = storage.searchResources.bind(storage);
+      vi.spyOn(storage, 'searchResources').mockImplementation((projectId, type, query) => {
+        searched.push(type);
+        return search(projectId, type, query);
+      });
+      const res = await get(app, 'Patient/ann/$everything?_count=100');
+      expect(keys(res.body as Bundle)).toEqual(ANN);
+      // The four compartment types (Observation once for the page, once for its references, …) and
+      // the four referenced ones.
+      expect([...new Set(searched)].sort()).toEqual([
+        'Encounter',
+        'Location',
+        'Medication',
+        'MedicationRequest',
+        'Observation',
+        'Organization',
+        'Patient',
+        'Practitioner',
+      ]);
+      expect(searched.length).toBeLessThanOrEqual(12);
+      searched.length = 0;
+      const all = await get(app, 'Patient/$everything?_count=100');
+      expect(keys(all.body as Bundle)).toEqual([...ANN, 'Patient/bob', 'Observation/bob-obs']);
+      expect(searched.length).toBeLessThanOrEqual(20);
     });
   });
 }

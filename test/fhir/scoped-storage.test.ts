@@ -86,6 +86,17 @@ forEachStore('scopedStorage', (store, open) =>
       await expect(view.ping()).resolves.toBeUndefined();
     });
 
+    it('lists the compartment types of its own patients only, where the store can list them', async () => {
+      const { storage, view } = await setup();
+      if (!storage.compartmentTypes) {
+        expect('compartmentTypes' in view).toBe(false);
+        return;
+      }
+      expect((await view.compartmentTypes!('p', 'a')).sort()).toEqual(['Observation', 'Patient']);
+      expect((await storage.compartmentTypes('p', 'b')).sort()).toEqual(['Observation', 'Patient']);
+      expect(await view.compartmentTypes!('p', 'b')).toEqual([]);
+    });
+
     it('keeps its limits inside a transaction, and is never wrapped twice', async () => {
       const { storage, view } = await setup();
       expect(scopedStorage(view, userDataAccess(patientUser, storage, 'p')!)).toBe(view);

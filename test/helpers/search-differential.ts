@@ -269,6 +269,13 @@ export const EXPLICIT: [string, string][] = [
   ['Patient', 'general-practitioner:identifier=urn:npi|12'],
   ['Patient', 'general-practitioner=Practitioner/d1'],
   ['Patient', '_has:RiskAssessment:subject:probability=lt0.3'],
+  // Issue 44's costly shapes: `_has` with `:missing`, nested `_has`, a filter repeated.
+  ['Patient', '_has:Observation:subject:value-quantity:missing=false'],
+  ['Patient', '_has:Observation:subject:value-quantity:missing=true'],
+  ['Patient', '_has:Observation:subject:_has:DiagnosticReport:result:status=final'],
+  ['Patient', '_has:Encounter:subject:_has:Observation:encounter:status=final'],
+  ['Observation', 'code:text=body&code:text=body&code:text=body'],
+  ['Observation', 'status=final&value-quantity:missing=false&status=final'],
   ['Observation', 'value-quantity=6'],
   ['Observation', 'value-quantity=ge6||mg'],
   ['Observation', 'value-quantity=lt7|urn:u|mg'],

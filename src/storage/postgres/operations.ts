@@ -429,6 +429,23 @@ export class PostgresOperations implements StorageOperations {
     return results;
   }
 
+  /**
+   * The types of the patient's compartment rows: versions of every kind (superseded ones too),
+   * hence possibly a type more than the live resources have, as the contract allows. One range of
+   * the `resource_compartments` key.
+   */
+  compartmentTypes(projectId: string, patientId: string): Promise<string[]> {
+    return this.exec.run('read', async (query) => {
+      await this.lockResources(query, projectId);
+      const { rows } = await query<{ resource_type: string }>(
+        `SELECT DISTINCT resource_type FROM ${this.s}.resource_compartments WHERE project_id = $1 AND patient_id = $2`,
+        [projectId, patientId],
+        true,
+      );
+      return rows.map((r) => r.resource_type);
+    });
+  }
+
   searchResources(projectId: string, resourceType: string, query: ResourceQuery = {}): Promise<ResourcePage> {
     // In the search lane (the store's executor) and by the query's deadline.
     return this.exec.run(

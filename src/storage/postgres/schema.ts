@@ -177,7 +177,7 @@ function migrationStatements(s: string, applied: Set<number>): string[] {
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS encoding text NOT NULL DEFAULT 'identity'`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS crc32 bigint`,
     `ALTER TABLE ${s}.export_files ADD COLUMN IF NOT EXISTS stored_size bigint`,
-    // Migrations 8, 9, 11 and 14: the search index tables (filled by `syncSearchIndex` once the
+    // Migrations 8, 9, 11, 14 and 16: the search index tables (filled by `syncSearchIndex` once the
     // indexer is known; emptied and rebuilt by the migrations of INDEX_REBUILDS).
     ...searchTableStatements(s, applied.has(14)),
     // Migration 10: the SMART App Launch grants (PostgresGrants): tickets, codes, refresh tokens and
@@ -309,7 +309,7 @@ export async function forEachLiveSlice(
 }
 
 /** The latest migration: every version from 1 up to it is recorded once applied. */
-export const SCHEMA_VERSION = 15;
+export const SCHEMA_VERSION = 16;
 
 /** The migrations after which the index rows are built again (their shape changed). */
 const INDEX_REBUILDS = [9, 11, 12, 13, 14, 15];
@@ -345,7 +345,7 @@ export async function beginSchemaLocked(client: PoolClient, schema: string): Pro
 
 /**
  * Creates the schema's tables when missing and applies the migrations not yet recorded in
- * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL; 13: no rows for the parameters the indexer derives from others, `ResourceIndexer.derived`, rebuilt likewise; 14: the index tables keyed by `search_keys` numbers, created anew and rebuilt likewise, without rows for the reference parameters restricted to a type nor for `combo-code-value-quantity`; 15: nor for `code-value-quantity`, which is `code` and `value-quantity`, rebuilt likewise, no DDL), in one transaction under an advisory lock
+ * `schema_migrations` (2: fill `resource_identifiers`; 3, the export queue and files, 4, the shared failed-login counters, 5, the history indexes, are DDL only; 6: the users' listing columns and indexes, filled by `backfillUserColumns`; 7, compressed export files, DDL only; 8: the search index tables, filled by `syncSearchIndex`; 9: date hulls and fewer composite rows, the index rebuilt by `syncSearchIndex` once the fingerprint is forgotten; 10, the SMART grants, DDL only; 11: token keys, the index rebuilt as for 9; 12: no composite marker rows, the index rebuilt as for 9, no DDL; 13: no rows for the parameters the indexer derives from others, `ResourceIndexer.derived`, rebuilt likewise; 14: the index tables keyed by `search_keys` numbers, created anew and rebuilt likewise, without rows for the reference parameters restricted to a type nor for `combo-code-value-quantity`; 15: nor for `code-value-quantity`, which is `code` and `value-quantity`, rebuilt likewise, no DDL; 16: each index table's `seq` index keyed by `(seq, key)`, DDL only), in one transaction under an advisory lock
  * so that several instances opening the same database at once do not race on `CREATE … IF NOT
  * EXISTS` nor run a migration twice.
  */

@@ -51,6 +51,23 @@ function luBounds(a: number, b: number): [number, number] {
 /** A version's `meta.lastUpdated` as a date row's `[lo, hi]` (it is written to the microsecond, from `lu`). */
 const luRow = (r: string): [string, string] => [`(${r}.lu / 1000)::float8`, `(${r}.lu / 1000 + 1)::float8`];
 
+/** Whether two filters ask the same (plain data: equal as JSON). */
+const sameFilter = (a: SearchFilter, b: SearchFilter): boolean => JSON.stringify(a) === JSON.stringify(b);
+
+/**
+ * `filters` without repeats: ANDed, a filter given twice asks nothing more, and each copy would be
+ * one more test per candidate (fifty `code:text=x` made fifty).
+ */
+function distinctFilters(filters: readonly SearchFilter[]): SearchFilter[] {
+  const seen = new Set<string>();
+  return filters.filter((f) => {
+    const key = JSON.stringify(f);
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
 /** Builds the SQL of one search, its bind values appended to `values`. */
 export class SearchSql extends ParameterSql {
   /**
@@ -60,8 +77,9 @@ export class SearchSql extends ParameterSql {
    * planned from those can take quadratic time).
    */
   filters(filters: readonly SearchFilter[], level: Level): string {
-    if (filters.length === 0) return 'true';
-    return filters.map((f) => `(${this.test(f, level)})`).join(' AND ');
+    const distinct = distinctFilters(filters);
+    if (distinct.length === 0) return 'true';
+    return distinct.map((f) => `(${this.test(f, level)})`).join(' AND ');
   }
 
   /**
@@ -83,7 +101,9 @@ export class SearchSql extends ParameterSql {
     };
     const best = [...filters].sort((a, b) => rank(a) - rank(b))[0];
     if (!best || rank(best) === 9) return undefined;
-    const covers = [best, ...this.sameDates(best, filters)];
+    // Its repeats too (`distinctFilters`).
+    const repeats = filters.filter((f) => f !== best && sameFilter(f, best));
+    const covers = [best, ...this.sameDates(best, filters), ...repeats];
     return { filter: best, seqs: this.seqs(best, type, filters), covers };
   }
 

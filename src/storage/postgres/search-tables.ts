@@ -135,6 +135,13 @@ export function tokenKey(text: string): [key: string, full: string | null] {
  * texts to 4 (docs/performance.md, "Search on PostgreSQL"). `search_index_state` holds the
  * indexer's fingerprint. `current`: migration 14 is applied already, and the statements only
  * create what is missing.
+ *
+ * Migration 16 keys each table's `seq` index by `(seq, key)`: every test of one version's rows of
+ * a parameter (a filter on a candidate, `:missing`, a sort value, a chain's or `_has`'s reference
+ * rows) is then one probe on both columns. With only `(seq)`, a planner without statistics of the
+ * table (autovacuum off, or not run yet since the load) took the lookup index, whose leading
+ * column is `key`, and read every row of the parameter for each candidate: quadratic, a minute at
+ * 16,000 Observations (docs/performance.md, "Costly searches on PostgreSQL").
  */
 export function searchTableStatements(s: string, current: boolean): string[] {
   const name = 'text COLLATE "C" NOT NULL';
@@ -153,7 +160,9 @@ export function searchTableStatements(s: string, current: boolean): string[] {
     out.push(
       `CREATE TABLE IF NOT EXISTS ${s}.${table} (
         seq bigint NOT NULL, key integer NOT NULL, elem integer, comp integer, ${columns})`,
-      `CREATE INDEX IF NOT EXISTS ${table}_seq ON ${s}.${table} (seq)`,
+      // Migration 16: a version's rows of one parameter, `(seq, key)` in place of `(seq)`.
+      `CREATE INDEX IF NOT EXISTS ${table}_seq_key ON ${s}.${table} (seq, key)`,
+      `DROP INDEX IF EXISTS ${s}.${table}_seq`,
       table === 'search_dates'
         ? `CREATE INDEX IF NOT EXISTS search_dates_span ON ${s}.search_dates USING gist
             (${dateBoxSql('key', 'hlo', 'hhi')})`
