@@ -5,7 +5,7 @@ import express from 'express';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/build-event.js';
 import { createAuditTrail, type AuditTrail } from '../../src/audit/trail.js';
-import { federatedSignIn } from '../../src/auth/federated-sign-in.js';
+import { federatedSignIn } from '../../src/auth/federation/federated-sign-in.js';
 import { asyncHandler } from '../../src/http/async-handler.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { ProjectIdentityProvider, Storage } from '../../src/storage/types.js';
