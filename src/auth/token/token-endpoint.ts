@@ -20,20 +20,7 @@ import { intersectScopes, splitScopes } from '../access/scopes.js';
 import type { SigningKeys } from '../keys/signing-keys.js';
 import { exchangeCode, refreshTokens, type UserGrantSeen } from './user-token-grants.js';
 import { secretKey } from './user-grants.js';
-
-/**
- * A successful token response (RFC 6749 §5.1, SMART Backend Services "Response"; for a signed-in
- * user, SMART App Launch "Access token response" adds the refresh token, id_token and patient).
- */
-export interface TokenResponse {
-  access_token: string;
-  token_type: 'bearer';
-  expires_in: number;
-  scope: string;
-  refresh_token?: string;
-  id_token?: string;
-  patient?: string;
-}
+import type { TokenResponse } from './token-response.js';
 
 /** One token request, as the router hands it over. */
 export interface TokenRequest {

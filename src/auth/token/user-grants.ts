@@ -3,7 +3,6 @@
  * authorization codes, refresh tokens (rotated, RFC 9700 §4.14.2) and the id_token of OpenID
  * Connect. Codes and refresh tokens are random values; the store keeps only their SHA-256.
  */
-import type { TokenResponse } from './token-endpoint.js';
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SignJWT } from 'jose';
 import { OAuthError } from '../../http/http-error.js';
@@ -11,6 +10,7 @@ import { NotFoundError } from '../../storage/errors.js';
 import type { ClientRecord, GrantRecord, GrantStore, Storage, UserRecord } from '../../storage/types.js';
 import { issueAccessToken, type IssuedAccessToken } from '../access/access-token.js';
 import type { SigningKeys } from '../keys/signing-keys.js';
+import type { TokenResponse } from './token-response.js';
 
 /** Seconds an authorization code lives (RFC 6749 §4.1.2: at most 10 minutes; one is plenty). */
 export const CODE_LIFETIME = 60;
@@ -92,9 +92,6 @@ export interface UserGrantConfig {
   now: () => number;
 }
 
-/** A token response for a user: the token endpoint's, with its refresh token, id_token and patient. */
-export type UserTokenResponse = TokenResponse;
-
 const invalidGrant = (message: string) => new OAuthError(400, 'invalid_grant', message);
 
 /**
@@ -141,7 +138,7 @@ export interface UserTokenInput {
 
 /** What `userTokens` issued: the response, its access token and its refresh token's key, if any. */
 export interface IssuedUserTokens {
-  response: UserTokenResponse;
+  response: TokenResponse;
   access: IssuedAccessToken;
   refreshKey?: string;
 }
@@ -169,7 +166,7 @@ export async function userTokens(config: UserGrantConfig, input: UserTokenInput)
       ...(input.patient ? { patient: input.patient } : {}),
     },
   });
-  const response: UserTokenResponse = {
+  const response: TokenResponse = {
     access_token: access.token,
     token_type: 'bearer',
     expires_in: access.expiresIn,

@@ -24,8 +24,8 @@ import {
   type RefreshGrantData,
   type UserGrantConfig,
   type UserTokenInput,
-  type UserTokenResponse,
 } from './user-grants.js';
+import type { TokenResponse } from './token-response.js';
 
 /** One request of a user grant, after its client is authenticated. */
 export interface UserGrantRequest {
@@ -71,7 +71,7 @@ export function userScopes(client: ClientRecord, scopes: readonly string[]): str
 export async function exchangeCode(
   request: UserGrantRequest,
   config: UserGrantConfig,
-): Promise<UserTokenResponse> {
+): Promise<TokenResponse> {
   const grant = await presentedCode(request, config);
   const data = grant.data as CodeGrantData;
   const user = await grantUser(config, grant);
@@ -119,7 +119,7 @@ async function presentedCode(request: UserGrantRequest, config: UserGrantConfig)
 export async function refreshTokens(
   request: UserGrantRequest,
   config: UserGrantConfig,
-): Promise<UserTokenResponse> {
+): Promise<TokenResponse> {
   const grant = await presentedRefreshToken(request, config);
   const data = grant.data as RefreshGrantData;
   const asked = askedScopes(request.params, data.scopes);
