@@ -3,7 +3,6 @@
  * in texts the host may replace (`federatedSignIn({ texts })`) or with its own page altogether
  * (`federatedSignIn({ renderRefusal })`).
  */
-import type { Response } from 'express';
 import { escapeHtml } from './authorization-pages.js';
 
 /** Why a sign-in was refused. */
@@ -82,14 +81,4 @@ export function defaultRefusalPage(refusal: SignInRefusal, title: string): strin
 <body><main><h1>${escapeHtml(title)}</h1>
 <p id="reason" data-reason="${refusal.reason}">${escapeHtml(refusal.message)}</p>${detail}</main></body></html>
 `;
-}
-
-/** Answers the page: never cached, never framed, no script. */
-export function sendPage(res: Response, status: number, html: string): void {
-  res.status(status);
-  res.setHeader('Content-Type', 'text/html; charset=utf-8');
-  res.setHeader('Cache-Control', 'no-store');
-  res.setHeader('Content-Security-Policy', "default-src 'none'; frame-ancestors 'none'");
-  res.setHeader('X-Frame-Options', 'DENY');
-  res.end(html);
 }

@@ -3,32 +3,28 @@
  * OpenID Connect identity provider (Entra, Okta, Keycloak, …) and is matched to a SCIM user of the
  * project. See docs/login.md.
  */
-import { randomBytes } from 'node:crypto';
-import express, { type ErrorRequestHandler, type Request, type Response, type Router } from 'express';
-import * as oidc from 'openid-client';
-import type { AuditRecord } from '../../audit/events.js';
-import { recordSafely } from '../../audit/record-safely.js';
+import express, { type ErrorRequestHandler, type Request, type Router } from 'express';
 import type { AuditTrail } from '../../audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from '../../common/option-keys.js';
 import { optionError, optionalFunction, positiveInteger } from '../../common/options.js';
 import { asyncHandler } from '../../http/async-handler.js';
 import { defaultErrorLogger } from '../../http/error-rendering.js';
-import { NotFoundError } from '../../storage/errors.js';
-import type { ProjectIdentityProvider, Storage, UserRecord } from '../../storage/types.js';
-import { federationCookies, type FederationTransaction } from './federation-cookies.js';
-import { IdTokenSignatureError } from './id-token-signature.js';
-import { identityProviderClients } from './identity-provider-client.js';
-import { identityProviderJwks, type IdentityProviderJwksOptions } from './identity-provider-keys.js';
-import { signingKeys as createSigningKeys, type SigningKeys } from '../keys/signing-keys.js';
+import type { ProjectIdentityProvider, Storage } from '../../storage/types.js';
+import type { AuthenticateUser } from '../authorize/user-sign-in.js';
+import { sendPage } from '../browser/page-security.js';
 import {
   DEFAULT_SIGN_IN_TEXTS,
-  SIGN_IN_REFUSAL_STATUS,
   defaultRefusalPage,
-  sendPage,
   type SignInRefusal,
   type SignInRefusalReason,
 } from '../browser/sign-in-pages.js';
-import type { AuthenticateUser, SignInRequest } from '../authorize/user-sign-in.js';
+import { signingKeys as createSigningKeys, type SigningKeys } from '../keys/signing-keys.js';
+import { federationCookies } from './federation-cookies.js';
+import type { FederationContext } from './federation-context.js';
+import { identityProviderClients } from './identity-provider-client.js';
+import { identityProviderJwks, type IdentityProviderJwksOptions } from './identity-provider-keys.js';
+import { signInCallback } from './sign-in-callback.js';
+import { startSignIn } from './start-sign-in.js';
 
 /** The path of the callback under the federation router's mount point. */
 export const FEDERATION_CALLBACK_PATH = '/callback';
@@ -99,38 +95,49 @@ const KEYS: OptionKeys<FederatedSignInOptions> = {
   onError: true,
 };
 
-const DEFAULT_SCOPE = 'openid email profile';
-const DEFAULT_CLAIM = 'email';
-
-/** Refused: the page is answered and the refusal audited. */
-class Refused extends Error {
-  constructor(
-    readonly reason: SignInRefusalReason,
-    readonly detail: { identity?: string; error?: string; userId?: string; profile?: string } = {},
-  ) {
-    super(reason);
+/** Checks the options and resolves them once. */
+function resolveFederation(options: FederatedSignInOptions): FederationContext {
+  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
+  checkOptionKeys(OWNER, options, KEYS);
+  const { storage, defaultProvider } = options;
+  if (!storage || typeof storage.readProject !== 'function')
+    optionError(OWNER, 'storage', 'storage is required');
+  optionalFunction(OWNER, 'renderRefusal', options.renderRefusal, undefined);
+  if (defaultProvider !== undefined && (!defaultProvider.issuer || !defaultProvider.clientId)) {
+    optionError(OWNER, 'defaultProvider', 'defaultProvider needs an issuer and a clientId');
   }
+  const lifetime = positiveInteger(OWNER, 'lifetime', options.lifetime, 600);
+  const discoveryTtl = positiveInteger(OWNER, 'discoveryTtl', options.discoveryTtl, 3600);
+  const keys = options.signingKeys ?? createSigningKeys(storage);
+  return {
+    storage,
+    defaultProvider,
+    auditTrail: options.auditTrail,
+    onError: options.onError ?? defaultErrorLogger,
+    texts: { ...DEFAULT_SIGN_IN_TEXTS, ...options.texts },
+    renderRefusal: options.renderRefusal,
+    cookies: federationCookies(keys, lifetime),
+    clients: identityProviderClients(discoveryTtl, identityProviderJwks(OWNER, options.jwks)),
+    callbackUrl(req: Request) {
+      const given = options.callbackUrl;
+      if (typeof given === 'function') return given(req);
+      return (
+        given ??
+        `${req.protocol}://${req.get('host') ?? 'localhost'}/oauth2/federation${FEDERATION_CALLBACK_PATH}`
+      );
+    },
+  };
 }
 
-/**
- * The OAuth `error` of a failed token request: `openid-client` throws it in the error's `error`
- * (an error body) or in a `WWW-Authenticate` challenge (a 401 to a client that failed to
- * authenticate); anything else is an answer it could not verify.
- */
-function oauthErrorCode(error: unknown): string {
-  const { error: code, cause } = (error ?? {}) as { error?: unknown; cause?: unknown };
-  if (typeof code === 'string') return code;
-  const challenge = Array.isArray(cause) ? (cause[0] as { parameters?: { error?: unknown } }) : undefined;
-  const fromChallenge = challenge?.parameters?.error;
-  return typeof fromChallenge === 'string' ? fromChallenge : 'invalid response';
-}
-
-const random = () => randomBytes(32).toString('base64url');
-
-/** The claim's value as text, when it is a non-empty string (or number). */
-function claimText(value: unknown): string | undefined {
-  if (typeof value === 'string' && value.trim() !== '') return value.trim();
-  return typeof value === 'number' ? String(value) : undefined;
+/** A browser gets a page, never a stack trace; the error goes to `onError`. */
+function failurePage(ctx: FederationContext): ErrorRequestHandler {
+  return (error: unknown, _req, res, next) => {
+    ctx.onError(error);
+    if (res.headersSent) return next(error);
+    const { texts } = ctx;
+    const refusal = { reason: 'idp-unavailable', status: 500, message: texts.failed } as const;
+    sendPage(res, 500, defaultRefusalPage(refusal, texts.title));
+  };
 }
 
 /**
@@ -144,268 +151,12 @@ function claimText(value: unknown): string | undefined {
  * and refusal is an audit event (`sign-in`).
  */
 export function federatedSignIn(options: FederatedSignInOptions): FederatedSignIn {
-  if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
-  checkOptionKeys(OWNER, options, KEYS);
-  const { storage, defaultProvider, auditTrail } = options;
-  if (!storage || typeof storage.readProject !== 'function')
-    optionError(OWNER, 'storage', 'storage is required');
-  optionalFunction(OWNER, 'renderRefusal', options.renderRefusal, undefined);
-  if (defaultProvider !== undefined && (!defaultProvider.issuer || !defaultProvider.clientId)) {
-    optionError(OWNER, 'defaultProvider', 'defaultProvider needs an issuer and a clientId');
-  }
-  const lifetime = positiveInteger(OWNER, 'lifetime', options.lifetime, 600);
-  const discoveryTtl = positiveInteger(OWNER, 'discoveryTtl', options.discoveryTtl, 3600);
-  const onError = options.onError ?? defaultErrorLogger;
-  const texts = { ...DEFAULT_SIGN_IN_TEXTS, ...options.texts };
-  const keys = options.signingKeys ?? createSigningKeys(storage);
-  const cookies = federationCookies(keys, lifetime);
-  const clients = identityProviderClients(discoveryTtl, identityProviderJwks(OWNER, options.jwks));
-
-  const callbackUrl = (req: Request): string => {
-    const given = options.callbackUrl;
-    if (typeof given === 'function') return given(req);
-    return (
-      given ??
-      `${req.protocol}://${req.get('host') ?? 'localhost'}/oauth2/federation${FEDERATION_CALLBACK_PATH}`
-    );
-  };
-
-  function audit(record: AuditRecord): void {
-    if (auditTrail) recordSafely(auditTrail, record, onError);
-  }
-
-  async function providerOf(projectId: string): Promise<ProjectIdentityProvider | undefined> {
-    try {
-      return (await storage.readProject(projectId)).identityProvider ?? defaultProvider;
-    } catch (error) {
-      if (error instanceof NotFoundError) return undefined;
-      throw error;
-    }
-  }
-
-  /** Answers the refusal page and records the refusal. */
-  function refuse(
-    req: Request,
-    res: Response,
-    refused: Refused,
-    context: { projectId: string | null; clientId?: string; issuer?: string; claim?: string },
-  ): void {
-    const { identity, error } = refused.detail;
-    audit({
-      kind: 'sign-in',
-      result: 'refused',
-      reason: refused.reason,
-      projectId: context.projectId,
-      actor: {
-        kind: refused.detail.userId !== undefined ? 'user' : 'anonymous',
-        ...(refused.detail.userId !== undefined ? { id: refused.detail.userId } : {}),
-        ...(refused.detail.profile !== undefined ? { profile: refused.detail.profile } : {}),
-        ...(identity !== undefined ? { name: identity } : {}),
-      },
-      address: req.ip,
-      ...(context.clientId !== undefined ? { clientId: context.clientId } : {}),
-      ...(context.issuer !== undefined ? { issuer: context.issuer } : {}),
-      ...(context.claim !== undefined && identity !== undefined ? { claim: context.claim, identity } : {}),
-    });
-    const refusal: SignInRefusal = {
-      reason: refused.reason,
-      status: SIGN_IN_REFUSAL_STATUS[refused.reason],
-      message: texts[refused.reason],
-      ...(identity !== undefined ? { identity } : {}),
-      ...(error !== undefined ? { error } : {}),
-    };
-    const html = options.renderRefusal
-      ? options.renderRefusal(refusal)
-      : defaultRefusalPage(refusal, texts.title);
-    sendPage(res, refusal.status, html);
-  }
-
-  async function configuration(provider: ProjectIdentityProvider): Promise<oidc.Configuration> {
-    try {
-      return await clients.configuration(provider);
-    } catch (error) {
-      onError(error);
-      throw new Refused('idp-unavailable');
-    }
-  }
-
-  /** The one user of the project whose attribute equals `value`. */
-  async function matchUser(
-    projectId: string,
-    provider: ProjectIdentityProvider,
-    value: string,
-  ): Promise<UserRecord> {
-    const attribute = provider.matchAttribute ?? 'email';
-    const page = await storage.listUsers(projectId, { filter: { attribute, eq: value }, count: 2 });
-    if (page.users.length === 0) throw new Refused('unknown-user', { identity: value });
-    if (page.users.length > 1) throw new Refused('ambiguous-user', { identity: value });
-    const user = page.users[0]!;
-    const profile = `${user.userType}/${user.profileId}`;
-    if (!user.active) throw new Refused('inactive-user', { identity: value, userId: user.id, profile });
-    return user;
-  }
-
-  /** The value of the provider's configured claim, from the ID token or else userinfo. */
-  async function assertedIdentity(
-    config: oidc.Configuration,
-    claimName: string,
-    tokens: Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>,
-  ): Promise<string> {
-    const claims = tokens.claims();
-    if (!claims) throw new Refused('idp-error', { error: 'no ID token' });
-    let source: Record<string, unknown> = claims;
-    if (claimText(claims[claimName]) === undefined && config.serverMetadata().userinfo_endpoint) {
-      source = await oidc.fetchUserInfo(config, tokens.access_token, claims.sub);
-    }
-    const value = claimText(source[claimName]);
-    // An e-mail the provider says it did not verify names no one.
-    if (value === undefined || (claimName === 'email' && source.email_verified === false)) {
-      throw new Refused('missing-claim');
-    }
-    return value;
-  }
-
-  /** Refused unless the ID token is signed by a key the provider publishes. */
-  async function checkSignature(
-    provider: ProjectIdentityProvider,
-    idToken: string | undefined,
-  ): Promise<void> {
-    if (idToken === undefined) throw new Refused('idp-error', { error: 'no ID token' });
-    try {
-      await clients.verifyIdTokenSignature(provider, idToken);
-    } catch (error) {
-      if (!(error instanceof IdTokenSignatureError)) throw error;
-      if (error.reason !== 'keys-unavailable') throw new Refused('idp-error', { error: error.message });
-      onError(error);
-      throw new Refused('idp-unavailable');
-    }
-  }
-
-  /**
-   * The provider's tokens for the code of `current`: `openid-client` checks the answer and the ID
-   * token's claims (issuer, audience, expiry, `nonce`), then its signature is checked.
-   */
-  async function verifiedTokens(
-    config: oidc.Configuration,
-    provider: ProjectIdentityProvider,
-    transaction: FederationTransaction,
-    current: URL,
-  ): Promise<Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>> {
-    let tokens: Awaited<ReturnType<typeof oidc.authorizationCodeGrant>>;
-    try {
-      tokens = await oidc.authorizationCodeGrant(config, current, {
-        pkceCodeVerifier: transaction.codeVerifier,
-        expectedState: transaction.state,
-        expectedNonce: transaction.nonce,
-        idTokenExpected: true,
-      });
-    } catch (cause) {
-      throw new Refused('idp-error', { error: oauthErrorCode(cause) });
-    }
-    await checkSignature(provider, tokens.id_token);
-    return tokens;
-  }
-
-  const authenticateUser: AuthenticateUser = async (req, res, signIn: SignInRequest) => {
-    const { projectId, clientId, ticket, resumeUrl } = signIn;
-    const userId = await cookies.readSignedIn(req, projectId, ticket);
-    if (userId !== undefined) return { userId };
-    const provider = await providerOf(projectId);
-    try {
-      if (!provider) throw new Refused('no-identity-provider');
-      const config = await configuration(provider);
-      const transaction: FederationTransaction = {
-        projectId,
-        clientId,
-        ticket,
-        resumeUrl,
-        redirectUri: callbackUrl(req),
-        issuer: provider.issuer,
-        state: random(),
-        nonce: random(),
-        codeVerifier: oidc.randomPKCECodeVerifier(),
-      };
-      const url = oidc.buildAuthorizationUrl(config, {
-        redirect_uri: transaction.redirectUri,
-        scope: provider.scope ?? DEFAULT_SCOPE,
-        state: transaction.state,
-        nonce: transaction.nonce,
-        code_challenge: await oidc.calculatePKCECodeChallenge(transaction.codeVerifier),
-        code_challenge_method: 'S256',
-      });
-      await cookies.setTransaction(req, res, transaction);
-      res.setHeader('Cache-Control', 'no-store');
-      res.redirect(303, url.href);
-    } catch (error) {
-      if (!(error instanceof Refused)) throw error;
-      refuse(req, res, error, { projectId, clientId, ...(provider ? { issuer: provider.issuer } : {}) });
-    }
-    return undefined;
-  };
-
-  async function callback(req: Request, res: Response): Promise<void> {
-    const query = new URL(req.originalUrl, 'http://callback').searchParams;
-    const state = query.get('state') ?? '';
-    const transaction = state ? await cookies.readTransaction(req, state) : undefined;
-    if (!transaction) {
-      refuse(req, res, new Refused('bad-state'), { projectId: null });
-      return;
-    }
-    cookies.clearTransaction(req, res, transaction);
-    const { projectId, clientId } = transaction;
-    const provider = await providerOf(projectId);
-    const context = { projectId, clientId, issuer: transaction.issuer };
-    try {
-      // The provider the browser was sent to must still be the project's.
-      if (!provider || provider.issuer !== transaction.issuer) throw new Refused('no-identity-provider');
-      const claimName = provider.claim ?? DEFAULT_CLAIM;
-      Object.assign(context, { claim: claimName });
-      const error = query.get('error');
-      if (error !== null) throw new Refused('idp-error', { error });
-      const config = await configuration(provider);
-      // The URL the provider redirected to, as it sent it: the registered callback and this query.
-      const current = new URL(transaction.redirectUri);
-      current.search = query.toString();
-      const tokens = await verifiedTokens(config, provider, transaction, current);
-      const identity = await assertedIdentity(config, claimName, tokens);
-      const user = await matchUser(projectId, provider, identity);
-      await cookies.setSignedIn(
-        req,
-        res,
-        { projectId, ticket: transaction.ticket, userId: user.id },
-        transaction.resumeUrl,
-      );
-      audit({
-        kind: 'sign-in',
-        result: 'success',
-        projectId,
-        actor: { kind: 'user', id: user.id, profile: `${user.userType}/${user.profileId}` },
-        address: req.ip,
-        clientId,
-        issuer: provider.issuer,
-        claim: claimName,
-        identity,
-      });
-      res.setHeader('Cache-Control', 'no-store');
-      res.redirect(303, transaction.resumeUrl);
-    } catch (error) {
-      if (!(error instanceof Refused)) throw error;
-      refuse(req, res, error, context);
-    }
-  }
-
+  const ctx = resolveFederation(options);
   const router = express.Router();
-  router.get(FEDERATION_CALLBACK_PATH, asyncHandler(callback));
-  // A browser gets a page, never a stack trace; the error goes to onError.
-  const failed: ErrorRequestHandler = (error: unknown, _req, res, next) => {
-    onError(error);
-    if (res.headersSent) return next(error);
-    sendPage(
-      res,
-      500,
-      defaultRefusalPage({ reason: 'idp-unavailable', status: 500, message: texts.failed }, texts.title),
-    );
-  };
-  router.use(failed);
-  return { authenticateUser, router };
+  router.get(
+    FEDERATION_CALLBACK_PATH,
+    asyncHandler((req, res) => signInCallback(ctx, req, res)),
+  );
+  router.use(failurePage(ctx));
+  return { authenticateUser: startSignIn(ctx), router };
 }

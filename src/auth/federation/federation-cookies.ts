@@ -12,9 +12,9 @@
  * other nor for an access token (`at+jwt`).
  */
 import { createHash } from 'node:crypto';
-import { parse as parseCookies, serialize } from 'cookie';
 import type { Request, Response } from 'express';
 import { SignJWT, decodeProtectedHeader, jwtVerify, type JWTPayload } from 'jose';
+import { pageCookie, pageCookieValue } from '../browser/page-security.js';
 import type { SigningKeys } from '../keys/signing-keys.js';
 
 const TYP = 'fpk-federation+jwt';
@@ -91,26 +91,9 @@ export function federationCookies(keys: SigningKeys, lifetime: number): Federati
     }
   }
 
-  const cookieOf = (req: Request, name: string): string | undefined =>
-    parseCookies(req.headers.cookie ?? '')[name];
-
-  /**
-   * Sets a cookie scoped to the path of `url`, `Secure` when `url` is https (whatever the
-   * connection to a proxy in front was).
-   */
+  /** Sets a cookie for the endpoint at `url` (see `pageCookie`). */
   function setCookie(res: Response, name: string, value: string, url: string, maxAge: number) {
-    const { pathname, protocol } = new URL(url);
-    res.append(
-      'Set-Cookie',
-      serialize(name, value, {
-        httpOnly: true,
-        // Lax: the browser sends it on the identity provider's top-level redirect back.
-        sameSite: 'lax',
-        secure: protocol === 'https:',
-        path: pathname,
-        maxAge,
-      }),
-    );
+    res.append('Set-Cookie', pageCookie(name, value, url, maxAge));
   }
 
   return {
@@ -120,7 +103,7 @@ export function federationCookies(keys: SigningKeys, lifetime: number): Federati
     },
 
     async readTransaction(req, state) {
-      const payload = await verify(cookieOf(req, transactionName(state)), TRANSACTION_AUDIENCE);
+      const payload = await verify(pageCookieValue(req, transactionName(state)), TRANSACTION_AUDIENCE);
       if (!payload || payload.state !== state) return undefined;
       const fields = [
         'projectId',
@@ -146,7 +129,7 @@ export function federationCookies(keys: SigningKeys, lifetime: number): Federati
     },
 
     async readSignedIn(req, projectId, ticket) {
-      const payload = await verify(cookieOf(req, signedInName(ticket)), SIGNED_IN_AUDIENCE);
+      const payload = await verify(pageCookieValue(req, signedInName(ticket)), SIGNED_IN_AUDIENCE);
       if (!payload || payload.ticket !== ticket || payload.projectId !== projectId) return undefined;
       return typeof payload.userId === 'string' ? payload.userId : undefined;
     },
