@@ -10,7 +10,9 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import express from 'express';
+import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { authorizationRouter } from '../../src/index.js';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { memoryStorage } from '../../src/stores.js';
 import { startDevIdp, type DevIdp } from '../../scripts/dev-idp/provider.js';
@@ -189,5 +191,38 @@ describe('the HTML pages of the platform', () => {
       'readClient: the store is down',
       'readProject: the store is down',
     ]);
+  });
+});
+
+describe('the cookie of a pending authorization', () => {
+  it('is scoped to the public URL its pages post to, behind a proxy that strips a path prefix', async () => {
+    // The public URL is https://fhir.example.org/prefix/oauth2/authorize; the proxy in front strips
+    // /prefix, so the app sees /oauth2/authorize over plain http.
+    let resumeUrl = '';
+    const host = express();
+    host.use(
+      '/oauth2/authorize',
+      authorizationRouter({
+        storage,
+        baseUrl: 'https://fhir.example.org/prefix',
+        fhirBase: `${origin}/api/fhir/R4`,
+        authenticateUser: (_req, res, signIn) => {
+          resumeUrl = signIn.resumeUrl;
+          res.status(200).type('html').send('<!doctype html><p>Sign in</p>');
+          return Promise.resolve(undefined);
+        },
+      }),
+    );
+    const start = await request(host).get(`/oauth2/authorize${new URL(authorizeUrl('app1')).search}`);
+    expect(start.status).toBe(200);
+    const endpoint = new URL(resumeUrl);
+    expect(`${endpoint.origin}${endpoint.pathname}`).toBe('https://fhir.example.org/prefix/oauth2/authorize');
+    const cookie = start.headers['set-cookie']?.[0] ?? '';
+    const attributes = cookie.split(/;\s*/).slice(1);
+    // The browser sends it back to the public URL, over https only, and no script reads it.
+    expect(attributes).toContain(`Path=${endpoint.pathname}`);
+    expect(attributes).toContain('Secure');
+    expect(attributes).toContain('HttpOnly');
+    expect(attributes).toContain('SameSite=Lax');
   });
 });
