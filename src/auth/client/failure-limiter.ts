@@ -1,7 +1,8 @@
 import { optionError } from '../../common/options.js';
-import { concurrencyGate, GateFullError } from './concurrency-gate.js';
+import { concurrencyGate, GateFullError, type ConcurrencyGate } from './concurrency-gate.js';
+import { FailureCounters, adoptSharedCounts, blockedMs, type HeldCounter } from './failure-counters.js';
 import { PlatformError } from '../../errors.js';
-import type { FailureCount, FailureCountStore } from '../../storage/types.js';
+import type { FailureCountStore } from '../../storage/types.js';
 
 /**
  * Limits on failed client authentications (`tokenRouter({ rateLimit })`, `bearerAuth({ rateLimit })`
@@ -147,31 +148,11 @@ export function resolveFailureLimitOptions(
   return resolved;
 }
 
-interface Counter {
-  failures: number;
-  /** When `failures` goes back to 0 (epoch ms); meaningful while failures > 0. */
-  resetAt: number;
-  /** Attempts admitted and not ended. */
-  pending: number;
-  /** Attempts waiting for a pending one to end. */
-  waiters: (() => void)[];
-}
-
-interface Held {
-  map: Map<string, Counter>;
-  key: string;
-  max: number;
-  counter: Counter;
-}
-
 const UNLIMITED: FailureLimiter = {
   begin: () => Promise.resolve({ end: () => Promise.resolve() }),
   recordFailure: () => Promise.resolve(),
   checkSecret: (check) => check(),
 };
-
-// Idle counters are dropped when their attempts end; expired ones are swept every this many new counters.
-const SWEEP_EVERY = 1024;
 
 /** Where and how a failure limiter counts. */
 export interface FailureLimiterContext {
@@ -181,6 +162,23 @@ export interface FailureLimiterContext {
   now?: () => number;
   /** Counters shared by every instance (`Storage.failureCounts`); without them, counts stay in memory. */
   shared?: FailureCountStore;
+}
+
+/** The shared counters' keys of `address` (and of `clientId` from it), in `FailureCounters.hold`'s order. */
+function sharedKeys(prefix: string, address: string, clientId: string | undefined): string[] {
+  const keys = [`${prefix}${address}`];
+  if (clientId !== undefined) keys.push(`${prefix}${address}\n${clientId}`);
+  return keys;
+}
+
+/** Runs a secret check within the gate; a full gate is a `FailureLimitError` ('busy'). */
+async function gated(gate: ConcurrencyGate, check: () => Promise<boolean>): Promise<boolean> {
+  try {
+    return await gate.run(check);
+  } catch (error) {
+    if (error instanceof GateFullError) throw new FailureLimitError('busy', 1000);
+    throw error;
+  }
 }
 
 /** Creates a failure limiter; `false` disables limiting and the secret-check cap. */
@@ -194,102 +192,24 @@ export function failureLimiter(
   const { shared } = context;
   const sharedPrefix = `${context.owner ?? 'rateLimit'}\n`;
   const windowMs = limits.windowSeconds * 1000;
-  const byAddress = new Map<string, Counter>();
-  const byClientAddress = new Map<string, Counter>();
+  const counters = new FailureCounters({ ...limits, windowMs });
   const gate = concurrencyGate(limits.maxConcurrentSecretChecks, limits.maxQueuedSecretChecks);
-  let created = 0;
 
-  function idle(counter: Counter, time: number): boolean {
-    return (
-      counter.pending === 0 &&
-      counter.waiters.length === 0 &&
-      (counter.failures === 0 || counter.resetAt <= time)
-    );
+  /** The counters of an attempt, with the shared counts taken in, and the time they were taken. */
+  async function held(
+    address: string,
+    clientId: string | undefined,
+    keys: string[],
+  ): Promise<{ taken: HeldCounter[]; time: number }> {
+    // Read before taking the counters: nothing may drop them between taking and holding.
+    const counts = shared ? await shared.get(keys) : undefined;
+    const time = now();
+    const taken = counters.hold(address, clientId, time);
+    if (counts) adoptSharedCounts(taken, counts, time);
+    return { taken, time };
   }
 
-  function sweepNow(time: number): void {
-    for (const map of [byAddress, byClientAddress]) {
-      for (const [key, counter] of map) if (idle(counter, time)) map.delete(key);
-    }
-  }
-
-  function counterFor(map: Map<string, Counter>, key: string, time: number): Counter {
-    let counter = map.get(key);
-    if (!counter) {
-      counter = { failures: 0, resetAt: 0, pending: 0, waiters: [] };
-      map.set(key, counter);
-      created += 1;
-    } else if (counter.failures > 0 && counter.resetAt <= time) {
-      counter.failures = 0;
-    }
-    return counter;
-  }
-
-  function blockedMs(held: Held, time: number): number {
-    return held.counter.failures >= held.max ? held.counter.resetAt - time : 0;
-  }
-
-  function countFailure(counter: Counter, time: number): void {
-    if (counter.failures === 0 || counter.resetAt <= time) {
-      counter.failures = 0;
-      counter.resetAt = time + windowMs;
-    }
-    counter.failures += 1;
-  }
-
-  function dropIfIdle(held: Held, time: number): void {
-    if (idle(held.counter, time) && held.map.get(held.key) === held.counter) held.map.delete(held.key);
-  }
-
-  function holdAll(address: string, clientId: string | undefined, time: number): Held[] {
-    // Sweep before taking counters, so a sweep never drops one this call holds.
-    if (created >= SWEEP_EVERY) {
-      created = 0;
-      sweepNow(time);
-    }
-    const held: Held[] = [
-      {
-        map: byAddress,
-        key: address,
-        max: limits.maxFailuresPerAddress,
-        counter: counterFor(byAddress, address, time),
-      },
-    ];
-    if (clientId !== undefined) {
-      // An address never contains a line break, so this key is unambiguous.
-      const key = `${address}\n${clientId}`;
-      held.push({
-        map: byClientAddress,
-        key,
-        max: limits.maxFailuresPerClientAddress,
-        counter: counterFor(byClientAddress, key, time),
-      });
-    }
-    return held;
-  }
-
-  /** The shared counters' keys of `address` (and of `clientId` from it), in `holdAll`'s order. */
-  function sharedKeys(address: string, clientId: string | undefined): string[] {
-    const keys = [`${sharedPrefix}${address}`];
-    if (clientId !== undefined) keys.push(`${sharedPrefix}${address}\n${clientId}`);
-    return keys;
-  }
-
-  /**
-   * Takes the shared count when it is ahead of this process's (it holds every instance's failures;
-   * this process's own may be ahead for a moment, while they are being written).
-   */
-  function adopt(held: Held[], counts: (FailureCount | undefined)[], time: number): void {
-    held.forEach((h, i) => {
-      const count = counts[i];
-      if (count && count.failures > h.counter.failures) {
-        h.counter.failures = count.failures;
-        h.counter.resetAt = time + count.msLeft;
-      }
-    });
-  }
-
-  function attempt(held: Held[], keys: string[]): FailureLimitAttempt {
+  function attempt(taken: HeldCounter[], keys: string[]): FailureLimitAttempt {
     let ended = false;
     return {
       async end(failed) {
@@ -300,13 +220,13 @@ export function failureLimiter(
           if (failed && shared) await shared.add(keys, windowMs);
         } finally {
           const time = now();
-          for (const h of held) {
+          for (const h of taken) {
             h.counter.pending -= 1;
-            if (failed) countFailure(h.counter, time);
+            if (failed) counters.countFailure(h.counter, time);
             const waiters = h.counter.waiters;
             h.counter.waiters = [];
             for (const wake of waiters) wake();
-            dropIfIdle(h, time);
+            counters.dropIfIdle(h, time);
           }
         }
       },
@@ -315,50 +235,37 @@ export function failureLimiter(
 
   return {
     async begin(address, clientId) {
-      const keys = sharedKeys(address, clientId);
+      const keys = sharedKeys(sharedPrefix, address, clientId);
       for (;;) {
-        // Read before taking the counters: nothing may drop them between taking and holding.
-        const counts = shared ? await shared.get(keys) : undefined;
-        const time = now();
-        const held = holdAll(address, clientId, time);
-        if (counts) adopt(held, counts, time);
-        const wait = Math.max(...held.map((h) => blockedMs(h, time)));
+        const { taken, time } = await held(address, clientId, keys);
+        const wait = Math.max(...taken.map((h) => blockedMs(h, time)));
         if (wait > 0) {
-          for (const h of held) dropIfIdle(h, time);
+          for (const h of taken) counters.dropIfIdle(h, time);
           throw new FailureLimitError('too-many-failures', wait);
         }
         // Places held by attempts still being checked: wait for one to end, then look again.
-        const full = held.find((h) => h.counter.failures + h.counter.pending >= h.max);
+        const full = taken.find((h) => h.counter.failures + h.counter.pending >= h.max);
         if (!full) {
-          for (const h of held) h.counter.pending += 1;
-          return attempt(held, keys);
+          for (const h of taken) h.counter.pending += 1;
+          return attempt(taken, keys);
         }
         await new Promise<void>((resolve) => full.counter.waiters.push(resolve));
       }
     },
 
     async recordFailure(address) {
-      const keys = sharedKeys(address, undefined);
-      const counts = shared ? await shared.get(keys) : undefined;
-      const time = now();
-      const held = holdAll(address, undefined, time);
-      if (counts) adopt(held, counts, time);
-      const wait = blockedMs(held[0]!, time);
+      const keys = sharedKeys(sharedPrefix, address, undefined);
+      const { taken, time } = await held(address, undefined, keys);
+      const own = taken[0]!;
+      const wait = blockedMs(own, time);
       if (wait > 0) {
-        dropIfIdle(held[0]!, time);
+        counters.dropIfIdle(own, time);
         throw new FailureLimitError('too-many-failures', wait);
       }
-      countFailure(held[0]!.counter, time);
+      counters.countFailure(own.counter, time);
       if (shared) await shared.add(keys, windowMs);
     },
 
-    async checkSecret(check) {
-      try {
-        return await gate.run(check);
-      } catch (error) {
-        if (error instanceof GateFullError) throw new FailureLimitError('busy', 1000);
-        throw error;
-      }
-    },
+    checkSecret: (check) => gated(gate, check),
   };
 }
