@@ -246,13 +246,13 @@ export type { AuditTrail, AuditTrailOptions } from './audit/trail.js';
 export type { AuditOptions, AuditContext } from './audit/options.js';
 export { buildAuditEvent } from './audit/build-event.js';
 export type { Coding, AuditAction, AuditOutcomeCode } from './audit/codes.js';
+export type { BuildAuditEventOptions } from './audit/build-event.js';
 export type {
   AuditEventResource,
   AuditEventAgent,
   AuditEventEntity,
   AuditReference,
-  BuildAuditEventOptions,
-} from './audit/build-event.js';
+} from './audit/audit-event-resource.js';
 export type {
   AuditRecord,
   AuditKind,

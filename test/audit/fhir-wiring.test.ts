@@ -4,7 +4,7 @@ import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import type { AuditRecord } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import type { AuditTrail } from '../../src/audit/trail.js';

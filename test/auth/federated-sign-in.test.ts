@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import { createAuditTrail, type AuditTrail } from '../../src/audit/trail.js';
 import { federatedSignIn } from '../../src/auth/federation/federated-sign-in.js';
 import { asyncHandler } from '../../src/http/async-handler.js';
