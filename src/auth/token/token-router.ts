@@ -1,9 +1,8 @@
 import { errorSink } from '../../http/request-logging.js';
-import express, { Router } from 'express';
-import { recordSafely } from '../../audit/record-safely.js';
+import express, { Router, type Request, type RequestHandler } from 'express';
 import { asyncHandler } from '../../http/async-handler.js';
 import { absoluteUrl } from '../../http/base-url.js';
-import { oauthErrorHandler } from '../../http/error-rendering.js';
+import { oauthErrorHandler, type ErrorLogger } from '../../http/error-rendering.js';
 import { HttpError, OAuthError } from '../../http/http-error.js';
 import { optionError, positiveNumber } from '../../common/options.js';
 import {
@@ -26,7 +25,9 @@ import {
   type SigningKeys,
   type SigningKeysOptions,
 } from '../keys/signing-keys.js';
+import { auditTokenRequest, type TokenOutcome } from './token-audit.js';
 import { handleTokenRequest, type TokenEndpointConfig, type TokenRequest } from './token-endpoint.js';
+import type { TokenResponse } from './token-response.js';
 
 /** Options of `tokenRouter`. */
 export interface TokenRouterOptions extends Omit<CommonRouterOptions, 'authenticate'> {
@@ -230,6 +231,79 @@ async function clientNamed(storage: Storage, clientId: string): Promise<ClientRe
   }
 }
 
+/** Only form bodies (RFC 6749 §4.4.2: `application/x-www-form-urlencoded`). */
+const formOnly: RequestHandler = (req, _res, next) => {
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/x-www-form-urlencoded') {
+    next(new OAuthError(400, 'invalid_request', 'The body must be application/x-www-form-urlencoded'));
+  } else next();
+};
+
+/** The token request of an HTTP request, as `handleTokenRequest` takes it. */
+function tokenRequestOf(
+  options: TokenRouterOptions,
+  req: Request,
+  seen: NonNullable<TokenRequest['seen']>,
+): TokenRequest {
+  const { issuer, audience } = tokenIdentity(req, options);
+  const fhirBase =
+    typeof options.fhirBase === 'function' ? options.fhirBase(req) : (options.fhirBase ?? audience);
+  return {
+    params: (req.body ?? {}) as FormParams,
+    authorization: req.headers.authorization,
+    tokenUrl: absoluteUrl(req, '', options.baseUrl),
+    issuer,
+    audience,
+    address: req.ip ?? req.socket.remoteAddress ?? 'unknown',
+    seen,
+    fhirBase,
+  };
+}
+
+/** How a refused request is recorded: the scopes it asked for, its error, the client it named. */
+async function refusalOf(
+  options: TokenRouterOptions,
+  request: TokenRequest,
+  error: unknown,
+): Promise<TokenOutcome> {
+  const { seen = {}, params } = request;
+  const named =
+    options.auditTrail?.enabled && !seen.client && seen.claimedClientId !== undefined
+      ? await clientNamed(options.storage, seen.claimedClientId)
+      : undefined;
+  return {
+    result: 'refused',
+    scopes: typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [],
+    error: error instanceof OAuthError ? error.error : 'server_error',
+    ...(named ? { named } : {}),
+  };
+}
+
+/** Answers a token request (RFC 6749 §5.1, never cached) and records it in the audit trail. */
+function answerTokenRequest(
+  options: TokenRouterOptions,
+  config: TokenEndpointConfig,
+  logError: ErrorLogger,
+): RequestHandler {
+  return asyncHandler(async (req, res) => {
+    const seen: NonNullable<TokenRequest['seen']> = {};
+    const request = tokenRequestOf(options, req, seen);
+    const trail = options.auditTrail;
+    const audit = trail ? { trail, logError, req, seen } : undefined;
+    let answer: TokenResponse;
+    try {
+      answer = await handleTokenRequest(request, config);
+    } catch (error) {
+      const refusal = await refusalOf(options, request, error);
+      if (audit) auditTokenRequest(audit, refusal);
+      throw error;
+    }
+    if (audit)
+      auditTokenRequest(audit, { result: 'granted', scopes: answer.scope.split(' ').filter(Boolean) });
+    res.set('Cache-Control', 'no-store').set('Pragma', 'no-cache').json(answer);
+  });
+}
+
 /**
  * The OAuth 2.0 token endpoint for SMART Backend Services (RFC 6749 §4.4 client credentials;
  * SMART App Launch 2.x "Backend Services"). Mount it at the token path (conventionally
@@ -241,101 +315,7 @@ export function tokenRouter(options: TokenRouterOptions): Router {
   const logError = errorSink(options);
   const router = Router();
   const form = express.urlencoded({ extended: false, limit: '64kb', parameterLimit: 100 });
-
-  router.post(
-    '/',
-    (req, _res, next) => {
-      const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-      if (type !== 'application/x-www-form-urlencoded') {
-        next(new OAuthError(400, 'invalid_request', 'The body must be application/x-www-form-urlencoded'));
-      } else next();
-    },
-    form,
-    asyncHandler(async (req, res) => {
-      const { issuer, audience } = tokenIdentity(req, options);
-      const fhirBase =
-        typeof options.fhirBase === 'function' ? options.fhirBase(req) : (options.fhirBase ?? audience);
-      const seen: NonNullable<TokenRequest['seen']> = {};
-      const params = (req.body ?? {}) as FormParams;
-      const requested = typeof params.scope === 'string' ? params.scope.split(' ').filter(Boolean) : [];
-      const audit = (
-        result: 'granted' | 'refused',
-        scopes: string[],
-        error?: string,
-        named?: ClientRecord,
-      ) => {
-        const client = seen.client;
-        if (!options.auditTrail) return;
-        const user = seen.user;
-        if (client?.projectId && user && (user.refresh || user.codeReuse)) {
-          // A refresh (or a used refresh token or code coming again) is also the user's event.
-          recordSafely(
-            options.auditTrail,
-            {
-              kind: 'authorization',
-              action: user.refresh === 'rotated' ? 'refresh' : 'reuse',
-              clientId: client.id,
-              clientName: client.name,
-              result: user.refresh === 'rotated' ? 'granted' : 'refused',
-              ...(result === 'granted' ? { scopes } : {}),
-              projectId: client.projectId,
-              actor: {
-                kind: user.userId ? 'user' : 'client',
-                id: user.userId ?? client.id,
-                ...(user.profile ? { profile: user.profile } : {}),
-              },
-              ...(req.ip ? { address: req.ip } : {}),
-            },
-            (failure) => logError(failure, req),
-          );
-        }
-        recordSafely(
-          options.auditTrail,
-          {
-            kind: 'token',
-            result,
-            scopes,
-            ...(error ? { error } : {}),
-            projectId: (client ?? named)?.projectId ?? null,
-            actor: client
-              ? {
-                  kind: client.projectId === null ? 'super-admin' : 'client',
-                  id: client.id,
-                  name: client.name,
-                }
-              : { kind: 'anonymous', ...(seen.claimedClientId ? { id: seen.claimedClientId } : {}) },
-            ...(req.ip ? { address: req.ip } : {}),
-          },
-          (failure) => logError(failure, req),
-        );
-      };
-      let answer;
-      try {
-        answer = await handleTokenRequest(
-          {
-            params,
-            authorization: req.headers.authorization,
-            tokenUrl: absoluteUrl(req, '', options.baseUrl),
-            issuer,
-            audience,
-            address: req.ip ?? req.socket.remoteAddress ?? 'unknown',
-            seen,
-            fhirBase,
-          },
-          config,
-        );
-      } catch (error) {
-        const named =
-          options.auditTrail?.enabled && !seen.client && seen.claimedClientId !== undefined
-            ? await clientNamed(options.storage, seen.claimedClientId)
-            : undefined;
-        audit('refused', requested, error instanceof OAuthError ? error.error : 'server_error', named);
-        throw error;
-      }
-      audit('granted', answer.scope.split(' ').filter(Boolean));
-      res.set('Cache-Control', 'no-store').set('Pragma', 'no-cache').json(answer);
-    }),
-  );
+  router.post('/', formOnly, form, answerTokenRequest(options, config, logError));
   router.all('/', (_req, _res, next) => {
     next(
       new HttpError(405, 'ERR_METHOD_NOT_ALLOWED', 'The token endpoint accepts POST only', {
