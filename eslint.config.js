@@ -23,6 +23,9 @@ export const LAYERS = {
   cli: ['common'],
 };
 
+/** Folders held to the size limits (`max-lines`, `max-lines-per-function`). */
+const SIZED_FOLDERS = ['auth', 'scim', 'audit', 'project'];
+
 /** Root modules of src/ every folder may import. */
 const LEAVES = ['errors', 'package-entry'];
 
@@ -94,6 +97,15 @@ export default tseslint.config(
   {
     files: ['**/*.js', '**/*.mjs'],
     ...tseslint.configs.disableTypeChecked,
+  },
+  {
+    // Functions a reader takes in at once, files of one concept (issue 45): these folders are in
+    // shape and stay so; the others follow when they are.
+    files: SIZED_FOLDERS.map((folder) => `src/${folder}/**/*.ts`),
+    rules: {
+      'max-lines': ['error', { max: 500, skipBlankLines: true, skipComments: true }],
+      'max-lines-per-function': ['error', { max: 150, skipBlankLines: true, skipComments: true }],
+    },
   },
   ...layerRules(),
 );

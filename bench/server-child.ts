@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
-import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
+import { ensureSuperAdminClient } from '../src/auth/client/super-admin.js';
 import { referenceR4Validator } from '../src/fhir/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';

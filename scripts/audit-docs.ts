@@ -6,7 +6,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { format, resolveConfig } from 'prettier';
-import { buildAuditEvent, type AuditEventResource } from '../src/audit/build-event.js';
+import type { AuditEventResource } from '../src/audit/audit-event-resource.js';
+import { buildAuditEvent } from '../src/audit/build-event.js';
 import type { AuditRecord } from '../src/audit/events.js';
 
 export const AUDIT_PAGE = fileURLToPath(new URL('../docs/audit.md', import.meta.url));

@@ -39,12 +39,12 @@ export type { CommonRouterOptions } from './http/router-options.js';
 
 // Auth: the token endpoint, the token verifier, signing keys, discovery, the super-admin client
 export type { Principal, Authenticate } from './http/principal.js';
-export type { PerRequest } from './auth/issuer.js';
-export { tokenRouter } from './auth/token-router.js';
-export type { TokenRouterOptions } from './auth/token-router.js';
-export { authorizationRouter } from './auth/authorization-router.js';
-export type { AuthorizationRouterOptions } from './auth/authorization-router.js';
-export { DEFAULT_AUTHORIZATION_PAGES } from './auth/authorization-pages.js';
+export type { PerRequest } from './auth/token/issuer.js';
+export { tokenRouter } from './auth/token/token-router.js';
+export type { TokenRouterOptions } from './auth/token/token-router.js';
+export { authorizationRouter } from './auth/authorize/authorization-router.js';
+export type { AuthorizationRouterOptions } from './auth/authorize/authorization-router.js';
+export { DEFAULT_AUTHORIZATION_PAGES } from './auth/browser/authorization-pages.js';
 export type {
   AuthorizationErrorPage,
   AuthorizationForm,
@@ -52,46 +52,46 @@ export type {
   ConsentPage,
   PatientPickerPage,
   PickerPatient,
-} from './auth/authorization-pages.js';
-export type { AuthenticateUser, SignInRequest, SignedInUser } from './auth/user-sign-in.js';
-export { introspectionRouter, revocationRouter } from './auth/revocation-router.js';
-export type { TokenManagementOptions } from './auth/revocation-router.js';
-export { bearerAuth } from './auth/bearer-auth.js';
-export type { BearerAuthOptions } from './auth/bearer-auth.js';
-export { signingKeys, SIGNING_ALGORITHMS } from './auth/signing-keys.js';
-export { federatedSignIn } from './auth/federated-sign-in.js';
-export type { FederatedSignIn, FederatedSignInOptions } from './auth/federated-sign-in.js';
-export type { IdentityProviderJwksOptions } from './auth/identity-provider-keys.js';
-export { DEFAULT_SIGN_IN_TEXTS } from './auth/sign-in-pages.js';
-export type { SignInRefusal, SignInRefusalReason } from './auth/sign-in-pages.js';
+} from './auth/browser/authorization-pages.js';
+export type { AuthenticateUser, SignInRequest, SignedInUser } from './auth/authorize/user-sign-in.js';
+export { introspectionRouter, revocationRouter } from './auth/token/revocation-router.js';
+export type { TokenManagementOptions } from './auth/token/revocation-router.js';
+export { bearerAuth } from './auth/access/bearer-auth.js';
+export type { BearerAuthOptions } from './auth/access/bearer-auth.js';
+export { signingKeys, SIGNING_ALGORITHMS } from './auth/keys/signing-keys.js';
+export { federatedSignIn } from './auth/federation/federated-sign-in.js';
+export type { FederatedSignIn, FederatedSignInOptions } from './auth/federation/federated-sign-in.js';
+export type { IdentityProviderJwksOptions } from './auth/federation/identity-provider-keys.js';
+export { DEFAULT_SIGN_IN_TEXTS } from './auth/browser/sign-in-pages.js';
+export type { SignInRefusal, SignInRefusalReason } from './auth/browser/sign-in-pages.js';
 export type {
   SigningKeys,
   SigningKeysOptions,
   SigningAlgorithm,
   ActiveSigningKey,
   VerificationKey,
-} from './auth/signing-keys.js';
-export { CLIENT_AUTH_METHODS } from './auth/client-authentication.js';
-export type { ClientAuthMethod } from './auth/client-authentication.js';
-export type { ClientJwksOptions } from './auth/client-jwks.js';
-export type { FailureLimitOptions } from './auth/failure-limiter.js';
+} from './auth/keys/signing-keys.js';
+export { CLIENT_AUTH_METHODS } from './auth/client/client-authentication.js';
+export type { ClientAuthMethod } from './auth/client/client-authentication.js';
+export type { ClientJwksOptions } from './auth/client/client-jwks.js';
+export type { FailureLimitOptions } from './auth/client/failure-limiter.js';
 export {
   ensureSuperAdminClient,
   provisionSuperAdminClient,
   rotateSuperAdminSecret,
-} from './auth/super-admin.js';
-export type { SuperAdminCredentials } from './auth/super-admin.js';
+} from './auth/client/super-admin.js';
+export type { SuperAdminCredentials } from './auth/client/super-admin.js';
 export {
   smartConfigurationHandler,
   openidConfigurationHandler,
   smartSecurity,
   DEFAULT_SCOPES_SUPPORTED,
-} from './auth/smart-configuration.js';
-export type { SmartConfigurationOptions } from './auth/smart-configuration.js';
-export { jwksHandler } from './auth/jwks-handler.js';
-export type { JwksHandlerOptions } from './auth/jwks-handler.js';
-export { splitScopes } from './auth/scopes.js';
-export { PROJECT_ADMIN_SCOPE, PLATFORM_ADMIN_SCOPE } from './auth/admin-scopes.js';
+} from './auth/discovery/smart-configuration.js';
+export type { SmartConfigurationOptions } from './auth/discovery/smart-configuration.js';
+export { jwksHandler } from './auth/keys/jwks-handler.js';
+export type { JwksHandlerOptions } from './auth/keys/jwks-handler.js';
+export { splitScopes } from './auth/access/scopes.js';
+export { PROJECT_ADMIN_SCOPE, PLATFORM_ADMIN_SCOPE } from './auth/access/admin-scopes.js';
 
 // Storage
 export {
@@ -247,13 +247,13 @@ export type { AuditTrail, AuditTrailOptions } from './audit/trail.js';
 export type { AuditOptions, AuditContext } from './audit/options.js';
 export { buildAuditEvent } from './audit/build-event.js';
 export type { Coding, AuditAction, AuditOutcomeCode } from './audit/codes.js';
+export type { BuildAuditEventOptions } from './audit/build-event.js';
 export type {
   AuditEventResource,
   AuditEventAgent,
   AuditEventEntity,
   AuditReference,
-  BuildAuditEventOptions,
-} from './audit/build-event.js';
+} from './audit/audit-event-resource.js';
 export type {
   AuditRecord,
   AuditKind,

@@ -1,6 +1,6 @@
 import { recordSafely } from './audit/record-safely.js';
 import type { Principal } from './http/principal.js';
-import { PLATFORM_ADMIN_SCOPE } from './auth/admin-scopes.js';
+import { PLATFORM_ADMIN_SCOPE } from './auth/access/admin-scopes.js';
 import type { ClientApplicationResource } from './project/client-application.js';
 import type { ProjectResource } from './project/project-resource.js';
 import { resolveProjectRouterOptions, type ProjectRouterOptions } from './project/router.js';

@@ -1,16 +1,19 @@
 import { Router, type Request } from 'express';
 import { platformAdmin, type PlatformAdmin } from './platform-admin.js';
 import type { Authenticate } from './http/principal.js';
-import { bearerAuth, type BearerAuthOptions } from './auth/bearer-auth.js';
-import { signingKeys as createSigningKeys, type SigningKeys } from './auth/signing-keys.js';
-import { tokenRouter, type TokenRouterOptions } from './auth/token-router.js';
-import { authorizationRouter, type AuthorizationRouterOptions } from './auth/authorization-router.js';
-import { introspectionRouter, revocationRouter } from './auth/revocation-router.js';
-import type { AuthenticateUser } from './auth/user-sign-in.js';
+import { bearerAuth, type BearerAuthOptions } from './auth/access/bearer-auth.js';
+import { signingKeys as createSigningKeys, type SigningKeys } from './auth/keys/signing-keys.js';
+import { tokenRouter, type TokenRouterOptions } from './auth/token/token-router.js';
+import {
+  authorizationRouter,
+  type AuthorizationRouterOptions,
+} from './auth/authorize/authorization-router.js';
+import { introspectionRouter, revocationRouter } from './auth/token/revocation-router.js';
+import type { AuthenticateUser } from './auth/authorize/user-sign-in.js';
 import { MemoryGrants } from './storage/memory-grants.js';
 import type { GrantStore } from './storage/types.js';
-import { discoveryRouter, smartSecurity } from './auth/smart-configuration.js';
-import { jwksHandler } from './auth/jwks-handler.js';
+import { discoveryRouter, smartSecurity } from './auth/discovery/smart-configuration.js';
+import { jwksHandler } from './auth/keys/jwks-handler.js';
 import { bulkExportRouter, type BulkExportRouterOptions } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
 import type { ErrorPaths } from './http/error-paths.js';
@@ -37,12 +40,12 @@ import { createAuditTrail } from './audit/trail.js';
 import { checkOptionKeys, type OptionKeys } from './common/option-keys.js';
 import { booleanOption, optionalFunction, optionError, positiveInteger } from './common/options.js';
 import { baseUrlOption, loggingOptions, storageOption } from './http/router-options.js';
-import { defaultIssuer } from './auth/issuer.js';
+import { defaultIssuer } from './auth/token/issuer.js';
 import {
   FEDERATION_CALLBACK_PATH,
   federatedSignIn,
   type FederatedSignInOptions,
-} from './auth/federated-sign-in.js';
+} from './auth/federation/federated-sign-in.js';
 import type { Storage } from './storage/types.js';
 
 type Own<T> = Partial<Omit<T, 'storage' | 'authenticate' | 'baseUrl' | 'onError' | 'logger'>>;

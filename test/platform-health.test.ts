@@ -5,7 +5,7 @@ import express from 'express';
 import pg from 'pg';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
+import { ensureSuperAdminClient } from '../src/auth/client/super-admin.js';
 import { fhirPlatform, type FhirPlatformOptions } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';

@@ -4,7 +4,7 @@ import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ensureSuperAdminClient } from '../src/auth/super-admin.js';
+import { ensureSuperAdminClient } from '../src/auth/client/super-admin.js';
 import type { Logger } from '../src/common/logger.js';
 import { fhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';

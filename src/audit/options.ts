@@ -6,7 +6,7 @@ import {
   positiveInteger,
   positiveNumber,
 } from '../common/options.js';
-import type { AuditEventResource } from './build-event.js';
+import type { AuditEventResource } from './audit-event-resource.js';
 import type { AuditRecord } from './events.js';
 
 /** What `onAudit` receives next to each event. */

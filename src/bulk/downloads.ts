@@ -2,7 +2,7 @@ import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 import type { Request, Response } from 'express';
-import { isSmartUser } from '../auth/access.js';
+import { isSmartUser } from '../auth/access/access.js';
 import type { Principal } from '../http/principal.js';
 import { requireProjectId } from '../http/authenticate.js';
 import { FhirError } from '../http/http-error.js';

@@ -1,5 +1,5 @@
-import { canAccess } from '../auth/access.js';
-import type { DataAccess, PatientLimit } from '../auth/data-access.js';
+import { canAccess } from '../auth/access/access.js';
+import type { DataAccess, PatientLimit } from '../auth/access/data-access.js';
 import type { Principal } from '../http/principal.js';
 import { patientCompartmentTypes } from '../fhir/compartment.js';
 import { R4_RESOURCE_TYPES } from '../common/resource-types.js';

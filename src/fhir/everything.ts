@@ -1,4 +1,4 @@
-import { canAccess } from '../auth/access.js';
+import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { typedTail } from '../search/parse-value.js';
 import type { ResourceQuery, StoredResource } from '../storage/types.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { canAccess } from '../auth/access.js';
+import { canAccess } from '../auth/access/access.js';
 import { parseDateRange } from '../common/date-range.js';
 import { isValidId, R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError } from '../http/http-error.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { refuseAuditEventWrite } from './audit-append-only.js';
-import { canAccess, type ResourceAction } from '../auth/access.js';
-import type { DataAccess } from '../auth/data-access.js';
+import { canAccess, type ResourceAction } from '../auth/access/access.js';
+import type { DataAccess } from '../auth/access/data-access.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';

@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import multer from 'multer';
-import { isSmartUser } from '../auth/access.js';
+import { isSmartUser } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { RequestActivity } from './audit-activity.js';
 import type { FhirContext } from './interactions.js';

@@ -1,5 +1,5 @@
-import { dataAccess, limitCompartment, type DataAccess } from '../auth/data-access.js';
-import type { ResourceAction } from '../auth/access.js';
+import { dataAccess, limitCompartment, type DataAccess } from '../auth/access/data-access.js';
+import type { ResourceAction } from '../auth/access/access.js';
 import { PlatformError } from '../errors.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';

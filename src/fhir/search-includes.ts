@@ -1,4 +1,4 @@
-import { canAccess } from '../auth/access.js';
+import { canAccess } from '../auth/access/access.js';
 import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
 import { extractValues } from '../search/extract.js';
 import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/search-request.js';

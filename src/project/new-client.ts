@@ -3,11 +3,11 @@
  * project. See docs/project-init.md.
  */
 import { randomUUID } from 'node:crypto';
-import { isAdminScope } from '../auth/admin-scopes.js';
-import { MAX_JWKS_SIZE, isFetchableJwksUri } from '../auth/client-jwks.js';
-import { generateClientSecret, hashClientSecret } from '../auth/client-secret.js';
-import { isPublicHostname } from '../auth/public-address.js';
-import { parseResourceScope } from '../auth/scopes.js';
+import { isAdminScope } from '../auth/access/admin-scopes.js';
+import { MAX_JWKS_SIZE, isFetchableJwksUri } from '../auth/client/client-jwks.js';
+import { generateClientSecret, hashClientSecret } from '../auth/client/client-secret.js';
+import { isPublicHostname } from '../auth/keys/public-address.js';
+import { parseResourceScope } from '../auth/access/scopes.js';
 import type { ClientRecord, MembershipRecord, Storage } from '../storage/types.js';
 import { invalidParameter, readParameters } from './parameters.js';
 import { parsePublicJwks, type PublicJwks } from './public-jwks.js';

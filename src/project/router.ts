@@ -1,6 +1,6 @@
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Router } from 'express';
 import type { Principal } from '../http/principal.js';
-import { privateAddressesAllowedByDefault } from '../auth/public-address.js';
+import { privateAddressesAllowedByDefault } from '../auth/keys/public-address.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal, requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';

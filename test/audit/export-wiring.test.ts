@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import type { DownloadEvent, ExportEvent } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import { ExportPool, type ExportRunOptions } from '../../src/bulk/export-pool.js';

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import type { AuditRecord, RefusedEvent, TokenEvent } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import {

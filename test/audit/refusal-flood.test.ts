@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import { PLATFORM_AUDIT_PROJECT_ID } from '../../src/audit/trail.js';
 import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';
 

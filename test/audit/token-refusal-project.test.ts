@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
+import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client/client-assertion.js';
 import { PLATFORM_AUDIT_PROJECT_ID } from '../../src/audit/trail.js';
 import { clientKey, signAssertion, type ClientKey } from '../auth/client-keys.js';
 import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { AuditEventResource } from '../../src/audit/build-event.js';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import { fhirPlatform } from '../../src/platform.js';
 import { memoryStorage } from '../../src/stores.js';

@@ -1,10 +1,10 @@
 import { decodeJwt, SignJWT } from 'jose';
 import request from 'supertest';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ACCESS_TOKEN_TYPE } from '../../src/auth/access-token.js';
-import { allowedScopes } from '../../src/auth/client-scopes.js';
-import { hashClientSecret } from '../../src/auth/client-secret.js';
-import { signingKeys, type SigningKeys } from '../../src/auth/signing-keys.js';
+import { ACCESS_TOKEN_TYPE } from '../../src/auth/access/access-token.js';
+import { allowedScopes } from '../../src/auth/access/client-scopes.js';
+import { hashClientSecret } from '../../src/auth/client/client-secret.js';
+import { signingKeys, type SigningKeys } from '../../src/auth/keys/signing-keys.js';
 import type { ClientRecord, NewClient, Storage } from '../../src/storage/types.js';
 import { authApp } from './auth-app.js';
 import { storageWithProjects } from './auth-storage.js';

@@ -1,8 +1,8 @@
 import express, { type Express } from 'express';
-import { bearerAuth, type BearerAuthOptions } from '../../src/auth/bearer-auth.js';
-import { canAccess } from '../../src/auth/access.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
-import { tokenRouter, type TokenRouterOptions } from '../../src/auth/token-router.js';
+import { bearerAuth, type BearerAuthOptions } from '../../src/auth/access/bearer-auth.js';
+import { canAccess } from '../../src/auth/access/access.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
+import { tokenRouter, type TokenRouterOptions } from '../../src/auth/token/token-router.js';
 import { getPrincipal, requirePrincipal } from '../../src/http/authenticate.js';
 import { fhirErrorHandler } from '../../src/http/error-rendering.js';
 import { FhirError } from '../../src/http/http-error.js';

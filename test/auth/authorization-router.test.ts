@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { authorizationRouter } from '../../src/auth/authorization-router.js';
-import { escapeHtml } from '../../src/auth/authorization-pages.js';
+import { authorizationRouter } from '../../src/auth/authorize/authorization-router.js';
+import { escapeHtml } from '../../src/auth/browser/authorization-pages.js';
 import { memoryStorage } from '../../src/stores.js';
 import { formSignIn } from '../helpers/form-sign-in.js';
 import { authorizeQuery, launchSetup, pkce, signIn, type LaunchSetup } from './smart-launch.js';

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { hashClientSecret } from '../../src/auth/client-secret.js';
+import { hashClientSecret } from '../../src/auth/client/client-secret.js';
 import type { Storage } from '../../src/storage/types.js';
 import { authApp } from './auth-app.js';
 import { storageWithProjects } from './auth-storage.js';

@@ -7,7 +7,7 @@ import {
   claimedClientId,
   verifyClientAssertion,
   type VerifyClientAssertionOptions,
-} from '../../src/auth/client-assertion.js';
+} from '../../src/auth/client/client-assertion.js';
 import type { ClientRecord } from '../../src/storage/types.js';
 import { clientKey, signAssertion, unsecuredAssertion, type ClientKey } from './client-keys.js';
 

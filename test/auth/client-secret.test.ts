@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { generateClientSecret, hashClientSecret, verifyClientSecret } from '../../src/auth/client-secret.js';
+import {
+  generateClientSecret,
+  hashClientSecret,
+  verifyClientSecret,
+} from '../../src/auth/client/client-secret.js';
 
 describe('client secrets', () => {
   it('verifies the right secret only, and never stores it in clear', async () => {

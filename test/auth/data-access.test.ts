@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { canAccess } from '../../src/auth/access.js';
-import { dataAccess, limitCompartment } from '../../src/auth/data-access.js';
+import { canAccess } from '../../src/auth/access/access.js';
+import { dataAccess, limitCompartment } from '../../src/auth/access/data-access.js';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import type { Principal } from '../../src/http/principal.js';
 import type { FhirResource } from '../../src/storage/types.js';

@@ -2,11 +2,11 @@ import { createServer, type Server } from 'node:http';
 import type { Express } from 'express';
 import request from 'supertest';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
-import { hashClientSecret } from '../../src/auth/client-secret.js';
-import { failureLimiter, FailureLimitError } from '../../src/auth/failure-limiter.js';
-import { tokenRouter } from '../../src/auth/token-router.js';
-import { bearerAuth } from '../../src/auth/bearer-auth.js';
+import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client/client-assertion.js';
+import { hashClientSecret } from '../../src/auth/client/client-secret.js';
+import { failureLimiter, FailureLimitError } from '../../src/auth/client/failure-limiter.js';
+import { tokenRouter } from '../../src/auth/token/token-router.js';
+import { bearerAuth } from '../../src/auth/access/bearer-auth.js';
 import type { NewClient, Storage } from '../../src/storage/types.js';
 import { expectOAuthError } from '../helpers/protocol-errors.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
@@ -21,8 +21,8 @@ const checks = vi.hoisted(() => ({
   maxInFlight: 0,
   held: undefined as Promise<void> | undefined,
 }));
-vi.mock('../../src/auth/client-secret.js', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../src/auth/client-secret.js')>();
+vi.mock('../../src/auth/client/client-secret.js', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../src/auth/client/client-secret.js')>();
   return {
     ...real,
     verifyClientSecret: async (secret: string, hash: string) => {

@@ -9,7 +9,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { federatedSignIn } from '../../src/auth/federated-sign-in.js';
+import { federatedSignIn } from '../../src/auth/federation/federated-sign-in.js';
 import { asyncHandler } from '../../src/http/async-handler.js';
 import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';

@@ -5,8 +5,8 @@ import {
   idTokenAlgorithms,
   verifyIdTokenSignature,
   type IdTokenSignatureFailure,
-} from '../../src/auth/id-token-signature.js';
-import { JwksFetchError } from '../../src/auth/jwks-fetch.js';
+} from '../../src/auth/federation/id-token-signature.js';
+import { JwksFetchError } from '../../src/auth/keys/jwks-fetch.js';
 import { hmacWith, idpKey, signedWith, unsigned } from './fixtures/hand-made-idp.js';
 
 const CLAIMS = { iss: 'https://idp.example', sub: 'alice', aud: 'platform' };

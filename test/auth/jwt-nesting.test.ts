@@ -2,14 +2,14 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { CompactSign } from 'jose';
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { AccessTokenError, verifyAccessToken } from '../../src/auth/access-token.js';
+import { AccessTokenError, verifyAccessToken } from '../../src/auth/access/access-token.js';
 import {
   ClientAssertionError,
   JWT_BEARER_ASSERTION_TYPE,
   claimedClientId,
-} from '../../src/auth/client-assertion.js';
-import { jwtNestingExceeds } from '../../src/auth/jwt-nesting.js';
-import type { SigningKeys } from '../../src/auth/signing-keys.js';
+} from '../../src/auth/client/client-assertion.js';
+import { jwtNestingExceeds } from '../../src/auth/keys/jwt-nesting.js';
+import type { SigningKeys } from '../../src/auth/keys/signing-keys.js';
 import type { Storage } from '../../src/storage/types.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { clientKey, type ClientKey } from './client-keys.js';

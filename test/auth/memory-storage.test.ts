@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client/client-assertion.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { authApp, TOKEN_URL } from './auth-app.js';

@@ -6,7 +6,7 @@ import {
   isPublicHostname,
   privateAddressesAllowedByDefault,
   publicOnlyLookup,
-} from '../../src/auth/public-address.js';
+} from '../../src/auth/keys/public-address.js';
 
 describe('isPublicAddress', () => {
   it.each([

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { secretKey } from '../../src/auth/user-grants.js';
+import { secretKey } from '../../src/auth/token/user-grants.js';
 import { eventually } from '../helpers/eventually.js';
 import { REDIRECT, authorize, launchSetup, pkce, token, type LaunchSetup } from './smart-launch.js';
 

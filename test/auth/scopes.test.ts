@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { intersectScopes, parseResourceScope, scopeImplied, scopesAllow } from '../../src/auth/scopes.js';
-import { canAccess } from '../../src/auth/access.js';
+import {
+  intersectScopes,
+  parseResourceScope,
+  scopeImplied,
+  scopesAllow,
+} from '../../src/auth/access/scopes.js';
+import { canAccess } from '../../src/auth/access/access.js';
 
 describe('SMART scopes', () => {
   it('parses v1 and v2 scopes', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { issueAccessToken, verifyAccessToken, AccessTokenError } from '../../src/auth/access-token.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { issueAccessToken, verifyAccessToken, AccessTokenError } from '../../src/auth/access/access-token.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
 import type { ClientRecord } from '../../src/storage/types.js';
 import { memoryStorage } from '../../src/stores.js';
 

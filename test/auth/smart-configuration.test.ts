@@ -1,9 +1,9 @@
 import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
-import { smartConfigurationHandler, smartSecurity } from '../../src/auth/smart-configuration.js';
-import { jwksHandler } from '../../src/auth/jwks-handler.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { smartConfigurationHandler, smartSecurity } from '../../src/auth/discovery/smart-configuration.js';
+import { jwksHandler } from '../../src/auth/keys/jwks-handler.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
 import { memoryStorage } from '../../src/stores.js';
 
 describe('SMART discovery', () => {

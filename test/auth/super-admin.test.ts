@@ -4,8 +4,8 @@ import {
   ensureSuperAdminClient,
   provisionSuperAdminClient,
   rotateSuperAdminSecret,
-} from '../../src/auth/super-admin.js';
-import { verifyClientSecret } from '../../src/auth/client-secret.js';
+} from '../../src/auth/client/super-admin.js';
+import { verifyClientSecret } from '../../src/auth/client/client-secret.js';
 import { memoryStorage } from '../../src/stores.js';
 import { authApp } from './auth-app.js';
 

@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { issueAccessToken } from '../../src/auth/access-token.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { issueAccessToken } from '../../src/auth/access/access-token.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
 import type { ClientRecord, Storage } from '../../src/storage/types.js';
 import { memoryStorage } from '../../src/stores.js';
 import { BASE_URL, authApp } from './auth-app.js';

@@ -1,5 +1,5 @@
-import type { AuthenticateUser } from '../../src/auth/user-sign-in.js';
-import { escapeHtml } from '../../src/auth/authorization-pages.js';
+import type { AuthenticateUser } from '../../src/auth/authorize/user-sign-in.js';
+import { escapeHtml } from '../../src/auth/browser/authorization-pages.js';
 
 /**
  * A tiny `authenticateUser` for tests: it shows a form asking for a user id, which comes back to

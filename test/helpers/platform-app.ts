@@ -5,7 +5,7 @@ import express from 'express';
 import request from 'supertest';
 import { expect } from 'vitest';
 import { fhirPlatform, type FhirPlatform, type FhirPlatformOptions } from '../../src/platform.js';
-import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
+import { ensureSuperAdminClient } from '../../src/auth/client/super-admin.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 

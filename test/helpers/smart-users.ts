@@ -1,5 +1,5 @@
-import { issueAccessToken } from '../../src/auth/access-token.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
+import { issueAccessToken } from '../../src/auth/access/access-token.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
 import type { Storage } from '../../src/storage/types.js';
 
 /** The issuer (and audience) of tokens of `createPlatformApp()` (its `baseUrl`). */

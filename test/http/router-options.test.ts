@@ -3,8 +3,8 @@
 // (`ERR_INVALID_OPTION`) naming that key, whichever router it is given to, never a library's own
 // error at creation nor a failure at the first request.
 import { describe, expect, it } from 'vitest';
-import { bearerAuth } from '../../src/auth/bearer-auth.js';
-import { tokenRouter } from '../../src/auth/token-router.js';
+import { bearerAuth } from '../../src/auth/access/bearer-auth.js';
+import { tokenRouter } from '../../src/auth/token/token-router.js';
 import { bulkExportRouter } from '../../src/bulk/router.js';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { fhirPlatform } from '../../src/platform.js';

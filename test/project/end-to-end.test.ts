@@ -1,10 +1,10 @@
 import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
-import { bearerAuth } from '../../src/auth/bearer-auth.js';
-import { ensureSuperAdminClient } from '../../src/auth/super-admin.js';
-import { signingKeys } from '../../src/auth/signing-keys.js';
-import { tokenRouter } from '../../src/auth/token-router.js';
+import { bearerAuth } from '../../src/auth/access/bearer-auth.js';
+import { ensureSuperAdminClient } from '../../src/auth/client/super-admin.js';
+import { signingKeys } from '../../src/auth/keys/signing-keys.js';
+import { tokenRouter } from '../../src/auth/token/token-router.js';
 import { projectRouter } from '../../src/project/router.js';
 import { memoryStorage } from '../../src/stores.js';
 

@@ -3,7 +3,7 @@ import express from 'express';
 import request from 'supertest';
 import { describe, expect, it, vi } from 'vitest';
 import type { Principal } from '../../src/http/principal.js';
-import { verifyClientSecret } from '../../src/auth/client-secret.js';
+import { verifyClientSecret } from '../../src/auth/client/client-secret.js';
 import { projectRouter, type ProjectRouterOptions } from '../../src/project/router.js';
 import { NotFoundError } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/stores.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { readListQuery } from '../../src/scim/list-query.js';
-import { parseEntityTags, entityTagMatches } from '../../src/scim/user-service.js';
+import { parseEntityTags, entityTagMatches } from '../../src/scim/entity-tags.js';
 import { USER_RESOURCE_SCHEMAS, ENTERPRISE_USER_SCHEMA_ID } from '../../src/scim/schema.js';
 import { profileResource, scimUserFields, userFilterView, userToScim } from '../../src/scim/user-mapping.js';
 import type { UserRecord } from '../../src/storage/types.js';

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client-assertion.js';
+import { JWT_BEARER_ASSERTION_TYPE } from '../../src/auth/client/client-assertion.js';
 import { clientKey, signAssertion } from '../auth/client-keys.js';
 import { expectOAuthError, expectOperationOutcome, expectScimError } from '../helpers/protocol-errors.js';
 import {
