@@ -156,7 +156,9 @@ export type {
 
 // FHIR data plane: router, CapabilityStatement contributions, the strict-mode validator
 export { fhirRouter } from './fhir/router.js';
-export type { FhirRouterOptions } from './fhir/router-options.js';
+export type { FhirRouterOptions, FhirSearchLimits } from './fhir/router-options.js';
+export type { SearchAdmissionLimits } from './fhir/search-admission.js';
+export type { SearchCostLimits } from './search/cost-limits.js';
 export type {
   CapabilityContribution,
   CapabilityOperation,

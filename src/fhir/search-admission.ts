@@ -1,6 +1,6 @@
 import { FhirError } from '../http/http-error.js';
 
-/** Limits of {@link searchAdmission}. */
+/** Limits of a FHIR router's admission of costly reads (`fhirRouter`'s `searchAdmission`). */
 export interface SearchAdmissionLimits {
   /** Costly requests of one project that run at once. */
   maxConcurrent: number;
