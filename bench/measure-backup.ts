@@ -1,6 +1,6 @@
 /**
  * `npx tsx bench/measure-backup.ts [--patients N] [--reps R]`: the file store's online backup
- * (`FileStore.backup`, docs/storage.md "Backups") of N generated patients (about 401 resources
+ * (`FileStore.backup`, docs/file-store.md "Backups") of N generated patients (about 401 resources
  * each; default 250 ≈ 100k resources, 2500 ≈ 1M), R times, with a copy of the same log files
  * (`fs.copyFile`, each synced) in the same run as the ratio base, and a one-resource write issued
  * right after each backup starts (how long the backup holds the writer) against the same write

@@ -238,7 +238,7 @@ export const SERVE_SETTINGS = {
     env: 'BACKUP_DIR',
     flag: '--backup-dir <dir>',
     description:
-      'each `kill -USR2 <pid>` writes a backup of the running file store into a new directory here ([docs/storage.md](docs/storage.md#backups))',
+      'each `kill -USR2 <pid>` writes a backup of the running file store into a new directory here ([docs/file-store.md](docs/file-store.md#backups))',
     store: 'file',
     read: (text) => (text === undefined ? undefined : path.resolve(text)),
   },

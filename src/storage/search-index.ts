@@ -6,7 +6,7 @@ import type { FhirResource } from './types.js';
  * once per write by a `ResourceIndexer` the package fills in (src/stores.ts, src/postgres.ts: the
  * R4 definitions through `src/search/`), so that every adapter indexes exactly the same normalized
  * values. `src/storage` knows nothing of FHIR search definitions: like the patient compartment,
- * the indexer reaches it as an option. See docs/storage.md, "Next: the contract changes".
+ * the indexer reaches it as an option. See history/storage-design.md.
  */
 
 /**

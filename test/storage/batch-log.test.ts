@@ -8,7 +8,7 @@ import { FaultPlan, patient, resourceLog } from '../helpers/file-faults.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 /**
- * `batch.log`, the file store's write-ahead log with `durability: 'fsync'` (docs/storage.md,
+ * `batch.log`, the file store's write-ahead log with `durability: 'fsync'` (docs/file-store.md,
  * "Writes: group commit"). A `kill -9` keeps what the logs were given (the page cache outlives the
  * process; kill.test.ts covers it), so the cases here build what a power loss can leave instead: a
  * copy of the store's files taken while it is open (as a crash finds them), with the logs' own

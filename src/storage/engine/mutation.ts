@@ -12,7 +12,7 @@ import type {
  * these: the engine validates them against the current state, the adapter persists them, then
  * the engine applies them to its in-memory state. A `…-put` inserts or replaces the record with
  * that id; a `…-delete` removes it. Every `switch` over `kind` ends in `assertNever`, so a new
- * kind does not compile until each place handles it (see docs/storage.md, "Adding a record kind").
+ * kind does not compile until each place handles it (see docs/file-store.md, "Adding a record kind").
  */
 export type Mutation =
   | { kind: 'project-put'; record: ProjectRecord }

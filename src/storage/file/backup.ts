@@ -1,5 +1,5 @@
 /**
- * An online backup of a file store (docs/storage.md, "Backups"): a copy of the store as it was
+ * An online backup of a file store (docs/file-store.md, "Backups"): a copy of the store as it was
  * between two batches, taken while it keeps serving, that opens as a store of its own.
  */
 import { randomUUID } from 'node:crypto';

@@ -26,7 +26,7 @@ export interface BatchEntry {
 }
 
 /**
- * `batch.log`, the file store's write-ahead log (see docs/storage.md, "Writes: group commit"): each
+ * `batch.log`, the file store's write-ahead log (see docs/file-store.md, "Writes: group commit"): each
  * batch committed without a `directory.json` write appends one entry holding every record it
  * appends to the project logs, with where each goes, and fdatasyncs this one file. An intact entry
  * is the batch's commit: on open, every entry is written again into its logs (whatever a crash kept

@@ -15,7 +15,7 @@ function encodeCommit(seq: number): Buffer {
 
 /**
  * `commit.log`: one fixed-width record per batch committed without a `directory.json` write (see
- * docs/storage.md, "Writes: group commit").
+ * docs/file-store.md, "Writes: group commit").
  */
 export class CommitLog {
   private size = 0;

@@ -20,7 +20,7 @@ export interface CompactionRules {
 
 /**
  * Housekeeping after a batch: rewrites the logs it touched that are mostly dead (see
- * docs/storage.md, "Compaction"). `seq` is the last committed batch, given to rewritten records.
+ * docs/file-store.md, "Compaction"). `seq` is the last committed batch, given to rewritten records.
  * `beforeRewrite` runs before any log is rewritten (the `batch.log` checkpoint: its entries name
  * offsets in the files a rewrite replaces).
  */

@@ -45,7 +45,7 @@ export interface FileBackendOptions {
 }
 
 /**
- * The file store's persistence under the engine: see docs/storage.md ("The file store") for the
+ * The file store's persistence under the engine: see docs/file-store.md for the
  * layout, the commit protocol and recovery. Each concern has its module: `recovery.ts` (open),
  * `group-commit.ts` (writes), `compaction.ts` (housekeeping), `snapshot.ts` (exports); this class
  * holds them together and owns the lock.

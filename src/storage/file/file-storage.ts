@@ -89,7 +89,7 @@ export interface FileStore extends Storage {
    * `fileStorage({ dir })` opens as a store.
    * Writes are held only while the logs are listed, not while they are copied. Export snapshots,
    * index files and the lock are not copied; export jobs in flight then fail in the copy.
-   * See docs/storage.md, "Backups".
+   * See docs/file-store.md, "Backups".
    * @throws InvalidOptionError when `dir` exists, is inside the store or has no parent directory.
    * @throws StorageUnavailableError when the copy cannot be written (a full disk): nothing is left
    *   at `dir`.

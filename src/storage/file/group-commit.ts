@@ -119,7 +119,7 @@ interface Undo {
 
 /**
  * The file store's write path: group commit of one batch of mutations at a time. See
- * docs/storage.md, "Writes: group commit".
+ * docs/file-store.md, "Writes: group commit".
  */
 export class GroupCommit {
   /** The last batch committed (or burned by a failed one). */
@@ -288,7 +288,7 @@ export class GroupCommit {
       const { batchLog } = this;
       if (batchLog && !batch.directory.changed && BatchLog.fits(pending)) {
         // One entry in batch.log, synced, commits the batch; the logs' own appends go to the page
-        // cache alongside (see docs/storage.md, "Writes: group commit").
+        // cache alongside (see docs/file-store.md, "Writes: group commit").
         const data = pending.map((p) => batch.encode(p));
         const parts = pending.map((p, i) => ({
           file: path.relative(this.files.dir, p.log.file),

@@ -53,7 +53,7 @@ export interface Recovery {
 
 /**
  * Loads the committed state of the store into `base` (the directory, every project's logs, the
- * one-time values), repairing what a crash left: see docs/storage.md, "Recovery on open".
+ * one-time values), repairing what a crash left: see docs/file-store.md, "Recovery on open".
  * Returns the latest `lastUpdated` (µs) found, for the clock.
  */
 export async function recoverStore(recovery: Recovery): Promise<number> {

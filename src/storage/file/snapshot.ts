@@ -42,7 +42,7 @@ export function asFileSnapshot(projectId: string, snapshot: ExportSnapshot): Fil
 }
 
 /**
- * Takes a snapshot of a project (see docs/storage.md, "Exports"). Runs in the writer between
+ * Takes a snapshot of a project (see docs/file-store.md, "Exports"). Runs in the writer between
  * batches, so each log's size is exactly its committed end: links each type's log and records
  * that end; with `patientIds`, also saves where those patients' compartment resources are.
  */

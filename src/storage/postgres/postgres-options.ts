@@ -35,7 +35,7 @@ export interface PostgresStorageOptions {
    * pool stays free for everything else: point reads and writes, the token endpoint's records,
    * readiness. A search finding the lane full waits for room (its wait counts against its
    * `deadline`; without one, `acquireTimeoutMs` bounds it). From 1 to the pool's size less one
-   * (with `pool`, the size of that pool). See docs/storage.md, "Search lane", and
+   * (with `pool`, the size of that pool). See docs/postgres-store.md, "Search lane", and
    * docs/deployment.md, "Database settings and pool sizes".
    * @default the pool's size less 30% of it (at least 2): 7 of 10
    */

@@ -10,7 +10,7 @@
  * has no rows (so `:missing` is the absence of rows, as for the other kinds). Date rows carry the
  * hull of their parameter's values in the version (`hlo`, `hhi`), which a GiST index keys, so that
  * a range (`ge` with `lt`) is one index lookup on both bounds. The rows are built and inserted by
- * index-rows.ts, rebuilt by search-index-sync.ts. See docs/storage.md (PostgreSQL, Search).
+ * index-rows.ts, rebuilt by search-index-sync.ts. See docs/postgres-store.md, "Search in SQL".
  */
 
 /** Open ends of ranges, stored as finite numbers: what `sortValuesOf` answers for them. */
