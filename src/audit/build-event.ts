@@ -40,7 +40,7 @@ function agentOf(actor: AuditActor, address: string | undefined): AuditEventAgen
  * `restful-interaction`, `action`, `recorded`, `outcome`, the requesting `agent` (client or user,
  * with its network address), `source` (this server) and the `entity` list (resources, the query
  * base64-encoded, the export job, file details); refusals counted together carry their `period`
- * and a `count` detail. See docs/audit.md for one example per kind.
+ * and a `count` detail. See docs/audit-events.md for one example per kind.
  * @see https://hl7.org/fhir/R4/auditevent.html
  */
 export function buildAuditEvent(record: AuditRecord, options: BuildAuditEventOptions): AuditEventResource {

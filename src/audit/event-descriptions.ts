@@ -1,7 +1,7 @@
 /**
- * What distinguishes each kind of audit event in its R4 `AuditEvent` (docs/audit.md, one example per
- * kind): the `type` and `subtype` codes (DICOM, FHIR `restful-interaction`), the `action`, the
- * `outcome` and the `entity` list. `buildAuditEvent` adds what every event has.
+ * What distinguishes each kind of audit event in its R4 `AuditEvent` (docs/audit-events.md, one
+ * example per kind): the `type` and `subtype` codes (DICOM, FHIR `restful-interaction`), the
+ * `action`, the `outcome` and the `entity` list. `buildAuditEvent` adds what every event has.
  */
 import type { AuditEventEntity, AuditReference } from './audit-event-resource.js';
 import {

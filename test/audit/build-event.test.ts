@@ -55,7 +55,7 @@ describe('buildAuditEvent', () => {
     expect(issues.filter((i) => i.severity === 'error').length).toBeGreaterThanOrEqual(2);
   });
 
-  it('docs/audit.md shows exactly the current examples (regenerate with npm run docs:audit)', () => {
+  it('docs/audit-events.md shows exactly the current examples (regenerate with npm run docs:audit)', () => {
     const shown = examplesIn(readFileSync(AUDIT_PAGE, 'utf8'));
     expect(shown).toEqual(auditExampleEvents().map((e) => e.event));
   });
