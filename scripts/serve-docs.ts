@@ -1,7 +1,7 @@
 /**
- * Writes the table of `serve`'s flags and environment variables, from `SERVE_SETTINGS`, into the
- * README and docs/getting-started.md (`npm run docs:serve`); test/cli/serve-settings.test.ts
- * checks that both pages match it.
+ * Writes the table of `serve`'s flags and environment variables, from `SERVE_SETTINGS`, into
+ * docs/settings.md (`npm run docs:serve`), the one page that holds it (the README and
+ * docs/getting-started.md link to it); test/cli/serve-settings.test.ts checks that the page matches.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -10,8 +10,7 @@ import { tableCellsIn, withTable, type TableMarkers } from './generated-table.js
 
 /** The pages holding the table, with the path their links are relative to (the repository root or docs/). */
 export const SERVE_DOCS_PAGES = [
-  { file: fileURLToPath(new URL('../README.md', import.meta.url)), linksFrom: '' },
-  { file: fileURLToPath(new URL('../docs/getting-started.md', import.meta.url)), linksFrom: 'docs/' },
+  { file: fileURLToPath(new URL('../docs/settings.md', import.meta.url)), linksFrom: 'docs/' },
 ];
 export const TABLE_BEGIN =
   '<!-- serve-settings:begin (generated from SERVE_SETTINGS by `npm run docs:serve`) -->';

@@ -450,11 +450,21 @@ describe('serve settings: reading', () => {
   });
 });
 
-describe('the serve settings tables of the README and docs/getting-started.md', () => {
+describe('the serve settings table of docs/settings.md', () => {
   it.each(SERVE_DOCS_PAGES.map((page) => [path.relative(REPO, page.file), page] as const))(
     '%s lists every setting as SERVE_SETTINGS has it (regenerate with npm run docs:serve)',
     (_name, { file, linksFrom }) => {
       expect(serveTableCellsIn(fs.readFileSync(file, 'utf8'))).toEqual(serveTableCells(linksFrom));
     },
   );
+
+  it('is on one page, which the README and docs/getting-started.md link to instead of a copy', () => {
+    expect(SERVE_DOCS_PAGES.map((page) => path.relative(REPO, page.file))).toEqual([path.join('docs', 'settings.md')]);
+    const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
+    const gettingStarted = fs.readFileSync(path.join(REPO, 'docs', 'getting-started.md'), 'utf8');
+    expect(serveTableCellsIn(readme)).toBeUndefined();
+    expect(serveTableCellsIn(gettingStarted)).toBeUndefined();
+    expect(readme).toContain('](docs/settings.md)');
+    expect(gettingStarted).toContain('](settings.md)');
+  });
 });

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the README's shell blocks as a new user would: in a fresh clone of HEAD (plus the working
 # tree's uncommitted changes to tracked files), with `npm ci` for the Quick start's `npm install`.
-#   - `npm start` on a free port, then the "Command line" block (twice: it must survive a second
-#     run) and the "Walk-through with curl" block against it;
+#   - `npm start` on a free port, then the "Loading sample data" block (twice: it must survive a
+#     second run) and the "Walk-through with curl" block against it;
 #   - "Into your own Express app": its three shell blocks and its `my-app/server.mjs`, from the
 #     directory that holds the clone (`npm pack`, a new my-app, `SEED=1 node server.mjs`, import and
 #     Group export through the installed bin).
@@ -51,7 +51,7 @@ subst() {
 }
 
 # Every ```sh block, counted by section: the sections run here, and those that are not.
-declare -A run=(['Command line']=1 ['Into your own Express app, under `/api`']=3 ['Walk-through with curl']=1)
+declare -A run=(['Loading sample data']=1 ['Into your own Express app, under `/api`']=3 ['Walk-through with curl']=1)
 declare -A not_run=(
   # `npm install && npm start` is how this test starts the server; `npm test` and
   # `npm run test:package` are CI steps of their own (.ci/run).
@@ -125,7 +125,7 @@ secret="readme-test-$RANDOM$RANDOM$RANDOM"
 started+=("$!")
 wait_http "http://localhost:$port/readyz" "$work/serve.log" "$!"
 
-script="$(block 'Command line' sh 1)"
+script="$(block 'Loading sample data' sh 1)"
 script="$(subst "$script" 'localhost:8103' "localhost:$port")"
 script="$(subst "$script" "'<SUPER_ADMIN_CLIENT_SECRET printed by the first start>'" "'$secret'")"
 run_block command-line "$clone" "$script"
