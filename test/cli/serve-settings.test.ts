@@ -459,7 +459,9 @@ describe('the serve settings table of docs/settings.md', () => {
   );
 
   it('is on one page, which the README and docs/getting-started.md link to instead of a copy', () => {
-    expect(SERVE_DOCS_PAGES.map((page) => path.relative(REPO, page.file))).toEqual([path.join('docs', 'settings.md')]);
+    expect(SERVE_DOCS_PAGES.map((page) => path.relative(REPO, page.file))).toEqual([
+      path.join('docs', 'settings.md'),
+    ]);
     const readme = fs.readFileSync(path.join(REPO, 'README.md'), 'utf8');
     const gettingStarted = fs.readFileSync(path.join(REPO, 'docs', 'getting-started.md'), 'utf8');
     expect(serveTableCellsIn(readme)).toBeUndefined();
