@@ -62,6 +62,28 @@ for (const [name, open] of STORES) {
       expect(testedWhenOtherRan).toBeLessThan(40);
     });
 
+    it('stops a search reading every body of a type (no count) at its deadline', async () => {
+      // What a `_has` or a chain reads of the other type: a page without a count, no filter left.
+      const storage = await seeded(5000);
+      await expect(
+        storage.searchResources('p1', 'Patient', { deadline: Date.now() + 5 }),
+      ).rejects.toBeInstanceOf(SearchTooCostlyError);
+      expect((await storage.searchResources('p1', 'Patient', {})).resources).toHaveLength(5000);
+    });
+
+    it('stops a search sorting many matches at its deadline', async () => {
+      const storage = await seeded(20_000);
+      await expect(
+        storage.searchResources('p1', 'Patient', {
+          sort: '-_id',
+          count: 0,
+          offset: 0,
+          after: { id: 'p0' },
+          deadline: Date.now() + 5,
+        }),
+      ).rejects.toBeInstanceOf(SearchTooCostlyError);
+    });
+
     it('stops a slow search at its deadline with SearchTooCostlyError', async () => {
       const storage = await seeded(300);
       let tested = 0;
