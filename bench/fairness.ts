@@ -174,10 +174,17 @@ async function sendQuiet(tenant: QuietTenant, kind: QuietKind): Promise<QuietSam
   return { kind, status, ms };
 }
 
-/** `count` quiet requests, one after another, the kinds in turn. */
-async function quietPhase(tenant: QuietTenant, count: number): Promise<QuietSample[]> {
+/** `count` quiet requests, one after another, the kinds in turn; `progress` every 100. */
+async function quietPhase(
+  tenant: QuietTenant,
+  count: number,
+  progress: (done: number) => void = () => undefined,
+): Promise<QuietSample[]> {
   const samples: QuietSample[] = [];
-  for (let i = 0; i < count; i++) samples.push(await sendQuiet(tenant, QUIET_KINDS[i % QUIET_KINDS.length]!));
+  for (let i = 0; i < count; i++) {
+    samples.push(await sendQuiet(tenant, QUIET_KINDS[i % QUIET_KINDS.length]!));
+    if ((i + 1) % 100 === 0) progress(i + 1);
+  }
   return samples;
 }
 
@@ -462,7 +469,9 @@ export async function runFairness(options: FairnessOptions): Promise<BenchResult
     log(
       `loaded phase: ${options.noisyParallel ?? 12} costly requests at once; load average ${loadBefore.toFixed(1)}`,
     );
-    const loadedPhase = quietPhase(quiet, options.quietRequests);
+    const loadedPhase = quietPhase(quiet, options.quietRequests, (done) =>
+      log(`  ${done} quiet requests; load average ${loadAverage().toFixed(1)}`),
+    );
     const noisySamples = await noisyLoad(fhirBase, noisy.token, options.noisyParallel ?? 12, loadedPhase);
     const loaded = await loadedPhase;
     const loadAfter = loadAverage();
