@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { SearchPace } from '../../src/storage/engine/search-pace.js';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
@@ -102,3 +103,25 @@ for (const [name, open] of STORES) {
     });
   });
 }
+
+describe('search pace across searches', () => {
+  it('runs one search slice per turn of the event loop, whatever the number of searches', async () => {
+    const log: string[] = [];
+    const first = new SearchPace();
+    const second = new SearchPace();
+    spin(10); // both slices used up
+    const resumed = [
+      first.breathe().then(() => {
+        log.push('first');
+        // A timer due before the next turn: its phase comes before the second search's slice
+        // only if the searches do not both resume in the same turn.
+        setTimeout(() => log.push('timer'), 0);
+        spin(3);
+      }),
+      second.breathe().then(() => log.push('second')),
+    ];
+    await Promise.all(resumed);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(log).toEqual(['first', 'timer', 'second']);
+  });
+});
