@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { runBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
+import { runFairness } from './fairness.js';
 import { runHuge } from './huge.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
 import type { StoreKind } from './server-protocol.js';
@@ -23,6 +24,12 @@ Runs every measurement once and prints one table (the same figures go to bench/o
                     patients unless --patients): NDJSON upload of --upload-patients (default 125),
                     the rest by COPY, system and Group exports, searches, SCIM at --scim-users
                     (default 1000000), database size, memory; run by hand
+  --fairness        only issue 44's tenant-fairness benchmark (bench/fairness.ts), on each --store:
+                    a noisy project of --patients patients runs the issue's costly queries, 12 at
+                    once, while a quiet project reads, searches, gets tokens and asks /readyz, alone
+                    then beside it; the quiet p99 loaded / idle must stay within 3x and none of its
+                    requests may fail (exit code 1 when a target is missed)
+  --fairness-requests N  with --fairness: the quiet project's requests in each phase (default 400)
   --upload-patients N  with --huge: patients loaded by NDJSON upload (default 125 ≈ 50k resources)
   --search-runs N   with --huge: timed runs of each search (default 9)
   --reps R          repetitions of each main timing (default 3)
@@ -62,6 +69,8 @@ const { values } = parseArgs({
     patients: { type: 'string' },
     large: { type: 'boolean', default: false },
     huge: { type: 'boolean', default: false },
+    fairness: { type: 'boolean', default: false },
+    'fairness-requests': { type: 'string' },
     'upload-patients': { type: 'string' },
     'search-runs': { type: 'string' },
     reps: { type: 'string' },
@@ -119,6 +128,7 @@ if (values.validator !== 'default' && values.validator !== 'reference')
 const large = values.large;
 const huge = values.huge;
 if (huge && values.store !== 'postgres') throw new Error('--huge runs on --store postgres alone');
+if (huge && values.fairness) throw new Error('--huge and --fairness are separate runs');
 const patients = int(
   'patients',
   values.patients,
@@ -172,7 +182,20 @@ if (huge) {
       searchRuns: int('search-runs', values['search-runs'], 9) || 9,
     }),
   );
+} else if (values.fairness) {
+  const quietRequests = int('fairness-requests', values['fairness-requests'], 400) || 400;
+  for (const store of stores as StoreKind[])
+    results.push(await runFairness({ ...options(store), quietRequests }));
 } else for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
 fs.writeFileSync(values.out, `${JSON.stringify(results.length === 1 ? results[0] : results, null, 2)}\n`);
 console.log(render(results));
 console.log(`\nJSON: ${path.relative(process.cwd(), values.out)}`);
+if (values.fairness) {
+  const missed = results.flatMap((run) =>
+    run.figures
+      .filter((f) => f.pass === false)
+      .map((f) => `${run.meta.store}: ${f.label} ${f.value} ${f.unit} (target ${f.target})`),
+  );
+  for (const line of missed) console.log(`FAIL ${line}`);
+  if (missed.length > 0) process.exitCode = 1;
+}

@@ -20,6 +20,7 @@ import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { deadlineOf } from './costly-reads.js';
+import { SearchPace } from '../storage/engine/search-pace.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
@@ -521,7 +522,13 @@ export function searchReads(ctx: FhirContext): SearchReads {
         ...query,
         ...deadlineOf(ctx),
       });
-      yield* page.resources;
+      // The caller tests each resource (a `_has` over every Observation): between yields it shares
+      // the event loop and keeps to the search's deadline, as the store's own reads do.
+      const pace = new SearchPace(ctx.deadline);
+      for (const resource of page.resources) {
+        if (pace.due) await pace.breathe();
+        yield resource;
+      }
     },
   };
 }

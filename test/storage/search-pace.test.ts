@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { SearchPace } from '../../src/storage/engine/search-pace.js';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
@@ -62,6 +63,28 @@ for (const [name, open] of STORES) {
       expect(testedWhenOtherRan).toBeLessThan(40);
     });
 
+    it('stops a search reading every body of a type (no count) at its deadline', async () => {
+      // What a `_has` or a chain reads of the other type: a page without a count, no filter left.
+      const storage = await seeded(5000);
+      await expect(
+        storage.searchResources('p1', 'Patient', { deadline: Date.now() + 5 }),
+      ).rejects.toBeInstanceOf(SearchTooCostlyError);
+      expect((await storage.searchResources('p1', 'Patient', {})).resources).toHaveLength(5000);
+    });
+
+    it('stops a search sorting many matches at its deadline', async () => {
+      const storage = await seeded(20_000);
+      await expect(
+        storage.searchResources('p1', 'Patient', {
+          sort: '-_id',
+          count: 0,
+          offset: 0,
+          after: { id: 'p0' },
+          deadline: Date.now() + 5,
+        }),
+      ).rejects.toBeInstanceOf(SearchTooCostlyError);
+    });
+
     it('stops a slow search at its deadline with SearchTooCostlyError', async () => {
       const storage = await seeded(300);
       let tested = 0;
@@ -80,3 +103,25 @@ for (const [name, open] of STORES) {
     });
   });
 }
+
+describe('search pace across searches', () => {
+  it('runs one search slice per turn of the event loop, whatever the number of searches', async () => {
+    const log: string[] = [];
+    const first = new SearchPace();
+    const second = new SearchPace();
+    spin(10); // both slices used up
+    const resumed = [
+      first.breathe().then(() => {
+        log.push('first');
+        // A timer due before the next turn: its phase comes before the second search's slice
+        // only if the searches do not both resume in the same turn.
+        setTimeout(() => log.push('timer'), 0);
+        spin(3);
+      }),
+      second.breathe().then(() => log.push('second')),
+    ];
+    await Promise.all(resumed);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(log).toEqual(['first', 'timer', 'second']);
+  });
+});

@@ -28,6 +28,7 @@ import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
 import { candidateEntries } from './candidates.js';
+import { pacedSort } from './paced-sort.js';
 import { SearchPace } from './search-pace.js';
 import { buildSearched } from './build-postings.js';
 import { resolveQuery } from './chains.js';
@@ -448,7 +449,7 @@ export class EngineOperations implements StorageOperations {
     }
     const release = this.ctx.pin(matches);
     try {
-      if (!where && !query.order) return await this.unfilteredPage(query, matches, rule);
+      if (!where && !query.order) return await this.unfilteredPage(query, matches, rule, pace);
       // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
       const sortValues =
         !where && query.order
@@ -457,9 +458,9 @@ export class EngineOperations implements StorageOperations {
       if (sortValues) {
         const window = new PageWindow<ResourceEntry>(query);
         const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
-        keyed.sort(compareItems(query));
+        await pacedSort(keyed, compareItems(query), pace);
         for (const item of keyed) window.offer(item, item.entry);
-        const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+        const resources = await this.readBodies(window.page(), pace);
         return resourcePage(resources, totalOf(rule, window.total));
       }
       // A count alone needs no order.
@@ -479,20 +480,36 @@ export class EngineOperations implements StorageOperations {
     query: ResourceQuery,
     matches: ResourceEntry[],
     rule: TotalRule,
+    pace: SearchPace,
   ): Promise<ResourcePage> {
     if (!query.after && !query.before) {
       const offset = Math.max(0, query.offset ?? 0);
       const count = query.count === undefined ? Infinity : Math.max(0, query.count);
       const page =
         count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
-      const resources = await Promise.all(page.map((e) => this.ctx.readBody(e)));
+      const resources = await this.readBodies(page, pace);
       return resourcePage(resources, totalOf(rule, matches.length));
     }
     const window = new PageWindow<ResourceEntry>(query);
-    matches.sort(compareItems(query));
+    await pacedSort(matches, compareItems(query), pace);
     for (const e of matches) window.offer(e, e);
-    const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+    const resources = await this.readBodies(window.page(), pace);
     return resourcePage(resources, totalOf(rule, window.total));
+  }
+
+  /**
+   * The bodies of `entries`, in order, read `BODY_SLICE` at a time with `pace` between slices: a
+   * page without a count (what a chain or a `_has` reads of the other type) shares the event loop
+   * and keeps to the search's deadline as a filtered one does.
+   */
+  private async readBodies(entries: readonly ResourceEntry[], pace: SearchPace): Promise<StoredResource[]> {
+    const bodies: StoredResource[] = [];
+    for (let i = 0; i < entries.length; i += BODY_SLICE) {
+      if (i > 0) await pace.breathe();
+      const slice = await Promise.all(entries.slice(i, i + BODY_SLICE).map((e) => this.ctx.readBody(e)));
+      for (const body of slice) bodies.push(body);
+    }
+    return bodies;
   }
 
   /**
@@ -520,11 +537,11 @@ export class EngineOperations implements StorageOperations {
         keyed.push({ entry, id: entry.id, keys: order.keys(body) });
       }
     }
-    keyed.sort(compareItems(query));
+    await pacedSort(keyed, compareItems(query), pace);
     const window = new PageWindow<ResourceEntry>(query);
     for (const item of keyed) window.offer(item, item.entry);
     keyed = [];
-    const resources = await Promise.all(window.page().map((e) => this.ctx.readBody(e)));
+    const resources = await this.readBodies(window.page(), pace);
     return resourcePage(resources, totalOf(rule, window.total));
   }
 
@@ -543,7 +560,7 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const window = new PageWindow<StoredResource>(query);
     // Without a page to fill, the order does not matter.
-    if (!window.countOnly) matches.sort(compareItems(query));
+    if (!window.countOnly) await pacedSort(matches, compareItems(query), pace);
     let examined = 0;
     while (examined < matches.length && !(window.full && countedEnough(rule, window.total))) {
       const slice = matches.slice(examined, examined + BODY_SLICE);

@@ -1,4 +1,3 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import { SearchTooCostlyError } from '../errors.js';
 
 /**
@@ -8,11 +7,42 @@ import { SearchTooCostlyError } from '../errors.js';
  */
 const SLICE_MS = 8;
 
+/** Searches waiting for their next slice, first come first served. */
+const waiting: (() => void)[] = [];
+let turnScheduled = false;
+
+/**
+ * Lets the first waiting search run its next slice, and schedules the next search's slice for the
+ * next turn of the event loop: however many searches are running, one slice runs per turn, and the
+ * I/O callbacks of other requests (a point read, a token, a health check) run between any two.
+ */
+function nextSlice(): void {
+  turnScheduled = false;
+  waiting.shift()?.();
+  if (waiting.length > 0) scheduleSlice();
+}
+
+function scheduleSlice(): void {
+  if (turnScheduled) return;
+  turnScheduled = true;
+  setImmediate(nextSlice);
+}
+
+/** Resolves when it is this search's turn to run a slice (a later macrotask turn). */
+function awaitTurn(): Promise<void> {
+  return new Promise((resolve) => {
+    waiting.push(resolve);
+    scheduleSlice();
+  });
+}
+
 /**
  * How a search of the embedded stores shares the event loop and keeps to its time: `breathe()`
  * between units of work yields (a macrotask turn, so I/O callbacks and other requests run) once
- * `SLICE_MS` have passed since the last yield, and throws `SearchTooCostlyError` once `deadline`
- * (epoch ms) has passed. A search without a deadline still yields.
+ * `SLICE_MS` have passed since the last yield; the searches that yield take turns, one slice per
+ * turn of the event loop, so that a request waiting behind several searches waits for one slice,
+ * not one of each. It throws `SearchTooCostlyError` once `deadline` (epoch ms) has passed. A search
+ * without a deadline still yields.
  */
 export class SearchPace {
   private last = performance.now();
@@ -29,7 +59,7 @@ export class SearchPace {
   /** Yields when the slice is used up; throws past the deadline. */
   async breathe(): Promise<void> {
     if (!this.due) return;
-    await nextTurn();
+    await awaitTurn();
     this.last = performance.now();
     this.check();
   }
