@@ -4,7 +4,7 @@ import { extractValues } from '../search/extract.js';
 import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/search-request.js';
 import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
-import type { FhirContext } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { deadlineOf } from './costly-reads.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';

@@ -1,5 +1,5 @@
 import type { SearchFilter, SearchRequest } from './search-request.js';
-import type { FhirResource, StoredResource } from './types.js';
+import type { FhirResource, StoredResource } from './resource-types.js';
 
 /*
  * What resource reads and writes take and answer in the storage contract (see `./types.ts`):

@@ -6,8 +6,7 @@ import {
   type SearchRequest,
 } from '../search-request.js';
 import type { ResourceQuery } from '../types.js';
-import { postableCodes } from './build-postings.js';
-import { postingKey, unpair } from './posting-keys.js';
+import { postableCodes, postingKey, unpair } from './posting-keys.js';
 import { sortedCodes } from './sort-postings.js';
 import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
