@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../storage/search-request.js';
 import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { typedTail } from '../search/parse-value.js';
@@ -106,7 +107,7 @@ async function referencedIds(
   for (const type of sources) {
     const where = await careDateTest(ctx, type, params);
     const page = await ctx.storage.searchResources(ctx.projectId, type, {
-      compartment: [patientId],
+      search: compartmentSearch(type, [patientId]),
       ...(where ? { where } : {}),
       ...deadlineOf(ctx),
     });
@@ -173,7 +174,7 @@ async function walkPatient(
     const query: ResourceQuery = { count: limit - out.length, total: 'none', ...deadlineOf(ctx) };
     if (params.since !== undefined) query.lastUpdated = { ge: params.since };
     if (isCompartmentType(type)) {
-      query.compartment = [patientId];
+      query.search = compartmentSearch(type, [patientId]);
       const where = await careDateTest(ctx, type, params);
       if (where) query.where = where;
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };

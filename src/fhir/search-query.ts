@@ -276,8 +276,9 @@ export async function parseSearch(
   }
   if (ids !== undefined) query.ids = ids;
   if (indexed.length > 0) query.searchIndexed = indexed;
-  // An empty intersection matches nothing; keep the query well-formed and let `where` say no.
-  if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
+  // Implied by the filters: the store narrows by its compartment index (an empty one matches nothing).
+  if (compartment !== undefined)
+    query.search = { ...request, compartment: { compartment: 'Patient', ids: compartment } };
 
   const tests = [...auditTests];
   if (predicateFilters.length > 0 && options.storeAnswersSearch !== true)

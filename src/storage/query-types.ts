@@ -29,8 +29,6 @@ export interface ResourceQuery {
   /** Only these ids. */
   ids?: string[];
   lastUpdated?: InstantRange;
-  /** Only resources in the compartment of one of these patients (ids, not references). */
-  compartment?: string[];
   /**
    * Only resources with an `identifier` element (the top-level `identifier`, one object or an
    * array) matching one of these tokens. Answered through an index kept on write; a token with

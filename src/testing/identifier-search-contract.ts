@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../storage/search-request.js';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { IdentifierToken, Storage, StorageOperations, StoredResource } from '../storage/types.js';
 
@@ -84,8 +85,8 @@ export function identifierSearchStorageContract(getStorage: () => Storage): void
       const search = (extra: object) =>
         storage.searchResources('p1', 'Observation', { identifier: lab, sort: '_id', ...extra });
       expect((await search({ ids: ['o2', 'o3', 'o4'] })).resources.map((r) => r.id)).toEqual(['o2', 'o4']);
-      expect((await search({ compartment: ['a'] })).total).toBe(3);
-      expect((await search({ compartment: ['b'] })).total).toBe(0);
+      expect((await search({ search: compartmentSearch('Observation', ['a']) })).total).toBe(3);
+      expect((await search({ search: compartmentSearch('Observation', ['b']) })).total).toBe(0);
       expect((await search({ lastUpdated: { gt: Date.now() + 60_000 } })).total).toBe(0);
       expect(
         (await search({ where: (r: StoredResource) => r.id !== 'o1' })).resources.map((r) => r.id),

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../storage/search-request.js';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { SortValue, Storage, StoredResource } from '../storage/types.js';
 import { CONFLICT, NOT_FOUND, PRECONDITION, rejectsWith, code } from './contract-helpers.js';
@@ -222,15 +223,19 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
         lastUpdated: { ge: 0, lt: Date.now() + 60_000 },
       });
       expect(all.total).toBe(4);
-      const comp = await storage.searchResources('p1', 'Observation', { compartment: ['a'] });
+      const comp = await storage.searchResources('p1', 'Observation', {
+        search: compartmentSearch('Observation', ['a']),
+      });
       expect(comp.resources.map((r) => r.id)).toEqual(['o1', 'o3']);
       const comp2 = await storage.searchResources('p1', 'Observation', {
-        compartment: ['a', 'b'],
+        search: compartmentSearch('Observation', ['a', 'b']),
         sort: '-_id',
       });
       expect(comp2.resources.map((r) => r.id)).toEqual(['o3', 'o2', 'o1']);
       expect(
-        (await storage.searchResources('p1', 'Patient', { compartment: ['a'] })).resources.map((r) => r.id),
+        (
+          await storage.searchResources('p1', 'Patient', { search: compartmentSearch('Patient', ['a']) })
+        ).resources.map((r) => r.id),
       ).toEqual(['a']);
       const where = await storage.searchResources('p1', 'Observation', {
         where: (r) => (r.subject as { reference: string }).reference === 'Patient/a',
@@ -243,15 +248,19 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
         subject: { reference: 'Patient/b' },
       });
       expect(
-        (await storage.searchResources('p1', 'Observation', { compartment: ['a'] })).resources.map(
-          (r) => r.id,
-        ),
+        (
+          await storage.searchResources('p1', 'Observation', {
+            search: compartmentSearch('Observation', ['a']),
+          })
+        ).resources.map((r) => r.id),
       ).toEqual(['o3']);
       await storage.deleteResource('p1', 'Observation', 'o2');
       expect(
-        (await storage.searchResources('p1', 'Observation', { compartment: ['b'] })).resources.map(
-          (r) => r.id,
-        ),
+        (
+          await storage.searchResources('p1', 'Observation', {
+            search: compartmentSearch('Observation', ['b']),
+          })
+        ).resources.map((r) => r.id),
       ).toEqual(['o1']);
     });
 

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../../src/storage/search-request.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -74,7 +75,9 @@ async function expectFixtureContent(storage: Storage): Promise<void> {
   expect(byIdentifier.resources.map((r) => r.id)).toEqual(['pat1']);
   const byValue = await storage.searchResources('p1', 'Observation', { identifier: [{ value: 'obs-1' }] });
   expect(byValue.resources.map((r) => r.id)).toEqual(['o1']);
-  const compartment = await storage.searchResources('p1', 'Observation', { compartment: ['pat1'] });
+  const compartment = await storage.searchResources('p1', 'Observation', {
+    search: compartmentSearch('Observation', ['pat1']),
+  });
   expect(compartment.resources.map((r) => r.id)).toEqual(['o1']);
   expect((await storage.searchResources('p2', 'Patient')).resources.map((r) => r.id)).toEqual(['other']);
 

@@ -1,4 +1,4 @@
-import type { SearchFilter, SearchRequest } from '../search-request.js';
+import { compartmentOf, type SearchFilter, type SearchRequest } from '../search-request.js';
 import type { ResourceQuery } from '../types.js';
 import type { ResourceEntry } from './mutation.js';
 import type { SearchCandidates } from './postings.js';
@@ -6,7 +6,7 @@ import type { StateView } from './state.js';
 
 /**
  * The entries a resource search starts from (tombstones possibly included; the caller filters
- * them by `ids`, `lastUpdated`, `compartment` and `identifier`, and `where` decides): the search
+ * them by `ids`, `lastUpdated`, the search's compartment and `identifier`, and `where` decides): the search
  * postings' candidates when they are exactly the matches of `query.search` (`exact`, see
  * `TypePostings.candidates`; its filters in `searchIndexed` left to the caller's), else the ids
  * asked for, else the entries of the identifier keys, else the postings' candidates, else the
@@ -33,16 +33,19 @@ export function candidateEntries(
     query.search?.resourceType === resourceType ? ownFilters(query.search, query.searchIndexed) : undefined;
   // Nothing left for the postings: the ids (or identifiers) asked for are the answer.
   if (own && among && own.filters.length === 0) return { entries: among, exact: true };
-  const searched = own ? view.searched(projectId, resourceType, own, among) : undefined;
+  // A search without filters of its own (a compartment alone, say) leaves nothing to the postings.
+  const searched =
+    own && own.filters.length > 0 ? view.searched(projectId, resourceType, own, among) : undefined;
   if (searched?.exact) return searched;
   if (among) return { entries: among, exact: false };
-  if (searched && !query.compartment) {
+  const compartment = compartmentOf(resourceType, query.search);
+  if (searched && !compartment) {
     // A compartment is narrower unless the postings answer the whole search.
     return searched;
   }
-  if (query.compartment) {
+  if (compartment) {
     const seen = new Map<string, ResourceEntry>();
-    for (const patient of query.compartment) {
+    for (const patient of compartment) {
       for (const e of view.compartment(projectId, patient))
         if (e.resourceType === resourceType) seen.set(e.id, e);
     }

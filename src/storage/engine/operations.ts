@@ -1,3 +1,4 @@
+import { compartmentOf } from '../search-request.js';
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   StoredText,
@@ -436,12 +437,13 @@ export class EngineOperations implements StorageOperations {
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
+    const compartment = compartmentOf(resourceType, query.search);
     const matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
       if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
-      if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
+      if (compartment && !compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
       if (ids) seenIds.add(e.id); // Only ids may repeat a candidate.
       matches.push(e);

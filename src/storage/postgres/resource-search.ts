@@ -12,7 +12,7 @@ import {
 import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
-import type { SortKey } from '../search-request.js';
+import { compartmentOf, type SortKey } from '../search-request.js';
 import type { ResourceIndexer } from '../search-index.js';
 import { SearchSql } from './search-sql.js';
 import { numericSortKey, sortCursorValue, sortValueSql } from './search-sort.js';
@@ -94,7 +94,8 @@ function candidates(
   const keys = query.identifier
     ? param([...new Set(identifierTokenKeys(query.identifier).map(pgIdentifierKey))])
     : undefined;
-  const patients = query.compartment ? param([...new Set(query.compartment)]) : undefined;
+  const compartment = compartmentOf(resourceType, query.search);
+  const patients = compartment ? param([...new Set(compartment)]) : undefined;
   const ids = query.ids ? param([...new Set(query.ids)]) : undefined;
   // The search's filters, on `r` (every FROM below names the version `r`); without a lookup of
   // the query's own, one of them drives (its index lookup gives the candidates).
