@@ -1,4 +1,4 @@
-import { compartmentSearch } from '../storage/search-request.js';
+import { compartmentSearch, idFilter, lastUpdatedFilters, typeSearch } from '../storage/search-request.js';
 import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { typedTail } from '../search/parse-value.js';
@@ -172,9 +172,9 @@ async function walkPatient(
     if (at < startAt) continue;
     const resume = start && at === startAt ? start : undefined;
     const query: ResourceQuery = { count: limit - out.length, total: 'none', ...deadlineOf(ctx) };
-    if (params.since !== undefined) query.lastUpdated = { ge: params.since };
+    const since = params.since === undefined ? [] : lastUpdatedFilters({ ge: params.since });
     if (isCompartmentType(type)) {
-      query.search = compartmentSearch(type, [patientId]);
+      query.search = compartmentSearch(type, [patientId], since);
       const where = await careDateTest(ctx, type, params);
       if (where) query.where = where;
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };
@@ -182,7 +182,7 @@ async function walkPatient(
       references ??= await referencedIds(ctx, patientId, types.filter(isCompartmentType), params);
       const ids = references.get(type);
       if (!ids || ids.length === 0) continue;
-      query.ids = ids;
+      query.search = typeSearch(type, [idFilter(ids), ...since]);
       query.sort = '_id';
       if (resume) query.after = { id: resume.id };
     }

@@ -4,6 +4,8 @@ import { extractValues } from '../search/extract.js';
 import {
   compartmentSearch,
   filterSearch,
+  idFilter,
+  typeSearch,
   type IncludeTarget,
   type ParameterFilter,
   type SearchRequest,
@@ -143,7 +145,7 @@ export async function collectIncludes(
       for (const [type, ids] of wanted) {
         if (cut || !permitted(type, false)) continue;
         const page = await ctx.storage.searchResources(ctx.projectId, type, {
-          ids: [...ids],
+          search: typeSearch(type, [idFilter([...ids])]),
           count: room(),
           total: 'none',
           ...deadlineOf(ctx),

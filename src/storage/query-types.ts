@@ -1,4 +1,4 @@
-import type { SearchFilter, SearchRequest } from './search-request.js';
+import type { SearchRequest } from './search-request.js';
 import type { FhirResource, StoredResource } from './resource-types.js';
 
 /*
@@ -26,15 +26,6 @@ export interface IdentifierToken {
 }
 
 export interface ResourceQuery {
-  /** Only these ids. */
-  ids?: string[];
-  lastUpdated?: InstantRange;
-  /**
-   * Only resources with an `identifier` element (the top-level `identifier`, one object or an
-   * array) matching one of these tokens. Answered through an index kept on write; a token with
-   * neither `system` nor `value` matches nothing.
-   */
-  identifier?: IdentifierToken[];
   /**
    * A further test on each candidate (already narrowed by the fields above). Runs in the
    * caller's thread; adapters call it on a private copy.
@@ -54,11 +45,6 @@ export interface ResourceQuery {
    * indexes answer every filter exactly may skip it. @internal
    */
   whereIsSearch?: boolean;
-  /**
-   * Filters of `search` that `ids`, `lastUpdated` and `identifier` stand for exactly (the same
-   * objects): a store that applies those fields need not test these again. @internal
-   */
-  searchIndexed?: readonly SearchFilter[];
   /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /**

@@ -284,3 +284,45 @@ export function compartmentSearch(
 export function compartmentOf(resourceType: string, search: SearchRequest | undefined): string[] | undefined {
   return search?.resourceType === resourceType ? search.compartment?.ids : undefined;
 }
+
+/** A search of resources whose id is one of `ids` (`_id`). */
+export function idFilter(ids: readonly string[]): ParameterFilter {
+  return {
+    kind: 'parameter',
+    code: '_id',
+    type: 'token',
+    values: ids.map((code) => ({ type: 'token', code })),
+  };
+}
+
+/** One value of `_lastUpdated` with `prefix` at the millisecond `at` (epoch ms). */
+function instantValue(prefix: 'ge' | 'lt', at: number): DateSearchValue {
+  return { type: 'date', prefix, start: at, end: at + 1, value: new Date(at).toISOString() };
+}
+
+/**
+ * The `_lastUpdated` filters of the range `[ge, lt)` of `meta.lastUpdated` (epoch ms; an absent end
+ * is open): one filter per bound, as `_lastUpdated=ge…&_lastUpdated=lt…` would parse.
+ */
+export function lastUpdatedFilters(range: { ge?: number; lt?: number }): ParameterFilter[] {
+  const bounds = [
+    ...(range.ge === undefined ? [] : [instantValue('ge', range.ge)]),
+    ...(range.lt === undefined ? [] : [instantValue('lt', range.lt)]),
+  ];
+  return bounds.map((value) => ({ kind: 'parameter', code: '_lastUpdated', type: 'date', values: [value] }));
+}
+
+/**
+ * A search of resources with an identifier matching one of `tokens` (`identifier`): `system` null
+ * for an identifier without one, an absent part for any.
+ */
+export function identifierFilter(
+  tokens: readonly { system?: string | null; value?: string }[],
+): ParameterFilter {
+  const values = tokens.map((token): TokenSearchValue => ({
+    type: 'token',
+    ...(token.system === undefined ? {} : { system: token.system }),
+    ...(token.value === undefined ? {} : { code: token.value }),
+  }));
+  return { kind: 'parameter', code: 'identifier', type: 'token', values };
+}

@@ -1,4 +1,4 @@
-import { compartmentSearch } from '../../src/storage/search-request.js';
+import { compartmentSearch, identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
@@ -436,7 +436,10 @@ describe('fileStorage', () => {
     const found = async () => {
       const out: Record<string, string[]> = {};
       for (const [name, token] of Object.entries(tokens)) {
-        const page = await storage.searchResources('p1', 'Observation', { identifier: [token], sort: '_id' });
+        const page = await storage.searchResources('p1', 'Observation', {
+          search: typeSearch('Observation', [identifierFilter([token])]),
+          sort: '_id',
+        });
         out[name] = page.resources.map((r) => r.id);
       }
       return out;

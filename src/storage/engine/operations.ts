@@ -1,4 +1,5 @@
 import { compartmentOf } from '../search-request.js';
+import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   StoredText,
@@ -110,7 +111,7 @@ function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
 }
 
-function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
+function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
   if (!range) return true;
   // `micros` is in microseconds, the range in milliseconds.
   if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
@@ -419,10 +420,12 @@ export class EngineOperations implements StorageOperations {
   async searchResources(
     projectId: string,
     resourceType: string,
-    query: ResourceQuery = {},
+    asked: ResourceQuery = {},
   ): Promise<ResourcePage> {
-    const rule = totalRule(query);
-    const pace = new SearchPace(query.deadline);
+    const rule = totalRule(asked);
+    const pace = new SearchPace(asked.deadline);
+    const indexer = this.indexing.enabled ? await this.indexing.load().catch(() => undefined) : undefined;
+    const query = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     pace.check();
     const view = this.ctx.view();

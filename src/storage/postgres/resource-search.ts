@@ -1,4 +1,5 @@
 import type { ResourcePage, ResourceQuery, SortValue, StoredResource } from '../types.js';
+import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
 import { compareItems, cursorItem, PageWindow } from '../result-page.js';
 import {
   countedEnough,
@@ -66,7 +67,7 @@ function candidates(
   s: string,
   projectId: string,
   resourceType: string,
-  query: ResourceQuery,
+  query: NarrowedQuery,
   sql: SearchSql | undefined,
   values: unknown[],
 ): { from: string; matched?: string } {
@@ -245,9 +246,10 @@ export async function searchResources(
   s: string,
   projectId: string,
   resourceType: string,
-  q: ResourceQuery,
-  indexer?: Pick<ResourceIndexer, 'derived'>,
+  asked: ResourceQuery,
+  indexer?: Pick<ResourceIndexer, 'derived' | 'identifierIndexed'>,
 ): Promise<ResourcePage> {
+  const q = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
   const rule = totalRule(q);
   const values: unknown[] = [projectId, resourceType];
   const derived = indexer?.derived?.bind(indexer);
