@@ -12,7 +12,13 @@ import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { deadlineOf } from './costly-reads.js';
-import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
+import {
+  parseSearch,
+  storeAnswersSearch,
+  type ParsedSearch,
+  type SearchQueryOptions,
+  type SearchReads,
+} from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
 import type { FhirContext } from './context.js';
@@ -60,7 +66,7 @@ export async function conditionalMatches(
   const { query, applied } = await parseSearch(
     type,
     params,
-    { storeAnswersSearch: storeAnswersSearch(ctx), ...limitsOf(ctx) },
+    { storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access), ...limitsOf(ctx) },
     searchReads(ctx),
   );
   if (options.requireCriteria && applied.length === 0) {
@@ -468,16 +474,6 @@ function limitsOf(ctx: FhirContext): Pick<SearchQueryOptions, 'limits'> {
   return ctx.searchLimits === undefined ? {} : { limits: ctx.searchLimits };
 }
 
-/**
- * Whether the store alone decides the search's filters. Not for a SMART user: a store that answers
- * chains and `_has` itself (PostgreSQL) reads every resource of the project for them, so the filters
- * are also tested here, with chains through the user's own view ({@link searchReads}); the store's
- * answer, a superset, is narrowed by them.
- */
-function storeAnswersSearch(ctx: FhirContext): boolean {
-  return ctx.storage.answersSearch === true && ctx.access === undefined;
-}
-
 /** Most resources `_include` / `_revinclude` add to one page. */
 export const MAX_INCLUDED = 1000;
 /** Most levels `:iterate` follows (the first level included). */
@@ -503,7 +499,7 @@ export async function searchResources(
   const parsed = await parseSearch(
     type,
     params,
-    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
+    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access) },
     searchReads(ctx),
   );
   const { query, request } = parsed;

@@ -8,7 +8,8 @@ import { typesReadByFilters } from '../search/types-read.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { ParameterFilter, SearchRequest } from '../storage/search-request.js';
 import { sortValuesOf } from '../search/sort-values.js';
-import type { ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
+import type { ResourceCursor, ResourceQuery, StorageOperations, StoredResource } from '../storage/types.js';
+import type { DataAccess } from '../auth/access/data-access.js';
 import { patientSearchParams } from './compartment.js';
 import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
 
@@ -42,6 +43,20 @@ export interface SearchQueryOptions {
  */
 export interface SearchReads extends SearchResolver {
   authorize(resourceType: string): void;
+}
+
+/**
+ * Whether `storage` alone decides a search's filters (`StorageOperations.answersSearch`), for a
+ * principal whose reach is `access`. Not for a SMART user: a store that answers chains and `_has`
+ * itself (PostgreSQL) reads every resource of the project for them, so the filters are also tested
+ * in `where`, with chains through the user's own view; the store's answer, a superset, is narrowed
+ * by them. The one rule for the FHIR searches and bulk export's `_typeFilter` chains.
+ */
+export function storeAnswersSearch(
+  storage: Pick<StorageOperations, 'answersSearch'>,
+  access: DataAccess | undefined,
+): boolean {
+  return storage.answersSearch === true && access === undefined;
 }
 
 /** A type-level search, parsed and turned into a storage query. */
