@@ -424,7 +424,10 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const rule = totalRule(asked);
     const pace = new SearchPace(asked.deadline);
-    const indexer = this.indexing.enabled ? await this.indexing.load().catch(() => undefined) : undefined;
+    // The indexer says whether an `identifier` filter goes to the identifier index: loaded for those only.
+    const identified = asked.search?.filters.some((f) => f.kind === 'parameter' && f.code === 'identifier');
+    const indexer =
+      identified && this.indexing.enabled ? await this.indexing.load().catch(() => undefined) : undefined;
     const query = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     pace.check();
