@@ -105,6 +105,14 @@ export {
   SearchTooCostlyError,
 } from './storage/errors.js';
 export { compareSortValues } from './storage/result-page.js';
+export {
+  compartmentSearch,
+  identifierFilter,
+  idFilter,
+  lastUpdatedFilters,
+  typeSearch,
+} from './storage/search-request.js';
+export type * from './storage/search-request.js';
 export type {
   Storage,
   StorageOperations,

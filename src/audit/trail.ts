@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 import { requireStorage } from '../storage/storage-shape.js';
+import { idFilter, lastUpdatedFilters, typeSearch } from '../storage/search-request.js';
 import type { ResourceWrite, Storage } from '../storage/types.js';
 import { boundRefusal } from './bound-refusal.js';
 import type { AuditEventResource } from './audit-event-resource.js';
@@ -228,7 +229,7 @@ class BatchedAuditTrail implements AuditTrail {
     const uncertain = entries.filter((e) => e.maybeStored).map((e) => e.event.id);
     if (uncertain.length > 0) {
       const found = await this.storage.searchResources(projectId, 'AuditEvent', {
-        ids: uncertain,
+        search: typeSearch('AuditEvent', [idFilter(uncertain)]),
         count: uncertain.length,
         total: 'none',
       });
@@ -250,7 +251,7 @@ class BatchedAuditTrail implements AuditTrail {
       for (;;) {
         // The store's time narrows through its index; an event is due when both times are old.
         const page = await this.storage.searchResources(projectId, 'AuditEvent', {
-          lastUpdated: { lt: cutoff },
+          search: typeSearch('AuditEvent', lastUpdatedFilters({ lt: cutoff })),
           where: (r) => typeof r.recorded === 'string' && Date.parse(r.recorded) < cutoff,
           count: this.config.batchSize,
           total: 'none',

@@ -15,6 +15,7 @@ import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
 import { canExport, planExport } from './export-plan.js';
 import { scopedStorage, userDataAccess } from '../fhir/scoped-storage.js';
+import { storeAnswersSearch } from '../fhir/search-query.js';
 import { ExportPool } from './export-pool.js';
 import { KickoffLimits } from './kickoff-limits.js';
 import { parseKickoff, type ExportLevel, type ExportParams } from './kickoff-params.js';
@@ -187,7 +188,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
           storage: access ? scopedStorage(storage, access) : storage,
           projectId,
           registry,
-          storeAnswersSearch: storage.answersSearch === true && access === undefined,
+          storeAnswersSearch: storeAnswersSearch(storage, access),
           canSee: (type) => canExport(principal, type),
           maxMatches: config.maxTypeFilterMatches,
         });

@@ -29,7 +29,7 @@ export interface TypeFilterChainContext {
   registry: SearchRegistry;
   /**
    * The store alone decides a search's filters (PostgreSQL with its search indexes, not for a SMART
-   * user: see `storeAnswersSearch` in src/fhir/interactions.ts); else each match is also tested here.
+   * user: see `storeAnswersSearch` in src/fhir/search-query.ts); else each match is also tested here.
    */
   storeAnswersSearch: boolean;
   /** May the caller see resources of this type? A chain through one it may not is a 403. */

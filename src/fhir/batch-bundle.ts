@@ -2,13 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { errorOutcome } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import type { OperationOutcome } from '../http/outcome.js';
-import {
-  conditionalDelete,
-  conditionalMatches,
-  conditionalUpdate,
-  patchResource,
-  type FhirContext,
-} from './interactions.js';
+import { conditionalDelete, conditionalMatches, conditionalUpdate, patchResource } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { readAccess } from './audit-activity.js';
 import {
   aliasesOf,

@@ -10,9 +10,8 @@ import {
   conditionalMatches,
   conditionalUpdateTarget,
   patchedResource,
-  transactionContext,
-  type FhirContext,
 } from './interactions.js';
+import { transactionContext, type FhirContext } from './context.js';
 import { readAccess, RequestActivity } from './audit-activity.js';
 import { FhirOutcomeError } from '../http/outcome.js';
 import {

@@ -13,8 +13,8 @@ import {
   readResource,
   searchResources,
   type ConditionalDeleteMode,
-  type FhirContext,
 } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';

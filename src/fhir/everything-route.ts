@@ -8,7 +8,7 @@ import { allPatientsEverything, patientEverything } from './everything.js';
 import { everythingBundle, everythingQuery } from './everything-bundle.js';
 import { parseEverythingParams, type EverythingParamOptions } from './everything-params.js';
 import { formBody } from './form-body.js';
-import type { FhirContext } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { parsePrefer } from './prefer.js';
 
 /** The canonical URL of the R4 OperationDefinition of `Patient/$everything`. */

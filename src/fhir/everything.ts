@@ -1,10 +1,12 @@
+import { compartmentSearch, idFilter, lastUpdatedFilters, typeSearch } from '../storage/search-request.js';
 import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { typedTail } from '../search/parse-value.js';
 import type { ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientCompartmentTypes } from './compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
-import { searchReads, type FhirContext } from './interactions.js';
+import { searchReads } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { deadlineOf } from './costly-reads.js';
 import { checkId } from './resource-checks.js';
 import { loadSearchRegistry } from '../search/definitions.js';
@@ -105,7 +107,7 @@ async function referencedIds(
   for (const type of sources) {
     const where = await careDateTest(ctx, type, params);
     const page = await ctx.storage.searchResources(ctx.projectId, type, {
-      compartment: [patientId],
+      search: compartmentSearch(type, [patientId]),
       ...(where ? { where } : {}),
       ...deadlineOf(ctx),
     });
@@ -170,9 +172,9 @@ async function walkPatient(
     if (at < startAt) continue;
     const resume = start && at === startAt ? start : undefined;
     const query: ResourceQuery = { count: limit - out.length, total: 'none', ...deadlineOf(ctx) };
-    if (params.since !== undefined) query.lastUpdated = { ge: params.since };
+    const since = params.since === undefined ? [] : lastUpdatedFilters({ ge: params.since });
     if (isCompartmentType(type)) {
-      query.compartment = [patientId];
+      query.search = compartmentSearch(type, [patientId], since);
       const where = await careDateTest(ctx, type, params);
       if (where) query.where = where;
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };
@@ -180,7 +182,7 @@ async function walkPatient(
       references ??= await referencedIds(ctx, patientId, types.filter(isCompartmentType), params);
       const ids = references.get(type);
       if (!ids || ids.length === 0) continue;
-      query.ids = ids;
+      query.search = typeSearch(type, [idFilter(ids), ...since]);
       query.sort = '_id';
       if (resume) query.after = { id: resume.id };
     }

@@ -11,7 +11,7 @@ import {
   readVersion,
   type HistoryTarget,
 } from './history.js';
-import type { FhirContext } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { parsePrefer } from './prefer.js';
 
 /** What the history routes need of the FHIR router. */

@@ -13,7 +13,8 @@ import type {
   StoredResource,
 } from '../storage/types.js';
 import type { BundleJson } from './bundle-response.js';
-import { authorize, type FhirContext } from './interactions.js';
+import { authorize } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { checkId, checkType } from './resource-checks.js';
 import { permittedEntries, scopedStorage } from './scoped-storage.js';
 import { etagOf } from './versioning.js';

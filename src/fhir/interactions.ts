@@ -1,17 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { refuseAuditEventWrite } from './audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access/access.js';
-import type { DataAccess } from '../auth/access/data-access.js';
-import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
-import type {
-  FhirResource,
-  ResourcePage,
-  ResourceQuery,
-  StorageOperations,
-  StoredResource,
-} from '../storage/types.js';
+import type { FhirResource, ResourcePage, ResourceQuery, StoredResource } from '../storage/types.js';
 import { rewriteReferences } from './bundle-entries.js';
 import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
@@ -21,65 +13,16 @@ import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { deadlineOf } from './costly-reads.js';
 import { SearchPace } from '../storage/engine/search-pace.js';
-import type { SearchCostLimits } from '../search/cost-limits.js';
-import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
+import {
+  parseSearch,
+  storeAnswersSearch,
+  type ParsedSearch,
+  type SearchQueryOptions,
+  type SearchReads,
+} from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
-import { scopedStorage } from './scoped-storage.js';
-
-/**
- * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
- * batch/transaction processor) build a context per request.
- */
-export interface FhirContext {
-  /** The store, or a transaction view of it. */
-  storage: StorageOperations;
-  /** The principal's project: every read and write stays inside it. */
-  projectId: string;
-  principal: Principal;
-  /**
-   * What a SMART user principal reaches (src/auth/data-access.ts); absent for every other
-   * principal. `storage` is then already limited to it (`scopedStorage`).
-   */
-  access?: DataAccess;
-  /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
-  validate(resource: FhirResource): Promise<void>;
-  /**
-   * Runs `fn` with a context whose reads and writes apply as one (a storage transaction), or with
-   * this one when it is that already: a conditional interaction's search and its write, so that
-   * concurrent requests cannot both find no match and both create.
-   */
-  atomically<T>(fn: (ctx: FhirContext) => Promise<T>): Promise<T>;
-  /**
-   * Runs a costly read (a search, `$everything`, a history listing) in a turn of the project (the
-   * router's `searchAdmission`: 429 when none comes), with `ctx` (this context, or one derived from
-   * it, such as a transaction's) given the `deadline` the turn ends by. Absent: run at once,
-   * without a deadline (a context built by hand). Call it through `admitted`.
-   */
-  admit?<T>(ctx: FhirContext, work: (ctx: FhirContext) => Promise<T>): Promise<T>;
-  /**
-   * When the costly read under way must be answered by, epoch ms: every store query it makes is
-   * given it (`ResourceQuery.deadline`). Set by `admit`.
-   */
-  deadline?: number;
-  /**
-   * Bounds on what a search may ask (400 `too-costly` beyond), how far an exact total counts, and
-   * what includes add to a page.
-   * @default SEARCH_COST_DEFAULTS, DEFAULT_MAX_ACCURATE_TOTAL, MAX_INCLUDED, MAX_INCLUDE_DEPTH
-   */
-  searchLimits?: SearchCostLimits & {
-    maxAccurateTotal?: number;
-    maxIncluded?: number;
-    maxIncludeDepth?: number;
-  };
-}
-
-/** The context of `ctx` inside the transaction `tx`: nested `atomically` calls run in it as well. */
-export function transactionContext(ctx: FhirContext, tx: StorageOperations): FhirContext {
-  const storage = ctx.access ? scopedStorage(tx, ctx.access) : tx;
-  const inner: FhirContext = { ...ctx, storage, atomically: (fn) => fn(inner) };
-  return inner;
-}
+import type { FhirContext } from './context.js';
 
 /** Result of a write interaction. */
 export interface WriteOutcome {
@@ -124,7 +67,7 @@ export async function conditionalMatches(
   const { query, applied } = await parseSearch(
     type,
     params,
-    { storeAnswersSearch: storeAnswersSearch(ctx), ...limitsOf(ctx) },
+    { storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access), ...limitsOf(ctx) },
     searchReads(ctx),
   );
   if (options.requireCriteria && applied.length === 0) {
@@ -538,16 +481,6 @@ function limitsOf(ctx: FhirContext): Pick<SearchQueryOptions, 'limits'> {
   return ctx.searchLimits === undefined ? {} : { limits: ctx.searchLimits };
 }
 
-/**
- * Whether the store alone decides the search's filters. Not for a SMART user: a store that answers
- * chains and `_has` itself (PostgreSQL) reads every resource of the project for them, so the filters
- * are also tested here, with chains through the user's own view ({@link searchReads}); the store's
- * answer, a superset, is narrowed by them.
- */
-function storeAnswersSearch(ctx: FhirContext): boolean {
-  return ctx.storage.answersSearch === true && ctx.access === undefined;
-}
-
 /** Most resources `_include` / `_revinclude` add to one page. */
 export const MAX_INCLUDED = 1000;
 /** Most levels `:iterate` follows (the first level included). */
@@ -573,7 +506,7 @@ export async function searchResources(
   const parsed = await parseSearch(
     type,
     params,
-    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx) },
+    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access) },
     searchReads(ctx),
   );
   const { query, request } = parsed;

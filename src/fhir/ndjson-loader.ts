@@ -4,7 +4,8 @@ import { FhirError } from '../http/http-error.js';
 import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
 import type { RequestActivity } from './audit-activity.js';
-import { authorize, type FhirContext } from './interactions.js';
+import { authorize } from './interactions.js';
+import type { FhirContext } from './context.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
 

@@ -5,7 +5,7 @@ import { FhirOutcomeError } from '../http/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord } from '../storage/types.js';
 import { inheritedNameIssues } from './inherited-names.js';
-import { transactionContext, type FhirContext } from './interactions.js';
+import { transactionContext, type FhirContext } from './context.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { searchAdmission } from './search-admission.js';

@@ -4,6 +4,7 @@ import { PlatformError } from '../errors.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
+import { typeSearch } from '../storage/search-request.js';
 import type {
   FhirResource,
   HistoryEntry,
@@ -86,6 +87,23 @@ export function scopedStorage<T extends StorageOperations>(storage: T, access: D
   return guardedView(storage, checkedMembers(storage as unknown as Storage, access));
 }
 
+/**
+ * `query` limited to the user's patients (`limit`): the compartment filter of its search narrowed
+ * to them (a search of the type without filters when it has none).
+ */
+function withinReach(type: string, query: ResourceQuery, limit: readonly string[]): ResourceQuery {
+  const search = query.search?.resourceType === type ? query.search : typeSearch(type);
+  const compartment = limitCompartment(search.compartment?.ids, limit);
+  // A chain or `_has` must find its other resources within reach too: `where` tests them through
+  // this view (its resolver), so a store must not skip it on its own indexes' word.
+  const reaching = search.filters.some((f) => f.kind !== 'parameter');
+  return {
+    ...query,
+    search: { ...search, compartment: { compartment: 'Patient', ids: compartment ?? [] } },
+    ...(reaching ? { whereIsSearch: false } : {}),
+  };
+}
+
 /** 404 for what lies outside the user's reach: as if it did not exist. */
 function outside(type: string, id: string): NotFoundError {
   return new NotFoundError(`${type}/${id} not found`);
@@ -103,15 +121,7 @@ function checkedMembers(storage: Storage, access: DataAccess): Pick<Storage, Che
     async searchResources(projectId: string, type: string, query: ResourceQuery = {}): Promise<ResourcePage> {
       const limit = await access.limit(type, 'search');
       if (limit === undefined) return storage.searchResources(projectId, type, query);
-      const compartment = limitCompartment(query.compartment, limit);
-      // A chain or `_has` must find its other resources within reach too: `where` tests them through
-      // this view (its resolver), so a store must not skip it on its own indexes' word.
-      const reaching = query.search?.filters.some((f) => f.kind !== 'parameter') === true;
-      return storage.searchResources(projectId, type, {
-        ...query,
-        ...(compartment ? { compartment } : {}),
-        ...(reaching ? { whereIsSearch: false } : {}),
-      });
+      return storage.searchResources(projectId, type, withinReach(type, query, limit));
     },
     async createResource(projectId: string, resource: FhirResource): Promise<StoredResource> {
       // A create's id is the server's: there is no current resource to check.

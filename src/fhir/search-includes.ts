@@ -1,10 +1,18 @@
 import { canAccess } from '../auth/access/access.js';
 import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
 import { extractValues } from '../search/extract.js';
-import type { IncludeTarget, ParameterFilter, SearchRequest } from '../storage/search-request.js';
+import {
+  compartmentSearch,
+  filterSearch,
+  idFilter,
+  typeSearch,
+  type IncludeTarget,
+  type ParameterFilter,
+  type SearchRequest,
+} from '../storage/search-request.js';
 import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
-import type { FhirContext } from './interactions.js';
+import type { FhirContext } from './context.js';
 import { deadlineOf } from './costly-reads.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
@@ -137,7 +145,7 @@ export async function collectIncludes(
       for (const [type, ids] of wanted) {
         if (cut || !permitted(type, false)) continue;
         const page = await ctx.storage.searchResources(ctx.projectId, type, {
-          ids: [...ids],
+          search: typeSearch(type, [idFilter([...ids])]),
           count: room(),
           total: 'none',
           ...deadlineOf(ctx),
@@ -171,22 +179,16 @@ export async function collectIncludes(
           type: 'reference',
           values: pointed.map((s) => ({ type: 'reference', resourceType: s.resourceType, id: s.id })),
         };
-        query.search = {
-          resourceType: target.resourceType,
-          filters: [filter],
-          sort: [],
-          include: [],
-          revinclude: [],
-          count: room(),
-          offset: 0,
-        };
         // References to Patients through a compartment parameter: the compartment index narrows.
-        if (
+        query.search =
           pointed.every((s) => s.resourceType === 'Patient') &&
           patientSearchParams(target.resourceType).includes(target.searchParam)
-        ) {
-          query.compartment = pointed.map((s) => s.id);
-        }
+            ? compartmentSearch(
+                target.resourceType,
+                pointed.map((s) => s.id),
+                [filter],
+              )
+            : filterSearch(target.resourceType, filter);
       }
       const page = await ctx.storage.searchResources(ctx.projectId, target.resourceType, query);
       take(page.resources, level);

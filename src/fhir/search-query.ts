@@ -6,9 +6,10 @@ import { compileSearchPredicate, type SearchResolver } from '../search/match.js'
 import { parseSearchRequest, type IgnoredParameter } from '../search/parse.js';
 import { typesReadByFilters } from '../search/types-read.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
-import type { ParameterFilter, SearchFilter, SearchRequest } from '../storage/search-request.js';
+import type { ParameterFilter, SearchRequest } from '../storage/search-request.js';
 import { sortValuesOf } from '../search/sort-values.js';
-import type { IdentifierToken, ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
+import type { ResourceCursor, ResourceQuery, StorageOperations, StoredResource } from '../storage/types.js';
+import type { DataAccess } from '../auth/access/data-access.js';
 import { patientSearchParams } from './compartment.js';
 import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
 
@@ -44,6 +45,20 @@ export interface SearchReads extends SearchResolver {
   authorize(resourceType: string): void;
 }
 
+/**
+ * Whether `storage` alone decides a search's filters (`StorageOperations.answersSearch`), for a
+ * principal whose reach is `access`. Not for a SMART user: a store that answers chains and `_has`
+ * itself (PostgreSQL) reads every resource of the project for them, so the filters are also tested
+ * in `where`, with chains through the user's own view; the store's answer, a superset, is narrowed
+ * by them. The one rule for the FHIR searches and bulk export's `_typeFilter` chains.
+ */
+export function storeAnswersSearch(
+  storage: Pick<StorageOperations, 'answersSearch'>,
+  access: DataAccess | undefined,
+): boolean {
+  return storage.answersSearch === true && access === undefined;
+}
+
 /** A type-level search, parsed and turned into a storage query. */
 export interface ParsedSearch {
   /** What to ask `storage.searchResources`. */
@@ -60,59 +75,6 @@ export interface ParsedSearch {
   cursorShape: CursorShape;
   /** The position of a resource in this search's order (what a link's `_cursor` pages from). */
   positionOf(resource: StoredResource): ResourceCursor;
-}
-
-/** Prefixes of one `_lastUpdated` value the stores' range index answers exactly. */
-const RANGE_PREFIXES = new Set(['eq', 'gt', 'ge', 'lt', 'le']);
-
-/**
- * The `[ge, lt)` bounds, on `meta.lastUpdated` in epoch ms, of a one-value `_lastUpdated` filter
- * with one of `RANGE_PREFIXES`. Exact, not only a narrowing: the stores write `meta.lastUpdated`
- * to the millisecond, whose range `[t, t + 1)` the R4 prefixes turn into these bounds.
- */
-function lastUpdatedRange(filter: ParameterFilter): { ge?: number; lt?: number } | undefined {
-  const [value] = filter.values;
-  if (filter.modifier !== undefined || filter.values.length !== 1 || value?.type !== 'date') return undefined;
-  if (!RANGE_PREFIXES.has(value.prefix)) return undefined;
-  switch (value.prefix) {
-    case 'gt':
-      return { ge: value.end };
-    case 'ge':
-      return { ge: value.start };
-    case 'lt':
-      return { lt: value.start };
-    case 'le':
-      return { lt: value.end };
-    default:
-      return { ge: value.start, lt: value.end };
-  }
-}
-
-/** The ids of a plain `_id` filter (codes without system), or undefined. */
-function idsOf(filter: ParameterFilter): string[] | undefined {
-  if (filter.modifier !== undefined) return undefined;
-  const ids: string[] = [];
-  for (const v of filter.values) {
-    if (v.type !== 'token' || v.code === undefined || v.system !== undefined || v.typeSystem !== undefined) {
-      return undefined;
-    }
-    ids.push(v.code);
-  }
-  return ids;
-}
-
-/** The store's identifier tokens of a plain `identifier` filter, or undefined. */
-function identifierTokens(filter: ParameterFilter): IdentifierToken[] | undefined {
-  if (filter.modifier !== undefined) return undefined;
-  const tokens: IdentifierToken[] = [];
-  for (const v of filter.values) {
-    if (v.type !== 'token' || v.text !== undefined || v.typeSystem !== undefined) return undefined;
-    tokens.push({
-      ...(v.system === undefined ? {} : { system: v.system }),
-      ...(v.code === undefined ? {} : { value: v.code }),
-    });
-  }
-  return tokens;
 }
 
 /** The patient ids of a reference filter on a compartment parameter naming Patients only, or undefined. */
@@ -134,9 +96,10 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
 /**
  * Parses a type-level search (`GET [base]/[type]?…`, a batch `GET` entry, a conditional
  * interaction's criteria) with the R4 search module (`src/search`) and turns it into a storage
- * query: the parts the stores index (`_id`, one-value `_lastUpdated`, the first plain `identifier`,
- * Patient references of compartment parameters) narrow the candidates, and a predicate compiled
- * from every other filter (`where`) decides. Every type a chain or `_has` reads is authorized
+ * query: the parsed search is the query's `search` (the store reads `_id`, `_lastUpdated` and
+ * `identifier` out of it itself; Patient references of compartment parameters add a compartment to
+ * it), and, unless the store answers the search, a predicate compiled from its filters (`where`)
+ * decides. Every type a chain or `_has` reads is authorized
  * through `reads` first (403), whoever answers the search; unless the store answers them itself,
  * they read the resources they need through it. `AuditEvent`'s own parameters keep their predicates
  * (`auditSearchPredicate`: an agent's bare id also matches its identifier).
@@ -231,57 +194,18 @@ export async function parseSearch(
     if (cursor.direction === 'after') query.after = cursor.position;
     else query.before = cursor.position;
   }
-  let ids: string[] | undefined;
+  // Patient references of compartment parameters imply a compartment: the store narrows by its index.
   let compartment: string[] | undefined;
-  const predicateFilters: SearchFilter[] = [];
-  const indexed: SearchFilter[] = [];
   for (const filter of request.filters) {
-    if (filter.kind === 'parameter') {
-      if (filter.code === '_id') {
-        const list = idsOf(filter);
-        if (list) {
-          ids = intersect(ids, list);
-          indexed.push(filter);
-          continue;
-        }
-      }
-      if (filter.code === '_lastUpdated') {
-        const range = lastUpdatedRange(filter);
-        if (range) {
-          const lu = (query.lastUpdated ??= {});
-          if (range.ge !== undefined) lu.ge = lu.ge === undefined ? range.ge : Math.max(lu.ge, range.ge);
-          if (range.lt !== undefined) lu.lt = lu.lt === undefined ? range.lt : Math.min(lu.lt, range.lt);
-          indexed.push(filter);
-          continue;
-        }
-      }
-      const def = registry.get(resourceType, filter.code);
-      if (
-        filter.code === 'identifier' &&
-        query.identifier === undefined &&
-        def?.branches.length === 1 &&
-        def.branches[0]!.expression === `${resourceType}.identifier`
-      ) {
-        const tokens = identifierTokens(filter);
-        if (tokens) {
-          query.identifier = tokens;
-          indexed.push(filter);
-          continue;
-        }
-      }
-      const patients = patientIds(resourceType, filter);
-      if (patients) compartment = intersect(compartment, patients);
-    }
-    predicateFilters.push(filter);
+    const patients = filter.kind === 'parameter' ? patientIds(resourceType, filter) : undefined;
+    if (patients) compartment = intersect(compartment, patients);
   }
-  if (ids !== undefined) query.ids = ids;
-  if (indexed.length > 0) query.searchIndexed = indexed;
-  // An empty intersection matches nothing; keep the query well-formed and let `where` say no.
-  if (compartment !== undefined) query.compartment = compartment.length > 0 ? compartment : ['-'];
+  if (compartment !== undefined)
+    query.search = { ...request, compartment: { compartment: 'Patient', ids: compartment } };
 
   const tests = [...auditTests];
-  if (predicateFilters.length > 0 && options.storeAnswersSearch !== true)
-    tests.push(await compileSearchPredicate(registry, predicateFilters, reads));
+  if (request.filters.length > 0 && options.storeAnswersSearch !== true)
+    tests.push(await compileSearchPredicate(registry, request.filters, reads));
   // Only the search's own filters: a store that answers them all exactly may skip the predicate.
   if (auditTests.length === 0 && tests.length === 1) query.whereIsSearch = true;
   if (tests.length === 1) query.where = tests[0];

@@ -134,6 +134,10 @@ export function createResourceIndexer(
       }
       return found;
     },
+    identifierIndexed(resourceType: string): boolean {
+      const def = registry.get(resourceType, 'identifier');
+      return def?.branches.length === 1 && def.branches[0]!.expression === `${resourceType}.identifier`;
+    },
     index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries {
       const entries: ResourceIndexEntries = {};
       for (const { code, index } of indexersOf(resource.resourceType)) {

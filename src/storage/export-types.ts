@@ -1,17 +1,11 @@
 import type { Readable } from 'node:stream';
-import type { ExportJobRecord, NewExportJob, ExportJobChanges } from './record-types.js';
+import type { ExportJobRecord, NewExportJob, ExportJobChanges, ExportSnapshot } from './record-types.js';
 import type { Tombstone } from './query-types.js';
 
 /*
  * What exports read and write through the storage contract (see `./types.ts`): snapshots,
  * readers, export files, the job queue.
  */
-
-/**
- * An opaque, plain-JSON marker of "the store as of now", taken at export kick-off and passed to
- * readers (possibly in a worker thread). Each adapter defines what it holds.
- */
-export type ExportSnapshot = Record<string, unknown> & { takenAt: string };
 
 /** Optional hints for `exportSnapshot`. */
 export interface ExportSnapshotOptions {

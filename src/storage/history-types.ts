@@ -1,4 +1,4 @@
-import type { StoredResource } from './types.js';
+import type { StoredResource } from './resource-types.js';
 
 /**
  * What a store keeps of superseded versions (the current version and a tombstone that is current

@@ -1,5 +1,5 @@
-import type { SearchFilter, SearchRequest } from './search-request.js';
-import type { FhirResource, StoredResource } from './types.js';
+import type { SearchRequest } from './search-request.js';
+import type { FhirResource, StoredResource } from './resource-types.js';
 
 /*
  * What resource reads and writes take and answer in the storage contract (see `./types.ts`):
@@ -25,42 +25,35 @@ export interface IdentifierToken {
   value?: string;
 }
 
+/**
+ * One search of one resource type: what to match (`search`, plus an optional `where` of the
+ * caller's), in what order, which page, by when, and what total. A query without `search` matches
+ * every current resource of the type.
+ */
 export interface ResourceQuery {
-  /** Only these ids. */
-  ids?: string[];
-  lastUpdated?: InstantRange;
-  /** Only resources in the compartment of one of these patients (ids, not references). */
-  compartment?: string[];
   /**
-   * Only resources with an `identifier` element (the top-level `identifier`, one object or an
-   * array) matching one of these tokens. Answered through an index kept on write; a token with
-   * neither `system` nor `value` matches nothing.
-   */
-  identifier?: IdentifierToken[];
-  /**
-   * A further test on each candidate (already narrowed by the fields above). Runs in the
-   * caller's thread; adapters call it on a private copy.
-   */
-  where?: (resource: StoredResource) => boolean;
-  /**
-   * The parsed FHIR search this query answers (plain, structured-cloneable data), when it comes
-   * from one. Today the fields above and `where` decide and an adapter may ignore it; it is what a
-   * store with search indexes (PostgreSQL's SQL translation, the file store's indexes) will answer
-   * from instead. Internal until that contract settles (issue 30): adapters outside the package
-   * ignore it. @see https://hl7.org/fhir/R4/search.html
-   * @internal
+   * What the matches satisfy: the parsed FHIR search (plain, structured-cloneable data; its
+   * `resourceType` is the one searched), its filters ANDed with its `compartment`. Every store
+   * answers its `compartment`, a plain `_id`, a one-value `_lastUpdated` (`eq`, `gt`, `ge`, `lt`,
+   * `le`) and, when its indexer says the type's `identifier` parameter is the top-level element
+   * (`ResourceIndexer.identifierIndexed`), a plain `identifier` from what it keeps of each version;
+   * a store with search indexes (the package's three, given an indexer) answers the other filters
+   * from them. A filter a store's indexes cannot answer is tested by `where` (see
+   * `StorageOperations.answersSearch`). Its result parameters (`count`, `offset`, `sort`,
+   * `include`, …) are the caller's: paging and order are the fields below.
+   * @see https://hl7.org/fhir/R4/search.html
    */
   search?: SearchRequest;
+  /**
+   * A further test of the caller's on each match of `search`. Runs in the caller's thread;
+   * adapters call it on a private copy.
+   */
+  where?: (resource: StoredResource) => boolean;
   /**
    * `where` tests exactly the filters of `search` (none of the caller's own): a store whose
    * indexes answer every filter exactly may skip it. @internal
    */
   whereIsSearch?: boolean;
-  /**
-   * Filters of `search` that `ids`, `lastUpdated` and `identifier` stand for exactly (the same
-   * objects): a store that applies those fields need not test these again. @internal
-   */
-  searchIndexed?: readonly SearchFilter[];
   /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /**

@@ -1,9 +1,13 @@
-import type { ExportSnapshot } from './export-types.js';
-
 /*
  * The records of the storage contract (see `./types.ts`): projects, users, memberships, clients,
  * signing keys, export jobs.
  */
+
+/**
+ * An opaque, plain-JSON marker of "the store as of now", taken at export kick-off and passed to
+ * readers (possibly in a worker thread). Each adapter defines what it holds.
+ */
+export type ExportSnapshot = Record<string, unknown> & { takenAt: string };
 
 export interface ProjectRecord {
   id: string;

@@ -42,6 +42,13 @@ export interface ResourceIndexer {
    * asks for all).
    */
   codes?(resourceType: string): ReadonlySet<string>;
+  /**
+   * Whether the `identifier` parameter of `resourceType` reads exactly its top-level `identifier`
+   * element, what a store's identifier index keeps (`src/storage/identifier-keys.ts`): a plain
+   * `identifier` filter of the type is then answered from that index. Omitted: never (the filter
+   * goes to the search index like any other).
+   */
+  identifierIndexed?(resourceType: string): boolean;
 }
 
 /**

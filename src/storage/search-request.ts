@@ -218,10 +218,25 @@ export interface IncludeTarget {
 /** `_summary`. @see https://hl7.org/fhir/R4/search.html#summary */
 export type SearchSummary = 'true' | 'text' | 'data' | 'count' | 'false';
 
+/**
+ * Only resources in the patient compartment of one of `ids` (a Patient is in its own): what a
+ * store answers from the compartment index it keeps on write (see `PatientCompartment`). A SMART
+ * user's reach, a Patient or Group export's patients, `$everything`, and the Patient references of
+ * a search's compartment parameters are all expressed so. An empty `ids` matches nothing.
+ * @see https://hl7.org/fhir/R4/compartmentdefinition-patient.html
+ */
+export interface CompartmentFilter {
+  compartment: 'Patient';
+  /** Patient ids (not references). */
+  ids: string[];
+}
+
 /** A parsed type-level search: the filters, ANDed, and the result parameters. */
 export interface SearchRequest {
   resourceType: string;
   filters: SearchFilter[];
+  /** ANDed with `filters`: only resources in one of these patients' compartments. */
+  compartment?: CompartmentFilter;
   /** `_sort` keys in order; empty: the store's default order. */
   sort: SortKey[];
   include: IncludeTarget[];
@@ -242,5 +257,72 @@ export interface SearchRequest {
  * narrows by it.
  */
 export function filterSearch(resourceType: string, filter: SearchFilter): SearchRequest {
-  return { resourceType, filters: [filter], sort: [], include: [], revinclude: [], count: 0, offset: 0 };
+  return typeSearch(resourceType, [filter]);
+}
+
+/** A search of `resourceType` by `filters` (ANDed; none: every resource of the type). */
+export function typeSearch(resourceType: string, filters: SearchFilter[] = []): SearchRequest {
+  return { resourceType, filters, sort: [], include: [], revinclude: [], count: 0, offset: 0 };
+}
+
+/**
+ * A search of `resourceType` in the compartment of `patientIds` (and by `filters`, when given): what
+ * an export, `$everything` or a `_revinclude` of Patients asks a store for.
+ */
+export function compartmentSearch(
+  resourceType: string,
+  patientIds: readonly string[],
+  filters: SearchFilter[] = [],
+): SearchRequest {
+  return {
+    ...typeSearch(resourceType, filters),
+    compartment: { compartment: 'Patient', ids: [...patientIds] },
+  };
+}
+
+/** The patients of `search`'s compartment filter when it searches `resourceType`, else undefined. */
+export function compartmentOf(resourceType: string, search: SearchRequest | undefined): string[] | undefined {
+  return search?.resourceType === resourceType ? search.compartment?.ids : undefined;
+}
+
+/** A search of resources whose id is one of `ids` (`_id`). */
+export function idFilter(ids: readonly string[]): ParameterFilter {
+  return {
+    kind: 'parameter',
+    code: '_id',
+    type: 'token',
+    values: ids.map((code) => ({ type: 'token', code })),
+  };
+}
+
+/** One value of `_lastUpdated` with `prefix` at the millisecond `at` (epoch ms). */
+function instantValue(prefix: 'ge' | 'lt', at: number): DateSearchValue {
+  return { type: 'date', prefix, start: at, end: at + 1, value: new Date(at).toISOString() };
+}
+
+/**
+ * The `_lastUpdated` filters of the range `[ge, lt)` of `meta.lastUpdated` (epoch ms; an absent end
+ * is open): one filter per bound, as `_lastUpdated=ge…&_lastUpdated=lt…` would parse.
+ */
+export function lastUpdatedFilters(range: { ge?: number; lt?: number }): ParameterFilter[] {
+  const bounds = [
+    ...(range.ge === undefined ? [] : [instantValue('ge', range.ge)]),
+    ...(range.lt === undefined ? [] : [instantValue('lt', range.lt)]),
+  ];
+  return bounds.map((value) => ({ kind: 'parameter', code: '_lastUpdated', type: 'date', values: [value] }));
+}
+
+/**
+ * A search of resources with an identifier matching one of `tokens` (`identifier`): `system` null
+ * for an identifier without one, an absent part for any.
+ */
+export function identifierFilter(
+  tokens: readonly { system?: string | null; value?: string }[],
+): ParameterFilter {
+  const values = tokens.map((token): TokenSearchValue => ({
+    type: 'token',
+    ...(token.system === undefined ? {} : { system: token.system }),
+    ...(token.value === undefined ? {} : { code: token.value }),
+  }));
+  return { kind: 'parameter', code: 'identifier', type: 'token', values };
 }

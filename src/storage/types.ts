@@ -14,10 +14,11 @@ import type {
   ExportJobRecord,
   NewExportJob,
   ExportJobChanges,
+  ExportSnapshot,
 } from './record-types.js';
+import type { FhirResource, StoredResource } from './resource-types.js';
 import type { ResourceQuery, ResourcePage, WriteOptions, ResourceWrite, WriteResult } from './query-types.js';
 import type {
-  ExportSnapshot,
   ExportSnapshotOptions,
   ExportReader,
   StorageDescriptor,
@@ -28,6 +29,7 @@ import type { UserListOptions, UserPage } from './user-list.js';
 import type { HistoryPage, HistoryQuery } from './history-types.js';
 import type { GrantStore } from './grant-types.js';
 
+export type * from './resource-types.js';
 export type * from './record-types.js';
 export type { UserCursor, UserFilter, UserListOptions, UserPage, UserSortKey } from './user-list.js';
 export type * from './query-types.js';
@@ -47,26 +49,6 @@ export type * from './grant-types.js';
  *   `StorageClosedError` (see `./errors.ts`).
  * - Writes are durable when the returned promise resolves.
  */
-
-/** A FHIR R4 resource as plain JSON. */
-export interface FhirResource {
-  resourceType: string;
-  id?: string;
-  meta?: FhirMeta;
-  [key: string]: unknown;
-}
-
-export interface FhirMeta {
-  versionId?: string;
-  lastUpdated?: string;
-  [key: string]: unknown;
-}
-
-/** A stored resource always has an id and `meta.versionId` / `meta.lastUpdated`. */
-export interface StoredResource extends FhirResource {
-  id: string;
-  meta: FhirMeta & { versionId: string; lastUpdated: string };
-}
 
 /**
  * What storage needs of the patient compartment: which patients' compartments each version is in,

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../storage/search-request.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -58,7 +59,9 @@ export function auditStorageContract(getStorage: () => Storage): void {
       // The platform log is no project.
       expect((await storage.listProjects()).map((p) => p.id)).toEqual(['p1']);
       // The patient compartment index knows them (AuditEvent.entity.what).
-      const compartment = await storage.searchResources('p1', 'AuditEvent', { compartment: ['pa'] });
+      const compartment = await storage.searchResources('p1', 'AuditEvent', {
+        search: compartmentSearch('AuditEvent', ['pa']),
+      });
       expect(compartment.resources.map((r) => r.id)).toEqual([a.id]);
     });
 

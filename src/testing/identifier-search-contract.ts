@@ -1,8 +1,17 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
+import {
+  compartmentSearch,
+  identifierFilter,
+  idFilter,
+  lastUpdatedFilters,
+  typeSearch,
+  type ParameterFilter,
+} from '../storage/search-request.js';
 import type { IdentifierToken, Storage, StorageOperations, StoredResource } from '../storage/types.js';
 
 /**
- * The identifier search part of the storage contract (`ResourceQuery.identifier`): tokens of any
+ * The identifier search part of the storage contract (an `identifier` filter of `ResourceQuery.search`,
+ * answered from the identifier index): tokens of any
  * form, combined with the other filters, kept in step with writes. Called inside
  * `runStorageContract`, which makes a fresh store before each test.
  */
@@ -15,7 +24,8 @@ export function identifierSearchStorageContract(getStorage: () => Storage): void
   describe('identifier search', () => {
     /** Ids of the matches of `tokens` (ORed), by id. */
     async function ids(tokens: IdentifierToken[], projectId = 'p1', ops: StorageOperations = storage) {
-      const page = await ops.searchResources(projectId, 'Observation', { identifier: tokens, sort: '_id' });
+      const search = typeSearch('Observation', [identifierFilter(tokens)]);
+      const page = await ops.searchResources(projectId, 'Observation', { search, sort: '_id' });
       expect(page.total).toBe(page.resources.length);
       return page.resources.map((r) => r.id);
     }
@@ -80,13 +90,22 @@ export function identifierSearchStorageContract(getStorage: () => Storage): void
 
     it('combines with ids, compartment, lastUpdated, where, sort and paging', async () => {
       await seed();
-      const lab = [{ system: 'urn:lab' }];
-      const search = (extra: object) =>
-        storage.searchResources('p1', 'Observation', { identifier: lab, sort: '_id', ...extra });
-      expect((await search({ ids: ['o2', 'o3', 'o4'] })).resources.map((r) => r.id)).toEqual(['o2', 'o4']);
-      expect((await search({ compartment: ['a'] })).total).toBe(3);
-      expect((await search({ compartment: ['b'] })).total).toBe(0);
-      expect((await search({ lastUpdated: { gt: Date.now() + 60_000 } })).total).toBe(0);
+      const lab = identifierFilter([{ system: 'urn:lab' }]);
+      const search = (extra: object, filters: ParameterFilter[] = [], compartment?: string[]) =>
+        storage.searchResources('p1', 'Observation', {
+          search: compartment
+            ? compartmentSearch('Observation', compartment, [lab, ...filters])
+            : typeSearch('Observation', [lab, ...filters]),
+          sort: '_id',
+          ...extra,
+        });
+      expect((await search({}, [idFilter(['o2', 'o3', 'o4'])])).resources.map((r) => r.id)).toEqual([
+        'o2',
+        'o4',
+      ]);
+      expect((await search({}, [], ['a'])).total).toBe(3);
+      expect((await search({}, [], ['b'])).total).toBe(0);
+      expect((await search({}, lastUpdatedFilters({ ge: Date.now() + 60_000 }))).total).toBe(0);
       expect(
         (await search({ where: (r: StoredResource) => r.id !== 'o1' })).resources.map((r) => r.id),
       ).toEqual(['o2', 'o4']);

@@ -1,4 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
+import { compartmentSearch, idFilter, lastUpdatedFilters, typeSearch } from '../storage/search-request.js';
 import type { SortValue, Storage, StoredResource } from '../storage/types.js';
 import { CONFLICT, NOT_FOUND, PRECONDITION, rejectsWith, code } from './contract-helpers.js';
 
@@ -205,32 +206,40 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
     it('filters by ids, lastUpdated, compartment and where', async () => {
       const made = await seed();
       expect(
-        (await storage.searchResources('p1', 'Observation', { ids: ['o2', 'o3', 'zz'] })).resources.map(
-          (r) => r.id,
-        ),
+        (
+          await storage.searchResources('p1', 'Observation', {
+            search: typeSearch('Observation', [idFilter(['o2', 'o3', 'zz'])]),
+          })
+        ).resources.map((r) => r.id),
       ).toEqual(['o2', 'o3']);
+      const inRange = (range: { ge?: number; lt?: number }) =>
+        storage.searchResources('p1', 'Observation', {
+          search: typeSearch('Observation', lastUpdatedFilters(range)),
+        });
       const t2 = Date.parse(made[1]!.meta.lastUpdated);
-      const after = await storage.searchResources('p1', 'Observation', { lastUpdated: { gt: t2 } });
-      expect(after.resources.every((r) => Date.parse(r.meta.lastUpdated) >= t2)).toBe(true);
+      const after = await inRange({ ge: t2 + 1 });
+      expect(after.resources.every((r) => Date.parse(r.meta.lastUpdated) > t2)).toBe(true);
       expect(after.resources.map((r) => r.id)).not.toContain('o1');
-      const upTo = await storage.searchResources('p1', 'Observation', {
-        lastUpdated: { le: Date.parse(made[0]!.meta.lastUpdated) },
-      });
+      const t1 = Date.parse(made[0]!.meta.lastUpdated);
+      const upTo = await inRange({ lt: t1 + 1 });
       expect(upTo.resources.map((r) => r.id)).toContain('o1');
-      expect(upTo.resources.map((r) => r.id)).not.toContain('o4');
-      const all = await storage.searchResources('p1', 'Observation', {
-        lastUpdated: { ge: 0, lt: Date.now() + 60_000 },
-      });
+      expect(upTo.resources.every((r) => Date.parse(r.meta.lastUpdated) <= t1)).toBe(true);
+      expect((await inRange({ lt: t1 })).resources.map((r) => r.id)).not.toContain('o1');
+      const all = await inRange({ ge: 0, lt: Date.now() + 60_000 });
       expect(all.total).toBe(4);
-      const comp = await storage.searchResources('p1', 'Observation', { compartment: ['a'] });
+      const comp = await storage.searchResources('p1', 'Observation', {
+        search: compartmentSearch('Observation', ['a']),
+      });
       expect(comp.resources.map((r) => r.id)).toEqual(['o1', 'o3']);
       const comp2 = await storage.searchResources('p1', 'Observation', {
-        compartment: ['a', 'b'],
+        search: compartmentSearch('Observation', ['a', 'b']),
         sort: '-_id',
       });
       expect(comp2.resources.map((r) => r.id)).toEqual(['o3', 'o2', 'o1']);
       expect(
-        (await storage.searchResources('p1', 'Patient', { compartment: ['a'] })).resources.map((r) => r.id),
+        (
+          await storage.searchResources('p1', 'Patient', { search: compartmentSearch('Patient', ['a']) })
+        ).resources.map((r) => r.id),
       ).toEqual(['a']);
       const where = await storage.searchResources('p1', 'Observation', {
         where: (r) => (r.subject as { reference: string }).reference === 'Patient/a',
@@ -243,15 +252,19 @@ export function resourcesStorageContract(getStorage: () => Storage): void {
         subject: { reference: 'Patient/b' },
       });
       expect(
-        (await storage.searchResources('p1', 'Observation', { compartment: ['a'] })).resources.map(
-          (r) => r.id,
-        ),
+        (
+          await storage.searchResources('p1', 'Observation', {
+            search: compartmentSearch('Observation', ['a']),
+          })
+        ).resources.map((r) => r.id),
       ).toEqual(['o3']);
       await storage.deleteResource('p1', 'Observation', 'o2');
       expect(
-        (await storage.searchResources('p1', 'Observation', { compartment: ['b'] })).resources.map(
-          (r) => r.id,
-        ),
+        (
+          await storage.searchResources('p1', 'Observation', {
+            search: compartmentSearch('Observation', ['b']),
+          })
+        ).resources.map((r) => r.id),
       ).toEqual(['o1']);
     });
 

@@ -1,4 +1,5 @@
 import { beforeEach, describe, expect, it } from 'vitest';
+import { idFilter, typeSearch } from '../storage/search-request.js';
 import type { ResourceQuery, Storage, StoredResource } from '../storage/types.js';
 
 /**
@@ -83,7 +84,9 @@ export function searchTotalStorageContract(getStorage: () => Storage): void {
       expect(ids(filtered.resources)).toEqual(['p0']);
       expect((await search({ where: male, count: 1, maxTotal: 4 })).total).toBe(4);
       // Nothing matches: nothing to bound.
-      expect((await search({ ids: ['none'], maxTotal: 0 })).total).toBe(0);
+      expect((await search({ search: typeSearch('Patient', [idFilter(['none'])]), maxTotal: 0 })).total).toBe(
+        0,
+      );
     });
 
     it('estimates with a whole number', async () => {

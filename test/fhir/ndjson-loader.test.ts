@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { transactionContext, type FhirContext } from '../../src/fhir/interactions.js';
+import { transactionContext, type FhirContext } from '../../src/fhir/context.js';
 import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../../src/storage/search-request.js';
 import { describe, expect, it } from 'vitest';
 import { PlatformError } from '../../src/errors.js';
 import { scopedStorage, userDataAccess } from '../../src/fhir/scoped-storage.js';
@@ -71,7 +72,10 @@ forEachStore('scopedStorage', (store, open) =>
       const page = await view.searchResources('p', 'Observation', {});
       expect(page.resources.map((r) => r.id)).toEqual(['oa']);
       expect(page.total).toBe(1);
-      expect((await view.searchResources('p', 'Observation', { compartment: ['b'] })).total).toBe(0);
+      expect(
+        (await view.searchResources('p', 'Observation', { search: compartmentSearch('Observation', ['b']) }))
+          .total,
+      ).toBe(0);
       await expect(view.readResource('p', 'Observation', 'ob')).rejects.toBeInstanceOf(NotFoundError);
       await expect(view.updateResource('p', obs('ob', 'a'))).rejects.toBeInstanceOf(NotFoundError);
       await expect(view.createResource('p', obs('x', 'b'))).rejects.toMatchObject({ status: 403 });

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { transactionContext, type FhirContext } from '../../src/fhir/interactions.js';
+import { transactionContext, type FhirContext } from '../../src/fhir/context.js';
 import { collectIncludes } from '../../src/fhir/search-includes.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { parseSearchRequest } from '../../src/search/parse.js';

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../../src/storage/search-request.js';
 import express from 'express';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -137,7 +138,12 @@ describe.skipIf(!exists)(
       let compartment = 0;
       for (const type of patientCompartmentTypes()) {
         compartment +=
-          (await storage.searchResources('synthea', type, { compartment: [id], count: 0 })).total ?? NaN;
+          (
+            await storage.searchResources('synthea', type, {
+              search: compartmentSearch(type, [id]),
+              count: 0,
+            })
+          ).total ?? NaN;
       }
       expect(seen.filter((r) => r.mode === 'match')).toHaveLength(compartment);
       // The sample's encounters and claims reference practitioners and organizations: each comes once.

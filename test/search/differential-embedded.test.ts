@@ -3,7 +3,7 @@ import { parseSearch } from '../../src/fhir/search-query.js';
 import { FhirError } from '../../src/http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import type { SearchResolver } from '../../src/search/match.js';
-import { filterSearch } from '../../src/storage/search-request.js';
+import { filterSearch, idFilter, typeSearch } from '../../src/storage/search-request.js';
 import type { BaseState } from '../../src/storage/engine/state.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { fileStorage } from '../../src/stores.js';
@@ -119,7 +119,11 @@ describe(`search index of the file store against match.ts${hasSynthea ? ' (with 
       code: { coding: [{ system: 'urn:x', code: 'X1' }] },
     };
     await storage.updateResource(PROJECT, changed);
-    const [stored] = (await storage.searchResources(PROJECT, 'Observation', { ids: [changed.id] })).resources;
+    const [stored] = (
+      await storage.searchResources(PROJECT, 'Observation', {
+        search: typeSearch('Observation', [idFilter([changed.id])]),
+      })
+    ).resources;
     corpus.set(
       'Observation',
       corpus.get('Observation')!.map((r) => (r.id === changed.id ? stored! : r)),

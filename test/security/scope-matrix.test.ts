@@ -1,3 +1,4 @@
+import { idFilter, typeSearch } from '../../src/storage/search-request.js';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
@@ -541,7 +542,9 @@ describe('scope matrix: every search feature, every scope shape, every store', (
 
   it('a refused conditional delete deleted nothing; the allowed one deleted its match', async () => {
     for (const { t, projectId } of apps) {
-      const left = await t.storage.searchResources(projectId, 'Observation', { ids: ['oa', 'ob'] });
+      const left = await t.storage.searchResources(projectId, 'Observation', {
+        search: typeSearch('Observation', [idFilter(['oa', 'ob'])]),
+      });
       // `oa` went with the every-type shape's delete (the last case), `ob` stays.
       expect(left.resources.map((r) => r.id)).toEqual(['ob']);
     }

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../../src/storage/search-request.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,7 +29,7 @@ afterEach(async () => {
 });
 
 async function compartmentIds(storage: Storage, type: string): Promise<string[]> {
-  const page = await storage.searchResources('proj', type, { compartment: ['p1'] });
+  const page = await storage.searchResources('proj', type, { search: compartmentSearch(type, ['p1']) });
   return page.resources.map((r) => r.id);
 }
 

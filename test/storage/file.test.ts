@@ -1,3 +1,4 @@
+import { compartmentSearch, identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
@@ -166,7 +167,13 @@ describe('fileStorage', () => {
     expect(await storage.useOnce('jti', Date.now() + 60_000)).toBe(false);
     expect(await storage.readResource('p1', 'Patient', 'a')).toEqual(p2);
     await expect(storage.readResource('p1', 'Observation', 'o2')).rejects.toMatchObject({ deleted: true });
-    expect((await storage.searchResources('p1', 'Observation', { compartment: ['a'] })).total).toBe(1);
+    expect(
+      (
+        await storage.searchResources('p1', 'Observation', {
+          search: compartmentSearch('Observation', ['a']),
+        })
+      ).total,
+    ).toBe(1);
     // The version counter and the clock continue.
     const { resource: p3 } = await storage.updateResource('p1', { ...p2, active: false });
     expect(p3.meta.versionId).toBe('3');
@@ -344,8 +351,20 @@ describe('fileStorage', () => {
     ]);
     expect((await storage.readResource('p1', 'Observation', 'b')).value).toBe(2);
     await expect(storage.readResource('p1', 'Observation', 'ghost')).rejects.toMatchObject({ deleted: true });
-    expect((await storage.searchResources('p1', 'Observation', { compartment: ['y'] })).total).toBe(1);
-    expect((await storage.searchResources('p1', 'Observation', { compartment: ['x'] })).total).toBe(0);
+    expect(
+      (
+        await storage.searchResources('p1', 'Observation', {
+          search: compartmentSearch('Observation', ['y']),
+        })
+      ).total,
+    ).toBe(1);
+    expect(
+      (
+        await storage.searchResources('p1', 'Observation', {
+          search: compartmentSearch('Observation', ['x']),
+        })
+      ).total,
+    ).toBe(0);
     const snapshot = await storage.exportSnapshot('p1');
     const rows = await collectNdjson(
       storage.exportReader.readResources('p1', snapshot, { resourceType: 'Observation' }),
@@ -417,7 +436,10 @@ describe('fileStorage', () => {
     const found = async () => {
       const out: Record<string, string[]> = {};
       for (const [name, token] of Object.entries(tokens)) {
-        const page = await storage.searchResources('p1', 'Observation', { identifier: [token], sort: '_id' });
+        const page = await storage.searchResources('p1', 'Observation', {
+          search: typeSearch('Observation', [identifierFilter([token])]),
+          sort: '_id',
+        });
         out[name] = page.resources.map((r) => r.id);
       }
       return out;

@@ -1,3 +1,4 @@
+import { compartmentSearch } from '../../src/storage/search-request.js';
 import { describe, expect, it } from 'vitest';
 import { memoryStorage } from '../../src/stores.js';
 import { collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
@@ -70,7 +71,10 @@ describe('memoryStorage', () => {
     // Without open snapshots, old versions go; everything current still reads and exports.
     for (let round = 301; round <= 600; round++) await write(round);
     await storage.deleteResource('p1', 'Observation', 'o9');
-    const page = await storage.searchResources('p1', 'Observation', { compartment: ['p1'], sort: '_id' });
+    const page = await storage.searchResources('p1', 'Observation', {
+      search: compartmentSearch('Observation', ['p1']),
+      sort: '_id',
+    });
     expect(page.resources.map((r) => [r.id, r.value])).toEqual([
       ['o1', 600],
       ['o3', 600],

@@ -1,3 +1,4 @@
+import { compartmentSearch, identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -69,12 +70,16 @@ async function expectFixtureContent(storage: Storage): Promise<void> {
     await expect(storage.readResource('p1', 'Observation', id)).rejects.toMatchObject({ deleted: true });
   }
   const byIdentifier = await storage.searchResources('p1', 'Patient', {
-    identifier: [{ system: 'urn:mrn', value: '111' }],
+    search: typeSearch('Patient', [identifierFilter([{ system: 'urn:mrn', value: '111' }])]),
   });
   expect(byIdentifier.resources.map((r) => r.id)).toEqual(['pat1']);
-  const byValue = await storage.searchResources('p1', 'Observation', { identifier: [{ value: 'obs-1' }] });
+  const byValue = await storage.searchResources('p1', 'Observation', {
+    search: typeSearch('Observation', [identifierFilter([{ value: 'obs-1' }])]),
+  });
   expect(byValue.resources.map((r) => r.id)).toEqual(['o1']);
-  const compartment = await storage.searchResources('p1', 'Observation', { compartment: ['pat1'] });
+  const compartment = await storage.searchResources('p1', 'Observation', {
+    search: compartmentSearch('Observation', ['pat1']),
+  });
   expect(compartment.resources.map((r) => r.id)).toEqual(['o1']);
   expect((await storage.searchResources('p2', 'Patient')).resources.map((r) => r.id)).toEqual(['other']);
 

@@ -1,3 +1,4 @@
+import { identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -144,7 +145,10 @@ if (!url) {
         storage = postgresStorage({ connectionString, schema });
         const ids = async (projectId: string, type: string, token: IdentifierToken) =>
           (
-            await storage.searchResources(projectId, type, { identifier: [token], sort: '_id' })
+            await storage.searchResources(projectId, type, {
+              search: typeSearch(type, [identifierFilter([token])]),
+              sort: '_id',
+            })
           ).resources.map((r) => r.id);
         expect(await ids('p1', 'Observation', { system: 'urn:lab', value: '1' })).toEqual([]);
         expect(await ids('p1', 'Observation', { system: 'urn:lab', value: 'new' })).toEqual(['o1']);
@@ -152,7 +156,11 @@ if (!url) {
         expect(await ids('p1', 'Observation', { value: '2499' })).toEqual(['o2499']);
         expect(await ids('p2', 'Patient', { value: '3' })).toEqual(['x']);
         expect(
-          (await storage.searchResources('p1', 'Observation', { identifier: [{ system: 'urn:lab' }] })).total,
+          (
+            await storage.searchResources('p1', 'Observation', {
+              search: typeSearch('Observation', [identifierFilter([{ system: 'urn:lab' }])]),
+            })
+          ).total,
         ).toBe(2499);
         const { rows } = await admin.query<{ version: number }>(
           `SELECT version FROM ${s}.schema_migrations ORDER BY version`,

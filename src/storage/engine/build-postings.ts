@@ -1,32 +1,17 @@
 import { SearchPace } from './search-pace.js';
 import type { ResourceIndexer } from '../search-index.js';
-import type { SearchRequest } from '../search-request.js';
 import type { ResourceQuery } from '../types.js';
 import type { OpContext } from './engine.js';
 import type { Indexing } from './indexing.js';
 import { wantedPostings } from './chains.js';
 import type { StoredResource } from '../types.js';
 import type { ResourceEntry } from './mutation.js';
-import { POSTED_TYPES, postingKeys, UNPOSTED } from './posting-keys.js';
+import { postingKeys } from './posting-keys.js';
 import type { TypePostings } from './postings.js';
 import type { BaseState } from './state.js';
 
 /** Bodies read at once while building (positioned reads in flight). */
 const READ_AHEAD = 256;
-
-/** Modifiers the postings never answer: a filter with one does not build its parameter. */
-const UNANSWERED_MODIFIERS = new Set(['missing', 'not', 'text', 'of-type', 'identifier', 'below', 'above']);
-
-/** The parameters of `search`'s own filters that postings could answer (each once, in order). */
-export function postableCodes(search: SearchRequest): string[] {
-  const codes = new Set<string>();
-  for (const f of search.filters) {
-    if (f.kind !== 'parameter' || !POSTED_TYPES.has(f.type) || UNPOSTED.has(f.code)) continue;
-    if (f.values.length === 0 || (f.modifier !== undefined && UNANSWERED_MODIFIERS.has(f.modifier))) continue;
-    codes.add(f.code);
-  }
-  return [...codes];
-}
 
 /** What a build reads through (the engine's context). */
 export interface BuildAccess {

@@ -1,14 +1,15 @@
-import type { SearchFilter, SearchRequest } from '../search-request.js';
-import type { ResourceQuery } from '../types.js';
+import { compartmentOf } from '../search-request.js';
+import type { NarrowedQuery } from '../query-narrowing.js';
 import type { ResourceEntry } from './mutation.js';
 import type { SearchCandidates } from './postings.js';
 import type { StateView } from './state.js';
 
 /**
  * The entries a resource search starts from (tombstones possibly included; the caller filters
- * them by `ids`, `lastUpdated`, `compartment` and `identifier`, and `where` decides): the search
+ * them by `ids`, `lastUpdated`, the search's compartment and `identifier`, and `where` decides): the search
  * postings' candidates when they are exactly the matches of `query.search` (`exact`, see
- * `TypePostings.candidates`; its filters in `searchIndexed` left to the caller's), else the ids
+ * `TypePostings.candidates`; the filters read out into `ids`, `lastUpdated` and `identifier` left to
+ * the caller's), else the ids
  * asked for, else the entries of the identifier keys, else the postings' candidates, else the
  * patients' compartments, else the type.
  */
@@ -16,7 +17,7 @@ export function candidateEntries(
   view: StateView,
   projectId: string,
   resourceType: string,
-  query: ResourceQuery,
+  query: NarrowedQuery,
   keys: ReadonlySet<string> | undefined,
 ): SearchCandidates {
   let among: ResourceEntry[] | undefined;
@@ -29,30 +30,26 @@ export function candidateEntries(
     for (const key of keys) for (const e of view.identified(projectId, resourceType, key)) seen.set(e.id, e);
     among = [...seen.values()];
   }
-  const own =
-    query.search?.resourceType === resourceType ? ownFilters(query.search, query.searchIndexed) : undefined;
+  const own = query.search?.resourceType === resourceType ? query.search : undefined;
   // Nothing left for the postings: the ids (or identifiers) asked for are the answer.
   if (own && among && own.filters.length === 0) return { entries: among, exact: true };
-  const searched = own ? view.searched(projectId, resourceType, own, among) : undefined;
+  // A search without filters of its own (a compartment alone, say) leaves nothing to the postings.
+  const searched =
+    own && own.filters.length > 0 ? view.searched(projectId, resourceType, own, among) : undefined;
   if (searched?.exact) return searched;
   if (among) return { entries: among, exact: false };
-  if (searched && !query.compartment) {
+  const compartment = compartmentOf(resourceType, query.search);
+  if (searched && !compartment) {
     // A compartment is narrower unless the postings answer the whole search.
     return searched;
   }
-  if (query.compartment) {
+  if (compartment) {
     const seen = new Map<string, ResourceEntry>();
-    for (const patient of query.compartment) {
+    for (const patient of compartment) {
       for (const e of view.compartment(projectId, patient))
         if (e.resourceType === resourceType) seen.set(e.id, e);
     }
     return { entries: seen.values(), exact: false };
   }
   return { entries: view.resources(projectId, resourceType), exact: false };
-}
-
-/** `search` without the filters `indexed` (those the query's `ids`, `lastUpdated`, `identifier` stand for). */
-function ownFilters(search: SearchRequest, indexed: readonly SearchFilter[] | undefined): SearchRequest {
-  if (!indexed || indexed.length === 0) return search;
-  return { ...search, filters: search.filters.filter((f) => !indexed.includes(f)) };
 }

@@ -5,9 +5,8 @@ import {
   type SearchFilter,
   type SearchRequest,
 } from '../search-request.js';
-import type { ResourceQuery } from '../types.js';
-import { postableCodes } from './build-postings.js';
-import { postingKey, unpair } from './posting-keys.js';
+import type { NarrowedQuery } from '../query-narrowing.js';
+import { postableCodes, postingKey, unpair } from './posting-keys.js';
 import { sortedCodes } from './sort-postings.js';
 import type { ResourceEntry } from './mutation.js';
 import type { StateView } from './state.js';
@@ -136,8 +135,8 @@ export function resolveQuery(
   view: StateView,
   projectId: string,
   resourceType: string,
-  query: ResourceQuery,
-): ResourceQuery | undefined {
+  query: NarrowedQuery,
+): NarrowedQuery | undefined {
   const { search } = query;
   if (search?.resourceType !== resourceType || search.filters.every((f) => f.kind === 'parameter'))
     return query;

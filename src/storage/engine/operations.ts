@@ -1,3 +1,5 @@
+import { compartmentOf } from '../search-request.js';
+import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   StoredText,
@@ -110,7 +112,7 @@ function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
 }
 
-function inRange(micros: number, range: ResourceQuery['lastUpdated']): boolean {
+function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
   if (!range) return true;
   // `micros` is in microseconds, the range in milliseconds.
   if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
@@ -419,10 +421,15 @@ export class EngineOperations implements StorageOperations {
   async searchResources(
     projectId: string,
     resourceType: string,
-    query: ResourceQuery = {},
+    asked: ResourceQuery = {},
   ): Promise<ResourcePage> {
-    const rule = totalRule(query);
-    const pace = new SearchPace(query.deadline);
+    const rule = totalRule(asked);
+    const pace = new SearchPace(asked.deadline);
+    // The indexer says whether an `identifier` filter goes to the identifier index: loaded for those only.
+    const identified = asked.search?.filters.some((f) => f.kind === 'parameter' && f.code === 'identifier');
+    const indexer =
+      identified && this.indexing.enabled ? await this.indexing.load().catch(() => undefined) : undefined;
+    const query = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     pace.check();
     const view = this.ctx.view();
@@ -437,12 +444,13 @@ export class EngineOperations implements StorageOperations {
     // The postings answered every filter of the search, and `where` tests only those: skip it.
     const where = exact && query.whereIsSearch === true ? undefined : query.where;
     const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
+    const compartment = compartmentOf(resourceType, query.search);
     const matches: ResourceEntry[] = [];
     const seenIds = new Set<string>();
     for (const e of candidates) {
       if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;
       if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
-      if (query.compartment && !query.compartment.some((p) => e.patients.includes(p))) continue;
+      if (compartment && !compartment.some((p) => e.patients.includes(p))) continue;
       if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
       if (ids) seenIds.add(e.id); // Only ids may repeat a candidate.
       matches.push(e);

@@ -1,5 +1,6 @@
 import type { CompositeIndexValue, IndexValue } from '../index-values.js';
 import type { ResourceIndexEntries } from '../search-index.js';
+import type { SearchRequest } from '../search-request.js';
 
 /*
  * The keys under which the memory and file stores post a version in their search indexes
@@ -99,4 +100,18 @@ export function postingKeys(entries: ResourceIndexEntries, codes?: ReadonlySet<s
     for (const value of entries[code]!) keysOf(code, value, out);
   }
   return [...out];
+}
+
+/** Modifiers the postings never answer: a filter with one does not build its parameter. */
+const UNANSWERED_MODIFIERS = new Set(['missing', 'not', 'text', 'of-type', 'identifier', 'below', 'above']);
+
+/** The parameters of `search`'s own filters that postings could answer (each once, in order). */
+export function postableCodes(search: SearchRequest): string[] {
+  const codes = new Set<string>();
+  for (const f of search.filters) {
+    if (f.kind !== 'parameter' || !POSTED_TYPES.has(f.type) || UNPOSTED.has(f.code)) continue;
+    if (f.values.length === 0 || (f.modifier !== undefined && UNANSWERED_MODIFIERS.has(f.modifier))) continue;
+    codes.add(f.code);
+  }
+  return [...codes];
 }

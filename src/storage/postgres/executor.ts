@@ -1,20 +1,13 @@
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import type { Pool, PoolClient, QueryResultRow } from 'pg';
+import type { Query } from './query.js';
 import { ConflictError, InvalidRecordError, StorageError, StorageUnavailableError } from '../errors.js';
 import { isSystemError } from '../system-error.js';
 import { UNIQUE_ATTRIBUTES } from './schema.js';
 import { deadlineError, deadlineQuery, runWithDeadline, searchDeadline } from './search-deadline.js';
 
-/**
- * Runs one SQL statement with positional parameters. `prepare` names the statement so that each
- * connection parses and plans it once (for the hot lookups).
- */
-export type Query = <R extends QueryResultRow = QueryResultRow>(
-  text: string,
-  values?: unknown[],
-  prepare?: boolean,
-) => Promise<QueryResult<R>>;
+export type { Query } from './query.js';
 
 /**
  * - `read`: one or more statements that change nothing;

@@ -1,4 +1,5 @@
 import type { ResourcePage, ResourceQuery, SortValue, StoredResource } from '../types.js';
+import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
 import { compareItems, cursorItem, PageWindow } from '../result-page.js';
 import {
   countedEnough,
@@ -12,7 +13,7 @@ import {
 import { identifierTokenKeys } from '../identifier-keys.js';
 import type { Query } from './executor.js';
 import { pgIdentifierKey } from './schema.js';
-import type { SortKey } from '../search-request.js';
+import { compartmentOf, type SortKey } from '../search-request.js';
 import type { ResourceIndexer } from '../search-index.js';
 import { SearchSql } from './search-sql.js';
 import { numericSortKey, sortCursorValue, sortValueSql } from './search-sort.js';
@@ -66,7 +67,7 @@ function candidates(
   s: string,
   projectId: string,
   resourceType: string,
-  query: ResourceQuery,
+  query: NarrowedQuery,
   sql: SearchSql | undefined,
   values: unknown[],
 ): { from: string; matched?: string } {
@@ -94,7 +95,8 @@ function candidates(
   const keys = query.identifier
     ? param([...new Set(identifierTokenKeys(query.identifier).map(pgIdentifierKey))])
     : undefined;
-  const patients = query.compartment ? param([...new Set(query.compartment)]) : undefined;
+  const compartment = compartmentOf(resourceType, query.search);
+  const patients = compartment ? param([...new Set(compartment)]) : undefined;
   const ids = query.ids ? param([...new Set(query.ids)]) : undefined;
   // The search's filters, on `r` (every FROM below names the version `r`); without a lookup of
   // the query's own, one of them drives (its index lookup gives the candidates).
@@ -244,9 +246,10 @@ export async function searchResources(
   s: string,
   projectId: string,
   resourceType: string,
-  q: ResourceQuery,
-  indexer?: Pick<ResourceIndexer, 'derived'>,
+  asked: ResourceQuery,
+  indexer?: Pick<ResourceIndexer, 'derived' | 'identifierIndexed'>,
 ): Promise<ResourcePage> {
+  const q = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
   const rule = totalRule(q);
   const values: unknown[] = [projectId, resourceType];
   const derived = indexer?.derived?.bind(indexer);

@@ -1,6 +1,6 @@
 import type { PoolClient } from 'pg';
 import { SearchTooCostlyError } from '../errors.js';
-import type { Query } from './executor.js';
+import type { Query } from './query.js';
 
 /*
  * A search's deadline (`ResourceQuery.deadline`) as PostgreSQL's `statement_timeout`: each of the

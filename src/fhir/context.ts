@@ -1,0 +1,59 @@
+import type { DataAccess } from '../auth/access/data-access.js';
+import type { Principal } from '../http/principal.js';
+import type { SearchCostLimits } from '../search/cost-limits.js';
+import type { FhirResource, StorageOperations } from '../storage/types.js';
+import { scopedStorage } from './scoped-storage.js';
+
+/**
+ * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
+ * batch/transaction processor) build a context per request.
+ */
+export interface FhirContext {
+  /** The store, or a transaction view of it. */
+  storage: StorageOperations;
+  /** The principal's project: every read and write stays inside it. */
+  projectId: string;
+  principal: Principal;
+  /**
+   * What a SMART user principal reaches (src/auth/data-access.ts); absent for every other
+   * principal. `storage` is then already limited to it (`scopedStorage`).
+   */
+  access?: DataAccess;
+  /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
+  validate(resource: FhirResource): Promise<void>;
+  /**
+   * Runs `fn` with a context whose reads and writes apply as one (a storage transaction), or with
+   * this one when it is that already: a conditional interaction's search and its write, so that
+   * concurrent requests cannot both find no match and both create.
+   */
+  atomically<T>(fn: (ctx: FhirContext) => Promise<T>): Promise<T>;
+  /**
+   * Runs a costly read (a search, `$everything`, a history listing) in a turn of the project (the
+   * router's `searchAdmission`: 429 when none comes), with `ctx` (this context, or one derived from
+   * it, such as a transaction's) given the `deadline` the turn ends by. Absent: run at once,
+   * without a deadline (a context built by hand). Call it through `admitted`.
+   */
+  admit?<T>(ctx: FhirContext, work: (ctx: FhirContext) => Promise<T>): Promise<T>;
+  /**
+   * When the costly read under way must be answered by, epoch ms: every store query it makes is
+   * given it (`ResourceQuery.deadline`). Set by `admit`.
+   */
+  deadline?: number;
+  /**
+   * Bounds on what a search may ask (400 `too-costly` beyond), how far an exact total counts, and
+   * what includes add to a page.
+   * @default SEARCH_COST_DEFAULTS, DEFAULT_MAX_ACCURATE_TOTAL, MAX_INCLUDED, MAX_INCLUDE_DEPTH
+   */
+  searchLimits?: SearchCostLimits & {
+    maxAccurateTotal?: number;
+    maxIncluded?: number;
+    maxIncludeDepth?: number;
+  };
+}
+
+/** The context of `ctx` inside the transaction `tx`: nested `atomically` calls run in it as well. */
+export function transactionContext(ctx: FhirContext, tx: StorageOperations): FhirContext {
+  const storage = ctx.access ? scopedStorage(tx, ctx.access) : tx;
+  const inner: FhirContext = { ...ctx, storage, atomically: (fn) => fn(inner) };
+  return inner;
+}
