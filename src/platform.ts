@@ -315,8 +315,35 @@ function normalisePath(name: string, value: unknown): string {
  * tokens issued under `/api` are refused by a platform mounted elsewhere.
  */
 export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
+  const parts = platformParts(options, checkPlatformOptions(options));
+  const started: Started = {};
+  try {
+    return mountRouters(parts, started);
+  } catch (error) {
+    // A router refused its options: what was already started (the trail's journal lock and
+    // timers, export workers) must not outlive the failed call.
+    void started.bulk?.close().catch(() => undefined);
+    void parts.auditTrail.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** What {@link checkPlatformOptions} resolves besides the options themselves. */
+interface PlatformSettings {
+  paths: FhirPlatformPaths;
+  logRequests: boolean;
+  logger: Logger | undefined;
+  readyTimeout: number;
+  /** The `onError` and `logger` every router gets. */
+  logging: { onError?: ErrorLogger; logger?: Logger };
+}
+
+/**
+ * Checks the options, under this factory's name, before any router sees them (the ones the
+ * routers share among them), and resolves the paths, the logging and the readiness timeout.
+ */
+function checkPlatformOptions(options: FhirPlatformOptions): PlatformSettings {
   if (!options || typeof options !== 'object') optionError(OWNER, 'options', 'options are required');
-  // The options the routers share are checked here, under this name, before any router sees them.
   storageOption(OWNER, options.storage);
   checkOptionKeys(OWNER, options, PLATFORM_KEYS);
   optionalFunction(OWNER, 'authenticate', options.authenticate, undefined);
@@ -331,7 +358,7 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   loggingOptions(OWNER, options);
   checkOptionKeys(OWNER, options.paths, PATH_KEYS, 'paths.');
   checkOptionKeys(OWNER, options.audit, AUDIT_OPTION_KEYS, 'audit.');
-  const { storage, baseUrl } = options;
+  const { storage } = options;
   const paths: FhirPlatformPaths = { ...DEFAULT_PATHS, ...options.paths };
   for (const [name, value] of Object.entries(paths)) normalisePath(name, value);
   const filesElsewhere =
@@ -352,14 +379,52 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
   const logger = options.logger ? componentLogger(options.logger) : undefined;
   const readyTimeout = positiveInteger(OWNER, 'readyTimeout', options.readyTimeout, 2000);
   const logging = { ...(options.onError ? { onError: options.onError } : {}), ...(logger ? { logger } : {}) };
+  return { paths, logRequests, logger, readyTimeout, logging };
+}
 
+/** What the routers of one platform share: keys, grants, issuers, authentication, the audit trail. */
+interface PlatformParts extends PlatformSettings {
+  options: FhirPlatformOptions;
+  storage: Storage;
+  baseUrl: string | undefined;
+  /** The path the platform's router is mounted at, per request (set by its first middleware). */
+  mounts: WeakMap<Request, string>;
+  /** The issuer as the platform computes it: origin (or `baseUrl`) and mount path. */
+  platformIssuer: (req: Request) => string;
+  issuer: string | ((req: Request) => string);
+  audience: string | ((req: Request) => string);
+  keys: SigningKeys;
+  grants: GrantStore;
+  fhirBase: (req: Request) => string;
+  authenticate: Authenticate;
+  scimAuthenticate: Authenticate;
+  auditTrail: ReturnType<typeof safeAuditTrail>;
+  /** The options every data router shares. */
+  common: {
+    storage: Storage;
+    authenticate: Authenticate;
+    baseUrl: string | undefined;
+    onError?: ErrorLogger;
+    logger?: Logger;
+    auditTrail: ReturnType<typeof safeAuditTrail>;
+  };
+}
+
+/** What has started and must be stopped if the platform cannot be built (or when it closes). */
+interface Started {
+  bulk?: ReturnType<typeof bulkExportRouter>;
+}
+
+/** Builds the parts the routers share from checked options. */
+function platformParts(options: FhirPlatformOptions, settings: PlatformSettings): PlatformParts {
+  const { storage, baseUrl } = options;
+  const { paths, logging } = settings;
   // The path this router is mounted at, per request (this instance's own map: two platforms in
   // one app never read each other's): tokens are issued by and for `origin + mount`.
   const mounts = new WeakMap<Request, string>();
   const platformIssuer = (req: Request): string => `${defaultIssuer(req, baseUrl)}${mounts.get(req) ?? ''}`;
   const issuer = options.token?.issuer ?? platformIssuer;
   const audience = options.token?.audience ?? issuer;
-
   // One key set shared by the token endpoint, the verifier and the JWKS endpoint.
   const keys: SigningKeys =
     options.token?.signingKeys ?? createSigningKeys(storage, options.token?.signingKeyOptions);
@@ -378,170 +443,201 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
     auditErrors,
   );
   const common = { storage, authenticate, baseUrl, ...logging, auditTrail };
-  let bulk: ReturnType<typeof bulkExportRouter> | undefined;
-  try {
-    return mountRouters();
-  } catch (error) {
-    // A router refused its options: what was already started (the trail's journal lock and
-    // timers, export workers) must not outlive the failed call.
-    void bulk?.close().catch(() => undefined);
-    void auditTrail.close().catch(() => undefined);
-    throw error;
-  }
+  return {
+    ...settings,
+    options,
+    storage,
+    baseUrl,
+    mounts,
+    platformIssuer,
+    issuer,
+    audience,
+    keys,
+    grants,
+    fhirBase,
+    authenticate,
+    scimAuthenticate,
+    auditTrail,
+    common,
+  };
+}
 
-  function mountRouters(): FhirPlatform {
-    const router = Router();
-    router.use((req, _res, next) => {
-      mounts.set(req, req.baseUrl);
-      next();
+/** The platform's router: probes, the authorization server, then the data routers. */
+function mountRouters(parts: PlatformParts, started: Started): FhirPlatform {
+  const { paths, auditTrail } = parts;
+  const router = Router();
+  router.use((req, _res, next) => {
+    parts.mounts.set(req, req.baseUrl);
+    next();
+  });
+  const { holds, errorPaths } = mountProbes(router, parts, started);
+  const authenticateUser = mountAuthorizationServer(router, parts);
+  const scimOptions = { ...parts.options.scim, ...parts.common, authenticate: parts.scimAuthenticate };
+  const projectOptions = { ...parts.options.project, ...parts.common };
+  router.use(paths.scim, scimRouter(scimOptions));
+  router.use(paths.fhir, projectRouter(projectOptions));
+  const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
+  mountFhirRouters(router, parts, started);
+  const { bulk } = started;
+  return {
+    router,
+    admin,
+    errorPaths,
+    authenticateUser,
+    ready: bulk ? bulk.ready : Promise.resolve(),
+    holdReadiness: (name, work) => holds.hold(name, work),
+    close: async () => {
+      await bulk?.close();
+      await auditTrail.close();
+    },
+  };
+}
+
+/**
+ * Health probes (before the request log, which they would flood; unauthenticated, no data), the
+ * request log, the not-ready gate and the record of refusals.
+ */
+function mountProbes(router: Router, parts: PlatformParts, started: Started) {
+  const { paths, storage, readyTimeout, keys, logger } = parts;
+  const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
+  if (parts.options.bulk !== false) checks.exportWorkers = () => started.bulk?.status() ?? 'closed';
+  // Tokens need a signing key: the first probe makes one when the store has none.
+  checks.signingKeys = timedCheck(() => keys.current(), readyTimeout, 'unavailable');
+  const holds = readinessHolds(`${OWNER}.holdReadiness`, checks, PLATFORM_CHECKS);
+  router.get(paths.healthz, livenessHandler());
+  router.get(paths.readyz, readinessHandler(checks));
+  if (parts.logRequests && logger) router.use(requestLogger(logger));
+  const errorPaths = {
+    scim: [paths.scim],
+    oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect],
+  };
+  router.use(notReadyGate(holds, errorFormatOf(OWNER, errorPaths)));
+  // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events,
+  // the federated sign-in as `sign-in` events.
+  router.use(
+    recordRefusals(
+      parts.auditTrail,
+      (path) => path.startsWith(paths.token) || path.startsWith(`${paths.federation}/`),
+    ),
+  );
+  return { holds, errorPaths };
+}
+
+/**
+ * The authorization server: token, JWKS, revocation and introspection endpoints, the sign-in of
+ * SMART apps' users (the host's, or the federated one with its callback here), the authorization
+ * endpoint and discovery. Returns the sign-in in use.
+ */
+function mountAuthorizationServer(router: Router, parts: PlatformParts): AuthenticateUser {
+  const { options, paths, storage, baseUrl, keys, grants, issuer, audience, logging, auditTrail } = parts;
+  const { platformIssuer, fhirBase } = parts;
+  const tokenOptions = {
+    fhirBase,
+    ...options.token,
+    storage,
+    baseUrl,
+    signingKeys: keys,
+    issuer,
+    audience,
+    grants,
+    ...logging,
+    auditTrail,
+  };
+  router.use(paths.token, tokenRouter(tokenOptions));
+  router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
+  const tokenUrl = (req: Request) => `${platformIssuer(req)}${paths.token}`;
+  router.use(paths.revoke, revocationRouter({ ...tokenOptions, tokenUrl }));
+  router.use(
+    paths.introspect,
+    introspectionRouter({ ...tokenOptions, tokenUrl, authenticate: parts.authenticate }),
+  );
+  let authenticateUser = options.authorization?.authenticateUser;
+  if (!authenticateUser) {
+    const federation = federatedSignIn({
+      ...options.federation,
+      storage,
+      signingKeys: keys,
+      auditTrail,
+      onError: errorSink(logging),
+      callbackUrl: (req) => `${platformIssuer(req)}${paths.federation}${FEDERATION_CALLBACK_PATH}`,
     });
-
-    // Health probes: before the request log (probes would flood it), unauthenticated, no data.
-    const checks: ReadinessChecks = { storage: storageCheck(storage, readyTimeout) };
-    if (options.bulk !== false) checks.exportWorkers = () => bulk?.status() ?? 'closed';
-    // Tokens need a signing key: the first probe makes one when the store has none.
-    checks.signingKeys = timedCheck(() => keys.current(), readyTimeout, 'unavailable');
-    const holds = readinessHolds(`${OWNER}.holdReadiness`, checks, PLATFORM_CHECKS);
-    router.get(paths.healthz, livenessHandler());
-    router.get(paths.readyz, readinessHandler(checks));
-    if (logRequests && logger) router.use(requestLogger(logger));
-    const errorPaths = {
-      scim: [paths.scim],
-      oauth: [paths.token, paths.jwks, paths.revoke, paths.introspect],
-    };
-    router.use(notReadyGate(holds, errorFormatOf(OWNER, errorPaths)));
-    // Refusals (401/403/404) of every surface; the token endpoint records its own as `token` events,
-    // the federated sign-in as `sign-in` events.
-    router.use(
-      recordRefusals(
-        auditTrail,
-        (path) => path.startsWith(paths.token) || path.startsWith(`${paths.federation}/`),
-      ),
-    );
-
-    const tokenOptions = {
+    router.use(paths.federation, federation.router);
+    authenticateUser = federation.authenticateUser;
+  }
+  router.use(
+    paths.authorize,
+    authorizationRouter({
       fhirBase,
-      ...options.token,
+      ...options.authorization,
+      authenticateUser,
       storage,
       baseUrl,
-      signingKeys: keys,
-      issuer,
-      audience,
       grants,
       ...logging,
       auditTrail,
-    };
-    router.use(paths.token, tokenRouter(tokenOptions));
-    router.get(paths.jwks, jwksHandler({ storage, signingKeys: keys, ...logging }));
-    const tokenUrl = (req: Request) => `${platformIssuer(req)}${paths.token}`;
-    router.use(paths.revoke, revocationRouter({ ...tokenOptions, tokenUrl }));
-    router.use(paths.introspect, introspectionRouter({ ...tokenOptions, tokenUrl, authenticate }));
-    // The sign-in of SMART apps' users: the host's, or the federated one with its callback here.
-    let authenticateUser = options.authorization?.authenticateUser;
-    if (!authenticateUser) {
-      const federation = federatedSignIn({
-        ...options.federation,
-        storage,
-        signingKeys: keys,
-        auditTrail,
-        onError: errorSink(logging),
-        callbackUrl: (req) => `${platformIssuer(req)}${paths.federation}${FEDERATION_CALLBACK_PATH}`,
-      });
-      router.use(paths.federation, federation.router);
-      authenticateUser = federation.authenticateUser;
-    }
-
-    router.use(
-      paths.authorize,
-      authorizationRouter({
-        fhirBase,
-        ...options.authorization,
-        authenticateUser,
-        storage,
+    }),
+  );
+  router.use(
+    discoveryRouter({
+      options: {
         baseUrl,
-        grants,
-        ...logging,
-        auditTrail,
-      }),
-    );
-
-    router.use(
-      discoveryRouter({
-        options: {
-          baseUrl,
-          tokenEndpoint: paths.token,
-          jwksEndpoint: paths.jwks,
-          revocationEndpoint: paths.revoke,
-          introspectionEndpoint: paths.introspect,
-          authorizationEndpoint: paths.authorize,
-          relativeToMount: true,
-        },
-        fhirPath: paths.fhir,
-        smartIssuer: platformIssuer,
-        tokenIssuer: issuer,
-        signingAlgorithms: async () => [(await keys.current()).alg],
-      }),
-    );
-
-    const scimOptions = { ...options.scim, ...common, authenticate: scimAuthenticate };
-    const projectOptions = { ...options.project, ...common };
-    router.use(paths.scim, scimRouter(scimOptions));
-    router.use(paths.fhir, projectRouter(projectOptions));
-    const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
-
-    if (options.bulk !== false) {
-      bulk = bulkExportRouter({
-        // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
-        // run them again from the start later; those still running then resume later.
-        closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
-        ...options.bulk,
-        ...common,
-        exportDir: options.bulk?.exportDir ?? options.exportDir,
-      });
-      router.use(paths.fhir, bulk);
-    }
-
-    const tokenPath = paths.token;
-    router.use(
-      paths.fhir,
-      fhirRouter({
-        ...options.fhir,
-        ...common,
-        capabilities: [
-          ...(bulk ? [bulkExportCapability()] : []),
-          {
-            // The token URL is absolute; without a configured origin it follows the request's.
-            customize: (statement) => {
-              // `implementation.url` is the FHIR base as requested (origin, the host's mount path,
-              // then paths.fhir): the token URL shares everything before paths.fhir.
-              const implementation = statement.implementation as { url?: string } | undefined;
-              const fhirBase = implementation?.url ?? baseUrl ?? '';
-              const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
-              const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
-              if (rest[0])
-                rest[0].security = {
-                  ...(rest[0].security as object),
-                  ...smartSecurity(`${root}${tokenPath}`),
-                };
-              return statement;
-            },
-          },
-          ...(options.fhir?.capabilities ?? []),
-        ],
-      }),
-    );
-
-    return {
-      router,
-      admin,
-      errorPaths,
-      authenticateUser,
-      ready: bulk ? bulk.ready : Promise.resolve(),
-      holdReadiness: (name, work) => holds.hold(name, work),
-      close: async () => {
-        await bulk?.close();
-        await auditTrail.close();
+        tokenEndpoint: paths.token,
+        jwksEndpoint: paths.jwks,
+        revocationEndpoint: paths.revoke,
+        introspectionEndpoint: paths.introspect,
+        authorizationEndpoint: paths.authorize,
+        relativeToMount: true,
       },
-    };
+      fhirPath: paths.fhir,
+      smartIssuer: platformIssuer,
+      tokenIssuer: issuer,
+      signingAlgorithms: async () => [(await keys.current()).alg],
+    }),
+  );
+  return authenticateUser;
+}
+
+/** Bulk Data export (unless `bulk: false`), then the FHIR router, whose CapabilityStatement names both. */
+function mountFhirRouters(router: Router, parts: PlatformParts, started: Started): void {
+  const { options, paths, baseUrl, common } = parts;
+  if (options.bulk !== false) {
+    started.bulk = bulkExportRouter({
+      // A shutdown (SIGTERM, `close()`) lets running exports finish for a bounded time rather than
+      // run them again from the start later; those still running then resume later.
+      closeTimeout: PLATFORM_EXPORT_CLOSE_TIMEOUT,
+      ...options.bulk,
+      ...common,
+      exportDir: options.bulk?.exportDir ?? options.exportDir,
+    });
+    router.use(paths.fhir, started.bulk);
   }
+  const tokenPath = paths.token;
+  router.use(
+    paths.fhir,
+    fhirRouter({
+      ...options.fhir,
+      ...common,
+      capabilities: [
+        ...(started.bulk ? [bulkExportCapability()] : []),
+        {
+          // The token URL is absolute; without a configured origin it follows the request's.
+          customize: (statement) => {
+            // `implementation.url` is the FHIR base as requested (origin, the host's mount path,
+            // then paths.fhir): the token URL shares everything before paths.fhir.
+            const implementation = statement.implementation as { url?: string } | undefined;
+            const fhirBase = implementation?.url ?? baseUrl ?? '';
+            const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
+            const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
+            if (rest[0])
+              rest[0].security = {
+                ...(rest[0].security as object),
+                ...smartSecurity(`${root}${tokenPath}`),
+              };
+            return statement;
+          },
+        },
+        ...(options.fhir?.capabilities ?? []),
+      ],
+    }),
+  );
 }

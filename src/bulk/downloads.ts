@@ -8,7 +8,8 @@ import { requireProjectId } from '../http/authenticate.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { ExportFileRange, ExportFilesRef } from '../storage/types.js';
-import type { ExportJobManager, ExportPlan } from './export-jobs.js';
+import type { ExportPlan } from './export-job-types.js';
+import type { ExportJobManager } from './export-jobs.js';
 import { canExport } from './export-plan.js';
 import { findJobFile } from './manifest.js';
 

@@ -12,7 +12,7 @@ import type {
 } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { exportCounts, exportScope, outcomeText } from './export-audit.js';
-import type { ExportJobManagerOptions, ExportPlan } from './export-jobs.js';
+import type { ExportJobManagerOptions, ExportPlan } from './export-job-types.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 
 /*

@@ -6,7 +6,7 @@ import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
 import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { StorageOperations } from '../storage/types.js';
-import type { ExportPlan } from './export-jobs.js';
+import type { ExportPlan } from './export-job-types.js';
 import { resolveGroupMembers } from './group-members.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
 

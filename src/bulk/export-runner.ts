@@ -56,6 +56,42 @@ function issueOutcome(issue: ExportTask['issues'][number]): string {
   })}\n`;
 }
 
+/** What a type's lines go through: `_elements` and `_typeFilter` (absent: lines are copied as read). */
+interface LineTransform {
+  kept?: ElementSelection;
+  typeFilter?: (resource: FhirResource) => boolean;
+}
+
+/** One export as it runs: its task and reader, the files it writes, its progress. */
+interface ExportRun {
+  reader: ExportReader;
+  task: ExportTask;
+  budget: ByteBudget;
+  progress: ExportProgress;
+  result: ExportTaskResult;
+  /** Every file writer opened, aborted together when the export fails. */
+  writers: NdjsonFileWriter[];
+  /** `_typeFilter` tests by type. */
+  filters: Map<string, (resource: FhirResource) => boolean>;
+  /** The elements kept of a type under `_elements`. */
+  selectionOf: (resourceType: string) => ElementSelection | undefined;
+  /** Reports progress: now when `force`, else at most every `progressInterval` ms. */
+  report: (force: boolean) => void;
+  /** Throws once the signal has stopped the export. */
+  checkAborted: () => void;
+  /** Opens the next file series (`Patient`, `deleted`, `error`, …). */
+  newWriter: (prefix: string) => NdjsonFileWriter;
+}
+
+/** The patients whose compartments are exported: who is new since `_since`, and everyone else. */
+interface Compartments {
+  level: boolean;
+  /** Members added after `_since`: their whole compartments are exported. */
+  newIds: string[];
+  /** The other patients (all of them at system level: undefined). */
+  oldIds: string[] | undefined;
+}
+
 /**
  * Runs one export with `reader`, writing NDJSON files to `options.sink` (or `task.outputDir`). The same code runs in
  * a worker thread (`export-worker.ts`) and, for stores without a descriptor, in the main thread.
@@ -71,7 +107,59 @@ export async function runExport(
   task: ExportTask,
   options: RunExportOptions = {},
 ): Promise<ExportTaskResult> {
+  const run = await startRun(reader, task, options);
   const { params, snapshot, projectId } = task;
+  try {
+    await writeIssues(run);
+    // Without any Provenance in the snapshot there is nothing to associate: no id is recorded.
+    const associated =
+      params.associatedData && (await hasAny(reader, projectId, snapshot, 'Provenance'))
+        ? new AssociatedProvenance(params.associatedData)
+        : undefined;
+    // Provenance exported for `_type` goes last, so that associated ones join its file.
+    const types =
+      associated && task.types.includes('Provenance')
+        ? [...task.types.filter((t) => t !== 'Provenance'), 'Provenance']
+        : task.types;
+    const compartments = await compartmentsOf(run);
+    const deletedWriter = params.sinceMs !== undefined ? run.newWriter('deleted') : undefined;
+    let provenanceWriter: NdjsonFileWriter | undefined;
+    // Types the snapshot has no version of are not read (a store answers which, when it can).
+    const withVersions = await reader.typesWithVersions?.(projectId, snapshot, types);
+    for (const resourceType of types) {
+      run.checkAborted();
+      if (withVersions && !withVersions.has(resourceType)) {
+        run.progress.typesDone += 1;
+        continue;
+      }
+      const writer = await exportType(run, resourceType, compartments, associated, deletedWriter);
+      if (associated && resourceType === 'Provenance') provenanceWriter = writer;
+      else await finishFiles(writer, resourceType, run.result.output);
+      run.progress.typesDone += 1;
+      run.report(true);
+    }
+    if (associated) await writeAssociated(run, associated, provenanceWriter);
+    if (deletedWriter) await finishFiles(deletedWriter, 'Bundle', run.result.deleted);
+    run.result.bytes = run.budget.used;
+    return run.result;
+  } catch (error) {
+    // A failed abort (the disk or the database still failing) must not replace the error that
+    // stopped the export: the job's files are removed again when it is marked failed.
+    await Promise.all(run.writers.map((w) => w.abort().catch(() => undefined)));
+    if (error instanceof ExportTooLargeError) {
+      return { output: [], deleted: [], error: [], bytes: run.budget.used, tooLarge: true };
+    }
+    throw error;
+  }
+}
+
+/** Sets up a run: its filters and element selections, its progress reports, where its files go. */
+async function startRun(
+  reader: ExportReader,
+  task: ExportTask,
+  options: RunExportOptions,
+): Promise<ExportRun> {
+  const { params } = task;
   const { signal, onProgress } = options;
   const interval = options.progressInterval ?? 250;
   const budget = new ByteBudget(task.maxExportSize);
@@ -95,204 +183,222 @@ export async function runExport(
   const mandatory = params.elements ? await loadMandatoryElements() : undefined;
   const selectionOf = (resourceType: string): ElementSelection | undefined =>
     params.elements ? elementsFor(resourceType, params.elements, mandatory?.get(resourceType)) : undefined;
-  const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
-  const writers: NdjsonFileWriter[] = [];
   const sink = options.sink ?? task.outputDir;
   if (sink === undefined)
     throw new PlatformError(
       'ERR_EXPORT_TASK_INVALID',
       'The export task has neither outputDir nor a file sink',
     );
-  /** Collects NDJSON lines for `writer` and writes them in batches of about `BATCH_CHARS`. */
-  const lineBatch = (writer: NdjsonFileWriter) => {
-    let batch = '';
-    let count = 0;
-    const flush = async (): Promise<void> => {
-      if (count === 0) return;
-      await writer.write(batch, count);
-      progress.resources += count;
-      batch = '';
-      count = 0;
-    };
-    return {
-      /** Adds a line (without its newline); true when that wrote a batch. */
-      add: async (line: string): Promise<boolean> => {
-        batch += `${line}\n`;
-        count += 1;
-        if (batch.length < BATCH_CHARS) return false;
-        await flush();
-        return true;
-      },
-      flush,
-    };
-  };
+  const writers: NdjsonFileWriter[] = [];
   const newWriter = (prefix: string): NdjsonFileWriter => {
     const writer = new NdjsonFileWriter(sink, prefix, task.maxFileSize, budget);
     writers.push(writer);
     return writer;
   };
+  const result: ExportTaskResult = { output: [], deleted: [], error: [], bytes: 0 };
+  return {
+    reader,
+    task,
+    budget,
+    progress,
+    result,
+    writers,
+    filters,
+    selectionOf,
+    report,
+    checkAborted,
+    newWriter,
+  };
+}
 
-  try {
-    if (task.issues.length > 0) {
-      const writer = newWriter('error');
-      for (const issue of task.issues) await writer.write(issueOutcome(issue), 1);
-      for (const f of await writer.finish())
-        result.error.push({ type: 'OperationOutcome', file: f.file, count: f.count });
+/** Closes `writer` and lists its files under `type`. */
+async function finishFiles(
+  writer: NdjsonFileWriter,
+  type: string,
+  list: ExportTaskResult['output'],
+): Promise<void> {
+  for (const f of await writer.finish()) list.push({ type, file: f.file, count: f.count });
+}
+
+/** The kick-off's ignored problems (lenient handling), one OperationOutcome each in the error file. */
+async function writeIssues(run: ExportRun): Promise<void> {
+  if (run.task.issues.length === 0) return;
+  const writer = run.newWriter('error');
+  for (const issue of run.task.issues) await writer.write(issueOutcome(issue), 1);
+  await finishFiles(writer, 'OperationOutcome', run.result.error);
+}
+
+/** Who the compartment levels export, every patient of the snapshot at Patient level without `patient`. */
+async function compartmentsOf(run: ExportRun): Promise<Compartments> {
+  const { reader, task } = run;
+  const { params, snapshot, projectId } = task;
+  let patientIds = task.patientIds;
+  if (params.level === 'patient' && !patientIds) {
+    // Every patient of the snapshot: the Patient level exports all their compartments.
+    const ids: string[] = [];
+    for await (const chunk of reader.readResources(projectId, snapshot, {
+      resourceType: 'Patient',
+      reuseChunks: true,
+    })) {
+      run.checkAborted();
+      for (const line of ndjsonLines(chunkText(chunk.data)))
+        ids.push((JSON.parse(line) as { id: string }).id);
     }
+    patientIds = ids;
+  }
+  const newIds = params.sinceMs !== undefined ? (task.newPatientIds ?? []) : [];
+  const oldIds = newIds.length > 0 ? (patientIds ?? []).filter((id) => !newIds.includes(id)) : patientIds;
+  return { level: params.level !== 'system', newIds, oldIds };
+}
 
-    // Without any Provenance in the snapshot there is nothing to associate: no id is recorded.
-    const associated =
-      params.associatedData && (await hasAny(reader, projectId, snapshot, 'Provenance'))
-        ? new AssociatedProvenance(params.associatedData)
-        : undefined;
-    // Provenance exported for `_type` goes last, so that associated ones join its file.
-    const types =
-      associated && task.types.includes('Provenance')
-        ? [...task.types.filter((t) => t !== 'Provenance'), 'Provenance']
-        : task.types;
-    let provenanceWriter: NdjsonFileWriter | undefined;
-
-    let patientIds = task.patientIds;
-    if (params.level === 'patient' && !patientIds) {
-      // Every patient of the snapshot: the Patient level exports all their compartments.
-      const ids: string[] = [];
-      for await (const chunk of reader.readResources(projectId, snapshot, {
-        resourceType: 'Patient',
+/**
+ * Writes the resources of one type (and, with `_since`, its deletions) to a new writer, returned
+ * open: the caller finishes it (Provenance stays open for the associated ones).
+ */
+async function exportType(
+  run: ExportRun,
+  resourceType: string,
+  compartments: Compartments,
+  associated: AssociatedProvenance | undefined,
+  deletedWriter: NdjsonFileWriter | undefined,
+): Promise<NdjsonFileWriter> {
+  const { reader, task } = run;
+  const { params, snapshot, projectId } = task;
+  const { level, newIds, oldIds } = compartments;
+  const writer = run.newWriter(resourceType);
+  const kept = run.selectionOf(resourceType);
+  const typeFilter = run.filters.get(resourceType);
+  const target: CopyTarget = {
+    writer,
+    resourceType,
+    transform: kept || typeFilter ? { kept, typeFilter } : undefined,
+    associated,
+  };
+  if (!level || (oldIds && oldIds.length > 0)) {
+    // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
+    const base: ExportReadOptions = { resourceType, reuseChunks: true };
+    if (params.sinceMs !== undefined) base.since = params.sinceMs;
+    if (level) base.patientIds = oldIds;
+    const skip = newIds.length > 0 ? new Set<string>() : undefined;
+    if (newIds.length > 0) {
+      // Members added after _since: their whole compartments, whatever their lastUpdated.
+      const added = reader.readResources(projectId, snapshot, {
+        resourceType,
+        patientIds: newIds,
         reuseChunks: true,
-      })) {
-        checkAborted();
-        for (const line of ndjsonLines(chunkText(chunk.data)))
-          ids.push((JSON.parse(line) as { id: string }).id);
-      }
-      patientIds = ids;
+      });
+      await copyChunks(run, target, added, skip, true);
     }
-    const compartmentLevel = params.level !== 'system';
-    const newIds = params.sinceMs !== undefined ? (task.newPatientIds ?? []) : [];
-    const oldIds = newIds.length > 0 ? (patientIds ?? []).filter((id) => !newIds.includes(id)) : patientIds;
-
-    const deletedWriter = params.sinceMs !== undefined ? newWriter('deleted') : undefined;
-
-    // Types the snapshot has no version of are not read (a store answers which, when it can).
-    const withVersions = await reader.typesWithVersions?.(projectId, snapshot, types);
-    for (const resourceType of types) {
-      checkAborted();
-      if (withVersions && !withVersions.has(resourceType)) {
-        progress.typesDone += 1;
-        continue;
-      }
-      const writer = newWriter(resourceType);
-      const kept = selectionOf(resourceType);
-      const typeFilter = filters.get(resourceType);
-      const transform = kept || typeFilter ? { kept, typeFilter } : undefined;
-
-      if (!compartmentLevel || (oldIds && oldIds.length > 0)) {
-        // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
-        const base: ExportReadOptions = { resourceType, reuseChunks: true };
-        if (params.sinceMs !== undefined) base.since = params.sinceMs;
-        if (compartmentLevel) base.patientIds = oldIds;
-        const skip = newIds.length > 0 ? new Set<string>() : undefined;
-        if (newIds.length > 0) {
-          // Members added after _since: their whole compartments, whatever their lastUpdated.
-          await copy(
-            reader.readResources(projectId, snapshot, {
-              resourceType,
-              patientIds: newIds,
-              reuseChunks: true,
-            }),
-            transform,
-            skip,
-            true,
-          );
-        }
-        await copy(reader.readResources(projectId, snapshot, base), transform, skip, false);
-        if (deletedWriter && params.sinceMs !== undefined) {
-          for await (const tombstone of reader.readDeleted(projectId, snapshot, base)) {
-            checkAborted();
-            await deletedWriter.write(deletionBundle(tombstone.resourceType, tombstone.id), 1);
-          }
-        }
-      } else if (newIds.length > 0) {
-        await copy(
-          reader.readResources(projectId, snapshot, { resourceType, patientIds: newIds, reuseChunks: true }),
-          transform,
-          undefined,
-          false,
-        );
-      }
-
-      if (associated && resourceType === 'Provenance') provenanceWriter = writer;
-      else {
-        for (const f of await writer.finish())
-          result.output.push({ type: resourceType, file: f.file, count: f.count });
-      }
-      progress.typesDone += 1;
-      report(true);
-
-      async function copy(
-        chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
-        how: { kept?: ElementSelection; typeFilter?: (resource: FhirResource) => boolean } | undefined,
-        seen: Set<string> | undefined,
-        remember: boolean,
-      ): Promise<void> {
-        for await (const chunk of chunks) {
-          checkAborted();
-          if (!how && !seen) {
-            // The hot path: whole lines copied without parsing.
-            associated?.noteChunk(resourceType, chunk.data);
-            await writer.write(chunk.data, chunk.count);
-            progress.resources += chunk.count;
-          } else {
-            const lines = lineBatch(writer);
-            for (const line of ndjsonLines(chunkText(chunk.data))) {
-              const resource = JSON.parse(line) as StoredResource;
-              if (seen) {
-                if (remember) seen.add(resource.id);
-                else if (seen.has(resource.id)) continue;
-              }
-              if (how?.typeFilter && !how.typeFilter(resource)) continue;
-              associated?.note(resourceType, resource.id);
-              const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
-              await lines.add(how?.kept ? JSON.stringify(out) : line);
-            }
-            await lines.flush();
-          }
-          report(false);
-        }
+    await copyChunks(run, target, reader.readResources(projectId, snapshot, base), skip, false);
+    if (deletedWriter && params.sinceMs !== undefined) {
+      for await (const tombstone of reader.readDeleted(projectId, snapshot, base)) {
+        run.checkAborted();
+        await deletedWriter.write(deletionBundle(tombstone.resourceType, tombstone.id), 1);
       }
     }
+  } else if (newIds.length > 0) {
+    const added = reader.readResources(projectId, snapshot, {
+      resourceType,
+      patientIds: newIds,
+      reuseChunks: true,
+    });
+    await copyChunks(run, target, added, undefined, false);
+  }
+  return writer;
+}
 
-    if (associated) {
-      // One pass over the snapshot's Provenance (two for Latest), whatever the export level: in
-      // R4 a Provenance is in a patient's compartment only when it targets the Patient itself.
-      const writer = provenanceWriter ?? newWriter('Provenance');
-      const kept = selectionOf('Provenance');
-      const lines = lineBatch(writer);
-      const read = () =>
-        reader.readResources(projectId, snapshot, { resourceType: 'Provenance', reuseChunks: true });
-      for await (const { line, resource } of associated.select(read, checkAborted)) {
-        if (await lines.add(kept ? JSON.stringify(projectElements(resource, kept)) : line)) report(false);
+/** Where {@link copyChunks} writes, and what it does to each line on the way. */
+interface CopyTarget {
+  writer: NdjsonFileWriter;
+  resourceType: string;
+  transform: LineTransform | undefined;
+  associated: AssociatedProvenance | undefined;
+}
+
+/**
+ * Writes chunks of stored lines to the target's writer: as read on the hot path, else line by line
+ * (through `_elements` and `_typeFilter`, and skipping the ids in `seen`, or recording them when
+ * `remember`).
+ */
+async function copyChunks(
+  run: ExportRun,
+  { writer, resourceType, transform: how, associated }: CopyTarget,
+  chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
+  seen: Set<string> | undefined,
+  remember: boolean,
+): Promise<void> {
+  for await (const chunk of chunks) {
+    run.checkAborted();
+    if (!how && !seen) {
+      // The hot path: whole lines copied without parsing.
+      associated?.noteChunk(resourceType, chunk.data);
+      await writer.write(chunk.data, chunk.count);
+      run.progress.resources += chunk.count;
+    } else {
+      const lines = lineBatch(writer, run.progress);
+      for (const line of ndjsonLines(chunkText(chunk.data))) {
+        const resource = JSON.parse(line) as StoredResource;
+        if (seen) {
+          if (remember) seen.add(resource.id);
+          else if (seen.has(resource.id)) continue;
+        }
+        if (how?.typeFilter && !how.typeFilter(resource)) continue;
+        associated?.note(resourceType, resource.id);
+        const out: FhirResource = how?.kept ? projectElements(resource, how.kept) : resource;
+        await lines.add(how?.kept ? JSON.stringify(out) : line);
       }
       await lines.flush();
-      for (const f of await writer.finish())
-        result.output.push({ type: 'Provenance', file: f.file, count: f.count });
-      report(true);
     }
-
-    if (deletedWriter) {
-      for (const f of await deletedWriter.finish())
-        result.deleted.push({ type: 'Bundle', file: f.file, count: f.count });
-    }
-    result.bytes = budget.used;
-    return result;
-  } catch (error) {
-    // A failed abort (the disk or the database still failing) must not replace the error that
-    // stopped the export: the job's files are removed again when it is marked failed.
-    await Promise.all(writers.map((w) => w.abort().catch(() => undefined)));
-    if (error instanceof ExportTooLargeError) {
-      return { output: [], deleted: [], error: [], bytes: budget.used, tooLarge: true };
-    }
-    throw error;
+    run.report(false);
   }
+}
+
+/**
+ * The associated Provenance, after every type: one pass over the snapshot's Provenance (two for
+ * Latest), whatever the export level, since in R4 a Provenance is in a patient's compartment only
+ * when it targets the Patient itself. They join the file of Provenance exported for `_type`, if any.
+ */
+async function writeAssociated(
+  run: ExportRun,
+  associated: AssociatedProvenance,
+  provenanceWriter: NdjsonFileWriter | undefined,
+): Promise<void> {
+  const { reader, task } = run;
+  const writer = provenanceWriter ?? run.newWriter('Provenance');
+  const kept = run.selectionOf('Provenance');
+  const lines = lineBatch(writer, run.progress);
+  const read = () =>
+    reader.readResources(task.projectId, task.snapshot, { resourceType: 'Provenance', reuseChunks: true });
+  for await (const { line, resource } of associated.select(read, run.checkAborted)) {
+    if (await lines.add(kept ? JSON.stringify(projectElements(resource, kept)) : line)) run.report(false);
+  }
+  await lines.flush();
+  await finishFiles(writer, 'Provenance', run.result.output);
+  run.report(true);
+}
+
+/** Collects NDJSON lines for `writer` and writes them in batches of about `BATCH_CHARS`. */
+function lineBatch(writer: NdjsonFileWriter, progress: ExportProgress) {
+  let batch = '';
+  let count = 0;
+  const flush = async (): Promise<void> => {
+    if (count === 0) return;
+    await writer.write(batch, count);
+    progress.resources += count;
+    batch = '';
+    count = 0;
+  };
+  return {
+    /** Adds a line (without its newline); true when that wrote a batch. */
+    add: async (line: string): Promise<boolean> => {
+      batch += `${line}\n`;
+      count += 1;
+      if (batch.length < BATCH_CHARS) return false;
+      await flush();
+      return true;
+    },
+    flush,
+  };
 }
 
 /**

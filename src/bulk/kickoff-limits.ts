@@ -1,6 +1,5 @@
 import { mkdir } from 'node:fs/promises';
 import { FhirError } from '../http/http-error.js';
-import type { ExportUsage } from './export-jobs.js';
 
 /** Options of {@link KickoffLimits}, resolved (see `BulkExportRouterOptions`). */
 export interface KickoffLimitOptions {
@@ -24,6 +23,21 @@ export interface KickoffLimitOptions {
   retryAfter: string;
   /** Receives the failures of the free space probe. */
   onError: (error: unknown) => void;
+}
+
+/** What a project's export jobs hold, for the kick-off limits. */
+export interface ExportUsage {
+  /** Jobs accepted or in progress. */
+  running: number;
+  /**
+   * Bytes of the project's export files: completed jobs not yet expired, plus what running jobs
+   * have written so far (failed and cancelled jobs have none).
+   */
+  bytes: number;
+  /** Epoch ms of the earliest expiry among the completed jobs counted in `bytes`. */
+  nextExpiry?: number;
+  /** Creation times (epoch ms, ascending) of the project's jobs created at or after `since`. */
+  createdSince: number[];
 }
 
 const HOUR = 60 * 60 * 1000;

@@ -1,6 +1,6 @@
 import type { ExportJobRecord } from '../storage/types.js';
 import type { ExportOutputFile, ExportTaskResult } from './export-task.js';
-import type { ExportPlan } from './export-jobs.js';
+import type { ExportPlan } from './export-job-types.js';
 
 /** One manifest entry (Bulk Data 2.0.0 "Complete Status" response body). */
 export interface ManifestEntry {

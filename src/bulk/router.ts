@@ -10,7 +10,6 @@ import { FhirError } from '../http/http-error.js';
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
-import { findExportFile, sendExportFile } from './downloads.js';
 import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
 import { canExport, planExport } from './export-plan.js';
@@ -18,10 +17,15 @@ import { scopedStorage, userDataAccess } from '../fhir/scoped-storage.js';
 import { storeAnswersSearch } from '../fhir/search-query.js';
 import { ExportPool } from './export-pool.js';
 import { KickoffLimits } from './kickoff-limits.js';
-import { parseKickoff, type ExportLevel, type ExportParams } from './kickoff-params.js';
-import { buildManifest } from './manifest.js';
-import { resolveBulkExportRouterOptions, type BulkExportRouterOptions } from './router-options.js';
+import { parseKickoff, type ExportLevel } from './kickoff-params.js';
+import { jobRoutes } from './job-routes.js';
+import {
+  resolveBulkExportRouterOptions,
+  type BulkExportRouterOptions,
+  type ResolvedBulkExportRouterOptions,
+} from './router-options.js';
 import { resolveTypeFilterChains } from './type-filter-chains.js';
+import { fhirErrorOfSearch, searchErrorsAsFhir } from '../fhir/search-errors.js';
 
 export type { BulkExportRouterOptions } from './router-options.js';
 
@@ -93,38 +97,11 @@ function information(text: string): Record<string, unknown> {
  */
 export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRouter {
   const config = resolveBulkExportRouterOptions(options);
-  const { storage, authenticate, baseUrl, onError, exportDir, requireAsyncHeaders } = config;
+  const { storage, authenticate, baseUrl, onError, requireAsyncHeaders } = config;
   const retryAfter = String(Math.ceil(config.retryAfter));
   const ownsPool = !(config.pool instanceof ExportPool);
   const pool = config.pool instanceof ExportPool ? config.pool : new ExportPool(config.pool);
-  const jobs = new ExportJobManager({
-    storage,
-    pool,
-    exportDir,
-    files: config.exportFiles,
-    ...(storage.exportQueue ? { queue: storage.exportQueue } : {}),
-    leaseDuration: config.leaseDuration,
-    heartbeatInterval: config.heartbeatInterval,
-    maxFileSize: config.maxFileSize,
-    maxExportSize: config.maxExportSize,
-    retention: config.retention,
-    cleanupInterval: config.cleanupInterval,
-    limits: new KickoffLimits({
-      exportDir: config.exportFiles.directory ?? exportDir,
-      maxRunning: config.maxRunningExports,
-      maxKickoffs: config.maxKickoffsPerHour,
-      maxProjectBytes: config.maxProjectExportSize,
-      // Free space is that of `exportDir`: files kept elsewhere do not use it.
-      minFreeSpace: config.exportFiles.directory === undefined ? 0 : config.minFreeSpace,
-      freeSpaceProbe: config.freeSpaceProbe,
-      retention: config.retention,
-      cleanupInterval: config.cleanupInterval,
-      retryAfter,
-      onError,
-    }),
-    onError,
-    ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
-  });
+  const jobs = exportJobManager(config, pool, retryAfter);
   // Undefined when no trail records: the events are then not even built.
   const audit = requestRecorder(config.auditTrail, onError);
   let started = false;
@@ -136,14 +113,14 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
 
   const router = Router();
   const auth = requirePrincipal(authenticate, storage);
-  const errors = fhirErrorHandler(onError);
+  const errors = [searchErrorsAsFhir, fhirErrorHandler(onError)];
   const body = jsonBody({ types: [FHIR_JSON, 'application/json'] });
   const route = (
     method: 'get' | 'post' | 'delete',
     pattern: RegExp,
     ...handlers: (RequestHandler | ErrorRequestHandler)[]
   ): void => {
-    router[method](pattern, auth, ...handlers, errors);
+    router[method](pattern, auth, ...handlers, ...errors);
   };
 
   const kickoff = (level: ExportLevel): RequestHandler =>
@@ -214,7 +191,7 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const refusedKickoff =
     (level: ExportLevel): ErrorRequestHandler =>
     (error, req, res, next) => {
-      const { status, message } = toHttpError(error);
+      const { status, message } = toHttpError(fhirErrorOfSearch(error));
       // No principal: refused before the kick-off was looked at (the platform records that).
       if (audit && findPrincipal(res) && status !== 401 && status !== 403 && status !== 404) {
         const groupId = level === 'group' ? segment(req, 2) : undefined;
@@ -235,69 +212,10 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     route('post', ROUTES[level], body, kickoff(level), refusedKickoff(level));
   }
 
-  const jobParam = (req: Request): string => segment(req, 2) ?? '';
-
-  route(
-    'get',
-    ROUTES.status,
-    asyncHandler(async (req, res) => {
-      const principal = getPrincipal(res);
-      const job = await jobs.visibleJob(requireProjectId(principal), principal.id, jobParam(req));
-      res.set('Cache-Control', 'no-store');
-      if (job.status === 'accepted' || job.status === 'in-progress') {
-        const progress = jobs.progressOf(job);
-        const text = progress
-          ? `${progress.resources} resources written, ${progress.typesDone} of ${progress.typesTotal} types done`
-          : job.status;
-        res.status(202).set('X-Progress', text).set('Retry-After', retryAfter).end();
-        return;
-      }
-      if (job.status === 'failed') {
-        sendFhir(res, 500, job.failure ?? operationOutcome('fatal', 'exception', 'The export failed'));
-        return;
-      }
-      const manifest = buildManifest(job, (file) =>
-        absoluteUrl(req, `/$export-file/${job.id}/${file}`, baseUrl),
-      );
-      if (job.expiresAt) res.set('Expires', new Date(job.expiresAt).toUTCString());
-      res.status(200).type('application/json').send(JSON.stringify(manifest));
-    }),
-  );
-
-  route(
-    'delete',
-    ROUTES.status,
-    asyncHandler(async (req, res) => {
-      const principal = getPrincipal(res);
-      const job = await jobs.visibleJob(requireProjectId(principal), principal.id, jobParam(req));
-      await jobs.cancel(job);
-      audit?.(req, res, {
-        kind: 'export',
-        phase: 'cancelled',
-        jobId: job.id,
-        ...exportScope((job.params as { params?: ExportParams }).params),
-      });
-      sendFhir(res, 202, information('Export cancelled and removed'));
-    }),
-  );
-
-  route(
-    'get',
-    ROUTES.file,
-    asyncHandler(async (req, res) => {
-      const principal = getPrincipal(res);
-      const file = segment(req, 3) ?? '';
-      const found = await findExportFile(jobs, principal, jobParam(req), file);
-      await sendExportFile(
-        req,
-        res,
-        jobs,
-        found,
-        audit &&
-          ((outcome) => audit(req, res, { kind: 'download', jobId: found.ref.jobId, file, ...outcome })),
-      );
-    }),
-  );
+  const job = jobRoutes({ jobs, baseUrl, retryAfter, audit, segment, information });
+  route('get', ROUTES.status, job.status);
+  route('delete', ROUTES.status, job.cancel);
+  route('get', ROUTES.file, job.file);
 
   return Object.assign(router, {
     ready,
@@ -313,4 +231,41 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       if (ownsPool) await pool.close();
     },
   }) as BulkExportRouter;
+}
+
+/** The job manager of a router: its pool, where the files go, the queue, and the kick-off limits. */
+function exportJobManager(
+  config: ResolvedBulkExportRouterOptions,
+  pool: ExportPool,
+  retryAfter: string,
+): ExportJobManager {
+  const { storage, onError, exportDir } = config;
+  return new ExportJobManager({
+    storage,
+    pool,
+    exportDir,
+    files: config.exportFiles,
+    ...(storage.exportQueue ? { queue: storage.exportQueue } : {}),
+    leaseDuration: config.leaseDuration,
+    heartbeatInterval: config.heartbeatInterval,
+    maxFileSize: config.maxFileSize,
+    maxExportSize: config.maxExportSize,
+    retention: config.retention,
+    cleanupInterval: config.cleanupInterval,
+    limits: new KickoffLimits({
+      exportDir: config.exportFiles.directory ?? exportDir,
+      maxRunning: config.maxRunningExports,
+      maxKickoffs: config.maxKickoffsPerHour,
+      maxProjectBytes: config.maxProjectExportSize,
+      // Free space is that of `exportDir`: files kept elsewhere do not use it.
+      minFreeSpace: config.exportFiles.directory === undefined ? 0 : config.minFreeSpace,
+      freeSpaceProbe: config.freeSpaceProbe,
+      retention: config.retention,
+      cleanupInterval: config.cleanupInterval,
+      retryAfter,
+      onError,
+    }),
+    onError,
+    ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
+  });
 }

@@ -1,8 +1,9 @@
 import { isResourceType } from '../common/resource-types.js';
-import { FhirError, type FhirIssueCode } from '../http/http-error.js';
+import type { FhirIssueCode } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
 import { matchesFilters, matchesParameter, referenceKeys } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
+import { SearchParameterError } from '../search/search-error.js';
 import type {
   ReferenceSearchValue,
   SearchFilter,
@@ -67,7 +68,7 @@ export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: 
     const { request } = parseSearchRequest(registry, resourceType, params, now === undefined ? {} : { now });
     return { search: { resourceType, filters: request.filters } };
   } catch (error) {
-    if (!(error instanceof FhirError)) throw error;
+    if (!(error instanceof SearchParameterError)) throw error;
     return {
       code: error.issueCode === 'not-supported' ? 'not-supported' : 'invalid',
       problem: `_typeFilter ${filter}: ${error.message}`,

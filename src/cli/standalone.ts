@@ -13,6 +13,7 @@ import {
   provisionSuperAdminClient,
   StorageLockedError,
   type FhirPlatform,
+  type FhirPlatformOptions,
   type IdentityProviderJwksOptions,
   type Logger,
   type ProjectIdentityProvider,
@@ -128,23 +129,12 @@ async function provisionOnceListening(
 }
 
 /**
- * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at
- * the default paths on the embedded file store under `config.dataDir` (`store/` for the data,
- * `exports/` for bulk export files), or on PostgreSQL when `config.databaseUrl` is set (export
- * files then live in the database too).
- *
- * The super-admin client is provisioned last, once the server listens: a start that fails (a port
- * in use, a bad `HOST`) creates no credentials, so the first start that succeeds is the one that
- * shows the generated secret. Until it is written the platform holds readiness (`/readyz` 503 with
- * `superAdmin: 'pending'`, every other route 503). A failed start closes what it opened, the
- * platform before the store.
+ * The store: PostgreSQL when `config.databaseUrl` is set, else the embedded file store under
+ * `config.dataDir/store` (a data directory it cannot use is named in the error).
  */
-export async function startStandalone(
-  config: StandaloneConfig,
-  logging: { logger?: Logger; logRequests?: boolean } = {},
-): Promise<Standalone> {
+async function openStorage(config: StandaloneConfig): Promise<Storage> {
   // The PostgreSQL adapter (and `pg`) is loaded only when it is used.
-  const storage = config.databaseUrl
+  return config.databaseUrl
     ? (await import('../postgres.js')).postgresStorage({
         connectionString: config.databaseUrl,
         maxConnections: config.databaseMaxConnections,
@@ -168,74 +158,102 @@ export async function startStandalone(
           throw dataDirError(error, config);
         },
       );
+}
+
+/** The platform's options from the settings: every router at its default path, the audit journal under `dataDir`. */
+async function platformOptions(
+  config: StandaloneConfig,
+  storage: Storage,
+  logging: { logger?: Logger; logRequests?: boolean },
+): Promise<FhirPlatformOptions> {
+  return {
+    storage,
+    // Errors always go to the logger; one line per request too when asked (`serve` does).
+    ...(logging.logger ? { logger: logging.logger, logRequests: logging.logRequests ?? false } : {}),
+    baseUrl: config.baseUrl,
+    exportDir: path.join(config.dataDir, 'exports'),
+    scimBasicAuth: true,
+    scim: {
+      echoUserName: config.scimEchoUserName,
+      ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
+    },
+    bulk: {
+      requireAsyncHeaders: config.bulkRequireAsyncHeaders,
+      maxKickoffsPerHour: config.bulkMaxKickoffsPerHour,
+      maxRunningExports: config.bulkMaxRunningExports,
+      maxProjectExportSize: config.bulkMaxProjectExportSize,
+      maxExportSize: config.bulkMaxExportSize,
+      maxTypeFilterMatches: config.bulkMaxTypeFilterMatches,
+      minFreeSpace: config.bulkMinFreeSpace,
+      pool: { maxThreads: config.bulkExportThreads },
+    },
+    fhir: {
+      defaultReturn: config.fhirDefaultReturn,
+      searchAdmission: {
+        maxConcurrent: config.searchMaxConcurrent,
+        maxQueued: config.searchMaxQueued,
+        maxWaitMs: config.searchMaxWaitMs,
+      },
+      searchTimeoutMs: config.searchTimeoutMs,
+      searchLimits: {
+        maxSortKeys: config.searchMaxSortKeys,
+        maxFilters: config.searchMaxParameters,
+        maxHasDepth: config.searchMaxHasDepth,
+        maxOffset: config.searchMaxOffset,
+        maxAccurateTotal: config.searchMaxAccurateTotal,
+      },
+      maxPatchOperations: config.fhirMaxPatchOperations,
+      maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,
+    },
+    federation: {
+      ...(config.idpIssuer && config.idpClientId
+        ? { defaultProvider: await defaultIdentityProvider(config) }
+        : {}),
+      jwks: identityProviderJwks(config),
+    },
+    token: {
+      refreshTokenLifetime: config.refreshTokenLifetime,
+      onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,
+      // Registration and fetching follow one setting; unset leaves their default.
+      ...(config.allowPrivateJwksAddresses === undefined
+        ? {}
+        : { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } }),
+    },
+    authorization: { ticketLifetime: config.authorizeTicketLifetime },
+    ...(config.allowPrivateJwksAddresses === undefined
+      ? {}
+      : { project: { allowPrivateJwksAddresses: config.allowPrivateJwksAddresses } }),
+    // Durable audit: an acknowledged request's event survives the process being killed.
+    audit: {
+      journalDir: path.join(config.dataDir, 'audit-journal'),
+      maxUrlLength: config.auditMaxUrlLength,
+      refusalWindowMs: config.auditRefusalWindowMs,
+      maxRefusalSources: config.auditMaxRefusalSources,
+    },
+  };
+}
+
+/**
+ * Starts the standalone server (`fhir-platform-kit serve`, `npm start`): every router mounted at
+ * the default paths on the embedded file store under `config.dataDir` (`store/` for the data,
+ * `exports/` for bulk export files), or on PostgreSQL when `config.databaseUrl` is set (export
+ * files then live in the database too).
+ *
+ * The super-admin client is provisioned last, once the server listens: a start that fails (a port
+ * in use, a bad `HOST`) creates no credentials, so the first start that succeeds is the one that
+ * shows the generated secret. Until it is written the platform holds readiness (`/readyz` 503 with
+ * `superAdmin: 'pending'`, every other route 503). A failed start closes what it opened, the
+ * platform before the store.
+ */
+export async function startStandalone(
+  config: StandaloneConfig,
+  logging: { logger?: Logger; logRequests?: boolean } = {},
+): Promise<Standalone> {
+  const storage = await openStorage(config);
   let platform: FhirPlatform | undefined;
   let server: Server | undefined;
   try {
-    platform = fhirPlatform({
-      storage,
-      // Errors always go to the logger; one line per request too when asked (`serve` does).
-      ...(logging.logger ? { logger: logging.logger, logRequests: logging.logRequests ?? false } : {}),
-      baseUrl: config.baseUrl,
-      exportDir: path.join(config.dataDir, 'exports'),
-      scimBasicAuth: true,
-      scim: {
-        echoUserName: config.scimEchoUserName,
-        ...(config.scimDefaultUserType ? { defaultUserType: config.scimDefaultUserType } : {}),
-      },
-      bulk: {
-        requireAsyncHeaders: config.bulkRequireAsyncHeaders,
-        maxKickoffsPerHour: config.bulkMaxKickoffsPerHour,
-        maxRunningExports: config.bulkMaxRunningExports,
-        maxProjectExportSize: config.bulkMaxProjectExportSize,
-        maxExportSize: config.bulkMaxExportSize,
-        maxTypeFilterMatches: config.bulkMaxTypeFilterMatches,
-        minFreeSpace: config.bulkMinFreeSpace,
-        pool: { maxThreads: config.bulkExportThreads },
-      },
-      fhir: {
-        defaultReturn: config.fhirDefaultReturn,
-        searchAdmission: {
-          maxConcurrent: config.searchMaxConcurrent,
-          maxQueued: config.searchMaxQueued,
-          maxWaitMs: config.searchMaxWaitMs,
-        },
-        searchTimeoutMs: config.searchTimeoutMs,
-        searchLimits: {
-          maxSortKeys: config.searchMaxSortKeys,
-          maxFilters: config.searchMaxParameters,
-          maxHasDepth: config.searchMaxHasDepth,
-          maxOffset: config.searchMaxOffset,
-          maxAccurateTotal: config.searchMaxAccurateTotal,
-        },
-        maxPatchOperations: config.fhirMaxPatchOperations,
-        maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,
-      },
-      federation: {
-        ...(config.idpIssuer && config.idpClientId
-          ? { defaultProvider: await defaultIdentityProvider(config) }
-          : {}),
-        jwks: identityProviderJwks(config),
-      },
-      token: {
-        refreshTokenLifetime: config.refreshTokenLifetime,
-        onlineRefreshTokenLifetime: config.onlineRefreshTokenLifetime,
-        // Registration and fetching follow one setting; unset leaves their default.
-        ...(config.allowPrivateJwksAddresses === undefined
-          ? {}
-          : { jwks: { allowPrivateAddresses: config.allowPrivateJwksAddresses } }),
-      },
-      authorization: { ticketLifetime: config.authorizeTicketLifetime },
-      ...(config.allowPrivateJwksAddresses === undefined
-        ? {}
-        : { project: { allowPrivateJwksAddresses: config.allowPrivateJwksAddresses } }),
-      // Durable audit: an acknowledged request's event survives the process being killed.
-      audit: {
-        journalDir: path.join(config.dataDir, 'audit-journal'),
-        maxUrlLength: config.auditMaxUrlLength,
-        refusalWindowMs: config.auditRefusalWindowMs,
-        maxRefusalSources: config.auditMaxRefusalSources,
-      },
-    });
+    platform = fhirPlatform(await platformOptions(config, storage, logging));
     const app = express();
     app.disable('x-powered-by');
     app.use(platform.router);

@@ -13,6 +13,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
+import { fhirErrorOfSearch } from './search-errors.js';
 import {
   deleteModeOf,
   planWrite,
@@ -51,7 +52,7 @@ export async function processBatch(
       if ('error' in entry) throw entry.error;
       responses.push(await runBatchEntry(ctx, entry, references, options));
     } catch (error) {
-      const { status, outcome } = errorOutcome(error, options.onError);
+      const { status, outcome } = errorOutcome(fhirErrorOfSearch(error), options.onError);
       responses.push({
         response: { status: String(status), outcome } satisfies { status: string; outcome: OperationOutcome },
       });

@@ -8,6 +8,7 @@ import { authorize } from './interactions.js';
 import type { FhirContext } from './context.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
+import { fhirErrorOfSearch } from './search-errors.js';
 
 /** Options of {@link loadNdjson}. */
 export interface NdjsonLoadOptions {
@@ -85,7 +86,7 @@ export async function loadNdjson(
   const fail = (line: number, error: unknown): void => {
     report.failed++;
     if (report.issues.length >= maxIssues) return;
-    const { outcome } = errorOutcome(error, options.onError);
+    const { outcome } = errorOutcome(fhirErrorOfSearch(error), options.onError);
     const first = outcome.issue[0]!;
     report.issues.push({
       severity: 'error',

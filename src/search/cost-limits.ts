@@ -1,4 +1,4 @@
-import { FhirError } from '../http/http-error.js';
+import { SearchParameterError } from './search-error.js';
 import { assertNever } from '../storage/assert-never.js';
 import type { SearchFilter, SearchRequest } from '../storage/search-request.js';
 
@@ -45,8 +45,8 @@ function hasDepth(filter: SearchFilter): number {
   }
 }
 
-const tooCostly = (parameter: string, message: string): FhirError =>
-  new FhirError(400, 'too-costly', message, { expression: [parameter] });
+const tooCostly = (parameter: string, message: string): SearchParameterError =>
+  new SearchParameterError('too-costly', message, parameter);
 
 /** Throws the 400 `too-costly` of the first bound of `limits` that `request` passes. */
 export function checkSearchCost(request: SearchRequest, limits: SearchCostLimits = {}): void {

@@ -1,4 +1,4 @@
-import { FhirError } from '../http/http-error.js';
+import { SearchParameterError } from './search-error.js';
 import type { FhirResource } from '../storage/types.js';
 import type { SearchRegistry } from './definitions.js';
 import { extractComposite, extractValues } from './extract.js';
@@ -258,8 +258,7 @@ async function compileFilter(
 ): Promise<SearchPredicate> {
   if (filter.kind === 'parameter') return (resource) => matchesParameter(registry, resource, filter);
   if (!resolver) {
-    throw new FhirError(
-      400,
+    throw new SearchParameterError(
       'not-supported',
       'Chained and reverse-chained (_has) search is not supported here',
     );
@@ -312,7 +311,10 @@ export function matchesFilters(
 ): boolean {
   return filters.every((filter) => {
     if (filter.kind !== 'parameter') {
-      throw new FhirError(400, 'not-supported', 'Chained and reverse-chained (_has) search need a resolver');
+      throw new SearchParameterError(
+        'not-supported',
+        'Chained and reverse-chained (_has) search need a resolver',
+      );
     }
     return matchesParameter(registry, resource, filter);
   });

@@ -1,7 +1,7 @@
 import { parseDateRange } from '../common/date-range.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
-import { FhirError } from '../http/http-error.js';
 import { normalizeText } from './normalize-text.js';
+import { SearchParameterError } from './search-error.js';
 import { parseDecimalRange } from './number-precision.js';
 import type {
   ComponentSearchValue,
@@ -17,8 +17,8 @@ import type {
 import { splitUnescaped, unescapeValue } from './value-escaping.js';
 
 /** A 400 for a malformed value of `param` (never ignored, even under lenient handling). */
-export function invalidValue(param: string, message: string): FhirError {
-  return new FhirError(400, 'invalid', message, { expression: [param] });
+export function invalidValue(param: string, message: string): SearchParameterError {
+  return new SearchParameterError('invalid', message, param);
 }
 
 const PREFIXES = new Set<string>(['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb', 'ap']);

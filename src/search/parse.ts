@@ -1,8 +1,8 @@
 import { checkSearchCost, type SearchCostLimits } from './cost-limits.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
-import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
 import { invalidValue, parseSimpleValue } from './parse-value.js';
+import { SearchParameterError, type SearchIssueCode } from './search-error.js';
 import type {
   ChainFilter,
   ComponentSearchValue,
@@ -65,7 +65,7 @@ export interface ParsedSearchRequest {
  */
 class Unsupported extends Error {
   constructor(
-    readonly issueCode: FhirIssueCode,
+    readonly issueCode: SearchIssueCode,
     message: string,
   ) {
     super(message);
@@ -348,7 +348,7 @@ function includeTarget(
  * `_include` and `_revinclude` (`:iterate`). Comma means OR, a repeated parameter AND.
  *
  * An unknown parameter, an unsupported one (`_text`, `_filter`, …) or an unsupported modifier
- * (`:in`, `:below` on a token, …) is a 400 `FhirError` naming it in `expression`; under `lenient`
+ * (`:in`, `:below` on a token, …) is a `SearchParameterError` naming it in `parameter`; under `lenient`
  * it is listed in `ignored` instead. A parameter without a value is listed there too, whatever the
  * handling. A malformed value is always a 400.
  * @see https://hl7.org/fhir/R4/search.html
@@ -452,7 +452,7 @@ export function parseSearchRequest(
       applied.push([rawName, value]);
     } catch (error) {
       if (!(error instanceof Unsupported)) throw error;
-      if (!lenient) throw new FhirError(400, error.issueCode, error.message, { expression: [rawName] });
+      if (!lenient) throw new SearchParameterError(error.issueCode, error.message, rawName);
       ignored.push({ name: rawName, reason: 'not-supported' });
     }
   }

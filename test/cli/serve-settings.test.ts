@@ -44,7 +44,16 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
 
   it('names every environment variable the standalone server reads', () => {
     // Any `env.NAME` or `env['NAME']` in the code serve runs must be a setting of the table.
-    const files = ['serve.ts', 'serve-config.ts', 'serve-settings.ts', 'standalone.ts', 'backup-signal.ts'];
+    const files = [
+      'serve.ts',
+      'serve-config.ts',
+      'serve-settings.ts',
+      'serve-settings-store.ts',
+      'serve-settings-data.ts',
+      'serve-settings-identity.ts',
+      'standalone.ts',
+      'backup-signal.ts',
+    ];
     const named = new Set(Object.values(SERVE_SETTINGS).map((s) => s.env));
     for (const file of files) {
       const source = fs.readFileSync(path.join(REPO, 'src/cli', file), 'utf8');

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { FhirError } from '../../src/http/http-error.js';
+import { SearchParameterError } from '../../src/search/search-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { compileSearchPredicate, matchesFilters, type SearchResolver } from '../../src/search/match.js';
 import { parseSearchRequest } from '../../src/search/parse.js';
@@ -539,7 +539,9 @@ describe('chains and _has', () => {
 
   it('is a 400 not-supported without a resolver', async () => {
     const { request } = parseSearchRequest(registry, 'Observation', new URLSearchParams('patient.name=x'));
-    await expect(compileSearchPredicate(registry, request.filters)).rejects.toBeInstanceOf(FhirError);
-    expect(() => matchesFilters(registry, resources[3]!, request.filters)).toThrow(FhirError);
+    await expect(compileSearchPredicate(registry, request.filters)).rejects.toBeInstanceOf(
+      SearchParameterError,
+    );
+    expect(() => matchesFilters(registry, resources[3]!, request.filters)).toThrow(SearchParameterError);
   });
 });

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { FhirError } from '../../src/http/http-error.js';
+import { SearchParameterError } from '../../src/search/search-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { parseSearchRequest, type ParseSearchRequestOptions } from '../../src/search/parse.js';
 import type { ParameterFilter, SearchFilter } from '../../src/storage/search-request.js';
@@ -32,10 +32,9 @@ function expect400(fn: () => unknown, expression: string, code?: string): void {
   } catch (error) {
     caught = error;
   }
-  expect(caught).toBeInstanceOf(FhirError);
-  expect((caught as FhirError).status).toBe(400);
-  expect((caught as FhirError).expression).toEqual([expression]);
-  if (code) expect((caught as FhirError).issueCode).toBe(code);
+  expect(caught).toBeInstanceOf(SearchParameterError);
+  expect((caught as SearchParameterError).parameter).toBe(expression);
+  if (code) expect((caught as SearchParameterError).issueCode).toBe(code);
 }
 
 describe('parseSearchRequest: values by type', () => {

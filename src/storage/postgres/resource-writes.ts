@@ -143,7 +143,19 @@ export async function applyResourceWrites(
   writes: readonly ResourceWrite[],
   indexer?: ResourceIndexer,
 ): Promise<WriteResult[]> {
-  const targets = writes.map((write) => {
+  const targets = writeTargets(writes);
+  if (writes.length === 0) return [];
+  const { lu: firstLu, seqs } = await allocate(query, s, projectId, writes.length);
+  const current = await lockCurrentVersions(query, s, projectId, targets);
+  const plan = planWrites(writes, targets, current, { firstLu, seqs, compartment });
+  if (plan.superseded.length > 0) await markSuperseded(query, s, plan.superseded, indexer);
+  if (plan.versions.length > 0) await insertVersions(query, s, projectId, plan.versions, indexer);
+  return plan.results;
+}
+
+/** The resource each write addresses, checked (type, and an id PostgreSQL can store). */
+function writeTargets(writes: readonly ResourceWrite[]): { resourceType: string; id: string }[] {
+  return writes.map((write) => {
     if (write.op === 'delete') {
       checkResourceType(write.resourceType);
       checkStorableId(write.id, 'resource');
@@ -153,8 +165,15 @@ export async function applyResourceWrites(
     checkStorableId(id, 'resource');
     return { resourceType, id };
   });
-  if (writes.length === 0) return [];
-  const { lu: firstLu, seqs } = await allocate(query, s, projectId, writes.length);
+}
+
+/** The current versions of the targets, locked `FOR UPDATE` until the transaction ends. */
+async function lockCurrentVersions(
+  query: Query,
+  s: string,
+  projectId: string,
+  targets: readonly { resourceType: string; id: string }[],
+): Promise<Map<string, Current>> {
   const { rows } = await query<{
     resource_type: string;
     id: string;
@@ -181,9 +200,29 @@ export async function applyResourceWrites(
       deleted: row.deleted,
     });
   }
-  const versions: NewVersion[] = [];
-  const superseded: { old: string; next: string }[] = [];
-  const results: WriteResult[] = [];
+  return current;
+}
+
+/** What a batch writes: its new versions, the rows they supersede, and the result of each write. */
+interface WritePlan {
+  versions: NewVersion[];
+  superseded: { old: string; next: string }[];
+  results: WriteResult[];
+}
+
+/**
+ * Plans every write in memory, in order (a later write of the batch sees the earlier ones through
+ * `current`): `ifMatch`, version ids, bodies, compartments, and which version each supersedes.
+ */
+function planWrites(
+  writes: readonly ResourceWrite[],
+  targets: readonly { resourceType: string; id: string }[],
+  current: Map<string, Current>,
+  allocated: { firstLu: number; seqs: readonly string[]; compartment: PatientCompartment },
+): WritePlan {
+  const { firstLu, seqs, compartment } = allocated;
+  const plan: WritePlan = { versions: [], superseded: [], results: [] };
+  const { versions, superseded, results } = plan;
   writes.forEach((write, i) => {
     const { resourceType, id } = targets[i]!;
     const k = key(resourceType, id);
@@ -229,85 +268,105 @@ export async function applyResourceWrites(
       ...(write.op === 'delete' ? {} : { stored: results[results.length - 1]!.resource! }),
     });
   });
-  if (superseded.length > 0) {
-    // Before the inserts: the unique index on current versions must never see two. The identifier
-    // index holds current versions only.
-    const dropIndex = indexer
-      ? deleteIndexRowsCtes(s, '$1')
-          .map((cte) => `, ${cte}`)
-          .join('')
-      : '';
-    await query(
-      `WITH dropped AS (
-         DELETE FROM ${s}.resource_identifiers WHERE seq = ANY($1::bigint[]))${dropIndex}
-       UPDATE ${s}.resources r SET superseded_seq = u.next
-         FROM unnest($1::bigint[], $2::bigint[]) AS u(old, next)
-        WHERE r.seq = u.old`,
-      [superseded.map((x) => x.old), superseded.map((x) => x.next)],
-      true,
-    );
-  }
-  if (versions.length > 0) {
-    const members = versions.flatMap((v) => [...new Set(v.patients)].map((patient) => ({ patient, v })));
-    const identifiers = identifierRows(
-      versions.flatMap((v) =>
-        v.parsed && v.superseded === null ? [[v.seq, v.resourceType, v.parsed] as const] : [],
-      ),
-    );
-    const bodies = packedTexts(versions.map((v) => v.body));
-    const written = query(
-      `WITH version AS (
-         INSERT INTO ${s}.resources
-           (seq, project_id, resource_type, id, version_id, lu, deleted, body, superseded_seq)
-         SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted,
-                convert_from(substring($8::bytea FROM v.body_at FOR v.body_bytes), 'UTF8'), v.superseded_seq
-           FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::boolean[],
-                       $16::integer[], $17::integer[], $9::bigint[])
-             AS v(seq, resource_type, id, version_id, lu, deleted, body_at, body_bytes, superseded_seq)),
-       identifier AS (
-         INSERT INTO ${s}.resource_identifiers (project_id, resource_type, key, seq)
-         SELECT $1, i.resource_type, i.key, i.seq
-           FROM unnest($13::text[], $14::text[], $15::bigint[]) AS i(resource_type, key, seq))
-       INSERT INTO ${s}.resource_compartments (project_id, patient_id, resource_type, seq)
-       SELECT $1, m.patient, m.resource_type, m.seq
-         FROM unnest($10::text[], $11::text[], $12::bigint[]) AS m(patient, resource_type, seq)`,
-      [
-        projectId,
-        versions.map((v) => v.seq),
-        versions.map((v) => v.resourceType),
-        versions.map((v) => v.id),
-        versions.map((v) => v.versionId),
-        versions.map((v) => v.lu),
-        versions.map((v) => v.deleted),
-        bodies.bytes,
-        versions.map((v) => v.superseded),
-        members.map((m) => m.patient),
-        members.map((m) => m.v.resourceType),
-        members.map((m) => m.v.seq),
-        identifiers.types,
-        identifiers.keys,
-        identifiers.seqs,
-        bodies.at,
-        bodies.lengths,
-      ],
-      true,
-    );
-    // The indexer (JavaScript) runs while the database writes the versions.
-    let rows: IndexRows | undefined;
-    try {
-      if (indexer) {
-        rows = new IndexRows(indexer);
-        for (const v of versions) {
-          if (v.stored && v.superseded === null)
-            rows.add(v.seq, v.resourceType, keptEntries(indexer, v.stored));
-        }
+  return plan;
+}
+
+/**
+ * Marks the replaced rows superseded, dropping their identifier rows (and, with an indexer, their
+ * search index rows). Before the inserts: the unique index on current versions must never see two.
+ */
+async function markSuperseded(
+  query: Query,
+  s: string,
+  superseded: readonly { old: string; next: string }[],
+  indexer: ResourceIndexer | undefined,
+): Promise<void> {
+  // The identifier index holds current versions only.
+  const dropIndex = indexer
+    ? deleteIndexRowsCtes(s, '$1')
+        .map((cte) => `, ${cte}`)
+        .join('')
+    : '';
+  await query(
+    `WITH dropped AS (
+       DELETE FROM ${s}.resource_identifiers WHERE seq = ANY($1::bigint[]))${dropIndex}
+     UPDATE ${s}.resources r SET superseded_seq = u.next
+       FROM unnest($1::bigint[], $2::bigint[]) AS u(old, next)
+      WHERE r.seq = u.old`,
+    [superseded.map((x) => x.old), superseded.map((x) => x.next)],
+    true,
+  );
+}
+
+/**
+ * Inserts the new versions with their compartment and identifier rows in one statement, and, with
+ * an indexer, the search index rows of those that are current (computed while the database writes).
+ */
+async function insertVersions(
+  query: Query,
+  s: string,
+  projectId: string,
+  versions: readonly NewVersion[],
+  indexer: ResourceIndexer | undefined,
+): Promise<void> {
+  const members = versions.flatMap((v) => [...new Set(v.patients)].map((patient) => ({ patient, v })));
+  const identifiers = identifierRows(
+    versions.flatMap((v) =>
+      v.parsed && v.superseded === null ? [[v.seq, v.resourceType, v.parsed] as const] : [],
+    ),
+  );
+  const bodies = packedTexts(versions.map((v) => v.body));
+  const written = query(
+    `WITH version AS (
+       INSERT INTO ${s}.resources
+         (seq, project_id, resource_type, id, version_id, lu, deleted, body, superseded_seq)
+       SELECT v.seq, $1, v.resource_type, v.id, v.version_id, v.lu, v.deleted,
+              convert_from(substring($8::bytea FROM v.body_at FOR v.body_bytes), 'UTF8'), v.superseded_seq
+         FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::boolean[],
+                     $16::integer[], $17::integer[], $9::bigint[])
+           AS v(seq, resource_type, id, version_id, lu, deleted, body_at, body_bytes, superseded_seq)),
+     identifier AS (
+       INSERT INTO ${s}.resource_identifiers (project_id, resource_type, key, seq)
+       SELECT $1, i.resource_type, i.key, i.seq
+         FROM unnest($13::text[], $14::text[], $15::bigint[]) AS i(resource_type, key, seq))
+     INSERT INTO ${s}.resource_compartments (project_id, patient_id, resource_type, seq)
+     SELECT $1, m.patient, m.resource_type, m.seq
+       FROM unnest($10::text[], $11::text[], $12::bigint[]) AS m(patient, resource_type, seq)`,
+    [
+      projectId,
+      versions.map((v) => v.seq),
+      versions.map((v) => v.resourceType),
+      versions.map((v) => v.id),
+      versions.map((v) => v.versionId),
+      versions.map((v) => v.lu),
+      versions.map((v) => v.deleted),
+      bodies.bytes,
+      versions.map((v) => v.superseded),
+      members.map((m) => m.patient),
+      members.map((m) => m.v.resourceType),
+      members.map((m) => m.v.seq),
+      identifiers.types,
+      identifiers.keys,
+      identifiers.seqs,
+      bodies.at,
+      bodies.lengths,
+    ],
+    true,
+  );
+  // The indexer (JavaScript) runs while the database writes the versions.
+  let rows: IndexRows | undefined;
+  try {
+    if (indexer) {
+      rows = new IndexRows(indexer);
+      for (const v of versions) {
+        if (v.stored && v.superseded === null)
+          rows.add(v.seq, v.resourceType, keptEntries(indexer, v.stored));
       }
-    } finally {
-      await written;
     }
-    if (rows) await insertIndexRows(query, s, projectId, rows);
+  } finally {
+    await written;
   }
-  return results;
+  if (rows) await insertIndexRows(query, s, projectId, rows);
 }
 
 /**

@@ -1,0 +1,93 @@
+import type { Router } from 'express';
+import { asyncHandler } from '../http/async-handler.js';
+import { contentTypeOf } from '../http/body.js';
+import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
+import { readAccess } from './audit-activity.js';
+import { authorize, deleteResource, patchResource, readResource, updateResource } from './interactions.js';
+import { patchDocumentOf } from './patch-document.js';
+import { setVersionHeaders, stringParam, type FhirRouteDeps } from './route-deps.js';
+import { notModified, parseIfMatch } from './versioning.js';
+
+/**
+ * Mounts the instance-level routes on the FHIR router: read (`If-None-Match`,
+ * `If-Modified-Since`), update, delete and patch of `[type]/[id]` (`If-Match` versioning). Other
+ * methods answer 405.
+ */
+export function mountInstanceRoutes(router: Router, deps: FhirRouteDeps): void {
+  const { config, guard, secured, contextOf, audit, auditAccess, sendUpdated } = deps;
+  const { body, patchBody } = deps;
+
+  // --- instance level: read, update, delete ---
+  router
+    .route('/:type/:id')
+    .get(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const resource = await readResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+        );
+        if (audit) auditAccess(req, res, readAccess('read', resource));
+        setVersionHeaders(res, resource);
+        if (notModified(resource, req.get('If-None-Match'), req.get('If-Modified-Since'))) {
+          res.status(304).end();
+          return;
+        }
+        sendFhir(res, 200, resource);
+      }),
+    )
+    .put(
+      guard,
+      ...secured,
+      body,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const result = await updateResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          req.body,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        sendUpdated(req, res, result);
+      }),
+    )
+    .delete(
+      guard,
+      ...secured,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        const type = stringParam(req.params.type);
+        const id = stringParam(req.params.id);
+        await deleteResource(contextOf(req), type, id, ifMatch !== undefined ? { ifMatch } : {});
+        audit?.(req, res, { kind: 'fhir-write', interaction: 'delete', references: [`${type}/${id}`] });
+        res.status(204).end();
+      }),
+    )
+    .patch(
+      guard,
+      ...secured,
+      patchBody,
+      asyncHandler(async (req, res) => {
+        const ifMatch = parseIfMatch(req.get('If-Match'));
+        // A caller without the right to update gets 403, whatever its patch document holds.
+        authorize(contextOf(req), stringParam(req.params.type), 'update');
+        const patch = patchDocumentOf(
+          contentTypeOf(req.headers['content-type']).type,
+          req.body,
+          config.patchLimits,
+        );
+        const result = await patchResource(
+          contextOf(req),
+          stringParam(req.params.type),
+          stringParam(req.params.id),
+          patch,
+          ifMatch !== undefined ? { ifMatch } : {},
+        );
+        sendUpdated(req, res, result);
+      }),
+    )
+    .all(guard, methodNotAllowed('GET, PUT, PATCH, DELETE'));
+}
