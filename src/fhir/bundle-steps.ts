@@ -86,7 +86,8 @@ export async function runGet(
   if (entry.operation === 'history')
     return admitted(ctx, (turn) => runHistory(turn, entry, options, activity));
   if (entry.operation === 'vread') return runHistory(ctx, entry, options, activity);
-  if (entry.id === undefined) return admitted(ctx, (turn) => runSearch(turn, entry, options, activity));
+  // A search takes its turn once parsed and checked (`searchResources`).
+  if (entry.id === undefined) return runSearch(ctx, entry, options, activity);
   const resource = await readResource(ctx, entry.type, entry.id);
   activity?.accessed(readAccess('read', resource));
   if (notModified(resource, entry.ifNoneMatch, entry.ifModifiedSince)) {

@@ -11,7 +11,7 @@ import { filterSearch } from '../storage/search-request.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
-import { deadlineOf } from './costly-reads.js';
+import { admitted, deadlineOf } from './costly-reads.js';
 import { SearchPace } from '../storage/engine/search-pace.js';
 import {
   parseSearch,
@@ -451,7 +451,10 @@ export interface SearchOutcome extends ParsedSearch {
  * inner filter goes to the store as the query's `search`, without `where`: a store with search
  * indexes narrows the read by it (the caller tests each resource).
  */
-export function searchReads(ctx: FhirContext): SearchReads {
+export function searchReads(
+  ctx: FhirContext,
+  deadline: () => number | undefined = () => ctx.deadline,
+): SearchReads {
   const authorizeType = (resourceType: string): void => {
     checkType(resourceType);
     authorize(ctx, resourceType, 'search');
@@ -461,13 +464,14 @@ export function searchReads(ctx: FhirContext): SearchReads {
     async *resources(resourceType, filter) {
       authorizeType(resourceType);
       const query = filter ? { search: filterSearch(resourceType, filter) } : {};
+      const by = deadline();
       const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {
         ...query,
-        ...deadlineOf(ctx),
+        ...(by === undefined ? {} : { deadline: by }),
       });
       // The caller tests each resource (a `_has` over every Observation): between yields it shares
       // the event loop and keeps to the search's deadline, as the store's own reads do.
-      const pace = new SearchPace(ctx.deadline);
+      const pace = new SearchPace(by);
       for (const resource of page.resources) {
         if (pace.due) await pace.breathe();
         yield resource;
@@ -503,12 +507,24 @@ export async function searchResources(
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
+  // Parsed, its types authorized and its cost limits checked, before it waits for a turn of the
+  // project (`admitted`): a search refused outright answers at once, without queueing behind the
+  // project's running ones. Its chains then read with the deadline of its turn.
+  let turn = ctx;
   const parsed = await parseSearch(
     type,
     params,
     { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access) },
-    searchReads(ctx),
+    searchReads(ctx, () => turn.deadline),
   );
+  return admitted(ctx, (admittedCtx) => {
+    turn = admittedCtx;
+    return answerSearch(admittedCtx, type, parsed);
+  });
+}
+
+/** The page, total and includes of a parsed search, read in the search's turn. */
+async function answerSearch(ctx: FhirContext, type: string, parsed: ParsedSearch): Promise<SearchOutcome> {
   const { query, request } = parsed;
   const wanted = query.count ?? Infinity;
   const total = searchTotal(request);

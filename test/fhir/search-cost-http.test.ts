@@ -149,4 +149,34 @@ describe('search admission over HTTP', () => {
     expect((await queued).status).toBe(200);
     expect((await get(app, 'Patient?name=d')).status).toBe(200);
   });
+
+  it('refuses a search over the cost bounds at once, without waiting for a turn of the project', async () => {
+    const held = heldStore();
+    const app = await appOver(held.storage, {
+      searchAdmission: { maxConcurrent: 1, maxQueued: 1, maxWaitMs: 60_000 },
+    });
+    held.hold();
+    const first = get(app, 'Patient?name=a').then((r) => r);
+    await held.started;
+    const queued = get(app, 'Patient?name=b').then((r) => r);
+    // Turns and queue are full: an admissible search is refused with 429, a too-costly one is told
+    // what to change (400), not made to wait or throttled. So is a Bundle's search entry.
+    expect((await get(app, 'Patient?name=c')).status).toBe(429);
+    expectTooCostly(await get(app, `Patient?${repeated(31)}`), 'Patient');
+    expectTooCostly(await get(app, 'Patient?_offset=10001'), '_offset');
+    const batch = await request(app)
+      .post(BASE)
+      .set('Authorization', auth())
+      .set('Content-Type', 'application/fhir+json')
+      .send({
+        resourceType: 'Bundle',
+        type: 'batch',
+        entry: [{ request: { method: 'GET', url: 'Patient?_offset=10001' } }],
+      });
+    expect(batch.status).toBe(200);
+    expect(batch.body.entry[0].response.status).toMatch(/^400/);
+    held.release();
+    expect((await first).status).toBe(200);
+    expect((await queued).status).toBe(200);
+  });
 });
