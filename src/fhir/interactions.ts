@@ -12,6 +12,7 @@ import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { admitted, deadlineOf } from './costly-reads.js';
+import { refuseTooCostly } from './search-bounds.js';
 import { SearchPace } from '../storage/engine/search-pace.js';
 import {
   parseSearch,
@@ -451,10 +452,7 @@ export interface SearchOutcome extends ParsedSearch {
  * inner filter goes to the store as the query's `search`, without `where`: a store with search
  * indexes narrows the read by it (the caller tests each resource).
  */
-export function searchReads(
-  ctx: FhirContext,
-  deadline: () => number | undefined = () => ctx.deadline,
-): SearchReads {
+export function searchReads(ctx: FhirContext): SearchReads {
   const authorizeType = (resourceType: string): void => {
     checkType(resourceType);
     authorize(ctx, resourceType, 'search');
@@ -464,14 +462,13 @@ export function searchReads(
     async *resources(resourceType, filter) {
       authorizeType(resourceType);
       const query = filter ? { search: filterSearch(resourceType, filter) } : {};
-      const by = deadline();
       const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {
         ...query,
-        ...(by === undefined ? {} : { deadline: by }),
+        ...deadlineOf(ctx),
       });
       // The caller tests each resource (a `_has` over every Observation): between yields it shares
       // the event loop and keeps to the search's deadline, as the store's own reads do.
-      const pace = new SearchPace(by);
+      const pace = new SearchPace(ctx.deadline);
       for (const resource of page.resources) {
         if (pace.due) await pace.breathe();
         yield resource;
@@ -507,19 +504,18 @@ export async function searchResources(
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
-  // Parsed, its types authorized and its cost limits checked, before it waits for a turn of the
-  // project (`admitted`): a search refused outright answers at once, without queueing behind the
-  // project's running ones. Its chains then read with the deadline of its turn.
-  let turn = ctx;
-  const parsed = await parseSearch(
-    type,
-    params,
-    { ...limitsOf(ctx), ...options, storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access) },
-    searchReads(ctx, () => turn.deadline),
-  );
-  return admitted(ctx, (admittedCtx) => {
-    turn = admittedCtx;
-    return answerSearch(admittedCtx, type, parsed);
+  const all = [...params];
+  const parseOptions = {
+    ...limitsOf(ctx),
+    ...options,
+    storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access),
+  };
+  // A search its cost bounds refuse answers at once, without waiting for a turn of the project.
+  await refuseTooCostly(type, all, parseOptions.limits);
+  // Parsed in its turn: chains and `_has` are read while the predicate is compiled.
+  return admitted(ctx, async (turn) => {
+    const parsed = await parseSearch(type, all, parseOptions, searchReads(turn));
+    return answerSearch(turn, type, parsed);
   });
 }
 
