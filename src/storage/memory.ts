@@ -35,7 +35,7 @@ import type {
   Tombstone,
 } from './types.js';
 import { InvalidOptionError } from '../errors.js';
-import type { IndexerOption } from './search-index.js';
+import type { IndexerOption, WithMatcher } from './search-index.js';
 import { Indexing } from './engine/indexing.js';
 
 /** Options of `memoryStorage`. */
@@ -374,13 +374,13 @@ class MemoryStorage extends EngineStorage {
 }
 
 /** The memory store (see `memoryStorage` in `src/stores.ts`, which fills in the compartment). */
-export function createMemoryStorage(options: WithCompartment<MemoryStorageOptions>): Storage {
+export function createMemoryStorage(options: WithMatcher<WithCompartment<MemoryStorageOptions>>): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
     throw new InvalidOptionError('memoryStorage: exportChunkBytes must be a positive integer');
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend(checkHistoryRetention('memoryStorage', options.history));
-  const indexing = new Indexing(options.indexer);
+  const indexing = new Indexing(options.indexer, options.matcher);
   return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment, indexing);
 }

@@ -27,7 +27,7 @@ import { checkHistoryRetention } from '../history-retention.js';
 import { readFileHistory, readFileVersion } from './file-history.js';
 import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
-import type { IndexerOption } from '../search-index.js';
+import type { IndexerOption, WithMatcher } from '../search-index.js';
 import { Indexing } from '../engine/indexing.js';
 import { postSavedPostings } from './postings-file.js';
 
@@ -201,7 +201,7 @@ class FileStorage extends EngineStorage implements FileStore {
  *   permission, disk full), or repaired where a crash left a torn tail.
  */
 export async function createFileStorage(
-  options: WithCompartment<FileStorageOptions>,
+  options: WithMatcher<WithCompartment<FileStorageOptions>>,
   readerModule?: string,
   internal: { faults?: FaultHook; checkpointBytes?: number } = {},
 ): Promise<FileStore> {
@@ -220,7 +220,7 @@ export async function createFileStorage(
   checkPatientCompartment(compartment, 'fileStorage');
   const history = checkHistoryRetention('fileStorage', options.history);
   const dir = path.resolve(options.dir);
-  const indexing = new Indexing(options.indexer);
+  const indexing = new Indexing(options.indexer, options.matcher);
   const backend = new FileBackend({
     dir,
     sync: durability === 'fsync',
