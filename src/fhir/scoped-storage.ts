@@ -74,7 +74,8 @@ export async function permittedEntries(
  * goes through it, so none can step outside the user's patients.
  *
  * - Searches gain the compartment restriction (the store answers it from its compartment index: SQL
- *   on PostgreSQL), so totals and paging stay right.
+ *   on PostgreSQL), so totals and paging stay right, and the reach of their chains and `_has`
+ *   (`SearchRequest.reach`: each other type they read bounded to the user's patients for it).
  * - A read of a resource outside it is a 404, as if it did not exist (the read of a deleted one is
  *   still a 410); so is a version read (vread) of a version outside it.
  * - A history page keeps only the versions within it (without deletions; without `total` when

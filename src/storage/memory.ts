@@ -57,7 +57,8 @@ export interface MemoryStorageOptions {
    * write of the type posts its values (docs/fhir.md, "The embedded search index"). `false`: no
    * index, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
-   * parameter it is asked about: the store narrows searches by them.
+   * parameter it is asked about: the store narrows searches by them. What they do not answer
+   * exactly is tested by its `compileFilters`, or by the R4 matcher when it has none.
    * @default r4SearchIndexer (package entry: the FHIR R4 definitions)
    */
   indexer?: IndexerOption | false;
