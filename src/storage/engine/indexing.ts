@@ -38,7 +38,7 @@ export class Indexing {
    * store built without the package's factories).
    */
   async matcher(): Promise<SearchMatcher | undefined> {
-    const indexer = this.enabled ? await this.load() : undefined;
+    const indexer = this.enabled ? await this.load().catch(() => undefined) : undefined;
     if (indexer?.compileFilters) return indexer as SearchMatcher;
     return this.getMatcher();
   }
