@@ -35,12 +35,7 @@ try {
     const [type, q = ''] = search.split('?') as [string, string?];
     // The bench's costly searches pass the router's default bounds (bench/measure-costly-searches.ts).
     const limits = { maxSortKeys: 20, maxFilters: 100, maxOffset: 1_000_000 };
-    const parsed = await parseSearch(
-      type,
-      new URLSearchParams(q),
-      { storeAnswersSearch: true, limits },
-      allReads(),
-    );
+    const parsed = await parseSearch(type, new URLSearchParams(q), { limits }, allReads());
     const seen: { text: string; values: unknown[] }[] = [];
     const proto = pg.Client.prototype as unknown as Record<'query', (...args: unknown[]) => unknown>;
     const original = proto.query;

@@ -73,7 +73,7 @@ async function selectiveQuery(): Promise<{ query: ResourceQuery; label: string }
   );
   const label = `Patient?family=${rows[0]!.exact}&_total=accurate`;
   const params = new URLSearchParams({ family: rows[0]!.exact, _total: 'accurate', _count: '20' });
-  const parsed = await parseSearch('Patient', params, { storeAnswersSearch: true }, allReads());
+  const parsed = await parseSearch('Patient', params, {}, allReads());
   return { query: parsed.query, label };
 }
 

@@ -7,7 +7,6 @@ import { runInNewContext } from 'node:vm';
 import pg from 'pg';
 import { parseSearch } from '../src/fhir/search-query.js';
 import { searchTotal } from '../src/fhir/search-total.js';
-import type { SearchResolver } from '../src/search/match.js';
 import { postgresStorage } from '../src/postgres.js';
 import type { FhirResource, ResourceQuery, Storage } from '../src/storage/types.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../src/stores.js';
@@ -188,12 +187,6 @@ export async function measureStoreSearch(options: {
       collect();
       bytesPerResource = (process.memoryUsage().heapUsed - heapBefore) / resources.length;
     }
-    const answers = storage.answersSearch === true;
-    const resolver: SearchResolver = {
-      async *resources(type) {
-        yield* (await storage!.searchResources(PROJECT, type, {})).resources;
-      },
-    };
     const searches: SearchTiming[] = [];
     for (const q of queries(resources)) {
       options.log(`search: ${q.query}`);
@@ -203,12 +196,7 @@ export async function measureStoreSearch(options: {
       let query: ResourceQuery = {};
       for (let i = 0; i < options.reps + 1; i++) {
         const start = now();
-        const parsed = await parseSearch(
-          type,
-          new URLSearchParams(text),
-          { storeAnswersSearch: answers },
-          allReads(answers ? undefined : resolver),
-        );
+        const parsed = await parseSearch(type, new URLSearchParams(text), {}, allReads());
         // The total the FHIR search asks: none for a page, unless `_total` or a count asks.
         query = parsed.query;
         total = (

@@ -73,12 +73,7 @@ async function timeSearches(storage: Storage, name: string): Promise<void> {
     let total: number | undefined;
     for (let i = 0; i <= RUNS; i++) {
       const start = now();
-      const parsed = await parseSearch(
-        'Observation',
-        new URLSearchParams(text),
-        { storeAnswersSearch: storage.answersSearch === true },
-        allReads(),
-      );
+      const parsed = await parseSearch('Observation', new URLSearchParams(text), {}, allReads());
       const mode = searchTotal(parsed.request);
       const query: ResourceQuery = {
         ...parsed.query,

@@ -100,14 +100,7 @@ export async function timePgSearch(
   let query: ResourceQuery = {};
   for (let i = 0; i < runs + 2; i++) {
     const start = now();
-    const parsed = await parseSearch(
-      search.type,
-      new URLSearchParams(search.query),
-      {
-        storeAnswersSearch: true,
-      },
-      allReads(),
-    );
+    const parsed = await parseSearch(search.type, new URLSearchParams(search.query), {}, allReads());
     const page = await storage.searchResources(projectId, search.type, {
       ...parsed.query,
       total: searchTotal(parsed.request),

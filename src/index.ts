@@ -110,6 +110,8 @@ export {
   identifierFilter,
   idFilter,
   lastUpdatedFilters,
+  reachedSearch,
+  reachOf,
   typeSearch,
 } from './storage/search-request.js';
 export type * from './storage/search-request.js';
@@ -235,6 +237,8 @@ export { DirectoryExportFiles } from './bulk/directory-export-files.js';
 export { memoryStorage, fileStorage, openFileExportReader, r4SearchIndexer } from './stores.js';
 export type {
   DerivedParameter,
+  FilterResolver,
+  FilterTest,
   IndexerOption,
   ResourceIndexer,
   ResourceIndexEntries,

@@ -6,7 +6,7 @@ import { createFileStorage, type FileStorageOptions, type FileStore } from './st
 import { createMemoryStorage, type MemoryStorageOptions } from './storage/memory.js';
 import type { ExportReader, Storage } from './storage/types.js';
 import { loadR4Indexer } from './search/index-resource.js';
-import type { ResourceIndexer } from './storage/search-index.js';
+import type { ResourceIndexer, SearchMatcher } from './storage/search-index.js';
 
 // The storage adapters with this package's FHIR R4 defaults. `src/storage` knows nothing of
 // FHIR: the patient compartment reaches it as an option, filled in here (see docs/storage.md,
@@ -30,6 +30,13 @@ export function fileStoreModule(): string {
  * pays only for the parameters searched (docs/fhir.md, "The embedded search index").
  */
 export const r4SearchIndexer = (): Promise<ResourceIndexer> => loadR4Indexer({ composites: false });
+
+/**
+ * What the embedded stores test of a search that their postings do not answer exactly, whatever
+ * their `indexer` (none, or a host's own without `compileFilters`): the R4 matcher.
+ */
+const r4SearchMatcher = (): Promise<SearchMatcher> =>
+  loadR4Indexer({ composites: false }) as Promise<SearchMatcher>;
 
 const FILE_STORAGE_KEYS: OptionKeys<FileStorageOptions> = {
   dir: true,
@@ -70,7 +77,7 @@ export async function fileStorage(options: FileStorageOptions): Promise<FileStor
   // Workers rebuild only the default compartment: with another, exports run in this thread.
   const readerModule = compartment === R4_PATIENT_COMPARTMENT ? fileStoreModule() : undefined;
   return createFileStorage(
-    { ...options, compartment, indexer: options.indexer ?? r4SearchIndexer },
+    { ...options, compartment, indexer: options.indexer ?? r4SearchIndexer, matcher: r4SearchMatcher },
     readerModule,
   );
 }
@@ -99,5 +106,6 @@ export function memoryStorage(options: MemoryStorageOptions = {}): Storage {
     ...options,
     compartment: options.compartment ?? R4_PATIENT_COMPARTMENT,
     indexer: options.indexer ?? r4SearchIndexer,
+    matcher: r4SearchMatcher,
   });
 }

@@ -14,7 +14,6 @@ import { exportScope } from './export-audit.js';
 import { ExportJobManager } from './export-jobs.js';
 import { canExport, planExport } from './export-plan.js';
 import { scopedStorage, userDataAccess } from '../fhir/scoped-storage.js';
-import { storeAnswersSearch } from '../fhir/search-query.js';
 import { ExportPool } from './export-pool.js';
 import { KickoffLimits } from './kickoff-limits.js';
 import { parseKickoff, type ExportLevel } from './kickoff-params.js';
@@ -165,7 +164,6 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
           storage: access ? scopedStorage(storage, access) : storage,
           projectId,
           registry,
-          storeAnswersSearch: storeAnswersSearch(storage, access),
           canSee: (type) => canExport(principal, type),
           maxMatches: config.maxTypeFilterMatches,
         });

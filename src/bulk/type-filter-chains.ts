@@ -1,6 +1,6 @@
 import { FhirError } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
-import { compileSearchPredicate, referenceKeys, type SearchResolver } from '../search/match.js';
+import { referenceKeys } from '../search/match.js';
 import type { ResourceQuery } from '../storage/query-types.js';
 import {
   filterSearch,
@@ -18,20 +18,16 @@ import type { TypeFilterSearch } from './type-filter.js';
  * `_typeFilter` is answered once, at kick-off, by the store's own search (through the caller's
  * view of it): `subject:Patient.name=Smith` becomes `subject` = one of the matching `Patient/<id>`s,
  * `_has:Observation:patient:code=1234` becomes `_id` = one of the ids those Observations point at.
- * Deeper levels stay with the store, which answers chains and `_has` itself.
+ * Deeper levels stay with the store, which answers chains and `_has` itself (for a SMART user,
+ * within the reach its view puts in the search).
  */
 
 /** What resolving the chains of `_typeFilter` searches needs. */
 export interface TypeFilterChainContext {
   /** The store as the caller sees it (a SMART user's `scopedStorage`), so nothing outside its reach matches. */
-  storage: Pick<StorageOperations, 'searchResources' | 'answersSearch'>;
+  storage: Pick<StorageOperations, 'searchResources'>;
   projectId: string;
   registry: SearchRegistry;
-  /**
-   * The store alone decides a search's filters (PostgreSQL with its search indexes, not for a SMART
-   * user: see `storeAnswersSearch` in src/fhir/search-query.ts); else each match is also tested here.
-   */
-  storeAnswersSearch: boolean;
   /** May the caller see resources of this type? A chain through one it may not is a 403. */
   canSee(resourceType: string): boolean;
   /** Most resources one chain or `_has` may match (`maxTypeFilterMatches`); beyond it, a 400. */
@@ -54,7 +50,6 @@ export async function resolveTypeFilterChains(
   types: readonly string[],
   ctx: TypeFilterChainContext,
 ): Promise<TypeFilterSearch[]> {
-  const resolver = chainResolver(ctx);
   const out: TypeFilterSearch[] = [];
   for (const search of searches) {
     if (!types.includes(search.resourceType) || search.filters.every((f) => f.kind === 'parameter')) {
@@ -65,9 +60,7 @@ export async function resolveTypeFilterChains(
     const filters: SearchFilter[] = [];
     for (const filter of search.filters) {
       filters.push(
-        filter.kind === 'parameter'
-          ? filter
-          : await resolveFilter(search.resourceType, filter, ctx, resolver),
+        filter.kind === 'parameter' ? filter : await resolveFilter(search.resourceType, filter, ctx),
       );
     }
     out.push({ resourceType: search.resourceType, filters });
@@ -80,12 +73,11 @@ async function resolveFilter(
   resourceType: string,
   filter: Exclude<SearchFilter, ParameterFilter>,
   ctx: TypeFilterChainContext,
-  resolver: SearchResolver,
 ): Promise<ParameterFilter> {
   if (filter.kind === 'chain') {
     const values: ReferenceSearchValue[] = [];
     for (const type of filter.targetTypes) {
-      for await (const target of matches(type, filter.filter, ctx, resolver, values.length)) {
+      for await (const target of matches(type, filter.filter, ctx, values.length)) {
         values.push({ type: 'reference', resourceType: type, id: target.id });
       }
     }
@@ -93,7 +85,7 @@ async function resolveFilter(
   }
   const ids = new Set<string>();
   const prefix = `${resourceType}/`;
-  for await (const source of matches(filter.resourceType, filter.filter, ctx, resolver, 0)) {
+  for await (const source of matches(filter.resourceType, filter.filter, ctx, 0)) {
     for (const key of referenceKeys(ctx.registry, source, filter.referenceParam))
       if (key.startsWith(prefix)) ids.add(key.slice(prefix.length));
   }
@@ -109,7 +101,6 @@ async function* matches(
   type: string,
   filter: SearchFilter,
   ctx: TypeFilterChainContext,
-  resolver: SearchResolver,
   before: number,
 ): AsyncGenerator<StoredResource> {
   checkSee(ctx, type);
@@ -119,10 +110,6 @@ async function* matches(
     count: PAGE,
     total: 'none',
   };
-  if (!ctx.storeAnswersSearch) {
-    query.where = await compileSearchPredicate(ctx.registry, [filter], resolver);
-    query.whereIsSearch = true;
-  }
   let found = before;
   for (;;) {
     const page = await ctx.storage.searchResources(ctx.projectId, type, query);
@@ -149,18 +136,4 @@ function checkSee(ctx: TypeFilterChainContext, type: string): void {
       expression: ['_typeFilter'],
     });
   }
-}
-
-/**
- * How a deeper chain or `_has` reads the resources of another type (what the store does not answer
- * itself): through the caller's view, each type checked first.
- */
-function chainResolver(ctx: TypeFilterChainContext): SearchResolver {
-  return {
-    async *resources(type, filter) {
-      checkSee(ctx, type);
-      const query = filter ? { search: filterSearch(type, filter) } : {};
-      yield* (await ctx.storage.searchResources(ctx.projectId, type, query)).resources;
-    },
-  };
 }

@@ -1,4 +1,10 @@
-import { compartmentSearch, idFilter, lastUpdatedFilters, typeSearch } from '../storage/search-request.js';
+import {
+  compartmentSearch,
+  idFilter,
+  lastUpdatedFilters,
+  typeSearch,
+  type SearchFilter,
+} from '../storage/search-request.js';
 import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { typedTail } from '../search/parse-value.js';
@@ -105,10 +111,8 @@ async function referencedIds(
     }
   };
   for (const type of sources) {
-    const where = await careDateTest(ctx, type, params);
     const page = await ctx.storage.searchResources(ctx.projectId, type, {
-      search: compartmentSearch(type, [patientId]),
-      ...(where ? { where } : {}),
+      search: compartmentSearch(type, [patientId], await careDateFilters(ctx, type, params)),
       ...deadlineOf(ctx),
     });
     for (const resource of page.resources) visit(resource);
@@ -117,22 +121,23 @@ async function referencedIds(
 }
 
 /**
- * The test of `start` / `end` for resources of `type`: its R4 `date` search parameter searched with
- * `ge<start>` and `le<end>` (a resource without a date fails it). Undefined when neither is given,
- * for the Patient, and for types without a `date` parameter (all of whose resources are kept).
+ * The filters of `start` / `end` for resources of `type`: its R4 `date` search parameter searched
+ * with `ge<start>` and `le<end>` (a resource without a date fails them), for the store to answer.
+ * None when neither is given, for the Patient, and for types without a `date` parameter (all of
+ * whose resources are kept).
  */
-async function careDateTest(
+async function careDateFilters(
   ctx: FhirContext,
   type: string,
   params: EverythingParams,
-): Promise<ResourceQuery['where'] | undefined> {
-  if ((params.start === undefined && params.end === undefined) || type === 'Patient') return undefined;
+): Promise<SearchFilter[]> {
+  if ((params.start === undefined && params.end === undefined) || type === 'Patient') return [];
   const registry = await loadSearchRegistry();
-  if (registry.get(type, 'date')?.type !== 'date') return undefined;
+  if (registry.get(type, 'date')?.type !== 'date') return [];
   const values: [string, string][] = [];
   if (params.start !== undefined) values.push(['date', `ge${params.start}`]);
   if (params.end !== undefined) values.push(['date', `le${params.end}`]);
-  return (await parseSearch(type, values, {}, searchReads(ctx))).query.where;
+  return (await parseSearch(type, values, {}, searchReads(ctx))).request.filters;
 }
 
 /**
@@ -174,9 +179,11 @@ async function walkPatient(
     const query: ResourceQuery = { count: limit - out.length, total: 'none', ...deadlineOf(ctx) };
     const since = params.since === undefined ? [] : lastUpdatedFilters({ ge: params.since });
     if (isCompartmentType(type)) {
-      query.search = compartmentSearch(type, [patientId], since);
-      const where = await careDateTest(ctx, type, params);
-      if (where) query.where = where;
+      query.search = compartmentSearch(
+        type,
+        [patientId],
+        [...since, ...(await careDateFilters(ctx, type, params))],
+      );
       if (resume?.lastUpdated !== undefined) query.after = { id: resume.id, lastUpdated: resume.lastUpdated };
     } else {
       references ??= await referencedIds(ctx, patientId, types.filter(isCompartmentType), params);

@@ -7,20 +7,12 @@ import type { FhirResource, ResourcePage, ResourceQuery, StoredResource } from '
 import { rewriteReferences } from './bundle-entries.js';
 import { applyPatchDocument, type PatchDocument } from './patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
-import { filterSearch } from '../storage/search-request.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { admitted, deadlineOf } from './costly-reads.js';
 import { refuseTooCostly } from './search-bounds.js';
-import { SearchPace } from '../storage/engine/search-pace.js';
-import {
-  parseSearch,
-  storeAnswersSearch,
-  type ParsedSearch,
-  type SearchQueryOptions,
-  type SearchReads,
-} from './search-query.js';
+import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
 import type { FhirContext } from './context.js';
@@ -65,12 +57,7 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const { query, applied } = await parseSearch(
-    type,
-    params,
-    { storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access), ...limitsOf(ctx) },
-    searchReads(ctx),
-  );
+  const { query, applied } = await parseSearch(type, params, limitsOf(ctx), searchReads(ctx));
   if (options.requireCriteria && applied.length === 0) {
     throw new FhirError(412, 'invalid', 'Conditional criteria must name at least one search parameter');
   }
@@ -445,34 +432,16 @@ export interface SearchOutcome extends ParsedSearch {
 }
 
 /**
- * How a chained or reverse-chained search reaches the resources of another type: each type
+ * How a chained or reverse-chained search may reach the resources of another type: each type
  * authorized for search when the search is planned (a chain must not reveal what the principal may
- * not search, whichever store answers it), then, unless the store answers the chain itself, the
- * current ones of the principal's project read through `ctx.storage` (a SMART user's view). The
- * inner filter goes to the store as the query's `search`, without `where`: a store with search
- * indexes narrows the read by it (the caller tests each resource).
+ * not search). The store answers the chain itself, through `ctx.storage` (a SMART user's view puts
+ * the user's reach in the search).
  */
 export function searchReads(ctx: FhirContext): SearchReads {
-  const authorizeType = (resourceType: string): void => {
-    checkType(resourceType);
-    authorize(ctx, resourceType, 'search');
-  };
   return {
-    authorize: authorizeType,
-    async *resources(resourceType, filter) {
-      authorizeType(resourceType);
-      const query = filter ? { search: filterSearch(resourceType, filter) } : {};
-      const page = await ctx.storage.searchResources(ctx.projectId, resourceType, {
-        ...query,
-        ...deadlineOf(ctx),
-      });
-      // The caller tests each resource (a `_has` over every Observation): between yields it shares
-      // the event loop and keeps to the search's deadline, as the store's own reads do.
-      const pace = new SearchPace(ctx.deadline);
-      for (const resource of page.resources) {
-        if (pace.due) await pace.breathe();
-        yield resource;
-      }
+    authorize(resourceType) {
+      checkType(resourceType);
+      authorize(ctx, resourceType, 'search');
     },
   };
 }
@@ -505,11 +474,7 @@ export async function searchResources(
   checkType(type);
   authorize(ctx, type, 'search');
   const all = [...params];
-  const parseOptions = {
-    ...limitsOf(ctx),
-    ...options,
-    storeAnswersSearch: storeAnswersSearch(ctx.storage, ctx.access),
-  };
+  const parseOptions = { ...limitsOf(ctx), ...options };
   // A search its cost bounds refuse answers at once, without waiting for a turn of the project.
   await refuseTooCostly(type, all, parseOptions.limits);
   // Parsed in its turn: chains and `_has` are read while the predicate is compiled.

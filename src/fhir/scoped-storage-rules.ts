@@ -25,10 +25,6 @@ const EXPORTS = {
  * own members, say).
  */
 export const SCOPED_MEMBER_RULES = {
-  answersSearch: {
-    passes: 'how the store searches; every search of the view still goes through its checked searchResources',
-  },
-
   createProject: ADMINISTRATION,
   readProject: { passes: "the project's own settings (strict mode), no patient data" },
   updateProject: ADMINISTRATION,

@@ -1,10 +1,16 @@
-import { dataAccess, limitCompartment, type DataAccess } from '../auth/access/data-access.js';
+import {
+  dataAccess,
+  limitCompartment,
+  type DataAccess,
+  type PatientLimit,
+} from '../auth/access/data-access.js';
 import type { ResourceAction } from '../auth/access/access.js';
 import { PlatformError } from '../errors.js';
 import type { Principal } from '../http/principal.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError } from '../storage/errors.js';
-import { typeSearch } from '../storage/search-request.js';
+import { reachOf, typeSearch } from '../storage/search-request.js';
+import { typesReadByFilters } from '../search/types-read.js';
 import type {
   FhirResource,
   HistoryEntry,
@@ -68,7 +74,8 @@ export async function permittedEntries(
  * goes through it, so none can step outside the user's patients.
  *
  * - Searches gain the compartment restriction (the store answers it from its compartment index: SQL
- *   on PostgreSQL), so totals and paging stay right.
+ *   on PostgreSQL), so totals and paging stay right, and the reach of their chains and `_has`
+ *   (`SearchRequest.reach`: each other type they read bounded to the user's patients for it).
  * - A read of a resource outside it is a 404, as if it did not exist (the read of a deleted one is
  *   still a 410); so is a version read (vread) of a version outside it.
  * - A history page keeps only the versions within it (without deletions; without `total` when
@@ -88,19 +95,32 @@ export function scopedStorage<T extends StorageOperations>(storage: T, access: D
 }
 
 /**
- * `query` limited to the user's patients (`limit`): the compartment filter of its search narrowed
- * to them (a search of the type without filters when it has none).
+ * `query` limited to what the user reaches (`access`), in its search only: the compartment of the
+ * search narrowed to the user's patients for the type (`limit`, when the type is limited; a search
+ * of the type without filters when it has none), and each other type its chains and `_has` read
+ * bounded in `reach` to the user's patients for that type, so that the store (in SQL on
+ * PostgreSQL) never matches through a resource outside it. Unchanged when nothing is limited.
  */
-function withinReach(type: string, query: ResourceQuery, limit: readonly string[]): ResourceQuery {
-  const search = query.search?.resourceType === type ? query.search : typeSearch(type);
-  const compartment = limitCompartment(search.compartment?.ids, limit);
-  // A chain or `_has` must find its other resources within reach too: `where` tests them through
-  // this view (its resolver), so a store must not skip it on its own indexes' word.
-  const reaching = search.filters.some((f) => f.kind !== 'parameter');
+async function withinReach(
+  type: string,
+  query: ResourceQuery,
+  limit: PatientLimit,
+  access: DataAccess,
+): Promise<ResourceQuery> {
+  const own = query.search?.resourceType === type ? query.search : undefined;
+  const reach = { ...own?.reach };
+  for (const read of typesReadByFilters(own?.filters ?? [])) {
+    const bound = await access.limit(read, 'search');
+    if (bound === undefined) continue;
+    reach[read] = { compartment: 'Patient', ids: limitCompartment(reachOf(own, read)?.ids, bound) ?? [] };
+  }
+  const reached = Object.keys(reach).length > 0 ? { reach } : {};
+  if (limit === undefined) return own && reached.reach ? { ...query, search: { ...own, ...reached } } : query;
+  const search = own ?? typeSearch(type);
+  const compartment = limitCompartment(search.compartment?.ids, limit) ?? [];
   return {
     ...query,
-    search: { ...search, compartment: { compartment: 'Patient', ids: compartment ?? [] } },
-    ...(reaching ? { whereIsSearch: false } : {}),
+    search: { ...search, compartment: { compartment: 'Patient', ids: compartment }, ...reached },
   };
 }
 
@@ -120,8 +140,7 @@ function checkedMembers(storage: Storage, access: DataAccess): Pick<Storage, Che
     },
     async searchResources(projectId: string, type: string, query: ResourceQuery = {}): Promise<ResourcePage> {
       const limit = await access.limit(type, 'search');
-      if (limit === undefined) return storage.searchResources(projectId, type, query);
-      return storage.searchResources(projectId, type, withinReach(type, query, limit));
+      return storage.searchResources(projectId, type, await withinReach(type, query, limit, access));
     },
     async createResource(projectId: string, resource: FhirResource): Promise<StoredResource> {
       // A create's id is the server's: there is no current resource to check.

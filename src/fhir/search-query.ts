@@ -2,14 +2,12 @@ import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
 import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit-event-search.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
-import { compileSearchPredicate, type SearchResolver } from '../search/match.js';
 import { parseSearchRequest, type IgnoredParameter } from '../search/parse.js';
 import { typesReadByFilters } from '../search/types-read.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { ParameterFilter, SearchRequest } from '../storage/search-request.js';
 import { sortValuesOf } from '../search/sort-values.js';
-import type { ResourceCursor, ResourceQuery, StorageOperations, StoredResource } from '../storage/types.js';
-import type { DataAccess } from '../auth/access/data-access.js';
+import type { ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
 import { patientSearchParams } from './compartment.js';
 import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
 
@@ -24,39 +22,19 @@ export interface SearchQueryOptions {
   defaultCount?: number;
   /** Largest page size; a larger `_count` is lowered to it. @default 1000 */
   maxCount?: number;
-  /**
-   * The store answers `query.search` itself (`StorageOperations.answersSearch`): `where` then
-   * carries only this module's own predicates (AuditEvent's), not the compiled search, and chains
-   * and `_has` are resolved by the store. @internal
-   */
-  storeAnswersSearch?: boolean;
   /** Bounds on what the search may ask (400 `too-costly` beyond). @default SEARCH_COST_DEFAULTS */
   limits?: SearchCostLimits;
 }
 
 /**
- * How a search reaches resources of other types (chains and `_has`): `authorize` is asked, when the
- * search is planned and before anything is read, about every type its filters read (see
- * `typesReadByFilters`) and throws a 403 `FhirError` for one the caller may not search; `resources`
- * reads them when this module answers the chain itself. Required of every caller, whichever store
- * answers the search: a store that answers chains itself (PostgreSQL) reads them unchecked.
+ * How a search may reach resources of other types (chains and `_has`): `authorize` is asked, when
+ * the search is planned and before anything is read, about every type its filters read (see
+ * `typesReadByFilters`) and throws a 403 `FhirError` for one the caller may not search. The store
+ * then answers the chains itself (within the search's `reach` for a SMART user, see
+ * `scopedStorage`).
  */
-export interface SearchReads extends SearchResolver {
+export interface SearchReads {
   authorize(resourceType: string): void;
-}
-
-/**
- * Whether `storage` alone decides a search's filters (`StorageOperations.answersSearch`), for a
- * principal whose reach is `access`. Not for a SMART user: a store that answers chains and `_has`
- * itself (PostgreSQL) reads every resource of the project for them, so the filters are also tested
- * in `where`, with chains through the user's own view; the store's answer, a superset, is narrowed
- * by them. The one rule for the FHIR searches and bulk export's `_typeFilter` chains.
- */
-export function storeAnswersSearch(
-  storage: Pick<StorageOperations, 'answersSearch'>,
-  access: DataAccess | undefined,
-): boolean {
-  return storage.answersSearch === true && access === undefined;
 }
 
 /** A type-level search, parsed and turned into a storage query. */
@@ -96,13 +74,11 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
 /**
  * Parses a type-level search (`GET [base]/[type]?…`, a batch `GET` entry, a conditional
  * interaction's criteria) with the R4 search module (`src/search`) and turns it into a storage
- * query: the parsed search is the query's `search` (the store reads `_id`, `_lastUpdated` and
- * `identifier` out of it itself; Patient references of compartment parameters add a compartment to
- * it), and, unless the store answers the search, a predicate compiled from its filters (`where`)
- * decides. Every type a chain or `_has` reads is authorized
- * through `reads` first (403), whoever answers the search; unless the store answers them itself,
- * they read the resources they need through it. `AuditEvent`'s own parameters keep their predicates
- * (`auditSearchPredicate`: an agent's bare id also matches its identifier).
+ * query: the parsed search is the query's `search`, which the store answers wholly (chains and
+ * `_has` included; Patient references of compartment parameters add a compartment to it, which the
+ * store narrows by). Every type a chain or `_has` reads is authorized through `reads` first (403).
+ * `AuditEvent`'s own parameters are the one `where` (`auditSearchPredicate`: an agent's bare id
+ * also matches its identifier).
  *
  * `_sort` becomes the stores' `sort` or an `order` by the keys' values (see `orderQuery`); `_cursor`
  * (what the paging links carry, see `search-cursor.ts`) becomes `after` / `before`. The result
@@ -203,13 +179,10 @@ export async function parseSearch(
   if (compartment !== undefined)
     query.search = { ...request, compartment: { compartment: 'Patient', ids: compartment } };
 
-  const tests = [...auditTests];
-  if (request.filters.length > 0 && options.storeAnswersSearch !== true)
-    tests.push(await compileSearchPredicate(registry, request.filters, reads));
-  // Only the search's own filters: a store that answers them all exactly may skip the predicate.
-  if (auditTests.length === 0 && tests.length === 1) query.whereIsSearch = true;
-  if (tests.length === 1) query.where = tests[0];
-  else if (tests.length > 1) query.where = (resource) => tests.every((test) => test(resource));
+  // The store answers the search; `where` holds only AuditEvent's own tests.
+  const [firstTest] = auditTests;
+  if (auditTests.length === 1) query.where = firstTest;
+  else if (auditTests.length > 1) query.where = (resource) => auditTests.every((test) => test(resource));
 
   const { order } = query;
   return {

@@ -4,6 +4,7 @@ import type { FhirResource } from '../storage/types.js';
 import { compilePath, typedValues, type CompiledPath } from './compiled-paths.js';
 import { loadSearchRegistry, type SearchParameterDefinition, type SearchRegistry } from './definitions.js';
 import { derivedParameters } from './derived-parameters.js';
+import { compileSearchPredicate } from './match.js';
 import { convert, extractComposite, extractValues } from './extract.js';
 
 /** Bump when the index values of a resource change for the same definitions (a normalization fix). */
@@ -138,6 +139,7 @@ export function createResourceIndexer(
       const def = registry.get(resourceType, 'identifier');
       return def?.branches.length === 1 && def.branches[0]!.expression === `${resourceType}.identifier`;
     },
+    compileFilters: (filters, resolver) => compileSearchPredicate(registry, filters, resolver),
     index(resource: FhirResource, codes?: ReadonlySet<string>): ResourceIndexEntries {
       const entries: ResourceIndexEntries = {};
       for (const { code, index } of indexersOf(resource.resourceType)) {

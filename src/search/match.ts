@@ -1,5 +1,6 @@
 import { SearchParameterError } from './search-error.js';
 import type { FhirResource } from '../storage/types.js';
+import type { FilterResolver, FilterTest } from '../storage/search-index.js';
 import type { SearchRegistry } from './definitions.js';
 import { extractComposite, extractValues } from './extract.js';
 import type {
@@ -24,21 +25,13 @@ import type {
 } from '../storage/search-request.js';
 
 /**
- * How a chain or a reverse chain reads other resources: the current resources of a type, of the
- * searching project only, that may match `filter` (the chain's or `_has`'s inner filter, tested
- * again on each one). Any superset of the resources that match is correct (a store may narrow
- * with its indexes, see `searchReads` in src/fhir/interactions.ts); iterables and async
- * iterables are both accepted.
+ * How a chain or a reverse chain reads other resources (see `FilterResolver`): a store's matcher
+ * reads them through the store itself, within the search's reach.
  */
-export interface SearchResolver {
-  resources(
-    resourceType: string,
-    filter?: SearchFilter,
-  ): Iterable<FhirResource> | AsyncIterable<FhirResource>;
-}
+export type SearchResolver = FilterResolver;
 
 /** A compiled test of a search's filters on one resource. */
-export type SearchPredicate = (resource: FhirResource) => boolean;
+export type SearchPredicate = FilterTest;
 
 /**
  * Date prefixes over ranges: the search value stands for `[ps, pe)`, the element for `[rs, re)`

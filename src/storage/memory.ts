@@ -35,7 +35,7 @@ import type {
   Tombstone,
 } from './types.js';
 import { InvalidOptionError } from '../errors.js';
-import type { IndexerOption } from './search-index.js';
+import type { IndexerOption, WithMatcher } from './search-index.js';
 import { Indexing } from './engine/indexing.js';
 
 /** Options of `memoryStorage`. */
@@ -57,7 +57,8 @@ export interface MemoryStorageOptions {
    * write of the type posts its values (docs/fhir.md, "The embedded search index"). `false`: no
    * index, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
-   * parameter it is asked about: the store narrows searches by them.
+   * parameter it is asked about: the store narrows searches by them. What they do not answer
+   * exactly is tested by its `compileFilters`, or by the R4 matcher when it has none.
    * @default r4SearchIndexer (package entry: the FHIR R4 definitions)
    */
   indexer?: IndexerOption | false;
@@ -374,13 +375,13 @@ class MemoryStorage extends EngineStorage {
 }
 
 /** The memory store (see `memoryStorage` in `src/stores.ts`, which fills in the compartment). */
-export function createMemoryStorage(options: WithCompartment<MemoryStorageOptions>): Storage {
+export function createMemoryStorage(options: WithMatcher<WithCompartment<MemoryStorageOptions>>): Storage {
   const chunkBytes = options.exportChunkBytes ?? 1024 * 1024;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) {
     throw new InvalidOptionError('memoryStorage: exportChunkBytes must be a positive integer');
   }
   checkPatientCompartment(options.compartment, 'memoryStorage');
   const backend = new MemoryBackend(checkHistoryRetention('memoryStorage', options.history));
-  const indexing = new Indexing(options.indexer);
+  const indexing = new Indexing(options.indexer, options.matcher);
   return new MemoryStorage(new Engine(backend), backend, chunkBytes, options.compartment, indexing);
 }

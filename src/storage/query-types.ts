@@ -33,27 +33,22 @@ export interface IdentifierToken {
 export interface ResourceQuery {
   /**
    * What the matches satisfy: the parsed FHIR search (plain, structured-cloneable data; its
-   * `resourceType` is the one searched), its filters ANDed with its `compartment`. Every store
-   * answers its `compartment`, a plain `_id`, a one-value `_lastUpdated` (`eq`, `gt`, `ge`, `lt`,
-   * `le`) and, when its indexer says the type's `identifier` parameter is the top-level element
-   * (`ResourceIndexer.identifierIndexed`), a plain `identifier` from what it keeps of each version;
-   * a store with search indexes (the package's three, given an indexer) answers the other filters
-   * from them. A filter a store's indexes cannot answer is tested by `where` (see
-   * `StorageOperations.answersSearch`). Its result parameters (`count`, `offset`, `sort`,
-   * `include`, …) are the caller's: paging and order are the fields below.
+   * `resourceType` is the one searched), its filters (chains and `_has` included) ANDed with its
+   * `compartment`, chains and `_has` within its `reach`. Every store answers all of it: a plain
+   * `_id`, a one-value `_lastUpdated` and `compartment` from what it keeps of each version, the
+   * other filters from its search indexes (PostgreSQL: in SQL), and what its indexes cannot answer
+   * exactly by testing each candidate with its indexer's matcher
+   * (`ResourceIndexer.compileFilters`; the memory and file stores). Its result parameters
+   * (`count`, `offset`, `sort`, `include`, …) are the caller's: paging and order are the fields
+   * below.
    * @see https://hl7.org/fhir/R4/search.html
    */
   search?: SearchRequest;
   /**
-   * A further test of the caller's on each match of `search`. Runs in the caller's thread;
-   * adapters call it on a private copy.
+   * A further test of the caller's own on each match of `search` (never the search's filters,
+   * which the store answers). Runs in the caller's thread; adapters call it on a private copy.
    */
   where?: (resource: StoredResource) => boolean;
-  /**
-   * `where` tests exactly the filters of `search` (none of the caller's own): a store whose
-   * indexes answer every filter exactly may skip it. @internal
-   */
-  whereIsSearch?: boolean;
   /** Default: `_lastUpdated`, ties broken by id. Ignored when `order` is given. */
   sort?: '_lastUpdated' | '-_lastUpdated' | '_id' | '-_id';
   /**

@@ -1,4 +1,5 @@
 import type { CompositeIndexValue, IndexValue } from './index-values.js';
+import type { SearchFilter } from './search-request.js';
 import type { FhirResource } from './types.js';
 
 /*
@@ -49,7 +50,39 @@ export interface ResourceIndexer {
    * goes to the search index like any other).
    */
   identifierIndexed?(resourceType: string): boolean;
+  /**
+   * Compiles search filters (ANDed) into a test of one resource, with FHIR R4 search semantics:
+   * what a store tests of the filters its own indexes cannot answer exactly (the memory and file
+   * stores' postings answer most, never every, filter). Chains and `_has` read the resources they
+   * reach through `resolver`, which the store answers from itself (within the search's `reach`).
+   * Omitted: the store falls back to the matcher it was built with, if any (the package's stores
+   * always have the R4 one), else refuses a search it cannot answer.
+   * @see https://hl7.org/fhir/R4/search.html
+   */
+  compileFilters?(filters: readonly SearchFilter[], resolver: FilterResolver): Promise<FilterTest>;
 }
+
+/**
+ * How a compiled search test reads the resources of other types a chain or `_has` reaches: the
+ * current resources of `resourceType`, of the searching project only, that may match `filter` (the
+ * chain's or `_has`'s inner filter, tested again on each one). Any superset of those that match is
+ * correct; iterables and async iterables are both accepted.
+ */
+export interface FilterResolver {
+  resources(
+    resourceType: string,
+    filter?: SearchFilter,
+  ): Iterable<FhirResource> | AsyncIterable<FhirResource>;
+}
+
+/** A compiled test of a search's filters on one resource. */
+export type FilterTest = (resource: FhirResource) => boolean;
+
+/** What compiles search filters into a test: an indexer's {@link ResourceIndexer.compileFilters}. */
+export type SearchMatcher = Required<Pick<ResourceIndexer, 'compileFilters'>>;
+
+/** A store's matcher: the matcher itself, or a loader the store calls (once) before its first use. */
+export type MatcherOption = SearchMatcher | (() => Promise<SearchMatcher>);
 
 /**
  * A search parameter answered from others of the same type:
@@ -90,3 +123,9 @@ export function indexerGetter(option: IndexerOption | undefined): () => Promise<
     return loading;
   };
 }
+
+/**
+ * A store factory's options with the matcher the package fills in (`src/stores.ts`: the R4 one),
+ * used when the indexer has no `compileFilters` or there is no indexer (`indexer: false`).
+ */
+export type WithMatcher<T> = T & { matcher?: MatcherOption };

@@ -237,6 +237,14 @@ export interface SearchRequest {
   filters: SearchFilter[];
   /** ANDed with `filters`: only resources in one of these patients' compartments. */
   compartment?: CompartmentFilter;
+  /**
+   * What the resources the search's chains and `_has` read must lie within, by their type (a SMART
+   * user's reach, see `scopedStorage`): a referenced or referencing resource of a listed type
+   * counts only when it is in one of the compartments given (in none when `ids` is empty); a type
+   * not listed is not bounded. It holds at every depth. The searched type's own resources are
+   * bounded by `compartment`, not by this.
+   */
+  reach?: Record<string, CompartmentFilter>;
   /** `_sort` keys in order; empty: the store's default order. */
   sort: SortKey[];
   include: IncludeTarget[];
@@ -258,6 +266,32 @@ export interface SearchRequest {
  */
 export function filterSearch(resourceType: string, filter: SearchFilter): SearchRequest {
   return typeSearch(resourceType, [filter]);
+}
+
+/** The compartment `search`'s `reach` bounds the resources of `resourceType` to, if any. */
+export function reachOf(
+  search: Pick<SearchRequest, 'reach'> | undefined,
+  resourceType: string,
+): CompartmentFilter | undefined {
+  const reach = search?.reach;
+  return reach && Object.hasOwn(reach, resourceType) ? reach[resourceType] : undefined;
+}
+
+/**
+ * The search a store runs to resolve a chain or `_has` of `outer` through `resourceType`: by
+ * `filter` (none: every resource of the type), within `outer`'s reach (its compartment for the
+ * type, and the reach itself for deeper levels).
+ */
+export function reachedSearch(
+  outer: Pick<SearchRequest, 'reach'> | undefined,
+  resourceType: string,
+  filter?: SearchFilter,
+): SearchRequest {
+  const search = filter ? filterSearch(resourceType, filter) : typeSearch(resourceType);
+  const bound = reachOf(outer, resourceType);
+  if (bound) search.compartment = bound;
+  if (outer?.reach) search.reach = outer.reach;
+  return search;
 }
 
 /** A search of `resourceType` by `filters` (ANDed; none: every resource of the type). */

@@ -71,13 +71,6 @@ export interface PatientCompartment {
 
 /** Reads and writes that may run inside an atomic `transaction`. */
 export interface StorageOperations {
-  /**
-   * Set by a store that answers `ResourceQuery.search` itself, from its own indexes (PostgreSQL with
-   * an indexer): the caller then puts in `where` only its own predicates, not the search's.
-   * @internal
-   */
-  readonly answersSearch?: true;
-
   // Projects
   createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord>;
   readProject(id: string): Promise<ProjectRecord>;

@@ -6,6 +6,7 @@ import { historyStorageContract } from './history-contract.js';
 import { recordsStorageContract } from './records-contract.js';
 import { identifierSearchStorageContract } from './identifier-search-contract.js';
 import { resourcesStorageContract } from './resources-contract.js';
+import { searchFiltersStorageContract } from './search-filters-contract.js';
 import { searchTotalStorageContract } from './search-total-contract.js';
 import { transactionsStorageContract } from './transactions-contract.js';
 import { userListStorageContract } from './user-list-contract.js';
@@ -40,6 +41,7 @@ export function runStorageContract(name: string, makeStorage: MakeStorage): void
     resourcesStorageContract(() => storage);
     identifierSearchStorageContract(() => storage);
     searchTotalStorageContract(() => storage);
+    searchFiltersStorageContract(() => storage);
     transactionsStorageContract(() => storage);
     userListStorageContract(() => storage);
     historyStorageContract(() => storage);

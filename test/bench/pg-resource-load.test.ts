@@ -125,9 +125,7 @@ if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
         ['Observation', 'date=ge2000-01&date=lt2010-01'],
         ['Observation', 'subject:Patient.name=Lemke'],
       ] as const) {
-        const query = (
-          await parseSearch(type, new URLSearchParams(q), { storeAnswersSearch: true }, allReads())
-        ).query;
+        const query = (await parseSearch(type, new URLSearchParams(q), {}, allReads())).query;
         const [a, b] = await Promise.all(
           [viaStore, viaCopy].map(async ({ storage }) => {
             const page = await storage.searchResources(PROJECT, type, { ...query, count: 1000 });
@@ -171,14 +169,7 @@ if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
       expect(Date.parse(updated!.resource!.meta.lastUpdated)).toBeGreaterThanOrEqual(
         Date.parse(loaded.meta.lastUpdated),
       );
-      const query = (
-        await parseSearch(
-          'Patient',
-          new URLSearchParams('name=Zyxwv'),
-          { storeAnswersSearch: true },
-          allReads(),
-        )
-      ).query;
+      const query = (await parseSearch('Patient', new URLSearchParams('name=Zyxwv'), {}, allReads())).query;
       const found = await viaCopy.storage.searchResources(PROJECT, 'Patient', query);
       expect(found.resources.map((r) => r.id)).toEqual([patient]);
       const history = await viaCopy.storage.readHistory(PROJECT, { type: 'Patient', id: patient, count: 10 });

@@ -233,7 +233,6 @@ describe('resolveTypeFilterChains', () => {
       storage,
       projectId: 'proj',
       registry,
-      storeAnswersSearch: false,
       canSee: () => true,
       maxMatches: 2000,
     };

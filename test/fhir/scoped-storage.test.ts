@@ -13,6 +13,8 @@ import { NotFoundError } from '../../src/storage/errors.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
+import { allReads } from '../helpers/search-reads.js';
+import { parseSearch } from '../../src/fhir/search-query.js';
 
 const patientUser: Principal = {
   projectId: 'p',
@@ -88,6 +90,43 @@ forEachStore('scopedStorage', (store, open) =>
       // The project's settings pass through; the store's reachability too.
       expect((await view.readProject('p')).id).toBe('p');
       await expect(view.ping()).resolves.toBeUndefined();
+    });
+
+    it('keeps chains and _has within the user reach, in the store itself (no where)', async () => {
+      const { storage } = await setup();
+      await storage.updateResource('p', { resourceType: 'Patient', id: 'b', name: [{ family: 'Bob' }] });
+      // A Practitioner user: every Observation (`user/`), but only the launch patient's Patient.
+      const practitioner = (scopes: string[]): Principal => ({
+        ...patientUser,
+        fhirUser: 'Practitioner/x',
+        scopes,
+        patientId: 'a',
+      });
+      const searchIds = async (principal: Principal, type: string, query: string) => {
+        const view = scopedStorage(storage, userDataAccess(principal, storage, 'p')!);
+        const { query: asked } = await parseSearch(type, new URLSearchParams(query), {}, allReads());
+        expect(asked.where).toBeUndefined();
+        const page = await view.searchResources('p', type, { ...asked, sort: '_id' });
+        return page.resources.map((r) => r.id);
+      };
+      const patientsLimited = practitioner(['user/Observation.rs', 'patient/Patient.rs']);
+      // `ob` is within reach, its subject `b` is not: the chain must not match through `b`.
+      expect(await searchIds(patientsLimited, 'Observation', 'subject:Patient.name=bob')).toEqual([]);
+      expect(await searchIds(patientsLimited, 'Observation', 'subject:Patient._id=a')).toEqual(['oa']);
+      expect(await searchIds(patientsLimited, 'Observation', '')).toEqual(['oa', 'ob']);
+      // Every Patient, only the launch patient's Observations: `_has` must not reveal `b`.
+      const observationsLimited = practitioner(['patient/Observation.rs', 'user/Patient.rs']);
+      expect(
+        await searchIds(observationsLimited, 'Patient', '_has:Observation:subject:status=final'),
+      ).toEqual(['a']);
+      expect(await searchIds(observationsLimited, 'Patient', '')).toEqual(['a', 'b']);
+      // Without limits the same searches see both.
+      const unlimited = practitioner(['user/Observation.rs', 'user/Patient.rs']);
+      expect(await searchIds(unlimited, 'Observation', 'subject:Patient.name=bob')).toEqual(['ob']);
+      expect(await searchIds(unlimited, 'Patient', '_has:Observation:subject:status=final')).toEqual([
+        'a',
+        'b',
+      ]);
     });
 
     it('lists the compartment types of its own patients only, where the store can list them', async () => {

@@ -26,12 +26,7 @@ let registry: SearchRegistry;
  */
 
 async function actual(storage: Storage, type: string, query: string): Promise<string[]> {
-  const parsed = await parseSearch(
-    type,
-    new URLSearchParams(query),
-    { storeAnswersSearch: true },
-    allReads(),
-  );
+  const parsed = await parseSearch(type, new URLSearchParams(query), {}, allReads());
   expect(parsed.query.where, `${type}?${query} reaches the store without a predicate`).toBeUndefined();
   const { count: _count, ...all } = parsed.query;
   const page = await storage.searchResources(PROJECT, type, all);
@@ -131,7 +126,7 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
         const parsed = await parseSearch(
           type,
           new URLSearchParams(`_sort=${sort}&_count=7`),
-          { storeAnswersSearch: true, limits },
+          { limits },
           allReads(),
         );
         const got: string[] = [];

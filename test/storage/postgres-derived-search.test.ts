@@ -129,12 +129,7 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         const ids = async (store: Storage, q: string, sort = '_id') => {
           const params = new URLSearchParams(`${q}&_sort=${sort}`);
           // The memory store tests what its index cannot answer with the predicate.
-          const parsed = await parseSearch(
-            'Observation',
-            params,
-            { storeAnswersSearch: store === storage },
-            allReads(),
-          );
+          const parsed = await parseSearch('Observation', params, {}, allReads());
           return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
         };
         const answers = async (store: Storage) => [
@@ -160,12 +155,7 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         ]);
         // Chains through a restriction, both ways (the memory store leaves chains to the FHIR layer).
         const pgIds = async (type: string, q: string) => {
-          const parsed = await parseSearch(
-            type,
-            new URLSearchParams(q),
-            { storeAnswersSearch: true },
-            allReads(),
-          );
+          const parsed = await parseSearch(type, new URLSearchParams(q), {}, allReads());
           return (await storage.searchResources('p1', type, parsed.query)).resources.map((r) => r.id).sort();
         };
         expect(await pgIds('Observation', 'patient.name=smith')).toEqual(['qty']);

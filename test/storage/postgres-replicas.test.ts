@@ -182,7 +182,7 @@ if (enabled) {
         const quantity = await parseSearch(
           'Observation',
           new URLSearchParams('value-quantity=7'),
-          { storeAnswersSearch: true },
+          {},
           allReads(),
         );
         const search = (project: string, deadline: number) =>

@@ -67,12 +67,7 @@ if (postgresTestsEnabled('PostgreSQL search lane')) {
   }
 
   async function searchQuery(type: string, query: string, deadline?: number): Promise<ResourceQuery> {
-    const parsed = await parseSearch(
-      type,
-      new URLSearchParams(query),
-      { storeAnswersSearch: true },
-      allReads(),
-    );
+    const parsed = await parseSearch(type, new URLSearchParams(query), {}, allReads());
     return { ...parsed.query, ...(deadline !== undefined ? { deadline } : {}) };
   }
 

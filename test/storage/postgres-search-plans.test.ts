@@ -120,12 +120,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
   const statementsOf = async (type: string, query: string) => {
     // Nine sort keys and a deep `_offset` pass the router's default bounds: raised, as a host may.
     const limits = { maxSortKeys: 9, maxOffset: 100_000 };
-    const parsed = await parseSearch(
-      type,
-      new URLSearchParams(query),
-      { storeAnswersSearch: true, limits },
-      allReads(),
-    );
+    const parsed = await parseSearch(type, new URLSearchParams(query), { limits }, allReads());
     const spy = vi.spyOn(pg.Client.prototype, 'query');
     try {
       const page = await storage.searchResources('p1', type, parsed.query);

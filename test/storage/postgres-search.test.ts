@@ -65,12 +65,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
     ).rows[0]!.n;
 
   const search = async (storage: Storage, type: string, query: string) => {
-    const parsed = await parseSearch(
-      type,
-      new URLSearchParams(query),
-      { storeAnswersSearch: true },
-      allReads(),
-    );
+    const parsed = await parseSearch(type, new URLSearchParams(query), {}, allReads());
     return storage.searchResources('p1', type, parsed.query);
   };
 
@@ -78,7 +73,6 @@ if (postgresTestsEnabled('postgresStorage search index')) {
     it('answers a search in one statement, without a predicate and without reading bodies to filter', async () => {
       const storage = postgresStorage({ connectionString, schema: newSchema() });
       try {
-        expect(storage.answersSearch).toBe(true);
         await storage.writeResources('p1', [
           { op: 'create', resource: { resourceType: 'Patient', id: 'ann', name: [{ family: 'Smith' }] } },
           { op: 'create', resource: { resourceType: 'Patient', id: 'bob', name: [{ family: 'Jones' }] } },
@@ -98,7 +92,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         const parsed = await parseSearch(
           'Observation',
           new URLSearchParams('code=urn:c|rare&subject:Patient.name=smith&_sort=-date&_count=5'),
-          { storeAnswersSearch: true },
+          {},
           allReads(),
         );
         expect(parsed.query.where).toBeUndefined();
@@ -126,7 +120,6 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         expect(page.resources.map((r) => r.id)).toEqual(expected);
         // The transaction view answers too.
         await storage.transaction(async (tx) => {
-          expect(tx.answersSearch).toBe(true);
           expect((await tx.searchResources('p1', 'Observation', parsed.query)).total).toBe(5);
         });
       } finally {
@@ -175,12 +168,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           )
         ).rows.map((r) => r.param);
       const models = async (project: string, q: string) => {
-        const parsed = await parseSearch(
-          'Device',
-          new URLSearchParams(q),
-          { storeAnswersSearch: true },
-          allReads(),
-        );
+        const parsed = await parseSearch('Device', new URLSearchParams(q), {}, allReads());
         return (await storage.searchResources(project, 'Device', parsed.query)).resources.map((r) => r.id);
       };
       try {
@@ -188,14 +176,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
           storage.transaction(async (tx) => {
             await tx.createResource('p1', device('d0', 'm-0'));
             // Its own numbers: the transaction finds what it wrote.
-            const parsed = await parseSearch(
-              'Device',
-              new URLSearchParams('model=m-0'),
-              {
-                storeAnswersSearch: true,
-              },
-              allReads(),
-            );
+            const parsed = await parseSearch('Device', new URLSearchParams('model=m-0'), {}, allReads());
             expect(
               (await tx.searchResources('p1', 'Device', parsed.query)).resources.map((r) => r.id),
             ).toEqual(['d0']);
@@ -491,12 +472,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         const ids = async (store: Storage, q: string) => {
           const params = new URLSearchParams(`${q}&_sort=_id`);
           // The memory store tests what its index cannot answer with the predicate.
-          const parsed = await parseSearch(
-            'Observation',
-            params,
-            { storeAnswersSearch: store === storage },
-            allReads(),
-          );
+          const parsed = await parseSearch('Observation', params, {}, allReads());
           return (await store.searchResources('p1', 'Observation', parsed.query)).resources.map((r) => r.id);
         };
         const answers = async (store: Storage) => Promise.all(queries.map((q) => ids(store, q)));

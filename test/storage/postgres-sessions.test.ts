@@ -32,14 +32,7 @@ if (postgresTestsEnabled('postgresStorage sessions')) {
         await storage.writeResources('p1', [
           { op: 'create', resource: { resourceType: 'Patient', id: 'ann', name: [{ family: 'Smith' }] } },
         ]);
-        const parsed = await parseSearch(
-          'Patient',
-          new URLSearchParams('name=smi'),
-          {
-            storeAnswersSearch: true,
-          },
-          allReads(),
-        );
+        const parsed = await parseSearch('Patient', new URLSearchParams('name=smi'), {}, allReads());
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);
         await new Promise((resolve) => setTimeout(resolve, 50));
         expect((await storage.searchResources('p1', 'Patient', parsed.query)).total).toBe(1);

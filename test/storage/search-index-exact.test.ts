@@ -1,14 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
-import type { SearchResolver } from '../../src/search/match.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
-import { filterSearch } from '../../src/storage/search-request.js';
 import { createFileStorage } from '../../src/storage/file/file-storage.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { tempDir } from '../helpers/temp-dir.js';
-import { allReads } from '../helpers/search-reads.js';
+import { allReads, countingIndexer, scannedQuery, type MatcherCalls } from '../helpers/search-reads.js';
 
 // `_id`, `_lastUpdated` and a plain `identifier` are answered by the stores' own indexes (the
 // query's `ids`, `lastUpdated`, `identifier`): combined with filters the postings answer exactly,
@@ -25,9 +23,14 @@ const patient = (i: number): FhirResource => ({
   gender: i % 3 === 0 ? 'female' : 'male',
 });
 
+/** What the stores' matchers did (`countingIndexer`): zero tests when the postings answer exactly. */
+const calls: MatcherCalls = { tests: 0, reads: [] };
 const stores: [string, () => Promise<Storage>][] = [
-  ['memory', () => Promise.resolve(memoryStorage())],
-  ['file', () => fileStorage({ dir: tempDir('fpk-exact-'), durability: 'write' })],
+  ['memory', () => Promise.resolve(memoryStorage({ indexer: countingIndexer(calls) }))],
+  [
+    'file',
+    () => fileStorage({ dir: tempDir('fpk-exact-'), durability: 'write', indexer: countingIndexer(calls) }),
+  ],
 ];
 
 describe.each(stores)('searches the %s store answers without where', (_name, open) => {
@@ -37,23 +40,17 @@ describe.each(stores)('searches the %s store answers without where', (_name, ope
     storage = undefined;
   });
 
-  /** The ids found, the total, and how many times `where` ran (the scan's answer is the same). */
+  /** The ids found, the total, and how many candidates the matcher tested (the scan's answer is the same). */
   async function counted(s: Storage, params: [string, string][]) {
     const { query } = await parseSearch('Patient', params, {}, allReads());
-    const where = query.where;
-    let calls = 0;
-    if (where)
-      query.where = (r) => {
-        calls += 1;
-        return where(r);
-      };
+    calls.tests = 0;
     const page = await s.searchResources(P, 'Patient', query);
-    const { search: _dropped, ...scan } = query;
-    const scanned = await s.searchResources(P, 'Patient', { ...scan, where });
+    const tested = calls.tests;
+    const scanned = await s.searchResources(P, 'Patient', await scannedQuery(s, P, query));
     const ids = page.resources.map((r) => r.id).sort();
     expect(ids).toEqual(scanned.resources.map((r) => r.id).sort());
     expect(page.total).toBe(scanned.total);
-    return { ids, total: page.total, calls };
+    return { ids, total: page.total, calls: tested };
   }
 
   it('_id, _lastUpdated and identifier with exact filters', async () => {
@@ -176,7 +173,7 @@ describe('_sort from the postings (file store)', () => {
         reads = 0;
         const page = await s.searchResources(P, 'Patient', query);
         expect(reads).toBe(7);
-        const { search: _dropped, ...scan } = query;
+        const scan = await scannedQuery(s, P, query);
         const scanned = await s.searchResources(P, 'Patient', scan);
         expect(page.resources.map((r) => r.id)).toEqual(scanned.resources.map((r) => r.id));
         expect(page.total).toBe(scanned.total);
@@ -197,7 +194,7 @@ describe('_sort from the postings (file store)', () => {
         {},
         allReads(),
       );
-      const { search: _dropped, ...scan } = query;
+      const scan = await scannedQuery(s, P, query);
       expect((await s.searchResources(P, 'Patient', query)).resources.map((r) => r.id)).toEqual(
         (await s.searchResources(P, 'Patient', scan)).resources.map((r) => r.id),
       );
@@ -239,26 +236,15 @@ describe.each(stores)('a two-level chain on the %s store', (_name, open) => {
           obs('o4', 'pb'),
         ].map((resource) => ({ op: 'create' as const, resource })),
       );
-      const resolver: SearchResolver = {
-        async *resources(type, filter) {
-          yield* (await s.searchResources(P, type, filter ? { search: filterSearch(type, filter) } : {}))
-            .resources;
-        },
-      };
       const answer = async (type: string, params: [string, string][]) => {
-        const { query } = await parseSearch(type, params, {}, allReads(resolver));
-        const where = query.where!;
-        let calls = 0;
-        query.where = (r) => {
-          calls += 1;
-          return where(r);
-        };
+        const { query } = await parseSearch(type, params, {}, allReads());
+        calls.tests = 0;
         const page = await s.searchResources(P, type, query);
-        const { search: _dropped, ...scan } = query;
-        const scanned = await s.searchResources(P, type, { ...scan, where });
+        const tested = calls.tests;
+        const scanned = await s.searchResources(P, type, await scannedQuery(s, P, query));
         const ids = page.resources.map((r) => r.id).sort();
         expect(ids).toEqual(scanned.resources.map((r) => r.id).sort());
-        return { ids, calls };
+        return { ids, calls: tested };
       };
       const chained = (value: string) =>
         answer('Observation', [['subject:Patient.organization:Organization.name', value]]);

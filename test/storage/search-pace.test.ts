@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { SearchPace } from '../../src/storage/engine/search-pace.js';
+import type { FilterResolver, ResourceIndexer } from '../../src/storage/search-index.js';
+import { typeSearch, type SearchFilter } from '../../src/storage/search-request.js';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
-import { fileStorage, memoryStorage } from '../../src/stores.js';
+import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { tempDir } from '../helpers/temp-dir.js';
@@ -18,10 +20,39 @@ function spin(ms: number): void {
   while (performance.now() < until);
 }
 
-const STORES: [string, () => Storage | Promise<Storage>][] = [
-  ['memory', () => memoryStorage()],
-  ['file', () => fileStorage({ dir: tempDir('fpk-pace-'), durability: 'write' })],
+type Indexer = () => Promise<ResourceIndexer>;
+const STORES: [string, (indexer?: Indexer) => Storage | Promise<Storage>][] = [
+  ['memory', (indexer) => memoryStorage(indexer ? { indexer } : {})],
+  [
+    'file',
+    (indexer) =>
+      fileStorage({ dir: tempDir('fpk-pace-'), durability: 'write', ...(indexer ? { indexer } : {}) }),
+  ],
 ];
+
+/**
+ * The R4 indexer, whose matcher is handed a resolver that spins `ms` per resource the store reads
+ * for a chain or `_has` (a costly test of each referrer), and calls `onRead` with the count so far
+ * after each.
+ */
+function slowReferrers(ms: number, onRead: (count: number) => void): Indexer {
+  return async () => {
+    const base = await r4SearchIndexer();
+    let count = 0;
+    const compileFilters: ResourceIndexer['compileFilters'] = (filters, resolver: FilterResolver) =>
+      base.compileFilters!(filters, {
+        async *resources(type: string, filter?: SearchFilter) {
+          for await (const resource of resolver.resources(type, filter)) {
+            spin(ms);
+            count += 1;
+            onRead(count);
+            yield resource;
+          }
+        },
+      });
+    return Object.assign(Object.create(base) as ResourceIndexer, { compileFilters });
+  };
+}
 
 for (const [name, open] of STORES) {
   describe(`search pace (${name} store)`, () => {
@@ -61,6 +92,48 @@ for (const [name, open] of STORES) {
       // The other callback ran in the middle of the search, not after it.
       expect(testedWhenOtherRan).toBeGreaterThan(0);
       expect(testedWhenOtherRan).toBeLessThan(40);
+    });
+
+    it('lets other callbacks run while a _has tests each referrer its postings cannot answer', async () => {
+      let read = 0;
+      let readWhenOtherRan: number | undefined;
+      const storage = await open(
+        slowReferrers(1, (count) => {
+          read = count;
+          if (count === 1) setImmediate(() => (readWhenOtherRan = read));
+        }),
+      );
+      afterTest(() => storage.close());
+      await storage.writeResources('p1', [
+        { op: 'create', resource: { resourceType: 'Patient', id: 'a' } },
+        ...Array.from({ length: 60 }, (_, i) => ({
+          op: 'create' as const,
+          resource: {
+            resourceType: 'Observation',
+            id: `o${i}`,
+            code: { text: 'glucose' },
+            subject: { reference: 'Patient/a' },
+          },
+        })),
+      ]);
+      // `:text` is never answered by the postings: the referrers are read and tested one by one.
+      const has: SearchFilter = {
+        kind: 'has',
+        resourceType: 'Observation',
+        referenceParam: 'subject',
+        filter: {
+          kind: 'parameter',
+          code: 'code',
+          type: 'token',
+          modifier: 'text',
+          values: [{ type: 'token', text: 'glucose' }],
+        },
+      };
+      const page = await storage.searchResources('p1', 'Patient', { search: typeSearch('Patient', [has]) });
+      expect(page.resources.map((r) => r.id)).toEqual(['a']);
+      // The other callback ran while the referrers were tested, not after the last one.
+      expect(readWhenOtherRan).toBeDefined();
+      expect(readWhenOtherRan).toBeLessThan(60);
     });
 
     it('stops a search reading every body of a type (no count) at its deadline', async () => {

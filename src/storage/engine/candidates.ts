@@ -53,3 +53,14 @@ export function candidateEntries(
   }
   return { entries: view.resources(projectId, resourceType), exact: false };
 }
+
+/** Whether a version written at `micros` lies in `range` (`_lastUpdated`, epoch ms). */
+export function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
+  if (!range) return true;
+  // `micros` is in microseconds, the range in milliseconds.
+  if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
+  if (range.ge !== undefined && !(micros >= range.ge * 1000)) return false;
+  if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
+  if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
+  return true;
+}

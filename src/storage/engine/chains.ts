@@ -1,5 +1,6 @@
 import {
   filterSearch,
+  reachOf,
   type ParameterFilter,
   type ReferenceSearchValue,
   type SearchFilter,
@@ -21,6 +22,15 @@ import type { StateView } from './state.js';
 
 type Chain = Extract<SearchFilter, { kind: 'chain' }>;
 type Has = Extract<SearchFilter, { kind: 'has' }>;
+/** The search whose chains are resolved: its `reach` bounds every resource they read. */
+type Outer = Pick<SearchRequest, 'reach'>;
+
+/** Whether `entry` (of `type`) is a live resource the search's chains may read (within its `reach`). */
+function reached(outer: Outer, type: string, entry: ResourceEntry): boolean {
+  if (entry.deleted) return false;
+  const bound = reachOf(outer, type);
+  return !bound || entry.patients.some((p) => bound.ids.includes(p));
+}
 
 /** Adds to `wanted` the parameters, by type, whose postings resolve `filter` on `type` (`resolveChain`). */
 function addWanted(wanted: Map<string, Set<string>>, type: string, filter: SearchFilter): void {
@@ -55,8 +65,14 @@ export function wantedPostings(resourceType: string, search: SearchRequest): Map
  * inner filter (a parameter, or a chain resolved so first) the postings answer exactly. `null`
  * when no resource matches; undefined when some referenced type's postings cannot tell.
  */
-function resolveChain(view: StateView, projectId: string, chain: Chain): ParameterFilter | null | undefined {
-  const inner = chain.filter.kind === 'chain' ? resolveChain(view, projectId, chain.filter) : chain.filter;
+function resolveChain(
+  view: StateView,
+  projectId: string,
+  outer: Outer,
+  chain: Chain,
+): ParameterFilter | null | undefined {
+  const inner =
+    chain.filter.kind === 'chain' ? resolveChain(view, projectId, outer, chain.filter) : chain.filter;
   if (inner === undefined) return undefined;
   if (inner === null) return null;
   const values: ReferenceSearchValue[] = [];
@@ -64,7 +80,7 @@ function resolveChain(view: StateView, projectId: string, chain: Chain): Paramet
     const found = view.searched(projectId, type, filterSearch(type, inner));
     if (!found?.exact) return undefined;
     for (const e of found.entries)
-      if (!e.deleted) values.push({ type: 'reference', resourceType: type, id: e.id });
+      if (reached(outer, type, e)) values.push({ type: 'reference', resourceType: type, id: e.id });
   }
   if (values.length === 0) return null;
   return { kind: 'parameter', code: chain.code, type: 'reference', values };
@@ -75,24 +91,29 @@ function resolveChain(view: StateView, projectId: string, chain: Chain): Paramet
  * resolved as `resolveChain` does, or a `_has` resolved by `resolveHas`), when the postings answer
  * it exactly; `null` when none; undefined when the postings cannot tell.
  */
-function hasReferrers(view: StateView, projectId: string, has: Has): ResourceEntry[] | null | undefined {
+function hasReferrers(
+  view: StateView,
+  projectId: string,
+  outer: Outer,
+  has: Has,
+): ResourceEntry[] | null | undefined {
   const type = has.resourceType;
   if (has.filter.kind === 'has') {
-    const ids = resolveHas(view, projectId, type, has.filter);
+    const ids = resolveHas(view, projectId, outer, type, has.filter);
     if (!ids) return ids;
     const entries: ResourceEntry[] = [];
     for (const id of ids) {
       const entry = view.resource(projectId, type, id);
-      if (entry && !entry.deleted) entries.push(entry);
+      if (entry && reached(outer, type, entry)) entries.push(entry);
     }
     return entries.length > 0 ? entries : null;
   }
-  const inner = has.filter.kind === 'chain' ? resolveChain(view, projectId, has.filter) : has.filter;
+  const inner = has.filter.kind === 'chain' ? resolveChain(view, projectId, outer, has.filter) : has.filter;
   if (!inner) return inner;
   const found = view.searched(projectId, type, filterSearch(type, inner));
   if (!found?.exact) return undefined;
   const entries: ResourceEntry[] = [];
-  for (const e of found.entries) if (!e.deleted) entries.push(e);
+  for (const e of found.entries) if (reached(outer, type, e)) entries.push(e);
   return entries;
 }
 
@@ -106,11 +127,12 @@ function hasReferrers(view: StateView, projectId: string, has: Has): ResourceEnt
 function resolveHas(
   view: StateView,
   projectId: string,
+  outer: Outer,
   type: string,
   has: Has,
 ): Set<string> | null | undefined {
   if (!view.postedCodes(projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
-  const referrers = hasReferrers(view, projectId, has);
+  const referrers = hasReferrers(view, projectId, outer, has);
   if (!referrers) return referrers;
   const prefix = postingKey(has.referenceParam, 'r', '');
   const ids = new Set<string>();
@@ -129,7 +151,7 @@ function resolveHas(
  * postings answer exactly replaced by the reference filter it stands for, and each `_has` they
  * answer so dropped from its search for the ids it stands for (ANDed into `ids`); `undefined` when
  * one of them matches no resource (nor then does the search). Only `query.search` of
- * `resourceType` is resolved.
+ * `resourceType` is resolved, every resource it reads within the search's `reach`.
  */
 export function resolveQuery(
   view: StateView,
@@ -144,13 +166,13 @@ export function resolveQuery(
   let ids = query.ids ? new Set(query.ids) : undefined;
   for (const f of search.filters) {
     if (f.kind === 'has') {
-      const found = resolveHas(view, projectId, resourceType, f);
+      const found = resolveHas(view, projectId, search, resourceType, f);
       if (found === null) return undefined;
       if (found === undefined) filters.push(f);
       else ids = ids ? new Set([...ids].filter((id) => found.has(id))) : found;
       continue;
     }
-    const resolved = f.kind === 'chain' ? resolveChain(view, projectId, f) : f;
+    const resolved = f.kind === 'chain' ? resolveChain(view, projectId, search, f) : f;
     if (resolved === null) return undefined;
     filters.push(resolved ?? f);
   }

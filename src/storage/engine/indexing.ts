@@ -1,4 +1,10 @@
-import { indexerGetter, type IndexerOption, type ResourceIndexer } from '../search-index.js';
+import {
+  indexerGetter,
+  type IndexerOption,
+  type MatcherOption,
+  type ResourceIndexer,
+  type SearchMatcher,
+} from '../search-index.js';
 import type { FhirResource } from '../types.js';
 import { postingKeys } from './posting-keys.js';
 
@@ -7,7 +13,9 @@ import { postingKeys } from './posting-keys.js';
  * postings, or a file store opening with saved postings): the engine computes each written
  * version's posting keys with it, at plan time, in the caller's thread (see `posting-keys.ts`),
  * for the parameters its type has built only. Without an indexer the store posts nothing and
- * every search scans.
+ * every search scans. What the postings cannot answer exactly is tested with the indexer's matcher
+ * (`ResourceIndexer.compileFilters`), else with the store's own `matcher` (the package's stores
+ * are given the R4 one, with or without an indexer).
  */
 export class Indexing {
   /** The loaded indexer; undefined before `load` or without one. */
@@ -16,9 +24,23 @@ export class Indexing {
   private loaded: boolean;
   private loading: Promise<ResourceIndexer | undefined> | undefined;
 
-  constructor(option: IndexerOption | false | undefined) {
+  private readonly getMatcher: () => Promise<SearchMatcher | undefined>;
+
+  constructor(option: IndexerOption | false | undefined, matcher?: MatcherOption) {
     this.get = indexerGetter(option === false ? undefined : option);
     this.loaded = option === undefined || option === false;
+    this.getMatcher = matcherGetter(matcher);
+  }
+
+  /**
+   * The matcher that tests what the postings do not answer exactly: the indexer's
+   * (`ResourceIndexer.compileFilters`), else the store's own; undefined when it has neither (a
+   * store built without the package's factories).
+   */
+  async matcher(): Promise<SearchMatcher | undefined> {
+    const indexer = this.enabled ? await this.load().catch(() => undefined) : undefined;
+    if (indexer?.compileFilters) return indexer as SearchMatcher;
+    return this.getMatcher();
   }
 
   /** True when the store was given an indexer. */
@@ -54,4 +76,17 @@ export class Indexing {
     if (codes === undefined || codes.size === 0 || !this.current) return undefined;
     return postingKeys(this.current.index(resource, codes), codes);
   }
+}
+
+/** A memoized getter of a `MatcherOption` (a failed load is tried again by the next call). */
+function matcherGetter(option: MatcherOption | undefined): () => Promise<SearchMatcher | undefined> {
+  if (option === undefined || typeof option !== 'function') return () => Promise.resolve(option);
+  let loading: Promise<SearchMatcher> | undefined;
+  return () => {
+    loading ??= option().catch((error: unknown) => {
+      loading = undefined;
+      throw error;
+    });
+    return loading;
+  };
 }

@@ -1,5 +1,5 @@
 import { compartmentOf } from '../search-request.js';
-import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
+import { narrowQuery } from '../query-narrowing.js';
 import { ConflictError, InvalidRecordError, NotFoundError } from '../errors.js';
 import type {
   StoredText,
@@ -29,11 +29,12 @@ import type {
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
-import { candidateEntries } from './candidates.js';
+import { candidateEntries, inRange } from './candidates.js';
 import { pacedSort } from './paced-sort.js';
 import { SearchPace } from './search-pace.js';
 import { buildSearched } from './build-postings.js';
 import { resolveQuery } from './chains.js';
+import { candidateTest, searchFilterTest } from './filter-test.js';
 import { postedSortValues } from './sort-postings.js';
 import type { StateView } from './state.js';
 import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
@@ -110,16 +111,6 @@ const BODY_SLICE = 256;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
-}
-
-function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
-  if (!range) return true;
-  // `micros` is in microseconds, the range in milliseconds.
-  if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
-  if (range.ge !== undefined && !(micros >= range.ge * 1000)) return false;
-  if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
-  if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
-  return true;
 }
 
 /**
@@ -432,17 +423,26 @@ export class EngineOperations implements StorageOperations {
     const query = narrowQuery(resourceType, asked, indexer?.identifierIndexed?.bind(indexer));
     await buildSearched(this.ctx, this.indexing, projectId, resourceType, query);
     pace.check();
+    // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
+    // `undefined` when one matches nothing. The rest is tested by the matcher (`filter-test.ts`).
+    const resolved = resolveQuery(this.ctx.view(), projectId, resourceType, query);
+    const deadline = asked.deadline === undefined ? {} : { deadline: asked.deadline };
+    const filters = await searchFilterTest(
+      this.indexing,
+      resourceType,
+      resolved?.search,
+      async (type, search) =>
+        (await this.searchResources(projectId, type, { search, ...deadline })).resources,
+      pace,
+    );
+    pace.check();
     const view = this.ctx.view();
     const keys = query.identifier ? new Set(identifierTokenKeys(query.identifier)) : undefined;
-    // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
-    // `undefined` when one matches nothing.
-    const resolved = resolveQuery(view, projectId, resourceType, query);
     const search = resolved?.search;
     const { entries: candidates, exact } = resolved
       ? candidateEntries(view, projectId, resourceType, resolved, keys)
       : { entries: [], exact: true };
-    // The postings answered every filter of the search, and `where` tests only those: skip it.
-    const where = exact && query.whereIsSearch === true ? undefined : query.where;
+    const where = candidateTest(filters, exact, query.where);
     const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
     const compartment = compartmentOf(resourceType, query.search);
     const matches: ResourceEntry[] = [];

@@ -27,7 +27,7 @@ import { checkHistoryRetention } from '../history-retention.js';
 import { readFileHistory, readFileVersion } from './file-history.js';
 import { InvalidOptionError } from '../../errors.js';
 import { unavailable } from './faults.js';
-import type { IndexerOption } from '../search-index.js';
+import type { IndexerOption, WithMatcher } from '../search-index.js';
 import { Indexing } from '../engine/indexing.js';
 import { postSavedPostings } from './postings-file.js';
 
@@ -64,7 +64,8 @@ export interface FileStorageOptions {
    * them next to each log (`<Type>.log.postings`), so that reopening does not build them again
    * (docs/fhir.md, "The embedded search index"). `false`: no index, every search scans its type.
    * A host's own indexer must give the values `src/search` compares (`extractValues`) for every
-   * parameter it is asked about: the store narrows searches by them.
+   * parameter it is asked about: the store narrows searches by them. What they do not answer
+   * exactly is tested by its `compileFilters`, or by the R4 matcher when it has none.
    * @default r4SearchIndexer (package entry: the FHIR R4 definitions)
    */
   indexer?: IndexerOption | false;
@@ -201,7 +202,7 @@ class FileStorage extends EngineStorage implements FileStore {
  *   permission, disk full), or repaired where a crash left a torn tail.
  */
 export async function createFileStorage(
-  options: WithCompartment<FileStorageOptions>,
+  options: WithMatcher<WithCompartment<FileStorageOptions>>,
   readerModule?: string,
   internal: { faults?: FaultHook; checkpointBytes?: number } = {},
 ): Promise<FileStore> {
@@ -220,7 +221,7 @@ export async function createFileStorage(
   checkPatientCompartment(compartment, 'fileStorage');
   const history = checkHistoryRetention('fileStorage', options.history);
   const dir = path.resolve(options.dir);
-  const indexing = new Indexing(options.indexer);
+  const indexing = new Indexing(options.indexer, options.matcher);
   const backend = new FileBackend({
     dir,
     sync: durability === 'fsync',

@@ -79,15 +79,7 @@ export class PostgresOperations implements StorageOperations {
     private readonly lockReads = false,
     /** Told the number of resource writes each `writeResources` made (a transaction's count). */
     private readonly onWrites?: (count: number) => void,
-  ) {
-    if (index.enabled) this.answersSearch = true;
-  }
-
-  /**
-   * Set when the store keeps search indexes: it answers `ResourceQuery.search` in SQL, so callers
-   * must not also hand it the search's predicate (`where`). @internal
-   */
-  readonly answersSearch?: true;
+  ) {}
 
   /** Projects whose resource writers this transaction holds back (see `lockProjectResources`). */
   private readonly lockedProjects = new Set<string>();

@@ -1,3 +1,4 @@
+import { PlatformError } from '../../errors.js';
 import type { ResourcePage, ResourceQuery, SortValue, StoredResource } from '../types.js';
 import { narrowQuery, type NarrowedQuery } from '../query-narrowing.js';
 import { compareItems, cursorItem, PageWindow } from '../result-page.js';
@@ -238,8 +239,9 @@ interface MatchRows {
  * one statement, so that a page in an indexed order stops after `count`; with `total: 'accurate'`
  * the same statement counts the matches, reading at most `maxTotal + 1` of them. An estimate is the
  * planner's (`sqlEstimate`). With the store's search indexer (`indexer`) a query's `search` is
- * translated to SQL too (`SearchSql`), its `_sort` keys included. A `where` predicate, or an
- * `order` without the index, still runs in JavaScript (`filteredPage`).
+ * translated to SQL too (`SearchSql`): all of it, chains and `_has` within its `reach` included, and
+ * its `_sort` keys. Without one, a search with filters is refused (`ERR_INTERNAL`). The caller's
+ * own `where`, or an `order` without the index, still runs in JavaScript (`filteredPage`).
  */
 export async function searchResources(
   query: Query,
@@ -255,8 +257,15 @@ export async function searchResources(
   const derived = indexer?.derived?.bind(indexer);
   const sql =
     indexer && q.search
-      ? new SearchSql(s, values, '$1', derived && ((type, code) => derived(type).get(code)))
+      ? new SearchSql(s, values, '$1', derived && ((type, code) => derived(type).get(code)), q.search.reach)
       : undefined;
+  if (!sql && q.search?.resourceType === resourceType && q.search.filters.length > 0) {
+    // Without its search index the store cannot answer the filters: never a silent superset.
+    throw new PlatformError(
+      'ERR_INTERNAL',
+      'This PostgreSQL store keeps no search index (no indexer): it cannot answer search filters',
+    );
+  }
   const { from, matched } = candidates(s, projectId, resourceType, q, sql, values);
   // One row per match, with the candidates' parameters only (the page adds its own).
   const matches: MatchRows = {

@@ -1,7 +1,13 @@
 import { assertNever } from '../assert-never.js';
-import type { DateSearchValue, ParameterFilter, SearchFilter } from '../search-request.js';
+import {
+  reachOf,
+  type DateSearchValue,
+  type ParameterFilter,
+  type SearchFilter,
+  type SearchRequest,
+} from '../search-request.js';
 import { clampHull, dateBoxSql, HULL_LIMIT, keyOfSql } from './search-tables.js';
-import { ParameterSql, tableOf, type Level } from './search-parameter-sql.js';
+import { ParameterSql, tableOf, type DerivedLookup, type Level } from './search-parameter-sql.js';
 
 export type { DerivedLookup, Level } from './search-parameter-sql.js';
 
@@ -10,7 +16,8 @@ export type { DerivedLookup, Level } from './search-parameter-sql.js';
  * with exactly the semantics of `src/search/match.ts` and `sort-values.ts` on the same index values:
  * each parameter filter is a semi-join (`seq IN (SELECT seq FROM <table> WHERE <values, ORed>)`),
  * filters are ANDed, chains join the reference rows to the referenced current versions, `_has` the
- * referencing rows to this version's id. Values travel as bind parameters.
+ * referencing rows to this version's id, each resource they read within the search's `reach` (its
+ * compartment rows). Values travel as bind parameters.
  * @see https://hl7.org/fhir/R4/search.html
  */
 
@@ -70,6 +77,31 @@ function distinctFilters(filters: readonly SearchFilter[]): SearchFilter[] {
 
 /** Builds the SQL of one search, its bind values appended to `values`. */
 export class SearchSql extends ParameterSql {
+  constructor(
+    s: string,
+    values: unknown[],
+    project: string,
+    derived?: DerivedLookup,
+    /** The search's `reach`: what its chains and `_has` may read. */
+    private readonly reach?: SearchRequest['reach'],
+  ) {
+    super(s, values, project, derived);
+  }
+
+  /**
+   * The condition that the `type` version `seq` (one a chain or `_has` reads) lies within the
+   * search's reach: in the compartment of one of its patients for the type (`true` when unbounded).
+   */
+  private within(type: string, seq: string): string {
+    const bound = reachOf({ reach: this.reach }, type);
+    if (!bound) return 'true';
+    const c = this.alias('c');
+    return `EXISTS (SELECT 1 FROM ${this.s}.resource_compartments ${c}
+       WHERE ${c}.project_id = ${this.project} AND ${c}.resource_type = ${this.text(type)}
+         AND ${c}.patient_id = ANY(${this.param([...new Set(bound.ids)])}::text[]) AND ${c}.seq = ${seq}
+       OFFSET 0)`;
+  }
+
   /**
    * The filters, ANDed, as conditions on the resource `level`: each a correlated `EXISTS` fenced
    * with `OFFSET 0`, so that it stays a lookup by the version's `seq` (or id) per candidate row
@@ -241,7 +273,8 @@ export class SearchSql extends ParameterSql {
         const t = this.text(target);
         const [d, r, f] = [this.alias('d'), this.alias('r'), this.alias('f')];
         return `SELECT ${f}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, t)}) ${d} OFFSET 0) ${d}
-          CROSS JOIN LATERAL (SELECT id FROM ${this.s}.resources ${r} WHERE ${r}.seq = ${d}.seq OFFSET 0) ${r}
+          CROSS JOIN LATERAL (SELECT id FROM ${this.s}.resources ${r}
+             WHERE ${r}.seq = ${d}.seq AND ${this.within(target, `${d}.seq`)} OFFSET 0) ${r}
           CROSS JOIN LATERAL (SELECT seq FROM ${this.s}.search_references ${f}
              WHERE ${this.paramIs(f, type, code)} AND ${f}.target_id = ${r}.id AND ${f}.target_type = ${t}
              OFFSET 0) ${f}`;
@@ -256,7 +289,7 @@ export class SearchSql extends ParameterSql {
     return `SELECT ${r}.seq FROM (SELECT DISTINCT seq FROM (${this.seqs(inner, s)}) ${d} OFFSET 0) ${d}
       CROSS JOIN LATERAL (SELECT DISTINCT target_id FROM ${this.s}.search_references ${h}
          WHERE ${h}.seq = ${d}.seq AND ${this.paramIs(h, s, param)} AND ${h}.target_type = ${type}
-           AND ${h}.target_id IS NOT NULL OFFSET 0) ${h}
+           AND ${h}.target_id IS NOT NULL AND ${this.within(source, `${d}.seq`)} OFFSET 0) ${h}
       ${this.byId(type, `${h}.target_id`, r)}`;
   }
 
@@ -285,7 +318,7 @@ export class SearchSql extends ParameterSql {
         const where = this.test(inner, { seq: `${r}.seq`, id: `${r}.id`, type: t });
         return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${f} ${this.byId(t, `${f}.target_id`, r)}
            WHERE ${f}.seq = ${level.seq} AND ${codeIs} AND ${f}.target_type = ${t}
-             AND (${where}) OFFSET 0)`;
+             AND (${where}) AND ${this.within(type, `${r}.seq`)} OFFSET 0)`;
       })
       .join(' OR ');
   }
@@ -302,7 +335,7 @@ export class SearchSql extends ParameterSql {
     return `EXISTS (SELECT 1 FROM ${this.s}.search_references ${h}
         ${r ? `JOIN ${this.s}.resources ${r} ON ${r}.seq = ${h}.seq` : ''}
        WHERE ${this.paramIs(h, t, param)} AND ${h}.target_type = ${level.type}
-         AND ${h}.target_id = ${level.id} AND (${where}) OFFSET 0)`;
+         AND ${h}.target_id = ${level.id} AND (${where}) AND ${this.within(type, `${h}.seq`)} OFFSET 0)`;
   }
 
   /** The values of a (non-composite) parameter filter, ORed, on a row `a` of its table. */
