@@ -174,7 +174,7 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
   }
 
   describe('failed-authentication limits across processes', () => {
-    it('two server processes on one database count failures together', { timeout: 30_000 }, async () => {
+    it('two server processes on one database count failures together', async () => {
       const [storage] = (await instancesStorage(1)) as [Storage];
       const schema = (storage.descriptor!.options as { schema: string }).schema;
       const origins = await Promise.all([processInstance(schema), processInstance(schema)]);

@@ -172,6 +172,5 @@ describe('serve: readiness', () => {
       for (const { checks } of probes!.notReady)
         expect(Object.values(checks).some((status) => status !== 'ok')).toBe(true);
     },
-    60_000,
   );
 });

@@ -166,7 +166,7 @@ beforeAll(async () => {
       '--disable-sync',
     ],
   });
-}, 60_000);
+});
 
 afterAll(async () => {
   await context?.close();

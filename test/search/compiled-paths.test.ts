@@ -29,7 +29,7 @@ beforeAll(async () => {
   registry = await loadSearchRegistry();
   compiled = await loadR4Indexer();
   interpreted = createResourceIndexer(registry, compiled.fingerprint);
-}, 120_000);
+});
 
 function compare(resources: readonly FhirResource[]): void {
   for (const resource of resources) {

@@ -91,7 +91,7 @@ const built = (storage: Storage, type: string): number => {
 
 beforeAll(async () => {
   registry = await loadSearchRegistry();
-}, 120_000);
+});
 
 describe(`search index of the file store against match.ts${hasSynthea ? ' (with Synthea)' : ''}`, () => {
   const dir = tempDir('fpk-diff-');

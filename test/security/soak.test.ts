@@ -93,7 +93,7 @@ beforeAll(async () => {
       reject(new Error(`the server exited (${String(code)}): ${errors.join('')}`)),
     );
   });
-}, 90_000);
+});
 
 afterAll(async () => {
   if (server && server.exitCode === null) {

@@ -76,7 +76,7 @@ forEachStore('SMART user scopes', (store, open) =>
         userType: 'Practitioner',
         profileId: 'pr-1',
       });
-    }, 60_000);
+    });
     afterAll(async () => {
       await t.close();
     });

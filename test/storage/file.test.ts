@@ -11,6 +11,7 @@ import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
 import type { ExportReader, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -224,7 +225,7 @@ describe('fileStorage', () => {
         const stat = fs.readFileSync(`/proc/${zombie}/stat`, 'utf8');
         return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       };
-      await vi.waitFor(() => expect(fields()[0]).toBe('Z'), { timeout: 15_000, interval: 50 });
+      await vi.waitFor(() => expect(fields()[0]).toBe('Z'), { timeout: PATIENCE_MS, interval: 50 });
       const start = fields()[19];
       const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
       fs.writeFileSync(path.join(dir, 'lock'), `${zombie} dead-token ${bootId}/${start}\n`);

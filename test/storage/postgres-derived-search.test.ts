@@ -228,6 +228,6 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         await memory.close();
         await storage.close();
       }
-    }, 60_000);
+    });
   });
 }

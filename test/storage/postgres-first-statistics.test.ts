@@ -77,6 +77,6 @@ if (postgresTestsEnabled('postgresStorage first statistics')) {
       } finally {
         await storage.close();
       }
-    }, 30_000);
+    });
   });
 }

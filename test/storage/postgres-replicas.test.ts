@@ -66,7 +66,7 @@ if (enabled) {
         writer = postgresStorage({ connectionString, schema });
         await writer.createProject({ id: 'p1', name: 'One', strictMode: false });
         await replica.caughtUp(admin);
-      }, 300_000);
+      });
       afterAll(async () => {
         for (const store of stores) await store.close();
         await writer?.close();

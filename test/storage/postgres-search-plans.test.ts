@@ -168,7 +168,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
         resource: resource as FhirResource & { id: string },
       })),
     );
-  }, 120_000);
+  });
   afterAll(async () => {
     await storage?.close();
     await admin.end();
@@ -184,14 +184,14 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
       expect(rows[0]!.n).toBe(0);
       for (const [type, query] of SEARCHES)
         expect(await planProblems(type, query), `${type}?${query}`).toEqual([]);
-    }, 60_000);
+    });
 
     it('and once they have statistics', async () => {
       for (const table of ['resources', 'search_keys', ...INDEX_TABLES])
         await admin.query(`ANALYZE ${s}.${table}`);
       for (const [type, query] of SEARCHES)
         expect(await planProblems(type, query), `${type}?${query}`).toEqual([]);
-    }, 60_000);
+    });
 
     it('is migration 16: the (seq) indexes become (seq, key), the rows stay', async () => {
       const other = newSchema();
@@ -241,7 +241,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
       } finally {
         await second.close();
       }
-    }, 60_000);
+    });
 
     it('answers them', async () => {
       const totals = async (type: string, query: string) => (await statementsOf(type, query)).page.total;
@@ -266,6 +266,6 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
         true,
         true,
       ]);
-    }, 60_000);
+    });
   });
 }

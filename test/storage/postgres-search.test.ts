@@ -132,7 +132,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('keeps index rows of current versions only: an update or a delete takes the old values out', async () => {
       const schema = newSchema();
@@ -268,7 +268,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 9 rebuilds a version-8 index: date hulls in a GiST index, one lookup for a range', async () => {
       const schema = newSchema();
@@ -345,7 +345,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 11 rebuilds a version-10 index: token keys for index-only lookups, no _lastUpdated rows', async () => {
       const schema = newSchema();
@@ -455,7 +455,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 12: no composite marker rows; :missing on a composite is the absence of a complete element, as the embedded stores answer', async () => {
       const schema = newSchema();
@@ -536,7 +536,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await memory.close();
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('index rows keep a lone surrogate as U+FFFD, as the body and a search value do', async () => {
       const schema = newSchema();

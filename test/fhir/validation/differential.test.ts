@@ -48,7 +48,7 @@ beforeAll(async () => {
   reference = await ready(referenceR4Validator());
   const r4 = await loadMedplumR4();
   clean = createCleanCheck(r4.core, new TypeCompiler(r4.core));
-}, 60_000);
+});
 
 /**
  * The issues `validator` answers, or the message of what it throws: the reference itself throws on
