@@ -8,8 +8,14 @@ import { defineConfig } from 'vitest/config';
  * `http`). A new file lands in `http` unless listed here.
  */
 
-/** Child processes, kill rounds, the command line, end-to-end, packaging, docs and benchmark runs. */
+/**
+ * Child processes, kill rounds, the command line, end-to-end, packaging, docs and benchmark runs,
+ * and the differential runs over whole corpora (minutes of CPU each).
+ */
 export const SLOW_TESTS = [
+  'test/search/differential*.test.ts',
+  'test/search/compiled-paths.test.ts',
+  'test/fhir/validation/differential.test.ts',
   'test/bench/**/*.test.ts',
   'test/cli/**/*.test.ts',
   'test/docs/**/*.test.ts',
@@ -55,7 +61,6 @@ export const UNIT_TESTS = [
   'test/fhir/search-cursor.test.ts',
   'test/fhir/search-includes.test.ts',
   'test/fhir/search-subset.test.ts',
-  'test/fhir/validation/*.test.ts',
   'test/project/init-project.test.ts',
   'test/project/new-client.test.ts',
   'test/project/parameters.test.ts',
@@ -67,10 +72,7 @@ export const UNIT_TESTS = [
   'test/scim/user-listing.test.ts',
   'test/scim/user-mapping.test.ts',
   'test/scim/user-service.test.ts',
-  'test/search/compiled-paths.test.ts',
   'test/search/derived-parameters.test.ts',
-  'test/search/differential-embedded.test.ts',
-  'test/search/differential.test.ts',
   'test/search/extract.test.ts',
   'test/search/match.test.ts',
   'test/search/parse.test.ts',

@@ -9,6 +9,7 @@ import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';
 import { FHIR_JSON, parameters, ROOT_ID, ROOT_SECRET, SCIM_JSON } from './helpers/platform-app.js';
+import { eventually } from './helpers/eventually.js';
 
 const ORIGIN = 'https://fhir.example.org';
 const cleanups: (() => Promise<void>)[] = [];
@@ -168,16 +169,13 @@ describe.each([
       .set('Prefer', 'respond-async');
     expect(kickoff.status).toBe(202);
     const statusPath = local(kickoff.headers['content-location'], prefix, origin);
-    let manifest: { request: string; output: { url: string }[] } | undefined;
-    for (let i = 0; i < 400 && !manifest; i++) {
+    const manifest = await eventually('the export to complete', async () => {
       const status = await request(app).get(statusPath).set('Authorization', admin);
-      if (status.status === 200) manifest = status.body;
-      else await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    expect(manifest).toBeDefined();
-    local(manifest!.request, prefix, origin);
-    expect(manifest!.output.length).toBeGreaterThan(0);
-    for (const file of manifest!.output) {
+      return status.status === 200 && (status.body as { request: string; output: { url: string }[] });
+    });
+    local(manifest.request, prefix, origin);
+    expect(manifest.output.length).toBeGreaterThan(0);
+    for (const file of manifest.output) {
       expect(
         (
           await request(app)

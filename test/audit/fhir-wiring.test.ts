@@ -22,6 +22,7 @@ import {
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { eventually } from '../helpers/eventually.js';
 
 const apps: PlatformTestApp[] = [];
 afterEach(async () => {
@@ -511,13 +512,12 @@ describe('audit wiring: FHIR on the file store', () => {
         query: string,
         ready = (found: AuditEventResource[]) => found.length > 0,
       ): Promise<AuditEventResource[]> => {
-        for (let i = 0; ; i++) {
+        return eventually(`AuditEvents of ${query}`, async () => {
           const res = await request(app).get(`/fhir/R4/AuditEvent?${query}`).set('Authorization', auditor);
           expect(res.status).toBe(200);
           const found = ((res.body.entry ?? []) as { resource: AuditEventResource }[]).map((e) => e.resource);
-          if (ready(found) || i === 100) return found;
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
+          return ready(found) && found;
+        });
       };
       const queryOf = (e: AuditEventResource) => decode(e.entity?.find((x) => x.query !== undefined)?.query);
       const [read] = await find(`action=R&entity=Patient/${pid}`);

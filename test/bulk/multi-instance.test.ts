@@ -11,6 +11,8 @@ import { postgresStorage } from '../../src/postgres.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { parameters } from '../helpers/platform-app.js';
 import { postgresTestUrl } from '../helpers/postgres.js';
+import { sleep } from '../helpers/sleep.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const url = postgresTestUrl('several instances on one PostgreSQL');
 const SERVER = fileURLToPath(new URL('./fixtures/instance-server.ts', import.meta.url));
@@ -33,10 +35,6 @@ interface Instance {
 
 function withParam(connectionString: string, name: string, value: string): string {
   return `${connectionString}${connectionString.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(value)}`;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 async function startInstance(name: string, connectionString: string, schema: string): Promise<Instance> {
@@ -114,7 +112,7 @@ if (url) {
   async function waitFor<T>(
     what: string,
     probe: () => Promise<T | undefined>,
-    ms = 30_000 + 2 * LEASE_MS,
+    ms = PATIENCE_MS + 2 * LEASE_MS,
   ): Promise<T> {
     const until = Date.now() + ms;
     for (;;) {

@@ -12,6 +12,8 @@ import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import { clientKey, signAssertion } from '../auth/client-keys.js';
+import { eventually } from '../helpers/eventually.js';
+import { sleep } from '../helpers/sleep.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -471,9 +473,7 @@ describe('serve: the standalone server', () => {
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
-      for (let i = 0; i < 200 && !output.includes('"listening"'); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually('the "listening" line', () => output.includes('"listening"'), { intervalMs: 100 });
       // JSON log lines (pino) on stdout.
       const listening = logLines(stdout).find((line) => line.msg === 'listening');
       expect(listening).toMatchObject({ level: 30, fhir: `http://localhost:${port}/fhir/R4` });
@@ -518,14 +518,12 @@ describe('serve: the standalone server', () => {
     let stdout = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    const waitFor = async (msg: string): Promise<Record<string, unknown> | undefined> => {
-      for (let i = 0; i < 200; i++) {
-        const line = stdout.includes(`"${msg}"`) ? logLines(stdout).find((l) => l.msg === msg) : undefined;
-        if (line) return line;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      return undefined;
-    };
+    const waitFor = (msg: string): Promise<Record<string, unknown>> =>
+      eventually(
+        `the "${msg}" line`,
+        () => (stdout.includes(`"${msg}"`) ? logLines(stdout).find((l) => l.msg === msg) : undefined),
+        { intervalMs: 100 },
+      );
     try {
       expect(await waitFor('listening')).toBeDefined();
       // Removed on start, before any SIGUSR2.
@@ -574,10 +572,8 @@ function watch(child: ReturnType<typeof spawnServe>) {
   child.stdout.on('data', (chunk: Buffer) => (run.stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (run.stderr += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const waitFor = async (text: string): Promise<boolean> => {
-    for (let i = 0; i < 200 && !run.stdout.includes(text); i++) await new Promise((r) => setTimeout(r, 100));
-    return run.stdout.includes(text);
-  };
+  const waitFor = (text: string): Promise<boolean> =>
+    eventually(`${text} on stdout`, () => run.stdout.includes(text), { intervalMs: 100 });
   return { run, exited, waitFor, process: child };
 }
 
@@ -604,9 +600,9 @@ describe('serve: a start that fails', () => {
     const second = watch(spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, none));
     try {
       expect(await second.waitFor('"listening"')).toBe(true);
-      for (let i = 0; i < 50 && !second.run.stderr.includes('SECRET='); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually('the generated secret', () => second.run.stderr.includes('SECRET='), {
+        intervalMs: 100,
+      });
       const secret = /SUPER_ADMIN_CLIENT_SECRET=(\S+)/.exec(second.run.stderr)?.[1];
       expect(secret).toBeDefined();
       expect(await tokenStatus(`http://127.0.0.1:${port}`, 'super-admin', secret!)).toBe(200);
@@ -737,7 +733,7 @@ describe('serve: stopping', () => {
       `POST /fhir/R4/Project/$init HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n` +
         'Content-Type: application/fhir+json\r\nContent-Length: 1000\r\n\r\n{"resource',
     );
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300); // a while in which the half-sent request gets no answer
     expect(answered).toBe('');
     const signalled = Date.now();
     serve.process.kill('SIGTERM');

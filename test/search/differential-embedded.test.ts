@@ -101,7 +101,7 @@ describe(`search index of the file store against match.ts${hasSynthea ? ' (with 
   beforeAll(async () => {
     storage = await open();
     corpus = await loadCorpus(storage, PROJECT);
-  }, 300_000);
+  });
   afterAll(() => storage?.close());
 
   it('matches the same resources as a scan, building postings, then from them', async () => {
@@ -138,5 +138,5 @@ describe(`search index of the file store against match.ts${hasSynthea ? ' (with 
     expect(built(storage, 'Observation')).toBeGreaterThan(5);
     const third = await compare(storage, corpus, again, true);
     expect(third.failures).toEqual([]);
-  }, 600_000);
+  });
 });

@@ -48,7 +48,7 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
     registry = await loadSearchRegistry();
     storage = postgresStorage({ connectionString: POSTGRES_URL!, schema: newSchema() });
     corpus = await loadCorpus(storage, PROJECT);
-  }, 300_000);
+  });
   afterAll(() => storage?.close());
 
   describe('search in SQL (PostgreSQL) against match.ts', () => {
@@ -99,7 +99,7 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
       }
       expect(queries.length - refused).toBeGreaterThan(300);
       expect(matched).toBeGreaterThan(1000);
-    }, 600_000);
+    });
 
     it('orders _sort keys as sortValuesOf and compareSortValues do, page by page', async () => {
       const sorts: [string, string][] = [
@@ -153,6 +153,6 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
           expect(back.resources.map((r) => r.id)).toEqual(want.slice(-8, -1));
         }
       }
-    }, 300_000);
+    });
   });
 }

@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleep } from '../helpers/sleep.js';
 
 const SOAK_SECONDS = Number(process.env.FPK_SOAK_SECONDS ?? '20');
 const SOAK_MODE = process.env.FPK_SOAK_SECONDS !== undefined;
@@ -22,10 +23,6 @@ const FHIR_JSON = 'application/fhir+json';
 let server: ChildProcess;
 let base: string;
 let dir: string;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 /** Resident set size (KiB) and open descriptors of a process, from /proc. */
 function usage(pid: number): { rssKiB: number; fds: number } {

@@ -11,6 +11,7 @@ import { postgresStorage } from '../../src/postgres.js';
 import { SCHEMA_VERSION } from '../../src/storage/postgres/schema.js';
 import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
+import { sleep } from '../helpers/sleep.js';
 
 const url = process.env.FPK_TEST_POSTGRES_URL;
 
@@ -398,7 +399,7 @@ if (!url) {
           sameDone = true;
           return r;
         });
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await sleep(100); // a while in which the same project's write must stay blocked
         expect(sameDone).toBe(false);
         release();
         await tx;

@@ -120,7 +120,7 @@ describe('fast path and reference validator: generated invalid resources', () =>
     expect(outcomes.cleared).toBeGreaterThan(100);
     expect(outcomes.errors).toBeGreaterThan(1000);
     expect(outcomes.warnings).toBeGreaterThan(0);
-  }, 300_000);
+  });
 
   it('still rejects elements named like Object.prototype properties (router pre-check, then validator)', () => {
     const patient = JSON.parse(
