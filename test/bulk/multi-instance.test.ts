@@ -54,7 +54,10 @@ async function startInstance(name: string, connectionString: string, schema: str
   child.stderr.on('data', (data: Buffer) => errors.push(data.toString()));
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`${name} did not start: ${errors.join('')}`)), 45_000);
+    const timer = setTimeout(
+      () => reject(new Error(`${name} did not start: ${errors.join('')}`)),
+      PATIENCE_MS,
+    );
     child.stdout.on('data', (data: Buffer) => {
       out += data.toString();
       const match = /READY (\d+)/.exec(out);

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sleep } from '../helpers/sleep.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const SOAK_SECONDS = Number(process.env.FPK_SOAK_SECONDS ?? '20');
 const SOAK_MODE = process.env.FPK_SOAK_SECONDS !== undefined;
@@ -71,7 +72,10 @@ beforeAll(async () => {
   server.stderr!.on('data', (data: Buffer) => errors.push(data.toString()));
   base = await new Promise<string>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`the server did not start: ${errors.join('')}`)), 60_000);
+    const timer = setTimeout(
+      () => reject(new Error(`the server did not start: ${errors.join('')}`)),
+      PATIENCE_MS,
+    );
     const onData = (data: Buffer) => {
       out += data.toString();
       for (const line of out.split('\n')) {
