@@ -5,13 +5,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { RESOURCES_PER_PATIENT } from '../../bench/dataset.js';
 import { runHuge } from '../../bench/huge.js';
 import { renderMarkdown } from '../../bench/table.js';
-import { POSTGRES_URL, postgresTestsEnabled } from '../helpers/pg-schema.js';
+import { POSTGRES_URL } from '../helpers/pg-schema.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-huge-'));
 afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
 
 // `npm run bench -- --store postgres --huge`, on a tiny dataset: every figure, each target judged.
-if (postgresTestsEnabled('bench --huge smoke run')) {
+if (postgresTestUrl('bench --huge smoke run')) {
   describe('bench --huge smoke run', () => {
     it('loads by upload and COPY, and reports every figure with its target', async () => {
       const logged: string[] = [];

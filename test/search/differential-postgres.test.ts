@@ -7,9 +7,10 @@ import { parseSearchRequest } from '../../src/search/parse.js';
 import { sortValuesOf } from '../../src/search/sort-values.js';
 import { compareSortValues } from '../../src/storage/result-page.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allQueries, expected, loadCorpus } from '../helpers/search-differential.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 const PROJECT = 'p';
 let registry: SearchRegistry;
@@ -39,7 +40,7 @@ async function actual(storage: Storage, type: string, query: string): Promise<st
   return page.resources.map((r) => r.id).sort();
 }
 
-if (postgresTestsEnabled('search in SQL against match.ts')) {
+if (postgresTestUrl('search in SQL against match.ts')) {
   const newSchema = schemaFactory(POSTGRES_URL!);
   let storage: Storage;
   let corpus = new Map<string, StoredResource[]>();

@@ -11,18 +11,19 @@ import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
 import { download } from '../helpers/bulk-export.js';
 import { Relay } from '../helpers/pg-relay.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 import { slowExports } from '../helpers/slow-exports.js';
 import { sleep } from '../helpers/sleep.js';
 import { eventually } from '../helpers/eventually.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /** Enough data (about 1 MB) that a COPY is still streaming, not buffered whole, when the fault hits. */
 const PATIENTS = 1000;
 const FILLER = 'x'.repeat(1000);
 
-if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
+if (postgresTestUrl('PostgreSQL lost mid-export and mid-request')) {
   const url = new URL(POSTGRES_URL!);
   const schema = schemaFactory(POSTGRES_URL!);
   let relay: Relay;

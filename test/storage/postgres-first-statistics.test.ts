@@ -2,9 +2,10 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
 import { FIRST_STATISTICS_AFTER } from '../../src/storage/postgres/first-statistics.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { eventually } from '../helpers/eventually.js';
 import { sleep } from '../helpers/sleep.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * A fresh schema has no planner statistics until autovacuum's next round; the store gathers the
@@ -13,7 +14,7 @@ import { sleep } from '../helpers/sleep.js';
  * the unique `resources_current` index and not a whole type's versions.
  */
 
-if (postgresTestsEnabled('postgresStorage first statistics')) {
+if (postgresTestUrl('postgresStorage first statistics')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });

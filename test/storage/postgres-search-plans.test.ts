@@ -4,8 +4,9 @@ import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * The plans of issue 44's costly searches on PostgreSQL (docs/performance.md, "Costly searches on
@@ -108,7 +109,7 @@ const SEARCHES: [type: string, query: string][] = [
   ['Observation', 'value-quantity:missing=false&code:not=urn:c|k1'],
 ];
 
-if (postgresTestsEnabled('postgresStorage search plans')) {
+if (postgresTestUrl('postgresStorage search plans')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });

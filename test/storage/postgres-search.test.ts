@@ -6,8 +6,9 @@ import { dateBoxSql } from '../../src/storage/postgres/search-tables.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import type { Storage } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * PostgreSQL's search index: searches answered in SQL without reading bodies, the index rows kept
@@ -16,7 +17,7 @@ import { allReads } from '../helpers/search-reads.js';
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-if (postgresTestsEnabled('postgresStorage search index')) {
+if (postgresTestUrl('postgresStorage search index')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });

@@ -11,30 +11,16 @@ import { postgresStorage } from '../../src/postgres.js';
 import { SCHEMA_VERSION } from '../../src/storage/postgres/schema.js';
 import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 import { sleep } from '../helpers/sleep.js';
 
-const url = process.env.FPK_TEST_POSTGRES_URL;
+const url = postgresTestUrl('postgresStorage');
 
 function quote(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
 }
 
-if (!url) {
-  if (process.env.CI) {
-    describe('postgresStorage', () => {
-      it('needs a database in CI', () => {
-        throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
-      });
-    });
-  } else {
-    console.warn(
-      'Skipping the PostgreSQL storage tests: set FPK_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test)',
-    );
-    describe.skip('postgresStorage (FPK_TEST_POSTGRES_URL is not set)', () => {
-      it('runs the storage contract', () => undefined);
-    });
-  }
-} else {
+if (url) {
   const connectionString = url;
   let admin: pg.Pool;
   const schemas: string[] = [];
