@@ -1,5 +1,4 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
@@ -11,6 +10,7 @@ import { PlatformError } from '../../src/errors.js';
 import type { FhirPlatformOptions } from '../../src/platform.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { eventually } from '../helpers/eventually.js';
+import { listen } from '../helpers/listen.js';
 
 const apps: PlatformTestApp[] = [];
 const servers: http.Server[] = [];
@@ -269,10 +269,8 @@ describe('audit wiring: export file downloads', () => {
   it('records an aborted download with the bytes sent so far and a failed outcome', async () => {
     // About 20 MB: more than the connection buffers hold, so the client leaving cuts it short.
     const { t, auth, url, downloads } = await exported(10_000);
-    const server = http.createServer(t.app);
+    const { server, port } = await listen(t.app);
     servers.push(server);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
     // Read the head and one chunk, then go away: the rest of the file is never sent.
     const size = await new Promise<number>((resolve) => {
       const req = http.get(
