@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -10,6 +9,7 @@ import { memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';
 import { FHIR_JSON, parameters, ROOT_ID, ROOT_SECRET, SCIM_JSON } from './helpers/platform-app.js';
 import { eventually } from './helpers/eventually.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const ORIGIN = 'https://fhir.example.org';
 const cleanups: (() => Promise<void>)[] = [];
@@ -28,7 +28,7 @@ async function mounted(
   shared?: Storage,
   origin = ORIGIN,
 ): Promise<{ app: express.Express; platform: FhirPlatform; storage: Storage }> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-mount-'));
+  const dir = tempDir('fpk-mount-');
   const storage = shared ?? memoryStorage();
   if (!shared) await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
   const platform = fhirPlatform({
@@ -227,7 +227,7 @@ describe('tokens and mounts', () => {
   });
 
   it('a host issuer given in token options is used by the token endpoint and the verifier alike', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-mount-'));
+    const dir = tempDir('fpk-mount-');
     const storage = memoryStorage();
     await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
     const platform = fhirPlatform({

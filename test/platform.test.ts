@@ -12,6 +12,7 @@ import {
   type Storage,
 } from '../src/index.js';
 import { eventually } from './helpers/eventually.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const FHIR_JSON = 'application/fhir+json';
 
@@ -31,7 +32,7 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
   let app: express.Express;
 
   beforeEach(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-'));
+    dir = tempDir('fpk-platform-');
     storage = memoryStorage();
     platform = fhirPlatform({
       storage,
@@ -377,7 +378,7 @@ describe('fhirPlatform: a storage that is not one', () => {
 
 describe('fhirPlatform: a router refusing its options', () => {
   it('leaves nothing started: the audit journal is free for the next platform', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-refused-'));
+    const dir = tempDir('fpk-platform-refused-');
     const storage = memoryStorage();
     const audit = { journalDir: path.join(dir, 'journal') };
     try {

@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -23,6 +22,7 @@ import {
 } from '../helpers/platform-app.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { eventually } from '../helpers/eventually.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const apps: PlatformTestApp[] = [];
 afterEach(async () => {
@@ -460,7 +460,7 @@ describe('audit wiring: FHIR router without the platform', () => {
 
 describe('audit wiring: FHIR on the file store', () => {
   it('stores the events of a read and a search, which an auditor then finds through the FHIR API', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-audit-file-'));
+    const dir = tempDir('fpk-audit-file-');
     const storage = await fileStorage({ dir: path.join(dir, 'store'), durability: 'write' });
     await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
     const platform = fhirPlatform({

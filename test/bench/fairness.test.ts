@@ -1,12 +1,10 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { NOISY_QUERIES, QUIET_KINDS, runFairness } from '../../bench/fairness.js';
 import { renderTable } from '../../bench/table.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-fairness-'));
-afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
+const work = tempDir('bench-fairness-');
 
 // `npm run bench -- --fairness` on a tiny dataset: the report's shape, never its timings.
 describe('bench --fairness smoke run', () => {

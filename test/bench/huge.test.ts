@@ -1,15 +1,13 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RESOURCES_PER_PATIENT } from '../../bench/dataset.js';
 import { runHuge } from '../../bench/huge.js';
 import { renderMarkdown } from '../../bench/table.js';
 import { POSTGRES_URL } from '../helpers/pg-schema.js';
 import { postgresTestUrl } from '../helpers/postgres.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-huge-'));
-afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
+const work = tempDir('bench-huge-');
 
 // `npm run bench -- --store postgres --huge`, on a tiny dataset: every figure, each target judged.
 if (postgresTestUrl('bench --huge smoke run')) {

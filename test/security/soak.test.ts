@@ -9,11 +9,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sleep } from '../helpers/sleep.js';
 import { PATIENCE_MS } from '../helpers/eventually.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const SOAK_SECONDS = Number(process.env.FPK_SOAK_SECONDS ?? '20');
 const SOAK_MODE = process.env.FPK_SOAK_SECONDS !== undefined;
@@ -51,7 +51,7 @@ async function token(id: string, secret: string, scope?: string): Promise<string
 }
 
 beforeAll(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-soak-'));
+  dir = tempDir('fpk-soak-');
   // A bounded heap: memory that leaks makes the server fail instead of only growing, and the
   // collector reclaims garbage instead of letting the heap expand into a large machine's memory.
   server = spawn(process.execPath, ['--max-old-space-size=256', '--import', 'tsx', MAIN, 'serve'], {

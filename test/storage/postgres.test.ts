@@ -1,7 +1,6 @@
 import { identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -13,6 +12,7 @@ import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
 import { postgresTestUrl } from '../helpers/postgres.js';
 import { sleep } from '../helpers/sleep.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const url = postgresTestUrl('postgresStorage');
 
@@ -245,7 +245,7 @@ if (url) {
       const schema = freshSchema();
       const storage = postgresStorage({ connectionString, schema });
       const pool = new ExportPool({ maxThreads: 1 });
-      const outputDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-pg-export-'));
+      const outputDir = tempDir('fpk-pg-export-');
       try {
         await storage.createResource('p1', { resourceType: 'Patient', id: 'pa' });
         await storage.createResource('p1', {
