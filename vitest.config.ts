@@ -121,7 +121,7 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: UNIT_TESTS, exclude: SLOW_TESTS },
+        test: { name: 'unit', include: UNIT_TESTS },
       },
       {
         extends: true,
