@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -7,6 +6,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';
 import { parameters, SCIM_JSON } from './helpers/platform-app.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -14,7 +14,7 @@ afterEach(async () => {
 });
 
 function platformUnder(prefix: string) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-admin-'));
+  const dir = tempDir('fpk-admin-');
   const storage = memoryStorage();
   // A host with its own authentication that admits nobody: administration goes through `admin`.
   const platform = fhirPlatform({

@@ -1,5 +1,3 @@
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import pg from 'pg';
@@ -10,21 +8,21 @@ import { fhirPlatform, type FhirPlatformOptions } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';
 import { fileStorage, memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';
+import { postgresTestUrl } from './helpers/postgres.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-function tempDir(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-health-'));
-  cleanups.push(() => Promise.resolve(fs.rmSync(dir, { recursive: true, force: true })));
-  return dir;
-}
-
 /** The platform over `storage`, mounted under /api; closed (not the storage) after the test. */
 async function platformApp(storage: Storage, extra: Partial<FhirPlatformOptions> = {}) {
-  const platform = fhirPlatform({ storage, exportDir: path.join(tempDir(), 'exports'), ...extra });
+  const platform = fhirPlatform({
+    storage,
+    exportDir: path.join(tempDir('fpk-health-'), 'exports'),
+    ...extra,
+  });
   let closed = false;
   cleanups.push(async () => {
     if (!closed) await platform.close();
@@ -90,7 +88,7 @@ describe('health endpoints', () => {
     const storage = memoryStorage();
     cleanups.push(() => storage.close());
     const { app } = await platformApp(storage, {
-      bulk: { pool: { workerFilename: path.join(tempDir(), 'missing-worker.js') } },
+      bulk: { pool: { workerFilename: path.join(tempDir('fpk-health-'), 'missing-worker.js') } },
     });
     const ready = await request(app).get('/api/readyz');
     expect(ready.status).toBe(503);
@@ -108,7 +106,7 @@ describe('health endpoints', () => {
   });
 
   it('reports no export workers without bulk export, and follows paths', async () => {
-    const storage = await fileStorage({ dir: tempDir() });
+    const storage = await fileStorage({ dir: tempDir('fpk-health-') });
     cleanups.push(() => storage.close());
     const { app } = await platformApp(storage, {
       bulk: false,
@@ -141,9 +139,9 @@ describe('health endpoints', () => {
     expect(JSON.stringify(ready.body)).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|5432/);
   });
 
-  const url = process.env.FPK_TEST_POSTGRES_URL;
-  it.runIf(url || process.env.CI)('answers 200 for a PostgreSQL store that is reachable', async () => {
-    if (!url) throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
+  const url = postgresTestUrl('readiness of a reachable PostgreSQL store');
+  it.runIf(url)('answers 200 for a PostgreSQL store that is reachable', async () => {
+    if (!url) return;
     const schema = `health_${Date.now()}_${Math.floor(Math.random() * 1e6)}`;
     const storage = postgresStorage({ connectionString: url, schema });
     cleanups.push(async () => {

@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -11,6 +10,7 @@ import { memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';
 import { clientKey, signAssertion } from './auth/client-keys.js';
 import { FHIR_JSON, parameters, ROOT_ID, ROOT_SECRET, SCIM_JSON } from './helpers/platform-app.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const ORIGIN = 'https://fhir.example.org';
 const cleanups: (() => Promise<void>)[] = [];
@@ -58,7 +58,7 @@ function failingSearches(storage: Storage, leak: () => string): Storage {
 
 describe('fhirPlatform logger', () => {
   it('logs requests and 5xx errors with ids only: no token, secret, assertion, header, query or body', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-logging-'));
+    const dir = tempDir('fpk-logging-');
     const inner = memoryStorage();
     await ensureSuperAdminClient(inner, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
     let lastAuthorization = '';
@@ -216,7 +216,7 @@ describe('fhirPlatform logger', () => {
 
   it('does not log health probes, and refuses logRequests without a logger', async () => {
     const storage = memoryStorage();
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-logging-'));
+    const dir = tempDir('fpk-logging-');
     const lines: Line[] = [];
     const platform = fhirPlatform({
       storage,

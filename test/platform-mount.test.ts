@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -9,6 +8,8 @@ import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { memoryStorage } from '../src/stores.js';
 import type { Storage } from '../src/storage/types.js';
 import { FHIR_JSON, parameters, ROOT_ID, ROOT_SECRET, SCIM_JSON } from './helpers/platform-app.js';
+import { eventually } from './helpers/eventually.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const ORIGIN = 'https://fhir.example.org';
 const cleanups: (() => Promise<void>)[] = [];
@@ -27,7 +28,7 @@ async function mounted(
   shared?: Storage,
   origin = ORIGIN,
 ): Promise<{ app: express.Express; platform: FhirPlatform; storage: Storage }> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-mount-'));
+  const dir = tempDir('fpk-mount-');
   const storage = shared ?? memoryStorage();
   if (!shared) await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
   const platform = fhirPlatform({
@@ -168,16 +169,13 @@ describe.each([
       .set('Prefer', 'respond-async');
     expect(kickoff.status).toBe(202);
     const statusPath = local(kickoff.headers['content-location'], prefix, origin);
-    let manifest: { request: string; output: { url: string }[] } | undefined;
-    for (let i = 0; i < 400 && !manifest; i++) {
+    const manifest = await eventually('the export to complete', async () => {
       const status = await request(app).get(statusPath).set('Authorization', admin);
-      if (status.status === 200) manifest = status.body;
-      else await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    expect(manifest).toBeDefined();
-    local(manifest!.request, prefix, origin);
-    expect(manifest!.output.length).toBeGreaterThan(0);
-    for (const file of manifest!.output) {
+      return status.status === 200 && (status.body as { request: string; output: { url: string }[] });
+    });
+    local(manifest.request, prefix, origin);
+    expect(manifest.output.length).toBeGreaterThan(0);
+    for (const file of manifest.output) {
       expect(
         (
           await request(app)
@@ -229,7 +227,7 @@ describe('tokens and mounts', () => {
   });
 
   it('a host issuer given in token options is used by the token endpoint and the verifier alike', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-mount-'));
+    const dir = tempDir('fpk-mount-');
     const storage = memoryStorage();
     await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
     const platform = fhirPlatform({

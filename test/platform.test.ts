@@ -12,6 +12,7 @@ import {
   type Storage,
 } from '../src/index.js';
 import { eventually } from './helpers/eventually.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const FHIR_JSON = 'application/fhir+json';
 
@@ -31,7 +32,7 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
   let app: express.Express;
 
   beforeEach(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-'));
+    dir = tempDir('fpk-platform-');
     storage = memoryStorage();
     platform = fhirPlatform({
       storage,
@@ -131,19 +132,16 @@ describe('fhirPlatform: the whole flow with real tokens', () => {
       .set('Prefer', 'respond-async');
     expect(kickoff.status).toBe(202);
     const statusPath = new URL(kickoff.headers['content-location']!).pathname;
-    let manifest: { output: { type: string; url: string; count: number }[] } | undefined;
-    for (let i = 0; i < 200 && !manifest; i++) {
+    const manifest = await eventually('the export to complete', async () => {
       const status = await request(app).get(statusPath).set('Authorization', `Bearer ${projectToken}`);
-      if (status.status === 200) manifest = status.body;
-      else {
-        expect(status.status).toBe(202);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }
-    expect(manifest).toBeDefined();
-    const types = manifest!.output.map((o) => o.type).sort();
+      if (status.status === 200)
+        return status.body as { output: { type: string; url: string; count: number }[] };
+      expect(status.status).toBe(202);
+      return undefined;
+    });
+    const types = manifest.output.map((o) => o.type).sort();
     expect(types).toEqual(['Observation', 'Patient']);
-    for (const file of manifest!.output) {
+    for (const file of manifest.output) {
       const download = await request(app)
         .get(new URL(file.url).pathname)
         .set('Authorization', `Bearer ${projectToken}`)
@@ -380,7 +378,7 @@ describe('fhirPlatform: a storage that is not one', () => {
 
 describe('fhirPlatform: a router refusing its options', () => {
   it('leaves nothing started: the audit journal is free for the next platform', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-platform-refused-'));
+    const dir = tempDir('fpk-platform-refused-');
     const storage = memoryStorage();
     const audit = { journalDir: path.join(dir, 'journal') };
     try {

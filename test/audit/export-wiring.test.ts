@@ -1,5 +1,4 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
@@ -10,6 +9,8 @@ import type { ExportTask, ExportTaskResult } from '../../src/bulk/export-task.js
 import { PlatformError } from '../../src/errors.js';
 import type { FhirPlatformOptions } from '../../src/platform.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
+import { eventually } from '../helpers/eventually.js';
+import { listen } from '../helpers/listen.js';
 
 const apps: PlatformTestApp[] = [];
 const servers: http.Server[] = [];
@@ -43,17 +44,6 @@ class CrashFirstPool extends ExportPool {
   override run(task: ExportTask, options?: ExportRunOptions): Promise<ExportTaskResult> {
     if (++this.#runs === 1) return Promise.reject(new PlatformError('ERR_INTERNAL', 'Export crash (test)'));
     return super.run(task, options);
-  }
-}
-
-/** Waits until `check` answers something (events of background work and of finished responses). */
-async function eventually<T>(check: () => T | undefined, ms = 5000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const value = check();
-    if (value !== undefined) return value;
-    if (Date.now() > until) throw new Error('timed out waiting for the audit event');
-    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 
@@ -101,11 +91,10 @@ async function setup(bulk: FhirPlatformOptions['bulk'] = {}, observations = 40) 
       .set('Prefer', 'respond-async');
   /** Polls the status until it is no longer 202. */
   const finished = async (statusPath: string) => {
-    for (;;) {
+    return eventually('the export to end', async () => {
       const res = await request(t.app).get(statusPath).set('Authorization', auth);
-      if (res.status !== 202) return res;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+      return res.status !== 202 && res;
+    });
   };
   const exports = () => seen.filter((s) => s.context.record.kind === 'export');
   const downloads = () => seen.filter((s) => s.context.record.kind === 'download');
@@ -122,7 +111,9 @@ describe('audit wiring: bulk export', () => {
     const jobId = statusPath.split('/').pop()!;
     expect((await finished(statusPath)).status).toBe(200);
 
-    const [start, done] = await eventually(() => (exports().length === 2 ? exports() : undefined));
+    const [start, done] = await eventually('the export events', () =>
+      exports().length === 2 ? exports() : undefined,
+    );
     expect(start!.context.record).toMatchObject({
       kind: 'export',
       phase: 'kickoff',
@@ -161,7 +152,7 @@ describe('audit wiring: bulk export', () => {
       (await kickoff('/$export?_type=Patient')).headers['content-location'] as string,
     );
     expect((await finished(failedPath)).status).toBe(500);
-    const failed = await eventually(() =>
+    const failed = await eventually('the failed export event', () =>
       exports().find((s) => (s.context.record as ExportEvent).phase === 'failed'),
     );
     expect(failed.context.record).toMatchObject({
@@ -278,12 +269,10 @@ describe('audit wiring: export file downloads', () => {
   it('records an aborted download with the bytes sent so far and a failed outcome', async () => {
     // About 20 MB: more than the connection buffers hold, so the client leaving cuts it short.
     const { t, auth, url, downloads } = await exported(10_000);
-    const server = http.createServer(t.app);
+    const { server, port } = await listen(t.app);
     servers.push(server);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
     // Read the head and one chunk, then go away: the rest of the file is never sent.
-    const size = await new Promise<number>((resolve, reject) => {
+    const size = await new Promise<number>((resolve) => {
       const req = http.get(
         {
           host: '127.0.0.1',
@@ -299,10 +288,9 @@ describe('audit wiring: export file downloads', () => {
         },
       );
       req.on('error', () => undefined);
-      setTimeout(() => reject(new Error('no answer')), 10_000).unref();
     });
     expect(size).toBeGreaterThan(15_000_000);
-    const event = await eventually(() => downloads()[0]);
+    const event = await eventually('the download event', () => downloads()[0]);
     const record = event.context.record as DownloadEvent;
     expect(record.error).toMatch(/aborted/);
     expect(record.bytes).toBeGreaterThan(0);

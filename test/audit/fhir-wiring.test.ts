@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -22,6 +21,8 @@ import {
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { eventually } from '../helpers/eventually.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const apps: PlatformTestApp[] = [];
 afterEach(async () => {
@@ -459,7 +460,7 @@ describe('audit wiring: FHIR router without the platform', () => {
 
 describe('audit wiring: FHIR on the file store', () => {
   it('stores the events of a read and a search, which an auditor then finds through the FHIR API', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-audit-file-'));
+    const dir = tempDir('fpk-audit-file-');
     const storage = await fileStorage({ dir: path.join(dir, 'store'), durability: 'write' });
     await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
     const platform = fhirPlatform({
@@ -511,13 +512,12 @@ describe('audit wiring: FHIR on the file store', () => {
         query: string,
         ready = (found: AuditEventResource[]) => found.length > 0,
       ): Promise<AuditEventResource[]> => {
-        for (let i = 0; ; i++) {
+        return eventually(`AuditEvents of ${query}`, async () => {
           const res = await request(app).get(`/fhir/R4/AuditEvent?${query}`).set('Authorization', auditor);
           expect(res.status).toBe(200);
           const found = ((res.body.entry ?? []) as { resource: AuditEventResource }[]).map((e) => e.resource);
-          if (ready(found) || i === 100) return found;
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
+          return ready(found) && found;
+        });
       };
       const queryOf = (e: AuditEventResource) => decode(e.entity?.find((x) => x.query !== undefined)?.query);
       const [read] = await find(`action=R&entity=Patient/${pid}`);

@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createAuditTrail, PLATFORM_AUDIT_PROJECT_ID } from '../../src/audit/trail.js';
 import { fileStorage } from '../../src/stores.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const ROUNDS = Number(process.env.FPK_AUDIT_KILL_ROUNDS ?? 2);
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
@@ -56,7 +57,7 @@ async function startServer(): Promise<{ server: ChildProcess; base: string }> {
   server.stderr.on('data', (data: Buffer) => (errors += data.toString()));
   const base = await new Promise<string>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`the server did not start: ${errors}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`the server did not start: ${errors}`)), PATIENCE_MS);
     const onData = (data: Buffer) => {
       out += data.toString();
       for (const line of out.split('\n')) {
@@ -237,7 +238,8 @@ async function round(known: Projects | undefined, acked: Acked[]): Promise<Proje
       });
     }
   };
-  const timer = setTimeout(() => server.kill('SIGKILL'), 30_000);
+  // At the latest (a loop that never ends): the kill the loops wait for.
+  const timer = setTimeout(() => server.kill('SIGKILL'), PATIENCE_MS);
   try {
     await Promise.all([fhirLoop(), scimLoop(), anonymousLoop()]);
   } finally {
@@ -259,7 +261,7 @@ function eventText(event: Record<string, unknown>): string {
 describe('audit trail of the standalone server under kill -9', () => {
   it(
     `every answered request has its AuditEvent after ${ROUNDS} kills right after answers`,
-    { timeout: 60_000 + ROUNDS * 30_000 },
+    { timeout: Math.max(10 * 60_000, ROUNDS * 2 * PATIENCE_MS) },
     async () => {
       const acked: Acked[] = [];
       let projects: Projects | undefined;

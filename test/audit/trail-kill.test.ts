@@ -57,5 +57,5 @@ describe('audit trail under kill -9', () => {
       await trail.close();
       await storage.close();
     }
-  }, 120_000);
+  });
 });

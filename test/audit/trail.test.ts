@@ -7,6 +7,7 @@ import { createAuditTrail, PLATFORM_AUDIT_PROJECT_ID, type AuditTrail } from '..
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const read = (projectId: string | null, i = 0): AuditRecord => ({
   kind: 'fhir-access',
@@ -62,11 +63,11 @@ describe('createAuditTrail', () => {
     const storage = memoryStorage();
     const timed = open({ storage, flushIntervalMs: 20 });
     const event = timed.record(read('p1'))!;
-    await expect.poll(() => stored(storage, 'p1'), { timeout: 2000 }).toEqual([event.id]);
+    await expect.poll(() => stored(storage, 'p1'), { timeout: PATIENCE_MS }).toEqual([event.id]);
 
     const full = open({ storage, flushIntervalMs: 60_000, batchSize: 3 });
     for (let i = 0; i < 3; i++) full.record(read('p2', i));
-    await expect.poll(async () => (await stored(storage, 'p2')).length, { timeout: 2000 }).toBe(3);
+    await expect.poll(async () => (await stored(storage, 'p2')).length, { timeout: PATIENCE_MS }).toBe(3);
   });
 
   it('onAudit receives every event; its failures go to onError and never reach the caller', async () => {

@@ -2,13 +2,14 @@ import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
 import { formSignIn } from '../helpers/form-sign-in.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { createPlatformApp, type PlatformTestApp } from '../helpers/platform-app.js';
 import { REDIRECT, authorize, launchSetup, pkce, token, type LaunchSetup } from './smart-launch.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 // Two instances (each its own pool) on one schema, as separate processes would be: a code or a
 // refresh token used on one is spent for the other, and reuse seen by either revokes the grant.
-if (postgresTestsEnabled('SMART grants across PostgreSQL instances')) {
+if (postgresTestUrl('SMART grants across PostgreSQL instances')) {
   const connectionString = POSTGRES_URL!;
   const freshSchema = schemaFactory(connectionString);
 

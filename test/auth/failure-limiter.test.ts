@@ -12,6 +12,7 @@ import { expectOAuthError } from '../helpers/protocol-errors.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { clientKey, signAssertion, type ClientKey } from './client-keys.js';
 import { storageWithProjects } from './auth-storage.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 // Every secret check goes through this wrapper of the real one, which counts checks in flight and
 // can hold them until the test releases them.
@@ -207,7 +208,7 @@ describe('token endpoint failure limits under concurrency', () => {
       }),
     );
     // One check runs (held), two wait, three are turned away at once.
-    await vi.waitFor(() => expect(done).toHaveLength(3), { timeout: 10_000 });
+    await vi.waitFor(() => expect(done).toHaveLength(3), { timeout: PATIENCE_MS });
     for (const res of done) {
       expect([res.status, res.body.error]).toEqual([503, 'temporarily_unavailable']);
       expect(Number(res.headers['retry-after'])).toBeGreaterThan(0);

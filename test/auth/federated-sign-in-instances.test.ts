@@ -14,10 +14,11 @@ import { asyncHandler } from '../../src/http/async-handler.js';
 import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
 import { startDevIdp, type DevIdp } from '../../scripts/dev-idp/provider.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { TestBrowser } from './federation-browser.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
-if (postgresTestsEnabled('federatedSignIn across instances on PostgreSQL')) {
+if (postgresTestUrl('federatedSignIn across instances on PostgreSQL')) {
   const freshSchema = schemaFactory(POSTGRES_URL!);
   let stores: Storage[] = [];
   let idp: DevIdp;

@@ -1,9 +1,9 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { hidden, launchSetup, type LaunchSetup } from './smart-launch.js';
+import { listen } from '../helpers/listen.js';
 
 /** The part of fhirclient's Node API used here (its own declarations pull DOM types into the program). */
 interface SmartClient {
@@ -24,14 +24,6 @@ const smart = createRequire(import.meta.url)('fhirclient') as Smart;
 // discovery, PKCE, the authorization request, the code exchange and a refresh are all its own.
 // The browser is played by fetch with a cookie jar: it follows the redirects, signs in with the
 // test form and approves the consent page.
-
-async function listen(
-  handler: (req: IncomingMessage, res: ServerResponse) => void,
-): Promise<{ server: Server; url: string }> {
-  const server = createServer(handler);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
-}
 
 /** A browser: fetch with its cookies, not following redirects. */
 function browser() {
@@ -62,9 +54,9 @@ describe('SMART App Launch with fhirclient (a real SMART client)', () => {
     const target: { app?: express.Express } = {};
     const platform = await listen((req, res) => void target.app!(req, res));
     servers.push(platform.server);
-    setup = await launchSetup(undefined, { baseUrl: platform.url });
+    setup = await launchSetup(undefined, { baseUrl: platform.origin });
     target.app = setup.app;
-    const fhirBase = `${platform.url}/fhir/R4`;
+    const fhirBase = `${platform.origin}/fhir/R4`;
 
     // The SMART app: /launch starts the authorization, /app finishes it and reports.
     const sessions = new Map<string, unknown>();
@@ -111,16 +103,16 @@ describe('SMART App Launch with fhirclient (a real SMART client)', () => {
       await setup.newClient(setup.projectId, {
         name: 'fhirclient app',
         public: true,
-        redirectUri: `${smartApp.url}/app`,
+        redirectUri: `${smartApp.origin}/app`,
         scope: 'launch/patient patient/*.rs openid fhirUser offline_access',
       })
     ).id;
 
     const go = browser();
-    const launch = await go(`${smartApp.url}/launch`);
+    const launch = await go(`${smartApp.origin}/launch`);
     expect(launch.status).toBe(302);
     const authorizeUrl = new URL(launch.headers.get('location')!);
-    expect(authorizeUrl.origin + authorizeUrl.pathname).toBe(`${platform.url}/oauth2/authorize`);
+    expect(authorizeUrl.origin + authorizeUrl.pathname).toBe(`${platform.origin}/oauth2/authorize`);
     expect(authorizeUrl.searchParams.get('code_challenge_method')).toBe('S256');
     expect(authorizeUrl.searchParams.get('aud')).toBe(fhirBase);
 
@@ -128,11 +120,11 @@ describe('SMART App Launch with fhirclient (a real SMART client)', () => {
     expect(signInPage.status).toBe(200);
     const ticket = hidden(await signInPage.text(), 'ticket');
     const consent = await go(
-      `${platform.url}/oauth2/authorize?${new URLSearchParams({ ticket, login_user: setup.users.patient }).toString()}`,
+      `${platform.origin}/oauth2/authorize?${new URLSearchParams({ ticket, login_user: setup.users.patient }).toString()}`,
     );
     const consentHtml = await consent.text();
     expect(consent.status).toBe(200);
-    const approved = await go(`${platform.url}/oauth2/authorize`, {
+    const approved = await go(`${platform.origin}/oauth2/authorize`, {
       method: 'POST',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
       body: new URLSearchParams({
@@ -143,7 +135,7 @@ describe('SMART App Launch with fhirclient (a real SMART client)', () => {
     });
     expect(approved.status).toBe(303);
     const back = approved.headers.get('location')!;
-    expect(back.startsWith(`${smartApp.url}/app?`)).toBe(true);
+    expect(back.startsWith(`${smartApp.origin}/app?`)).toBe(true);
 
     const done = await go(back);
     expect(done.status, done.status === 200 ? '' : await done.text()).toBe(200);

@@ -11,10 +11,11 @@ import type { TokenRouterOptions } from '../../src/auth/token/token-router.js';
 import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { expectOAuthError } from '../helpers/protocol-errors.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { clientKey, signAssertion, type ClientKey } from './client-keys.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 // Several instances of the platform on one PostgreSQL database: each with its own store object
 // and pool over the same schema, as separate processes would be. Failed-authentication limits
@@ -24,7 +25,7 @@ const SECRET = 'correct horse battery staple';
 const ATTACKER = '203.0.113.66';
 const CLIENT_HOST = '198.51.100.7';
 
-if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
+if (postgresTestUrl('shared authentication limits on PostgreSQL')) {
   const connectionString = POSTGRES_URL!;
   const freshSchema = schemaFactory(connectionString);
   let secretHash: string;
@@ -174,7 +175,7 @@ if (postgresTestsEnabled('shared authentication limits on PostgreSQL')) {
   }
 
   describe('failed-authentication limits across processes', () => {
-    it('two server processes on one database count failures together', { timeout: 30_000 }, async () => {
+    it('two server processes on one database count failures together', async () => {
       const [storage] = (await instancesStorage(1)) as [Storage];
       const schema = (storage.descriptor!.options as { schema: string }).schema;
       const origins = await Promise.all([processInstance(schema), processInstance(schema)]);

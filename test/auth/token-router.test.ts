@@ -12,6 +12,7 @@ import { memoryStorage } from '../../src/stores.js';
 import { authApp, TOKEN_URL } from './auth-app.js';
 import { storageWithProjects } from './auth-storage.js';
 import { clientKey, signAssertion, unsecuredAssertion, type ClientKey } from './client-keys.js';
+import { eventually } from '../helpers/eventually.js';
 
 const SECRET = 'correct horse battery staple';
 let secretHash: string;
@@ -246,7 +247,8 @@ describe('token endpoint and bearerAuth', () => {
       extend: (kind, key, expiresAt) => grants.extend(kind, key, expiresAt),
       revoke: (filter) => grants.revoke(filter),
       async get(kind, key) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        // The lookup ends only once the client read has started: they run side by side.
+        await eventually('the client read', () => events.includes('client read'));
         events.push('revocation read');
         return grants.get(kind, key);
       },

@@ -9,15 +9,16 @@ import { loadR4Indexer } from '../../src/search/index-resource.js';
 import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { collectNdjson } from '../../src/testing/contract-helpers.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 const PROJECT = 'p1';
 const PATIENTS = 3;
 // `meta.lastUpdated` (and the rows derived from it) depends on the database clock of each load.
 const LAST_UPDATED = /"lastUpdated":"[^"]*"/g;
 
-if (postgresTestsEnabled('bench COPY loader (pg-resource-load)')) {
+if (postgresTestUrl('bench COPY loader (pg-resource-load)')) {
   const url = POSTGRES_URL!;
   const newSchema = schemaFactory(url);
   const admin = new pg.Pool({ connectionString: url, max: 2 });

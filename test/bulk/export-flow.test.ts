@@ -14,6 +14,7 @@ import {
   tempDir,
 } from '../helpers/bulk-export.js';
 import { afterTest } from '../helpers/cleanup.js';
+import { clockPast } from '../helpers/eventually.js';
 
 const stores: [string, () => Promise<Storage>][] = [
   ['fixture store, worker threads', () => Promise.resolve(fixtureStorage({ dir: tempDir() }))],
@@ -133,9 +134,16 @@ describe.each(stores)('bulk export flow, %s', (_name, makeStorage) => {
 
   it('_since: changes after it, and deletions as transaction Bundles', async () => {
     const { storage, app, auth } = await setup();
-    await new Promise((resolve) => setTimeout(resolve, 10));
-    const since = new Date().toISOString();
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    // An instant strictly after every earlier write and strictly before the writes below: each
+    // store stamps strictly increasing instants, at least the wall clock's (_since counts whole
+    // milliseconds), so `since` is the millisecond after a last write, and the writes wait for
+    // the wall clock to pass it.
+    const [mark] = await storage.writeResources('proj-a', [
+      { op: 'update', resource: { resourceType: 'Basic', id: 'clock-mark', code: { text: 'mark' } } },
+    ]);
+    const sinceMs = Math.floor(Date.parse(mark!.resource!.meta.lastUpdated)) + 1;
+    const since = new Date(sinceMs).toISOString();
+    await clockPast(sinceMs);
     await storage.writeResources('proj-a', [
       {
         op: 'update',

@@ -11,6 +11,8 @@ import { postgresStorage } from '../../src/postgres.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { parameters } from '../helpers/platform-app.js';
 import { postgresTestUrl } from '../helpers/postgres.js';
+import { sleep } from '../helpers/sleep.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 const url = postgresTestUrl('several instances on one PostgreSQL');
 const SERVER = fileURLToPath(new URL('./fixtures/instance-server.ts', import.meta.url));
@@ -35,10 +37,6 @@ function withParam(connectionString: string, name: string, value: string): strin
   return `${connectionString}${connectionString.includes('?') ? '&' : '?'}${name}=${encodeURIComponent(value)}`;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 async function startInstance(name: string, connectionString: string, schema: string): Promise<Instance> {
   const child = spawn(process.execPath, ['--import', 'tsx', SERVER], {
     env: {
@@ -56,7 +54,10 @@ async function startInstance(name: string, connectionString: string, schema: str
   child.stderr.on('data', (data: Buffer) => errors.push(data.toString()));
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`${name} did not start: ${errors.join('')}`)), 45_000);
+    const timer = setTimeout(
+      () => reject(new Error(`${name} did not start: ${errors.join('')}`)),
+      PATIENCE_MS,
+    );
     child.stdout.on('data', (data: Buffer) => {
       out += data.toString();
       const match = /READY (\d+)/.exec(out);
@@ -114,7 +115,7 @@ if (url) {
   async function waitFor<T>(
     what: string,
     probe: () => Promise<T | undefined>,
-    ms = 30_000 + 2 * LEASE_MS,
+    ms = PATIENCE_MS + 2 * LEASE_MS,
   ): Promise<T> {
     const until = Date.now() + ms;
     for (;;) {
@@ -228,7 +229,7 @@ if (url) {
     });
     expect(res.status).toBe(200);
     token = ((await res.json()) as { access_token: string }).access_token;
-  }, 90_000);
+  });
 
   afterAll(async () => {
     await Promise.all(
@@ -296,7 +297,7 @@ if (url) {
       }
     });
 
-    it('a DELETE on C stops the export running on B', { timeout: 60_000 }, async () => {
+    it('a DELETE on C stops the export running on B', async () => {
       await fetch(`${instances.B.origin}/test/slow/200`, { method: 'POST' });
       try {
         const status = await kickoff(instances.B);

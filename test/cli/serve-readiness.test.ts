@@ -9,6 +9,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { afterTest } from '../helpers/cleanup.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
 const SLOW_HASHING = pathToFileURL(path.join(import.meta.dirname, 'fixtures/slow-secret-hashing.mjs')).href;
@@ -133,18 +134,15 @@ async function newDatabase(url: string): Promise<string> {
   return database.href;
 }
 
-const postgresUrl = process.env.FPK_TEST_POSTGRES_URL;
+const postgresUrl = postgresTestUrl('serve: readiness on PostgreSQL');
 const stores: [string, () => Promise<Record<string, string>>][] = [
   ['the file store', () => Promise.resolve({})],
-  ...(postgresUrl || process.env.CI
+  ...(postgresUrl
     ? [
-        [
-          'PostgreSQL',
-          async () => {
-            if (!postgresUrl) throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
-            return { DATABASE_URL: await newDatabase(postgresUrl) };
-          },
-        ] as [string, () => Promise<Record<string, string>>],
+        ['PostgreSQL', async () => ({ DATABASE_URL: await newDatabase(postgresUrl) })] as [
+          string,
+          () => Promise<Record<string, string>>,
+        ],
       ]
     : []),
 ];
@@ -172,6 +170,5 @@ describe('serve: readiness', () => {
       for (const { checks } of probes!.notReady)
         expect(Object.values(checks).some((status) => status !== 'ok')).toBe(true);
     },
-    60_000,
   );
 });

@@ -1,8 +1,7 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { FhirPlatformOptions, Storage } from '../../src/index.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 // What the standalone server hands the library for each setting: the PostgreSQL store's options
 // and fhirPlatform's, captured (the store is a memory store, so no database is needed).
@@ -43,7 +42,7 @@ afterEach(() => {
 });
 
 function start(env: Record<string, string>) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-wiring-'));
+  const dir = tempDir('fpk-wiring-');
   dirs.push(dir);
   return startStandalone(readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, ...env }));
 }

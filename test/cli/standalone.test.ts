@@ -2,26 +2,18 @@ import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createAuditTrail } from '../../src/audit/trail.js';
 import { readConfig } from '../../src/cli/serve-config.js';
 import { startStandalone } from '../../src/cli/standalone.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import { clientKey, signAssertion } from '../auth/client-keys.js';
-
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-standalone-'));
-  dirs.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
-});
+import { eventually } from '../helpers/eventually.js';
+import { sleep } from '../helpers/sleep.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /** A pid of no process: a child that has exited (and been reaped). */
 function deadPid(): number {
@@ -162,7 +154,7 @@ describe('serve: configuration', () => {
 
 describe('serve: the standalone server', () => {
   it('generates super-admin credentials once, serves tokens, and keeps data across restarts', async () => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     const port = await freePort();
     const config = readConfig({ PORT: String(port), HOST: '127.0.0.1', DATA_DIR: dataDir });
     const first = await startStandalone(config);
@@ -206,7 +198,7 @@ describe('serve: the standalone server', () => {
           readConfig({
             PORT: String(await freePort()),
             HOST: '127.0.0.1',
-            DATA_DIR: tempDir(),
+            DATA_DIR: tempDir('fpk-standalone-'),
             ALLOW_PRIVATE_JWKS_ADDRESSES: String(allow),
           }),
         );
@@ -271,7 +263,7 @@ describe('serve: the standalone server', () => {
 
   it('answers JSON for unrouted paths and oversized URLs, and bounds slow requests', async () => {
     const standalone = await startStandalone(
-      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir('fpk-standalone-') }),
     );
     try {
       const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
@@ -291,7 +283,7 @@ describe('serve: the standalone server', () => {
 
   it('answers errors no router answers in the protocol of the path: SCIM under /scim/v2, OAuth at /oauth2', async () => {
     const standalone = await startStandalone(
-      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir() }),
+      readConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: tempDir('fpk-standalone-') }),
     );
     try {
       const base = `http://127.0.0.1:${(standalone.server.address() as net.AddressInfo).port}`;
@@ -343,7 +335,7 @@ describe('serve: the standalone server', () => {
       readConfig({
         PORT: '0',
         HOST: '127.0.0.1',
-        DATA_DIR: tempDir(),
+        DATA_DIR: tempDir('fpk-standalone-'),
         SCIM_DEFAULT_USER_TYPE: 'Practitioner',
         SCIM_ECHO_USER_NAME: 'true',
         FHIR_DEFAULT_RETURN: 'minimal',
@@ -428,7 +420,7 @@ describe('serve: the standalone server', () => {
 
   it('exits 1 with one line on stderr when its data directory cannot be written', async () => {
     // A path through a regular file cannot be created, even by root (who passes permission checks).
-    const file = path.join(tempDir(), 'file');
+    const file = path.join(tempDir('fpk-standalone-'), 'file');
     fs.writeFileSync(file, '');
     const dataDir = path.join(file, 'data');
     await expect(startStandalone(readConfig({ PORT: '0', DATA_DIR: dataDir }))).rejects.toMatchObject({
@@ -459,7 +451,7 @@ describe('serve: the standalone server', () => {
     ['`npm start` (tsx, the source)', ['--import', 'tsx', 'src/cli/main.ts', 'serve']],
     ['the built bin', ['dist/cli.js', 'serve']],
   ])('runs as %s and shuts down cleanly on SIGTERM', async (_name, argv) => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     const port = await freePort();
     const child = spawnServe(argv, port, { DATA_DIR: dataDir });
     let output = '';
@@ -471,9 +463,7 @@ describe('serve: the standalone server', () => {
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     try {
-      for (let i = 0; i < 200 && !output.includes('"listening"'); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually('the "listening" line', () => output.includes('"listening"'), { intervalMs: 100 });
       // JSON log lines (pino) on stdout.
       const listening = logLines(stdout).find((line) => line.msg === 'listening');
       expect(listening).toMatchObject({ level: 30, fhir: `http://localhost:${port}/fhir/R4` });
@@ -505,8 +495,8 @@ describe('serve: the standalone server', () => {
   });
 
   it('writes a backup of the running file store on SIGUSR2 (BACKUP_DIR), which opens as a store', async () => {
-    const dataDir = tempDir();
-    const backupDir = path.join(tempDir(), 'backups');
+    const dataDir = tempDir('fpk-standalone-');
+    const backupDir = path.join(tempDir('fpk-standalone-'), 'backups');
     // What a serve killed mid-backup leaves: a temporary directory named for its (gone) process.
     const stale = path.join(backupDir, `.backup-2020-01-01T00-00-00-000Z.tmp-${deadPid()}-${randomUUID()}`);
     fs.mkdirSync(path.join(stale, 'projects'), { recursive: true });
@@ -518,14 +508,12 @@ describe('serve: the standalone server', () => {
     let stdout = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    const waitFor = async (msg: string): Promise<Record<string, unknown> | undefined> => {
-      for (let i = 0; i < 200; i++) {
-        const line = stdout.includes(`"${msg}"`) ? logLines(stdout).find((l) => l.msg === msg) : undefined;
-        if (line) return line;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      return undefined;
-    };
+    const waitFor = (msg: string): Promise<Record<string, unknown>> =>
+      eventually(
+        `the "${msg}" line`,
+        () => (stdout.includes(`"${msg}"`) ? logLines(stdout).find((l) => l.msg === msg) : undefined),
+        { intervalMs: 100 },
+      );
     try {
       expect(await waitFor('listening')).toBeDefined();
       // Removed on start, before any SIGUSR2.
@@ -574,16 +562,14 @@ function watch(child: ReturnType<typeof spawnServe>) {
   child.stdout.on('data', (chunk: Buffer) => (run.stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (run.stderr += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const waitFor = async (text: string): Promise<boolean> => {
-    for (let i = 0; i < 200 && !run.stdout.includes(text); i++) await new Promise((r) => setTimeout(r, 100));
-    return run.stdout.includes(text);
-  };
+  const waitFor = (text: string): Promise<boolean> =>
+    eventually(`${text} on stdout`, () => run.stdout.includes(text), { intervalMs: 100 });
   return { run, exited, waitFor, process: child };
 }
 
 describe('serve: a start that fails', () => {
   it('on a port in use: exit 1 with a clear line, no credentials created; the next start prints the secret', async () => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     const blocker = net.createServer().listen(0, '127.0.0.1');
     await new Promise((resolve) => blocker.once('listening', resolve));
     const port = (blocker.address() as net.AddressInfo).port;
@@ -604,9 +590,9 @@ describe('serve: a start that fails', () => {
     const second = watch(spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, none));
     try {
       expect(await second.waitFor('"listening"')).toBe(true);
-      for (let i = 0; i < 50 && !second.run.stderr.includes('SECRET='); i++) {
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await eventually('the generated secret', () => second.run.stderr.includes('SECRET='), {
+        intervalMs: 100,
+      });
       const secret = /SUPER_ADMIN_CLIENT_SECRET=(\S+)/.exec(second.run.stderr)?.[1];
       expect(secret).toBeDefined();
       expect(await tokenStatus(`http://127.0.0.1:${port}`, 'super-admin', secret!)).toBe(200);
@@ -620,7 +606,7 @@ describe('serve: a start that fails', () => {
     const closed = await freePort(); // nothing listens there
     const serve = watch(
       spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], await freePort(), {
-        DATA_DIR: tempDir(),
+        DATA_DIR: tempDir('fpk-standalone-'),
         DATABASE_URL: `postgres://127.0.0.1:${closed}/none`,
       }),
     );
@@ -640,7 +626,7 @@ describe('serve: a start that fails', () => {
   });
 
   it('on a DATA_DIR another server uses: exit 1, saying that each instance needs its own DATA_DIR', async () => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     const first = watch(
       spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], await freePort(), { DATA_DIR: dataDir }),
     );
@@ -662,7 +648,7 @@ describe('serve: a start that fails', () => {
   });
 
   it('on a DATA_DIR whose audit journal another process holds, with PostgreSQL: each instance needs its own DATA_DIR, even on one DATABASE_URL', async () => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     // What another instance keeps there whatever its store: the audit journal, locked while open.
     const other = createAuditTrail({
       storage: memoryStorage(),
@@ -692,7 +678,7 @@ describe('serve: a start that fails', () => {
     // TEST-NET-1 (RFC 5737): an address, but none of this machine's.
     ['192.0.2.1', /not an address of this machine.*HOST \(--host\)/],
   ])('on HOST=%s: a usage-level message naming HOST, and no credentials created', async (host, message) => {
-    const dataDir = tempDir();
+    const dataDir = tempDir('fpk-standalone-');
     await expect(
       startStandalone(readConfig({ PORT: '0', HOST: host, DATA_DIR: dataDir })),
     ).rejects.toMatchObject({ exitCode: 1, message: expect.stringMatching(message) });
@@ -711,7 +697,7 @@ describe('serve: stopping', () => {
     const port = await freePort();
     const serve = watch(
       spawnServe(['--import', 'tsx', 'src/cli/main.ts', 'serve'], port, {
-        DATA_DIR: tempDir(),
+        DATA_DIR: tempDir('fpk-standalone-'),
         SHUTDOWN_TIMEOUT_MS: '500',
       }),
     );
@@ -737,7 +723,7 @@ describe('serve: stopping', () => {
       `POST /fhir/R4/Project/$init HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n` +
         'Content-Type: application/fhir+json\r\nContent-Length: 1000\r\n\r\n{"resource',
     );
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300); // a while in which the half-sent request gets no answer
     expect(answered).toBe('');
     const signalled = Date.now();
     serve.process.kill('SIGTERM');

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { createAuditTrail } from '../../src/audit/trail.js';
 import { bearerAuth } from '../../src/auth/access/bearer-auth.js';
@@ -15,6 +14,7 @@ import { postgresStorage } from '../../src/postgres.js';
 import { projectRouter } from '../../src/project/router.js';
 import { scimRouter } from '../../src/scim/router.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const storage = memoryStorage();
 const authenticate = bearerAuth({ storage });
@@ -127,7 +127,7 @@ describe('unknown option keys', () => {
   });
 
   it('fileStorage rejects a misspelt key before it touches the directory', async () => {
-    const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'option-keys-')), 'store');
+    const dir = path.join(tempDir('option-keys-'), 'store');
     try {
       await expect(fileStorage({ dir, durabilty: 'write' } as never)).rejects.toMatchObject({
         code: 'ERR_INVALID_OPTION',
@@ -141,7 +141,7 @@ describe('unknown option keys', () => {
   });
 
   it('accepts every documented key of the storage, key and audit factories', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'option-keys-'));
+    const dir = tempDir('option-keys-');
     try {
       const file = await fileStorage({ dir, durability: 'write', compactionMinDeadBytes: 1024 });
       await file.close();

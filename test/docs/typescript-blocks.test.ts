@@ -108,7 +108,7 @@ function isRelativeImport(diagnostic: ts.Diagnostic): boolean {
 let problems: Map<string, string[]>;
 beforeAll(() => {
   problems = compileBlocks();
-}, 120_000);
+});
 
 describe('TypeScript blocks of the README and docs', () => {
   it('finds the blocks, among them the README’s PostgreSQL store', () => {

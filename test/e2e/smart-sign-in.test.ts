@@ -8,10 +8,8 @@
  * Chromium is Debian's (`/usr/bin/chromium`, installed by .ci/run). Without it the test skips with
  * a message, except under CI, where it fails.
  */
-import { once } from 'node:events';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import express from 'express';
@@ -22,6 +20,7 @@ import { asyncHandler } from '../../src/http/async-handler.js';
 import { fhirPlatform, type FhirPlatform } from '../../src/platform.js';
 import { memoryStorage } from '../../src/stores.js';
 import { startDevIdp, type DevIdp } from '../../scripts/dev-idp/provider.js';
+import { listen } from '../helpers/listen.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const haveChromium = existsSync(CHROMIUM);
@@ -43,12 +42,6 @@ let context: BrowserContext | undefined;
 let profileDir: string;
 let patientId: string;
 let appId: string;
-
-async function listen(server: Server): Promise<string> {
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
 
 /** The SMART app (public, PKCE): a launch link, and a redirect page that trades the code and reads. */
 function smartApp(): express.Express {
@@ -118,9 +111,9 @@ beforeAll(async () => {
   platform = fhirPlatform({ storage, bulk: false });
   host.use(platform.router);
   fhirServer = createServer(host);
-  base = await listen(fhirServer);
+  base = (await listen(fhirServer)).origin;
   appServer = createServer(smartApp());
-  appOrigin = await listen(appServer);
+  appOrigin = (await listen(appServer)).origin;
   idp = await startDevIdp({ redirectUris: [`${base}/oauth2/federation/callback`] });
 
   await storage.createProject({
@@ -166,7 +159,7 @@ beforeAll(async () => {
       '--disable-sync',
     ],
   });
-}, 60_000);
+});
 
 afterAll(async () => {
   await context?.close();

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createHostApp, hostToken } from '../../examples/custom-auth/app.js';
 import { memoryStorage } from '../../src/stores.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -14,7 +14,7 @@ afterEach(async () => {
 
 describe('example: a host with its own authentication, platform under /api', () => {
   it('creates a project, provisions a user by SCIM, and lets that user act; unknown users get 401', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-host-'));
+    const dir = tempDir('fpk-host-');
     const storage = memoryStorage();
     const secret = randomBytes(32);
     const { app, platform } = createHostApp({ storage, exportDir: path.join(dir, 'exports'), secret });

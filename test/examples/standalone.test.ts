@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { startStandaloneServer, type StandaloneServer } from '../../examples/standalone/server.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { eventually } from '../helpers/eventually.js';
 
 const FHIR_JSON = 'application/fhir+json';
 const running: StandaloneServer[] = [];
@@ -83,18 +84,15 @@ describe('example: the standalone server built from the public API (examples/sta
     expect(kickoff.status).toBe(202);
     const statusUrl = kickoff.headers.get('content-location')!;
     expect(statusUrl.startsWith(`${baseUrl}/fhir/R4/`)).toBe(true);
-    let manifest: { output: { type: string; url: string }[] } | undefined;
-    for (let i = 0; i < 400 && !manifest; i++) {
+    const manifest = await eventually('the export to complete', async () => {
       const status = await fetch(statusUrl, { headers: { Authorization: auth } });
-      if (status.status === 200) manifest = (await status.json()) as typeof manifest;
-      else {
-        expect(status.status).toBe(202);
-        await status.arrayBuffer();
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
-    }
+      if (status.status === 200) return (await status.json()) as { output: { type: string; url: string }[] };
+      expect(status.status).toBe(202);
+      await status.arrayBuffer();
+      return undefined;
+    });
     expect(manifest?.output.map((file) => file.type)).toEqual(['Patient']);
-    const file = await fetch(manifest!.output[0]!.url, { headers: { Authorization: auth } });
+    const file = await fetch(manifest.output[0]!.url, { headers: { Authorization: auth } });
     expect(file.status).toBe(200);
     expect(
       (await file.text())

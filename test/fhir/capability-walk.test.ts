@@ -97,7 +97,7 @@ describe('the CapabilityStatement, walked', () => {
       projectId,
       rest.resource.map((c) => ({ op: 'update' as const, resource: { resourceType: c.type, id: ID } })),
     );
-  }, 120_000);
+  });
   afterAll(async () => {
     if (server) await new Promise((resolve) => server.close(resolve));
     await ctx?.close();
@@ -204,7 +204,7 @@ describe('the CapabilityStatement, walked', () => {
       }
     }
     expect(failures).toEqual([]);
-  }, 120_000);
+  });
 
   it('answers every search parameter, _include and _revinclude of every type', async () => {
     const revincludes = new Set<string>();
@@ -231,7 +231,7 @@ describe('the CapabilityStatement, walked', () => {
       }
     }
     expect(failures).toEqual([]);
-  }, 120_000);
+  });
 
   it('answers the server-wide search parameters and interactions', async () => {
     const common: Record<string, string> = {
@@ -280,7 +280,7 @@ describe('the CapabilityStatement, walked', () => {
       }
     }
     expect(failures).toEqual([]);
-  }, 120_000);
+  });
 
   it('answers every operation it lists, at the level its definition says', async () => {
     const invoke = async (what: string, path: string, definition: string): Promise<void> => {
@@ -313,5 +313,5 @@ describe('the CapabilityStatement, walked', () => {
       }
     }
     expect(failures).toEqual([]);
-  }, 120_000);
+  });
 });

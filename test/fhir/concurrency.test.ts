@@ -10,8 +10,9 @@ import { postgresStorage } from '../../src/postgres.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /** Connections of the PostgreSQL pool: every burst below sends four times as many requests. */
 const POOL = 4;
@@ -23,7 +24,7 @@ const stores: [string, () => Promise<Storage> | Storage][] = [
   ['memory', () => memoryStorage()],
   ['file', () => fileStorage({ dir: tempDir('fpk-concurrency-') })],
 ];
-if (postgresTestsEnabled('parallel requests on the postgres store')) {
+if (postgresTestUrl('parallel requests on the postgres store')) {
   const newSchema = schemaFactory(POSTGRES_URL!);
   stores.push([
     'postgres',

@@ -6,6 +6,7 @@ import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { clockPast } from '../helpers/eventually.js';
 
 // Patient/{id}/$everything and Patient/$everything, on each store: what a patient's record holds,
 // paging while others write, the parameters, scopes and project isolation.
@@ -205,8 +206,8 @@ function suite(name: string, open: Open): void {
       ]);
       const all = (await get(app, 'Patient/ann/$everything?_count=100')).body as Bundle;
       const obs2 = all.entry.find((e) => e.resource.id === 'ann-obs2')!.resource.meta.lastUpdated;
-      await new Promise((r) => setTimeout(r, 5));
       const since = new Date(Date.parse(obs2) + 1).toISOString();
+      await clockPast(Date.parse(since));
       await put(app, { resourceType: 'Practitioner', id: 'doc1', active: true });
       const recent = await get(app, `Patient/ann/$everything?_since=${encodeURIComponent(since)}`);
       expect(recent.status, JSON.stringify(recent.body)).toBe(200);

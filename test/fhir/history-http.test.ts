@@ -5,6 +5,7 @@ import { fhirRouter } from '../../src/fhir/router.js';
 import type { Storage } from '../../src/storage/types.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 const BASE = '/api/fhir/R4';
 const silent = () => undefined;
@@ -15,13 +16,6 @@ interface Entry {
   resource?: { id: string; meta: { versionId: string }; active?: boolean };
   request: { method: string; url: string };
   response: { status: string; etag: string; lastModified: string };
-}
-
-function expectOutcome(res: request.Response, status: number, code?: string): void {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  if (code) expect(res.body.issue[0].code).toBe(code);
 }
 
 /** `method url etag` of each entry of a history Bundle. */
@@ -76,19 +70,23 @@ forEachStore('FHIR history', (store, open) => {
       expect(v1.body.active).toBe(true);
       expect((await get(`/Patient/${id}/_history/2`)).body.active).toBe(false);
       expect((await get(`/Patient/${id}/_history/4`)).body.gender).toBe('other');
-      expectOutcome(await get(`/Patient/${id}/_history/3`), 410, 'deleted');
-      expectOutcome(await get(`/Patient/${id}/_history/5`), 404, 'not-found');
-      expectOutcome(await get(`/Patient/nobody/_history/1`), 404, 'not-found');
-      expectOutcome(await get(`/Patient/${id}/_history/%00`), 400, 'invalid');
-      expectOutcome(await get(`/Patient/${id}/_history/${'9'.repeat(65)}`), 400, 'invalid');
-      expectOutcome(
+      expectOperationOutcome(await get(`/Patient/${id}/_history/3`), 410, 'deleted');
+      expectOperationOutcome(await get(`/Patient/${id}/_history/5`), 404, 'not-found');
+      expectOperationOutcome(await get(`/Patient/nobody/_history/1`), 404, 'not-found');
+      expectOperationOutcome(await get(`/Patient/${id}/_history/%00`), 400, 'invalid');
+      expectOperationOutcome(await get(`/Patient/${id}/_history/${'9'.repeat(65)}`), 400, 'invalid');
+      expectOperationOutcome(
         await get(`/Patient/${id}/_history/1`, auth(['system/Observation.rs'])),
         403,
         'forbidden',
       );
-      expectOutcome(await get(`/Patient/${id}/_history/1`, auth(['system/*.*'], 'p2')), 404, 'not-found');
-      expectOutcome(await request(app).get(`${BASE}/Patient/${id}/_history/1`), 401);
-      expectOutcome(
+      expectOperationOutcome(
+        await get(`/Patient/${id}/_history/1`, auth(['system/*.*'], 'p2')),
+        404,
+        'not-found',
+      );
+      expectOperationOutcome(await request(app).get(`${BASE}/Patient/${id}/_history/1`), 401);
+      expectOperationOutcome(
         await request(app).delete(`${BASE}/Patient/${id}/_history/1`).set('Authorization', auth()),
         405,
       );
@@ -142,7 +140,7 @@ forEachStore('FHIR history', (store, open) => {
         .post(BASE)
         .set('Authorization', auth())
         .send(bundle('transaction', [`Patient/${id}/_history`]));
-      expectOutcome(txn, 400);
+      expectOperationOutcome(txn, 400);
     });
 
     it('answers instance, type and system histories as history Bundles, newest first', async () => {
@@ -180,18 +178,29 @@ forEachStore('FHIR history', (store, open) => {
       // A principal that may search only Observations sees only those in the system history.
       const observations = await get('/_history', auth(['system/Observation.rs']));
       expect(shape(observations)).toEqual(['POST Observation W/"1"']);
-      expectOutcome(await get('/Patient/_history', auth(['system/Observation.rs'])), 403, 'forbidden');
-      expectOutcome(await get('/_history', auth(['system/Observation.c'])), 403, 'forbidden');
+      expectOperationOutcome(
+        await get('/Patient/_history', auth(['system/Observation.rs'])),
+        403,
+        'forbidden',
+      );
+      expectOperationOutcome(await get('/_history', auth(['system/Observation.c'])), 403, 'forbidden');
       // Another project sees nothing of p1's.
       expect((await get('/_history', auth(['system/*.*'], 'p2'))).body.entry).toEqual([]);
-      expectOutcome(await get(`/Patient/${id}/_history`, auth(['system/*.*'], 'p2')), 404, 'not-found');
-      expectOutcome(await get('/Patient/nobody/_history'), 404, 'not-found');
+      expectOperationOutcome(
+        await get(`/Patient/${id}/_history`, auth(['system/*.*'], 'p2')),
+        404,
+        'not-found',
+      );
+      expectOperationOutcome(await get('/Patient/nobody/_history'), 404, 'not-found');
       // Filtered to nothing, an existing resource's history is an empty Bundle, not a 404.
       const future = encodeURIComponent(new Date(Date.now() + 60_000).toISOString());
       expect((await get(`/Patient/${id}/_history?_since=${future}`)).body.total).toBe(0);
-      expectOutcome(await request(app).get(`${BASE}/_history`), 401);
-      expectOutcome(await request(app).post(`${BASE}/Patient/_history`).set('Authorization', auth()), 405);
-      expectOutcome(await get('/Nonsense/_history'), 404, 'not-found');
+      expectOperationOutcome(await request(app).get(`${BASE}/_history`), 401);
+      expectOperationOutcome(
+        await request(app).post(`${BASE}/Patient/_history`).set('Authorization', auth()),
+        405,
+      );
+      expectOperationOutcome(await get('/Nonsense/_history'), 404, 'not-found');
     });
 
     it('pages with _count and next links, and filters with _since and _at', async () => {
@@ -222,16 +231,16 @@ forEachStore('FHIR history', (store, open) => {
       expect(shape(at)).toEqual(['POST Patient W/"4"']);
       expect((await get('/_history?_count=0')).body.entry).toEqual([]);
 
-      expectOutcome(await get('/_history?_since=yesterday'), 400, 'invalid');
-      expectOutcome(await get('/_history?_since=2024-01-01'), 400, 'invalid');
-      expectOutcome(await get('/_history?_since=2024-01-01T10:00Z'), 400, 'invalid');
-      expectOutcome(await get('/_history?_since=2024-01-01T10:00:00'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_since=yesterday'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_since=2024-01-01'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_since=2024-01-01T10:00Z'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_since=2024-01-01T10:00:00'), 400, 'invalid');
       expect((await get('/_history?_since=2024-01-01T10:00:00%2B02:00')).status).toBe(200);
-      expectOutcome(await get('/_history?_at=2024-13'), 400, 'invalid');
-      expectOutcome(await get('/_history?_count=-1'), 400, 'invalid');
-      expectOutcome(await get('/_history?_cursor=nonsense'), 400, 'invalid');
-      expectOutcome(await get('/_history?_cursor=a%2Fb'), 400, 'invalid');
-      expectOutcome(await get('/_history?_list=x'), 400, 'not-supported');
+      expectOperationOutcome(await get('/_history?_at=2024-13'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_count=-1'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_cursor=nonsense'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_cursor=a%2Fb'), 400, 'invalid');
+      expectOperationOutcome(await get('/_history?_list=x'), 400, 'not-supported');
       expect((await get('/_history?_list=x').set('Prefer', 'handling=lenient')).status).toBe(200);
     });
   });

@@ -6,6 +6,7 @@ import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 const BASE = '/api/fhir/R4';
 const FHIR_JSON = 'application/fhir+json';
@@ -41,13 +42,6 @@ function send(app: express.Express, method: 'post' | 'put', path: string, json: 
   return req.set('Authorization', auth(project)).set('Content-Type', FHIR_JSON).send(json);
 }
 
-function expectOutcome(res: request.Response, status: number, code?: string): void {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  if (code) expect(res.body.issue[0].code).toBe(code);
-}
-
 /** A Patient whose extensions nest `levels` deep (each level is an `extension` array and an object). */
 function deepPatientJson(levels: number): string {
   const open = '{"url":"http://example.org/x","extension":['.repeat(levels);
@@ -77,7 +71,7 @@ describe('inputs the validation library itself trips over', () => {
       '/Observation',
       '{"resourceType":"Observation","status":"final","_status":[{"id":"x"},{"id":"x"}],"code":{"text":"x"}}',
     );
-    expectOutcome(res, 400);
+    expectOperationOutcome(res, 400);
     expect(t.errors).toEqual([]);
   });
 });
@@ -92,11 +86,11 @@ describe('keys named like Object.prototype properties', () => {
         '/Patient',
         `{"resourceType":"Patient",${key}:{"polluted":"yes"}}`,
       );
-      expectOutcome(top, 400, 'structure');
+      expectOperationOutcome(top, 400, 'structure');
       expect(top.body.issue[0].expression).toEqual([`Patient.${name}`]);
 
       const put = await send(t.app, 'put', '/Patient/p1', `{"resourceType":"Patient","id":"p1",${key}:"x"}`);
-      expectOutcome(put, 400, 'structure');
+      expectOperationOutcome(put, 400, 'structure');
       expect(put.body.issue[0].expression).toEqual([`Patient.${name}`]);
 
       const nested = await send(
@@ -105,7 +99,7 @@ describe('keys named like Object.prototype properties', () => {
         '/Observation',
         `{"resourceType":"Observation","status":"final","code":{"text":"t",${key}:{"polluted":"yes"}}}`,
       );
-      expectOutcome(nested, 400, 'structure');
+      expectOperationOutcome(nested, 400, 'structure');
       expect(nested.body.issue[0].expression).toEqual([`Observation.code.${name}`]);
 
       const inArray = await send(
@@ -114,12 +108,12 @@ describe('keys named like Object.prototype properties', () => {
         '/Patient',
         `{"resourceType":"Patient","name":[{"family":"F"},{"family":"G","_${name}":{}}]}`,
       );
-      expectOutcome(inArray, 400, 'structure');
+      expectOperationOutcome(inArray, 400, 'structure');
       expect(inArray.body.issue[0].expression).toEqual([`Patient.name[1]._${name}`]);
     }
     // Same shape as any other unknown element.
     const unknown = await send(t.app, 'post', '/Patient', '{"resourceType":"Patient","x":{}}');
-    expectOutcome(unknown, 400, 'structure');
+    expectOperationOutcome(unknown, 400, 'structure');
     expect(unknown.body.issue[0].expression).toEqual(['Patient.x']);
     expect((await t.storage.searchResources('strict', 'Patient', { count: 10 })).total).toBe(0);
     expect((await t.storage.searchResources('strict', 'Observation', { count: 10 })).total).toBe(0);
@@ -131,7 +125,7 @@ describe('keys named like Object.prototype properties', () => {
       {"fullUrl":"urn:uuid:1","resource":{"resourceType":"Patient"},"request":{"method":"POST","url":"Patient"}},
       {"resource":{"resourceType":"Patient","constructor":{"name":"x"}},"request":{"method":"POST","url":"Patient"}}]}`;
     const res = await send(t.app, 'post', '', bundle);
-    expectOutcome(res, 400, 'structure');
+    expectOperationOutcome(res, 400, 'structure');
     expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1].resource.constructor']);
     expect((await t.storage.searchResources('strict', 'Patient', { count: 10 })).total).toBe(0);
   });
@@ -204,9 +198,9 @@ describe('inherited names elsewhere in FHIR input', () => {
     const lenient = await search('constructor=x&__proto__=y&toString=z&_total=accurate', 'handling=lenient');
     expect(lenient.status).toBe(200);
     expect(lenient.body.total).toBe(2);
-    expectOutcome(await search('constructor=x'), 400, 'invalid');
-    expectOutcome(await search('__proto__=x', 'handling=strict'), 400, 'invalid');
-    expectOutcome(await search('name:toString=x'), 400, 'not-supported');
+    expectOperationOutcome(await search('constructor=x'), 400, 'invalid');
+    expectOperationOutcome(await search('__proto__=x', 'handling=strict'), 400, 'invalid');
+    expectOperationOutcome(await search('name:toString=x'), 400, 'not-supported');
   });
 });
 
@@ -229,11 +223,11 @@ describe('JSON nesting depth', () => {
           `[{"op":"add","path":${JSON.stringify(`/${name}`)},"value":${value}}]`,
           project,
         );
-        if (name === '__proto__') expectOutcome(res, 400, 'invalid');
-        else if (project === 'strict') expectOutcome(res, 400, 'structure');
+        if (name === '__proto__') expectOperationOutcome(res, 400, 'invalid');
+        else if (project === 'strict') expectOperationOutcome(res, 400, 'structure');
         else expect(res.status).toBe(200);
         const nested = await patch(id, `[{"op":"add","path":"/name","value":[{${key}:${value}}]}]`, project);
-        if (project === 'strict') expectOutcome(nested, 400, 'structure');
+        if (project === 'strict') expectOperationOutcome(nested, 400, 'structure');
         else expect(nested.status).toBe(200);
       }
       const deep = await patch(
@@ -241,7 +235,7 @@ describe('JSON nesting depth', () => {
         `[{"op":"add","path":"/extension","value":[${deepPatientJson(5000)}]}]`,
         project,
       );
-      expectOutcome(deep, 400, 'invalid');
+      expectOperationOutcome(deep, 400, 'invalid');
       const binary = `{"resourceType":"Bundle","type":"batch","entry":[{"resource":{"resourceType":"Binary",
         "contentType":"application/json-patch+json","data":"${Buffer.from(`[{"op":"add","path":"/x","value":${nestedJson(5000)}}]`).toString('base64')}"},
         "request":{"method":"PATCH","url":"Patient/${id}"}}]}`;
@@ -255,7 +249,7 @@ describe('JSON nesting depth', () => {
   it('answers 400 OperationOutcome, not 500, for a Patient with extensions nested 5,000 deep', async () => {
     for (const project of ['strict', 'lenient']) {
       const res = await send(t.app, 'post', '/Patient', deepPatientJson(5000), project);
-      expectOutcome(res, 400, 'invalid');
+      expectOperationOutcome(res, 400, 'invalid');
       const put = await send(
         t.app,
         'put',
@@ -263,7 +257,7 @@ describe('JSON nesting depth', () => {
         deepPatientJson(5000).replace('{', '{"id":"deep",'),
         project,
       );
-      expectOutcome(put, 400, 'invalid');
+      expectOperationOutcome(put, 400, 'invalid');
     }
     expect(t.errors).toEqual([]);
   });
@@ -274,7 +268,7 @@ describe('JSON nesting depth', () => {
         {"resource":{"resourceType":"Patient"},"request":{"method":"POST","url":"Patient"}},
         {"resource":${deepPatientJson(5000)},"request":{"method":"POST","url":"Patient"}}]}`;
       for (const project of ['strict', 'lenient'])
-        expectOutcome(await send(t.app, 'post', '', bundle, project), 400, 'invalid');
+        expectOperationOutcome(await send(t.app, 'post', '', bundle, project), 400, 'invalid');
     }
     expect((await t.storage.searchResources('lenient', 'Patient', { count: 10 })).total).toBe(0);
     expect(t.errors).toEqual([]);
@@ -293,13 +287,17 @@ describe('JSON nesting depth', () => {
     );
     expect(brackets.status).toBe(201);
     expect((await send(t.app, 'post', '/Patient', nestedJson(100), 'lenient')).status).toBe(201);
-    expectOutcome(await send(t.app, 'post', '/Patient', nestedJson(101), 'lenient'), 400, 'invalid');
+    expectOperationOutcome(await send(t.app, 'post', '/Patient', nestedJson(101), 'lenient'), 400, 'invalid');
   });
 
   it('honours maxJsonDepth and validates it when the router is created', async () => {
     const small = await createTestApp({ maxJsonDepth: 3 });
     expect((await send(small.app, 'post', '/Patient', nestedJson(3), 'lenient')).status).toBe(201);
-    expectOutcome(await send(small.app, 'post', '/Patient', nestedJson(4), 'lenient'), 400, 'invalid');
+    expectOperationOutcome(
+      await send(small.app, 'post', '/Patient', nestedJson(4), 'lenient'),
+      400,
+      'invalid',
+    );
     await small.storage.close();
     for (const maxJsonDepth of [0, -1, 1.5, Number.NaN]) {
       expect(() => fhirRouter({ storage: t.storage, authenticate: testAuthenticate, maxJsonDepth })).toThrow(
@@ -315,7 +313,7 @@ describe('JSON nesting depth', () => {
         .post(BASE)
         .set('Authorization', auth(project))
         .attach('f', Buffer.from(file), { filename: 'deep.ndjson', contentType: 'application/fhir+ndjson' });
-      expectOutcome(res, 200);
+      expectOperationOutcome(res, 200);
       const errors = res.body.issue.filter((i: { severity: string }) => i.severity === 'error');
       expect(errors).toHaveLength(1);
       expect(errors[0]).toMatchObject({ code: 'structure', location: ['deep.ndjson:2'] });

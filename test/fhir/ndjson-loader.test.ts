@@ -3,6 +3,7 @@ import { transactionContext, type FhirContext } from '../../src/fhir/context.js'
 import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
+import { eventually } from '../helpers/eventually.js';
 
 let storage: Storage;
 beforeEach(async () => {
@@ -113,7 +114,9 @@ describe('loadNdjson', () => {
           return async (projectId: string, writes: { resource?: { id?: string } }[]) => {
             maxInFlight = Math.max(maxInFlight, ++inFlight);
             events.push(`write ${writes.map((w) => w.resource?.id).join(',')}`);
-            await new Promise((resolve) => setTimeout(resolve, 20));
+            // The write ends once the reader is into the next batch (or has no next batch).
+            const next = Number(writes[0]!.resource!.id) + 4;
+            await eventually(`line ${next} read`, () => next >= 10 || events.includes(`read ${next}`));
             try {
               return await target.writeResources(projectId, writes as never);
             } finally {

@@ -1,13 +1,12 @@
 import express from 'express';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { fileStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 // The same interactions over the embedded default store, including a reopen.
 const BASE = '/api/fhir/R4';
@@ -23,7 +22,7 @@ function appOver(store: Storage): express.Express {
 }
 
 beforeEach(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-fhir-file-'));
+  dir = tempDir('fpk-fhir-file-');
   storage = await fileStorage({ dir, durability: 'write' });
   await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
 });

@@ -6,6 +6,7 @@ import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 const BASE = '/api/fhir/R4';
 const silent = () => undefined;
@@ -25,13 +26,6 @@ async function createTestApp(options: Partial<FhirRouterOptions> = {}): Promise<
 }
 
 const auth = (projectId: string | null = 'p1', scopes = ['system/*.*']) => testToken({ projectId, scopes });
-
-function expectOutcome(res: request.Response, status: number, code?: string): void {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  if (code) expect(res.body.issue[0].code).toBe(code);
-}
 
 const patient = (extra: Record<string, unknown> = {}) => ({
   resourceType: 'Patient',
@@ -123,7 +117,7 @@ describe('metadata', () => {
       'transaction',
       'history-system',
     ]);
-    expectOutcome(await request(app).post(`${BASE}/metadata`), 405);
+    expectOperationOutcome(await request(app).post(`${BASE}/metadata`), 405);
     await storage.close();
   });
 
@@ -154,9 +148,9 @@ describe('metadata', () => {
 describe('authentication and authorization', () => {
   it('answers 401 without credentials and 403 outside a project', async () => {
     const res = await request(t.app).get(`${BASE}/Patient`);
-    expectOutcome(res, 401, 'login');
+    expectOperationOutcome(res, 401, 'login');
     expect(res.headers['www-authenticate']).toMatch(/^Bearer/);
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patient`).set('Authorization', auth(null)),
       403,
       'forbidden',
@@ -170,17 +164,17 @@ describe('authentication and authorization', () => {
       (await request(t.app).get(`${BASE}/Patient/${created.id}`).set('Authorization', readOnly)).status,
     ).toBe(200);
     expect((await request(t.app).get(`${BASE}/Patient`).set('Authorization', readOnly)).status).toBe(200);
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).post(`${BASE}/Patient`).set('Authorization', readOnly).send(patient()),
       403,
       'forbidden',
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Observation`).set('Authorization', readOnly),
       403,
       'forbidden',
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).delete(`${BASE}/Patient/${created.id}`).set('Authorization', readOnly),
       403,
       'forbidden',
@@ -189,7 +183,7 @@ describe('authentication and authorization', () => {
 
   it('keeps projects apart: ids of other projects are 404', async () => {
     const created = await create(patient());
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patient/${created.id}`).set('Authorization', auth('p2')),
       404,
       'not-found',
@@ -223,11 +217,14 @@ describe('CRUD', () => {
       .set('Authorization', auth());
     expect(vread.status).toBe(200);
     expect(vread.headers.etag).toBe('W/"1"');
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patient/${res.body.id}/_history/9`).set('Authorization', auth()),
       404,
     );
-    expectOutcome(await request(t.app).delete(new URL(res.headers.location as string).pathname), 405);
+    expectOperationOutcome(
+      await request(t.app).delete(new URL(res.headers.location as string).pathname),
+      405,
+    );
   });
 
   it('reads with ETag, updates with version checks, deletes', async () => {
@@ -253,18 +250,18 @@ describe('CRUD', () => {
       .set('Authorization', auth())
       .set('If-Match', 'W/"1"')
       .send(read.body);
-    expectOutcome(stale, 412);
-    expectOutcome(
+    expectOperationOutcome(stale, 412);
+    expectOperationOutcome(
       await request(t.app).delete(url).set('Authorization', auth()).set('If-Match', 'W/"1"'),
       412,
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).put(url).set('Authorization', auth()).set('If-Match', 'garbage "x'),
       400,
     );
 
     expect((await request(t.app).delete(url).set('Authorization', auth())).status).toBe(204);
-    expectOutcome(await request(t.app).get(url).set('Authorization', auth()), 410);
+    expectOperationOutcome(await request(t.app).get(url).set('Authorization', auth()), 410);
     expect((await request(t.app).delete(url).set('Authorization', auth())).status).toBe(204);
   });
 
@@ -275,38 +272,44 @@ describe('CRUD', () => {
       .send(patient({ id: 'chosen-1' }));
     expect(res.status).toBe(201);
     expect(res.body.id).toBe('chosen-1');
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app)
         .put(`${BASE}/Patient/chosen-1`)
         .set('Authorization', auth())
         .send(patient({ id: 'other' })),
       400,
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).put(`${BASE}/Patient/chosen-1`).set('Authorization', auth()).send(patient()),
       400,
     );
   });
 
   it('answers 404 for unknown types and ids, 400 for bad ids', async () => {
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patient/nope`).set('Authorization', auth()),
       404,
       'not-found',
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patientz/1`).set('Authorization', auth()),
       404,
       'not-found',
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patientz`).set('Authorization', auth()),
       404,
       'not-found',
     );
-    expectOutcome(await request(t.app).delete(`${BASE}/Patient/nope`).set('Authorization', auth()), 404);
-    expectOutcome(await request(t.app).get(`${BASE}/Patient/a_b`).set('Authorization', auth()), 400);
-    expectOutcome(await request(t.app).get(`${BASE}/Patient/1/2/3`).set('Authorization', auth()), 404);
+    expectOperationOutcome(
+      await request(t.app).delete(`${BASE}/Patient/nope`).set('Authorization', auth()),
+      404,
+    );
+    expectOperationOutcome(await request(t.app).get(`${BASE}/Patient/a_b`).set('Authorization', auth()), 400);
+    expectOperationOutcome(
+      await request(t.app).get(`${BASE}/Patient/1/2/3`).set('Authorization', auth()),
+      404,
+    );
   });
 
   it('answers 405 for wrong methods on known routes', async () => {
@@ -319,22 +322,25 @@ describe('CRUD', () => {
       await request(t.app).get(`${BASE}/`).set('Authorization', auth()),
       await request(t.app).put(`${BASE}/metadata`),
     ]) {
-      expectOutcome(res, 405, 'not-supported');
+      expectOperationOutcome(res, 405, 'not-supported');
       expect(res.headers.allow).toBeDefined();
     }
   });
 
   it('validates bodies: JSON object, R4 resourceType matching the URL, media type, size', async () => {
     const post = () => request(t.app).post(`${BASE}/Patient`).set('Authorization', auth());
-    expectOutcome(await post().set('Content-Type', 'application/json').send('{"resourceType":'), 400);
-    expectOutcome(await post().set('Content-Type', 'application/json').send('[1,2]'), 400);
-    expectOutcome(await post().set('Content-Type', 'application/json').send('"text"'), 400);
-    expectOutcome(await post().send({ resourceType: 'Observation', status: 'final' }), 400);
-    expectOutcome(await post().send({ resourceType: 'NotAType' }), 400);
-    expectOutcome(await post().send({ name: [] }), 400);
-    expectOutcome(await post().set('Content-Type', 'application/json').send(''), 400);
-    expectOutcome(await post().set('Content-Type', 'text/plain').send('hello'), 415);
-    expectOutcome(await post().set('Content-Type', 'application/fhir+xml').send('<Patient/>'), 415);
+    expectOperationOutcome(
+      await post().set('Content-Type', 'application/json').send('{"resourceType":'),
+      400,
+    );
+    expectOperationOutcome(await post().set('Content-Type', 'application/json').send('[1,2]'), 400);
+    expectOperationOutcome(await post().set('Content-Type', 'application/json').send('"text"'), 400);
+    expectOperationOutcome(await post().send({ resourceType: 'Observation', status: 'final' }), 400);
+    expectOperationOutcome(await post().send({ resourceType: 'NotAType' }), 400);
+    expectOperationOutcome(await post().send({ name: [] }), 400);
+    expectOperationOutcome(await post().set('Content-Type', 'application/json').send(''), 400);
+    expectOperationOutcome(await post().set('Content-Type', 'text/plain').send('hello'), 415);
+    expectOperationOutcome(await post().set('Content-Type', 'application/fhir+xml').send('<Patient/>'), 415);
     expect(
       (await post().set('Content-Type', 'application/json; charset=utf-8').send(JSON.stringify(patient())))
         .status,
@@ -345,7 +351,7 @@ describe('CRUD', () => {
       .post(`${BASE}/Patient`)
       .set('Authorization', auth())
       .send(patient({ text: { status: 'generated', div: 'x'.repeat(1000) } }));
-    expectOutcome(big, 413);
+    expectOperationOutcome(big, 413);
     await small.storage.close();
   });
 
@@ -498,17 +504,20 @@ describe('search', () => {
     expect(past.body.entry).toHaveLength(2);
     const desc = await request(t.app).get(`${BASE}/Patient?_sort=-_lastUpdated`).set('Authorization', auth());
     expect(desc.body.entry[0].resource.id).toBe(b.id);
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app).get(`${BASE}/Patient?_lastUpdated=xx2020`).set('Authorization', auth()),
       400,
     );
-    expectOutcome(await request(t.app).get(`${BASE}/Patient?_count=-3`).set('Authorization', auth()), 400);
+    expectOperationOutcome(
+      await request(t.app).get(`${BASE}/Patient?_count=-3`).set('Authorization', auth()),
+      400,
+    );
   });
 
   it('rejects unknown parameters with 400, and ignores them under handling=lenient', async () => {
     await create(patient());
     const strict = await request(t.app).get(`${BASE}/Patient?nickname=Smith`).set('Authorization', auth());
-    expectOutcome(strict, 400, 'invalid');
+    expectOperationOutcome(strict, 400, 'invalid');
     expect(strict.body.issue[0].expression).toEqual(['nickname']);
     const lenient = await request(t.app)
       .get(`${BASE}/Patient?nickname=Smith`)
@@ -521,7 +530,7 @@ describe('search', () => {
     const outcome = lenient.body.entry.find((e: { search: { mode: string } }) => e.search.mode === 'outcome');
     expect(outcome.resource.issue[0].code).toBe('not-supported');
     expect(lenient.body.link[0].url).not.toContain('nickname');
-    expectOutcome(
+    expectOperationOutcome(
       await request(t.app)
         .get(`${BASE}/Patient?nickname=Smith`)
         .set('Authorization', auth())
@@ -711,7 +720,7 @@ describe('batch and transaction', () => {
           { resource: { resourceType: 'Patient', id: 'x' }, request: { method: 'PUT', url: 'Patient/y' } },
         ]),
       );
-    expectOutcome(res, 400);
+    expectOperationOutcome(res, 400);
     expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1]']);
     expect(
       (await request(t.app).get(`${BASE}/Patient?_total=accurate`).set('Authorization', auth())).body.total,
@@ -730,7 +739,7 @@ describe('batch and transaction', () => {
           },
         ]),
       );
-    expectOutcome(conflict, 412);
+    expectOperationOutcome(conflict, 412);
     expect(
       (await request(t.app).get(`${BASE}/Patient?_total=accurate`).set('Authorization', auth())).body.total,
     ).toBe(1);
@@ -771,7 +780,10 @@ describe('batch and transaction', () => {
     expect(del.response.status).toMatch(/^204/);
     expect(read.resource.id).toBe(existing.id);
     expect(search.resource.entry).toHaveLength(1);
-    expectOutcome(await request(t.app).get(`${BASE}/Patient/${other.id}`).set('Authorization', auth()), 410);
+    expectOperationOutcome(
+      await request(t.app).get(`${BASE}/Patient/${other.id}`).set('Authorization', auth()),
+      410,
+    );
   });
 
   it("fails a transaction whose DELETE names an unknown id or another project's: 404, nothing written", async () => {
@@ -786,7 +798,7 @@ describe('batch and transaction', () => {
             { request: { method: 'DELETE', url: `Patient/${id}` } },
           ]),
         );
-      expectOutcome(res, 404, 'not-found');
+      expectOperationOutcome(res, 404, 'not-found');
       expect(res.body.issue[0].expression).toEqual(['Bundle.entry[1]']);
       expect((await t.storage.searchResources('p1', 'Patient')).total).toBe(0);
     }
@@ -823,7 +835,7 @@ describe('batch and transaction', () => {
         .set('Authorization', auth())
         .send(transaction([entry]));
       if (status === 204) expect(tx.body.entry[0].response.status.slice(0, 3)).toBe('204');
-      else expectOutcome(tx, status, status === 404 ? 'not-found' : 'deleted');
+      else expectOperationOutcome(tx, status, status === 404 ? 'not-found' : 'deleted');
     }
     expect((await t.storage.readResource('p2', 'Patient', elsewhere.id)).meta.versionId).toBe('1');
   });
@@ -862,9 +874,9 @@ describe('batch and transaction', () => {
         .post(BASE)
         .set('Authorization', auth())
         .send(body as object);
-    expectOutcome(await post({ resourceType: 'Bundle', type: 'collection', entry: [] }), 400);
-    expectOutcome(await post(patient()), 400);
-    expectOutcome(await post({ resourceType: 'Bundle', type: 'batch', entry: {} }), 400);
+    expectOperationOutcome(await post({ resourceType: 'Bundle', type: 'collection', entry: [] }), 400);
+    expectOperationOutcome(await post(patient()), 400);
+    expectOperationOutcome(await post({ resourceType: 'Bundle', type: 'batch', entry: {} }), 400);
     const small = await createTestApp({ maxBundleEntries: 2 });
     const many = await request(small.app)
       .post(BASE)
@@ -874,7 +886,7 @@ describe('batch and transaction', () => {
           [1, 2, 3].map(() => ({ resource: patient(), request: { method: 'POST', url: 'Patient' } })),
         ),
       );
-    expectOutcome(many, 413);
+    expectOperationOutcome(many, 413);
     await small.storage.close();
   });
 
@@ -891,7 +903,7 @@ describe('batch and transaction', () => {
           },
         ]),
       );
-    expectOutcome(res, 403, 'forbidden');
+    expectOperationOutcome(res, 403, 'forbidden');
   });
 });
 
@@ -936,13 +948,13 @@ describe('NDJSON upload', () => {
     expect(errors[0].code).toBe('forbidden');
     expect(errors[0].location).toEqual(['x.ndjson:2']);
 
-    expectOutcome(await request(t.app).post(BASE).set('Authorization', auth()).field('a', 'b'), 400);
+    expectOperationOutcome(await request(t.app).post(BASE).set('Authorization', auth()).field('a', 'b'), 400);
     const small = await createTestApp({ upload: { maxFileSize: 100 } });
     const big = await request(small.app)
       .post(BASE)
       .set('Authorization', auth())
       .attach('f', Buffer.from(`${JSON.stringify(patient())}\n`.repeat(20)), 'big.ndjson');
-    expectOutcome(big, 413);
+    expectOperationOutcome(big, 413);
     await small.storage.close();
   });
 
@@ -972,7 +984,7 @@ describe('strict mode', () => {
       .post(`${BASE}/Patient`)
       .set('Authorization', strict)
       .send(patient({ birthDate: 'yesterday', foo: 1 }));
-    expectOutcome(bad, 400);
+    expectOperationOutcome(bad, 400);
     expect(bad.body.issue.length).toBeGreaterThanOrEqual(2);
     const ok = await request(t.app)
       .post(`${BASE}/Patient`)
@@ -983,7 +995,7 @@ describe('strict mode', () => {
       .post(`${BASE}/Observation`)
       .set('Authorization', strict)
       .send({ resourceType: 'Observation', status: 'final' });
-    expectOutcome(missingCode, 400);
+    expectOperationOutcome(missingCode, 400);
     // The same body is fine in a non-strict project.
     expect(
       (
@@ -1010,7 +1022,7 @@ describe('strict mode', () => {
       .set('Authorization', token)
       .set('Content-Type', 'application/fhir+json')
       .send(inherited);
-    expectOutcome(refused, 400);
+    expectOperationOutcome(refused, 400);
     const expressions = (refused.body.issue as { expression?: string[] }[]).map((i) => i.expression?.[0]);
     expect(expressions).toEqual(expect.arrayContaining(['Patient.__proto__', 'Patient.name[0].constructor']));
     const bundle = await request(t.app)
@@ -1022,7 +1034,7 @@ describe('strict mode', () => {
           `{"resource":{"resourceType":"Patient","gender":"male"},"request":{"method":"POST","url":"Patient"}},` +
           `{"resource":${inherited},"request":{"method":"POST","url":"Patient"}}]}`,
       );
-    expectOutcome(bundle, 400);
+    expectOperationOutcome(bundle, 400);
     // One OperationOutcome for the whole transaction: each issue names the entry it is about.
     expect(bundle.body.issue.map((i: { expression: string[] }) => i.expression)).toEqual([
       ['Bundle.entry[1].resource.__proto__'],
@@ -1050,7 +1062,7 @@ describe('strict mode', () => {
       .post(`${BASE}/Patient`)
       .set('Authorization', token)
       .send(entries[2]!.resource);
-    expectOutcome(single, 400);
+    expectOperationOutcome(single, 400);
     const own = (single.body.issue as { expression: string[] }[]).map((i) => i.expression);
     expect(own).toEqual(expect.arrayContaining([['Patient.birthDate'], ['Patient.name[0].given[0]']]));
 
@@ -1058,7 +1070,7 @@ describe('strict mode', () => {
       .post(BASE)
       .set('Authorization', token)
       .send({ resourceType: 'Bundle', type: 'transaction', entry: entries });
-    expectOutcome(txn, 400);
+    expectOperationOutcome(txn, 400);
     expect((txn.body.issue as { expression: string[] }[]).map((i) => i.expression)).toEqual(
       own.map((expression) => expression.map((e) => e.replace(/^Patient/, 'Bundle.entry[2].resource'))),
     );
@@ -1100,7 +1112,7 @@ describe('strict mode', () => {
       .post(`${BASE}/Patient`)
       .set('Authorization', auth('strict'))
       .send(patient());
-    expectOutcome(single, 400, 'business-rule');
+    expectOperationOutcome(single, 400, 'business-rule');
     expect(single.body.issue[0].expression).toEqual(['name[0]', 'Patient.gender']);
     // In a transaction both expressions name the entry, whether or not they start with the type.
     const txn = await request(custom.app)
@@ -1111,7 +1123,7 @@ describe('strict mode', () => {
         type: 'transaction',
         entry: [{ resource: patient(), request: { method: 'POST', url: 'Patient' } }],
       });
-    expectOutcome(txn, 400, 'business-rule');
+    expectOperationOutcome(txn, 400, 'business-rule');
     expect(txn.body.issue[0].expression).toEqual([
       'Bundle.entry[0].resource.name[0]',
       'Bundle.entry[0].resource.gender',
@@ -1155,7 +1167,7 @@ describe('storage errors', () => {
     });
     const app = express();
     app.use(BASE, fhirRouter({ storage: failing, authenticate: testAuthenticate, onError: silent }));
-    expectOutcome(
+    expectOperationOutcome(
       await request(app)
         .put(`${BASE}/Patient/x`)
         .set('Authorization', auth())
@@ -1163,7 +1175,7 @@ describe('storage errors', () => {
       409,
       'conflict',
     );
-    expectOutcome(
+    expectOperationOutcome(
       await request(app).post(`${BASE}/Patient`).set('Authorization', auth()).send(patient()),
       400,
     );

@@ -12,6 +12,7 @@ import { fixtureStorage } from '../bulk/fixtures/fixture-storage.js';
 import { afterTest } from './cleanup.js';
 import { tempDir } from './temp-dir.js';
 import { testAuthenticate, testToken } from './test-auth.js';
+import { PATIENCE_MS } from './eventually.js';
 
 export { tempDir } from './temp-dir.js';
 
@@ -201,7 +202,7 @@ export async function poll(
   auth: string,
   statusPath: string,
   intervalMs = 25,
-  limitMs = 60_000,
+  limitMs = PATIENCE_MS,
 ): Promise<request.Response> {
   const started = Date.now();
   for (;;) {
@@ -220,7 +221,7 @@ export async function waitForProgress(
   auth: string,
   statusPath: string,
   resources = 1,
-  { intervalMs = 20, limitMs = 30_000 } = {},
+  { intervalMs = 20, limitMs = PATIENCE_MS } = {},
 ): Promise<void> {
   const started = Date.now();
   for (;;) {

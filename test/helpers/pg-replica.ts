@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { eventually } from './eventually.js';
 
 /*
  * A real streaming replica of the test database's PostgreSQL, for the read replica tests: a second
@@ -175,15 +176,17 @@ export async function startReplica(primaryUrl: string): Promise<Replica> {
     },
     caughtUp: async (primaryPool) => {
       const { rows } = await primaryPool.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
-      for (let i = 0; i < 600; i++) {
-        const { rows: r } = await query<{ ok: boolean }>(
-          'SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok',
-          [rows[0]!.lsn],
-        );
-        if (r[0]!.ok) return;
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      throw new Error('the replica did not catch up in 30 s');
+      await eventually(
+        'the replica to catch up',
+        async () => {
+          const { rows: r } = await query<{ ok: boolean }>(
+            'SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok',
+            [rows[0]!.lsn],
+          );
+          return r[0]!.ok;
+        },
+        { intervalMs: 50 },
+      );
     },
     kill: () => {
       pgCtl('-m', 'immediate', '-w', 'stop');

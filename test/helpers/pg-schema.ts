@@ -1,33 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, describe, it } from 'vitest';
+import { afterAll } from 'vitest';
 
 /** The test database (`FPK_TEST_POSTGRES_URL`), or undefined when the PostgreSQL tests are off. */
 export const POSTGRES_URL = process.env.FPK_TEST_POSTGRES_URL;
-
-/**
- * Declares `name` as skipped when there is no test database, with a warning; under CI (`CI` set)
- * a missing database is a failing test instead. Returns true when the caller should declare its
- * tests.
- */
-export function postgresTestsEnabled(name: string): boolean {
-  if (POSTGRES_URL) return true;
-  if (process.env.CI) {
-    describe(name, () => {
-      it('needs a database in CI', () => {
-        throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
-      });
-    });
-  } else {
-    console.warn(
-      `Skipping ${name}: set FPK_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test)`,
-    );
-    describe.skip(`${name} (FPK_TEST_POSTGRES_URL is not set)`, () => {
-      it('runs against PostgreSQL', () => undefined);
-    });
-  }
-  return false;
-}
 
 /** SQLSTATEs of a drop that lost a race with another test file's DDL: worth trying again. */
 const RETRIED = new Set(['40P01', '40001', '55P03']);

@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
@@ -8,6 +7,7 @@ import { fhirPlatform, type FhirPlatform, type FhirPlatformOptions } from '../..
 import { ensureSuperAdminClient } from '../../src/auth/client/super-admin.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
+import { tempDir } from './temp-dir.js';
 
 export const FHIR_JSON = 'application/fhir+json';
 export const SCIM_JSON = 'application/scim+json';
@@ -52,7 +52,7 @@ export async function createPlatformApp(
   extra: Partial<FhirPlatformOptions> = {},
   storage: Storage = memoryStorage(),
 ): Promise<PlatformTestApp> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-admin-scope-'));
+  const dir = tempDir('fpk-admin-scope-');
   await ensureSuperAdminClient(storage, { clientId: ROOT_ID, clientSecret: ROOT_SECRET });
   const platform = fhirPlatform({
     storage,

@@ -1,6 +1,4 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -44,6 +42,7 @@ import {
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /**
  * Every error that can reach a router, sent through every router from a real request (a storage
@@ -270,7 +269,7 @@ async function projectStorage(): Promise<Storage> {
 }
 
 beforeAll(async () => {
-  exportDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-error-model-'));
+  exportDir = tempDir('fpk-error-model-');
   const common = { authenticate: testAuthenticate, onError };
 
   const fhir = await projectStorage();

@@ -5,6 +5,8 @@ import express from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fallbackErrorHandler } from '../../src/http/error-rendering.js';
 import { notFoundHandler, protectServer } from '../../src/http/server-limits.js';
+import { eventually } from '../helpers/eventually.js';
+import { sleep } from '../helpers/sleep.js';
 
 const servers: Server[] = [];
 afterEach(async () => {
@@ -180,14 +182,14 @@ describe('protectServer requestTimeout and maxConnections, tried just over', () 
       held.push(socket);
     }
     try {
-      while ((await open()) < limit) await new Promise((resolve) => setTimeout(resolve, 10));
+      await eventually('every held connection open', async () => (await open()) >= limit);
       // One more, from yet another address: closed by the server without an answer.
       const over = await rawRequest(port, 'GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
       expect(over.text).toBe('');
       expect(await open()).toBe(limit);
       // Once one held connection ends, a new client is served.
       held.pop()!.destroy();
-      while ((await open()) >= limit) await new Promise((resolve) => setTimeout(resolve, 10));
+      await eventually('the ended connection closed', async () => (await open()) < limit);
       const answer = await rawRequest(port, 'GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
       expect(answer.text).toMatch(/^HTTP\/1\.1 200 /);
     } finally {
@@ -239,7 +241,7 @@ describe('protectServer against slow clients (slowloris)', () => {
     try {
       let peak = 0;
       for (let i = 0; i < 5; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await sleep(100); // sampling during the attack
         peak = Math.max(peak, await open());
       }
       expect(peak).toBeLessThanOrEqual(limit);
@@ -255,14 +257,11 @@ describe('protectServer against slow clients (slowloris)', () => {
       });
       expect(answer).toMatch(/^HTTP\/1\.1 200/);
       // The held ones are closed once headersTimeout has passed (checked every 200 ms).
-      const until = Date.now() + headersTimeout + 3000;
-      while ((await open()) > 0 && Date.now() < until)
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      expect(await open()).toBe(0);
+      await eventually('the held connections closed', async () => (await open()) === 0, { intervalMs: 50 });
       const freedAt = Date.now() - started;
-      while (closedAt.length < attackers.length && Date.now() < until)
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      expect(closedAt).toHaveLength(attackers.length);
+      await eventually('every attacker closed', () => closedAt.length === attackers.length, {
+        intervalMs: 50,
+      });
       const refused = closedAt.filter((t) => t < headersTimeout).length;
       expect(refused).toBeGreaterThanOrEqual(attackers.length - limit);
       console.info(

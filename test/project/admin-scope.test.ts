@@ -8,12 +8,7 @@ import {
   ROOT_SECRET,
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
-
-function expectOutcome(res: request.Response, status: number, code: string) {
-  expect(res.status).toBe(status);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  expect(res.body.issue[0].code).toBe(code);
-}
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 describe('project administration with real tokens: the administration scopes are required', () => {
   let ctx: PlatformTestApp;
@@ -47,23 +42,23 @@ describe('project administration with real tokens: the administration scopes are
     const clientsBefore = (await ctx.storage.listClients(projectId)).length;
     for (const scope of ['system/Patient.read', 'system/*.*']) {
       const narrow = await ctx.bearer(admin.id, admin.secret, scope);
-      expectOutcome(await newClient(narrow, 'minted'), 403, 'forbidden');
-      expectOutcome(
+      expectOperationOutcome(await newClient(narrow, 'minted'), 403, 'forbidden');
+      expectOperationOutcome(
         await request(ctx.app).get(`${base()}/ClientApplication`).set('Authorization', narrow),
         403,
         'forbidden',
       );
-      expectOutcome(
+      expectOperationOutcome(
         await request(ctx.app).get(`${base()}/ClientApplication/${other.id}`).set('Authorization', narrow),
         403,
         'forbidden',
       );
-      expectOutcome(
+      expectOperationOutcome(
         await request(ctx.app).delete(`${base()}/ClientApplication/${other.id}`).set('Authorization', narrow),
         403,
         'forbidden',
       );
-      expectOutcome(
+      expectOperationOutcome(
         await request(ctx.app)
           .post(`${base()}/$revoke-client`)
           .set('Authorization', narrow)
@@ -73,7 +68,11 @@ describe('project administration with real tokens: the administration scopes are
         'forbidden',
       );
       // Like any member without the role, it is not told about the Project resource.
-      expectOutcome(await request(ctx.app).get(base()).set('Authorization', narrow), 404, 'not-found');
+      expectOperationOutcome(
+        await request(ctx.app).get(base()).set('Authorization', narrow),
+        404,
+        'not-found',
+      );
     }
     expect(await ctx.storage.listClients(projectId)).toHaveLength(clientsBefore);
     expect((await ctx.storage.readClient(other.id)).revoked).toBe(false);
@@ -100,8 +99,8 @@ describe('project administration with real tokens: the administration scopes are
     const projectsBefore = (await ctx.storage.listProjects()).length;
     for (const scope of ['system/Patient.read', 'system/*.*']) {
       const narrow = await ctx.bearer(ROOT_ID, ROOT_SECRET, scope);
-      expectOutcome(await init(narrow, `Narrow ${scope}`), 403, 'forbidden');
-      expectOutcome(await newClient(narrow, 'minted'), 404, 'not-found');
+      expectOperationOutcome(await init(narrow, `Narrow ${scope}`), 403, 'forbidden');
+      expectOperationOutcome(await newClient(narrow, 'minted'), 404, 'not-found');
     }
     expect(await ctx.storage.listProjects()).toHaveLength(projectsBefore);
 
@@ -118,7 +117,7 @@ describe('project administration with real tokens: the administration scopes are
         .set('Authorization', auth)
         .type(FHIR_JSON)
         .send(JSON.stringify(parameters({ name: 'sneaky', scope })));
-      expectOutcome(res, 400, 'invalid');
+      expectOperationOutcome(res, 400, 'invalid');
     }
   });
 });

@@ -1,6 +1,3 @@
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,6 +7,7 @@ import { fileStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { failUserCreation } from './fail-user-creation.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const BASE = '/api/fhir/R4';
 const SUPER = testToken({ projectId: null, kind: 'super-admin', id: 'root', superAdmin: true });
@@ -22,17 +20,9 @@ const INIT = JSON.stringify({
 });
 
 const open: Storage[] = [];
-const dirs: string[] = [];
 afterEach(async () => {
   await Promise.all(open.splice(0).map((s) => s.close()));
-  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
 });
-
-function tempDir(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'project-file-'));
-  dirs.push(dir);
-  return dir;
-}
 
 async function store(dir: string): Promise<Storage> {
   const storage = await fileStorage({ dir });
@@ -48,7 +38,7 @@ function app(storage: Storage) {
 
 describe('Project/$init on the file store', () => {
   it('creates a project that survives a restart', async () => {
-    const dir = tempDir();
+    const dir = tempDir('project-file-');
     const first = await store(dir);
     const res = await request(app(first))
       .post(`${BASE}/Project/$init`)
@@ -72,7 +62,7 @@ describe('Project/$init on the file store', () => {
   });
 
   it('leaves nothing behind when a step after the project fails, even after a restart', async () => {
-    const dir = tempDir();
+    const dir = tempDir('project-file-');
     const base = await store(dir);
     const { createdProjects } = failUserCreation(base);
     const res = await request(app(base))

@@ -1,12 +1,11 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { projectRouter } from '../../src/project/router.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const FHIR = '/api/fhir/R4';
 const SUPER = testToken({ projectId: null, kind: 'super-admin', id: 'root', superAdmin: true });
@@ -98,7 +97,7 @@ describe('the identity provider in Project/$settings', () => {
 
 describe('the identity provider on the file store', () => {
   it('survives a restart, private key included', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'idp-file-'));
+    const dir = tempDir('idp-file-');
     try {
       const provider = { issuer: 'https://idp.example.org', clientId: 'c', privateKey: KEY, claim: 'sub' };
       const first = await fileStorage({ dir });

@@ -10,6 +10,7 @@ import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { failUserCreation } from './fail-user-creation.js';
+import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 
 const BASE = '/api/fhir/R4';
 const FHIR_JSON = 'application/fhir+json';
@@ -54,12 +55,10 @@ async function init(app: express.Express, ...parameter: unknown[]) {
   return res.body as { id: string; owner: { reference: string } };
 }
 
+/** An OperationOutcome of one issue, with `code` and, when given, its `expression`. */
 function expectOutcome(res: request.Response, status: number, code: string, expression?: string[]) {
-  expect(res.status).toBe(status);
-  expect(res.headers['content-type']).toMatch(/^application\/fhir\+json/);
-  expect(res.body.resourceType).toBe('OperationOutcome');
+  expectOperationOutcome(res, status, code);
   expect(res.body.issue).toHaveLength(1);
-  expect(res.body.issue[0].code).toBe(code);
   if (expression) expect(res.body.issue[0].expression).toEqual(expression);
 }
 

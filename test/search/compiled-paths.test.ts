@@ -29,7 +29,7 @@ beforeAll(async () => {
   registry = await loadSearchRegistry();
   compiled = await loadR4Indexer();
   interpreted = createResourceIndexer(registry, compiled.fingerprint);
-}, 120_000);
+});
 
 function compare(resources: readonly FhirResource[]): void {
   for (const resource of resources) {
@@ -216,21 +216,17 @@ describe('compiled paths', () => {
     compare([...(generatePatients(3, 7) as Iterable<FhirResource>), ...edgeResources()]);
   });
 
-  it.runIf(hasSynthea || process.env.CI)(
-    'index the Synthea sample exactly as the interpreter does',
-    () => {
-      expect(hasSynthea, `the Synthea sample is missing at ${SYNTHEA}`).toBe(true);
-      const byType = new Map<string, FhirResource[]>();
-      for (const resource of readSynthea(SYNTHEA)) {
-        const list = byType.get(resource.resourceType) ?? [];
-        if (list.length < PER_TYPE) list.push(resource);
-        byType.set(resource.resourceType, list);
-      }
-      expect(byType.size).toBeGreaterThan(10);
-      for (const list of byType.values()) compare(list);
-    },
-    600_000,
-  );
+  it.runIf(hasSynthea || process.env.CI)('index the Synthea sample exactly as the interpreter does', () => {
+    expect(hasSynthea, `the Synthea sample is missing at ${SYNTHEA}`).toBe(true);
+    const byType = new Map<string, FhirResource[]>();
+    for (const resource of readSynthea(SYNTHEA)) {
+      const list = byType.get(resource.resourceType) ?? [];
+      if (list.length < PER_TYPE) list.push(resource);
+      byType.set(resource.resourceType, list);
+    }
+    expect(byType.size).toBeGreaterThan(10);
+    for (const list of byType.values()) compare(list);
+  });
 
   if (!hasSynthea && !process.env.CI) {
     it.skip(`the Synthea comparison: no sample at ${SYNTHEA}`, () => undefined);

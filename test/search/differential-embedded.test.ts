@@ -82,7 +82,7 @@ const built = (storage: Storage, type: string): number => {
 
 beforeAll(async () => {
   registry = await loadSearchRegistry();
-}, 120_000);
+});
 
 describe(`search index of the file store against match.ts${hasSynthea ? ' (with Synthea)' : ''}`, () => {
   const dir = tempDir('fpk-diff-');
@@ -92,7 +92,7 @@ describe(`search index of the file store against match.ts${hasSynthea ? ' (with 
   beforeAll(async () => {
     storage = await open();
     corpus = await loadCorpus(storage, PROJECT);
-  }, 300_000);
+  });
   afterAll(() => storage?.close());
 
   it('matches the same resources as a scan, building postings, then from them', async () => {
@@ -129,5 +129,5 @@ describe(`search index of the file store against match.ts${hasSynthea ? ' (with 
     expect(built(storage, 'Observation')).toBeGreaterThan(5);
     const third = await compare(storage, corpus, again, true);
     expect(third.failures).toEqual([]);
-  }, 600_000);
+  });
 });

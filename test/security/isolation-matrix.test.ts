@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPlatformApp, FHIR_JSON, SCIM_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { smartUser, userBearer } from '../helpers/smart-users.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { eventually } from '../helpers/eventually.js';
 
 interface Walked {
   method: string;
@@ -329,16 +330,12 @@ describe('who is calling, on every protected route', () => {
     expect(kickoff.status).toBe(202);
     const status = new URL(kickoff.headers['content-location'] as string).pathname;
     ids.job = status.split('/').pop()!;
-    for (let i = 0; ; i++) {
+    const done = await eventually('the export to complete', async () => {
       const res = await request(t.app).get(status).set('Authorization', adminA);
-      if (res.status === 200) {
-        ids.file = (res.body.output[0].url as string).split('/').pop()!;
-        break;
-      }
-      expect(res.status).toBe(202);
-      if (i > 300) throw new Error('export did not complete');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+      if (res.status !== 200) expect(res.status).toBe(202);
+      return res.status === 200 && res;
+    });
+    ids.file = (done.body.output[0].url as string).split('/').pop()!;
   });
 
   /** Statuses per route that differ from `expected(route)`. */

@@ -485,7 +485,7 @@ describe('scope matrix: every search feature, every scope shape, every store', (
   const apps: StoreApp[] = [];
   beforeAll(async () => {
     for (const { name, open } of stores) apps.push(await openStore(name, open));
-  }, 120_000);
+  });
   afterAll(async () => {
     for (const { t } of apps) await t.close();
   });

@@ -9,9 +9,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleep } from '../helpers/sleep.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const SOAK_SECONDS = Number(process.env.FPK_SOAK_SECONDS ?? '20');
 const SOAK_MODE = process.env.FPK_SOAK_SECONDS !== undefined;
@@ -22,10 +24,6 @@ const FHIR_JSON = 'application/fhir+json';
 let server: ChildProcess;
 let base: string;
 let dir: string;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 /** Resident set size (KiB) and open descriptors of a process, from /proc. */
 function usage(pid: number): { rssKiB: number; fds: number } {
@@ -53,7 +51,7 @@ async function token(id: string, secret: string, scope?: string): Promise<string
 }
 
 beforeAll(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-soak-'));
+  dir = tempDir('fpk-soak-');
   // A bounded heap: memory that leaks makes the server fail instead of only growing, and the
   // collector reclaims garbage instead of letting the heap expand into a large machine's memory.
   server = spawn(process.execPath, ['--max-old-space-size=256', '--import', 'tsx', MAIN, 'serve'], {
@@ -74,7 +72,10 @@ beforeAll(async () => {
   server.stderr!.on('data', (data: Buffer) => errors.push(data.toString()));
   base = await new Promise<string>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`the server did not start: ${errors.join('')}`)), 60_000);
+    const timer = setTimeout(
+      () => reject(new Error(`the server did not start: ${errors.join('')}`)),
+      PATIENCE_MS,
+    );
     const onData = (data: Buffer) => {
       out += data.toString();
       for (const line of out.split('\n')) {
@@ -93,7 +94,7 @@ beforeAll(async () => {
       reject(new Error(`the server exited (${String(code)}): ${errors.join('')}`)),
     );
   });
-}, 90_000);
+});
 
 afterAll(async () => {
   if (server && server.exitCode === null) {

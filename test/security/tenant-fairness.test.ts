@@ -158,7 +158,7 @@ function fairnessSuite(name: string, open: () => Storage | Promise<Storage>): vo
       expect(failed).toEqual([]);
       const slowest = quiet.reduce((a, b) => (b.ms > a.ms ? b : a));
       expect(slowest.ms, `${slowest.what} took ${Math.round(slowest.ms)} ms`).toBeLessThan(QUIET_BOUND_MS);
-    }, 120_000);
+    });
   });
 }
 

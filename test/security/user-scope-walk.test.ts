@@ -140,7 +140,7 @@ const walk = (store: string, open: () => Storage | Promise<Storage>) =>
         expect(patientCompartmentIds(resourceOf(c.type, 'x', OWN)), c.type).toContain(OWN);
         expect(patientCompartmentIds(resourceOf(c.type, 'x', OTHER)), c.type).not.toContain(OWN);
       }
-    }, 120_000);
+    });
     afterAll(async () => {
       if (server) await new Promise((resolve) => server.close(resolve));
       await t?.close();

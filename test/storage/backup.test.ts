@@ -14,6 +14,7 @@ import { expectUnavailable, FaultPlan, openFaultyStore, patient } from '../helpe
 import { createApp } from '../helpers/bulk-export.js';
 import { tempDir } from '../helpers/temp-dir.js';
 import { allReads } from '../helpers/search-reads.js';
+import { eventually } from '../helpers/eventually.js';
 
 /** Every Patient of `p1` as `id:family@version`, sorted. */
 async function patients(storage: FileStore, projectId = 'p1'): Promise<string[]> {
@@ -185,7 +186,7 @@ describe('fileStorage backup', () => {
         acknowledged.push(`obs-${n}`);
       }
     })();
-    while (acknowledged.length < 30) await new Promise((resolve) => setTimeout(resolve, 5));
+    await eventually('30 acknowledged writes', () => acknowledged.length >= 30);
     const before = [...acknowledged];
     const target = path.join(tempDir('fpk-backup-to-'), 'copy');
     await storage.backup(target);
@@ -290,12 +291,14 @@ describe('fileStorage backup', () => {
       const store = await fileStorage({ dir });
       const { router } = createApp(store, { exportDir });
       try {
-        let job = await store.readExportJob('p1', jobId);
-        for (let i = 0; i < 200 && (job.status === 'accepted' || job.status === 'in-progress'); i++) {
-          await new Promise((resolve) => setTimeout(resolve, 50));
-          job = await store.readExportJob('p1', jobId);
-        }
-        return job;
+        return await eventually(
+          'the resumed export to end',
+          async () => {
+            const job = await store.readExportJob('p1', jobId);
+            return job.status !== 'accepted' && job.status !== 'in-progress' && job;
+          },
+          { intervalMs: 50 },
+        );
       } finally {
         await router.close();
         await store.close();

@@ -6,6 +6,7 @@ import { createFileStorage } from '../../src/storage/file/file-storage.js';
 import type { Storage } from '../../src/storage/types.js';
 import { FaultPlan, patient, resourceLog } from '../helpers/file-faults.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { PATIENCE_MS } from '../helpers/eventually.js';
 
 /**
  * `batch.log`, the file store's write-ahead log with `durability: 'fsync'` (docs/file-store.md,
@@ -115,14 +116,14 @@ describe('batch.log', () => {
     const batchLog = path.join(dir, 'batch.log');
     const commitLog = path.join(dir, 'commit.log');
     // The writer checkpoints after acknowledging a batch, before the next one.
-    await vi.waitFor(() => expect(size(batchLog)).toBe(0));
+    await vi.waitFor(() => expect(size(batchLog)).toBe(0), { timeout: PATIENCE_MS });
     const commitRecords = size(commitLog);
 
     // The log's fsync fails at the checkpoint: the write is acknowledged all the same (batch.log
     // holds it), and batch.log keeps its entry.
     plan.fail({ op: 'fsync', file: /Patient\.log$/, code: 'EIO' });
     await storage.createResource('p1', patient('c'));
-    await vi.waitFor(() => expect(plan.injected.length).toBeGreaterThan(0));
+    await vi.waitFor(() => expect(plan.injected.length).toBeGreaterThan(0), { timeout: PATIENCE_MS });
     expect(size(batchLog)).toBeGreaterThan(0);
     expect(size(commitLog)).toBe(commitRecords);
     const copy = crashCopy(dir);
@@ -131,7 +132,7 @@ describe('batch.log', () => {
 
     plan.clear();
     await storage.createResource('p1', patient('d'));
-    await vi.waitFor(() => expect(size(batchLog)).toBe(0));
+    await vi.waitFor(() => expect(size(batchLog)).toBe(0), { timeout: PATIENCE_MS });
     expect(size(commitLog)).toBe(commitRecords + 22);
     await storage.close();
     expect(await patients(await openStore(dir))).toEqual(['a:a@1', 'b:b@1', 'c:c@1', 'd:d@1']);

@@ -1,12 +1,12 @@
 import { compartmentSearch } from '../../src/storage/search-request.js';
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { FhirResource, PatientCompartment, Storage } from '../../src/storage/types.js';
 import { collectNdjson } from '../../src/testing/storage-contract.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /** A compartment where `Device.owner` (not in R4's) places a device in a patient's compartment. */
 const deviceOwners: PatientCompartment = {
@@ -57,7 +57,7 @@ describe('the compartment storage option', () => {
   });
 
   it('indexes by the compartment given, also after reopening (file store), and exports in this thread', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-compartment-'));
+    const dir = tempDir('fpk-compartment-');
     dirs.push(dir);
     let storage = await fileStorage({ dir, durability: 'write', compartment: deviceOwners });
     await storage.writeResources('proj', [
@@ -88,7 +88,7 @@ describe('the compartment storage option', () => {
   });
 
   it('keeps the descriptor when the default is passed explicitly', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-compartment-'));
+    const dir = tempDir('fpk-compartment-');
     dirs.push(dir);
     const storage = await fileStorage({ dir, durability: 'write', compartment: R4_PATIENT_COMPARTMENT });
     open.push(storage);

@@ -172,12 +172,10 @@ describe('bulk export on a full disk', () => {
   /** The status answer once the job is over. */
   async function finished(t: PlatformTestApp, auth: string, location: string): Promise<request.Response> {
     const statusPath = new URL(location).pathname;
-    for (let i = 0; i < 400; i++) {
+    return eventually('the export to end', async () => {
       const res = await request(t.app).get(statusPath).set('Authorization', auth);
-      if (res.status !== 202) return res;
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    throw new Error('the export did not finish');
+      return res.status !== 202 && res;
+    });
   }
 
   async function project(t: PlatformTestApp): Promise<{ projectId: string; auth: string }> {
@@ -316,12 +314,10 @@ describe('reads on a failing disk (EIO)', () => {
         .set('Prefer', 'respond-async');
     const finished = async (location: string): Promise<request.Response> => {
       const statusPath = new URL(location).pathname;
-      for (let i = 0; i < 400; i++) {
+      return eventually('the export to end', async () => {
         const res = await request(t.app).get(statusPath).set('Authorization', auth);
-        if (res.status !== 202) return res;
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
-      throw new Error('the export did not finish');
+        return res.status !== 202 && res;
+      });
     };
     // The Patient file is written, then reading the Observation snapshot fails.
     plan.fail({ op: 'read', file: /snapshots.*Observation/, code: 'EIO' });
@@ -380,13 +376,11 @@ describe('bulk export while the store fails', () => {
     );
     expect((await request(t.app).get(statusPath).set('Authorization', auth)).status).toBe(202);
     s.plan.clear();
-    let res: request.Response | undefined;
-    for (let i = 0; i < 200; i++) {
-      res = await request(t.app).get(statusPath).set('Authorization', auth);
-      if (res.status !== 202) break;
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-    expectOperationOutcome(res!, 500, 'transient');
+    const res = await eventually('the export to end', async () => {
+      const answer = await request(t.app).get(statusPath).set('Authorization', auth);
+      return answer.status !== 202 && answer;
+    });
+    expectOperationOutcome(res, 500, 'transient');
     expect(fs.existsSync(exportRoot) ? fs.readdirSync(exportRoot, { recursive: true }) : []).toEqual([]);
     const jobId = statusPath.split('/').at(-1)!;
     const storage = await reopened(s);

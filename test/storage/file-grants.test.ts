@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { fileStorage } from '../../src/stores.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { clockPast } from '../helpers/eventually.js';
 
 const base = { projectId: 'p1', clientId: 'app1', data: {} };
 
@@ -12,12 +13,13 @@ describe('file store grants', () => {
     await first.grants.put({ ...base, kind: 'refresh', key: 'r1', family: 'f1', userId: 'u1', expiresAt });
     await first.grants.use('refresh', 'r1');
     await first.grants.put({ ...base, kind: 'revoked-token', key: 'jti1', expiresAt });
-    await first.grants.put({ ...base, kind: 'refresh', key: 'gone', expiresAt: Date.now() + 1 });
+    const goneAt = Date.now() + 1;
+    await first.grants.put({ ...base, kind: 'refresh', key: 'gone', expiresAt: goneAt });
     await first.grants.put({ ...base, kind: 'code', key: 'c1', expiresAt });
     await first.grants.put({ ...base, kind: 'ticket', key: 't1', expiresAt });
     await first.close();
 
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await clockPast(goneAt);
     const second = await fileStorage({ dir });
     try {
       expect(await second.grants.get('refresh', 'r1')).toMatchObject({

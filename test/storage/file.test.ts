@@ -2,7 +2,6 @@ import { compartmentSearch, identifierFilter, typeSearch } from '../../src/stora
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { fileStorage, openFileExportReader } from '../../src/stores.js';
@@ -11,16 +10,11 @@ import { LogFile } from '../../src/storage/file/log-file.js';
 import { encodeRecord } from '../../src/storage/file/record.js';
 import type { ExportReader, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
-
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-file-storage-'));
-  dirs.push(dir);
-  return dir;
-}
+import { PATIENCE_MS } from '../helpers/eventually.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 runStorageContract('fileStorage', async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-file-contract-'));
+  const dir = tempDir('fpk-file-contract-');
   const storage = await fileStorage({ dir, durability: 'write' });
   return {
     storage,
@@ -93,11 +87,10 @@ describe('fileStorage', () => {
   }
   afterEach(async () => {
     for (const storage of open.splice(0)) await storage.close();
-    for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true });
   });
 
   it('keeps everything across close and reopen (fsync durability)', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createProject({ id: 'p1', name: 'One', strictMode: true });
     await storage.updateProject('p1', { scim: { defaultUserType: 'Practitioner', echoUserName: true } });
@@ -188,7 +181,7 @@ describe('fileStorage', () => {
   });
 
   it('refuses a second open of the same directory and takes over a stale lock', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     const storage = await openStore(dir);
     const error = await fileStorage({ dir }).catch((e: unknown) => e);
     expect(code(error)).toBe('ERR_STORAGE_LOCKED');
@@ -208,7 +201,7 @@ describe('fileStorage', () => {
   });
 
   it('takes over a lock whose process was killed but not yet reaped (a zombie)', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     await (await openStore(dir)).close();
     // `sh` starts a child, prints its pid, then becomes `sleep 30`, which never reaps it: the
     // child, ending a second later (after the exec, so the shell cannot reap it first), stays a
@@ -224,7 +217,7 @@ describe('fileStorage', () => {
         const stat = fs.readFileSync(`/proc/${zombie}/stat`, 'utf8');
         return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       };
-      await vi.waitFor(() => expect(fields()[0]).toBe('Z'), { timeout: 15_000, interval: 50 });
+      await vi.waitFor(() => expect(fields()[0]).toBe('Z'), { timeout: PATIENCE_MS, interval: 50 });
       const start = fields()[19];
       const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
       fs.writeFileSync(path.join(dir, 'lock'), `${zombie} dead-token ${bootId}/${start}\n`);
@@ -237,7 +230,7 @@ describe('fileStorage', () => {
   });
 
   it('repairs a torn tail of a resource log and of a users log', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     const kept = await storage.createResource('p1', { resourceType: 'Patient', id: 'kept' });
     await storage.createUser('p1', user('kept'));
@@ -265,7 +258,7 @@ describe('fileStorage', () => {
   });
 
   it('drops a corrupt record (bad CRC) and everything after it', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
     await storage.close();
@@ -283,7 +276,7 @@ describe('fileStorage', () => {
   });
 
   it('discards a batch whose commit was never recorded', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
     await storage.close();
@@ -308,7 +301,7 @@ describe('fileStorage', () => {
   });
 
   it('opens from the index a clean close leaves, scanning only records appended after it', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', {
       resourceType: 'Observation',
@@ -388,7 +381,7 @@ describe('fileStorage', () => {
   });
 
   it('keeps the identifier index across reopen: from the index file, from a scan, never from an older index format', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir, { compactionMinDeadBytes: 0 });
     await storage.writeResources('p1', [
       {
@@ -478,7 +471,7 @@ describe('fileStorage', () => {
   });
 
   it('recomputes wrong superseded-at marks on open', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', { resourceType: 'Patient', id: 'a', active: false });
     const { resource: latest } = await storage.updateResource('p1', {
@@ -502,7 +495,7 @@ describe('fileStorage', () => {
   });
 
   it('compacts a log without losing data or breaking running snapshots', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir, { compactionMinDeadBytes: 0 });
     for (let i = 0; i < 20; i++) {
       await storage.createResource('p1', {
@@ -565,7 +558,7 @@ describe('fileStorage', () => {
   });
 
   it('rewrites the users and one-time value logs once mostly dead', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir, { durability: 'write' });
     const u = await storage.createUser('p1', user('busy'));
     for (let i = 0; i < 1100; i++) await storage.updateUser('p1', u.id, { data: { i } });
@@ -582,7 +575,7 @@ describe('fileStorage', () => {
   });
 
   it('keeps memberships and export jobs in per-project logs, and rewrites them once mostly dead', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir, { durability: 'write' });
     const u = await storage.createUser('p1', user('member'));
     const m = await storage.createMembership('p1', { projectId: 'p1', userId: u.id, admin: false });
@@ -601,7 +594,7 @@ describe('fileStorage', () => {
   });
 
   it('moves memberships and export jobs out of a directory.json written by an older version', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', { resourceType: 'Patient', id: 'kept' });
     const u = await storage.createUser('p1', user('member'));
@@ -640,7 +633,7 @@ describe('fileStorage', () => {
   });
 
   it('undoes a batch whose write fails and keeps working', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createResource('p1', { resourceType: 'Patient', id: 'a' });
     await storage.createResource('p1', { resourceType: 'Observation', id: 'o0' });
@@ -666,7 +659,7 @@ describe('fileStorage', () => {
   });
 
   it('removes a deleted project from disk and keeps re-created ones apart', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     let storage = await openStore(dir);
     await storage.createProject({ id: 'p1', name: 'x', strictMode: false });
     await storage.createResource('p1', { resourceType: 'Patient', id: 'old' });
@@ -688,7 +681,7 @@ describe('fileStorage', () => {
   });
 
   it('has a descriptor a worker can import to read snapshots', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     const storage = await openStore(dir);
     for (let i = 0; i < 50; i++) {
       await storage.createResource('p1', {
@@ -739,7 +732,7 @@ describe('fileStorage', () => {
   });
 
   it('reads a small compartment by position and a large one in one pass', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     const storage = await openStore(dir, { durability: 'write' });
     const writes = [];
     for (let i = 0; i < 200; i++) {
@@ -769,7 +762,7 @@ describe('fileStorage', () => {
   });
 
   it('reads compartments in merged blocks, in file order, and reuses chunk buffers when asked', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     const storage = await openStore(dir, { durability: 'write' });
     const writes: {
       op: 'create';
@@ -837,7 +830,7 @@ describe('fileStorage', () => {
   });
 
   it('exports large stores in chunks of whole lines', async () => {
-    const dir = tempDir();
+    const dir = tempDir('fpk-file-storage-');
     const storage = await openStore(dir, { durability: 'write' });
     const writes = [];
     for (let i = 0; i < 3000; i++) {

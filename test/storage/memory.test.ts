@@ -105,14 +105,18 @@ describe('memoryStorage', () => {
 
 describe('the in-transaction write check (engine stores)', () => {
   const code = (error: unknown) => (error as { code?: string }).code;
-  const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
+  /** The next turn of the event loop. */
+  const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 
   it('refuses a store write inside every transaction, waits an outside write, and stays off between', async () => {
     const storage = memoryStorage();
     for (let round = 0; round < 3; round++) {
       let release!: () => void;
       const gate = new Promise<void>((resolve) => (release = resolve));
+      let opened!: () => void;
+      const open = new Promise<void>((resolve) => (opened = resolve));
       const done = storage.transaction(async (tx) => {
+        opened();
         await gate;
         const inside = await storage.createResource('p1', { resourceType: 'Patient' }).then(
           () => 'ok',
@@ -121,14 +125,14 @@ describe('the in-transaction write check (engine stores)', () => {
         expect(inside).toBe('ERR_STORAGE_IN_TRANSACTION');
         await tx.createResource('p1', { resourceType: 'Patient', id: `tx-${round}` });
       });
-      await tick();
+      await open;
       // A write from another request while the transaction is open waits for it (not refused).
       const outside = storage.createResource('p1', { resourceType: 'Patient', id: `outside-${round}` });
       release();
       await done;
       expect(await outside).toMatchObject({ id: `outside-${round}` });
       // Between transactions, plain writes from any async context go through.
-      await tick();
+      await nextTurn();
       await Promise.all(
         [1, 2].map((i) => storage.createResource('p1', { resourceType: 'Patient', id: `r${round}-${i}` })),
       );

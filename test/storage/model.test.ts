@@ -2,12 +2,11 @@
 // a plain model of the rules; then the store must agree with the model (and, for the file
 // store, still agree after a reopen).
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { fileStorage, memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 type Op =
   | { k: 'createUser'; name: string; ext: string | undefined }
@@ -211,7 +210,7 @@ describe('storage model', () => {
   it('fileStorage agrees with the model, also after reopening', async () => {
     await fc.assert(
       fc.asyncProperty(transactions, async (txs) => {
-        const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-model-'));
+        const dir = tempDir('fpk-model-');
         try {
           let storage = await fileStorage({ dir, durability: 'write' });
           const m = await run(storage, txs, empty());

@@ -1,12 +1,12 @@
 import { compartmentSearch, identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fileStorage } from '../../src/stores.js';
 import type { ExportSnapshot, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson } from '../../src/testing/storage-contract.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 /**
  * A store directory written (and closed cleanly) by the file store as it was before the storage
@@ -21,7 +21,7 @@ const open: Storage[] = [];
 
 /** A copy of the fixture (opening changes a store), with or without its index files. */
 function copyFixture(withIndexes: boolean): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-old-format-'));
+  const dir = tempDir('fpk-old-format-');
   dirs.push(dir);
   fs.cpSync(FIXTURE, dir, { recursive: true });
   if (!withIndexes) {

@@ -4,8 +4,9 @@ import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * PostgreSQL keeps no index rows for the parameters the R4 indexer derives from others
@@ -28,7 +29,7 @@ const DERIVED = [
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-if (postgresTestsEnabled('postgresStorage derived search parameters')) {
+if (postgresTestUrl('postgresStorage derived search parameters')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });
@@ -218,6 +219,6 @@ if (postgresTestsEnabled('postgresStorage derived search parameters')) {
         await memory.close();
         await storage.close();
       }
-    }, 60_000);
+    });
   });
 }

@@ -11,20 +11,19 @@ import { postgresStorage } from '../../src/postgres.js';
 import type { Storage } from '../../src/storage/types.js';
 import { download } from '../helpers/bulk-export.js';
 import { Relay } from '../helpers/pg-relay.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
 import { expectOperationOutcome } from '../helpers/protocol-errors.js';
 import { slowExports } from '../helpers/slow-exports.js';
+import { sleep } from '../helpers/sleep.js';
+import { eventually } from '../helpers/eventually.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /** Enough data (about 1 MB) that a COPY is still streaming, not buffered whole, when the fault hits. */
 const PATIENTS = 1000;
 const FILLER = 'x'.repeat(1000);
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
+if (postgresTestUrl('PostgreSQL lost mid-export and mid-request')) {
   const url = new URL(POSTGRES_URL!);
   const schema = schemaFactory(POSTGRES_URL!);
   let relay: Relay;
@@ -88,26 +87,24 @@ if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
       return new URL(res.headers['content-location'] as string).pathname;
     };
     /** Polls until the job made progress (some resources written); how many it wrote. */
-    const started = async (path: string): Promise<number> => {
-      for (let i = 0; i < 600; i++) {
+    const started = (path: string): Promise<number> =>
+      eventually('the export to make progress', async () => {
         const res = await status(path);
         expect(res.status, res.text).toBe(202);
         const done = Number(/^(\d+) resources/.exec(res.headers['x-progress'] as string)?.[1] ?? 0);
-        if (done > 0) return done;
-        await sleep(20);
-      }
-      throw new Error('the export never made progress');
-    };
-    /** Polls until the status is neither 202 nor 503 (about two minutes at most). */
-    const outcome = async (path: string): Promise<request.Response> => {
-      for (let i = 0; i < 1200; i++) {
-        const res = await status(path);
-        if (res.status === 503) expectOperationOutcome(res, 503, 'transient');
-        else if (res.status !== 202) return res;
-        await sleep(100);
-      }
-      throw new Error('the export never ended');
-    };
+        return done > 0 && done;
+      });
+    /** Polls until the status is neither 202 nor 503. */
+    const outcome = (path: string): Promise<request.Response> =>
+      eventually(
+        'the export to end',
+        async () => {
+          const res = await status(path);
+          if (res.status === 503) expectOperationOutcome(res, 503, 'transient');
+          return res.status !== 202 && res.status !== 503 && res;
+        },
+        { intervalMs: 100 },
+      );
     /** The ids in a completed export's Patient files. */
     const exported = async (res: request.Response): Promise<string[]> => {
       expect(res.status, res.text).toBe(200);
@@ -162,7 +159,7 @@ if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
       const read = await request(p.t.app).get('/fhir/R4/Patient/p1').set('Authorization', p.auth);
       expectOperationOutcome(read, 503, 'transient');
       expect(read.headers['retry-after']).toBe('1');
-      await sleep(300);
+      await sleep(300); // the database stays unreachable a while
       relay.restore();
       const ended = await endedCleanly(p, path);
       console.info(`PostgreSQL cut mid-export: the job ${ended}`);
@@ -197,16 +194,13 @@ if (postgresTestsEnabled('PostgreSQL lost mid-export and mid-request')) {
         await locker.query('BEGIN');
         await locker.query(`LOCK TABLE "${p.name}".resources IN ACCESS EXCLUSIVE MODE`);
         pending = put('refused').then((r) => r);
-        let waiting = 0;
-        for (let i = 0; i < 500 && waiting === 0; i++) {
-          await sleep(20);
+        await eventually('the write waiting for the lock', async () => {
           const { rows } = await admin.query<{ n: string }>(
             `SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
             [p.app],
           );
-          waiting = Number(rows[0]!.n);
-        }
-        expect(waiting).toBeGreaterThan(0);
+          return Number(rows[0]!.n) > 0;
+        });
         expect(await p.terminate()).toBeGreaterThan(0);
       } finally {
         await locker.query('ROLLBACK');

@@ -6,8 +6,9 @@ import { StorageUnavailableError } from '../../src/storage/errors.js';
 import { LineChunks } from '../../src/storage/postgres/line-chunks.js';
 import type { NdjsonChunk } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { collect } from '../../src/testing/storage-contract.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /** Feeds `text` to a LineChunks cut at `cuts`, copying each chunk as the consumer would write it. */
 function pack(text: string, cuts: number[], size: number, reuse: boolean): { data: string; count: number }[] {
@@ -65,7 +66,7 @@ describe('LineChunks (COPY output to NDJSON chunks)', () => {
   });
 });
 
-if (postgresTestsEnabled('PostgreSQL export reads through COPY')) {
+if (postgresTestUrl('PostgreSQL export reads through COPY')) {
   const connectionString = POSTGRES_URL!;
   const freshSchema = schemaFactory(connectionString);
 

@@ -4,7 +4,7 @@ import { postgresStorage } from '../../src/postgres.js';
 import { StorageUnavailableError } from '../../src/storage/errors.js';
 import type { Storage } from '../../src/storage/types.js';
 import { Relay } from '../helpers/pg-relay.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import {
   createPlatformApp,
   FHIR_JSON,
@@ -13,8 +13,9 @@ import {
   type PlatformTestApp,
 } from '../helpers/platform-app.js';
 import { expectOAuthError, expectOperationOutcome, expectScimError } from '../helpers/protocol-errors.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
-if (postgresTestsEnabled('PostgreSQL out of reach')) {
+if (postgresTestUrl('PostgreSQL out of reach')) {
   const url = new URL(POSTGRES_URL!);
   const schema = schemaFactory(POSTGRES_URL!);
   let relay: Relay;

@@ -2,7 +2,10 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
 import { FIRST_STATISTICS_AFTER } from '../../src/storage/postgres/first-statistics.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { eventually } from '../helpers/eventually.js';
+import { sleep } from '../helpers/sleep.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * A fresh schema has no planner statistics until autovacuum's next round; the store gathers the
@@ -11,7 +14,7 @@ import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg
  * the unique `resources_current` index and not a whole type's versions.
  */
 
-if (postgresTestsEnabled('postgresStorage first statistics')) {
+if (postgresTestUrl('postgresStorage first statistics')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });
@@ -47,13 +50,10 @@ if (postgresTestsEnabled('postgresStorage first statistics')) {
           }),
         ).rejects.toThrow('roll back');
         await storage.writeResources('p1', events(half, half - 1));
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await sleep(300); // a while in which no statistics may be gathered
         expect((await stats()).manual).toBe(false);
         await storage.writeResources('p1', events(2 * half, 1));
-        const deadline = Date.now() + 10_000;
-        while (!(await stats()).any && Date.now() < deadline)
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        expect((await stats()).any).toBe(true);
+        await eventually('statistics of the table', async () => (await stats()).any, { intervalMs: 50 });
         // The lookup of current versions, planned for any parameters, goes by id.
         const client = await admin.connect();
         try {
@@ -77,6 +77,6 @@ if (postgresTestsEnabled('postgresStorage first statistics')) {
       } finally {
         await storage.close();
       }
-    }, 30_000);
+    });
   });
 }

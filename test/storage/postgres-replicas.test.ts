@@ -5,10 +5,11 @@ import { postgresStorage } from '../../src/postgres.js';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
 import { lsnValue } from '../../src/storage/postgres/replicas.js';
 import type { Storage } from '../../src/storage/types.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { eventually } from '../helpers/eventually.js';
 import { replicaUnavailable, startReplica, type Replica } from '../helpers/pg-replica.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 describe('lsnValue', () => {
   it('orders WAL positions as PostgreSQL does', () => {
@@ -28,7 +29,7 @@ describe('readReplicas option', () => {
   });
 });
 
-const enabled = postgresTestsEnabled('postgres read replicas') && POSTGRES_URL;
+const enabled = postgresTestUrl('postgres read replicas') && POSTGRES_URL;
 if (enabled) {
   const connectionString = enabled;
   const freshSchema = schemaFactory(connectionString);
@@ -66,7 +67,7 @@ if (enabled) {
         writer = postgresStorage({ connectionString, schema });
         await writer.createProject({ id: 'p1', name: 'One', strictMode: false });
         await replica.caughtUp(admin);
-      }, 300_000);
+      });
       afterAll(async () => {
         for (const store of stores) await store.close();
         await writer?.close();

@@ -13,10 +13,11 @@ import { postgresStorage, type PostgresStorageOptions } from '../../src/postgres
 import { SearchTooCostlyError, StorageUnavailableError } from '../../src/storage/errors.js';
 import type { ResourcePage, ResourceQuery, Storage } from '../../src/storage/types.js';
 import { eventually } from '../helpers/eventually.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
-if (postgresTestsEnabled('PostgreSQL search lane')) {
+if (postgresTestUrl('PostgreSQL search lane')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 4 });

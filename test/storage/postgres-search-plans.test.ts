@@ -4,8 +4,9 @@ import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * The plans of issue 44's costly searches on PostgreSQL (docs/performance.md, "Costly searches on
@@ -108,7 +109,7 @@ const SEARCHES: [type: string, query: string][] = [
   ['Observation', 'value-quantity:missing=false&code:not=urn:c|k1'],
 ];
 
-if (postgresTestsEnabled('postgresStorage search plans')) {
+if (postgresTestUrl('postgresStorage search plans')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });
@@ -163,7 +164,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
         resource: resource as FhirResource & { id: string },
       })),
     );
-  }, 120_000);
+  });
   afterAll(async () => {
     await storage?.close();
     await admin.end();
@@ -179,14 +180,14 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
       expect(rows[0]!.n).toBe(0);
       for (const [type, query] of SEARCHES)
         expect(await planProblems(type, query), `${type}?${query}`).toEqual([]);
-    }, 60_000);
+    });
 
     it('and once they have statistics', async () => {
       for (const table of ['resources', 'search_keys', ...INDEX_TABLES])
         await admin.query(`ANALYZE ${s}.${table}`);
       for (const [type, query] of SEARCHES)
         expect(await planProblems(type, query), `${type}?${query}`).toEqual([]);
-    }, 60_000);
+    });
 
     it('is migration 16: the (seq) indexes become (seq, key), the rows stay', async () => {
       const other = newSchema();
@@ -236,7 +237,7 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
       } finally {
         await second.close();
       }
-    }, 60_000);
+    });
 
     it('answers them', async () => {
       const totals = async (type: string, query: string) => (await statementsOf(type, query)).page.total;
@@ -261,6 +262,6 @@ if (postgresTestsEnabled('postgresStorage search plans')) {
         true,
         true,
       ]);
-    }, 60_000);
+    });
   });
 }

@@ -6,8 +6,9 @@ import { dateBoxSql } from '../../src/storage/postgres/search-tables.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import type { Storage } from '../../src/storage/types.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * PostgreSQL's search index: searches answered in SQL without reading bodies, the index rows kept
@@ -16,7 +17,7 @@ import { allReads } from '../helpers/search-reads.js';
 
 const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
 
-if (postgresTestsEnabled('postgresStorage search index')) {
+if (postgresTestUrl('postgresStorage search index')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
   const admin = new pg.Pool({ connectionString, max: 1 });
@@ -125,7 +126,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('keeps index rows of current versions only: an update or a delete takes the old values out', async () => {
       const schema = newSchema();
@@ -249,7 +250,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 9 rebuilds a version-8 index: date hulls in a GiST index, one lookup for a range', async () => {
       const schema = newSchema();
@@ -326,7 +327,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 11 rebuilds a version-10 index: token keys for index-only lookups, no _lastUpdated rows', async () => {
       const schema = newSchema();
@@ -436,7 +437,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
       } finally {
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('migration 12: no composite marker rows; :missing on a composite is the absence of a complete element, as the embedded stores answer', async () => {
       const schema = newSchema();
@@ -512,7 +513,7 @@ if (postgresTestsEnabled('postgresStorage search index')) {
         await memory.close();
         await storage.close();
       }
-    }, 60_000);
+    });
 
     it('index rows keep a lone surrogate as U+FFFD, as the body and a search value do', async () => {
       const schema = newSchema();

@@ -2,8 +2,9 @@ import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
 import { parseSearch } from '../../src/fhir/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /*
  * The sessions a PostgreSQL store opens itself run with JIT off (pool-options.ts,
@@ -11,7 +12,7 @@ import { allReads } from '../helpers/search-reads.js';
  * search took.
  */
 
-if (postgresTestsEnabled('postgresStorage sessions')) {
+if (postgresTestUrl('postgresStorage sessions')) {
   const connectionString = POSTGRES_URL!;
   const newSchema = schemaFactory(connectionString);
 

@@ -8,9 +8,10 @@ import { StorageUnavailableError } from '../../src/storage/errors.js';
 import type { Storage } from '../../src/storage/types.js';
 import { eventually } from '../helpers/eventually.js';
 import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
-import { postgresTestsEnabled, POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
-if (postgresTestsEnabled('PostgreSQL timeouts')) {
+if (postgresTestUrl('PostgreSQL timeouts')) {
   const newSchema = schemaFactory(POSTGRES_URL!);
   const admin = new pg.Pool({ connectionString: POSTGRES_URL, max: 4 });
   const opened: { close(): Promise<void> }[] = [];

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { postgresStorage } from '../../src/postgres.js';
 import { quoteIdentifier } from '../../src/storage/postgres/schema.js';
 import type { Storage, UserListOptions } from '../../src/storage/types.js';
-import { POSTGRES_URL, postgresTestsEnabled, schemaFactory } from '../helpers/pg-schema.js';
+import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
 
 /** The statements `fn` sends that read `users`, with their parameters. */
 async function userStatements(fn: () => Promise<unknown>): Promise<{ text: string; values: unknown[] }[]> {
@@ -32,7 +33,7 @@ function nodesOf(node: PlanNode): PlanNode[] {
   return [node, ...(node.Plans ?? []).flatMap(nodesOf)];
 }
 
-if (postgresTestsEnabled('postgres user pages') && POSTGRES_URL) {
+if (postgresTestUrl('postgres user pages') && POSTGRES_URL) {
   const connectionString = POSTGRES_URL;
   const freshSchema = schemaFactory(connectionString);
 

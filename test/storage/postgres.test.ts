@@ -1,7 +1,6 @@
 import { identifierFilter, typeSearch } from '../../src/storage/search-request.js';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -11,29 +10,17 @@ import { postgresStorage } from '../../src/postgres.js';
 import { SCHEMA_VERSION } from '../../src/storage/postgres/schema.js';
 import type { ExportReader, ExportSnapshot, IdentifierToken, Storage } from '../../src/storage/types.js';
 import { collect, collectNdjson, runStorageContract } from '../../src/testing/storage-contract.js';
+import { postgresTestUrl } from '../helpers/postgres.js';
+import { sleep } from '../helpers/sleep.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
-const url = process.env.FPK_TEST_POSTGRES_URL;
+const url = postgresTestUrl('postgresStorage');
 
 function quote(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
 }
 
-if (!url) {
-  if (process.env.CI) {
-    describe('postgresStorage', () => {
-      it('needs a database in CI', () => {
-        throw new Error('FPK_TEST_POSTGRES_URL is required in CI');
-      });
-    });
-  } else {
-    console.warn(
-      'Skipping the PostgreSQL storage tests: set FPK_TEST_POSTGRES_URL (e.g. postgres://postgres@127.0.0.1:5432/test)',
-    );
-    describe.skip('postgresStorage (FPK_TEST_POSTGRES_URL is not set)', () => {
-      it('runs the storage contract', () => undefined);
-    });
-  }
-} else {
+if (url) {
   const connectionString = url;
   let admin: pg.Pool;
   const schemas: string[] = [];
@@ -258,7 +245,7 @@ if (!url) {
       const schema = freshSchema();
       const storage = postgresStorage({ connectionString, schema });
       const pool = new ExportPool({ maxThreads: 1 });
-      const outputDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fpk-pg-export-'));
+      const outputDir = tempDir('fpk-pg-export-');
       try {
         await storage.createResource('p1', { resourceType: 'Patient', id: 'pa' });
         await storage.createResource('p1', {
@@ -398,7 +385,7 @@ if (!url) {
           sameDone = true;
           return r;
         });
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await sleep(100); // a while in which the same project's write must stay blocked
         expect(sameDone).toBe(false);
         release();
         await tx;

@@ -7,6 +7,7 @@ import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js
 import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { eventually } from '../helpers/eventually.js';
 
 /*
  * The embedded stores' searches share the event loop and keep to their deadline
@@ -194,7 +195,7 @@ describe('search pace across searches', () => {
       second.breathe().then(() => log.push('second')),
     ];
     await Promise.all(resumed);
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await eventually('the timer', () => log.includes('timer'));
     expect(log).toEqual(['first', 'timer', 'second']);
   });
 });
