@@ -53,6 +53,8 @@ const ROOT = [
   'identifierFilter',
   'lastUpdatedFilters',
   'typeSearch',
+  'reachOf',
+  'reachedSearch',
   'createAuditTrail',
   'ensureSuperAdminClient',
   'fallbackErrorHandler',
