@@ -11,7 +11,6 @@ import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { collectIncludes } from './search-includes.js';
 import { admitted, deadlineOf } from './costly-reads.js';
-import { refuseTooCostly } from './search-bounds.js';
 import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
 import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
 import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
@@ -473,15 +472,11 @@ export async function searchResources(
 ): Promise<SearchOutcome> {
   checkType(type);
   authorize(ctx, type, 'search');
-  const all = [...params];
-  const parseOptions = { ...limitsOf(ctx), ...options };
-  // A search its cost bounds refuse answers at once, without waiting for a turn of the project.
-  await refuseTooCostly(type, all, parseOptions.limits);
-  // Parsed in its turn: chains and `_has` are read while the predicate is compiled.
-  return admitted(ctx, async (turn) => {
-    const parsed = await parseSearch(type, all, parseOptions, searchReads(turn));
-    return answerSearch(turn, type, parsed);
-  });
+  // Parsed (its bounds checked, the types its chains read authorized) before it waits for a turn
+  // of the project: a search refused outright answers at once. Parsing reads no resource: the
+  // store resolves chains and `_has` in the turn, within its deadline.
+  const parsed = await parseSearch(type, params, { ...limitsOf(ctx), ...options }, searchReads(ctx));
+  return admitted(ctx, (turn) => answerSearch(turn, type, parsed));
 }
 
 /** The page, total and includes of a parsed search, read in the search's turn. */

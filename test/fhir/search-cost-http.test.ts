@@ -125,7 +125,8 @@ describe('search admission over HTTP', () => {
     return { storage, hold: () => (holding = true), release, started: startedPromise };
   }
 
-  it("answers 429 with Retry-After beyond a project's turns and queue; another project's searches run meanwhile", async () => {
+  /** p1's one turn taken by a held search and its one queue place by another: the project is full. */
+  async function fullTurns() {
     const held = heldStore();
     const app = await appOver(held.storage, {
       searchAdmission: { maxConcurrent: 1, maxQueued: 1, maxWaitMs: 60_000 },
@@ -134,6 +135,11 @@ describe('search admission over HTTP', () => {
     const first = get(app, 'Patient?name=a').then((r) => r);
     await held.started;
     const queued = get(app, 'Patient?name=b').then((r) => r);
+    return { app, held, first, queued };
+  }
+
+  it("answers 429 with Retry-After beyond a project's turns and queue; another project's searches run meanwhile", async () => {
+    const { app, held, first, queued } = await fullTurns();
     const refused = await get(app, 'Patient?name=c');
     expect(refused.status).toBe(429);
     expect(refused.body.issue[0].code).toBe('throttled');
@@ -151,14 +157,7 @@ describe('search admission over HTTP', () => {
   });
 
   it('refuses a search over the cost bounds at once, without waiting for a turn of the project', async () => {
-    const held = heldStore();
-    const app = await appOver(held.storage, {
-      searchAdmission: { maxConcurrent: 1, maxQueued: 1, maxWaitMs: 60_000 },
-    });
-    held.hold();
-    const first = get(app, 'Patient?name=a').then((r) => r);
-    await held.started;
-    const queued = get(app, 'Patient?name=b').then((r) => r);
+    const { app, held, first, queued } = await fullTurns();
     // Turns and queue are full: an admissible search is refused with 429, a too-costly one is told
     // what to change (400), not made to wait or throttled. So is a Bundle's search entry.
     expect((await get(app, 'Patient?name=c')).status).toBe(429);
