@@ -39,11 +39,11 @@ async function actual(storage: Storage, type: string, query: string, count: bool
 }
 
 /**
- * The queries the postings may answer (no chain, `_has`, composite or `:missing`): those worth
+ * The queries the postings may answer (no chain, `_has` or composite): those worth
  * asking again once the postings are built. The others scan whatever the postings hold.
  */
 const posted = (queries: [string, string][]): [string, string][] =>
-  queries.filter(([, q]) => !/_has:|:missing|%24|\$|^[^=]*\./.test(q));
+  queries.filter(([, q]) => !/_has:|%24|\$|^[^=]*\./.test(q));
 
 /** Compares every query's answer with match.ts; answers the failures and how many ids matched. */
 async function compare(

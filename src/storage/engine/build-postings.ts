@@ -6,7 +6,7 @@ import type { Indexing } from './indexing.js';
 import { wantedPostings } from './chains.js';
 import type { StoredResource } from '../types.js';
 import type { ResourceEntry } from './mutation.js';
-import { postingKeys } from './posting-keys.js';
+import { indexedCodes, postingKeys } from './posting-keys.js';
 import type { TypePostings } from './postings.js';
 import type { BaseState } from './state.js';
 
@@ -72,6 +72,7 @@ async function runBuild(
   indexer: ResourceIndexer,
   access: BuildAccess,
 ): Promise<void> {
+  const indexed = indexedCodes(wanted);
   /** The keys of each version indexed so far (current or since replaced). */
   const keys = new Map<ResourceEntry, string[]>();
   /** Indexes `entries`; `strict`: a failed read fails the build, else that version is read again later. */
@@ -85,7 +86,7 @@ async function runBuild(
           slice.map((e) => (strict ? access.readBody(e) : access.readBody(e).catch(() => undefined))),
         );
         bodies.forEach((body, k) => {
-          if (body) keys.set(slice[k]!, postingKeys(indexer.index(body, wanted), wanted));
+          if (body) keys.set(slice[k]!, postingKeys(indexer.index(body, indexed), wanted));
         });
         // A build of a large type is shared work with no deadline: it lets other requests run.
         await pace.breathe();

@@ -6,7 +6,7 @@ import {
   type SearchMatcher,
 } from '../search-index.js';
 import type { FhirResource } from '../types.js';
-import { postingKeys } from './posting-keys.js';
+import { indexedCodes, postingKeys } from './posting-keys.js';
 
 /**
  * A store's search indexer, loaded on first need (the first search that builds a parameter's
@@ -74,7 +74,7 @@ export class Indexing {
    */
   keys(resource: FhirResource, codes: ReadonlySet<string> | undefined): string[] | undefined {
     if (codes === undefined || codes.size === 0 || !this.current) return undefined;
-    return postingKeys(this.current.index(resource, codes), codes);
+    return postingKeys(this.current.index(resource, indexedCodes(codes)), codes);
   }
 }
 

@@ -1,5 +1,5 @@
 import type { ParameterFilter, SearchValue } from '../search-request.js';
-import { KEY_SEPARATOR, UNPOSTED } from './posting-keys.js';
+import { KEY_SEPARATOR, posted, UNPOSTED } from './posting-keys.js';
 import type { Box } from './sorted-keys.js';
 
 /*
@@ -99,8 +99,9 @@ function exactValue(filter: ParameterFilter, value: SearchValue): boolean {
   }
 }
 
-/** True when the postings answer `filter` exactly (see `exactValue`). */
+/** True when the postings answer `filter` exactly (see `exactValue`; `:missing` by presence). */
 export function exactFilter(filter: ParameterFilter): boolean {
+  if (filter.modifier === 'missing') return posted(filter);
   if (filter.modifier !== undefined && filter.modifier !== 'contains') return false;
   if (UNPOSTED.has(filter.code) || filter.values.length === 0) return false;
   return filter.values.every((value) => exactValue(filter, value));

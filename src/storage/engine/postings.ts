@@ -1,6 +1,6 @@
 import type { ParameterFilter, SearchRequest, SearchValue } from '../search-request.js';
 import type { ResourceEntry } from './mutation.js';
-import { KEY_SEPARATOR, pair, POSTED_TYPES, postingKey, unpair, UNPOSTED } from './posting-keys.js';
+import { builtCode, KEY_SEPARATOR, pair, posted, postingKey, presenceKey, unpair } from './posting-keys.js';
 import { boxOf, exactFilter, intersectBoxes, passing, rangeTest, type RangeTest } from './posting-match.js';
 import { SortedRanges, SortedStrings, type Box } from './sorted-keys.js';
 
@@ -268,10 +268,13 @@ export class TypePostings {
     }
   }
 
-  /** The keys a filter may match (any of its values), or undefined. */
+  /**
+   * The keys a filter may match (any of its values), or undefined: when its code is not built, or
+   * the postings cannot tell (`:missing=true` is answered apart, see `absent`).
+   */
   private filterKeys(filter: ParameterFilter): Iterable<string>[] | undefined {
-    if (!POSTED_TYPES.has(filter.type) || UNPOSTED.has(filter.code) || filter.values.length === 0)
-      return undefined;
+    if (!posted(filter) || !this.built.has(builtCode(filter))) return undefined;
+    if (filter.modifier === 'missing') return filter.missing ? undefined : [[presenceKey(filter.code)]];
     const lists: Iterable<string>[] = [];
     for (const value of filter.values) {
       const keys = this.valueKeys(filter, value);
@@ -292,7 +295,7 @@ export class TypePostings {
     const groups = new Map<string, { merged: ParameterFilter[]; boxes: Box[]; tests: RangeTest[] }>();
     for (const f of filters) {
       const [value] = f.values;
-      if (f.values.length !== 1 || f.modifier !== undefined || !value || UNPOSTED.has(f.code)) continue;
+      if (f.values.length !== 1 || f.modifier !== undefined || !value || !posted(f)) continue;
       const box = boxOf(value);
       if (!box) continue;
       let group = groups.get(f.code);
@@ -315,24 +318,33 @@ export class TypePostings {
    * The current entries that may match `search` (a superset of its matches), from its most
    * selective filter on a built parameter the postings can answer; undefined when none narrows it
    * below half the type. When every filter is answered exactly (`exactFilter`, none a chain or
-   * `_has`), the entries of all of them intersected, `exact` (only those of `among` when given).
+   * `_has`), the entries of all of them intersected, `exact` (only those of `among` when given; of
+   * `all`, the type's entries, when only `:missing=true` filters remain).
    */
-  candidates(search: SearchRequest, among?: Iterable<ResourceEntry>): SearchCandidates | undefined {
+  candidates(
+    search: SearchRequest,
+    among?: Iterable<ResourceEntry>,
+    all?: () => Iterable<ResourceEntry>,
+  ): SearchCandidates | undefined {
     const filters = search.filters.filter((f): f is ParameterFilter => f.kind === 'parameter');
-    const answered = filters.map((f) => (this.built.has(f.code) ? this.filterKeys(f) : undefined));
+    const answered = filters.map((f) => this.filterKeys(f));
+    const absent = filters.map((f) => (this.isAbsence(f) ? presenceKey(f.code) : undefined));
     const combined = this.combinedRanges(filters);
     if (
       filters.length > 0 &&
       filters.length === search.filters.length &&
-      filters.every((f, i) => answered[i] !== undefined && exactFilter(f))
+      filters.every((f, i) => absent[i] !== undefined || (answered[i] !== undefined && exactFilter(f)))
     ) {
       // Each combined range once, for the filters it stands for; every other filter on its own.
       const merged = new Set(combined.flatMap((c) => c.merged));
       const lists = [
         ...combined.map((c) => [c.keys]),
-        ...(answered as Iterable<string>[][]).filter((_, i) => !merged.has(filters[i]!)),
+        ...answered.filter(
+          (keys, i): keys is Iterable<string>[] => keys !== undefined && !merged.has(filters[i]!),
+        ),
       ];
-      return { entries: this.intersection(lists, among), exact: true };
+      const from = lists.length > 0 ? this.intersection(lists, among) : (among ?? all?.());
+      if (from) return { entries: withoutKeys(from, absent), exact: true };
     }
     const options = [
       ...answered.filter((k): k is Iterable<string>[] => k !== undefined),
@@ -354,6 +366,16 @@ export class TypePostings {
       else for (const e of slot.many ?? []) out.add(e);
     }
     return { entries: out, exact: false };
+  }
+
+  /** Whether `filter` is a `:missing=true` the postings answer: the entries without its presence key. */
+  private isAbsence(filter: ParameterFilter): boolean {
+    return (
+      filter.modifier === 'missing' &&
+      filter.missing === true &&
+      posted(filter) &&
+      this.built.has(builtCode(filter))
+    );
   }
 
   /**
@@ -405,4 +427,15 @@ export class TypePostings {
     }
     return { slots, size };
   }
+}
+
+/** The live entries of `entries` holding none of the keys `absent` names (undefined ones skipped). */
+function withoutKeys(entries: Iterable<ResourceEntry>, absent: (string | undefined)[]): ResourceEntry[] {
+  const keys = absent.filter((key): key is string => key !== undefined);
+  const out: ResourceEntry[] = [];
+  for (const e of entries) {
+    if (e.deleted) continue;
+    if (keys.length === 0 || !keys.some((key) => e.postings?.includes(key) === true)) out.push(e);
+  }
+  return out;
 }

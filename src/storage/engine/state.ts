@@ -243,7 +243,8 @@ export class BaseState implements StateView {
     among?: Iterable<ResourceEntry>,
   ): SearchCandidates | undefined {
     const postings = this.get(projectId)?.postings.get(resourceType);
-    return postings ? postings.candidates(search, among) : { entries: [], exact: true };
+    const all = (): Iterable<ResourceEntry> => this.resources(projectId, resourceType);
+    return postings ? postings.candidates(search, among, all) : { entries: [], exact: true };
   }
 
   postedCodes(projectId: string, resourceType: string): ReadonlySet<string> | undefined {
