@@ -55,7 +55,7 @@ export function candidateEntries(
 }
 
 /** Whether a version written at `micros` lies in `range` (`_lastUpdated`, epoch ms). */
-export function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
+function inRange(micros: number, range: NarrowedQuery['lastUpdated']): boolean {
   if (!range) return true;
   // `micros` is in microseconds, the range in milliseconds.
   if (range.gt !== undefined && !(micros > range.gt * 1000)) return false;
@@ -63,4 +63,31 @@ export function inRange(micros: number, range: NarrowedQuery['lastUpdated']): bo
   if (range.lt !== undefined && !(micros < range.lt * 1000)) return false;
   if (range.le !== undefined && !(micros <= range.le * 1000)) return false;
   return true;
+}
+
+/** What narrows a search's candidates before its filters decide (`NarrowedQuery`'s own parts). */
+export interface Narrowing {
+  ids: readonly string[] | undefined;
+  lastUpdated: NarrowedQuery['lastUpdated'];
+  /** The patients whose compartments bound the search. */
+  compartment: readonly string[] | undefined;
+  /** The identifier keys one of which each match holds. */
+  keys: ReadonlySet<string> | undefined;
+}
+
+/** The live candidates within `narrowing`, each once (only ids may repeat a candidate). */
+export function narrowedMatches(candidates: Iterable<ResourceEntry>, narrowing: Narrowing): ResourceEntry[] {
+  const { lastUpdated, compartment, keys } = narrowing;
+  const ids = narrowing.ids ? new Set(narrowing.ids) : undefined;
+  const matches: ResourceEntry[] = [];
+  const seenIds = new Set<string>();
+  for (const e of candidates) {
+    if (e.deleted || !inRange(e.lastUpdatedMicros, lastUpdated)) continue;
+    if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
+    if (compartment && !compartment.some((p) => e.patients.includes(p))) continue;
+    if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
+    if (ids) seenIds.add(e.id);
+    matches.push(e);
+  }
+  return matches;
 }

@@ -15,7 +15,6 @@ import type {
   ResourcePage,
   ResourceQuery,
   ResourceWrite,
-  SortValue,
   StorageOperations,
   StoredResource,
   UserChanges,
@@ -29,8 +28,7 @@ import type {
 import type { OpContext, WriteContext } from './engine.js';
 import type { ResourceEntry } from './mutation.js';
 import { Indexing } from './indexing.js';
-import { candidateEntries, inRange } from './candidates.js';
-import { pacedSort } from './paced-sort.js';
+import { candidateEntries, narrowedMatches } from './candidates.js';
 import { SearchPace } from './search-pace.js';
 import { buildSearched } from './build-postings.js';
 import { resolveQuery } from './chains.js';
@@ -41,15 +39,8 @@ import { identifierKeys, identifierTokenKeys } from '../identifier-keys.js';
 import { byCreatedThenId } from '../record-order.js';
 import { resolveUserList } from '../user-list.js';
 import { engineUserPage, userQueryList } from './user-page.js';
-import { compareItems, firstInOrder, PageWindow } from '../result-page.js';
-import {
-  countedEnough,
-  extrapolated,
-  resourcePage,
-  totalOf,
-  totalRule,
-  type TotalRule,
-} from '../total-rule.js';
+import { totalRule } from '../total-rule.js';
+import { answerPage } from './search-pages.js';
 import {
   checkId,
   checkIfVersion,
@@ -105,9 +96,6 @@ class StoredWriteResult implements WriteResult {
     };
   }
 }
-
-/** Bodies are read this many at a time, so that a large type is not held in memory at once. */
-const BODY_SLICE = 256;
 
 function isoNow(w: WriteContext): string {
   return new Date(w.now().ms).toISOString();
@@ -416,6 +404,7 @@ export class EngineOperations implements StorageOperations {
   ): Promise<ResourcePage> {
     const rule = totalRule(asked);
     const pace = new SearchPace(asked.deadline);
+    const read = (entry: ResourceEntry): Promise<StoredResource> => this.ctx.readBody(entry);
     // The indexer says whether an `identifier` filter goes to the identifier index: loaded for those only.
     const identified = asked.search?.filters.some((f) => f.kind === 'parameter' && f.code === 'identifier');
     const indexer =
@@ -443,147 +432,22 @@ export class EngineOperations implements StorageOperations {
       ? candidateEntries(view, projectId, resourceType, resolved, keys)
       : { entries: [], exact: true };
     const where = candidateTest(filters, exact, query.where);
-    const ids = resolved?.ids ? new Set(resolved.ids) : undefined;
-    const compartment = compartmentOf(resourceType, query.search);
-    const matches: ResourceEntry[] = [];
-    const seenIds = new Set<string>();
-    for (const e of candidates) {
-      if (e.deleted || !inRange(e.lastUpdatedMicros, query.lastUpdated)) continue;
-      if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
-      if (compartment && !compartment.some((p) => e.patients.includes(p))) continue;
-      if (keys && !e.identifiers.some((k) => keys.has(k))) continue;
-      if (ids) seenIds.add(e.id); // Only ids may repeat a candidate.
-      matches.push(e);
-    }
+    const matches = narrowedMatches(candidates, {
+      ids: resolved?.ids,
+      lastUpdated: query.lastUpdated,
+      compartment: compartmentOf(resourceType, query.search),
+      keys,
+    });
     const release = this.ctx.pin(matches);
     try {
-      if (!where && !query.order) return await this.unfilteredPage(query, matches, rule, pace);
       // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
       const sortValues =
         !where && query.order
           ? postedSortValues(view.postedCodes(projectId, resourceType), search?.sort)
           : undefined;
-      if (sortValues) {
-        const window = new PageWindow<ResourceEntry>(query);
-        const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
-        await pacedSort(keyed, compareItems(query), pace);
-        for (const item of keyed) window.offer(item, item.entry);
-        const resources = await this.readBodies(window.page(), pace);
-        return resourcePage(resources, totalOf(rule, window.total));
-      }
-      // A count alone needs no order.
-      const countOnly = query.count !== undefined && query.count <= 0;
-      if (query.order && !countOnly) return await this.orderedPage(query, matches, where, rule, pace);
-      return await this.filteredPage(query, matches, where, rule, pace);
+      return await answerPage(read, { query, matches, where, rule, pace, sortValues });
     } finally {
       release();
     }
-  }
-
-  /**
-   * The page of matches that need no `where` and no `order`: every match is counted as it is
-   * (the count costs nothing), only the page's entries are put in order and their bodies read.
-   */
-  private async unfilteredPage(
-    query: ResourceQuery,
-    matches: ResourceEntry[],
-    rule: TotalRule,
-    pace: SearchPace,
-  ): Promise<ResourcePage> {
-    if (!query.after && !query.before) {
-      const offset = Math.max(0, query.offset ?? 0);
-      const count = query.count === undefined ? Infinity : Math.max(0, query.count);
-      const page =
-        count === 0 ? [] : firstInOrder(matches, offset + count, compareItems(query)).slice(offset);
-      const resources = await this.readBodies(page, pace);
-      return resourcePage(resources, totalOf(rule, matches.length));
-    }
-    const window = new PageWindow<ResourceEntry>(query);
-    await pacedSort(matches, compareItems(query), pace);
-    for (const e of matches) window.offer(e, e);
-    const resources = await this.readBodies(window.page(), pace);
-    return resourcePage(resources, totalOf(rule, window.total));
-  }
-
-  /**
-   * The bodies of `entries`, in order, read `BODY_SLICE` at a time with `pace` between slices: a
-   * page without a count (what a chain or a `_has` reads of the other type) shares the event loop
-   * and keeps to the search's deadline as a filtered one does.
-   */
-  private async readBodies(entries: readonly ResourceEntry[], pace: SearchPace): Promise<StoredResource[]> {
-    const bodies: StoredResource[] = [];
-    for (let i = 0; i < entries.length; i += BODY_SLICE) {
-      if (i > 0) await pace.breathe();
-      const slice = await Promise.all(entries.slice(i, i + BODY_SLICE).map((e) => this.ctx.readBody(e)));
-      for (const body of slice) bodies.push(body);
-    }
-    return bodies;
-  }
-
-  /**
-   * The page of an `order` by values read from the bodies: the sort values of every match (after
-   * `where`) first, then the page's bodies read again. Counts every match on the way. Tested a few
-   * milliseconds at a time (`pace`), so other requests are served meanwhile.
-   */
-  private async orderedPage(
-    query: ResourceQuery,
-    matches: ResourceEntry[],
-    where: ResourceQuery['where'],
-    rule: TotalRule,
-    pace: SearchPace,
-  ): Promise<ResourcePage> {
-    const order = query.order!;
-    let keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
-    for (let i = 0; i < matches.length; i += BODY_SLICE) {
-      const slice = matches.slice(i, i + BODY_SLICE);
-      const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-      for (let k = 0; k < bodies.length; k++) {
-        if (pace.due) await pace.breathe();
-        const body = bodies[k]!;
-        if (where && !where(body)) continue;
-        const entry = slice[k]!;
-        keyed.push({ entry, id: entry.id, keys: order.keys(body) });
-      }
-    }
-    await pacedSort(keyed, compareItems(query), pace);
-    const window = new PageWindow<ResourceEntry>(query);
-    for (const item of keyed) window.offer(item, item.entry);
-    keyed = [];
-    const resources = await this.readBodies(window.page(), pace);
-    return resourcePage(resources, totalOf(rule, window.total));
-  }
-
-  /**
-   * The page of matches `where` decides, in the native order: bodies read slice by slice, the
-   * page's kept as they pass. Reading stops once the page is complete and the count needs no
-   * more (`none`, `estimate`: extrapolated from the candidates read; `accurate`: past its bound).
-   * Tested a few milliseconds at a time (`pace`), as `orderedPage` is.
-   */
-  private async filteredPage(
-    query: ResourceQuery,
-    matches: ResourceEntry[],
-    where: ResourceQuery['where'],
-    rule: TotalRule,
-    pace: SearchPace,
-  ): Promise<ResourcePage> {
-    const window = new PageWindow<StoredResource>(query);
-    // Without a page to fill, the order does not matter.
-    if (!window.countOnly) await pacedSort(matches, compareItems(query), pace);
-    let examined = 0;
-    while (examined < matches.length && !(window.full && countedEnough(rule, window.total))) {
-      const slice = matches.slice(examined, examined + BODY_SLICE);
-      const bodies = await Promise.all(slice.map((e) => this.ctx.readBody(e)));
-      for (let k = 0; k < bodies.length; k++) {
-        if (pace.due) await pace.breathe();
-        const body = bodies[k]!;
-        if (!where || where(body)) window.offer(slice[k]!, body);
-      }
-      examined += slice.length;
-    }
-    const total =
-      rule.mode === 'estimate'
-        ? extrapolated(window.total, examined, matches.length)
-        : totalOf(rule, window.total);
-    return resourcePage(window.page(), total);
   }
 }
