@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SearchPace } from '../../src/storage/engine/search-pace.js';
+import { foregroundWork } from '../../src/common/foreground.js';
+import { PACE, SearchPace } from '../../src/storage/engine/search-pace.js';
 import type { FilterResolver, ResourceIndexer } from '../../src/storage/search-index.js';
 import { typeSearch, type SearchFilter } from '../../src/storage/search-request.js';
 import { SearchTooCostlyError } from '../../src/storage/errors.js';
@@ -93,6 +94,46 @@ for (const [name, open] of STORES) {
       // The other callback ran in the middle of the search, not after it.
       expect(testedWhenOtherRan).toBeGreaterThan(0);
       expect(testedWhenOtherRan).toBeLessThan(40);
+    });
+
+    it('gives way to foreground work in flight, goes on once it ends, and not for background work', async () => {
+      const storage = await seeded(40);
+      // A period longer than any test: while foreground work is in flight, no slice starts.
+      const period = PACE.foregroundPeriodMs;
+      PACE.foregroundPeriodMs = 3_600_000;
+      afterTest(() => (PACE.foregroundPeriodMs = period));
+      const slowSearch = (counter: { tested: number }) =>
+        storage.searchResources('p1', 'Patient', {
+          where: () => {
+            spin(1);
+            counter.tested += 1;
+            return true;
+          },
+        });
+      const request = foregroundWork();
+      afterTest(() => request.end());
+      const held = { tested: 0 };
+      let answered = false;
+      const search = slowSearch(held).then((page) => {
+        answered = true;
+        return page;
+      });
+      // Its first slice runs; then it waits, however many turns and milliseconds go by.
+      await eventually('the first slice', () => held.tested > 0);
+      const before = held.tested;
+      for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(held.tested).toBe(before);
+      expect(answered).toBe(false);
+      expect(before).toBeLessThan(40);
+      // Work of the request run as background (a costly read of its own) does not hold it.
+      const own = { tested: 0 };
+      const ownPage = await request.background(() => slowSearch(own));
+      expect(ownPage.resources).toHaveLength(40);
+      // The request ends: the held search goes on, whole.
+      request.end();
+      expect((await search).resources).toHaveLength(40);
+      expect(held.tested).toBe(40);
     });
 
     it('lets other callbacks run while a _has tests each referrer its postings cannot answer', async () => {

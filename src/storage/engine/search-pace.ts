@@ -1,3 +1,4 @@
+import { foregroundBusy, foregroundIdle } from '../../common/foreground.js';
 import { SearchTooCostlyError } from '../errors.js';
 
 /**
@@ -7,23 +8,52 @@ import { SearchTooCostlyError } from '../errors.js';
  */
 const SLICE_MS = 8;
 
+/** How the searches share the event loop with foreground work (tests lengthen the period). */
+export const PACE = {
+  /**
+   * While foreground work is in flight (`common/foreground.ts`), slices start at most this often,
+   * in milliseconds: the searches keep about a third of the event loop, the requests the rest.
+   */
+  foregroundPeriodMs: 25,
+};
+
 /** Searches waiting for their next slice, first come first served. */
 const waiting: (() => void)[] = [];
 let turnScheduled = false;
+/** A slice is waiting for foreground work to end (`giveWay`). */
+let givingWay = false;
+/** When the last slice started (`performance.now()`). */
+let lastSlice = -Infinity;
 
 /**
  * Lets the first waiting search run its next slice, and schedules the next search's slice for the
  * next turn of the event loop: however many searches are running, one slice runs per turn, and the
  * I/O callbacks of other requests (a point read, a token, a health check) run between any two.
+ * While foreground work is in flight, the slice first gives way to it (see `giveWay`).
  */
 function nextSlice(): void {
   turnScheduled = false;
+  const since = performance.now() - lastSlice;
+  if (foregroundBusy() && since < PACE.foregroundPeriodMs) {
+    giveWay(PACE.foregroundPeriodMs - since);
+    return;
+  }
+  lastSlice = performance.now();
   waiting.shift()?.();
   if (waiting.length > 0) scheduleSlice();
 }
 
+/** Waits for the foreground work in flight to end, at most `ms`, then schedules the next slice. */
+function giveWay(ms: number): void {
+  givingWay = true;
+  void foregroundIdle(ms).then(() => {
+    givingWay = false;
+    scheduleSlice();
+  });
+}
+
 function scheduleSlice(): void {
-  if (turnScheduled) return;
+  if (turnScheduled || givingWay) return;
   turnScheduled = true;
   setImmediate(nextSlice);
 }
@@ -41,7 +71,8 @@ function awaitTurn(): Promise<void> {
  * between units of work yields (a macrotask turn, so I/O callbacks and other requests run) once
  * `SLICE_MS` have passed since the last yield; the searches that yield take turns, one slice per
  * turn of the event loop, so that a request waiting behind several searches waits for one slice,
- * not one of each. It throws `SearchTooCostlyError` once `deadline` (epoch ms) has passed. A search
+ * not one of each; while foreground work is in flight, a slice starts at most every
+ * `PACE.foregroundPeriodMs`, sooner once that work ends. It throws `SearchTooCostlyError` once `deadline` (epoch ms) has passed. A search
  * without a deadline still yields.
  */
 export class SearchPace {
