@@ -4,7 +4,7 @@ import { FhirError } from '../http/http-error.js';
 import type { OperationOutcome } from '../http/outcome.js';
 import { conditionalDelete, conditionalMatches, conditionalUpdate, patchResource } from './interactions.js';
 import type { FhirContext } from './context.js';
-import { readAccess } from './audit-activity.js';
+import { readAccess } from './audit/audit-activity.js';
 import {
   aliasesOf,
   conditionalReferencesOf,

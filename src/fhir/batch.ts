@@ -12,7 +12,7 @@ import {
   patchedResource,
 } from './interactions.js';
 import { transactionContext, type FhirContext } from './context.js';
-import { readAccess, RequestActivity } from './audit-activity.js';
+import { readAccess, RequestActivity } from './audit/audit-activity.js';
 import { FhirOutcomeError } from '../http/outcome.js';
 import {
   aliasesOf,

@@ -4,7 +4,7 @@ import { contentTypeOf } from '../http/body.js';
 import { HttpError } from '../http/http-error.js';
 import { FHIR_JSON, methodNotAllowed } from '../http/protocol-responses.js';
 import { sizeInBytes } from '../common/options.js';
-import { RequestActivity } from './audit-activity.js';
+import { RequestActivity } from './audit/audit-activity.js';
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';

@@ -15,7 +15,7 @@ import {
   type ConditionalDeleteMode,
 } from './interactions.js';
 import type { FhirContext } from './context.js';
-import { readAccess, RequestActivity, searchAccess } from './audit-activity.js';
+import { readAccess, RequestActivity, searchAccess } from './audit/audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';
 import { buildSearchBundle } from './search-bundle.js';

@@ -3,7 +3,7 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import type { StoredResource } from '../storage/types.js';
-import { searchAccess, type FhirAccessDetails } from './audit-activity.js';
+import { searchAccess, type FhirAccessDetails } from './audit/audit-activity.js';
 import { allPatientsEverything, patientEverything } from './everything.js';
 import { everythingBundle, everythingQuery } from './everything-bundle.js';
 import { parseEverythingParams, type EverythingParamOptions } from './everything-params.js';

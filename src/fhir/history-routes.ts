@@ -3,7 +3,7 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import type { Storage, StoredResource } from '../storage/types.js';
-import { readAccess, searchAccess, type FhirAccessDetails } from './audit-activity.js';
+import { readAccess, searchAccess, type FhirAccessDetails } from './audit/audit-activity.js';
 import {
   buildHistoryBundle,
   parseHistoryRequest,

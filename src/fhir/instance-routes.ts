@@ -2,7 +2,7 @@ import type { Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import { readAccess } from './audit-activity.js';
+import { readAccess } from './audit/audit-activity.js';
 import { authorize, deleteResource, patchResource, readResource, updateResource } from './interactions.js';
 import { patchDocumentOf } from './patch-document.js';
 import { setVersionHeaders, stringParam, type FhirRouteDeps } from './route-deps.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { refuseAuditEventWrite } from './audit-append-only.js';
+import { refuseAuditEventWrite } from './audit/audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';

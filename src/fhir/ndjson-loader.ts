@@ -3,7 +3,7 @@ import { errorOutcome, type ErrorLogger } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.js';
 import type { FhirResource, ResourceWrite } from '../storage/types.js';
-import type { RequestActivity } from './audit-activity.js';
+import type { RequestActivity } from './audit/audit-activity.js';
 import { authorize } from './interactions.js';
 import type { FhirContext } from './context.js';
 import type { OutcomeIssue } from '../http/outcome.js';

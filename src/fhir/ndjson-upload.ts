@@ -2,7 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import multer from 'multer';
 import { isSmartUser } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
-import { RequestActivity } from './audit-activity.js';
+import { RequestActivity } from './audit/audit-activity.js';
 import type { FhirContext } from './context.js';
 import { loadNdjson, type NdjsonFileReport, type NdjsonLoadOptions } from './ndjson-loader.js';
 import { outcomeOf, type OperationOutcome, type OutcomeIssue } from '../http/outcome.js';

@@ -9,7 +9,7 @@ import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import { requestRecorder, type RequestRecorder } from '../http/request-recorder.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import type { StoredResource } from '../storage/types.js';
-import type { FhirAccessDetails, RequestActivity } from './audit-activity.js';
+import type { FhirAccessDetails, RequestActivity } from './audit/audit-activity.js';
 import type { FhirContext } from './context.js';
 import { JSON_PATCH } from './patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';

@@ -1,5 +1,5 @@
 import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
-import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit-event-search.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit/audit-event-search.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
 import { parseSearchRequest, type IgnoredParameter } from '../search/parse.js';

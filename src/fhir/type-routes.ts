@@ -2,7 +2,7 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import { AUDITED_REFERENCES, readAccess, searchAccess } from './audit-activity.js';
+import { AUDITED_REFERENCES, readAccess, searchAccess } from './audit/audit-activity.js';
 import { formBody } from './form-body.js';
 import {
   authorize,

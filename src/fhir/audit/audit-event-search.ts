@@ -1,6 +1,6 @@
-import { parseDateRange } from '../common/date-range.js';
-import { FhirError } from '../http/http-error.js';
-import type { StoredResource } from '../storage/types.js';
+import { parseDateRange } from '../../common/date-range.js';
+import { FhirError } from '../../http/http-error.js';
+import type { StoredResource } from '../../storage/types.js';
 
 /** A test on one stored AuditEvent. */
 export type AuditPredicate = (resource: StoredResource) => boolean;

@@ -1,5 +1,5 @@
-import { FhirError } from '../http/http-error.js';
-import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
+import { FhirError } from '../../http/http-error.js';
+import { AUDIT_EVENT_TYPE } from '../../audit/codes.js';
 
 /**
  * The audit trail is append-only: no API creates, updates or deletes an `AuditEvent` (plain

@@ -1,7 +1,7 @@
-import type { AuditDetails } from '../http/request-recorder.js';
-import type { FhirAccessEvent } from '../audit/events.js';
-import type { FhirResource, ResourceWrite, WriteResult } from '../storage/types.js';
-import { isPatientCompartmentType, patientCompartmentIds } from './compartment.js';
+import type { AuditDetails } from '../../http/request-recorder.js';
+import type { FhirAccessEvent } from '../../audit/events.js';
+import type { FhirResource, ResourceWrite, WriteResult } from '../../storage/types.js';
+import { isPatientCompartmentType, patientCompartmentIds } from '../compartment.js';
 
 /**
  * Most resources an event names one by one; a `count` says how many in all. Keeps an event of a
