@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { outcomeOf } from '../http/outcome.js';
-import type { BundleJson } from './bundle-response.js';
+import type { BundleJson } from './bundle/bundle-response.js';
 import type { EverythingPage } from './everything.js';
 import { ignoredParameterIssue } from './ignored-parameter-issue.js';
 import { encodeEverythingCursor, type EverythingParams } from './everything-params.js';

@@ -12,7 +12,7 @@ import type {
   Storage,
   StoredResource,
 } from '../storage/types.js';
-import type { BundleJson } from './bundle-response.js';
+import type { BundleJson } from './bundle/bundle-response.js';
 import { authorize } from './interactions.js';
 import type { FhirContext } from './context.js';
 import { checkId, checkType } from './resource-checks.js';

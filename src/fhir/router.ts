@@ -2,7 +2,7 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry } from '../search/definitions.js';
-import { mountBundleRoute } from './bundle-route.js';
+import { mountBundleRoute } from './bundle/bundle-route.js';
 import { mountEverything } from './everything-route.js';
 import { mountHistoryRoutes } from './history-routes.js';
 import { mountInstanceRoutes } from './instance-routes.js';

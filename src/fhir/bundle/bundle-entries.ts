@@ -2,11 +2,11 @@
  * The entries of a batch or transaction Bundle: each entry's request read and checked, the
  * references between entries resolved. Pure functions: `batch.ts` runs them.
  */
-import { FhirError, type FhirIssueCode } from '../http/http-error.js';
-import type { FhirResource } from '../storage/types.js';
-import { patchDocumentOfEntry, type EntryPatchOptions, type PatchDocument } from './patch-document.js';
-import { checkId, checkResource, withoutServerMeta } from './resource-checks.js';
-import { isResourceType } from '../common/resource-types.js';
+import { FhirError, type FhirIssueCode } from '../../http/http-error.js';
+import type { FhirResource } from '../../storage/types.js';
+import { patchDocumentOfEntry, type EntryPatchOptions, type PatchDocument } from '../patch-document.js';
+import { checkId, checkResource, withoutServerMeta } from '../resource-checks.js';
+import { isResourceType } from '../../common/resource-types.js';
 
 type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 

@@ -2,10 +2,10 @@
  * The response Bundle of a batch or transaction: its entries, and its bytes with the stored text of
  * written resources spliced in.
  */
-import type { StoredResource, StoredText, WriteResult } from '../storage/types.js';
-import { isResourceType } from '../common/resource-types.js';
-import { outcomeOf } from '../http/outcome.js';
-import { etagOf } from './versioning.js';
+import type { StoredResource, StoredText, WriteResult } from '../../storage/types.js';
+import { isResourceType } from '../../common/resource-types.js';
+import { outcomeOf } from '../../http/outcome.js';
+import { etagOf } from '../versioning.js';
 
 /** A `Bundle` as JSON. */
 export interface BundleJson {

@@ -2,10 +2,10 @@
  * The steps batch and transaction Bundles share (`batch.ts`, `batch-bundle.ts`): GET entries, the
  * planned write of an entry, the conditional-delete mode, and conditional references.
  */
-import { admitted } from './costly-reads.js';
-import type { ErrorLogger } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
-import type { FhirResource, ResourceWrite, Storage } from '../storage/types.js';
+import { admitted } from '../costly-reads.js';
+import type { ErrorLogger } from '../../http/error-rendering.js';
+import { FhirError } from '../../http/http-error.js';
+import type { FhirResource, ResourceWrite, Storage } from '../../storage/types.js';
 import {
   authorize,
   checkDeleteTarget,
@@ -13,20 +13,20 @@ import {
   readResource,
   searchResources,
   type ConditionalDeleteMode,
-} from './interactions.js';
-import type { FhirContext } from './context.js';
-import { readAccess, RequestActivity, searchAccess } from './audit/audit-activity.js';
+} from '../interactions.js';
+import type { FhirContext } from '../context.js';
+import { readAccess, RequestActivity, searchAccess } from '../audit/audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';
-import { buildSearchBundle } from './search-bundle.js';
-import { allPatientsEverything, patientEverything } from './everything.js';
-import { everythingBundle, everythingQuery } from './everything-bundle.js';
-import { parseEverythingParams } from './everything-params.js';
-import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from './history.js';
-import { etagOf, notModified } from './versioning.js';
-import type { SearchQueryOptions } from './search-query.js';
-import type { EntryPatchOptions } from './patch-document.js';
-import type { PatchLimits } from './patch-limits.js';
+import { buildSearchBundle } from '../search-bundle.js';
+import { allPatientsEverything, patientEverything } from '../everything.js';
+import { everythingBundle, everythingQuery } from '../everything-bundle.js';
+import { parseEverythingParams } from '../everything-params.js';
+import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history.js';
+import { etagOf, notModified } from '../versioning.js';
+import type { SearchQueryOptions } from '../search-query.js';
+import type { EntryPatchOptions } from '../patch-document.js';
+import type { PatchLimits } from '../patch-limits.js';
 
 /** Options of `processBundle` (batch.ts). */
 export interface BundleProcessingOptions {

@@ -1,16 +1,16 @@
 import type { Request, Response, Router } from 'express';
-import { asyncHandler } from '../http/async-handler.js';
-import { contentTypeOf } from '../http/body.js';
-import { HttpError } from '../http/http-error.js';
-import { FHIR_JSON, methodNotAllowed } from '../http/protocol-responses.js';
-import { sizeInBytes } from '../common/options.js';
-import { RequestActivity } from './audit/audit-activity.js';
+import { asyncHandler } from '../../http/async-handler.js';
+import { contentTypeOf } from '../../http/body.js';
+import { HttpError } from '../../http/http-error.js';
+import { FHIR_JSON, methodNotAllowed } from '../../http/protocol-responses.js';
+import { sizeInBytes } from '../../common/options.js';
+import { RequestActivity } from '../audit/audit-activity.js';
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
-import { ndjsonUploadHandler } from './ndjson-upload.js';
-import { parsePrefer, returnPreference } from './prefer.js';
-import type { FhirRouteDeps } from './route-deps.js';
+import { ndjsonUploadHandler } from '../ndjson-upload.js';
+import { parsePrefer, returnPreference } from '../prefer.js';
+import type { FhirRouteDeps } from '../route-deps.js';
 
 /**
  * A JSON body (of a type the router accepts, UTF-8, not compressed) whose declared length is over

@@ -1,19 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import { toHttpError } from '../http/error-rendering.js';
-import { ERROR_TABLE } from '../http/error-table.js';
-import { FhirError } from '../http/http-error.js';
-import { StorageError } from '../storage/errors.js';
-import type { ResourceWrite, Storage, StorageOperations, StoredResource } from '../storage/types.js';
+import { toHttpError } from '../../http/error-rendering.js';
+import { ERROR_TABLE } from '../../http/error-table.js';
+import { FhirError } from '../../http/http-error.js';
+import { StorageError } from '../../storage/errors.js';
+import type { ResourceWrite, Storage, StorageOperations, StoredResource } from '../../storage/types.js';
 import {
   authorize,
   conditionalDeleteTargets,
   conditionalMatches,
   conditionalUpdateTarget,
   patchedResource,
-} from './interactions.js';
-import { transactionContext, type FhirContext } from './context.js';
-import { readAccess, RequestActivity } from './audit/audit-activity.js';
-import { FhirOutcomeError } from '../http/outcome.js';
+} from '../interactions.js';
+import { transactionContext, type FhirContext } from '../context.js';
+import { readAccess, RequestActivity } from '../audit/audit-activity.js';
+import { FhirOutcomeError } from '../../http/outcome.js';
 import {
   aliasesOf,
   conditionalReferencesOf,
@@ -24,7 +24,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
-import { isResourceType } from '../common/resource-types.js';
+import { isResourceType } from '../../common/resource-types.js';
 import { processBatch } from './batch-bundle.js';
 import {
   deleteModeOf,

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { errorOutcome } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
-import type { OperationOutcome } from '../http/outcome.js';
-import { conditionalDelete, conditionalMatches, conditionalUpdate, patchResource } from './interactions.js';
-import type { FhirContext } from './context.js';
-import { readAccess } from './audit/audit-activity.js';
+import { errorOutcome } from '../../http/error-rendering.js';
+import { FhirError } from '../../http/http-error.js';
+import type { OperationOutcome } from '../../http/outcome.js';
+import { conditionalDelete, conditionalMatches, conditionalUpdate, patchResource } from '../interactions.js';
+import type { FhirContext } from '../context.js';
+import { readAccess } from '../audit/audit-activity.js';
 import {
   aliasesOf,
   conditionalReferencesOf,
@@ -13,7 +13,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
-import { fhirErrorOfSearch } from './search-errors.js';
+import { fhirErrorOfSearch } from '../search-errors.js';
 import {
   deleteModeOf,
   planWrite,

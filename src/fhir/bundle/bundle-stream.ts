@@ -1,8 +1,8 @@
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Transform, type TransformCallback } from 'node:stream';
-import { jsonTooDeep } from '../http/body.js';
-import { FhirError, HttpError } from '../http/http-error.js';
+import { jsonTooDeep } from '../../http/body.js';
+import { FhirError, HttpError } from '../../http/http-error.js';
 
 /** Limits of {@link readBundleStream}. */
 export interface BundleStreamLimits {
