@@ -174,8 +174,8 @@ export type {
   CapabilityOperation,
   CapabilityStatementInput,
   CapabilityStatementJson,
-} from './fhir/capability-statement.js';
-export type { CapabilitySearchLimits } from './fhir/capability-limits.js';
+} from './fhir/capability/capability-statement.js';
+export type { CapabilitySearchLimits } from './fhir/capability/capability-limits.js';
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 export { r4StructureValidator } from './fhir/structure-validator.js';
 export type { ResourceValidator } from './fhir/structure-validator.js';

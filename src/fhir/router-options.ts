@@ -14,7 +14,7 @@ import {
   type CommonRouterOptions,
   type OwnOptionKeys,
 } from '../http/router-options.js';
-import type { CapabilityContribution } from './capability-statement.js';
+import type { CapabilityContribution } from './capability/capability-statement.js';
 import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
 import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch-limits.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';

@@ -6,7 +6,7 @@ import { mountBundleRoute } from './bundle/bundle-route.js';
 import { mountEverything } from './everything-route.js';
 import { mountHistoryRoutes } from './history-routes.js';
 import { mountInstanceRoutes } from './instance-routes.js';
-import { mountMetadata } from './metadata-route.js';
+import { mountMetadata } from './capability/metadata-route.js';
 import { fhirRouteDeps, setVersionHeaders } from './route-deps.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
 import { searchErrorsAsFhir } from './search-errors.js';

@@ -1,10 +1,10 @@
 import type { Request, Router } from 'express';
-import { asyncHandler } from '../http/async-handler.js';
-import { FHIR_JSON, methodNotAllowed } from '../http/protocol-responses.js';
-import { loadSearchRegistry } from '../search/definitions.js';
+import { asyncHandler } from '../../http/async-handler.js';
+import { FHIR_JSON, methodNotAllowed } from '../../http/protocol-responses.js';
+import { loadSearchRegistry } from '../../search/definitions.js';
 import { buildCapabilityStatement } from './capability-statement.js';
-import { EVERYTHING_CAPABILITY } from './everything-route.js';
-import type { ResolvedFhirRouterOptions } from './router-options.js';
+import { EVERYTHING_CAPABILITY } from '../everything-route.js';
+import type { ResolvedFhirRouterOptions } from '../router-options.js';
 
 /** Base URLs whose statements are kept (it follows the Host header without `baseUrl`). */
 const KEPT_STATEMENTS = 8;

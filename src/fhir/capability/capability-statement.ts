@@ -1,7 +1,7 @@
-import { auditEventCapability } from '../audit/capability.js';
-import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
-import { isSupportedParameter } from '../search/parse.js';
-import { R4_RESOURCE_TYPES } from '../common/resource-types.js';
+import { auditEventCapability } from '../../audit/capability.js';
+import type { SearchParameterDefinition, SearchRegistry } from '../../search/definitions.js';
+import { isSupportedParameter } from '../../search/parse.js';
+import { R4_RESOURCE_TYPES } from '../../common/resource-types.js';
 import {
   limitsDocumentation,
   resultParameters,
