@@ -3,7 +3,7 @@ import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { mountBundleRoute } from './bundle/bundle-route.js';
-import { mountEverything } from './everything-route.js';
+import { mountEverything } from './everything/everything-route.js';
 import { mountHistoryRoutes } from './history-routes.js';
 import { mountInstanceRoutes } from './instance-routes.js';
 import { mountMetadata } from './capability/metadata-route.js';

@@ -19,9 +19,9 @@ import { readAccess, RequestActivity, searchAccess } from '../audit/audit-activi
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';
 import { buildSearchBundle } from '../search-bundle.js';
-import { allPatientsEverything, patientEverything } from '../everything.js';
-import { everythingBundle, everythingQuery } from '../everything-bundle.js';
-import { parseEverythingParams } from '../everything-params.js';
+import { allPatientsEverything, patientEverything } from '../everything/everything.js';
+import { everythingBundle, everythingQuery } from '../everything/everything-bundle.js';
+import { parseEverythingParams } from '../everything/everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history.js';
 import { etagOf, notModified } from '../versioning.js';
 import type { SearchQueryOptions } from '../search-query.js';

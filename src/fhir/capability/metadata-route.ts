@@ -3,7 +3,7 @@ import { asyncHandler } from '../../http/async-handler.js';
 import { FHIR_JSON, methodNotAllowed } from '../../http/protocol-responses.js';
 import { loadSearchRegistry } from '../../search/definitions.js';
 import { buildCapabilityStatement } from './capability-statement.js';
-import { EVERYTHING_CAPABILITY } from '../everything-route.js';
+import { EVERYTHING_CAPABILITY } from '../everything/everything-route.js';
 import type { ResolvedFhirRouterOptions } from '../router-options.js';
 
 /** Base URLs whose statements are kept (it follows the Host header without `baseUrl`). */

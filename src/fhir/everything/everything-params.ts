@@ -1,8 +1,8 @@
-import { parseDateRange } from '../common/date-range.js';
-import { isResourceType, isValidId } from '../common/resource-types.js';
-import { FhirError } from '../http/http-error.js';
-import type { IgnoredParameter } from '../search/parse.js';
-import { instantMicros } from '../storage/result-page.js';
+import { parseDateRange } from '../../common/date-range.js';
+import { isResourceType, isValidId } from '../../common/resource-types.js';
+import { FhirError } from '../../http/http-error.js';
+import type { IgnoredParameter } from '../../search/parse.js';
+import { instantMicros } from '../../storage/result-page.js';
 
 /**
  * The parameters of `Patient/$everything` (R4 OperationDefinition `Patient-everything`), and the

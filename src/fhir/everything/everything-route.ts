@@ -1,15 +1,15 @@
-import { admitted } from './costly-reads.js';
+import { admitted } from '../costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
-import { asyncHandler } from '../http/async-handler.js';
-import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import type { StoredResource } from '../storage/types.js';
-import { searchAccess, type FhirAccessDetails } from './audit/audit-activity.js';
+import { asyncHandler } from '../../http/async-handler.js';
+import { methodNotAllowed, sendFhir } from '../../http/protocol-responses.js';
+import type { StoredResource } from '../../storage/types.js';
+import { searchAccess, type FhirAccessDetails } from '../audit/audit-activity.js';
 import { allPatientsEverything, patientEverything } from './everything.js';
 import { everythingBundle, everythingQuery } from './everything-bundle.js';
 import { parseEverythingParams, type EverythingParamOptions } from './everything-params.js';
-import { formBody } from './form-body.js';
-import type { FhirContext } from './context.js';
-import { parsePrefer } from './prefer.js';
+import { formBody } from '../form-body.js';
+import type { FhirContext } from '../context.js';
+import { parsePrefer } from '../prefer.js';
 
 /** The canonical URL of the R4 OperationDefinition of `Patient/$everything`. */
 export const PATIENT_EVERYTHING_DEFINITION = 'http://hl7.org/fhir/OperationDefinition/Patient-everything';

@@ -4,19 +4,19 @@ import {
   lastUpdatedFilters,
   typeSearch,
   type SearchFilter,
-} from '../storage/search-request.js';
-import { canAccess } from '../auth/access/access.js';
-import { FhirError } from '../http/http-error.js';
-import { typedTail } from '../search/parse-value.js';
-import type { ResourceQuery, StoredResource } from '../storage/types.js';
-import { patientCompartmentTypes } from './compartment.js';
+} from '../../storage/search-request.js';
+import { canAccess } from '../../auth/access/access.js';
+import { FhirError } from '../../http/http-error.js';
+import { typedTail } from '../../search/parse-value.js';
+import type { ResourceQuery, StoredResource } from '../../storage/types.js';
+import { patientCompartmentTypes } from '../compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
-import { searchReads } from './interactions.js';
-import type { FhirContext } from './context.js';
-import { deadlineOf } from './costly-reads.js';
-import { checkId } from './resource-checks.js';
-import { loadSearchRegistry } from '../search/definitions.js';
-import { parseSearch } from './search-query.js';
+import { searchReads } from '../interactions.js';
+import type { FhirContext } from '../context.js';
+import { deadlineOf } from '../costly-reads.js';
+import { checkId } from '../resource-checks.js';
+import { loadSearchRegistry } from '../../search/definitions.js';
+import { parseSearch } from '../search-query.js';
 
 /**
  * `Patient/[id]/$everything` and `Patient/$everything`: a patient's record as one paged walk.
