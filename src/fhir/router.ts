@@ -4,7 +4,7 @@ import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { mountBundleRoute } from './bundle/bundle-route.js';
 import { mountEverything } from './everything/everything-route.js';
-import { mountHistoryRoutes } from './history-routes.js';
+import { mountHistoryRoutes } from './history/history-routes.js';
 import { mountInstanceRoutes } from './instance-routes.js';
 import { mountMetadata } from './capability/metadata-route.js';
 import { fhirRouteDeps, setVersionHeaders } from './route-deps.js';

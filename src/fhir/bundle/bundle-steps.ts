@@ -22,7 +22,7 @@ import { buildSearchBundle } from '../search-bundle.js';
 import { allPatientsEverything, patientEverything } from '../everything/everything.js';
 import { everythingBundle, everythingQuery } from '../everything/everything-bundle.js';
 import { parseEverythingParams } from '../everything/everything-params.js';
-import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history.js';
+import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history/history.js';
 import { etagOf, notModified } from '../versioning.js';
 import type { SearchQueryOptions } from '../search-query.js';
 import type { EntryPatchOptions } from '../patch-document.js';

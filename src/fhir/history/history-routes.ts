@@ -1,9 +1,9 @@
-import { admitted } from './costly-reads.js';
+import { admitted } from '../costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
-import { asyncHandler } from '../http/async-handler.js';
-import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import type { Storage, StoredResource } from '../storage/types.js';
-import { readAccess, searchAccess, type FhirAccessDetails } from './audit/audit-activity.js';
+import { asyncHandler } from '../../http/async-handler.js';
+import { methodNotAllowed, sendFhir } from '../../http/protocol-responses.js';
+import type { Storage, StoredResource } from '../../storage/types.js';
+import { readAccess, searchAccess, type FhirAccessDetails } from '../audit/audit-activity.js';
 import {
   buildHistoryBundle,
   parseHistoryRequest,
@@ -11,8 +11,8 @@ import {
   readVersion,
   type HistoryTarget,
 } from './history.js';
-import type { FhirContext } from './context.js';
-import { parsePrefer } from './prefer.js';
+import type { FhirContext } from '../context.js';
+import { parsePrefer } from '../prefer.js';
 
 /** What the history routes need of the FHIR router. */
 export interface HistoryRouteDeps {

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { canAccess } from '../auth/access/access.js';
-import { parseDateRange } from '../common/date-range.js';
-import { isValidId, R4_RESOURCE_TYPES } from '../common/resource-types.js';
-import { FhirError } from '../http/http-error.js';
-import { NotFoundError } from '../storage/errors.js';
+import { canAccess } from '../../auth/access/access.js';
+import { parseDateRange } from '../../common/date-range.js';
+import { isValidId, R4_RESOURCE_TYPES } from '../../common/resource-types.js';
+import { FhirError } from '../../http/http-error.js';
+import { NotFoundError } from '../../storage/errors.js';
 import type {
   HistoryEntry,
   HistoryMethod,
@@ -11,13 +11,13 @@ import type {
   HistoryQuery,
   Storage,
   StoredResource,
-} from '../storage/types.js';
-import type { BundleJson } from './bundle/bundle-response.js';
-import { authorize } from './interactions.js';
-import type { FhirContext } from './context.js';
-import { checkId, checkType } from './resource-checks.js';
-import { permittedEntries, scopedStorage } from './scoped-storage.js';
-import { etagOf } from './versioning.js';
+} from '../../storage/types.js';
+import type { BundleJson } from '../bundle/bundle-response.js';
+import { authorize } from '../interactions.js';
+import type { FhirContext } from '../context.js';
+import { checkId, checkType } from '../resource-checks.js';
+import { permittedEntries, scopedStorage } from '../scoped-storage.js';
+import { etagOf } from '../versioning.js';
 
 /**
  * Old versions and history: `GET [type]/[id]/_history/[vid]` (vread) and the `history` Bundles of
