@@ -4,7 +4,7 @@ import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { readAccess } from './audit/audit-activity.js';
 import { authorize, deleteResource, patchResource, readResource, updateResource } from './interactions.js';
-import { patchDocumentOf } from './patch-document.js';
+import { patchDocumentOf } from './patch/patch-document.js';
 import { setVersionHeaders, stringParam, type FhirRouteDeps } from './route-deps.js';
 import { notModified, parseIfMatch } from './versioning.js';
 

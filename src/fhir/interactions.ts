@@ -5,7 +5,7 @@ import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
 import type { FhirResource, ResourcePage, ResourceQuery, StoredResource } from '../storage/types.js';
 import { rewriteReferences } from './bundle/bundle-entries.js';
-import { applyPatchDocument, type PatchDocument } from './patch-document.js';
+import { applyPatchDocument, type PatchDocument } from './patch/patch-document.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';

@@ -11,7 +11,7 @@ import { isResourceType, isValidId } from '../common/resource-types.js';
 import type { StoredResource } from '../storage/types.js';
 import type { FhirAccessDetails, RequestActivity } from './audit/audit-activity.js';
 import type { FhirContext } from './context.js';
-import { JSON_PATCH } from './patch-document.js';
+import { JSON_PATCH } from './patch/patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';
 import { requestContexts } from './request-context.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';

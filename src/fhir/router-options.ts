@@ -16,7 +16,7 @@ import {
 } from '../http/router-options.js';
 import type { CapabilityContribution } from './capability/capability-statement.js';
 import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
-import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch-limits.js';
+import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch/patch-limits.js';
 import type { NdjsonUploadOptions } from './ndjson-upload.js';
 import type { ResourceValidator } from './structure-validator.js';
 import type { SearchAdmissionLimits } from './search-admission.js';

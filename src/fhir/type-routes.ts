@@ -12,7 +12,7 @@ import {
   createResource,
   searchResources,
 } from './interactions.js';
-import { patchDocumentOf } from './patch-document.js';
+import { patchDocumentOf } from './patch/patch-document.js';
 import { parsePrefer } from './prefer.js';
 import { queryString, stringParam, type FhirRouteDeps } from './route-deps.js';
 import { buildSearchBundle } from './search-bundle.js';

@@ -4,7 +4,7 @@
  */
 import { FhirError, type FhirIssueCode } from '../../http/http-error.js';
 import type { FhirResource } from '../../storage/types.js';
-import { patchDocumentOfEntry, type EntryPatchOptions, type PatchDocument } from '../patch-document.js';
+import { patchDocumentOfEntry, type EntryPatchOptions, type PatchDocument } from '../patch/patch-document.js';
 import { checkId, checkResource, withoutServerMeta } from '../resource-checks.js';
 import { isResourceType } from '../../common/resource-types.js';
 

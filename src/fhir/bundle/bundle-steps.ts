@@ -25,8 +25,8 @@ import { parseEverythingParams } from '../everything/everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history/history.js';
 import { etagOf, notModified } from '../versioning.js';
 import type { SearchQueryOptions } from '../search-query.js';
-import type { EntryPatchOptions } from '../patch-document.js';
-import type { PatchLimits } from '../patch-limits.js';
+import type { EntryPatchOptions } from '../patch/patch-document.js';
+import type { PatchLimits } from '../patch/patch-limits.js';
 
 /** Options of `processBundle` (batch.ts). */
 export interface BundleProcessingOptions {

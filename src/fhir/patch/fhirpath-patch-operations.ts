@@ -3,8 +3,8 @@
  * one) before any is applied (fhirpath-patch.ts).
  * @see https://hl7.org/fhir/R4/fhirpatch.html
  */
-import { FhirError } from '../http/http-error.js';
-import type { FhirResource } from '../storage/types.js';
+import { FhirError } from '../../http/http-error.js';
+import type { FhirResource } from '../../storage/types.js';
 
 export type OperationType = 'add' | 'insert' | 'delete' | 'replace' | 'move';
 

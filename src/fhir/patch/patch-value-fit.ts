@@ -6,7 +6,7 @@
  * @see https://hl7.org/fhir/R4/fhirpatch.html
  * @see https://hl7.org/fhir/R4/json.html
  */
-import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../search/value-types.js';
+import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../../search/value-types.js';
 
 /** The JSON form of a value. */
 type JsonKind = 'object' | 'string' | 'number' | 'boolean' | 'list' | 'null';

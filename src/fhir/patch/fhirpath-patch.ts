@@ -6,9 +6,9 @@
  * @see https://hl7.org/fhir/R4/fhirpatch.html
  */
 import type { Atom, AtomContext, TypedValue } from '@medplum/core';
-import { FhirError } from '../http/http-error.js';
-import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../search/value-types.js';
-import type { FhirResource } from '../storage/types.js';
+import { FhirError } from '../../http/http-error.js';
+import type { JsonSchemaDefinitions, JsonSchemaProperty } from '../../search/value-types.js';
+import type { FhirResource } from '../../storage/types.js';
 import { checkOperationCount, DEFAULT_PATCH_LIMITS, PatchedSize, type PatchLimits } from './patch-limits.js';
 import { valueMisfit } from './patch-value-fit.js';
 import {

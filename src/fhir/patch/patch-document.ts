@@ -1,6 +1,6 @@
-import { FhirError } from '../http/http-error.js';
-import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.js';
-import type { FhirResource } from '../storage/types.js';
+import { FhirError } from '../../http/http-error.js';
+import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../../http/json-depth.js';
+import type { FhirResource } from '../../storage/types.js';
 import { applyFhirPathPatch } from './fhirpath-patch.js';
 import { applyJsonPatch } from './json-patch.js';
 import { checkOperationCount, DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch-limits.js';

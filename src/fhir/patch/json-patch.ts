@@ -1,6 +1,6 @@
 import jsonpatch from 'fast-json-patch';
-import { FhirError } from '../http/http-error.js';
-import type { FhirResource } from '../storage/types.js';
+import { FhirError } from '../../http/http-error.js';
+import type { FhirResource } from '../../storage/types.js';
 import { checkOperationCount, DEFAULT_PATCH_LIMITS, PatchedSize, type PatchLimits } from './patch-limits.js';
 
 /** Errors of a patch document that is malformed (400); every other failure to apply is a 422. */

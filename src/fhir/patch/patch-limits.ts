@@ -4,7 +4,7 @@
  * before each operation that adds to it. A JSON Patch `copy` doubles what it copies, so that twenty
  * `copy` operations of one element would otherwise build a resource a million times its size.
  */
-import { FhirError } from '../http/http-error.js';
+import { FhirError } from '../../http/http-error.js';
 
 /** The bounds of one patch (`fhirRouter`'s `maxPatchOperations` and `maxPatchedResourceSize`). */
 export interface PatchLimits {
