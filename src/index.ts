@@ -167,7 +167,7 @@ export type {
 // FHIR data plane: router, CapabilityStatement contributions, the strict-mode validator
 export { fhirRouter } from './fhir/router.js';
 export type { FhirRouterOptions, FhirSearchLimits } from './fhir/router-options.js';
-export type { SearchAdmissionLimits } from './fhir/search-admission.js';
+export type { SearchAdmissionLimits } from './fhir/search/search-admission.js';
 export type { SearchCostLimits } from './search/cost-limits.js';
 export type {
   CapabilityContribution,

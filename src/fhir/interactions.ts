@@ -9,11 +9,11 @@ import { applyPatchDocument, type PatchDocument } from './patch/patch-document.j
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import type { OutcomeIssue } from '../http/outcome.js';
-import { collectIncludes } from './search-includes.js';
-import { admitted, deadlineOf } from './costly-reads.js';
-import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
-import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
-import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
+import { collectIncludes } from './search/search-includes.js';
+import { admitted, deadlineOf } from './search/costly-reads.js';
+import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search/search-query.js';
+import { entrySubsetter, type EntrySubsetter } from './search/search-subset.js';
+import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search/search-total.js';
 import type { FhirContext } from './context.js';
 
 /** Result of a write interaction. */

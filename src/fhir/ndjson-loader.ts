@@ -8,7 +8,7 @@ import { authorize } from './interactions.js';
 import type { FhirContext } from './context.js';
 import type { OutcomeIssue } from '../http/outcome.js';
 import { checkResource, withoutServerMeta } from './resource-checks.js';
-import { fhirErrorOfSearch } from './search-errors.js';
+import { fhirErrorOfSearch } from './search/search-errors.js';
 
 /** Options of {@link loadNdjson}. */
 export interface NdjsonLoadOptions {

@@ -8,7 +8,7 @@ import { inheritedNameIssues } from './inherited-names.js';
 import { transactionContext, type FhirContext } from './context.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
-import { searchAdmission } from './search-admission.js';
+import { searchAdmission } from './search/search-admission.js';
 import { clearedByFastPath } from './structure-validator.js';
 
 /** The FHIR context of each request: the middleware that builds it, and its reader. */

@@ -3,7 +3,7 @@ import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { AUDITED_REFERENCES, readAccess, searchAccess } from './audit/audit-activity.js';
-import { formBody } from './form-body.js';
+import { formBody } from './search/form-body.js';
 import {
   authorize,
   conditionalDelete,
@@ -15,7 +15,7 @@ import {
 import { patchDocumentOf } from './patch/patch-document.js';
 import { parsePrefer } from './prefer.js';
 import { queryString, stringParam, type FhirRouteDeps } from './route-deps.js';
-import { buildSearchBundle } from './search-bundle.js';
+import { buildSearchBundle } from './search/search-bundle.js';
 import { parseIfMatch } from './versioning.js';
 
 /**

@@ -13,7 +13,7 @@ import {
   type Entry,
 } from './bundle-entries.js';
 import { responseOf, writeResponseOf, type BundleJson } from './bundle-response.js';
-import { fhirErrorOfSearch } from '../search-errors.js';
+import { fhirErrorOfSearch } from '../search/search-errors.js';
 import {
   deleteModeOf,
   planWrite,

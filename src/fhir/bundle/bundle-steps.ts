@@ -2,7 +2,7 @@
  * The steps batch and transaction Bundles share (`batch.ts`, `batch-bundle.ts`): GET entries, the
  * planned write of an entry, the conditional-delete mode, and conditional references.
  */
-import { admitted } from '../costly-reads.js';
+import { admitted } from '../search/costly-reads.js';
 import type { ErrorLogger } from '../../http/error-rendering.js';
 import { FhirError } from '../../http/http-error.js';
 import type { FhirResource, ResourceWrite, Storage } from '../../storage/types.js';
@@ -18,13 +18,13 @@ import type { FhirContext } from '../context.js';
 import { readAccess, RequestActivity, searchAccess } from '../audit/audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';
 import { responseOf } from './bundle-response.js';
-import { buildSearchBundle } from '../search-bundle.js';
+import { buildSearchBundle } from '../search/search-bundle.js';
 import { allPatientsEverything, patientEverything } from '../everything/everything.js';
 import { everythingBundle, everythingQuery } from '../everything/everything-bundle.js';
 import { parseEverythingParams } from '../everything/everything-params.js';
 import { buildHistoryBundle, parseHistoryRequest, readHistoryPage, readVersion } from '../history/history.js';
 import { etagOf, notModified } from '../versioning.js';
-import type { SearchQueryOptions } from '../search-query.js';
+import type { SearchQueryOptions } from '../search/search-query.js';
 import type { EntryPatchOptions } from '../patch/patch-document.js';
 import type { PatchLimits } from '../patch/patch-limits.js';
 

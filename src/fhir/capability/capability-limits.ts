@@ -1,5 +1,5 @@
 import { SEARCH_COST_DEFAULTS } from '../../search/cost-limits.js';
-import { DEFAULT_MAX_ACCURATE_TOTAL } from '../search-total.js';
+import { DEFAULT_MAX_ACCURATE_TOTAL } from '../search/search-total.js';
 
 /*
  * The search limits a CapabilityStatement states. R4 has no element for limits: they go in

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { outcomeOf } from '../../http/outcome.js';
 import type { BundleJson } from '../bundle/bundle-response.js';
 import type { EverythingPage } from './everything.js';
-import { ignoredParameterIssue } from '../ignored-parameter-issue.js';
+import { ignoredParameterIssue } from '../search/ignored-parameter-issue.js';
 import { encodeEverythingCursor, type EverythingParams } from './everything-params.js';
 
 /** What the audit trail records as the query of a `$everything` page: `$everything?` and the parameters applied. */

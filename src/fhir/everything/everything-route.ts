@@ -1,4 +1,4 @@
-import { admitted } from '../costly-reads.js';
+import { admitted } from '../search/costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../../http/protocol-responses.js';
@@ -7,7 +7,7 @@ import { searchAccess, type FhirAccessDetails } from '../audit/audit-activity.js
 import { allPatientsEverything, patientEverything } from './everything.js';
 import { everythingBundle, everythingQuery } from './everything-bundle.js';
 import { parseEverythingParams, type EverythingParamOptions } from './everything-params.js';
-import { formBody } from '../form-body.js';
+import { formBody } from '../search/form-body.js';
 import type { FhirContext } from '../context.js';
 import { parsePrefer } from '../prefer.js';
 

@@ -13,10 +13,10 @@ import { patientCompartmentTypes } from '../compartment.js';
 import type { EverythingCursor, EverythingParams } from './everything-params.js';
 import { searchReads } from '../interactions.js';
 import type { FhirContext } from '../context.js';
-import { deadlineOf } from '../costly-reads.js';
+import { deadlineOf } from '../search/costly-reads.js';
 import { checkId } from '../resource-checks.js';
 import { loadSearchRegistry } from '../../search/definitions.js';
-import { parseSearch } from '../search-query.js';
+import { parseSearch } from '../search/search-query.js';
 
 /**
  * `Patient/[id]/$everything` and `Patient/$everything`: a patient's record as one paged walk.

@@ -1,4 +1,4 @@
-import { admitted } from '../costly-reads.js';
+import { admitted } from '../search/costly-reads.js';
 import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../../http/async-handler.js';
 import { methodNotAllowed, sendFhir } from '../../http/protocol-responses.js';

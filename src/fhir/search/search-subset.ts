@@ -1,7 +1,7 @@
-import { elementsFor, projectElements, type ElementSelection } from '../search/elements.js';
-import { loadElementTables } from '../search/element-tables.js';
-import type { SearchRequest } from '../storage/search-request.js';
-import type { FhirResource } from '../storage/types.js';
+import { elementsFor, projectElements, type ElementSelection } from '../../search/elements.js';
+import { loadElementTables } from '../../search/element-tables.js';
+import type { SearchRequest } from '../../storage/search-request.js';
+import type { FhirResource } from '../../storage/types.js';
 
 /** How a search entry is rendered: its resource, whole or subsetted. */
 export type EntrySubsetter = (resource: FhirResource, mode: 'match' | 'include') => FhirResource;

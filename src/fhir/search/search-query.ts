@@ -1,14 +1,14 @@
-import { AUDIT_EVENT_TYPE } from '../audit/codes.js';
-import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from './audit/audit-event-search.js';
-import { FhirError } from '../http/http-error.js';
-import { loadSearchRegistry, type SearchRegistry } from '../search/definitions.js';
-import { parseSearchRequest, type IgnoredParameter } from '../search/parse.js';
-import { typesReadByFilters } from '../search/types-read.js';
-import type { SearchCostLimits } from '../search/cost-limits.js';
-import type { ParameterFilter, SearchRequest } from '../storage/search-request.js';
-import { sortValuesOf } from '../search/sort-values.js';
-import type { ResourceCursor, ResourceQuery, StoredResource } from '../storage/types.js';
-import { patientSearchParams } from './compartment.js';
+import { AUDIT_EVENT_TYPE } from '../../audit/codes.js';
+import { AUDIT_EVENT_SEARCH_PARAMS, auditSearchPredicate } from '../audit/audit-event-search.js';
+import { FhirError } from '../../http/http-error.js';
+import { loadSearchRegistry, type SearchRegistry } from '../../search/definitions.js';
+import { parseSearchRequest, type IgnoredParameter } from '../../search/parse.js';
+import { typesReadByFilters } from '../../search/types-read.js';
+import type { SearchCostLimits } from '../../search/cost-limits.js';
+import type { ParameterFilter, SearchRequest } from '../../storage/search-request.js';
+import { sortValuesOf } from '../../search/sort-values.js';
+import type { ResourceCursor, ResourceQuery, StoredResource } from '../../storage/types.js';
+import { patientSearchParams } from '../compartment.js';
 import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
 
 /** Options of {@link parseSearch}. */

@@ -1,6 +1,6 @@
 import type { ErrorRequestHandler } from 'express';
-import { FhirError } from '../http/http-error.js';
-import { SearchParameterError } from '../search/search-error.js';
+import { FhirError } from '../../http/http-error.js';
+import { SearchParameterError } from '../../search/search-error.js';
 
 /**
  * A search refused by src/search (`SearchParameterError`, protocol-free) as the FHIR answer: a 400

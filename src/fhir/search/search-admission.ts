@@ -1,4 +1,4 @@
-import { FhirError } from '../http/http-error.js';
+import { FhirError } from '../../http/http-error.js';
 
 /** Limits of a FHIR router's admission of costly reads (`fhirRouter`'s `searchAdmission`). */
 export interface SearchAdmissionLimits {

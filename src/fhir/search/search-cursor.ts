@@ -1,7 +1,7 @@
-import { FhirError } from '../http/http-error.js';
-import { instantMicros } from '../storage/result-page.js';
-import type { ResourceCursor, SortValue } from '../storage/types.js';
-import { isValidId } from '../common/resource-types.js';
+import { FhirError } from '../../http/http-error.js';
+import { instantMicros } from '../../storage/result-page.js';
+import type { ResourceCursor, SortValue } from '../../storage/types.js';
+import { isValidId } from '../../common/resource-types.js';
 
 /*
  * `_cursor`: the position a `next` or `previous` link pages from (keyset paging), opaque to

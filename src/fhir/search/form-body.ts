@@ -1,6 +1,6 @@
 import express, { type RequestHandler } from 'express';
-import { contentTypeOf } from '../http/body.js';
-import { HttpError, unsupportedEncoding } from '../http/http-error.js';
+import { contentTypeOf } from '../../http/body.js';
+import { HttpError, unsupportedEncoding } from '../../http/http-error.js';
 
 const FORM = 'application/x-www-form-urlencoded';
 

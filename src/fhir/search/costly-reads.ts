@@ -1,4 +1,4 @@
-import type { FhirContext } from './context.js';
+import type { FhirContext } from '../context.js';
 
 /** Runs `work` as `ctx.admit` admits it (a turn of the project, with its deadline), or at once. */
 export function admitted<T>(ctx: FhirContext, work: (ctx: FhirContext) => Promise<T>): Promise<T> {

@@ -1,6 +1,6 @@
-import { canAccess } from '../auth/access/access.js';
-import type { SearchParameterDefinition, SearchRegistry } from '../search/definitions.js';
-import { extractValues } from '../search/extract.js';
+import { canAccess } from '../../auth/access/access.js';
+import type { SearchParameterDefinition, SearchRegistry } from '../../search/definitions.js';
+import { extractValues } from '../../search/extract.js';
 import {
   compartmentSearch,
   filterSearch,
@@ -9,13 +9,13 @@ import {
   type IncludeTarget,
   type ParameterFilter,
   type SearchRequest,
-} from '../storage/search-request.js';
-import type { FhirResource, ResourceQuery, StoredResource } from '../storage/types.js';
-import { patientSearchParams } from './compartment.js';
-import type { FhirContext } from './context.js';
+} from '../../storage/search-request.js';
+import type { FhirResource, ResourceQuery, StoredResource } from '../../storage/types.js';
+import { patientSearchParams } from '../compartment.js';
+import type { FhirContext } from '../context.js';
 import { deadlineOf } from './costly-reads.js';
-import type { OutcomeIssue } from '../http/outcome.js';
-import { isResourceType, isValidId } from '../common/resource-types.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
+import { isResourceType, isValidId } from '../../common/resource-types.js';
 
 /** Bounds of {@link collectIncludes}. */
 export interface IncludeLimits {

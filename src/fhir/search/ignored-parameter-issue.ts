@@ -1,5 +1,5 @@
-import type { OutcomeIssue } from '../http/outcome.js';
-import type { IgnoredParameter } from '../search/parse.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
+import type { IgnoredParameter } from '../../search/parse.js';
 
 /**
  * The warning a searchset's `outcome` entry gives for a parameter the server did not apply, saying

@@ -1,6 +1,6 @@
-import { FhirError } from '../http/http-error.js';
-import type { SearchRequest } from '../storage/search-request.js';
-import type { ResourceQuery } from '../storage/types.js';
+import { FhirError } from '../../http/http-error.js';
+import type { SearchRequest } from '../../storage/search-request.js';
+import type { ResourceQuery } from '../../storage/types.js';
 
 /*
  * The `total` of a searchset: what `_total` asks of the store, and the bound on an exact count.
