@@ -179,7 +179,7 @@ export type { CapabilitySearchLimits } from './fhir/capability/capability-limits
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
 export { r4StructureValidator } from './fhir/structure-validator.js';
 export type { ResourceValidator } from './fhir/structure-validator.js';
-export type { NdjsonUploadOptions } from './fhir/ndjson-upload.js';
+export type { NdjsonUploadOptions } from './fhir/upload/ndjson-upload.js';
 export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 
 // Projects: Project/$init, client registration

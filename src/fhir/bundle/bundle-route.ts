@@ -8,7 +8,7 @@ import { RequestActivity } from '../audit/audit-activity.js';
 import { processBundle } from './batch.js';
 import { bundleBytes } from './bundle-response.js';
 import { readBundleStream } from './bundle-stream.js';
-import { ndjsonUploadHandler } from '../ndjson-upload.js';
+import { ndjsonUploadHandler } from '../upload/ndjson-upload.js';
 import { parsePrefer, returnPreference } from '../prefer.js';
 import type { FhirRouteDeps } from '../route-deps.js';
 

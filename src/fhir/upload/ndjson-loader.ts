@@ -1,14 +1,14 @@
 import { StringDecoder } from 'node:string_decoder';
-import { errorOutcome, type ErrorLogger } from '../http/error-rendering.js';
-import { FhirError } from '../http/http-error.js';
-import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../http/json-depth.js';
-import type { FhirResource, ResourceWrite } from '../storage/types.js';
-import type { RequestActivity } from './audit/audit-activity.js';
-import { authorize } from './interactions.js';
-import type { FhirContext } from './context.js';
-import type { OutcomeIssue } from '../http/outcome.js';
-import { checkResource, withoutServerMeta } from './resource-checks.js';
-import { fhirErrorOfSearch } from './search/search-errors.js';
+import { errorOutcome, type ErrorLogger } from '../../http/error-rendering.js';
+import { FhirError } from '../../http/http-error.js';
+import { DEFAULT_MAX_JSON_DEPTH, valueNestingExceeds } from '../../http/json-depth.js';
+import type { FhirResource, ResourceWrite } from '../../storage/types.js';
+import type { RequestActivity } from '../audit/audit-activity.js';
+import { authorize } from '../interactions.js';
+import type { FhirContext } from '../context.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
+import { checkResource, withoutServerMeta } from '../resource-checks.js';
+import { fhirErrorOfSearch } from '../search/search-errors.js';
 
 /** Options of {@link loadNdjson}. */
 export interface NdjsonLoadOptions {

@@ -1,11 +1,11 @@
 import type { Request, RequestHandler, Response } from 'express';
 import multer from 'multer';
-import { isSmartUser } from '../auth/access/access.js';
-import { FhirError } from '../http/http-error.js';
-import { RequestActivity } from './audit/audit-activity.js';
-import type { FhirContext } from './context.js';
+import { isSmartUser } from '../../auth/access/access.js';
+import { FhirError } from '../../http/http-error.js';
+import { RequestActivity } from '../audit/audit-activity.js';
+import type { FhirContext } from '../context.js';
 import { loadNdjson, type NdjsonFileReport, type NdjsonLoadOptions } from './ndjson-loader.js';
-import { outcomeOf, type OperationOutcome, type OutcomeIssue } from '../http/outcome.js';
+import { outcomeOf, type OperationOutcome, type OutcomeIssue } from '../../http/outcome.js';
 
 /** Limits of the multipart NDJSON upload. */
 export interface NdjsonUploadOptions extends NdjsonLoadOptions {
