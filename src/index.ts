@@ -177,8 +177,8 @@ export type {
 } from './fhir/capability/capability-statement.js';
 export type { CapabilitySearchLimits } from './fhir/capability/capability-limits.js';
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
-export { r4StructureValidator } from './fhir/structure-validator.js';
-export type { ResourceValidator } from './fhir/structure-validator.js';
+export { r4StructureValidator } from './fhir/validation/structure-validator.js';
+export type { ResourceValidator } from './fhir/validation/structure-validator.js';
 export type { NdjsonUploadOptions } from './fhir/upload/ndjson-upload.js';
 export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 

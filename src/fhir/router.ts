@@ -10,7 +10,7 @@ import { mountMetadata } from './capability/metadata-route.js';
 import { fhirRouteDeps, setVersionHeaders } from './route-deps.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
 import { searchErrorsAsFhir } from './search/search-errors.js';
-import { r4StructureValidator } from './structure-validator.js';
+import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
 
 /**

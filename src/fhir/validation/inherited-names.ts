@@ -1,5 +1,5 @@
-import type { FhirResource } from '../storage/types.js';
-import type { OutcomeIssue } from '../http/outcome.js';
+import type { FhirResource } from '../../storage/types.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
 
 /**
  * Names every plain object inherits: `__proto__`, `constructor`, `toString`, `valueOf`,

@@ -1,9 +1,9 @@
-import type { FhirResource } from '../storage/types.js';
-import type { OutcomeIssue } from '../http/outcome.js';
-import { createCleanCheck } from './validation/clean-check.js';
-import { TypeCompiler } from './validation/compiled-types.js';
-import { loadMedplumR4, type MedplumR4 } from './validation/medplum-r4.js';
-import { createShapeCheck } from './validation/value-shapes.js';
+import type { FhirResource } from '../../storage/types.js';
+import type { OutcomeIssue } from '../../http/outcome.js';
+import { createCleanCheck } from './clean-check.js';
+import { TypeCompiler } from './compiled-types.js';
+import { loadMedplumR4, type MedplumR4 } from './medplum-r4.js';
+import { createShapeCheck } from './value-shapes.js';
 
 /**
  * Validates a resource against the FHIR R4 structure definitions and answers every issue found
