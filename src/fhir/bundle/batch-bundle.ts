@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { errorOutcome } from '../../http/error-rendering.js';
 import { FhirError } from '../../http/http-error.js';
 import type { OperationOutcome } from '../../http/outcome.js';
-import { conditionalDelete, conditionalMatches, conditionalUpdate, patchResource } from '../interactions.js';
+import { conditionalDelete, conditionalMatches, conditionalUpdate } from '../interactions.js';
+import { patchResource } from '../patch/patch-resource.js';
 import type { FhirContext } from '../context.js';
 import { readAccess } from '../audit/audit-activity.js';
 import {

@@ -9,8 +9,8 @@ import {
   conditionalDeleteTargets,
   conditionalMatches,
   conditionalUpdateTarget,
-  patchedResource,
 } from '../interactions.js';
+import { patchedResource } from '../patch/patch-resource.js';
 import { transactionContext, type FhirContext } from '../context.js';
 import { readAccess, RequestActivity } from '../audit/audit-activity.js';
 import { FhirOutcomeError } from '../../http/outcome.js';

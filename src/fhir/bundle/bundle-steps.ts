@@ -11,9 +11,9 @@ import {
   checkDeleteTarget,
   conditionalMatches,
   readResource,
-  searchResources,
   type ConditionalDeleteMode,
 } from '../interactions.js';
+import { searchResources } from '../search/search-resources.js';
 import type { FhirContext } from '../context.js';
 import { readAccess, RequestActivity, searchAccess } from '../audit/audit-activity.js';
 import { entryError, type Entry } from './bundle-entries.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { StoredResource } from '../../storage/types.js';
 import type { BundleJson } from '../bundle/bundle-response.js';
-import type { SearchOutcome } from '../interactions.js';
+import type { SearchOutcome } from './search-resources.js';
 import { outcomeOf, type OutcomeIssue } from '../../http/outcome.js';
 import { ignoredParameterIssue } from './ignored-parameter-issue.js';
 import { encodeCursor, type PageCursor } from './search-cursor.js';
