@@ -10,7 +10,7 @@
  */
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { parseSearch } from '../src/fhir/search-query.js';
+import { parseSearch } from '../src/fhir/search/search-query.js';
 import { postgresStorage } from '../src/postgres.js';
 import { SESSION_OPTIONS } from '../src/storage/postgres/pool-options.js';
 import { allReads } from '../test/helpers/search-reads.js';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseSearch } from '../src/fhir/search-query.js';
+import { parseSearch } from '../src/fhir/search/search-query.js';
 import type { FhirResource, Storage } from '../src/storage/types.js';
 import { fileStorage } from '../src/stores.js';
 import { loadR4Indexer } from '../src/search/index-resource.js';

@@ -1,4 +1,4 @@
-import { r4StructureValidator, referenceR4Validator } from '../src/fhir/structure-validator.js';
+import { r4StructureValidator, referenceR4Validator } from '../src/fhir/validation/structure-validator.js';
 import type { FhirResource } from '../src/storage/types.js';
 import { median, now } from './stats.js';
 

@@ -5,8 +5,8 @@
  * unless a count is asked for). The number of matches is counted once more, untimed.
  */
 import type pg from 'pg';
-import { parseSearch } from '../src/fhir/search-query.js';
-import { searchTotal } from '../src/fhir/search-total.js';
+import { parseSearch } from '../src/fhir/search/search-query.js';
+import { searchTotal } from '../src/fhir/search/search-total.js';
 import type { ResourceQuery, Storage } from '../src/storage/types.js';
 import { median, now } from './stats.js';
 import { allReads } from '../test/helpers/search-reads.js';

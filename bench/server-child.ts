@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { pipeline } from 'node:stream/promises';
 import express from 'express';
 import { ensureSuperAdminClient } from '../src/auth/client/super-admin.js';
-import { referenceR4Validator } from '../src/fhir/structure-validator.js';
+import { referenceR4Validator } from '../src/fhir/validation/structure-validator.js';
 import { fhirPlatform, type FhirPlatform } from '../src/platform.js';
 import { postgresStorage } from '../src/postgres.js';
 import { R4_PATIENT_COMPARTMENT } from '../src/fhir/compartment.js';

@@ -167,19 +167,19 @@ export type {
 // FHIR data plane: router, CapabilityStatement contributions, the strict-mode validator
 export { fhirRouter } from './fhir/router.js';
 export type { FhirRouterOptions, FhirSearchLimits } from './fhir/router-options.js';
-export type { SearchAdmissionLimits } from './fhir/search-admission.js';
+export type { SearchAdmissionLimits } from './fhir/search/search-admission.js';
 export type { SearchCostLimits } from './search/cost-limits.js';
 export type {
   CapabilityContribution,
   CapabilityOperation,
   CapabilityStatementInput,
   CapabilityStatementJson,
-} from './fhir/capability-statement.js';
-export type { CapabilitySearchLimits } from './fhir/capability-limits.js';
+} from './fhir/capability/capability-statement.js';
+export type { CapabilitySearchLimits } from './fhir/capability/capability-limits.js';
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
-export { r4StructureValidator } from './fhir/structure-validator.js';
-export type { ResourceValidator } from './fhir/structure-validator.js';
-export type { NdjsonUploadOptions } from './fhir/ndjson-upload.js';
+export { r4StructureValidator } from './fhir/validation/structure-validator.js';
+export type { ResourceValidator } from './fhir/validation/structure-validator.js';
+export type { NdjsonUploadOptions } from './fhir/upload/ndjson-upload.js';
 export type { OperationOutcome, OutcomeIssue } from './http/outcome.js';
 
 // Projects: Project/$init, client registration

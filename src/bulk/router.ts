@@ -24,7 +24,7 @@ import {
   type ResolvedBulkExportRouterOptions,
 } from './router-options.js';
 import { resolveTypeFilterChains } from './type-filter-chains.js';
-import { fhirErrorOfSearch, searchErrorsAsFhir } from '../fhir/search-errors.js';
+import { fhirErrorOfSearch, searchErrorsAsFhir } from '../fhir/search/search-errors.js';
 
 export type { BulkExportRouterOptions } from './router-options.js';
 

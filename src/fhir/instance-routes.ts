@@ -2,9 +2,10 @@ import type { Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import { readAccess } from './audit-activity.js';
-import { authorize, deleteResource, patchResource, readResource, updateResource } from './interactions.js';
-import { patchDocumentOf } from './patch-document.js';
+import { readAccess } from './audit/audit-activity.js';
+import { authorize, deleteResource, readResource, updateResource } from './interactions.js';
+import { patchResource } from './patch/patch-resource.js';
+import { patchDocumentOf } from './patch/patch-document.js';
 import { setVersionHeaders, stringParam, type FhirRouteDeps } from './route-deps.js';
 import { notModified, parseIfMatch } from './versioning.js';
 

@@ -1,19 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { refuseAuditEventWrite } from './audit-append-only.js';
+import { refuseAuditEventWrite } from './audit/audit-append-only.js';
 import { canAccess, type ResourceAction } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
-import type { FhirResource, ResourcePage, ResourceQuery, StoredResource } from '../storage/types.js';
-import { rewriteReferences } from './bundle-entries.js';
-import { applyPatchDocument, type PatchDocument } from './patch-document.js';
+import type { FhirResource, StoredResource } from '../storage/types.js';
 import { checkId, checkResource, checkType, withoutServerMeta } from './resource-checks.js';
-import { loadSearchRegistry } from '../search/definitions.js';
-import type { OutcomeIssue } from '../http/outcome.js';
-import { collectIncludes } from './search-includes.js';
-import { admitted, deadlineOf } from './costly-reads.js';
-import { parseSearch, type ParsedSearch, type SearchQueryOptions, type SearchReads } from './search-query.js';
-import { entrySubsetter, type EntrySubsetter } from './search-subset.js';
-import { checkAccurateTotal, DEFAULT_MAX_ACCURATE_TOTAL, searchTotal } from './search-total.js';
+import { deadlineOf } from './search/costly-reads.js';
+import { parseSearch, type SearchQueryOptions, type SearchReads } from './search/search-query.js';
 import type { FhirContext } from './context.js';
 
 /** Result of a write interaction. */
@@ -56,7 +49,7 @@ export async function conditionalMatches(
 ): Promise<StoredResource[]> {
   const params = new URLSearchParams(criteria.startsWith('?') ? criteria.slice(1) : criteria);
   authorize(ctx, type, 'search');
-  const { query, applied } = await parseSearch(type, params, limitsOf(ctx), searchReads(ctx));
+  const { query, applied } = await parseSearch(type, params, searchLimitsOf(ctx), searchReads(ctx));
   if (options.requireCriteria && applied.length === 0) {
     throw new FhirError(412, 'invalid', 'Conditional criteria must name at least one search parameter');
   }
@@ -224,101 +217,6 @@ export async function conditionalUpdateTarget(
   });
 }
 
-/**
- * `PATCH [base]/[type]/[id]`: applies a JSON Patch or FHIRPath Patch to the current version and
- * stores the result, reading and writing in one transaction (the write also asks for the version
- * read, so nothing written meanwhile is lost). With `ifMatch`, the current version must be that one
- * (412 otherwise). The patch may not change `resourceType` or `id` (422); the result goes through
- * the checks and validation of an update (400 in a strict project when invalid: nothing is written).
- * Needs the `update` right.
- * @see https://hl7.org/fhir/R4/http.html#patch
- */
-export async function patchResource(
-  ctx: FhirContext,
-  type: string,
-  id: string,
-  patch: PatchDocument,
-  options: { ifMatch?: string; references?: ReadonlyMap<string, string> } = {},
-): Promise<WriteOutcome> {
-  checkType(type);
-  checkId(id);
-  authorize(ctx, type, 'update');
-  return ctx.atomically(async (tx) =>
-    writePatched(tx, await tx.storage.readResource(tx.projectId, type, id), patch, options),
-  );
-}
-
-/**
- * `PATCH [base]/[type]?[criteria]`: conditional patch. The one resource the criteria match is
- * patched as {@link patchResource} patches it, the search, the read and the write in one
- * transaction; no match is a 404, several a 412, criteria naming no parameter a 412. Needs the
- * `update` right, and `search` for the criteria (every type they read included).
- * @see https://hl7.org/fhir/R4/http.html#patch
- */
-export async function conditionalPatch(
-  ctx: FhirContext,
-  type: string,
-  criteria: string,
-  patch: PatchDocument,
-  options: { ifMatch?: string } = {},
-): Promise<WriteOutcome> {
-  checkType(type);
-  authorize(ctx, type, 'update');
-  return ctx.atomically(async (tx) => {
-    const matches = await conditionalMatches(tx, type, criteria, { requireCriteria: true });
-    if (matches.length > 1) {
-      throw new FhirError(412, 'duplicate', 'The conditional patch criteria match more than one resource');
-    }
-    const [current] = matches;
-    if (!current) throw new FhirError(404, 'not-found', 'No resource matches the conditional patch criteria');
-    return writePatched(tx, current, patch, options);
-  });
-}
-
-/** Patches `current` and writes the result, asking for `current`'s version (nothing written meanwhile is lost). */
-async function writePatched(
-  tx: FhirContext,
-  current: StoredResource,
-  patch: PatchDocument,
-  options: { ifMatch?: string },
-): Promise<WriteOutcome> {
-  const resource = await patchedResource(tx, current, patch, options);
-  const result = await tx.storage.updateResource(tx.projectId, resource, { ifMatch: current.meta.versionId });
-  return { status: 200, resource: result.resource };
-}
-
-/**
- * `current` with `patch` applied, checked and validated as an update's body is (see
- * {@link patchResource}); what to write with `ifMatch: current.meta.versionId`. In a Bundle,
- * `references` rewrites the references to other entries' `fullUrl`s the patch wrote.
- */
-export async function patchedResource(
-  ctx: FhirContext,
-  current: StoredResource,
-  patch: PatchDocument,
-  options: { ifMatch?: string; references?: ReadonlyMap<string, string> } = {},
-): Promise<FhirResource & { id: string }> {
-  const { resourceType: type, id } = current;
-  const { ifMatch } = options;
-  if (ifMatch !== undefined && current.meta.versionId !== ifMatch) {
-    throw new PreconditionFailedError(`${type}/${id} is not at version ${ifMatch}`);
-  }
-  const patched = await applyPatchDocument(current, patch);
-  const record = patched as { resourceType?: unknown; id?: unknown } | null;
-  if (record === null || typeof record !== 'object' || Array.isArray(record)) {
-    throw new FhirError(422, 'invalid', 'The patch does not leave a resource');
-  }
-  if (record.resourceType !== type || record.id !== id) {
-    throw new FhirError(422, 'invalid', 'A patch may not change the resourceType or the id', {
-      expression: [record.resourceType !== type ? `${type}.resourceType` : `${type}.id`],
-    });
-  }
-  const resource = withoutServerMeta(checkResource(patched, type)) as FhirResource & { id: string };
-  if (options.references) rewriteReferences(resource, options.references);
-  await ctx.validate(resource);
-  return resource;
-}
-
 /** How a conditional delete treats several matches: 412 (`single`), or deletes them all (`multiple`). */
 export type ConditionalDeleteMode = 'single' | 'multiple';
 
@@ -414,22 +312,6 @@ export async function deleteResource(
   );
 }
 
-/** Result of a search: the page, plus how it was parsed (for links and the ignored-parameter outcome). */
-export interface SearchOutcome extends ParsedSearch {
-  /** The matches of the page, and the total of all matches when the search asked for it (`_total`). */
-  page: ResourcePage;
-  /** What `_include` / `_revinclude` added (`search.mode = include`). */
-  included: StoredResource[];
-  /** Warnings of the `outcome` entry besides ignored parameters (includes left out or cut). */
-  issues: OutcomeIssue[];
-  /** Matches follow this page (a `next` link pages from its last entry). */
-  hasNext: boolean;
-  /** Matches precede this page (a `previous` link pages from its first entry, or by `_offset`). */
-  hasPrevious: boolean;
-  /** How `_summary` / `_elements` render each entry; undefined: whole. */
-  subset?: EntrySubsetter;
-}
-
 /**
  * How a chained or reverse-chained search may reach the resources of another type: each type
  * authorized for search when the search is planned (a chain must not reveal what the principal may
@@ -446,81 +328,6 @@ export function searchReads(ctx: FhirContext): SearchReads {
 }
 
 /** `{ limits }` of `ctx` when it has some: the search options a context's searches are parsed with. */
-function limitsOf(ctx: FhirContext): Pick<SearchQueryOptions, 'limits'> {
+export function searchLimitsOf(ctx: FhirContext): Pick<SearchQueryOptions, 'limits'> {
   return ctx.searchLimits === undefined ? {} : { limits: ctx.searchLimits };
-}
-
-/** Most resources `_include` / `_revinclude` add to one page. */
-export const MAX_INCLUDED = 1000;
-/** Most levels `:iterate` follows (the first level included). */
-export const MAX_INCLUDE_DEPTH = 3;
-
-/**
- * `GET [base]/[type]?…` and `POST [base]/[type]/_search`: one page of matches (see `parseSearch` for
- * what is supported), with what `_include` / `_revinclude` add (`collectIncludes`: at most
- * {@link MAX_INCLUDED}, `:iterate` {@link MAX_INCLUDE_DEPTH} levels), only ever of the principal's
- * project. The store is asked for one match more than the page to know whether another page follows,
- * and for the total `_total` asks (`searchTotal`: none by default), an exact one counted at most to
- * `maxAccurateTotal` (400 `too-costly` past it).
- * @see https://hl7.org/fhir/R4/http.html#search
- */
-export async function searchResources(
-  ctx: FhirContext,
-  type: string,
-  params: Iterable<readonly [string, string]>,
-  options: SearchQueryOptions = {},
-): Promise<SearchOutcome> {
-  checkType(type);
-  authorize(ctx, type, 'search');
-  // Parsed (its bounds checked, the types its chains read authorized) before it waits for a turn
-  // of the project: a search refused outright answers at once. Parsing reads no resource: the
-  // store resolves chains and `_has` in the turn, within its deadline.
-  const parsed = await parseSearch(type, params, { ...limitsOf(ctx), ...options }, searchReads(ctx));
-  return admitted(ctx, (turn) => answerSearch(turn, type, parsed));
-}
-
-/** The page, total and includes of a parsed search, read in the search's turn. */
-async function answerSearch(ctx: FhirContext, type: string, parsed: ParsedSearch): Promise<SearchOutcome> {
-  const { query, request } = parsed;
-  const wanted = query.count ?? Infinity;
-  const total = searchTotal(request);
-  const maxAccurateTotal = ctx.searchLimits?.maxAccurateTotal ?? DEFAULT_MAX_ACCURATE_TOTAL;
-  const asked: ResourceQuery = {
-    ...query,
-    ...(wanted > 0 && wanted < Infinity ? { count: wanted + 1 } : {}),
-    total,
-    ...(total === 'accurate' ? { maxTotal: maxAccurateTotal } : {}),
-    ...deadlineOf(ctx),
-  };
-  const found = await ctx.storage.searchResources(ctx.projectId, type, asked);
-  checkAccurateTotal(found.total, total, maxAccurateTotal);
-  let resources = found.resources;
-  const more = resources.length > wanted;
-  // Backwards, the extra match is the furthest from the cursor: the first.
-  if (more)
-    resources = query.before ? resources.slice(resources.length - wanted) : resources.slice(0, wanted);
-  // A store may count although none was asked: the Bundle gives what `_total` asked only.
-  const page: ResourcePage =
-    total === 'none' || found.total === undefined ? { resources } : { total: found.total, resources };
-  const offset = query.offset ?? 0;
-  let included: StoredResource[] = [];
-  let issues: OutcomeIssue[] = [];
-  if (resources.length > 0 && (request.include.length > 0 || request.revinclude.length > 0)) {
-    const limits = {
-      maxIncluded: ctx.searchLimits?.maxIncluded ?? MAX_INCLUDED,
-      maxDepth: ctx.searchLimits?.maxIncludeDepth ?? MAX_INCLUDE_DEPTH,
-    };
-    const registry = await loadSearchRegistry();
-    ({ resources: included, issues } = await collectIncludes(ctx, registry, request, resources, limits));
-  }
-  const subset = await entrySubsetter(request);
-  return {
-    ...parsed,
-    page,
-    included,
-    issues,
-    hasNext: query.before ? resources.length > 0 : more,
-    hasPrevious: query.before ? more : offset > 0 || (query.after !== undefined && resources.length > 0),
-    ...(subset ? { subset } : {}),
-  };
 }

@@ -4,12 +4,12 @@ import { FhirError } from '../http/http-error.js';
 import { FhirOutcomeError } from '../http/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord } from '../storage/types.js';
-import { inheritedNameIssues } from './inherited-names.js';
+import { inheritedNameIssues } from './validation/inherited-names.js';
 import { transactionContext, type FhirContext } from './context.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
-import { searchAdmission } from './search-admission.js';
-import { clearedByFastPath } from './structure-validator.js';
+import { searchAdmission } from './search/search-admission.js';
+import { clearedByFastPath } from './validation/structure-validator.js';
 
 /** The FHIR context of each request: the middleware that builds it, and its reader. */
 export interface RequestContexts {

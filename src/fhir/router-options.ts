@@ -14,12 +14,12 @@ import {
   type CommonRouterOptions,
   type OwnOptionKeys,
 } from '../http/router-options.js';
-import type { CapabilityContribution } from './capability-statement.js';
-import { DEFAULT_MAX_ACCURATE_TOTAL } from './search-total.js';
-import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch-limits.js';
-import type { NdjsonUploadOptions } from './ndjson-upload.js';
-import type { ResourceValidator } from './structure-validator.js';
-import type { SearchAdmissionLimits } from './search-admission.js';
+import type { CapabilityContribution } from './capability/capability-statement.js';
+import { DEFAULT_MAX_ACCURATE_TOTAL } from './search/search-total.js';
+import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch/patch-limits.js';
+import type { NdjsonUploadOptions } from './upload/ndjson-upload.js';
+import type { ResourceValidator } from './validation/structure-validator.js';
+import type { SearchAdmissionLimits } from './search/search-admission.js';
 import { SEARCH_COST_DEFAULTS, type SearchCostLimits } from '../search/cost-limits.js';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
 

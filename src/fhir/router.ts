@@ -2,15 +2,15 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import { fhirErrorHandler } from '../http/error-rendering.js';
 import { FhirError } from '../http/http-error.js';
 import { loadSearchRegistry } from '../search/definitions.js';
-import { mountBundleRoute } from './bundle-route.js';
-import { mountEverything } from './everything-route.js';
-import { mountHistoryRoutes } from './history-routes.js';
+import { mountBundleRoute } from './bundle/bundle-route.js';
+import { mountEverything } from './everything/everything-route.js';
+import { mountHistoryRoutes } from './history/history-routes.js';
 import { mountInstanceRoutes } from './instance-routes.js';
-import { mountMetadata } from './metadata-route.js';
+import { mountMetadata } from './capability/metadata-route.js';
 import { fhirRouteDeps, setVersionHeaders } from './route-deps.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
-import { searchErrorsAsFhir } from './search-errors.js';
-import { r4StructureValidator } from './structure-validator.js';
+import { searchErrorsAsFhir } from './search/search-errors.js';
+import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
 
 /**

@@ -2,20 +2,15 @@ import type { Request, RequestHandler, Response, Router } from 'express';
 import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
-import { AUDITED_REFERENCES, readAccess, searchAccess } from './audit-activity.js';
-import { formBody } from './form-body.js';
-import {
-  authorize,
-  conditionalDelete,
-  conditionalPatch,
-  conditionalUpdate,
-  createResource,
-  searchResources,
-} from './interactions.js';
-import { patchDocumentOf } from './patch-document.js';
+import { AUDITED_REFERENCES, readAccess, searchAccess } from './audit/audit-activity.js';
+import { formBody } from './search/form-body.js';
+import { authorize, conditionalDelete, conditionalUpdate, createResource } from './interactions.js';
+import { conditionalPatch } from './patch/patch-resource.js';
+import { searchResources } from './search/search-resources.js';
+import { patchDocumentOf } from './patch/patch-document.js';
 import { parsePrefer } from './prefer.js';
 import { queryString, stringParam, type FhirRouteDeps } from './route-deps.js';
-import { buildSearchBundle } from './search-bundle.js';
+import { buildSearchBundle } from './search/search-bundle.js';
 import { parseIfMatch } from './versioning.js';
 
 /**

@@ -4,7 +4,7 @@ import { AUDIT_EXAMPLES, AUDIT_PAGE, auditExampleEvents, examplesIn } from '../.
 import { buildAuditEvent } from '../../src/audit/build-event.js';
 import { DICOM, RESTFUL_INTERACTION } from '../../src/audit/codes.js';
 import type { AuditKind, AuditRecord } from '../../src/audit/events.js';
-import { referenceR4Validator } from '../../src/fhir/structure-validator.js';
+import { referenceR4Validator } from '../../src/fhir/validation/structure-validator.js';
 import type { FhirResource } from '../../src/storage/types.js';
 
 const build = (record: AuditRecord) => buildAuditEvent(record, { sourceName: 'test-server', id: 'ae-1' });

@@ -7,7 +7,7 @@ import type { AuditEventResource } from '../../src/audit/audit-event-resource.js
 import type { AuditRecord } from '../../src/audit/events.js';
 import type { AuditContext } from '../../src/audit/options.js';
 import type { AuditTrail } from '../../src/audit/trail.js';
-import { AUDITED_REFERENCES } from '../../src/fhir/audit-activity.js';
+import { AUDITED_REFERENCES } from '../../src/fhir/audit/audit-activity.js';
 import { ensureSuperAdminClient } from '../../src/auth/client/super-admin.js';
 import { fhirRouter } from '../../src/fhir/router.js';
 import { fhirPlatform } from '../../src/platform.js';

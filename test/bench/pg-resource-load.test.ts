@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { copyResourcesIn } from '../../bench/pg-resource-load.js';
 import { generatePatients, RESOURCES_PER_PATIENT } from '../../bench/dataset.js';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { loadR4Indexer } from '../../src/search/index-resource.js';
 import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';

@@ -2,7 +2,7 @@ import request from 'supertest';
 import { describe, expect, it, vi } from 'vitest';
 import { parseKickoff } from '../../src/bulk/kickoff-params.js';
 import { resolveTypeFilterChains } from '../../src/bulk/type-filter-chains.js';
-import { searchResources } from '../../src/fhir/interactions.js';
+import { searchResources } from '../../src/fhir/search/search-resources.js';
 import { transactionContext, type FhirContext } from '../../src/fhir/context.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import type { ParameterFilter } from '../../src/storage/search-request.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bundleBytes, writeResponseOf, type BundleJson } from '../../src/fhir/bundle-response.js';
+import { bundleBytes, writeResponseOf, type BundleJson } from '../../src/fhir/bundle/bundle-response.js';
 import type { StoredResource, WriteResult } from '../../src/storage/types.js';
 
 /** A written Patient; `measured`: its stored text comes with its UTF-8 length, as the engine stores give it. */

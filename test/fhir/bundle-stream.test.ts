@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import express from 'express';
 import request from 'supertest';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { readBundleStream } from '../../src/fhir/bundle-stream.js';
+import { readBundleStream } from '../../src/fhir/bundle/bundle-stream.js';
 import { fhirRouter } from '../../src/fhir/router.js';
 import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
 import { fileStorage } from '../../src/stores.js';

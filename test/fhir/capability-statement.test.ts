@@ -2,7 +2,7 @@ import express from 'express';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';

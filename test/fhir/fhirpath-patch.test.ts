@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { applyFhirPathPatch } from '../../src/fhir/fhirpath-patch.js';
-import { applyJsonPatch } from '../../src/fhir/json-patch.js';
-import { jsonSizeUpTo } from '../../src/fhir/patch-limits.js';
+import { applyFhirPathPatch } from '../../src/fhir/patch/fhirpath-patch.js';
+import { applyJsonPatch } from '../../src/fhir/patch/json-patch.js';
+import { jsonSizeUpTo } from '../../src/fhir/patch/patch-limits.js';
 import type { FhirResource } from '../../src/storage/types.js';
 
 const op = (type: string, path: string, rest: Record<string, unknown> = {}) => {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { transactionContext, type FhirContext } from '../../src/fhir/context.js';
-import { loadNdjson } from '../../src/fhir/ndjson-loader.js';
+import { loadNdjson } from '../../src/fhir/upload/ndjson-loader.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage, StorageOperations } from '../../src/storage/types.js';
 import { eventually } from '../helpers/eventually.js';

@@ -14,7 +14,7 @@ import type { FhirResource, Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { allReads } from '../helpers/search-reads.js';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 
 const patientUser: Principal = {
   projectId: 'p',

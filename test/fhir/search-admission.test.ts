@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
-import { searchAdmission } from '../../src/fhir/search-admission.js';
+import { searchAdmission } from '../../src/fhir/search/search-admission.js';
 
 /** A promise and its resolver: work the test finishes when it decides. */
 function gate(): { promise: Promise<void>; open(): void } {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
-import { decodeCursor, encodeCursor, type CursorShape } from '../../src/fhir/search-cursor.js';
+import { decodeCursor, encodeCursor, type CursorShape } from '../../src/fhir/search/search-cursor.js';
 
 const shape = (over: Partial<CursorShape> = {}): CursorShape => ({
   sort: '-family,birthdate',

@@ -2,7 +2,7 @@ import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
-import { fhirErrorOfSearch } from '../../src/fhir/search-errors.js';
+import { fhirErrorOfSearch } from '../../src/fhir/search/search-errors.js';
 import { FhirError } from '../../src/http/http-error.js';
 import { SearchParameterError } from '../../src/search/search-error.js';
 import { memoryStorage } from '../../src/stores.js';

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { transactionContext, type FhirContext } from '../../src/fhir/context.js';
-import { collectIncludes } from '../../src/fhir/search-includes.js';
+import { collectIncludes } from '../../src/fhir/search/search-includes.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { parseSearchRequest } from '../../src/search/parse.js';
 import { memoryStorage } from '../../src/stores.js';

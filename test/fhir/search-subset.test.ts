@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { entrySubsetter } from '../../src/fhir/search-subset.js';
+import { entrySubsetter } from '../../src/fhir/search/search-subset.js';
 import type { SearchRequest } from '../../src/storage/search-request.js';
 
 const request = (over: Partial<SearchRequest>): SearchRequest => ({

@@ -1,4 +1,4 @@
-import type { SearchReads } from '../../src/fhir/search-query.js';
+import type { SearchReads } from '../../src/fhir/search/search-query.js';
 import { loadSearchRegistry } from '../../src/search/definitions.js';
 import { compileSearchPredicate } from '../../src/search/match.js';
 import type { FilterTest, ResourceIndexer } from '../../src/storage/search-index.js';

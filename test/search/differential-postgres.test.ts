@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { loadSearchRegistry, type SearchRegistry } from '../../src/search/definitions.js';
 import { SearchParameterError } from '../../src/search/search-error.js';

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
 import { createFileStorage, type FileStore } from '../../src/storage/file/file-storage.js';
 import { fileStorage } from '../../src/stores.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';

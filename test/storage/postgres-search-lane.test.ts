@@ -8,7 +8,7 @@
 // it (visible in pg_stat_activity) until the test lets go; nothing project B does reads that table.
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage, type PostgresStorageOptions } from '../../src/postgres.js';
 import { SearchTooCostlyError, StorageUnavailableError } from '../../src/storage/errors.js';
 import type { ResourcePage, ResourceQuery, Storage } from '../../src/storage/types.js';

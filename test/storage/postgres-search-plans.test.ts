@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { INDEX_TABLES } from '../../src/storage/postgres/search-tables.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { dateBoxSql } from '../../src/storage/postgres/search-tables.js';
 import { memoryStorage, r4SearchIndexer } from '../../src/stores.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { postgresStorage } from '../../src/postgres.js';
 import { POSTGRES_URL, schemaFactory } from '../helpers/pg-schema.js';
 import { allReads } from '../helpers/search-reads.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import type { ResourceIndexer } from '../../src/storage/search-index.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import type { FhirResource, Storage } from '../../src/storage/types.js';

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { R4_PATIENT_COMPARTMENT } from '../../src/fhir/compartment.js';
 import type { FaultHook } from '../../src/storage/file/faults.js';
 import { createFileStorage } from '../../src/storage/file/file-storage.js';

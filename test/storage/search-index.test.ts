@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseSearch } from '../../src/fhir/search-query.js';
+import { parseSearch } from '../../src/fhir/search/search-query.js';
 import { fileStorage, memoryStorage, r4SearchIndexer } from '../../src/stores.js';
 import { decodeChecked, encodeChecked } from '../../src/storage/file/log-index.js';
 import type { PostingsFile } from '../../src/storage/file/postings-file.js';

@@ -4,13 +4,13 @@ import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { generatePatients } from '../../../bench/dataset.js';
 import { readSynthea } from '../../../bench/synthea.js';
-import { inheritedNameIssues } from '../../../src/fhir/inherited-names.js';
+import { inheritedNameIssues } from '../../../src/fhir/validation/inherited-names.js';
 import type { OutcomeIssue } from '../../../src/http/outcome.js';
 import {
   r4StructureValidator,
   referenceR4Validator,
   type ResourceValidator,
-} from '../../../src/fhir/structure-validator.js';
+} from '../../../src/fhir/validation/structure-validator.js';
 import { createCleanCheck } from '../../../src/fhir/validation/clean-check.js';
 import { TypeCompiler } from '../../../src/fhir/validation/compiled-types.js';
 import { loadMedplumR4 } from '../../../src/fhir/validation/medplum-r4.js';
