@@ -7,6 +7,7 @@ import { scimRouter } from './scim/router.js';
 import { checkPlatformOptions, type FhirPlatformOptions } from './platform-options.js';
 import { platformParts, type PlatformParts, type Started } from './platform-parts.js';
 import { mountAuthorizationServer, mountFhirRouters, mountProbes } from './platform-routes.js';
+import { foregroundRequests } from './http/foreground-requests.js';
 
 export type { FhirPlatformOptions, FhirPlatformPaths } from './platform-options.js';
 
@@ -86,6 +87,8 @@ export function fhirPlatform(options: FhirPlatformOptions): FhirPlatform {
 function mountRouters(parts: PlatformParts, started: Started): FhirPlatform {
   const { paths, auditTrail } = parts;
   const router = Router();
+  // Every request is foreground work, which the embedded stores' costly searches give way to.
+  router.use(foregroundRequests());
   router.use((req, _res, next) => {
     parts.mounts.set(req, req.baseUrl);
     next();

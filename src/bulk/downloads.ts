@@ -12,6 +12,7 @@ import type { ExportPlan } from './export-job-types.js';
 import type { ExportJobManager } from './export-jobs.js';
 import { canExport } from './export-plan.js';
 import { findJobFile } from './manifest.js';
+import { inBackground } from '../http/foreground-requests.js';
 
 const FILE_NAME = /^[A-Za-z]+-[0-9]+\.ndjson$/;
 
@@ -183,6 +184,7 @@ export async function sendExportFile(
       }),
     );
   }
-  // A client going away ends the pipeline; nothing more can be answered then.
-  await pipeline([body, ...stages, res]).catch(() => undefined);
+  // A client going away ends the pipeline; nothing more can be answered then. A long transfer
+  // paced by the client is background work: searches need not give way to it.
+  await inBackground(req, () => pipeline([body, ...stages, res]).catch(() => undefined));
 }

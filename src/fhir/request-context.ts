@@ -10,6 +10,7 @@ import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { searchAdmission } from './search/search-admission.js';
 import { clearedByFastPath } from './validation/structure-validator.js';
+import { inBackground } from '../http/foreground-requests.js';
 
 /** The FHIR context of each request: the middleware that builds it, and its reader. */
 export interface RequestContexts {
@@ -45,8 +46,11 @@ export function requestContexts(
       ...(access ? { access } : {}),
       atomically: (fn) => storage.transaction((tx) => fn(transactionContext(ctx, tx))),
       // A turn of the project; nested costly reads (a Bundle's search inside a turn) take no other.
+      // Waiting for it and running it is background work: other requests do not wait behind it.
       admit: (current, work) =>
-        admission.run(projectId, (deadline) => work(admittedContext(current, deadline))),
+        inBackground(req, () =>
+          admission.run(projectId, (deadline) => work(admittedContext(current, deadline))),
+        ),
       searchLimits: config.searchLimits,
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {

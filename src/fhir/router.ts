@@ -12,6 +12,7 @@ import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-optio
 import { searchErrorsAsFhir } from './search/search-errors.js';
 import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
+import { foregroundRequests } from '../http/foreground-requests.js';
 
 /**
  * The FHIR R4 data plane, mounted by default at `/fhir/R4`:
@@ -39,6 +40,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   // awaited; a failure is retried, and reported, by the first request that needs the registry.
   loadSearchRegistry().catch(() => undefined);
   const router = express.Router();
+  // Foreground work (as the platform counts it), for a router mounted on its own.
+  router.use(foregroundRequests());
   const deps = fhirRouteDeps(config);
   const { guard, secured, contextOf, base, audit, auditAccess } = deps;
 
