@@ -49,10 +49,29 @@ async function postedOrderPage(
   rule: TotalRule,
   pace: SearchPace,
 ): Promise<ResourcePage> {
-  const window = new PageWindow<ResourceEntry>(query);
   const keyed = matches.map((entry) => ({ entry, id: entry.id, keys: sortValues(entry) }));
+  return sortedPage(read, query, keyed, rule, pace);
+}
+
+/** An entry with its sort values. */
+interface Keyed {
+  entry: ResourceEntry;
+  id: string;
+  keys: SortValue[];
+}
+
+/** The page of `keyed` in the query's order (sorted in place), its bodies read. */
+async function sortedPage(
+  read: BodyReader,
+  query: ResourceQuery,
+  keyed: Keyed[],
+  rule: TotalRule,
+  pace: SearchPace,
+): Promise<ResourcePage> {
   await pacedSort(keyed, compareItems(query), pace);
+  const window = new PageWindow<ResourceEntry>(query);
   for (const item of keyed) window.offer(item, item.entry);
+  keyed.length = 0;
   const resources = await readBodies(read, window.page(), pace);
   return resourcePage(resources, totalOf(rule, window.total));
 }
@@ -115,7 +134,7 @@ async function orderedPage(
   pace: SearchPace,
 ): Promise<ResourcePage> {
   const order = query.order!;
-  let keyed: { entry: ResourceEntry; id: string; keys: SortValue[] }[] = [];
+  const keyed: Keyed[] = [];
   for (let i = 0; i < matches.length; i += BODY_SLICE) {
     const slice = matches.slice(i, i + BODY_SLICE);
     const bodies = await Promise.all(slice.map((e) => read(e)));
@@ -127,12 +146,7 @@ async function orderedPage(
       keyed.push({ entry, id: entry.id, keys: order.keys(body) });
     }
   }
-  await pacedSort(keyed, compareItems(query), pace);
-  const window = new PageWindow<ResourceEntry>(query);
-  for (const item of keyed) window.offer(item, item.entry);
-  keyed = [];
-  const resources = await readBodies(read, window.page(), pace);
-  return resourcePage(resources, totalOf(rule, window.total));
+  return sortedPage(read, query, keyed, rule, pace);
 }
 
 /**
