@@ -110,8 +110,14 @@ async function runBuild(
     // The project was deleted meanwhile: its postings went with it.
     if (committed.postingsOf(projectId, resourceType) !== postings) return;
     await index(unindexed(), true);
-    for (const e of committed.resources(projectId, resourceType))
+    // Posted in slices (a million versions take seconds): searches meanwhile use only what is built,
+    // and no write comes in while the writer is held.
+    const pace = new SearchPace();
+    let posted = 0;
+    for (const e of [...committed.resources(projectId, resourceType)]) {
       if (!e.deleted) postings.extend(e, keys.get(e)!);
+      if (++posted % 256 === 0) await pace.breathe();
+    }
     for (const code of wanted) postings.built.add(code);
   });
 }
