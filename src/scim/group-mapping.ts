@@ -171,6 +171,28 @@ export function groupCreated(group: StoredResource): string {
     : group.meta.lastUpdated;
 }
 
+/** The `meta` of a new group, or of the next version of `replacing`. */
+function groupMeta(replacing?: StoredResource): Record<string, unknown> {
+  const created = replacing
+    ? { extension: [{ url: SCIM_GROUP_SYSTEMS.created, valueInstant: groupCreated(replacing) }] }
+    : {};
+  return { tag: [{ ...SCIM_MANAGED_TAG }], ...created };
+}
+
+/** The next version of `group` with `members` for its member list, all else kept. */
+export function groupWithMembers(
+  group: StoredResource,
+  members: GroupMemberEntry[],
+): FhirResource & { id: string } {
+  const { meta: _meta, member: _member, quantity: _quantity, ...rest } = group;
+  return {
+    ...rest,
+    meta: groupMeta(group),
+    quantity: members.length,
+    ...(members.length ? { member: members } : {}),
+  };
+}
+
 /**
  * The FHIR Group of a SCIM Group: `fields` and the member entries (`members`, in order). A new
  * group (no `replacing`) has no id yet (the store gives it one) and no creation time (its first
@@ -187,13 +209,10 @@ export function groupResource(
       ? [{ system: SCIM_GROUP_SYSTEMS.externalId, value: fields.externalId }]
       : []),
   ];
-  const created = replacing
-    ? { extension: [{ url: SCIM_GROUP_SYSTEMS.created, valueInstant: groupCreated(replacing) }] }
-    : {};
   return {
     resourceType: 'Group',
     ...(replacing ? { id: replacing.id } : {}),
-    meta: { tag: [{ ...SCIM_MANAGED_TAG }], ...created },
+    meta: groupMeta(replacing),
     identifier,
     active: true,
     type: 'person',
