@@ -142,7 +142,11 @@ function userDisplay(user: UserRecord): string | undefined {
  * The entry of a user joining a group at `since`: its profile, the display given (else the
  * user's name), `inactive` while the user is.
  */
-export function newMemberEntry(user: UserRecord, display: string | undefined, since: string): GroupMemberEntry {
+export function newMemberEntry(
+  user: UserRecord,
+  display: string | undefined,
+  since: string,
+): GroupMemberEntry {
   const shown = display ?? userDisplay(user);
   return {
     extension: [{ url: SCIM_GROUP_SYSTEMS.memberId, valueString: user.id }],

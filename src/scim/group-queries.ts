@@ -17,7 +17,12 @@ const SCIM_TAG_FILTER: ParameterFilter = {
 };
 
 function identifierFilter(system: string, value: string): ParameterFilter {
-  return { kind: 'parameter', code: 'identifier', type: 'token', values: [{ type: 'token', system, code: value }] };
+  return {
+    kind: 'parameter',
+    code: 'identifier',
+    type: 'token',
+    values: [{ type: 'token', system, code: value }],
+  };
 }
 
 /** SCIM Groups of the id. */

@@ -123,7 +123,13 @@ export function mountGroupRoutes(router: Router, deps: GroupRouteDeps): void {
     .get(search((req) => req.query as Record<string, unknown>))
     .post(body, create)
     .all(methodNotAllowed('GET, POST', 'scim'));
-  router.route(GROUPS_SEARCH).post(body, search((req) => searchRequestBody(req.body))).all(methodNotAllowed('POST', 'scim'));
+  router
+    .route(GROUPS_SEARCH)
+    .post(
+      body,
+      search((req) => searchRequestBody(req.body)),
+    )
+    .all(methodNotAllowed('POST', 'scim'));
   router
     .route(GROUP)
     .get(read)

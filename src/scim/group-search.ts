@@ -18,7 +18,7 @@ import {
   memberFilter,
   scimGroupSearch,
 } from './group-queries.js';
-import { scimSortKey, type ScimListQuery } from './list-query.js';
+import { scimSortComparator, type ScimListQuery } from './list-query.js';
 import { GROUP_RESOURCE_SCHEMAS, resolveAttribute } from './schema.js';
 import { scimStorageCall } from './storage-errors.js';
 import type { ScimSearchResult } from './user-search.js';
@@ -34,7 +34,8 @@ type Equality = { attribute: 'id' | 'displayname' | 'externalid' | 'members.valu
 
 /** `attr eq "…"` on an attribute the store indexes, as an {@link Equality}. */
 function equality(filter: ScimFilter, parent?: 'members'): Equality | undefined {
-  if (filter.type !== 'compare' || filter.operator !== 'eq' || typeof filter.value !== 'string') return undefined;
+  if (filter.type !== 'compare' || filter.operator !== 'eq' || typeof filter.value !== 'string')
+    return undefined;
   if (parent) {
     const named = filter.path.attribute.toLowerCase() === 'value' && filter.path.subAttribute === undefined;
     return named ? { attribute: 'members.value', value: filter.value } : undefined;
@@ -57,7 +58,8 @@ function equality(filter: ScimFilter, parent?: 'members'): Equality | undefined 
 function equalities(filter: ScimFilter): Equality[] {
   if (filter.type === 'and') return [...equalities(filter.left), ...equalities(filter.right)];
   if (filter.type === 'valuePath') {
-    if (filter.path.attribute.toLowerCase() !== 'members' || filter.path.subAttribute !== undefined) return [];
+    if (filter.path.attribute.toLowerCase() !== 'members' || filter.path.subAttribute !== undefined)
+      return [];
     const inner = (f: ScimFilter): Equality[] =>
       f.type === 'and' ? [...inner(f.left), ...inner(f.right)] : [equality(f, 'members')].filter((e) => !!e);
     return inner(filter.filter);
@@ -92,7 +94,11 @@ async function storeFilters(
   return filters;
 }
 
-/** Filters, sorts and pages the project's SCIM Groups, rendered and projected. */
+/**
+ * Filters, sorts and pages the project's SCIM Groups, rendered and projected. By id, the store
+ * pages; a `sortBy` (which no store index keeps) reads every match and sorts here, as the users'
+ * listing does for such keys.
+ */
 export async function searchGroups(
   storage: Storage,
   projectId: string,
@@ -107,19 +113,29 @@ export async function searchGroups(
   if (!filters) return { totalResults: 0, resources: [] };
   const render = (group: StoredResource) =>
     groupToScim(group, { location: links.groupUrl(group.id), userUrl: links.userUrl });
-  const { sortBy } = query;
+  const project = (docs: Record<string, unknown>[]) =>
+    docs.map((doc) => projectScimAttributes(doc, query, schemas));
+  const matching = {
+    search: scimGroupSearch(filters),
+    ...(predicate ? { where: (group: StoredResource) => predicate(render(group)) } : {}),
+  };
+  const from = query.startIndex - 1;
+  if (query.sortBy) {
+    const all = await scimStorageCall(() => storage.searchResources(projectId, 'Group', matching));
+    const sorted = all.resources.map(render).sort(scimSortComparator(query.sortBy, query.descending));
+    return { totalResults: all.resources.length, resources: project(sorted.slice(from, from + query.count)) };
+  }
   const page = await scimStorageCall(() =>
     storage.searchResources(projectId, 'Group', {
-      search: scimGroupSearch(filters),
-      ...(predicate ? { where: (group: StoredResource) => predicate(render(group)) } : {}),
-      ...(sortBy
-        ? { order: { keys: (group) => [scimSortKey(render(group), sortBy)], descending: [query.descending] } }
-        : { sort: '_id' as const }),
-      offset: query.startIndex - 1,
+      ...matching,
+      sort: '_id',
+      offset: from,
       count: query.count,
       total: 'accurate',
     }),
   );
-  const resources = page.resources.map((group) => projectScimAttributes(render(group), query, schemas));
-  return { totalResults: page.total ?? resources.length, resources };
+  return {
+    totalResults: page.total ?? page.resources.length,
+    resources: project(page.resources.map(render)),
+  };
 }

@@ -28,7 +28,12 @@ export interface ScimGroupServiceConfig {
 export interface ScimGroupService {
   create(projectId: string, body: unknown): Promise<StoredResource>;
   read(projectId: string, id: string): Promise<StoredResource>;
-  replace(projectId: string, id: string, body: unknown, ifMatch?: EntityTagCondition): Promise<StoredResource>;
+  replace(
+    projectId: string,
+    id: string,
+    body: unknown,
+    ifMatch?: EntityTagCondition,
+  ): Promise<StoredResource>;
   /** `links` render the group the PATCH operates on (`members.$ref`, `meta.location`). */
   patch(
     projectId: string,

@@ -92,7 +92,8 @@ export function readListQuery(
 
 /** The SearchRequest of a `POST .search` (RFC 7644 §3.4.3): 400 `invalidSyntax` unless an object. */
 export function searchRequestBody(body: unknown): Record<string, unknown> {
-  if (!isPlainObject(body)) throw new ScimError(400, 'invalidSyntax', 'The body must be a SearchRequest object');
+  if (!isPlainObject(body))
+    throw new ScimError(400, 'invalidSyntax', 'The body must be a SearchRequest object');
   return body;
 }
 
@@ -117,15 +118,6 @@ function comparable(value: unknown, attribute: ResolvedAttribute): string | numb
   if (typeof value === 'boolean') return value ? 1 : 0;
   if (typeof value !== 'string') return undefined;
   return definition.caseExact ? value : value.toLowerCase();
-}
-
-/**
- * What a resource sorts by under `sortBy`, as `scimSortComparator` compares it (a string folded to
- * lower case unless `caseExact`, an instant as epoch ms), or null when it has no value: a store's
- * `ResourceOrder` key.
- */
-export function scimSortKey(resource: unknown, attribute: ResolvedAttribute): string | number | null {
-  return comparable(sortValue(resource, attribute), attribute) ?? null;
 }
 
 /**

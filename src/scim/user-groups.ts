@@ -40,7 +40,11 @@ export async function leaveGroups(tx: StorageOperations, projectId: string, user
 }
 
 /** Marks `user`'s member entries `inactive` while the user is, in every SCIM Group it is in. */
-export async function followActivity(tx: StorageOperations, projectId: string, user: UserRecord): Promise<void> {
+export async function followActivity(
+  tx: StorageOperations,
+  projectId: string,
+  user: UserRecord,
+): Promise<void> {
   for (const group of await groupsWithMember(tx, projectId, profileReference(user))) {
     let changed = false;
     const members = memberEntries(group).map((entry) => {
