@@ -30,8 +30,8 @@ import { mountTypeRoutes } from './type-routes.js';
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
- * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers 409
- * (`refuseScimOwnedWrites`); every error is an OperationOutcome. Projects with `strictMode` validate writes against the
+ * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers
+ * 409; every error is an OperationOutcome. Projects with `strictMode` validate writes against the
  * R4 structure definitions. See docs/fhir.md.
  * @see https://hl7.org/fhir/R4/http.html
  */
