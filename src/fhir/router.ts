@@ -9,6 +9,7 @@ import { mountInstanceRoutes } from './instance-routes.js';
 import { mountMetadata } from './capability/metadata-route.js';
 import { fhirRouteDeps, setVersionHeaders } from './route-deps.js';
 import { resolveFhirRouterOptions, type FhirRouterOptions } from './router-options.js';
+import { refuseScimOwnedWrites } from './scim-owned-writes.js';
 import { searchErrorsAsFhir } from './search/search-errors.js';
 import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
@@ -30,12 +31,15 @@ import { foregroundRequests } from '../http/foreground-requests.js';
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
- * action; every error is an OperationOutcome. Projects with `strictMode` validate writes against the
+ * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers
+ * 409; every error is an OperationOutcome. Projects with `strictMode` validate writes against the
  * R4 structure definitions. See docs/fhir.md.
  * @see https://hl7.org/fhir/R4/http.html
  */
 export function fhirRouter(options: FhirRouterOptions): Router {
-  const config = resolveFhirRouterOptions(options, r4StructureValidator);
+  const resolved = resolveFhirRouterOptions(options, r4StructureValidator);
+  // Every entry point below reads and writes through this store: what SCIM owns, FHIR only reads.
+  const config = { ...resolved, storage: refuseScimOwnedWrites(resolved.storage) };
   // Warmed now, so that the first search or `/metadata` does not wait for it (about 0.4 s). Not
   // awaited; a failure is retried, and reported, by the first request that needs the registry.
   loadSearchRegistry().catch(() => undefined);

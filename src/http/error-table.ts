@@ -139,9 +139,14 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     'duplicate',
     'Conditional create, update or (single) delete criteria match more than one resource',
   ),
-  ERR_FHIR_CONFLICT: answer(409, 'conflict', 'The resource conflicts with an existing one', {
-    scimType: 'uniqueness',
-  }),
+  ERR_FHIR_CONFLICT: answer(
+    409,
+    'conflict',
+    'The resource conflicts with an existing one, or the identity provider owns it through SCIM (a SCIM Group)',
+    {
+      scimType: 'uniqueness',
+    },
+  ),
   ERR_FHIR_TOO_COSTLY: answer(
     413,
     'too-costly',
@@ -166,9 +171,14 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_SCIM_TOO_MANY: answer(400, 'invalid', 'The query would answer too many results', {
     scimType: 'tooMany',
   }),
-  ERR_SCIM_UNIQUENESS: answer(409, 'conflict', '`userName` or `externalId` is taken', {
-    scimType: 'uniqueness',
-  }),
+  ERR_SCIM_UNIQUENESS: answer(
+    409,
+    'conflict',
+    "`userName`, `externalId` or a group's `displayName` is taken",
+    {
+      scimType: 'uniqueness',
+    },
+  ),
   ERR_SCIM_MUTABILITY: answer(400, 'invalid', 'Changing `id`, `userType` or `meta`', {
     scimType: 'mutability',
   }),

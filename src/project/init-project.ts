@@ -119,10 +119,18 @@ export interface InitProjectResult {
 }
 
 /**
+ * The name of an admin user for whom neither the parameters nor the defaults give one: readable in
+ * a user list, and present where identity providers' tests expect every listed user to have a
+ * `name` (Okta's SCIM test reads the first user's `name.givenName` and `name.familyName`).
+ */
+export const DEFAULT_ADMIN_NAME = { givenName: 'Project', familyName: 'Administrator' } as const;
+
+/**
  * Creates the project (`strictMode: true`), the admin's `Practitioner` profile, the admin `User`
  * and its admin membership, then records the user as the project owner, in one storage
  * transaction: if any step fails, nothing is left behind. Parameters win over `defaults`. The
- * user's `userName` is `ownerEmail`, else the default `userName`, else the e-mail, else the profile id.
+ * user's `userName` is `ownerEmail`, else the default `userName`, else the e-mail, else the profile id;
+ * without a given or family name from either, the user is named {@link DEFAULT_ADMIN_NAME}.
  */
 export async function initProject(
   storage: Storage,
@@ -130,8 +138,11 @@ export async function initProject(
   defaults: OwnerDefaults = {},
 ): Promise<InitProjectResult> {
   const email = input.ownerEmail ?? defaults.email;
-  const givenName = input.ownerGivenName ?? defaults.givenName;
-  const familyName = input.ownerFamilyName ?? defaults.familyName;
+  let givenName = input.ownerGivenName ?? defaults.givenName;
+  let familyName = input.ownerFamilyName ?? defaults.familyName;
+  if (givenName === undefined && familyName === undefined) {
+    ({ givenName, familyName } = DEFAULT_ADMIN_NAME);
+  }
   const formatted = [givenName, familyName].filter((part) => part !== undefined).join(' ');
 
   return storage.transaction(async (tx) => {

@@ -1,13 +1,18 @@
 import type { Request, RequestHandler, Router } from 'express';
 import { ScimError } from '../http/http-error.js';
 import { methodNotAllowed, sendScim } from '../http/protocol-responses.js';
-import { schemaResources, serviceProviderConfig, userResourceType } from './discovery.js';
+import {
+  resourceTypeResource,
+  schemaResources,
+  serviceProviderConfig,
+  type ScimResourceTypeDefinition,
+} from './discovery.js';
 import { listResponse } from './list-response.js';
-import type { ScimResourceSchemas } from './schema.js';
 
 /** What the discovery routes need of the SCIM router. */
 export interface DiscoveryRouteDeps {
-  schemas: ScimResourceSchemas;
+  /** The resource types the router serves, in the order `/ResourceTypes` lists them. */
+  types: readonly ScimResourceTypeDefinition[];
   /** Advertised as `filter.maxResults`. */
   maxResults: number;
   documentationUri: string | undefined;
@@ -32,9 +37,10 @@ const noFilter: RequestHandler = (req, _res, next) => {
  * `/ResourceTypes[/{id}]` and `/Schemas[/{id}]`. Other methods answer 405.
  */
 export function mountDiscoveryRoutes(router: Router, deps: DiscoveryRouteDeps): void {
-  const { schemas, maxResults, documentationUri, url } = deps;
-  const resourceTypes = (req: Request) => [userResourceType(schemas, url(req, '/ResourceTypes/User'))];
-  const allSchemas = (req: Request) => schemaResources(schemas, (id) => url(req, `/Schemas/${id}`));
+  const { types, maxResults, documentationUri, url } = deps;
+  const resourceTypes = (req: Request) =>
+    types.map((type) => resourceTypeResource(type, url(req, `/ResourceTypes/${type.name}`)));
+  const allSchemas = (req: Request) => schemaResources(types, (id) => url(req, `/Schemas/${id}`));
   const config = { maxResults, ...(documentationUri ? { documentationUri } : {}) };
 
   router

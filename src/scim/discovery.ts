@@ -1,6 +1,6 @@
 /**
  * The SCIM discovery resources (RFC 7644 §4, RFC 7643 §5–§7): `/ServiceProviderConfig`,
- * `/ResourceTypes` and `/Schemas`, true to what the router implements.
+ * `/ResourceTypes` and `/Schemas`, true to what the router implements (Users and Groups).
  */
 import { schemaResource, type ScimResourceSchemas } from './schema.js';
 
@@ -37,24 +37,36 @@ export function serviceProviderConfig(
   };
 }
 
-/** The `User` resource type (RFC 7643 §6). */
-export function userResourceType(schemas: ScimResourceSchemas, location: string): Record<string, unknown> {
+/** A resource type the router serves: its name (the `/ResourceTypes/{id}`), endpoint and schemas. */
+export interface ScimResourceTypeDefinition {
+  name: string;
+  endpoint: string;
+  description: string;
+  schemas: ScimResourceSchemas;
+}
+
+/** A resource type (RFC 7643 §6): `User` or `Group`. */
+export function resourceTypeResource(
+  type: ScimResourceTypeDefinition,
+  location: string,
+): Record<string, unknown> {
   return {
     schemas: ['urn:ietf:params:scim:schemas:core:2.0:ResourceType'],
-    id: 'User',
-    name: 'User',
-    endpoint: '/Users',
-    description: 'User Account',
-    schema: schemas.core.id,
-    schemaExtensions: schemas.extensions.map((ext) => ({ schema: ext.id, required: false })),
+    id: type.name,
+    name: type.name,
+    endpoint: type.endpoint,
+    description: type.description,
+    schema: type.schemas.core.id,
+    schemaExtensions: type.schemas.extensions.map((ext) => ({ schema: ext.id, required: false })),
     meta: { resourceType: 'ResourceType', location },
   };
 }
 
-/** Every schema the server knows, as `/Schemas` resources keyed by URN. */
+/** Every schema of the resource types, as `/Schemas` resources keyed by URN. */
 export function schemaResources(
-  schemas: ScimResourceSchemas,
+  types: readonly ScimResourceTypeDefinition[],
   locationOf: (id: string) => string,
 ): Record<string, unknown>[] {
-  return [schemas.core, ...schemas.extensions].map((schema) => schemaResource(schema, locationOf(schema.id)));
+  const all = types.flatMap((t) => [t.schemas.core, ...t.schemas.extensions]);
+  return all.map((schema) => schemaResource(schema, locationOf(schema.id)));
 }

@@ -9,10 +9,18 @@
  * - `ne` is the negation of `eq`, so a user lacking the attribute matches `ne`.
  * - Compilation rejects combinations that make no sense (`gt` on a boolean, a non-date literal
  *   against a `dateTime`) with 400 `invalidFilter`; evaluation itself never throws, whatever the
- *   resource holds. Attributes the schemas do not define match nothing.
+ *   resource holds.
+ * - An attribute the schemas do not define is a 400 `invalidFilter` (a misspelt `userNmae eq "x"`
+ *   matching nothing would let a provider's "look up, then create" make duplicates).
  */
 import { ScimError } from '../http/http-error.js';
-import type { ScimAttributePath, ScimCompareOperator, ScimFilter, ScimFilterValue } from './filter-parser.js';
+import {
+  printScimAttributePath,
+  type ScimAttributePath,
+  type ScimCompareOperator,
+  type ScimFilter,
+  type ScimFilterValue,
+} from './filter-parser.js';
 import { getOwn, isPlainObject, isPresent } from './json-access.js';
 import {
   findSubAttribute,
@@ -35,8 +43,6 @@ interface Target {
   definition: ScimAttributeDefinition;
 }
 
-const NEVER: ScimFilterPredicate = () => false;
-
 function bad(message: string): ScimError {
   return new ScimError(400, 'invalidFilter', message);
 }
@@ -46,15 +52,23 @@ function flatten(value: unknown): unknown[] {
   return Array.isArray(value) ? value.filter((v) => v !== undefined && v !== null) : [value];
 }
 
-/** Resolves a path in a scope to a reader and the definition of the values it yields. */
-function resolveTarget(scope: Scope, path: ScimAttributePath): Target | undefined {
+function unknownAttribute(path: ScimAttributePath, parent?: ScimAttributeDefinition): ScimError {
+  const name = printScimAttributePath(path);
+  return bad(`Unknown attribute ${JSON.stringify(parent ? `${parent.name}.${name}` : name)}`);
+}
+
+/**
+ * Resolves a path in a scope to a reader and the definition of the values it yields; 400
+ * `invalidFilter` when the schemas do not define it.
+ */
+function resolveTarget(scope: Scope, path: ScimAttributePath): Target {
   if (scope.kind === 'element') {
     const sub = findSubAttribute(scope.parent, path.attribute);
-    if (!sub) return undefined;
+    if (!sub) throw unknownAttribute(path, scope.parent);
     return { definition: sub, read: (element) => flatten(getOwn(element, sub.name)) };
   }
   const resolved = resolveAttribute(scope.schemas, path);
-  if (!resolved) return undefined;
+  if (!resolved) throw unknownAttribute(path);
   const { definition, extension, subAttribute } = resolved;
   const readAttribute = (resource: unknown): unknown[] =>
     flatten(getOwn(extension ? getOwn(resource, extension) : resource, definition.name));
@@ -191,20 +205,17 @@ function compile(filter: ScimFilter, scope: Scope): ScimFilterPredicate {
     }
     case 'present': {
       const target = resolveTarget(scope, filter.path);
-      if (!target) return NEVER;
       return (r) => target.read(r).some(isPresent);
     }
     case 'valuePath': {
       if (scope.kind !== 'resource') throw bad('Value paths cannot be nested');
       const target = resolveTarget(scope, filter.path);
-      if (!target) return NEVER;
       if (target.definition.type !== 'complex') throw bad(`${target.definition.name} is not complex`);
       const inner = compile(filter.filter, { kind: 'element', parent: target.definition });
       return (r) => target.read(r).some((element) => isPlainObject(element) && inner(element));
     }
     case 'compare': {
       const found = resolveTarget(scope, filter.path);
-      if (!found) return filter.operator === 'ne' ? () => true : NEVER;
       const target = comparableTarget(found);
       if (!target) throw bad(`${found.definition.name} is complex: compare one of its sub-attributes`);
       const { operator, value } = filter;
@@ -222,7 +233,8 @@ function compile(filter: ScimFilter, scope: Scope): ScimFilterPredicate {
 
 /**
  * Compiles a filter against a resource type's schemas. Throws `ScimError(400, 'invalidFilter')`
- * for comparisons the attribute types do not support; the returned predicate never throws.
+ * for an attribute the schemas do not define and for comparisons the attribute types do not
+ * support; the returned predicate never throws.
  */
 export function compileScimFilter(filter: ScimFilter, schemas: ScimResourceSchemas): ScimFilterPredicate {
   const predicate = compile(filter, { kind: 'resource', schemas });

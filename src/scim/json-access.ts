@@ -50,3 +50,15 @@ export function isPresent(value: unknown): boolean {
   if (isPlainObject(value)) return Object.values(value).some(isPresent);
   return true;
 }
+
+/** JSON with object keys sorted at every depth: equal for values equal whatever their key order. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (isPlainObject(value)) {
+    return `{${Object.keys(value)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value);
+}

@@ -90,6 +90,13 @@ export function readListQuery(
   };
 }
 
+/** The SearchRequest of a `POST .search` (RFC 7644 §3.4.3): 400 `invalidSyntax` unless an object. */
+export function searchRequestBody(body: unknown): Record<string, unknown> {
+  if (!isPlainObject(body))
+    throw new ScimError(400, 'invalidSyntax', 'The body must be a SearchRequest object');
+  return body;
+}
+
 /** The value a resource sorts by: a multi-valued attribute's primary value, else its first. */
 function sortValue(resource: unknown, attribute: ResolvedAttribute): unknown {
   const { definition, extension, subAttribute } = attribute;

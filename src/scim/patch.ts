@@ -16,7 +16,14 @@
 import { ScimError, type ScimType } from '../http/http-error.js';
 import { parseScimPath, type ScimFilter, type ScimPatchPath } from './filter-parser.js';
 import { compileScimFilter } from './filter-evaluator.js';
-import { FORBIDDEN_KEYS, findKey, hasForbiddenKey, isPlainObject, setOwn } from './json-access.js';
+import {
+  canonicalJson,
+  FORBIDDEN_KEYS,
+  findKey,
+  hasForbiddenKey,
+  isPlainObject,
+  setOwn,
+} from './json-access.js';
 import { normalizeAttributeValue, normalizeElement } from './normalize.js';
 import {
   findSchema,
@@ -124,17 +131,6 @@ function sameValue(a: unknown, b: unknown, caseExact: boolean): boolean {
   if (typeof a === 'string' && typeof b === 'string')
     return caseExact ? a === b : a.toLowerCase() === b.toLowerCase();
   return JSON.stringify(a) === JSON.stringify(b);
-}
-
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (isPlainObject(value)) {
-    return `{${Object.keys(value)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(value);
 }
 
 /** At most one value of a multi-valued attribute is primary: the last one set wins (RFC 7644 §3.5.2). */

@@ -15,7 +15,9 @@ import {
 import type { ProfileType } from '../storage/types.js';
 import { mountDiscoveryRoutes } from './discovery-routes.js';
 import { projectScimSettings } from './project-settings.js';
-import { USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
+import { mountGroupRoutes } from './group-routes.js';
+import { scimGroupService } from './group-service.js';
+import { GROUP_RESOURCE_SCHEMAS, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { mountUserRoutes } from './user-routes.js';
 import { scimUserService, type ScimUserSettings } from './user-service.js';
 
@@ -109,25 +111,38 @@ export function resolveScimRouterOptions(options: ScimRouterOptions): ResolvedSc
   };
 }
 
-/** SCIM is for project administrators (or the super admin acting in a project): others get 403. */
+/**
+ * SCIM is for project administrators (or the super admin acting in a project): others get 403,
+ * naming what is missing (the `project:admin` scope, or a project), so that an identity provider's
+ * operator can fix the token (RFC 6750 §3.1 `insufficient_scope`).
+ */
 const projectAdminsOnly: RequestHandler = (_req, res, next) => {
   const principal = getPrincipal(res);
-  if (!principal.projectId || !(principal.admin || principal.superAdmin)) {
-    next(new ScimError(403, undefined, 'SCIM is for project administrators'));
+  if (!principal.projectId) {
+    next(new ScimError(403, undefined, 'SCIM acts in a project: this principal is in none'));
+    return;
+  }
+  if (!(principal.admin || principal.superAdmin)) {
+    const message = 'SCIM is for project administrators: the access token lacks the project:admin scope';
+    const challenge = 'Bearer error="insufficient_scope", scope="project:admin"';
+    next(new ScimError(403, undefined, message, { headers: { 'WWW-Authenticate': challenge } }));
     return;
   }
   next();
 };
 
 /**
- * SCIM 2.0 Users API (RFC 7643, RFC 7644) for identity providers such as Okta and Microsoft
- * Entra ID; mount it at `/scim/v2`. Callers must be project admins (or super admins acting in a
- * project); users are provisioned into the caller's project, each linked to a FHIR profile resource
- * (`Patient`, `Practitioner` or `RelatedPerson`, per `userType` or `defaultUserType`) created with it.
+ * SCIM 2.0 Users and Groups API (RFC 7643, RFC 7644) for identity providers such as Okta and
+ * Microsoft Entra ID; mount it at `/scim/v2`. Callers must be project admins (or super admins
+ * acting in a project); users are provisioned into the caller's project, each linked to a FHIR
+ * profile resource (`Patient`, `Practitioner` or `RelatedPerson`, per `userType` or
+ * `defaultUserType`) created with it; each group is a FHIR `Group` of the project, with the same
+ * id, whose members are the users' profiles (FHIR clients may read it, not change it).
  *
- * Routes: `/Users` (GET search, POST create), `/Users/{id}` (GET, PUT, PATCH, DELETE),
- * `/Users/.search` and `/.search` (POST), `/ServiceProviderConfig`, `/ResourceTypes[/{id}]`,
- * `/Schemas[/{id}]`. Errors are SCIM Error JSON; every answer is `application/scim+json`.
+ * Routes: `/Users` and `/Groups` (GET search, POST create), `/Users/{id}` and `/Groups/{id}` (GET,
+ * PUT, PATCH, DELETE), `/Users/.search`, `/Groups/.search` and `/.search` (users; POST),
+ * `/ServiceProviderConfig`, `/ResourceTypes[/{id}]`, `/Schemas[/{id}]`. Errors are SCIM Error
+ * JSON; every answer is `application/scim+json`.
  */
 export function scimRouter(options: ScimRouterOptions): Router {
   const config = resolveScimRouterOptions(options);
@@ -135,6 +150,9 @@ export function scimRouter(options: ScimRouterOptions): Router {
   const schemas = USER_RESOURCE_SCHEMAS;
   const routerSettings: ScimUserSettings = { echoUserName, ...(defaultUserType ? { defaultUserType } : {}) };
   const url = (req: Request, path: string) => absoluteUrl(req, path, config.baseUrl);
+
+  const userUrl = (req: Request, id: string) => url(req, `/Users/${encodeURIComponent(id)}`);
+  const body = jsonBody({ types: [SCIM_JSON, 'application/json'], limit: config.bodyLimit });
 
   const router = express.Router();
   router.use(requirePrincipal(config.authenticate, storage), projectAdminsOnly);
@@ -148,13 +166,32 @@ export function scimRouter(options: ScimRouterOptions): Router {
     }),
     schemas,
     maxResults,
-    body: jsonBody({ types: [SCIM_JSON, 'application/json'], limit: config.bodyLimit }),
+    body,
     settingsOf: (projectId) => projectScimSettings(storage, projectId, routerSettings),
-    userUrl: (req, id) => url(req, `/Users/${encodeURIComponent(id)}`),
+    userUrl,
     auditTrail: config.auditTrail,
     onError: config.onError,
   });
-  mountDiscoveryRoutes(router, { schemas, maxResults, documentationUri: config.documentationUri, url });
+  mountGroupRoutes(router, {
+    service: scimGroupService({
+      storage,
+      maxOperations: config.maxPatchOperations,
+      maxAttempts: config.maxWriteAttempts,
+    }),
+    maxResults,
+    body,
+    linksOf: (req) => ({
+      groupUrl: (id) => url(req, `/Groups/${encodeURIComponent(id)}`),
+      userUrl: (id) => userUrl(req, id),
+    }),
+    auditTrail: config.auditTrail,
+    onError: config.onError,
+  });
+  const types = [
+    { name: 'User', endpoint: '/Users', description: 'User Account', schemas },
+    { name: 'Group', endpoint: '/Groups', description: 'Group', schemas: GROUP_RESOURCE_SCHEMAS },
+  ];
+  mountDiscoveryRoutes(router, { types, maxResults, documentationUri: config.documentationUri, url });
   router.use((_req, _res, next) => {
     next(new ScimError(404, undefined, 'Not found'));
   });

@@ -1,7 +1,7 @@
 /**
- * SCIM schema definitions (RFC 7643 §2.2, §4.1, §4.3, §7, §8.7.1) for the User resource: the data
- * served by `/Schemas`, and the source of the case-sensitivity, type and mutability rules the
- * filter evaluator, the PATCH engine and the attribute projection follow.
+ * SCIM schema definitions (RFC 7643 §2.2, §4.1, §4.2, §4.3, §7, §8.7.1) for the User and Group
+ * resources: the data served by `/Schemas`, and the source of the case-sensitivity, type and
+ * mutability rules the filter evaluator, the PATCH engine and the attribute projection follow.
  */
 
 export type ScimAttributeType =
@@ -43,6 +43,7 @@ export interface ScimResourceSchemas {
 
 export const CORE_USER_SCHEMA_ID = 'urn:ietf:params:scim:schemas:core:2.0:User';
 export const ENTERPRISE_USER_SCHEMA_ID = 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User';
+export const CORE_GROUP_SCHEMA_ID = 'urn:ietf:params:scim:schemas:core:2.0:Group';
 export const PATCH_OP_SCHEMA_ID = 'urn:ietf:params:scim:api:messages:2.0:PatchOp';
 export const LIST_RESPONSE_SCHEMA_ID = 'urn:ietf:params:scim:api:messages:2.0:ListResponse';
 export const SEARCH_REQUEST_SCHEMA_ID = 'urn:ietf:params:scim:api:messages:2.0:SearchRequest';
@@ -169,7 +170,7 @@ const userAttributes: ScimAttributeDefinition[] = [
   ]),
   multi(
     'groups',
-    'Groups the user belongs to (not managed by this server).',
+    "Groups the user belongs to. Not returned by this server: read the groups' members instead.",
     [
       attr('value', 'string', 'The id of the group.', { mutability: 'readOnly' }),
       attr('$ref', 'reference', 'The URI of the group.', {
@@ -251,6 +252,38 @@ export const USER_RESOURCE_SCHEMAS: ScimResourceSchemas = {
       attributes: enterpriseAttributes,
     },
   ],
+  common: commonAttributes,
+};
+
+const groupAttributes: ScimAttributeDefinition[] = [
+  // RFC 7643 §4.2 makes it REQUIRED (the §8.7.1 listing says otherwise); unique per project.
+  attr('displayName', 'string', 'A human-readable name for the group, unique in the project.', {
+    required: true,
+    uniqueness: 'server',
+  }),
+  multi('members', 'The users of the group.', [
+    attr('value', 'string', 'The id of a user of the project.', {
+      caseExact: true,
+      mutability: 'immutable',
+    }),
+    attr('$ref', 'reference', 'The URI of the user.', { mutability: 'immutable', referenceTypes: ['User'] }),
+    attr('display', 'string', "The member's name, for display."),
+    attr('type', 'string', 'The type of the member: only users are members here.', {
+      mutability: 'immutable',
+      canonicalValues: ['User'],
+    }),
+  ]),
+];
+
+/** The Group resource's schemas (RFC 7643 §4.2): core Group and the common attributes. */
+export const GROUP_RESOURCE_SCHEMAS: ScimResourceSchemas = {
+  core: {
+    id: CORE_GROUP_SCHEMA_ID,
+    name: 'Group',
+    description: 'Group',
+    attributes: groupAttributes,
+  },
+  extensions: [],
   common: commonAttributes,
 };
 

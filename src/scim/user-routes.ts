@@ -5,14 +5,12 @@ import type { AuditTrail } from '../audit/trail.js';
 import { asyncHandler } from '../http/async-handler.js';
 import { getPrincipal } from '../http/authenticate.js';
 import type { ErrorLogger } from '../http/error-rendering.js';
-import { ScimError } from '../http/http-error.js';
 import { methodNotAllowed, sendScim } from '../http/protocol-responses.js';
 import { requestParty } from '../http/request-actor.js';
 import type { UserRecord } from '../storage/types.js';
 import { parseAttributeList, projectScimAttributes } from './attributes.js';
 import { entityTagMatches, parseEntityTags } from './entity-tags.js';
-import { isPlainObject } from './json-access.js';
-import { readListQuery } from './list-query.js';
+import { readListQuery, searchRequestBody } from './list-query.js';
 import { listResponse } from './list-response.js';
 import type { ScimResourceSchemas } from './schema.js';
 import { userEtag, userToScim } from './user-mapping.js';
@@ -45,11 +43,7 @@ const projectOf = (res: Response) => getPrincipal(res).projectId!;
 const ifMatch = (req: Request) => parseEntityTags(req.get('if-match'));
 
 /** The SearchRequest of a `POST .search` (RFC 7644 §3.4.3). */
-function searchBody(req: Request): Record<string, unknown> {
-  if (!isPlainObject(req.body))
-    throw new ScimError(400, 'invalidSyntax', 'The body must be a SearchRequest object');
-  return req.body;
-}
+const searchBody = (req: Request) => searchRequestBody(req.body);
 
 /**
  * Mounts the Users endpoints (RFC 7644 §3) on the SCIM router: `/Users` (GET search, POST

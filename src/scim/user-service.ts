@@ -1,7 +1,8 @@
 /**
  * SCIM User operations on the storage, framework-free: create (profile resource + user +
- * membership in one transaction), read, replace, patch, delete and search, with the version
- * preconditions and the retry that keeps concurrent writes from being lost.
+ * membership in one transaction), read, replace, patch, delete (leaving every group, in the same
+ * transaction) and search, with the version preconditions and the retry that keeps concurrent
+ * writes from being lost.
  */
 import { ScimError } from '../http/http-error.js';
 import type { ProfileType, Storage, UserRecord } from '../storage/types.js';
@@ -12,6 +13,7 @@ import type { ScimResourceSchemas } from './schema.js';
 import { scimStorageCall } from './storage-errors.js';
 import { ScimPageCursors } from './user-listing.js';
 import { profileResource, scimUserFields, userDocument, type ScimUserFields } from './user-mapping.js';
+import { leaveGroups } from './user-groups.js';
 import { searchUsers, type ScimSearchResult } from './user-search.js';
 import { DEFAULT_ACTIVE, withRetry, writeUser } from './user-writes.js';
 
@@ -197,6 +199,7 @@ export function scimUserService(config: ScimUserServiceConfig): ScimUserService 
         for (const membership of await tx.listMemberships(projectId, { userId: id })) {
           await tx.deleteMembership(projectId, membership.id);
         }
+        await leaveGroups(tx, projectId, current);
         // The profile resource and every other FHIR resource stay.
         await tx.deleteUser(projectId, id);
       }),

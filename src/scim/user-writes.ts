@@ -1,10 +1,12 @@
 /**
- * Writing a SCIM user over its stored record (replace and patch): the profile resource kept in
- * step with the user's attributes, and a read-modify-write tried again when it lost a race.
+ * Writing a SCIM user over its stored record (replace and patch): the profile resource and the
+ * user's group memberships kept in step with the user's attributes, and a read-modify-write tried
+ * again when it lost a race.
  */
 import { ScimError } from '../http/http-error.js';
 import { NotFoundError, PreconditionFailedError } from '../storage/errors.js';
 import type { FhirResource, StorageOperations, UserChanges, UserRecord } from '../storage/types.js';
+import { followActivity } from './user-groups.js';
 import { profileChanged, profileResource, type ScimUserFields } from './user-mapping.js';
 
 /**
@@ -35,7 +37,10 @@ async function readProfile(
   }
 }
 
-/** Writes new fields over a user, keeping the profile in sync (nothing written when nothing changed). */
+/**
+ * Writes new fields over a user, keeping the profile in sync and, when `active` changes, the user's
+ * `member.inactive` in its groups (nothing written when nothing changed).
+ */
 export async function writeUser(
   tx: StorageOperations,
   projectId: string,
@@ -60,7 +65,9 @@ export async function writeUser(
   if (!existing || profileChanged(existing, profile)) {
     await tx.updateResource(projectId, { ...profile, id: current.profileId });
   }
-  return tx.updateUser(projectId, current.id, changes, { ifVersion: current.version });
+  const updated = await tx.updateUser(projectId, current.id, changes, { ifVersion: current.version });
+  if (updated.active !== current.active) await followActivity(tx, projectId, updated);
+  return updated;
 }
 
 /**

@@ -1,10 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
 import {
+  DEFAULT_ADMIN_NAME,
+  initProject,
   isEmailAddress,
   ownerDefaultsFromUser,
   parseInitParameters,
 } from '../../src/project/init-project.js';
+import { memoryStorage } from '../../src/stores.js';
 import type { UserRecord } from '../../src/storage/types.js';
 
 const p = (...parameter: unknown[]) => ({ resourceType: 'Parameters', parameter });
@@ -111,5 +114,32 @@ describe('ownerDefaultsFromUser', () => {
     expect(ownerDefaultsFromUser({ ...user, data: { emails: [{ value: 'not an email' }] } })).toEqual({
       userName: 'ada',
     });
+  });
+});
+
+describe('initProject', () => {
+  it('names an admin given no name "Project Administrator", on the user and its profile', async () => {
+    const storage = memoryStorage();
+    const { user, profile } = await initProject(storage, { name: 'Alpha' });
+    expect(DEFAULT_ADMIN_NAME).toEqual({ givenName: 'Project', familyName: 'Administrator' });
+    expect(user.data).toEqual({
+      name: { formatted: 'Project Administrator', givenName: 'Project', familyName: 'Administrator' },
+      displayName: 'Project Administrator',
+    });
+    expect(profile.name).toEqual([
+      { use: 'official', text: 'Project Administrator', family: 'Administrator', given: ['Project'] },
+    ]);
+    // A name given in part is kept as given; the e-mail is the user's as before.
+    const named = await initProject(storage, {
+      name: 'Beta',
+      ownerGivenName: 'Ada',
+      ownerEmail: 'ada@example.org',
+    });
+    expect(named.user.data).toEqual({
+      name: { formatted: 'Ada', givenName: 'Ada' },
+      displayName: 'Ada',
+      emails: [{ value: 'ada@example.org', type: 'work', primary: true }],
+    });
+    await storage.close();
   });
 });

@@ -47,7 +47,14 @@ describe('SCIM with real tokens: project:admin is required', () => {
 
     for (const scope of ['system/Patient.read', 'system/*.*']) {
       const narrow = await ctx.bearer(admin.id, admin.secret, scope);
-      expectScimForbidden(await post(narrow, 'new@acme.example'));
+      const refused = await post(narrow, 'new@acme.example');
+      expectScimForbidden(refused);
+      // The answer names what the token lacks (RFC 6750 §3.1).
+      expect(refused.body.detail).toMatch(/project:admin/);
+      expect(refused.headers['www-authenticate']).toBe(
+        'Bearer error="insufficient_scope", scope="project:admin"',
+      );
+      expectScimForbidden(await request(ctx.app).get('/scim/v2/Groups').set('Authorization', narrow));
       expectScimForbidden(
         await request(ctx.app).delete(`/scim/v2/Users/${userId}`).set('Authorization', narrow),
       );
@@ -74,6 +81,27 @@ describe('SCIM with real tokens: project:admin is required', () => {
       .type(SCIM_JSON)
       .send(newUser('three@acme.example'));
     expect(basic.status).toBe(201);
+  });
+
+  it("lists the admin $init created first, with a name, as Okta's SCIM test expects", async () => {
+    const full = await ctx.bearer(admin.id, admin.secret);
+    const first = await request(ctx.app)
+      .get('/scim/v2/Users?count=1&startIndex=1')
+      .set('Authorization', full);
+    expect(first.status).toBe(200);
+    expect(first.body.Resources[0]).toMatchObject({
+      id: expect.any(String),
+      userName: expect.any(String),
+      active: true,
+      name: { givenName: 'Project', familyName: 'Administrator', formatted: 'Project Administrator' },
+      displayName: 'Project Administrator',
+    });
+    // "Look up, then create" must not take a misspelt attribute for "no such user".
+    const misspelt = await request(ctx.app)
+      .get(`/scim/v2/Users?filter=${encodeURIComponent('userNmae eq "x"')}`)
+      .set('Authorization', full);
+    expect(misspelt.status).toBe(400);
+    expect(misspelt.body.scimType).toBe('invalidFilter');
   });
 
   it('never lets a non-admin client in, whatever it asks for', async () => {

@@ -6,6 +6,7 @@ import { expectScimError } from '../helpers/protocol-errors.js';
 import { createScimApp, MOUNT, SCIM } from './scim-app.js';
 
 const CORE = 'urn:ietf:params:scim:schemas:core:2.0:User';
+const GROUP = 'urn:ietf:params:scim:schemas:core:2.0:Group';
 
 function newUser(overrides: Record<string, unknown> = {}) {
   return {
@@ -427,7 +428,11 @@ describe('scimRouter: protocol', () => {
     expect(wrong.headers.allow).toBe('GET, POST');
     expectScimError(await a.put('/ServiceProviderConfig', {}), 405);
     expectScimError(await a.get('/Users/.search'), 405);
-    expectScimError(await a.get('/Groups'), 404);
+    expectScimError(await a.get('/Groups/.search'), 405);
+    expect((await agent.delete(`${MOUNT}/Groups`).set('Authorization', admin)).headers.allow).toBe(
+      'GET, POST',
+    );
+    expectScimError(await a.get('/Roles'), 404);
   });
 
   it('serves discovery endpoints', async () => {
@@ -444,11 +449,27 @@ describe('scimRouter: protocol', () => {
       changePassword: { supported: false },
     });
     const types = await a.get('/ResourceTypes');
-    expect(types.body.Resources).toMatchObject([{ id: 'User', endpoint: '/Users', schema: CORE }]);
+    expect(types.body.Resources).toMatchObject([
+      { id: 'User', endpoint: '/Users', schema: CORE },
+      { id: 'Group', endpoint: '/Groups', schema: GROUP, schemaExtensions: [] },
+    ]);
     expect((await a.get('/ResourceTypes/User')).body.id).toBe('User');
-    expectScimError(await a.get('/ResourceTypes/Group'), 404);
+    expect((await a.get('/ResourceTypes/Group')).body.endpoint).toBe('/Groups');
+    expectScimError(await a.get('/ResourceTypes/Role'), 404);
     const schemas = await a.get('/Schemas');
-    expect(schemas.body.totalResults).toBe(2);
+    expect(schemas.body.totalResults).toBe(3);
+    expect(schemas.body.Resources.map((r: { id: string }) => r.id)).toContain(GROUP);
+    const group = await a.get(`/Schemas/${GROUP}`);
+    expect(group.body.attributes.find((x: { name: string }) => x.name === 'displayName')).toMatchObject({
+      required: true,
+      uniqueness: 'server',
+      caseExact: false,
+    });
+    expect(
+      group.body.attributes
+        .find((x: { name: string }) => x.name === 'members')
+        .subAttributes.map((x: { name: string }) => x.name),
+    ).toEqual(['value', '$ref', 'display', 'type']);
     const core = await a.get(`/Schemas/${CORE}`);
     expect(core.body.attributes.find((x: { name: string }) => x.name === 'userName')).toMatchObject({
       uniqueness: 'server',

@@ -80,6 +80,9 @@ const FILLERS: Record<string, string> = {
   '/scim/v2/^\\/Users\\/\\.search\\/?$/': '/scim/v2/Users/.search',
   '/scim/v2/^\\/\\.search\\/?$/': '/scim/v2/.search',
   '/scim/v2/^\\/Users\\/([^/]+)\\/?$/': '/scim/v2/Users/u1',
+  '/scim/v2/^\\/Groups\\/?$/': '/scim/v2/Groups',
+  '/scim/v2/^\\/Groups\\/\\.search\\/?$/': '/scim/v2/Groups/.search',
+  '/scim/v2/^\\/Groups\\/([^/]+)\\/?$/': '/scim/v2/Groups/sg1',
   '/scim/v2/^\\/ServiceProviderConfig\\/?$/': '/scim/v2/ServiceProviderConfig',
   '/scim/v2/^\\/ResourceTypes\\/?$/': '/scim/v2/ResourceTypes',
   '/scim/v2/^\\/ResourceTypes\\/([^/]+)\\/?$/': '/scim/v2/ResourceTypes/User',
@@ -161,6 +164,7 @@ function protectedRoutes(ids: Record<string, string>): { method: string; url: st
     url
       .replace('/Project/p1', `/Project/${ids.project}`)
       .replace('/Users/u1', `/Users/${ids.user}`)
+      .replace('/Groups/sg1', `/Groups/${ids.scimGroup}`)
       .replace('/ClientApplication/c1', `/ClientApplication/${ids.client}`)
       .replace('/Patient/p1', `/Patient/${ids.patient}`)
       .replace('/Group/g1/', `/Group/${ids.group}/`)
@@ -173,6 +177,11 @@ function protectedRoutes(ids: Record<string, string>): { method: string; url: st
 
 /** A body each route would accept from an authorized caller: refusals must come from the caller. */
 function bodyFor(url: string): { type: string; body: unknown } {
+  if (url.startsWith('/scim/v2/Groups'))
+    return {
+      type: SCIM_JSON,
+      body: { schemas: ['urn:ietf:params:scim:schemas:core:2.0:Group'], displayName: `g-${Math.random()}` },
+    };
   if (url.startsWith('/scim/'))
     return {
       type: SCIM_JSON,
@@ -322,6 +331,13 @@ describe('who is calling, on every protected route', () => {
       );
     expect(user.status).toBe(201);
     ids.user = user.body.id as string;
+    const scimGroup = await request(t.app)
+      .post('/scim/v2/Groups')
+      .set('Authorization', adminA)
+      .type(SCIM_JSON)
+      .send(JSON.stringify({ displayName: 'Isolated', members: [{ value: ids.user }] }));
+    expect(scimGroup.status).toBe(201);
+    ids.scimGroup = scimGroup.body.id as string;
     const kickoff = await request(t.app)
       .get('/fhir/R4/$export?_type=Patient')
       .set('Authorization', adminA)
@@ -357,6 +373,8 @@ describe('who is calling, on every protected route', () => {
       `/fhir/R4/Patient/${ids.patient}`,
       `/fhir/R4/Group/${ids.group}`,
       `/scim/v2/Users/${ids.user}`,
+      `/scim/v2/Groups/${ids.scimGroup}`,
+      `/fhir/R4/Group/${ids.scimGroup}`,
       `/fhir/R4/Project/${ids.project}`,
       `/fhir/R4/Project/${ids.project}/ClientApplication/${ids.client}`,
       `/fhir/R4/$export-status/${ids.job}`,
@@ -440,6 +458,7 @@ describe('who is calling, on every protected route', () => {
     // Listings and searches show none of the objects.
     for (const url of [
       '/scim/v2/Users',
+      '/scim/v2/Groups',
       '/fhir/R4/Patient',
       '/fhir/R4/Group',
       '/fhir/R4/_history',
