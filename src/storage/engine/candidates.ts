@@ -2,6 +2,7 @@ import { compartmentOf } from '../search-request.js';
 import type { NarrowedQuery } from '../query-narrowing.js';
 import type { ResourceEntry } from './mutation.js';
 import type { SearchCandidates } from './postings.js';
+import type { SearchPace } from './search-pace.js';
 import type { StateView } from './state.js';
 
 /**
@@ -75,13 +76,25 @@ export interface Narrowing {
   keys: ReadonlySet<string> | undefined;
 }
 
-/** The live candidates within `narrowing`, each once (only ids may repeat a candidate). */
-export function narrowedMatches(candidates: Iterable<ResourceEntry>, narrowing: Narrowing): ResourceEntry[] {
+/** Candidates looked at between two `breathe()`s of the search's pace. */
+const STRIDE = 4096;
+
+/**
+ * The live candidates within `narrowing`, each once (only ids may repeat a candidate), looked at in
+ * strides between which others run: `all` is taken at once, and pinned by the caller.
+ */
+export async function narrowedMatches(
+  all: readonly ResourceEntry[],
+  narrowing: Narrowing,
+  pace: SearchPace,
+): Promise<ResourceEntry[]> {
   const { lastUpdated, compartment, keys } = narrowing;
   const ids = narrowing.ids ? new Set(narrowing.ids) : undefined;
   const matches: ResourceEntry[] = [];
   const seenIds = new Set<string>();
-  for (const e of candidates) {
+  for (let i = 0; i < all.length; i++) {
+    if (i > 0 && i % STRIDE === 0) await pace.breathe();
+    const e = all[i]!;
     if (e.deleted || !inRange(e.lastUpdatedMicros, lastUpdated)) continue;
     if (ids && (!ids.has(e.id) || seenIds.has(e.id))) continue;
     if (compartment && !compartment.some((p) => e.patients.includes(p))) continue;

@@ -10,6 +10,7 @@ import type { NarrowedQuery } from '../query-narrowing.js';
 import { postableCodes, postingKey, unpair } from './posting-keys.js';
 import { sortedCodes } from './sort-postings.js';
 import type { ResourceEntry } from './mutation.js';
+import type { SearchPace } from './search-pace.js';
 import type { StateView } from './state.js';
 
 /*
@@ -24,6 +25,26 @@ type Chain = Extract<SearchFilter, { kind: 'chain' }>;
 type Has = Extract<SearchFilter, { kind: 'has' }>;
 /** The search whose chains are resolved: its `reach` bounds every resource they read. */
 type Outer = Pick<SearchRequest, 'reach'>;
+
+/** Entries looked at between two `breathe()`s of the search's pace (a `_has` may go through a million). */
+const STRIDE = 1024;
+
+/** Calls `fn` on each of `entries`, letting other requests run every `STRIDE` (`SearchPace`). */
+async function paced<T>(entries: Iterable<T>, pace: SearchPace, fn: (entry: T) => void): Promise<void> {
+  let seen = 0;
+  for (const entry of entries) {
+    fn(entry);
+    if (++seen % STRIDE === 0) await pace.breathe();
+  }
+}
+
+/** What resolving a search's chains reads through, and its pace. */
+interface Resolving {
+  view: StateView;
+  projectId: string;
+  outer: Outer;
+  pace: SearchPace;
+}
 
 /** Whether `entry` (of `type`) is a live resource the search's chains may read (within its `reach`). */
 function reached(outer: Outer, type: string, entry: ResourceEntry): boolean {
@@ -65,22 +86,23 @@ export function wantedPostings(resourceType: string, search: SearchRequest): Map
  * inner filter (a parameter, or a chain resolved so first) the postings answer exactly. `null`
  * when no resource matches; undefined when some referenced type's postings cannot tell.
  */
-function resolveChain(
-  view: StateView,
-  projectId: string,
-  outer: Outer,
+async function resolveChain(
+  { view, projectId, outer, pace }: Resolving,
   chain: Chain,
-): ParameterFilter | null | undefined {
+): Promise<ParameterFilter | null | undefined> {
   const inner =
-    chain.filter.kind === 'chain' ? resolveChain(view, projectId, outer, chain.filter) : chain.filter;
+    chain.filter.kind === 'chain'
+      ? await resolveChain({ view, projectId, outer, pace }, chain.filter)
+      : chain.filter;
   if (inner === undefined) return undefined;
   if (inner === null) return null;
   const values: ReferenceSearchValue[] = [];
   for (const type of chain.targetTypes) {
     const found = view.searched(projectId, type, filterSearch(type, inner));
     if (!found?.exact) return undefined;
-    for (const e of found.entries)
+    await paced([...found.entries], pace, (e) => {
       if (reached(outer, type, e)) values.push({ type: 'reference', resourceType: type, id: e.id });
+    });
   }
   if (values.length === 0) return null;
   return { kind: 'parameter', code: chain.code, type: 'reference', values };
@@ -91,29 +113,27 @@ function resolveChain(
  * resolved as `resolveChain` does, or a `_has` resolved by `resolveHas`), when the postings answer
  * it exactly; `null` when none; undefined when the postings cannot tell.
  */
-function hasReferrers(
-  view: StateView,
-  projectId: string,
-  outer: Outer,
-  has: Has,
-): ResourceEntry[] | null | undefined {
+async function hasReferrers(r: Resolving, has: Has): Promise<ResourceEntry[] | null | undefined> {
+  const { view, projectId, outer, pace } = r;
   const type = has.resourceType;
   if (has.filter.kind === 'has') {
-    const ids = resolveHas(view, projectId, outer, type, has.filter);
+    const ids = await resolveHas(r, type, has.filter);
     if (!ids) return ids;
     const entries: ResourceEntry[] = [];
-    for (const id of ids) {
+    await paced(ids, pace, (id) => {
       const entry = view.resource(projectId, type, id);
       if (entry && reached(outer, type, entry)) entries.push(entry);
-    }
+    });
     return entries.length > 0 ? entries : null;
   }
-  const inner = has.filter.kind === 'chain' ? resolveChain(view, projectId, outer, has.filter) : has.filter;
+  const inner = has.filter.kind === 'chain' ? await resolveChain(r, has.filter) : has.filter;
   if (!inner) return inner;
   const found = view.searched(projectId, type, filterSearch(type, inner));
   if (!found?.exact) return undefined;
   const entries: ResourceEntry[] = [];
-  for (const e of found.entries) if (reached(outer, type, e)) entries.push(e);
+  await paced([...found.entries], pace, (e) => {
+    if (reached(outer, type, e)) entries.push(e);
+  });
   return entries;
 }
 
@@ -124,25 +144,19 @@ function hasReferrers(
  * resolved so) exactly and hold that parameter; `null` when none; undefined when the postings
  * cannot tell.
  */
-function resolveHas(
-  view: StateView,
-  projectId: string,
-  outer: Outer,
-  type: string,
-  has: Has,
-): Set<string> | null | undefined {
-  if (!view.postedCodes(projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
-  const referrers = hasReferrers(view, projectId, outer, has);
+async function resolveHas(r: Resolving, type: string, has: Has): Promise<Set<string> | null | undefined> {
+  if (!r.view.postedCodes(r.projectId, has.resourceType)?.has(has.referenceParam)) return undefined;
+  const referrers = await hasReferrers(r, has);
   if (!referrers) return referrers;
   const prefix = postingKey(has.referenceParam, 'r', '');
   const ids = new Set<string>();
-  for (const e of referrers) {
+  await paced(referrers, r.pace, (e) => {
     for (const key of e.postings ?? []) {
       if (!key.startsWith(prefix)) continue;
       const [target, id] = unpair(key.slice(prefix.length));
       if (target === type) ids.add(id);
     }
-  }
+  });
   return ids.size > 0 ? ids : null;
 }
 
@@ -153,26 +167,28 @@ function resolveHas(
  * one of them matches no resource (nor then does the search). Only `query.search` of
  * `resourceType` is resolved, every resource it reads within the search's `reach`.
  */
-export function resolveQuery(
+export async function resolveQuery(
   view: StateView,
   projectId: string,
   resourceType: string,
   query: NarrowedQuery,
-): NarrowedQuery | undefined {
+  pace: SearchPace,
+): Promise<NarrowedQuery | undefined> {
   const { search } = query;
   if (search?.resourceType !== resourceType || search.filters.every((f) => f.kind === 'parameter'))
     return query;
+  const r: Resolving = { view, projectId, outer: search, pace };
   const filters: SearchFilter[] = [];
   let ids = query.ids ? new Set(query.ids) : undefined;
   for (const f of search.filters) {
     if (f.kind === 'has') {
-      const found = resolveHas(view, projectId, search, resourceType, f);
+      const found = await resolveHas(r, resourceType, f);
       if (found === null) return undefined;
       if (found === undefined) filters.push(f);
       else ids = ids ? new Set([...ids].filter((id) => found.has(id))) : found;
       continue;
     }
-    const resolved = f.kind === 'chain' ? resolveChain(view, projectId, search, f) : f;
+    const resolved = f.kind === 'chain' ? await resolveChain(r, f) : f;
     if (resolved === null) return undefined;
     filters.push(resolved ?? f);
   }

@@ -414,7 +414,7 @@ export class EngineOperations implements StorageOperations {
     pace.check();
     // Chains and `_has` the postings answer become reference filters and ids (`chains.ts`);
     // `undefined` when one matches nothing. The rest is tested by the matcher (`filter-test.ts`).
-    const resolved = resolveQuery(this.ctx.view(), projectId, resourceType, query);
+    const resolved = await resolveQuery(this.ctx.view(), projectId, resourceType, query, pace);
     const deadline = asked.deadline === undefined ? {} : { deadline: asked.deadline };
     const filters = await searchFilterTest(
       this.indexing,
@@ -432,14 +432,17 @@ export class EngineOperations implements StorageOperations {
       ? candidateEntries(view, projectId, resourceType, resolved, keys)
       : { entries: [], exact: true };
     const where = candidateTest(filters, exact, query.where);
-    const matches = narrowedMatches(candidates, {
+    const narrowing = {
       ids: resolved?.ids,
       lastUpdated: query.lastUpdated,
       compartment: compartmentOf(resourceType, query.search),
       keys,
-    });
-    const release = this.ctx.pin(matches);
+    };
+    // Taken at once and pinned: the search lets others (writes, compaction) run while it works.
+    const all = [...candidates];
+    const release = this.ctx.pin(all);
     try {
+      const matches = await narrowedMatches(all, narrowing, pace);
       // `_sort` on parameters whose keys hold the sort values: ordered without reading a body.
       const sortValues =
         !where && query.order

@@ -87,9 +87,12 @@ export class SearchPace {
     return performance.now() - this.last >= SLICE_MS;
   }
 
-  /** Yields when the slice is used up; throws past the deadline. */
+  /** Yields when the slice is used up; throws past the deadline (checked at every call). */
   async breathe(): Promise<void> {
-    if (!this.due) return;
+    if (!this.due) {
+      this.check();
+      return;
+    }
     await awaitTurn();
     this.last = performance.now();
     this.check();
