@@ -51,8 +51,12 @@ function filterPaths(filter: ScimFilter): ScimAttributePath[] {
   }
 }
 
-/** 400 `invalidFilter` for an attribute no type defines (a misspelt name, as on each endpoint). */
-function checkAttributesDefined(filter: ScimFilter, types: RootSearchType[]): void {
+/**
+ * 400 `invalidFilter` for an attribute no type defines (a misspelt name, as on each endpoint), and
+ * for what a type's own search would refuse, even where another part of the filter spares it.
+ */
+function checkFilter(filter: ScimFilter, types: RootSearchType[]): void {
+  for (const type of types) compileScimFilter(filter, type.schemas, { undefinedAsAbsent: true });
   for (const path of filterPaths(filter)) {
     if (!types.some((type) => resolveAttribute(type.schemas, path)))
       throw new ScimError(
@@ -146,7 +150,7 @@ export async function searchServerRoot(
     query: { ...readListQuery(params, type.schemas, maxResults), serverRoot: true },
   }));
   const { filter, startIndex, count } = parts[0]!.query;
-  if (filter) checkAttributesDefined(filter, types);
+  if (filter) checkFilter(filter, types);
   const sorted = parts.some((part) => part.query.sortBy);
   const result = await (sorted ? pageSorted : pageInSequence)(parts, startIndex, count);
   return { ...result, startIndex };
