@@ -114,24 +114,39 @@ async function pageInSequence(parts: Part[], startIndex: number, count: number):
   return { totalResults: before, resources };
 }
 
+/** Merges lists, each already in `compare` order, into one (ties: the earlier list first). */
+function mergeSorted<T>(lists: T[][], compare: (a: T, b: T) => number): T[] {
+  const rest = lists.filter((list) => list.length > 0).map((list) => [...list]);
+  const merged: T[] = [];
+  while (rest.length > 0) {
+    let best = 0;
+    for (let i = 1; i < rest.length; i++) if (compare(rest[i]![0]!, rest[best]![0]!) < 0) best = i;
+    merged.push(rest[best]!.shift()!);
+    if (rest[best]!.length === 0) rest.splice(best, 1);
+  }
+  return merged;
+}
+
 /**
  * Sorted across types: the page's resources are among the first `startIndex + count - 1` of each
- * type, read unprojected (the sort may use an attribute the selection leaves out), sorted together
- * (stable: ties keep the types' order), then projected with their own type's schemas.
+ * type in its own search's order, read unprojected (the sort may use an attribute the selection
+ * leaves out), merged, then projected with their own type's schemas. Merging keeps each type's
+ * order as its own endpoint answers it (a store may order `id` or `userName` its own way).
  */
 async function pageSorted(parts: Part[], startIndex: number, count: number): Promise<ScimSearchResult> {
-  const sortBy = parts.find((part) => part.query.sortBy)!.query;
+  const sorting = parts.find((part) => part.query.sortBy)!.query;
   const window = { startIndex: 1, count: startIndex - 1 + count };
   let totalResults = 0;
-  const tagged: { doc: Record<string, unknown>; part: Part }[] = [];
+  const lists: { doc: Record<string, unknown>; part: Part }[][] = [];
   for (const part of parts) {
     const { attributes: _a, excludedAttributes: _e, ...unprojected } = part.query;
     const result = await searchPart({ ...part, query: unprojected }, window);
     totalResults += result.totalResults;
-    tagged.push(...result.resources.map((doc) => ({ doc, part })));
+    lists.push(result.resources.map((doc) => ({ doc, part })));
   }
-  const compare = scimSortComparator(sortBy.sortBy!, sortBy.descending);
-  const page = tagged.sort((a, b) => compare(a.doc, b.doc)).slice(startIndex - 1, startIndex - 1 + count);
+  const compare = scimSortComparator(sorting.sortBy!, sorting.descending);
+  const merged = mergeSorted(lists, (a, b) => compare(a.doc, b.doc));
+  const page = merged.slice(startIndex - 1, startIndex - 1 + count);
   const resources = page.map(({ doc, part }) => projectScimAttributes(doc, part.query, part.type.schemas));
   return { totalResults, resources };
 }
