@@ -11,7 +11,8 @@
  *   against a `dateTime`) with 400 `invalidFilter`; evaluation itself never throws, whatever the
  *   resource holds.
  * - An attribute the schemas do not define is a 400 `invalidFilter` (a misspelt `userNmae eq "x"`
- *   matching nothing would let a provider's "look up, then create" make duplicates).
+ *   matching nothing would let a provider's "look up, then create" make duplicates), except in a
+ *   search at the server root, where it is an attribute without a value (`undefinedAsAbsent`).
  */
 import { ScimError } from '../http/http-error.js';
 import {
@@ -32,9 +33,21 @@ import {
 /** A compiled filter: true when the resource matches. Never throws. */
 export type ScimFilterPredicate = (resource: unknown) => boolean;
 
+/** How {@link compileScimFilter} reads a filter. */
+export interface ScimFilterOptions {
+  /**
+   * An attribute the schemas do not define reads as one without a value, instead of a 400
+   * `invalidFilter`: a search at the server root spans resource types, and RFC 7644 §3.4.2.1 has
+   * the attributes a type lacks treated so (`pr` and `eq` false, `ne` true).
+   * @default false
+   */
+  undefinedAsAbsent?: boolean;
+}
+
 /** Where attribute names resolve: the whole resource, or one value of a complex attribute. */
 type Scope =
-  { kind: 'resource'; schemas: ScimResourceSchemas } | { kind: 'element'; parent: ScimAttributeDefinition };
+  | { kind: 'resource'; schemas: ScimResourceSchemas; undefinedAsAbsent: boolean }
+  | { kind: 'element'; parent: ScimAttributeDefinition };
 
 interface Target {
   /** Reads the candidate values (flattened) from the context object. */
@@ -187,6 +200,20 @@ function stringTest(
   };
 }
 
+/** Whether `path` names an attribute the schemas lack, read as absent (`undefinedAsAbsent`). */
+function isAbsent(scope: Scope, path: ScimAttributePath): boolean {
+  return scope.kind === 'resource' && scope.undefinedAsAbsent && !resolveAttribute(scope.schemas, path);
+}
+
+/** A comparison with an attribute no resource has: true for `ne` a value and `eq null` only. */
+function absentComparison(filter: Extract<ScimFilter, { type: 'compare' }>): ScimFilterPredicate {
+  const { operator, value } = filter;
+  if (value === null && operator !== 'eq' && operator !== 'ne')
+    throw bad(`Operator ${operator} does not apply to null`);
+  const matches = value === null ? operator === 'eq' : operator === 'ne';
+  return () => matches;
+}
+
 function compile(filter: ScimFilter, scope: Scope): ScimFilterPredicate {
   switch (filter.type) {
     case 'and': {
@@ -204,17 +231,20 @@ function compile(filter: ScimFilter, scope: Scope): ScimFilterPredicate {
       return (r) => !inner(r);
     }
     case 'present': {
+      if (isAbsent(scope, filter.path)) return () => false;
       const target = resolveTarget(scope, filter.path);
       return (r) => target.read(r).some(isPresent);
     }
     case 'valuePath': {
       if (scope.kind !== 'resource') throw bad('Value paths cannot be nested');
+      if (isAbsent(scope, filter.path)) return () => false;
       const target = resolveTarget(scope, filter.path);
       if (target.definition.type !== 'complex') throw bad(`${target.definition.name} is not complex`);
       const inner = compile(filter.filter, { kind: 'element', parent: target.definition });
       return (r) => target.read(r).some((element) => isPlainObject(element) && inner(element));
     }
     case 'compare': {
+      if (isAbsent(scope, filter.path)) return absentComparison(filter);
       const found = resolveTarget(scope, filter.path);
       const target = comparableTarget(found);
       if (!target) throw bad(`${found.definition.name} is complex: compare one of its sub-attributes`);
@@ -233,11 +263,16 @@ function compile(filter: ScimFilter, scope: Scope): ScimFilterPredicate {
 
 /**
  * Compiles a filter against a resource type's schemas. Throws `ScimError(400, 'invalidFilter')`
- * for an attribute the schemas do not define and for comparisons the attribute types do not
- * support; the returned predicate never throws.
+ * for an attribute the schemas do not define (unless `undefinedAsAbsent`) and for comparisons the
+ * attribute types do not support; the returned predicate never throws.
  */
-export function compileScimFilter(filter: ScimFilter, schemas: ScimResourceSchemas): ScimFilterPredicate {
-  const predicate = compile(filter, { kind: 'resource', schemas });
+export function compileScimFilter(
+  filter: ScimFilter,
+  schemas: ScimResourceSchemas,
+  options: ScimFilterOptions = {},
+): ScimFilterPredicate {
+  const undefinedAsAbsent = options.undefinedAsAbsent === true;
+  const predicate = compile(filter, { kind: 'resource', schemas, undefinedAsAbsent });
   return (resource) => {
     try {
       return predicate(resource);

@@ -106,7 +106,8 @@ export async function searchGroups(
   links: GroupLinks,
 ): Promise<ScimSearchResult> {
   const schemas = GROUP_RESOURCE_SCHEMAS;
-  const predicate = query.filter ? compileScimFilter(query.filter, schemas) : undefined;
+  const options = { undefinedAsAbsent: query.serverRoot === true };
+  const predicate = query.filter ? compileScimFilter(query.filter, schemas, options) : undefined;
   const filters = await scimStorageCall(() =>
     storeFilters(storage, projectId, query.filter ? equalities(query.filter) : []),
   );

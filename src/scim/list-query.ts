@@ -15,6 +15,11 @@ export interface ScimListQuery extends ScimAttributeSelection {
   /** 1-based. */
   startIndex: number;
   count: number;
+  /**
+   * A search at the server root, across resource types (RFC 7644 §3.4.2.1): an attribute of the
+   * filter that this type does not define reads as absent instead of answering 400.
+   */
+  serverRoot?: boolean;
 }
 
 function invalidValue(message: string): ScimError {

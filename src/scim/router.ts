@@ -17,6 +17,7 @@ import { mountDiscoveryRoutes } from './discovery-routes.js';
 import { projectScimSettings } from './project-settings.js';
 import { mountGroupRoutes } from './group-routes.js';
 import { scimGroupService } from './group-service.js';
+import { mountRootSearchRoute } from './root-search-route.js';
 import { GROUP_RESOURCE_SCHEMAS, USER_RESOURCE_SCHEMAS, USER_TYPES } from './schema.js';
 import { mountUserRoutes } from './user-routes.js';
 import { scimUserService, type ScimUserSettings } from './user-service.js';
@@ -140,7 +141,7 @@ const projectAdminsOnly: RequestHandler = (_req, res, next) => {
  * id, whose members are the users' profiles (FHIR clients may read it, not change it).
  *
  * Routes: `/Users` and `/Groups` (GET search, POST create), `/Users/{id}` and `/Groups/{id}` (GET,
- * PUT, PATCH, DELETE), `/Users/.search`, `/Groups/.search` and `/.search` (users; POST),
+ * PUT, PATCH, DELETE), `/Users/.search`, `/Groups/.search` and `/.search` (users and groups; POST),
  * `/ServiceProviderConfig`, `/ResourceTypes[/{id}]`, `/Schemas[/{id}]`. Errors are SCIM Error
  * JSON; every answer is `application/scim+json`.
  */
@@ -156,36 +157,34 @@ export function scimRouter(options: ScimRouterOptions): Router {
 
   const router = express.Router();
   router.use(requirePrincipal(config.authenticate, storage), projectAdminsOnly);
+  const writes = { maxOperations: config.maxPatchOperations, maxAttempts: config.maxWriteAttempts };
+  const users = scimUserService({ storage, schemas, echoUserName, ...writes });
+  const groups = scimGroupService({ storage, ...writes });
+  const settingsOf = (projectId: string) => projectScimSettings(storage, projectId, routerSettings);
+  const linksOf = (req: Request) => ({
+    groupUrl: (id: string) => url(req, `/Groups/${encodeURIComponent(id)}`),
+    userUrl: (id: string) => userUrl(req, id),
+  });
+  const { auditTrail, onError } = config;
   mountUserRoutes(router, {
-    service: scimUserService({
-      storage,
-      schemas,
-      echoUserName,
-      maxOperations: config.maxPatchOperations,
-      maxAttempts: config.maxWriteAttempts,
-    }),
+    service: users,
     schemas,
     maxResults,
     body,
-    settingsOf: (projectId) => projectScimSettings(storage, projectId, routerSettings),
+    settingsOf,
     userUrl,
-    auditTrail: config.auditTrail,
-    onError: config.onError,
+    auditTrail,
+    onError,
   });
-  mountGroupRoutes(router, {
-    service: scimGroupService({
-      storage,
-      maxOperations: config.maxPatchOperations,
-      maxAttempts: config.maxWriteAttempts,
-    }),
+  mountGroupRoutes(router, { service: groups, maxResults, body, linksOf, auditTrail, onError });
+  mountRootSearchRoute(router, {
+    users,
+    userSchemas: schemas,
+    groups,
     maxResults,
     body,
-    linksOf: (req) => ({
-      groupUrl: (id) => url(req, `/Groups/${encodeURIComponent(id)}`),
-      userUrl: (id) => userUrl(req, id),
-    }),
-    auditTrail: config.auditTrail,
-    onError: config.onError,
+    settingsOf,
+    linksOf,
   });
   const types = [
     { name: 'User', endpoint: '/Users', description: 'User Account', schemas },

@@ -34,7 +34,6 @@ export interface UserRouteDeps {
 
 const USERS = /^\/Users\/?$/;
 const USERS_SEARCH = /^\/Users\/\.search\/?$/;
-const ROOT_SEARCH = /^\/\.search\/?$/;
 const USER = /^\/Users\/([^/]+)\/?$/;
 
 /** The caller's project (the router admits project administrators only). */
@@ -47,8 +46,8 @@ const searchBody = (req: Request) => searchRequestBody(req.body);
 
 /**
  * Mounts the Users endpoints (RFC 7644 §3) on the SCIM router: `/Users` (GET search, POST
- * create), `/Users/.search` and `/.search` (POST), `/Users/{id}` (GET, PUT, PATCH, DELETE). Other
- * methods answer 405.
+ * create), `/Users/.search` (POST), `/Users/{id}` (GET, PUT, PATCH, DELETE). Other methods answer
+ * 405.
  */
 export function mountUserRoutes(router: Router, deps: UserRouteDeps): void {
   const { service, schemas, body, settingsOf, userUrl } = deps;
@@ -155,7 +154,6 @@ export function mountUserRoutes(router: Router, deps: UserRouteDeps): void {
     .post(body, create)
     .all(methodNotAllowed('GET, POST', 'scim'));
   router.route(USERS_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST', 'scim'));
-  router.route(ROOT_SEARCH).post(body, search(searchBody)).all(methodNotAllowed('POST', 'scim'));
   router
     .route(USER)
     .get(read)

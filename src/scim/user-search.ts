@@ -91,7 +91,8 @@ export function searchUsers(
   echoUserName: boolean,
 ): Promise<ScimSearchResult> {
   const { schemas } = ctx;
-  const predicate = query.filter ? compileScimFilter(query.filter, schemas) : undefined;
+  const options = { undefinedAsAbsent: query.serverRoot === true };
+  const predicate = query.filter ? compileScimFilter(query.filter, schemas, options) : undefined;
   const filter = query.filter ? scimStorageFilter(query.filter, schemas) : undefined;
   const search: UserSearch = {
     projectId,

@@ -122,6 +122,34 @@ describe('filter evaluation', () => {
   });
 });
 
+describe('filters at the server root (undefinedAsAbsent)', () => {
+  const rootMatch = (filter: string, resource: unknown = user) =>
+    compileScimFilter(parseScimFilter(filter), USER_RESOURCE_SCHEMAS, { undefinedAsAbsent: true })(resource);
+
+  it('reads an attribute the schemas lack as one without a value (RFC 7644 §3.4.2.1)', () => {
+    expect(rootMatch('members pr')).toBe(false);
+    expect(rootMatch('members.value eq "Ab12"')).toBe(false);
+    expect(rootMatch('members[value eq "Ab12"]')).toBe(false);
+    expect(rootMatch('members.value ne "Ab12"')).toBe(true);
+    expect(rootMatch('members eq null')).toBe(true);
+    expect(rootMatch('members ne null')).toBe(false);
+    expect(rootMatch('not (members pr)')).toBe(true);
+    expect(rootMatch('members.value eq "Ab12" or userName sw "barbara"')).toBe(true);
+    expect(rootMatch('members.value gt true and userName sw "barbara"')).toBe(false);
+  });
+
+  it.each([
+    ['members gt null'],
+    ['name.givenName gt true'],
+    ['emails[kind eq "work"]'],
+    ['userName eq true'],
+  ])('still rejects %j, whose attribute the schemas define or whose operator never applies', (filter) => {
+    const compile = () =>
+      compileScimFilter(parseScimFilter(filter), USER_RESOURCE_SCHEMAS, { undefinedAsAbsent: true });
+    expect(compile).toThrow(ScimError);
+  });
+});
+
 describe('planScimLookup', () => {
   const plan = (f: string) => planScimLookup(parseScimFilter(f), CORE_USER_SCHEMA_ID);
   it('finds indexed lookups', () => {
