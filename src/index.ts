@@ -126,6 +126,7 @@ export type {
   ProfileType,
   ProjectScimSettings,
   ProjectIdentityProvider,
+  ProjectGroupRole,
   UserMatchAttribute,
   UserRecord,
   NewUser,
