@@ -41,25 +41,30 @@ async function projectOf(storage: Storage, user: UserRecord): Promise<ProjectRec
 
 /**
  * The roles that cap `user` now, or undefined when it is an active member of no mapped group (or
- * its project maps none). One read of the project and one indexed search of the Groups that have
+ * its project maps none); groups and scopes in the order of the project's roles. One read of the project and one indexed search of the Groups that have
  * the user's profile as a member and one of the mapped names.
  */
 export async function userRoles(storage: Storage, user: UserRecord): Promise<UserRoles | undefined> {
   const roles = (await projectOf(storage, user))?.groupRoles ?? [];
   if (roles.length === 0) return undefined;
-  const byKey = new Map(roles.map((role) => [groupNameKey(role.group), role.scopes]));
   const profile = `${user.userType}/${user.profileId}`;
   const found = await groupsWithMember(storage, user.projectId, profile, [
     groupNamesFilter(roles.map((role) => role.group)),
   ]);
+  const named = new Map<string, string>();
+  for (const group of found) {
+    if (typeof group.name === 'string' && isActiveMember(group, profile)) {
+      named.set(groupNameKey(group.name), group.name);
+    }
+  }
+  // In the order of the setting, so that the scopes granted are in an order that does not change.
   const groups: string[] = [];
   const cap = new Set<string>();
-  for (const group of found) {
-    const name = typeof group.name === 'string' ? group.name : undefined;
-    const scopes = name === undefined ? undefined : byKey.get(groupNameKey(name));
-    if (scopes === undefined || !isActiveMember(group, profile)) continue;
-    groups.push(name!);
-    for (const scope of scopes) cap.add(scope);
+  for (const role of roles) {
+    const name = named.get(groupNameKey(role.group));
+    if (name === undefined) continue;
+    groups.push(name);
+    for (const scope of role.scopes) cap.add(scope);
   }
   return groups.length > 0 ? { groups, cap: [...cap] } : undefined;
 }
