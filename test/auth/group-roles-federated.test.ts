@@ -65,7 +65,7 @@ describe('roles of SCIM Groups through the federated sign-in', () => {
       parameter: [{ name: 'name', valueString: 'Clinic' }],
     });
     const parameters = (values: Record<string, string | boolean>) => ({
-      resourceType: 'Parameters',
+      resourceType: 'Parameters' as const,
       parameter: Object.entries(values).map(([name, value]) =>
         typeof value === 'boolean' ? { name, valueBoolean: value } : { name, valueString: value },
       ),

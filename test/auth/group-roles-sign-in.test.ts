@@ -97,12 +97,11 @@ async function rolesSetup(store?: Storage): Promise<RolesSetup> {
     subject: { reference: 'Patient/pat1' },
   });
 
-  const scim = (method: 'post' | 'patch', path: string, body: unknown) =>
-    request(app)
-      [method](`/scim/v2${path}`)
-      .set('Authorization', admin)
-      .type(SCIM_JSON)
-      .send(JSON.stringify(body));
+  const scim = (method: 'post' | 'patch', path: string, body: unknown) => {
+    const agent = request(app);
+    const call = method === 'post' ? agent.post(`/scim/v2${path}`) : agent.patch(`/scim/v2${path}`);
+    return call.set('Authorization', admin).type(SCIM_JSON).send(JSON.stringify(body));
+  };
 
   async function signInTo(userId: string, scope: string) {
     const { verifier, challenge } = pkce();
