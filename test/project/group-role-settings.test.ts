@@ -46,7 +46,10 @@ function expectInvalid(res: request.Response, expression: string) {
 describe('project settings: the roles of SCIM Groups (groupRole)', () => {
   it('$settings stores the roles, answers them, replaces them whole and resets them', async () => {
     const { storage, app, id, admin, settings } = await setup();
-    const set = await settings(role('Clinicians', 'user/*.rs'), role('Care team A', 'user/Observation.cruds'));
+    const set = await settings(
+      role('Clinicians', 'user/*.rs'),
+      role('Care team A', 'user/Observation.cruds'),
+    );
     expect(set.status).toBe(200);
     expect(set.body.groupRoles).toEqual([
       { group: 'Clinicians', scope: 'user/*.rs' },
@@ -64,7 +67,9 @@ describe('project settings: the roles of SCIM Groups (groupRole)', () => {
     expect(other.body.groupRoles).toHaveLength(2);
     // Given again, the list replaces the stored one whole; scopes are split, each kept once.
     const replaced = await settings(role('Clinicians', ' user/*.rs  user/Patient.cruds user/*.rs '));
-    expect(replaced.body.groupRoles).toEqual([{ group: 'Clinicians', scope: 'user/*.rs user/Patient.cruds' }]);
+    expect(replaced.body.groupRoles).toEqual([
+      { group: 'Clinicians', scope: 'user/*.rs user/Patient.cruds' },
+    ]);
     // v1 scopes are roles' scopes as well.
     const v1 = await settings(role('Readers', 'user/*.read'), role('Writers', 'user/Observation.*'));
     expect(v1.status).toBe(200);
@@ -100,7 +105,9 @@ describe('project settings: the roles of SCIM Groups (groupRole)', () => {
       'Parameters.parameter[1].part[1].valueString',
     );
     // Nothing was stored by a refused call.
-    expect((await storage.readProject(id)).groupRoles).toEqual([{ group: 'Clinicians', scopes: ['user/*.rs'] }]);
+    expect((await storage.readProject(id)).groupRoles).toEqual([
+      { group: 'Clinicians', scopes: ['user/*.rs'] },
+    ]);
   });
 
   it('refuses malformed roles with the expression of what is wrong', async () => {
