@@ -42,6 +42,7 @@ export const UNIT_TESTS = [
   'test/auth/client-assertion.test.ts',
   'test/auth/client-secret.test.ts',
   'test/auth/data-access.test.ts',
+  'test/auth/group-roles.test.ts',
   'test/auth/id-token-signature.test.ts',
   'test/auth/public-address.test.ts',
   'test/auth/scopes.test.ts',

@@ -126,6 +126,7 @@ export type {
   ProfileType,
   ProjectScimSettings,
   ProjectIdentityProvider,
+  ProjectGroupRole,
   UserMatchAttribute,
   UserRecord,
   NewUser,
@@ -190,6 +191,7 @@ export type {
   IdentityProviderView,
   IdentityProviderClientAuth,
 } from './project/identity-provider-settings.js';
+export type { GroupRoleView } from './project/group-role-settings.js';
 export type { ClientApplicationResource } from './project/client-application.js';
 
 // Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper
@@ -284,5 +286,6 @@ export type {
   RefusedEvent,
   SignInEvent,
   AuthorizationEvent,
+  RoleCapping,
   RepeatedRefusals,
 } from './audit/events.js';

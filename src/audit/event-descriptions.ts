@@ -103,6 +103,7 @@ const AUTHORIZATION_REFUSALS = {
   reuse: 'a used code or refresh token came again: its tokens are revoked',
   revoke: 'revocation refused',
 } as const;
+const ROLES_REFUSAL = "the roles of the user's groups allow none of the data scopes asked for";
 
 /** A token request granted or refused (refusals of one client may be counted together). */
 function tokenEvent(record: TokenEvent): Described {
@@ -330,10 +331,16 @@ function signInEvent(record: SignInEvent): Described {
   };
 }
 
-/** A SMART consent, denial, refresh, code or refresh token reuse, or revocation. */
+/**
+ * A SMART consent, denial, refresh, code or refresh token reuse, or revocation; with the roles of
+ * the user's groups, a `group` detail per group and a `capped` detail (the scopes they narrowed or
+ * dropped).
+ */
 function authorizationEvent(record: AuthorizationEvent): Described {
   const details = [detail('action', record.action)];
   if (record.scopes?.length) details.push(detail('scope', record.scopes.join(' ')));
+  for (const group of record.roles?.groups ?? []) details.push(detail('group', group));
+  if (record.roles?.capped.length) details.push(detail('capped', record.roles.capped.join(' ')));
   const entity: AuditEventEntity[] = [
     {
       what: identified(IDENTIFIER_SYSTEMS.client, record.clientId, record.clientName),
@@ -349,7 +356,9 @@ function authorizationEvent(record: AuthorizationEvent): Described {
     subtype: [alert ? EVENT_SUBTYPE.securityRolesChanged : EVENT_SUBTYPE.login],
     action: 'E',
     outcome: record.result === 'granted' ? '0' : '4',
-    ...(record.result === 'refused' ? { outcomeDesc: AUTHORIZATION_REFUSALS[record.action] } : {}),
+    ...(record.result === 'refused'
+      ? { outcomeDesc: record.reason === 'roles' ? ROLES_REFUSAL : AUTHORIZATION_REFUSALS[record.action] }
+      : {}),
     entity,
   };
 }

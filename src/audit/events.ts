@@ -180,21 +180,36 @@ export interface SignInEvent extends AuditBase {
 }
 
 /**
+ * How the roles of a user's SCIM Groups capped what an app asked for (docs/login.md, "Roles"): the
+ * mapped groups the user is an active member of, and the scopes asked for that they narrowed or
+ * dropped (none: the roles allowed everything asked for).
+ */
+export interface RoleCapping {
+  groups: string[];
+  capped: string[];
+}
+
+/**
  * SMART App Launch: a user's consent to an app (`consent`, or `deny`), a token refresh (`refresh`),
  * a used authorization code or refresh token presented again (`reuse`: what it gave is revoked), a
- * token revoked at the revocation endpoint (`revoke`).
+ * token revoked at the revocation endpoint (`revoke`). A `consent` or `refresh` refused with reason
+ * `roles`: the roles of the user's groups allowed none of the data scopes asked for.
  */
 export interface AuthorizationEvent extends AuditBase {
   kind: 'authorization';
   action: 'consent' | 'deny' | 'refresh' | 'reuse' | 'revoke';
   result: 'granted' | 'refused';
+  /** Why it was refused, when the action does not say it: `roles`. */
+  reason?: 'roles';
   /** The app. */
   clientId: string;
   clientName?: string;
-  /** Scopes consented to or granted. */
+  /** Scopes consented to or granted (asked for, when refused). */
   scopes?: string[];
   /** The launch context patient's id. */
   patient?: string;
+  /** The user is an active member of groups with roles: which, and what they capped. */
+  roles?: RoleCapping;
 }
 
 /** Every kind of event the trail records. */

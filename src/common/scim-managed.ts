@@ -25,3 +25,15 @@ export function isScimManaged(resource: { meta?: unknown }): boolean {
       (tag as { code?: unknown }).code === SCIM_MANAGED_TAG.code,
   );
 }
+
+/**
+ * The `identifier.system` under which a SCIM Group's FHIR `Group` carries its display name's
+ * {@link groupNameKey}: indexed, so that a name is found with a token search (R4 has no Group `name`
+ * search parameter). Here because SCIM writes it and sign-in (the groups' roles) reads it.
+ */
+export const SCIM_GROUP_NAME_SYSTEM = 'urn:fhir-platform-kit:scim-group-name';
+
+/** The key under which a group's display name is unique and found (case-insensitive, like `userName`). */
+export function groupNameKey(displayName: string): string {
+  return displayName.toLowerCase();
+}

@@ -20,10 +20,8 @@ export type ParameterValueType =
   | 'code'
   | 'id';
 
-/** Declares one input parameter of an operation. */
-export interface ParameterDefinition {
-  /** The accepted `value[x]` types (`'string'` accepts `valueString`). */
-  type: ParameterValueType | readonly ParameterValueType[];
+/** How many times a parameter may be given. */
+interface ParameterCardinality {
   /**
    * The parameter must be present (min = 1).
    * @default false
@@ -36,10 +34,29 @@ export interface ParameterDefinition {
   repeats?: boolean;
 }
 
+/** Declares one input parameter of an operation that carries a `value[x]`. */
+export interface ValueParameterDefinition extends ParameterCardinality {
+  /** The accepted `value[x]` types (`'string'` accepts `valueString`). */
+  type: ParameterValueType | readonly ParameterValueType[];
+}
+
+/** Declares one input parameter of an operation made of parts (`Parameters.parameter.part`). */
+export interface PartsParameterDefinition extends ParameterCardinality {
+  /** Its parts, each declared as a parameter. */
+  parts: ParameterDefinitions;
+}
+
+/** Declares one input parameter of an operation. */
+export type ParameterDefinition = ValueParameterDefinition | PartsParameterDefinition;
+
 /** The input parameters of an operation, by name. */
 export type ParameterDefinitions = Readonly<Record<string, ParameterDefinition>>;
 
-type TypesOf<D extends ParameterDefinition> = D['type'] extends readonly (infer U)[] ? U : D['type'];
+type TypesOf<D extends ParameterDefinition> = D extends { type: infer T }
+  ? T extends readonly (infer U)[]
+    ? U
+    : T
+  : never;
 
 /** The JavaScript type of a `value[x]` of FHIR type `T`. */
 export type ParameterJsType<T> = T extends 'boolean'
@@ -53,19 +70,33 @@ export interface ParameterValue<V> {
   value: V;
   /** The `value[x]` type it was given as. */
   valueType: ParameterValueType;
-  /** Index of the item in `Parameters.parameter`. */
+  /** Index of the item in `Parameters.parameter` (or in its parent's `part`). */
   index: number;
   /** FHIRPath of the value element, for error `expression`s (`Parameters.parameter[0].valueString`). */
   expression: string;
 }
 
+/** One parameter made of parts, read from the body: its parts, read as parameters. */
+export interface ParameterParts<P extends ParameterDefinitions> {
+  parts: ReadParameters<P>;
+  /** Index of the item in `Parameters.parameter`. */
+  index: number;
+  /** FHIRPath of the item (`Parameters.parameter[2]`); its parts' are under `.part[i]`. */
+  expression: string;
+}
+
+/** What one occurrence of a parameter of definition `D` reads as. */
+type ReadOne<D extends ParameterDefinition> = D extends { parts: infer P extends ParameterDefinitions }
+  ? ParameterParts<P>
+  : ParameterValue<ParameterJsType<TypesOf<D>>>;
+
 /** What `readParameters` returns: each declared name mapped to its value(s). */
 export type ReadParameters<D extends ParameterDefinitions> = {
   [K in keyof D]: D[K] extends { repeats: true }
-    ? ParameterValue<ParameterJsType<TypesOf<D[K]>>>[]
+    ? ReadOne<D[K]>[]
     : D[K] extends { required: true }
-      ? ParameterValue<ParameterJsType<TypesOf<D[K]>>>
-      : ParameterValue<ParameterJsType<TypesOf<D[K]>>> | undefined;
+      ? ReadOne<D[K]>
+      : ReadOne<D[K]> | undefined;
 };
 
 /** A 400 `invalid` error pointing at `expression`. */
@@ -135,6 +166,102 @@ function primitiveProblem(type: ParameterValueType, value: unknown): string | un
   }
 }
 
+/** What one item reads as: a value, or parts. */
+type ReadItem = ParameterValue<unknown> | ParameterParts<ParameterDefinitions>;
+
+/** Reads one item's `value[x]` against its definition. */
+function readValue(
+  entry: Record<string, unknown>,
+  at: string,
+  index: number,
+  definition: ValueParameterDefinition,
+): ParameterValue<unknown> {
+  const name = entry.name as string;
+  const accepted = (
+    typeof definition.type === 'string' ? [definition.type] : definition.type
+  ) as ParameterValueType[];
+  const valueKeys = Object.keys(entry).filter((key) => !ITEM_ELEMENTS.has(key));
+  const expected = accepted.map((type) => VALUE_KEY[type]).join(' or ');
+  for (const key of ['resource', 'part']) {
+    if (Object.hasOwn(entry, key))
+      throw invalidParameter(`${at}.${key}`, `Parameter '${name}' takes a ${expected}, not a ${key}`);
+  }
+  if (valueKeys.length === 0) throw invalidParameter(at, `Parameter '${name}' must have a ${expected}`);
+  if (valueKeys.length > 1) {
+    throw invalidParameter(`${at}.${valueKeys[1]!}`, `Parameter '${name}' must have exactly one value[x]`);
+  }
+  const valueKey = valueKeys[0]!;
+  const valueType = accepted.find((type) => VALUE_KEY[type] === valueKey);
+  if (!valueType) throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}' must have a ${expected}`);
+  const value = entry[valueKey];
+  const problem = primitiveProblem(valueType, value);
+  if (problem) throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}': ${valueKey} ${problem}`);
+  return { value, valueType, index, expression: `${at}.${valueKey}` };
+}
+
+/** Reads one item's `part` list against its definition's parts. */
+function readParts(
+  entry: Record<string, unknown>,
+  at: string,
+  index: number,
+  definition: PartsParameterDefinition,
+): ParameterParts<ParameterDefinitions> {
+  const name = entry.name as string;
+  const other = Object.keys(entry).find((key) => !ITEM_ELEMENTS.has(key) || key === 'resource');
+  if (other !== undefined)
+    throw invalidParameter(`${at}.${other}`, `Parameter '${name}' takes parts, not a ${other}`);
+  if (!Object.hasOwn(entry, 'part')) throw invalidParameter(at, `Parameter '${name}' must have parts`);
+  return { parts: readItems(entry.part, `${at}.part`, definition.parts), index, expression: at };
+}
+
+/**
+ * Reads the items of a `parameter` (or `part`) list found at FHIRPath `path` against `definitions`
+ * (steps 2 to 4 of {@link readParameters}).
+ */
+function readItems<const D extends ParameterDefinitions>(
+  raw: unknown,
+  path: string,
+  definitions: D,
+): ReadParameters<D> {
+  const items = raw ?? [];
+  if (!Array.isArray(items))
+    throw invalidParameter(path, `'${path.slice(path.lastIndexOf('.') + 1)}' must be an array`);
+  const names: string[] = [];
+  (items as unknown[]).forEach((item, index) => {
+    const at = `${path}[${index}]`;
+    if (!isPlainObject(item)) throw invalidParameter(at, 'A parameter must be a JSON object');
+    if (typeof item.name !== 'string' || item.name.trim() === '') {
+      throw invalidParameter(`${at}.name`, 'A parameter must have a non-empty name');
+    }
+    names.push(item.name);
+  });
+  for (const [name, definition] of Object.entries(definitions)) {
+    if (definition.required && !names.includes(name)) {
+      throw invalidParameter(path, `Expected required input parameter '${name}'`);
+    }
+  }
+  const result: Record<string, ReadItem[] | ReadItem | undefined> = {};
+  for (const [name, definition] of Object.entries(definitions))
+    result[name] = definition.repeats ? [] : undefined;
+  (items as Record<string, unknown>[]).forEach((entry, index) => {
+    const at = `${path}[${index}]`;
+    const name = entry.name as string;
+    const definition = Object.hasOwn(definitions, name) ? definitions[name] : undefined;
+    if (!definition) throw invalidParameter(`${at}.name`, `Unknown parameter '${name}'`);
+    if (!definition.repeats && result[name] !== undefined) {
+      throw invalidParameter(at, `Parameter '${name}' may be given only once`);
+    }
+    const read =
+      'parts' in definition
+        ? readParts(entry, at, index, definition)
+        : readValue(entry, at, index, definition);
+    const slot = result[name];
+    if (Array.isArray(slot)) slot.push(read);
+    else result[name] = read;
+  });
+  return result as ReadParameters<D>;
+}
+
 /**
  * Reads the `Parameters` resource `body` against `definitions`.
  *
@@ -148,7 +275,9 @@ function primitiveProblem(type: ParameterValueType, value: unknown): string | un
  *    names only);
  * 4. every item names a declared parameter (`Parameters.parameter[i].name`), is not a repeat of a
  *    non-repeating one (`Parameters.parameter[i]`), and carries exactly one `value[x]` of an accepted
- *    type with a valid value (`Parameters.parameter[i]` when absent, else the value element).
+ *    type with a valid value (`Parameters.parameter[i]` when absent, else the value element); a
+ *    parameter declared with `parts` carries a `part` list instead, read by steps 2 to 4 against
+ *    its parts at `Parameters.parameter[i].part`.
  */
 export function readParameters<const D extends ParameterDefinitions>(
   body: unknown,
@@ -165,63 +294,5 @@ export function readParameters<const D extends ParameterDefinitions>(
   for (const key of Object.keys(body)) {
     if (!RESOURCE_ELEMENTS.has(key)) throw invalidParameter(`Parameters.${key}`, `Unknown element '${key}'`);
   }
-  const raw = body.parameter ?? [];
-  if (!Array.isArray(raw)) throw invalidParameter('Parameters.parameter', "'parameter' must be an array");
-  const items = raw as unknown[];
-
-  const names: string[] = [];
-  items.forEach((item, index) => {
-    const at = `Parameters.parameter[${index}]`;
-    if (!isPlainObject(item)) throw invalidParameter(at, 'A parameter must be a JSON object');
-    if (typeof item.name !== 'string' || item.name.trim() === '') {
-      throw invalidParameter(`${at}.name`, 'A parameter must have a non-empty name');
-    }
-    names.push(item.name);
-  });
-
-  for (const [name, definition] of Object.entries(definitions)) {
-    if (definition.required && !names.includes(name)) {
-      throw invalidParameter('Parameters.parameter', `Expected required input parameter '${name}'`);
-    }
-  }
-
-  const result: Record<string, ParameterValue<unknown>[] | ParameterValue<unknown> | undefined> = {};
-  for (const [name, definition] of Object.entries(definitions))
-    result[name] = definition.repeats ? [] : undefined;
-
-  items.forEach((item, index) => {
-    const at = `Parameters.parameter[${index}]`;
-    const entry = item as Record<string, unknown>;
-    const name = entry.name as string;
-    const definition = Object.hasOwn(definitions, name) ? definitions[name] : undefined;
-    if (!definition) throw invalidParameter(`${at}.name`, `Unknown parameter '${name}'`);
-    if (!definition.repeats && result[name] !== undefined) {
-      throw invalidParameter(at, `Parameter '${name}' may be given only once`);
-    }
-    const accepted = (
-      typeof definition.type === 'string' ? [definition.type] : definition.type
-    ) as ParameterValueType[];
-    const valueKeys = Object.keys(entry).filter((key) => !ITEM_ELEMENTS.has(key));
-    const expected = accepted.map((type) => VALUE_KEY[type]).join(' or ');
-    for (const key of ['resource', 'part']) {
-      if (Object.hasOwn(entry, key))
-        throw invalidParameter(`${at}.${key}`, `Parameter '${name}' takes a ${expected}, not a ${key}`);
-    }
-    if (valueKeys.length === 0) throw invalidParameter(at, `Parameter '${name}' must have a ${expected}`);
-    if (valueKeys.length > 1) {
-      throw invalidParameter(`${at}.${valueKeys[1]!}`, `Parameter '${name}' must have exactly one value[x]`);
-    }
-    const valueKey = valueKeys[0]!;
-    const valueType = accepted.find((type) => VALUE_KEY[type] === valueKey);
-    if (!valueType)
-      throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}' must have a ${expected}`);
-    const value = entry[valueKey];
-    const problem = primitiveProblem(valueType, value);
-    if (problem) throw invalidParameter(`${at}.${valueKey}`, `Parameter '${name}': ${valueKey} ${problem}`);
-    const read: ParameterValue<unknown> = { value, valueType, index, expression: `${at}.${valueKey}` };
-    const slot = result[name];
-    if (Array.isArray(slot)) slot.push(read);
-    else result[name] = read;
-  });
-  return result as ReadParameters<D>;
+  return readItems(body.parameter, 'Parameters.parameter', definitions);
 }

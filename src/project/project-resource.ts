@@ -1,4 +1,5 @@
 import type { ProjectRecord, ProjectScimSettings } from '../storage/types.js';
+import { groupRolesView, type GroupRoleView } from './group-role-settings.js';
 import { identityProviderView, type IdentityProviderView } from './identity-provider-settings.js';
 
 /** The `Project` resource the project operations answer (a custom, non-R4 resource type). */
@@ -14,6 +15,8 @@ export interface ProjectResource {
   scim?: ProjectScimSettings;
   /** The project's OpenID Connect identity provider, without its secret or private key. */
   identityProvider?: IdentityProviderView;
+  /** The roles of the project's SCIM Groups (see `Project/{id}/$settings`), when it has any. */
+  groupRoles?: GroupRoleView[];
   meta: { versionId: string; lastUpdated: string };
 }
 
@@ -28,6 +31,7 @@ export function projectResource(project: ProjectRecord): ProjectResource {
     ...(project.ownerUserId !== undefined ? { owner: { reference: `User/${project.ownerUserId}` } } : {}),
     ...(project.scim && Object.keys(project.scim).length > 0 ? { scim: { ...project.scim } } : {}),
     ...(project.identityProvider ? { identityProvider: identityProviderView(project.identityProvider) } : {}),
+    ...(project.groupRoles?.length ? { groupRoles: groupRolesView(project.groupRoles) } : {}),
     meta: { versionId: String(project.version), lastUpdated: project.updatedAt },
   };
 }

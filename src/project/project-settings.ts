@@ -1,10 +1,11 @@
 /**
  * A project's own settings (how its SCIM API treats identity providers, given to `Project/$init`;
- * and its OpenID Connect identity provider), changed later with `Project/{id}/$settings`. See
- * docs/project-init.md and docs/login.md.
+ * its OpenID Connect identity provider and the roles of its SCIM Groups), changed later with
+ * `Project/{id}/$settings`. See docs/project-init.md and docs/login.md.
  */
 import { USER_TYPES } from '../scim/schema.js';
-import type { ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
+import type { ProjectGroupRole, ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
+import { GROUP_ROLE_PARAMETERS, GROUP_ROLES_RESET, readGroupRoles } from './group-role-settings.js';
 import {
   applyIdentityProviderChange,
   IDENTITY_PROVIDER_PARAMETERS,
@@ -24,6 +25,7 @@ export const SETTINGS_PARAMETERS = {
 export const SETTINGS_OPERATION_PARAMETERS = {
   ...SETTINGS_PARAMETERS,
   ...IDENTITY_PROVIDER_PARAMETERS,
+  ...GROUP_ROLE_PARAMETERS,
   reset: { type: ['code', 'string'], repeats: true },
 } as const;
 
@@ -66,18 +68,30 @@ export interface SettingsChange {
   identityProvider: IdentityProviderChange;
   /** Remove the identity provider (`reset` `identityProvider`). */
   resetIdentityProvider: boolean;
+  /** The groups' roles in place of the stored ones (`groupRole` parameters), when given. */
+  groupRoles?: ProjectGroupRole[];
+  /** Remove every role (`reset` `groupRoles`). */
+  resetGroupRoles: boolean;
 }
 
 /** Reads and checks the `$settings` `Parameters` body (400 with an `expression` for every problem). */
 export function parseSettingsParameters(body: unknown): SettingsChange {
   const read = readParameters(body, SETTINGS_OPERATION_PARAMETERS);
+  const groupRoles = readGroupRoles(read.groupRole);
   const change: SettingsChange = {
     scim: readScimSettings(read),
     reset: [],
     identityProvider: readIdentityProviderChange(read),
     resetIdentityProvider: false,
+    ...(groupRoles ? { groupRoles } : {}),
+    resetGroupRoles: false,
   };
   for (const item of read.reset) {
+    if (item.value === GROUP_ROLES_RESET) {
+      if (groupRoles) throw invalidParameter(item.expression, `'${GROUP_ROLES_RESET}' is both set and reset`);
+      change.resetGroupRoles = true;
+      continue;
+    }
     if (item.value === IDENTITY_PROVIDER_RESET) {
       if (Object.keys(change.identityProvider).length > 0)
         throw invalidParameter(item.expression, `'${IDENTITY_PROVIDER_RESET}' is both set and reset`);
@@ -85,7 +99,7 @@ export function parseSettingsParameters(body: unknown): SettingsChange {
       continue;
     }
     if (!Object.hasOwn(SCIM_KEYS, item.value)) {
-      const names = [...Object.keys(SCIM_KEYS), IDENTITY_PROVIDER_RESET].join(', ');
+      const names = [...Object.keys(SCIM_KEYS), IDENTITY_PROVIDER_RESET, GROUP_ROLES_RESET].join(', ');
       throw invalidParameter(item.expression, `'reset' must name a setting: ${names}`);
     }
     const name = item.value as SettingName;
@@ -113,6 +127,16 @@ export function updateProjectSettings(
       : applyIdentityProviderChange(current.identityProvider, change.identityProvider, (text) =>
           invalidParameter('Parameters', text),
         );
-    return tx.updateProject(projectId, { scim, identityProvider });
+    return tx.updateProject(projectId, {
+      scim,
+      identityProvider,
+      groupRoles: groupRolesAfter(current, change),
+    });
   });
+}
+
+/** The roles once `change` applies: the new list, none after a reset, else the stored ones. */
+function groupRolesAfter(current: ProjectRecord, change: SettingsChange): ProjectGroupRole[] | undefined {
+  if (change.resetGroupRoles) return undefined;
+  return change.groupRoles ?? current.groupRoles;
 }

@@ -18,7 +18,7 @@
  * indexed token search (R4 defines no Group `name` search parameter): uniqueness checks and
  * `displayName eq` filters read one Group, not all of them.
  */
-import { SCIM_MANAGED_TAG } from '../common/scim-managed.js';
+import { groupNameKey, SCIM_GROUP_NAME_SYSTEM, SCIM_MANAGED_TAG } from '../common/scim-managed.js';
 import { ScimError } from '../http/http-error.js';
 import type { FhirResource, StoredResource, UserRecord } from '../storage/types.js';
 import { isPlainObject } from './json-access.js';
@@ -30,7 +30,7 @@ export const SCIM_GROUP_SYSTEMS = {
   /** `identifier.system` of the SCIM `externalId`. */
   externalId: 'urn:fhir-platform-kit:scim-external-id',
   /** `identifier.system` of the lower-cased `displayName` (unique in the project). */
-  nameKey: 'urn:fhir-platform-kit:scim-group-name',
+  nameKey: SCIM_GROUP_NAME_SYSTEM,
   /** `member.extension.url` of the member's SCIM user id (`valueString`). */
   memberId: 'urn:fhir-platform-kit:scim-member',
   /** `meta.extension.url` of when the group was created (`valueInstant`). */
@@ -59,11 +59,6 @@ export interface GroupMemberEntry {
   entity: { reference: string; display?: string };
   period?: { start: string };
   inactive?: boolean;
-}
-
-/** The key under which a display name is unique (case-insensitive, like `userName`). */
-export function groupNameKey(displayName: string): string {
-  return displayName.toLowerCase();
 }
 
 function invalidValue(message: string): ScimError {

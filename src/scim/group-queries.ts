@@ -2,55 +2,24 @@
  * How SCIM finds its Groups in the store: FHIR searches of the project's `Group`s carrying
  * `SCIM_MANAGED_TAG`, narrowed by indexed parameters (`_id`, `identifier`, `member`), so that every
  * store answers them from its indexes (in SQL on PostgreSQL), inside a transaction when given one.
+ * The search builders shared with sign-in are in `storage/scim-group-search.ts`.
  */
-import { isScimManaged, SCIM_MANAGED_TAG } from '../common/scim-managed.js';
+import { isScimManaged } from '../common/scim-managed.js';
 import { NotFoundError } from '../storage/errors.js';
-import { idFilter, typeSearch, type ParameterFilter, type SearchRequest } from '../storage/search-request.js';
+import { groupNamesFilter, identifierFilter, scimGroupSearch } from '../storage/scim-group-search.js';
+import { idFilter, type ParameterFilter } from '../storage/search-request.js';
 import type { StorageOperations, StoredResource } from '../storage/types.js';
-import { groupNameKey, SCIM_GROUP_SYSTEMS } from './group-mapping.js';
-
-const SCIM_TAG_FILTER: ParameterFilter = {
-  kind: 'parameter',
-  code: '_tag',
-  type: 'token',
-  values: [{ type: 'token', system: SCIM_MANAGED_TAG.system, code: SCIM_MANAGED_TAG.code }],
-};
-
-function identifierFilter(system: string, value: string): ParameterFilter {
-  return {
-    kind: 'parameter',
-    code: 'identifier',
-    type: 'token',
-    values: [{ type: 'token', system, code: value }],
-  };
-}
+import { SCIM_GROUP_SYSTEMS } from './group-mapping.js';
 
 /** SCIM Groups of the id. */
 export const groupIdFilter = (id: string): ParameterFilter => idFilter([id]);
 
 /** SCIM Groups of the display name (case-insensitive). */
-export const displayNameFilter = (displayName: string): ParameterFilter =>
-  identifierFilter(SCIM_GROUP_SYSTEMS.nameKey, groupNameKey(displayName));
+export const displayNameFilter = (displayName: string): ParameterFilter => groupNamesFilter([displayName]);
 
 /** SCIM Groups of the external id. */
 export const externalIdFilter = (externalId: string): ParameterFilter =>
-  identifierFilter(SCIM_GROUP_SYSTEMS.externalId, externalId);
-
-/** Groups with a member whose `entity` is `reference` (`Practitioner/…`). */
-export function memberFilter(reference: string): ParameterFilter {
-  const [resourceType, id] = reference.split('/') as [string, string];
-  return {
-    kind: 'parameter',
-    code: 'member',
-    type: 'reference',
-    values: [{ type: 'reference', resourceType, id }],
-  };
-}
-
-/** The search of the project's SCIM Groups that pass every filter. */
-export function scimGroupSearch(filters: ParameterFilter[] = []): SearchRequest {
-  return typeSearch('Group', [SCIM_TAG_FILTER, ...filters]);
-}
+  identifierFilter(SCIM_GROUP_SYSTEMS.externalId, [externalId]);
 
 /**
  * A SCIM Group of the project. A FHIR Group SCIM does not own is as absent, and so is a deleted
@@ -86,18 +55,4 @@ export async function findGroupNamed(
     total: 'none',
   });
   return page.resources[0];
-}
-
-/** The SCIM Groups with a member whose profile is `reference`. */
-export async function groupsWithMember(
-  ops: Pick<StorageOperations, 'searchResources'>,
-  projectId: string,
-  reference: string,
-): Promise<StoredResource[]> {
-  const page = await ops.searchResources(projectId, 'Group', {
-    search: scimGroupSearch([memberFilter(reference)]),
-    sort: '_id',
-    total: 'none',
-  });
-  return page.resources;
 }

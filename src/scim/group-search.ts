@@ -5,19 +5,14 @@
  * (by id, stable while groups change, unless `sortBy` says) and pages.
  */
 import { NotFoundError } from '../storage/errors.js';
+import { memberFilter, scimGroupSearch } from '../storage/scim-group-search.js';
 import type { ParameterFilter } from '../storage/search-request.js';
 import type { Storage, StoredResource } from '../storage/types.js';
 import { projectScimAttributes } from './attributes.js';
 import { compileScimFilter } from './filter-evaluator.js';
 import type { ScimFilter } from './filter-parser.js';
 import { groupToScim, profileReference } from './group-mapping.js';
-import {
-  displayNameFilter,
-  externalIdFilter,
-  groupIdFilter,
-  memberFilter,
-  scimGroupSearch,
-} from './group-queries.js';
+import { displayNameFilter, externalIdFilter, groupIdFilter } from './group-queries.js';
 import { scimSortComparator, type ScimListQuery } from './list-query.js';
 import { GROUP_RESOURCE_SCHEMAS, resolveAttribute } from './schema.js';
 import { scimStorageCall } from './storage-errors.js';

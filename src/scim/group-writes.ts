@@ -3,9 +3,10 @@
  * `displayName` checked free in the project, the members resolved (`resolveMembers`), and one
  * resource write, or none when nothing changed.
  */
+import { groupNameKey } from '../common/scim-managed.js';
 import { ScimError } from '../http/http-error.js';
 import type { StorageOperations, StoredResource } from '../storage/types.js';
-import { groupNameKey, groupResource, memberEntries, type ScimGroupFields } from './group-mapping.js';
+import { groupResource, memberEntries, type ScimGroupFields } from './group-mapping.js';
 import { resolveMembers } from './group-members.js';
 import { findGroupNamed } from './group-queries.js';
 import { canonicalJson } from './json-access.js';

@@ -5,6 +5,7 @@
  * and is unmarked when reactivated. The groups are found with a FHIR search on `member` (the
  * user's profile), answered from the store's index; each changed group is written once.
  */
+import { groupsWithMember } from '../storage/scim-group-search.js';
 import type { StorageOperations, StoredResource, UserRecord } from '../storage/types.js';
 import {
   groupWithMembers,
@@ -13,7 +14,6 @@ import {
   profileReference,
   type GroupMemberEntry,
 } from './group-mapping.js';
-import { groupsWithMember } from './group-queries.js';
 
 /** Whether `entry` is the member entry of `user`. */
 function isMemberEntryOf(entry: GroupMemberEntry, user: Pick<UserRecord, 'id'>): boolean {

@@ -27,7 +27,10 @@ import type {
 
 export type NewProject = Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>;
 export type ProjectChanges = Partial<
-  Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider'>
+  Pick<
+    ProjectRecord,
+    'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider' | 'groupRoles'
+  >
 >;
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;

@@ -24,6 +24,11 @@ export interface ProjectRecord {
    * apps (`federatedSignIn`); absent: the platform's default provider, if any.
    */
   identityProvider?: ProjectIdentityProvider;
+  /**
+   * The roles of the project's SCIM Groups: the most an active member of a group named here may be
+   * granted when signing in to a SMART app (docs/login.md, "Roles"). Absent or empty: no group caps.
+   */
+  groupRoles?: ProjectGroupRole[];
   createdAt: string;
   updatedAt: string;
   /** Incremented on every change; the ETag of the record. */
@@ -38,6 +43,14 @@ export interface ProjectScimSettings {
   defaultUserType?: ProfileType;
   /** Answer `userName` with the name the client sent instead of the profile id. */
   echoUserName?: boolean;
+}
+
+/** The role of one SCIM Group: the `user/` scopes its active members may be granted at most. */
+export interface ProjectGroupRole {
+  /** The group's `displayName`, as the setting gave it (compared case-insensitively). */
+  group: string;
+  /** SMART `user/` resource scopes (`user/*.rs`, `user/Observation.cruds`). */
+  scopes: string[];
 }
 
 /** The SCIM user attribute an identity provider's claim is compared with. */

@@ -77,7 +77,10 @@ export interface StorageOperations {
   updateProject(
     id: string,
     changes: Partial<
-      Pick<ProjectRecord, 'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider'>
+      Pick<
+        ProjectRecord,
+        'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider' | 'groupRoles'
+      >
     >,
   ): Promise<ProjectRecord>;
 

@@ -145,6 +145,11 @@ run_block walk-through "$clone" "$script"
 # curl -s answers errors with a body, not an exit code: the export's lines prove every step worked.
 grep -q '"resourceType":"Patient"' "$work/walk-through.log" || fail "the walk-through exported no Patient"
 grep -q '"resourceType":"Practitioner"' "$work/walk-through.log" || fail "the walk-through exported no Practitioner"
+# Its Group export: the SCIM Group as a FHIR Group the identity provider owns, and both members.
+grep '"resourceType":"Group"' "$work/walk-through.log" | grep -q 'scim-managed' ||
+  fail "the walk-through's Group export holds no SCIM-managed Group"
+grep -q '"family":"Roe"' "$work/walk-through.log" || fail "the walk-through's Group export holds no Max Roe"
+grep -q '"family":"Kim"' "$work/walk-through.log" || fail "the walk-through's Group export holds no Lea Kim"
 
 # Into your own Express app: from the directory that holds the clone.
 run_block app-install "$work" "$(block 'Into your own Express app, under `/api`' sh 1)"

@@ -63,7 +63,13 @@ async function takeTicket(answer: Answer): Promise<void> {
 async function deny(answer: Answer): Promise<void> {
   const { endpoint, req, grant, client, user } = answer;
   await takeTicket(answer);
-  endpoint.audit(req, { action: 'deny', result: 'refused', scopes: grant.data.scopes }, client, user);
+  const { scopes, roles } = grant.data;
+  endpoint.audit(
+    req,
+    { action: 'deny', result: 'refused', scopes, ...(roles ? { roles } : {}) },
+    client,
+    user,
+  );
   finish(answer, { error: 'access_denied', error_description: 'The user denied access' });
 }
 
@@ -120,7 +126,11 @@ async function approve(answer: Answer): Promise<void> {
     },
   });
   const consent = { action: 'consent', result: 'granted', scopes: data.scopes } as const;
-  endpoint.audit(req, { ...consent, ...(data.patient ? { patient: data.patient } : {}) }, client, user);
+  const context = {
+    ...(data.patient ? { patient: data.patient } : {}),
+    ...(data.roles ? { roles: data.roles } : {}),
+  };
+  endpoint.audit(req, { ...consent, ...context }, client, user);
   finish(answer, { code });
 }
 

@@ -5,6 +5,7 @@
  */
 import type { Request, Response } from 'express';
 import { NotFoundError } from '../../storage/errors.js';
+import type { RoleCapping } from '../../audit/events.js';
 import type { ClientRecord, GrantRecord, UserRecord } from '../../storage/types.js';
 import { pageCookie, pageCookieValue } from '../browser/page-security.js';
 import { randomSecret, sameSecret, secretKey } from '../token/user-grants.js';
@@ -17,6 +18,8 @@ export interface TicketData extends AcceptedAuthorization, Record<string, unknow
   browser: string;
   csrf: string;
   patient?: string;
+  /** The roles of the user's groups capped `scopes` (see `capByRoles`): the groups, and what was capped. */
+  roles?: RoleCapping;
 }
 
 /** A `ticket` grant with its data. */

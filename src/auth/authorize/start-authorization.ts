@@ -15,6 +15,7 @@ import {
 import { PageError, pageError, type AuthorizationEndpoint } from './authorization-endpoint.js';
 import { launchPatientOf } from './launch-context.js';
 import { showNextPage } from './next-page.js';
+import { capByRoles } from './role-caps.js';
 import {
   activeUser,
   boundTicket,
@@ -36,8 +37,9 @@ async function checkProject(endpoint: AuthorizationEndpoint, client: ClientRecor
 }
 
 /**
- * Asks `authenticateUser`; once it names the user, records them on the pending authorization
- * (with their launch patient, when the app asked for one) and shows the next page.
+ * Asks `authenticateUser`; once it names the user, caps the scopes by the roles of the user's
+ * groups, records the user on the pending authorization (with their launch patient, when the app
+ * asked for one) and shows the next page.
  */
 async function signIn(
   endpoint: AuthorizationEndpoint,
@@ -54,6 +56,7 @@ async function signIn(
   });
   if (!signed || res.headersSent) return;
   const user = await activeUser(endpoint, grant.projectId, signed.userId);
+  if (!(await capByRoles(endpoint, req, res, grant, client, user))) return;
   const { data } = grant;
   if (data.launchPatient) {
     const launch = await launchPatientOf(endpoint.storage, user);

@@ -29,18 +29,24 @@ export interface TokenOutcome {
   named?: ClientRecord;
 }
 
-/** A refresh (or a used refresh token or code coming again) is also the user's event. */
+/**
+ * A refresh (or one the roles of the user's groups refused, or a used refresh token or code coming
+ * again) is also the user's event.
+ */
 function userAuthorizationEvent(audit: TokenAudit, outcome: TokenOutcome): AuditRecord | undefined {
   const { client, user } = audit.seen;
-  if (!client?.projectId || !user || !(user.refresh || user.codeReuse)) return undefined;
+  if (!client?.projectId || !user || !(user.refresh || user.codeReuse || user.refusedByRoles))
+    return undefined;
   const rotated = user.refresh === 'rotated';
   return {
     kind: 'authorization',
-    action: rotated ? 'refresh' : 'reuse',
+    action: rotated || user.refusedByRoles ? 'refresh' : 'reuse',
     clientId: client.id,
     clientName: client.name,
     result: rotated ? 'granted' : 'refused',
+    ...(user.refusedByRoles ? { reason: 'roles' } : {}),
     ...(outcome.result === 'granted' ? { scopes: outcome.scopes } : {}),
+    ...(user.roles ? { roles: user.roles } : {}),
     projectId: client.projectId,
     actor: {
       kind: user.userId ? 'user' : 'client',

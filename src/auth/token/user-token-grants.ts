@@ -9,10 +9,12 @@
  * whole authorization: `userTokens` extends the authorization before handing tokens out and every
  * use of them reads it, so the tokens of the request that won the race die too.
  */
+import type { RoleCapping } from '../../audit/events.js';
 import { OAuthError } from '../../http/http-error.js';
-import type { ClientRecord, GrantRecord } from '../../storage/types.js';
+import type { ClientRecord, GrantRecord, UserRecord } from '../../storage/types.js';
 import { formParam, type FormParams } from '../client/client-authentication.js';
 import { allowedScopes } from '../access/client-scopes.js';
+import { capScopes, userRoles } from '../access/group-roles.js';
 import { intersectScopes, scopeImplied, splitScopes } from '../access/scopes.js';
 import {
   grantUser,
@@ -48,6 +50,10 @@ export interface UserGrantSeen {
   refresh?: 'rotated' | 'reuse';
   /** The code came again: the tokens issued from it were revoked. */
   codeReuse?: boolean;
+  /** The roles of the user's groups capped the refresh: which groups, and what they capped. */
+  roles?: RoleCapping;
+  /** The refresh was refused because those roles allow none of its data scopes. */
+  refusedByRoles?: boolean;
 }
 
 /** A code or refresh token as presented: its record, with the authorization it belongs to. */
@@ -111,10 +117,34 @@ async function presentedCode(request: UserGrantRequest, config: UserGrantConfig)
 }
 
 /**
+ * The scopes within the roles of the user's groups as they are now (docs/login.md, "Roles"), told
+ * to the audit; `invalid_scope` when the roles leave none of the data scopes.
+ */
+async function withinRoles(
+  config: UserGrantConfig,
+  request: UserGrantRequest,
+  user: UserRecord,
+  scopes: string[],
+): Promise<string[]> {
+  const roles = await userRoles(config.storage, user);
+  if (!roles) return scopes;
+  const result = capScopes(scopes, roles.cap);
+  request.seen.roles = { groups: roles.groups, capped: result.capped };
+  if (!result.noData) return result.scopes;
+  request.seen.refusedByRoles = true;
+  throw new OAuthError(
+    400,
+    'invalid_scope',
+    "The roles of the user's groups allow none of this grant's data",
+  );
+}
+
+/**
  * `grant_type=refresh_token`: rotates the refresh token (the used one is kept, marked, until it
  * expires; presenting it again revokes its whole authorization) and issues a new access token with
- * the grant's scopes or, with `scope`, those asked for, which the grant must imply. The new refresh
- * token keeps the grant's scopes (RFC 6749 §6).
+ * the grant's scopes or, with `scope`, those asked for, which the grant must imply, within the roles
+ * of the user's groups as they are now. The new refresh token keeps the grant's scopes (RFC 6749 §6):
+ * a role narrows each access token, never the grant.
  */
 export async function refreshTokens(
   request: UserGrantRequest,
@@ -125,8 +155,9 @@ export async function refreshTokens(
   const asked = askedScopes(request.params, data.scopes);
   const user = await grantUser(config, grant);
   request.seen.profile = `${user.userType}/${user.profileId}`;
-  const scopes = userScopes(request.client, asked);
-  if (scopes.length === 0) throw noLongerGrantable();
+  const allowed = userScopes(request.client, asked);
+  if (allowed.length === 0) throw noLongerGrantable();
+  const scopes = await withinRoles(config, request, user, allowed);
   const issued = await userTokens(config, {
     ...tokenInput(request, grant, user),
     // The new access token names the refresh scope it was granted, as the first one did.
