@@ -3,6 +3,7 @@ import type { Principal } from '../http/principal.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { FhirResource, StorageOperations } from '../storage/types.js';
 import { scopedStorage } from './scoped-storage.js';
+import type { Terminology, TerminologySource } from '../terminology/terminology-types.js';
 
 /**
  * What every FHIR interaction runs with. Interactions are framework-free: the router (and the
@@ -19,6 +20,12 @@ export interface FhirContext {
    * principal. `storage` is then already limited to it (`scopedStorage`).
    */
   access?: DataAccess;
+  /**
+   * The terminology service (the router's `terminology`) and this project's view of its own
+   * `CodeSystem` / `ValueSet` resources, read through `storage` (so the caller's scopes apply).
+   * Absent in a context built by hand: `:in`, `:below`, … then answer 400 not supported.
+   */
+  terminology?: { service: Terminology; source: TerminologySource };
   /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
   validate(resource: FhirResource): Promise<void>;
   /**

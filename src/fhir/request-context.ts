@@ -1,5 +1,6 @@
 import type { Request, RequestHandler } from 'express';
 import { getPrincipal, requireProjectId } from '../http/authenticate.js';
+import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
 import { FhirOutcomeError } from '../http/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
@@ -11,6 +12,7 @@ import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { searchAdmission } from './search/search-admission.js';
 import { clearedByFastPath } from './validation/structure-validator.js';
 import { inBackground } from '../http/foreground-requests.js';
+import { storageTerminologySource } from '../terminology/storage-source.js';
 
 /** The FHIR context of each request: the middleware that builds it, and its reader. */
 export interface RequestContexts {
@@ -28,7 +30,7 @@ export interface RequestContexts {
 export function requestContexts(
   config: Pick<
     ResolvedFhirRouterOptions,
-    'storage' | 'validator' | 'searchAdmission' | 'searchTimeoutMs' | 'searchLimits'
+    'storage' | 'validator' | 'terminology' | 'searchAdmission' | 'searchTimeoutMs' | 'searchLimits'
   >,
 ): RequestContexts {
   const { storage } = config;
@@ -39,8 +41,9 @@ export function requestContexts(
     const projectId = requireProjectId(principal);
     let project: Promise<ProjectRecord> | undefined;
     const access = userDataAccess(principal, storage, projectId);
+    const seen = access ? scopedStorage(storage, access) : storage;
     const ctx: FhirContext = {
-      storage: access ? scopedStorage(storage, access) : storage,
+      storage: seen,
       projectId,
       principal,
       ...(access ? { access } : {}),
@@ -52,6 +55,14 @@ export function requestContexts(
           admission.run(projectId, (deadline) => work(admittedContext(current, deadline))),
         ),
       searchLimits: config.searchLimits,
+      terminology: {
+        service: config.terminology,
+        // A project's own value sets and code systems are its data: read with the caller's rights.
+        source: storageTerminologySource(seen, projectId, (type) => {
+          if (!canAccess(principal, type, 'search'))
+            throw new FhirError(403, 'forbidden', `Not allowed to search ${type} resources`);
+        }),
+      },
       async validate(resource: FhirResource) {
         project ??= storage.readProject(projectId).catch((error: unknown) => {
           if (error instanceof NotFoundError) {

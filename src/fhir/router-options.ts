@@ -19,6 +19,8 @@ import { DEFAULT_MAX_ACCURATE_TOTAL } from './search/search-total.js';
 import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch/patch-limits.js';
 import type { NdjsonUploadOptions } from './upload/ndjson-upload.js';
 import type { ResourceValidator } from './validation/structure-validator.js';
+import { r4Terminology } from '../terminology/r4-terminology.js';
+import type { Terminology } from '../terminology/terminology-types.js';
 import type { SearchAdmissionLimits } from './search/search-admission.js';
 import { SEARCH_COST_DEFAULTS, type SearchCostLimits } from '../search/cost-limits.js';
 import { checkOptionKeys, type OptionKeys } from '../common/option-keys.js';
@@ -108,6 +110,14 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
    * @default r4StructureValidator()
    */
   validator?: ResourceValidator;
+  /**
+   * The terminology service of `$expand`, `$lookup`, `$validate-code`, `$subsumes`, the binding
+   * checks of validation and the token modifiers `:in`, `:not-in`, `:below`, `:above`. The default
+   * knows the R4 code systems and value sets (loaded lazily, once per process, on first use) and
+   * each project's own `CodeSystem` and `ValueSet` resources.
+   * @default r4Terminology()
+   */
+  terminology?: Terminology;
   /**
    * How many costly reads of one project (searches, `POST _search`, `$everything`, history
    * listings, the searches of a batch or transaction) run at once, and how many may wait their
@@ -254,6 +264,7 @@ const FHIR_ROUTER_KEYS: OwnOptionKeys<FhirRouterOptions> = {
   capabilities: true,
   software: true,
   validator: true,
+  terminology: true,
   searchAdmission: true,
   searchTimeoutMs: true,
   searchLimits: true,
@@ -290,6 +301,7 @@ export function resolveFhirRouterOptions(
     upload: { ...(options.upload ?? {}) },
     capabilities: [...(options.capabilities ?? [])],
     validator: options.validator ?? defaultValidator(),
+    terminology: options.terminology ?? r4Terminology(),
     searchAdmission: resolveSearchAdmission(options.searchAdmission),
     searchTimeoutMs: positiveInteger(OWNER, 'searchTimeoutMs', options.searchTimeoutMs, 10_000),
     searchLimits: resolveSearchLimits(options.searchLimits),
