@@ -3,6 +3,7 @@ import { indexCodeSystem, type CodeSystemIndex } from './code-system-index.js';
 import type { LruCache } from './lru-cache.js';
 import { r4Entry, type R4Definitions } from './r4-definitions.js';
 import type { TerminologySource } from './terminology-types.js';
+import { splitCanonical } from './version-order.js';
 
 /**
  * What expansion and the other operations read, synchronously: a code system's index or a value
@@ -30,6 +31,7 @@ export function r4Resolver(r4: R4Definitions): TerminologyResolver {
 export class TerminologyScope implements TerminologyResolver {
   private readonly codeSystems = new Map<string, CodeSystemIndex | null>();
   private readonly valueSets = new Map<string, FhirResource | null>();
+  private readonly referencesRead = new Set<string>();
   readonly dependencies: string[] = [];
 
   constructor(
@@ -66,20 +68,21 @@ export class TerminologyScope implements TerminologyResolver {
       if (resource) this.depend(resource);
     }
     const found = this.valueSet(url, version);
-    if (found) await this.loadReferences(found, new Set([key]));
+    // Each value set's references are read once: a cycle stops here, and expansion reports it.
+    if (found && !this.referencesRead.has(key)) {
+      this.referencesRead.add(key);
+      await this.loadReferences(found);
+    }
     return found;
   }
 
   /** Reads ahead what `valueSet`'s compose refers to (code systems, nested value sets). */
-  async loadReferences(valueSet: FhirResource, visiting = new Set<string>()): Promise<void> {
+  async loadReferences(valueSet: FhirResource): Promise<void> {
     for (const part of composeParts(valueSet)) {
       if (typeof part.system === 'string') await this.loadCodeSystem(part.system, stringOr(part.version));
       for (const reference of part.valueSet ?? []) {
-        const [url = '', version] = reference.split('|');
-        const key = keyOf(url, version);
-        if (visiting.has(key)) continue; // a cycle: expansion reports it
-        visiting.add(key);
-        await this.loadValueSet(url, version || undefined);
+        const { url, version } = splitCanonical(reference);
+        await this.loadValueSet(url, version);
       }
     }
   }
