@@ -42,6 +42,12 @@ const CODED_KINDS: Readonly<Record<string, CodedKind>> = {
   Quantity: 'Quantity',
 };
 
+/**
+ * Extensions are defined by their own StructureDefinitions, not the base ones: their values are
+ * left to those. Walking them would also mean walking every complex value (every one may have some).
+ */
+const UNWALKED = new Set(['extension', 'modifierExtension']);
+
 const capitalize = (s: string): string => s.charAt(0).toUpperCase() + s.slice(1);
 
 function bindingOf(element: InternalSchemaElement): Binding | undefined {
@@ -58,7 +64,7 @@ function bindingOf(element: InternalSchemaElement): Binding | undefined {
  * use): for each type, the JSON keys to follow to reach every coded value under a binding of
  * strength `required`, `extensible` or `preferred` (elements of type `code`, `Coding`,
  * `CodeableConcept`, `Quantity`, and `string`/`uri` with a binding). A walk along them costs per
- * coded value, not per element.
+ * coded value, not per element. Extensions are not walked.
  * @see https://hl7.org/fhir/R4/terminologies.html#binding
  */
 export class BindingTable {
@@ -97,6 +103,7 @@ export class BindingTable {
   #compile(schema: InternalTypeSchema): Map<string, BoundField> {
     const fields = new Map<string, BoundField>();
     for (const [name, element] of Object.entries(schema.elements)) {
+      if (UNWALKED.has(name)) continue;
       const choice = name.endsWith('[x]');
       const base = choice ? name.slice(0, -3) : name;
       const binding = bindingOf(element);
