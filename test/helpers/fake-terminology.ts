@@ -56,7 +56,9 @@ export function fakeTerminology(): Terminology & { validateCodeCalls: number } {
         unknown = true;
         continue;
       }
-      const codes = include.concept ? new Set(include.concept.map((c) => c.code)) : systems.get(include.system);
+      const codes = include.concept
+        ? new Set(include.concept.map((c) => c.code))
+        : systems.get(include.system);
       if (!codes) unknown = true;
       else if (codes.has(code)) return 'member';
     }

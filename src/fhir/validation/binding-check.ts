@@ -106,7 +106,9 @@ export function createBindingCheck(
   }
 
   async function decideByProject(values: CodedValue[], source: TerminologySource): Promise<void> {
-    const pending = values.flatMap((v) => v.codes.map((c) => ({ v, c }))).filter(({ c }) => projectMayDecide(c));
+    const pending = values
+      .flatMap((v) => v.codes.map((c) => ({ v, c })))
+      .filter(({ c }) => projectMayDecide(c));
     if (pending.length === 0) return;
     const systems = await source.codeSystemUrls();
     for (const { v, c } of pending) {
@@ -129,7 +131,7 @@ export function createBindingCheck(
     const type = resource.resourceType;
     if (!table.isResourceType(type)) return [];
     const values: CodedValue[] = [];
-    collect(resource as JsonObject, table.fields(type), type, values);
+    collect(resource, table.fields(type), type, values);
     if (values.length === 0) return [];
     if (source) await decideByProject(values, source);
     const issues: OutcomeIssue[] = [];

@@ -51,7 +51,9 @@ const UNWALKED = new Set(['extension', 'modifierExtension']);
 const capitalize = (s: string): string => s.charAt(0).toUpperCase() + s.slice(1);
 
 function bindingOf(element: InternalSchemaElement): Binding | undefined {
-  const { strength, valueSet } = element.binding ?? {};
+  const binding = element.binding as { strength?: string; valueSet?: string } | undefined;
+  const strength = binding?.strength;
+  const valueSet = binding?.valueSet;
   if (strength !== 'required' && strength !== 'extensible' && strength !== 'preferred') return undefined;
   if (!valueSet) return undefined;
   const bar = valueSet.indexOf('|');

@@ -23,7 +23,11 @@ export interface ResourceValidation {
    * the bindings only when `mode.warnings`, every finding as a warning. Answers the warnings when
    * `mode.warnings` (else nothing).
    */
-  write(resource: FhirResource, mode: WriteValidationMode, source: TerminologySource): Promise<OutcomeIssue[]>;
+  write(
+    resource: FhirResource,
+    mode: WriteValidationMode,
+    source: TerminologySource,
+  ): Promise<OutcomeIssue[]>;
   /** Every issue of `resource` at full strictness (`$validate`): names, structure, bindings. */
   issues(resource: FhirResource, source: TerminologySource): Promise<OutcomeIssue[]>;
 }
@@ -37,7 +41,10 @@ const isError = (issue: OutcomeIssue): boolean => issue.severity === 'error' || 
  * unless someone asks for the warnings.
  * @see https://hl7.org/fhir/R4/validation.html
  */
-export function resourceValidation(validator: ResourceValidator, terminology: Terminology): ResourceValidation {
+export function resourceValidation(
+  validator: ResourceValidator,
+  terminology: Terminology,
+): ResourceValidation {
   let loading: Promise<ReturnType<typeof createBindingCheck>> | undefined;
   const bindingCheck = (): Promise<ReturnType<typeof createBindingCheck>> =>
     (loading ??= (async () => {

@@ -21,7 +21,12 @@ function check(resource: Record<string, unknown>, source?: TerminologySource) {
 
 /** A project source holding one code system (ISO 3166 with `US` only). */
 function projectSource(): TerminologySource {
-  const codeSystem = { resourceType: 'CodeSystem', url: ISO3166, content: 'complete', concept: [{ code: 'US' }] };
+  const codeSystem = {
+    resourceType: 'CodeSystem',
+    url: ISO3166,
+    content: 'complete',
+    concept: [{ code: 'US' }],
+  };
   return {
     key: 'p',
     find: (type, url) => Promise.resolve(type === 'CodeSystem' && url === ISO3166 ? codeSystem : undefined),
@@ -59,7 +64,11 @@ describe('the binding check', () => {
   it('refuses a code outside a required value set, naming the element and the value set', async () => {
     const issues = await check({ resourceType: 'Patient', gender: 'mail' });
     expect(issues).toHaveLength(1);
-    expect(issues[0]).toMatchObject({ severity: 'error', code: 'code-invalid', expression: ['Patient.gender'] });
+    expect(issues[0]).toMatchObject({
+      severity: 'error',
+      code: 'code-invalid',
+      expression: ['Patient.gender'],
+    });
     expect(issues[0]!.details?.text).toContain(GENDER);
     expect(issues[0]!.details?.text).toContain('mail');
     expect(await check({ resourceType: 'Patient', gender: 'female' })).toEqual([]);
@@ -139,15 +148,18 @@ describe('the binding check', () => {
     const bundle = await check({
       resourceType: 'Bundle',
       type: 'collection',
-      entry: [{ resource: { resourceType: 'Patient' } }, { resource: { resourceType: 'Patient', gender: 'x' } }],
+      entry: [
+        { resource: { resourceType: 'Patient' } },
+        { resource: { resourceType: 'Patient', gender: 'x' } },
+      ],
     });
     expect(bundle[0]?.expression).toEqual(['Bundle.entry[1].resource.ofType(Patient).gender']);
   });
 
   it('ignores values of the wrong shape (the structure check reports them)', async () => {
-    expect(await check({ resourceType: 'Patient', gender: 5, name: [true, { use: 7 }], contained: [5] })).toEqual(
-      [],
-    );
+    expect(
+      await check({ resourceType: 'Patient', gender: 5, name: [true, { use: 7 }], contained: [5] }),
+    ).toEqual([]);
   });
 
   it("checks codings of a system the project uploaded against the project's code system, only then", async () => {
@@ -169,7 +181,7 @@ describe('the binding check', () => {
       }),
     ]);
     const calls = terminology.validateCodeCalls;
-    await run({ resourceType: 'Patient', gender: 'male' } as FhirResource, projectSource());
+    await run({ resourceType: 'Patient', gender: 'male' }, projectSource());
     expect(terminology.validateCodeCalls).toBe(calls);
   });
 });
