@@ -1,4 +1,5 @@
 import type { DataAccess } from '../auth/access/data-access.js';
+import type { OutcomeIssue } from '../http/outcome.js';
 import type { Principal } from '../http/principal.js';
 import type { SearchCostLimits } from '../search/cost-limits.js';
 import type { FhirResource, StorageOperations } from '../storage/types.js';
@@ -26,8 +27,21 @@ export interface FhirContext {
    * Absent in a context built by hand: `:in`, `:below`, … then answer 400 not supported.
    */
   terminology?: { service: Terminology; source: TerminologySource };
-  /** Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise. */
+  /**
+   * Resolves when `resource` may be stored in this project; throws a 400 `FhirError` otherwise.
+   * Its warnings (binding findings) go to `validationWarnings` when there is one.
+   */
   validate(resource: FhirResource): Promise<void>;
+  /**
+   * Where `validate` puts the warnings of the writes of this request: present only when the
+   * answer will show them (`Prefer: return=OperationOutcome`), so that no one else computes them.
+   */
+  validationWarnings?: OutcomeIssue[];
+  /**
+   * Every issue of `resource` at full strictness, whatever the project (`$validate`): names,
+   * structure and bindings. Absent in a context built by hand.
+   */
+  validationIssues?(resource: FhirResource): Promise<OutcomeIssue[]>;
   /**
    * Runs `fn` with a context whose reads and writes apply as one (a storage transaction), or with
    * this one when it is that already: a conditional interaction's search and its write, so that

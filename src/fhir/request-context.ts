@@ -2,15 +2,15 @@ import type { Request, RequestHandler } from 'express';
 import { getPrincipal, requireProjectId } from '../http/authenticate.js';
 import { canAccess } from '../auth/access/access.js';
 import { FhirError } from '../http/http-error.js';
-import { FhirOutcomeError } from '../http/outcome.js';
 import { NotFoundError } from '../storage/errors.js';
 import type { FhirResource, ProjectRecord } from '../storage/types.js';
-import { inheritedNameIssues } from './validation/inherited-names.js';
 import { transactionContext, type FhirContext } from './context.js';
 import type { ResolvedFhirRouterOptions } from './router-options.js';
 import { scopedStorage, userDataAccess } from './scoped-storage.js';
 import { searchAdmission } from './search/search-admission.js';
-import { clearedByFastPath } from './validation/structure-validator.js';
+import { parsePrefer } from './prefer.js';
+import { resourceValidation } from './validation/resource-validation.js';
+import type { TerminologySource } from '../terminology/terminology-types.js';
 import { inBackground } from '../http/foreground-requests.js';
 import { storageTerminologySource } from '../terminology/storage-source.js';
 
@@ -36,10 +36,22 @@ export function requestContexts(
   const { storage } = config;
   const contexts = new WeakMap<Request, FhirContext>();
   const admission = searchAdmission(config.searchAdmission, config.searchTimeoutMs);
+  const validation = resourceValidation(config.validator, config.terminology);
   const withContext: RequestHandler = (req, res, next) => {
     const principal = getPrincipal(res);
     const projectId = requireProjectId(principal);
-    let project: Promise<ProjectRecord> | undefined;
+    let read: Promise<ProjectRecord> | undefined;
+    const project = (): Promise<ProjectRecord> =>
+      (read ??= storage.readProject(projectId).catch((error: unknown) => {
+        if (error instanceof NotFoundError) {
+          throw new FhirError(403, 'forbidden', 'The project does not exist', { cause: error });
+        }
+        throw error;
+      }));
+    // Validation is the project's rule, not the caller's read: it sees every CodeSystem of the project.
+    let unscoped: TerminologySource | undefined;
+    const validationSource = (): TerminologySource =>
+      (unscoped ??= storageTerminologySource(storage, projectId));
     const access = userDataAccess(principal, storage, projectId);
     const seen = access ? scopedStorage(storage, access) : storage;
     const ctx: FhirContext = {
@@ -63,23 +75,15 @@ export function requestContexts(
             throw new FhirError(403, 'forbidden', `Not allowed to search ${type} resources`);
         }),
       },
+      ...(parsePrefer(req.headers.prefer).return === 'OperationOutcome' ? { validationWarnings: [] } : {}),
       async validate(resource: FhirResource) {
-        project ??= storage.readProject(projectId).catch((error: unknown) => {
-          if (error instanceof NotFoundError) {
-            throw new FhirError(403, 'forbidden', 'The project does not exist', { cause: error });
-          }
-          throw error;
-        });
-        if (!(await project).strictMode) return;
-        // The default validator's compiled check clears most resources with no issue and no
-        // unknown (so no inherited) element name: nothing else to do for those.
-        if (clearedByFastPath(config.validator, resource)) return;
-        // Checked here, not left to the validator: the default one does not see these names.
-        const inherited = inheritedNameIssues(resource);
-        const issues = inherited.length > 0 ? inherited : await config.validator(resource);
-        if (issues.some((i) => i.severity === 'error' || i.severity === 'fatal'))
-          throw new FhirOutcomeError(400, issues);
+        const warnings = ctx.validationWarnings;
+        const mode = { strict: (await project()).strictMode === true, warnings: warnings !== undefined };
+        if (!mode.strict && !mode.warnings) return;
+        const found = await validation.write(resource, mode, validationSource());
+        warnings?.push(...found);
       },
+      validationIssues: (resource) => validation.issues(resource, validationSource()),
     };
     contexts.set(req, ctx);
     next();

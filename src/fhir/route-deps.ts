@@ -119,10 +119,12 @@ export function fhirRouteDeps(config: ResolvedFhirRouterOptions): FhirRouteDeps 
       res.status(status).end();
     } else if (answer === 'OperationOutcome') {
       const text = status === 201 ? 'Created' : 'OK';
+      // The validation's warnings (binding findings), which only this answer shows.
+      const warnings = contextOf(req).validationWarnings ?? [];
       sendFhir(
         res,
         status,
-        outcomeOf([{ severity: 'information', code: 'informational', details: { text } }]),
+        outcomeOf([{ severity: 'information', code: 'informational', details: { text } }, ...warnings]),
       );
     } else {
       sendFhir(res, status, resource);

@@ -13,6 +13,7 @@ import { refuseScimOwnedWrites } from './scim-owned-writes.js';
 import { searchErrorsAsFhir } from './search/search-errors.js';
 import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
+import { mountValidate } from './validate/validate-route.js';
 import { foregroundRequests } from '../http/foreground-requests.js';
 
 /**
@@ -29,11 +30,13 @@ import { foregroundRequests } from '../http/foreground-requests.js';
  *   the `history` Bundles of `GET /_history`, `/{type}/_history` and `/{type}/{id}/_history`
  *   (`_since`, `_at`, `_count`, `next` links by cursor).
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
+ * - `POST /{type}/$validate`, `GET|POST /{type}/{id}/$validate`: the checks of a write, answered as
+ *   an OperationOutcome.
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
  * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers
  * 409; every error is an OperationOutcome. Projects with `strictMode` validate writes against the
- * R4 structure definitions. See docs/fhir.md.
+ * R4 structure definitions and their terminology bindings. See docs/fhir.md.
  * @see https://hl7.org/fhir/R4/http.html
  */
 export function fhirRouter(options: FhirRouterOptions): Router {
@@ -76,6 +79,9 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     bodyLimit: config.bodyLimit,
     audit: audit && ((req, res, details) => auditAccess(req, res, details)),
   });
+
+  // --- [type]/$validate and [type]/[id]/$validate (before `/:type/:id`) ---
+  mountValidate(router, deps);
 
   // --- type level: search (GET, or POST _search with a form body), create, conditional writes ---
   mountTypeRoutes(router, deps);
