@@ -5,7 +5,6 @@ import { fhirRouter } from '../../src/fhir/router.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
-import { fakeTerminology } from '../helpers/fake-terminology.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 // Issue 47: coded elements are checked against their bindings on every write path: errors of
@@ -41,7 +40,6 @@ forEachStore('bindings', (store, open) => {
       fhirRouter({
         storage,
         authenticate: testAuthenticate,
-        terminology: fakeTerminology(),
         onError: () => undefined,
       }),
     );

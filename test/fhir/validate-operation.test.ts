@@ -6,7 +6,6 @@ import { fhirRouter } from '../../src/fhir/router.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
-import { fakeTerminology } from '../helpers/fake-terminology.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 
 // Issue 47: `$validate` at type and instance level runs the checks of a write at full strictness,
@@ -38,7 +37,6 @@ forEachStore('validate operation', (store, open) => {
       fhirRouter({
         storage,
         authenticate: testAuthenticate,
-        terminology: fakeTerminology(),
         onError: () => undefined,
       }),
     );

@@ -4,7 +4,7 @@ import { BindingTable } from '../../../src/fhir/validation/binding-table.js';
 import { loadMedplumR4 } from '../../../src/fhir/validation/medplum-r4.js';
 import type { FhirResource } from '../../../src/storage/types.js';
 import type { TerminologySource } from '../../../src/terminology/terminology-types.js';
-import { fakeTerminology } from '../../helpers/fake-terminology.js';
+import { countingTerminology } from '../../helpers/counting-terminology.js';
 
 let table: BindingTable;
 beforeAll(async () => {
@@ -14,8 +14,8 @@ beforeAll(async () => {
 const GENDER = 'http://hl7.org/fhir/ValueSet/administrative-gender';
 const ISO3166 = 'urn:iso:std:iso:3166';
 
-function check(resource: Record<string, unknown>, source?: TerminologySource) {
-  const terminology = fakeTerminology();
+async function check(resource: Record<string, unknown>, source?: TerminologySource) {
+  const terminology = await countingTerminology();
   return createBindingCheck(table, terminology)(resource as FhirResource, source);
 }
 
@@ -163,7 +163,7 @@ describe('the binding check', () => {
   });
 
   it("checks codings of a system the project uploaded against the project's code system, only then", async () => {
-    const terminology = fakeTerminology();
+    const terminology = await countingTerminology();
     const run = createBindingCheck(table, terminology);
     const questionnaire = (code: string) =>
       ({
