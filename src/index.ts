@@ -103,6 +103,7 @@ export {
   StorageLockedError,
   StorageUnavailableError,
   SearchTooCostlyError,
+  UnsupportedSearchError,
 } from './storage/errors.js';
 export { compareSortValues } from './storage/result-page.js';
 export {

@@ -297,6 +297,11 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     '`SearchTooCostlyError`: a search ran out of its time budget (`searchTimeoutMs`) and was stopped',
     { scimType: 'tooMany' },
   ),
+  ERR_STORAGE_UNSUPPORTED_SEARCH: answer(
+    400,
+    'not-supported',
+    '`UnsupportedSearchError`: a store asked a terminology filter (`:in`, `:below`, …) left unresolved',
+  ),
   ERR_STORAGE_IN_TRANSACTION: answer(
     500,
     'exception',

@@ -23,6 +23,7 @@ import type {
   StringSearchValue,
   TokenSearchValue,
 } from '../storage/search-request.js';
+import { unresolvedTerminology } from '../storage/search-request.js';
 
 /**
  * How a chain or a reverse chain reads other resources (see `FilterResolver`): a store's matcher
@@ -209,6 +210,13 @@ export function matchesParameter(
 ): boolean {
   const definition = registry.get(resource.resourceType, filter.code);
   if (!definition) throw new Error(`${resource.resourceType} has no search parameter ${filter.code}`);
+  if (unresolvedTerminology(filter)) {
+    // Read as a plain token test it would answer wrongly: the FHIR layer resolves it first.
+    throw new SearchParameterError(
+      'not-supported',
+      `${filter.code}:${String(filter.modifier)} must be resolved against the terminology first`,
+    );
+  }
   if (definition.type === 'composite') {
     const elements = extractComposite(registry, definition, resource);
     // A composite value is an element with a value for every component (docs/fhir.md, Search).
