@@ -151,7 +151,16 @@ export function builtCode(filter: ParameterFilter): string {
  * terminology ones (`in`, `not-in`, a token's `below` / `above`) reach no store unresolved
  * (`narrowQuery` refuses them).
  */
-const UNANSWERED_MODIFIERS = new Set(['not', 'text', 'of-type', 'identifier', 'below', 'above', 'in', 'not-in']);
+const UNANSWERED_MODIFIERS = new Set([
+  'not',
+  'text',
+  'of-type',
+  'identifier',
+  'below',
+  'above',
+  'in',
+  'not-in',
+]);
 
 /** The codes to build for `search`'s own filters the postings could answer (each once, in order). */
 export function postableCodes(search: SearchRequest): string[] {
