@@ -128,7 +128,8 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_FHIR_NOT_FOUND: answer(
     404,
     'not-found',
-    'Unknown resource type, operation, version, Group or export file',
+    'Unknown resource type, operation, version, Group or export file; 400 for an unknown value set or code system of a search (`:in`, `:below`, …)',
+    { otherStatuses: [400] },
   ),
   ERR_FHIR_DELETED: answer(410, 'deleted', 'The resource was deleted'),
   ERR_FHIR_NOT_SUPPORTED: answer(400, 'not-supported', 'An unsupported parameter, type or method', {
