@@ -1,4 +1,5 @@
 import { FhirError } from '../../http/http-error.js';
+import type { SearchRegistry } from '../../search/definitions.js';
 import {
   unresolvedTerminology,
   type ParameterFilter,
@@ -19,6 +20,11 @@ import {
  * `_has` too) becomes the plain token filter it stands for, every `system|code` of the value set or
  * of the hierarchy as one value. Every store then answers it as any token list (PostgreSQL in SQL,
  * the memory and file stores from their postings), with the same answers.
+ *
+ * An element of type `code` (`Observation.status`, `Patient.gender`) has no system of its own: the
+ * value set of its binding implies it, and the index holds its code alone. For a parameter that
+ * reads one, each code is also given as `|code` (no system), so that `status:in=…observation-status`
+ * finds `"status": "final"`.
  */
 
 /** Most codes one terminology filter may stand for, by default (`searchLimits.maxTerminologyCodes`). */
@@ -48,37 +54,50 @@ export interface TerminologyResolution {
  * @see https://hl7.org/fhir/R4/search.html#token
  */
 export async function resolveTerminologyFilters(
+  registry: SearchRegistry,
   request: SearchRequest,
   terminology: TerminologyResolution | undefined,
 ): Promise<SearchRequest> {
   let changed = false;
   const filters: SearchFilter[] = [];
+  const walk: Walk = { registry, terminology };
   for (const filter of request.filters) {
-    const resolved = await resolveFilter(filter, '', terminology);
+    const resolved = await resolveFilter(walk, request.resourceType, filter, '');
     if (resolved !== filter) changed = true;
     filters.push(resolved);
   }
   return changed ? { ...request, filters } : request;
 }
 
-/** `filter` (named after `prefix` in the request) with its terminology resolved. */
+/** What a walk of a request's filters resolves with. */
+interface Walk {
+  registry: SearchRegistry;
+  terminology: TerminologyResolution | undefined;
+}
+
+/** `filter` of a `resourceType` search (named after `prefix` in the request), its terminology resolved. */
 async function resolveFilter<F extends SearchFilter>(
+  walk: Walk,
+  resourceType: string,
   filter: F,
   prefix: string,
-  terminology: TerminologyResolution | undefined,
 ): Promise<F> {
   switch (filter.kind) {
-    case 'parameter':
-      return unresolvedTerminology(filter)
-        ? ((await resolveParameter(filter, `${prefix}${filter.code}:${filter.modifier}`, terminology)) as F)
-        : filter;
+    case 'parameter': {
+      if (!unresolvedTerminology(filter)) return filter;
+      const name = `${prefix}${filter.code}:${filter.modifier}`;
+      const bare = readsCode(walk.registry, resourceType, filter.code);
+      return (await resolveParameter(filter, name, bare, walk.terminology)) as F;
+    }
     case 'chain': {
-      const inner = await resolveFilter(filter.filter, `${prefix}${filter.code}.`, terminology);
+      // The parser made sure every target reads the next parameter alike: the first one tells.
+      const target = filter.targetTypes[0] ?? resourceType;
+      const inner = await resolveFilter(walk, target, filter.filter, `${prefix}${filter.code}.`);
       return inner === filter.filter ? filter : { ...filter, filter: inner };
     }
     case 'has': {
       const here = `${prefix}_has:${filter.resourceType}:${filter.referenceParam}:`;
-      const inner = await resolveFilter(filter.filter, here, terminology);
+      const inner = await resolveFilter(walk, filter.resourceType, filter.filter, here);
       return inner === filter.filter ? filter : { ...filter, filter: inner };
     }
     default:
@@ -86,10 +105,17 @@ async function resolveFilter<F extends SearchFilter>(
   }
 }
 
+/** True when parameter `code` of `resourceType` reads elements of type `code` (no system of their own). */
+function readsCode(registry: SearchRegistry, resourceType: string, code: string): boolean {
+  return registry.get(resourceType, code)?.branches.some((b) => b.valueTypes.includes('code')) === true;
+}
+
 /** The plain token filter (`:not` for `:not-in`) of one terminology filter named `name`. */
 async function resolveParameter(
   filter: ParameterFilter,
   name: string,
+  /** The parameter reads `code` elements: each code without a system too. */
+  bare: boolean,
   terminology: TerminologyResolution | undefined,
 ): Promise<ParameterFilter> {
   if (!terminology) {
@@ -104,12 +130,21 @@ async function resolveParameter(
     }
     if (codes.size > terminology.maxCodes) throw tooMany(name, terminology.maxCodes);
   }
+  const values = [...codes.values()];
+  if (bare) {
+    const seen = new Set<string>();
+    for (const { code } of codes.values())
+      if (!seen.has(code!)) {
+        seen.add(code!);
+        values.push({ type: 'token', system: null, code: code! });
+      }
+  }
   return {
     kind: 'parameter',
     code: filter.code,
     type: filter.type,
     ...(filter.modifier === 'not-in' ? { modifier: 'not' as const } : {}),
-    values: [...codes.values()],
+    values,
   };
 }
 

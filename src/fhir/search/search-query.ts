@@ -166,7 +166,7 @@ export async function parseSearch(
 
   for (const type of typesReadByFilters(parsed.request.filters)) reads.authorize(type);
   // After the bounds and rights that need no read; before the turn and the store (which refuse them).
-  const request = await resolveTerminologyFilters(parsed.request, reads.terminology);
+  const request = await resolveTerminologyFilters(registry, parsed.request, reads.terminology);
   const query: ResourceQuery = { count: request.count, search: request };
   if (request.offset > 0) query.offset = request.offset;
   const cursorShape = orderQuery(registry, request, query);

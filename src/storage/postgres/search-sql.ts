@@ -80,31 +80,38 @@ function distinctFilters(filters: readonly SearchFilter[]): SearchFilter[] {
 /** A token list this long or longer is looked up as pairs (`SearchSql.tokenPairs`), not one test each. */
 export const TOKEN_PAIRS_MIN = 8;
 
+/** A token list as `tokenPairs` looks it up: `system|code` pairs, and codes without a system (`|code`). */
+interface TokenPairs {
+  pairs: [string, string][];
+  bare: string[];
+}
+
+/** The text of a value as stored (`pgText`) when it is its own index key (`tokenKey`), else undefined. */
+function ownKey(text: string): string | undefined {
+  const stored = pgText(text);
+  return tokenKey(stored)[1] === null ? stored : undefined;
+}
+
 /**
- * The plain `system|code` token values of `filter` whose texts are their own index keys (as stored,
- * `pgText`), as pairs when there are at least {@link TOKEN_PAIRS_MIN}, and the values left.
+ * The plain `system|code` and `|code` token values of `filter` whose texts are their own index keys,
+ * as {@link TokenPairs} when there are at least {@link TOKEN_PAIRS_MIN}, and the values left.
  */
-function tokenPairsOf(filter: ParameterFilter): {
-  pairs?: [string, string][];
-  rest: ParameterFilter['values'];
-} {
+function tokenPairsOf(filter: ParameterFilter): { pairs?: TokenPairs; rest: ParameterFilter['values'] } {
   if (filter.type !== 'token' || (filter.modifier !== undefined && filter.modifier !== 'not'))
     return { rest: filter.values };
-  const pairs: [string, string][] = [];
+  const found: TokenPairs = { pairs: [], bare: [] };
   const rest: ParameterFilter['values'] = [];
   for (const v of filter.values) {
-    const plain =
-      v.type === 'token' &&
-      typeof v.system === 'string' &&
-      v.code !== undefined &&
-      v.text === undefined &&
-      v.typeSystem === undefined;
-    const system = plain ? pgText(v.system as string) : '';
-    const code = plain ? pgText(v.code!) : '';
-    if (plain && tokenKey(system)[1] === null && tokenKey(code)[1] === null) pairs.push([system, code]);
+    const plain = v.type === 'token' && v.text === undefined && v.typeSystem === undefined;
+    const code = plain && v.code !== undefined ? ownKey(v.code) : undefined;
+    const system = plain && typeof v.system === 'string' ? ownKey(v.system) : undefined;
+    if (code !== undefined && system !== undefined) found.pairs.push([system, code]);
+    else if (code !== undefined && plain && v.system === null) found.bare.push(code);
     else rest.push(v);
   }
-  return pairs.length >= TOKEN_PAIRS_MIN ? { pairs, rest } : { rest: filter.values };
+  return found.pairs.length + found.bare.length >= TOKEN_PAIRS_MIN
+    ? { pairs: found, rest }
+    : { rest: filter.values };
 }
 
 /** Throws `UnsupportedSearchError` for a terminology filter left unresolved (see `narrowQuery`). */
@@ -401,10 +408,18 @@ export class SearchSql extends ParameterSql {
    * pairs, where one equality per pair would take two parameters each (65,535 at most a statement)
    * and plan slowly. The pairs' texts are their own keys (`tokenKey`), so the key columns decide.
    */
-  private tokenPairs(pairs: readonly [string, string][], a: string): string {
-    const systems = this.param(pairs.map(([system]) => system));
-    const codes = this.param(pairs.map(([, code]) => code));
-    return `(${a}.value, ${a}.system) IN (SELECT w.c, w.s FROM unnest(${systems}::text[], ${codes}::text[]) AS w(s, c))`;
+  private tokenPairs({ pairs, bare }: TokenPairs, a: string): string {
+    const tests: string[] = [];
+    if (pairs.length > 0) {
+      const systems = this.param(pairs.map(([system]) => system));
+      const codes = this.param(pairs.map(([, code]) => code));
+      tests.push(
+        `(${a}.value, ${a}.system) IN (SELECT w.c, w.s FROM unnest(${systems}::text[], ${codes}::text[]) AS w(s, c))`,
+      );
+    }
+    if (bare.length > 0)
+      tests.push(`(${a}.system IS NULL AND ${a}.value = ANY(${this.param(bare)}::text[]))`);
+    return tests.join(' OR ');
   }
 
   private parameter(filter: ParameterFilter, level: Level): string {
