@@ -240,9 +240,13 @@ export class SearchSql extends ParameterSql {
     if (filter.kind === 'has')
       return this.hasSeqs(filter.resourceType, filter.referenceParam, filter.filter, type);
     refuseUnresolved(filter);
-    // No value (an `:in` whose value set has no code): nothing matches, no row to look up.
-    if (filter.modifier === undefined && filter.values.length === 0 && filter.code !== '_lastUpdated')
-      return 'SELECT NULL::bigint AS seq WHERE false';
+    // No value (an `:in` whose value set has no code): nothing matches, no row to look up (the
+    // project and type still named: a statement must use each of its bind parameters).
+    if (filter.modifier === undefined && filter.values.length === 0 && filter.code !== '_lastUpdated') {
+      const r = this.alias('r');
+      return `SELECT ${r}.seq FROM ${this.s}.resources ${r}
+               WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type} AND false`;
+    }
     const driving =
       filter.modifier !== 'missing' &&
       filter.modifier !== 'not' &&
