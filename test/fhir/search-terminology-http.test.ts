@@ -198,3 +198,91 @@ forEachStore('token terminology modifiers over HTTP', (store, open) =>
     });
   }),
 );
+
+/*
+ * The same modifiers with the router's own terminology (the R4 definitions and the project's
+ * `CodeSystem` / `ValueSet` resources, uploaded with PUT).
+ */
+const REAL_CS = 'http://acme.org/fhir/CodeSystem/findings';
+const REAL_VS = 'http://acme.org/fhir/ValueSet/parent-findings';
+
+async function realAppOver(storage: Storage): Promise<express.Express> {
+  await storage.createProject({ id: 'p1', name: 'p1', strictMode: false });
+  afterTest(() => storage.close());
+  const app = express();
+  app.use(BASE, fhirRouter({ storage, authenticate: testAuthenticate, onError: () => undefined }));
+  const put = async (resource: Record<string, unknown>) => {
+    const res = await request(app)
+      .put(`${BASE}/${String(resource.resourceType)}/${String(resource.id)}`)
+      .set('Authorization', auth())
+      .send(resource);
+    expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
+  };
+  await put({
+    resourceType: 'CodeSystem',
+    id: 'findings',
+    url: REAL_CS,
+    status: 'active',
+    content: 'complete',
+    hierarchyMeaning: 'is-a',
+    concept: [
+      { code: 'parent', concept: [{ code: 'child', concept: [{ code: 'grandchild' }] }] },
+      { code: 'other' },
+    ],
+  });
+  await put({
+    resourceType: 'ValueSet',
+    id: 'parent-findings',
+    url: REAL_VS,
+    status: 'active',
+    compose: {
+      include: [{ system: REAL_CS, filter: [{ property: 'concept', op: 'is-a', value: 'child' }] }],
+    },
+  });
+  await put({
+    resourceType: 'ValueSet',
+    id: 'all-loinc',
+    url: 'http://acme.org/fhir/ValueSet/all-loinc',
+    status: 'active',
+    compose: { include: [{ system: 'http://loinc.org' }] },
+  });
+  const data = [
+    patient('pf', 'female'),
+    patient('pm', 'mail'),
+    observation('o1', 'final', 'pf', 'parent'),
+    observation('o2', 'finalized', 'pm', 'grandchild'),
+    observation('o3', 'amended', 'pm', 'other'),
+    observation('o4', 'final', 'pf'),
+  ].map((r) =>
+    'code' in r ? { ...r, code: JSON.parse(JSON.stringify(r.code).replaceAll(CS, REAL_CS)) as unknown } : r,
+  );
+  for (const resource of data) await put(resource);
+  return app;
+}
+
+forEachStore('token terminology modifiers with the R4 terminology', (store, open) =>
+  describe(`token terminology modifiers with the R4 terminology (${store})`, () => {
+    it('answers over R4 value sets and the project own, and refuses what it cannot expand', async () => {
+      const app = await realAppOver(await open());
+      const r4 = 'http://hl7.org/fhir/ValueSet/observation-status';
+      expect(await ids(app, `Observation?status:in=${r4}`)).toEqual(['o1', 'o3', 'o4']);
+      expect(await ids(app, `Observation?status:not-in=${r4}`)).toEqual(['o2']);
+      expect(await ids(app, `Observation?code:in=${REAL_VS}`)).toEqual(['o2']);
+      expect(await ids(app, `Observation?code:not-in=${REAL_VS}`)).toEqual(['o1', 'o3', 'o4']);
+      expect(await ids(app, `Observation?code:below=${REAL_CS}|parent`)).toEqual(['o1', 'o2']);
+      expect(await ids(app, `Observation?code:above=${REAL_CS}|grandchild`)).toEqual(['o1', 'o2']);
+      const gender = 'http://hl7.org/fhir/ValueSet/administrative-gender';
+      expect(await ids(app, `Observation?subject:Patient.gender:in=${gender}`)).toEqual(['o1', 'o4']);
+      expect(await ids(app, `Patient?_has:Observation:subject:code:below=${REAL_CS}|child`)).toEqual(['pm']);
+      expect400(
+        await get(app, 'Observation?code:in=http://acme.org/fhir/ValueSet/nope'),
+        'not-found',
+        'code:in',
+      );
+      const loinc = await get(app, 'Observation?code:in=http://acme.org/fhir/ValueSet/all-loinc');
+      expect(loinc.status, JSON.stringify(loinc.body)).toBe(400);
+      expect(loinc.body.issue[0].expression).toEqual(['code:in']);
+      expect400(await get(app, `Observation?code:below=${REAL_CS}|nope`), 'invalid', 'code:below');
+    });
+  }),
+);

@@ -50,7 +50,9 @@ export interface TerminologyResolution {
  * `not-found` for an unknown value set or code system (a search parameter's value, not the
  * resource asked for); 400 `invalid` for an unknown code; 400 `too-costly` past `maxCodes`; 400
  * `not-supported` for what the terminology cannot expand (a code system it does not hold). A
- * refusal of the source (403, no right to search the project's `ValueSet`s) propagates.
+ * caller without the right to search `ValueSet` / `CodeSystem` resources still has the R4 ones (the
+ * project's own are then not read, `withoutRefusals`); a value set or code system found nowhere
+ * else then answers the source's refusal (403).
  * @see https://hl7.org/fhir/R4/search.html#token
  */
 export async function resolveTerminologyFilters(
@@ -153,8 +155,9 @@ async function codesOf(
   filter: ParameterFilter,
   value: ParameterFilter['values'][number],
   name: string,
-  { service, source, maxCodes }: TerminologyResolution,
+  { service, source: given, maxCodes }: TerminologyResolution,
 ): Promise<readonly SystemCode[]> {
+  const { source, refusal } = withoutRefusals(given);
   try {
     if (value.type === 'uri') return await service.valueSetCodes(value.value, maxCodes, source);
     if (value.type === 'token' && typeof value.system === 'string' && value.code !== undefined) {
@@ -162,11 +165,43 @@ async function codesOf(
       return await service.hierarchy(value.system, value.code, direction, maxCodes, source);
     }
   } catch (error) {
+    // Not found among what the caller may read: it may be the project's, which it may not search.
+    const refused = refusal();
+    if (refused && error instanceof TerminologyError && error.issueCode === 'not-found') throw refused;
     if (error instanceof TerminologyError) throw terminologyRefusal(error, name, maxCodes);
     throw error;
   }
   // The parser gives neither: a request built by hand.
   throw new FhirError(400, 'invalid', `${name} has a value of the wrong form`, { expression: [name] });
+}
+
+/**
+ * `source` as a caller without the right to read the project's terminology resources sees it: a
+ * refused read (403) finds nothing, so that the R4 definitions, which need no right, still answer;
+ * `refusal` tells whether one was refused.
+ */
+function withoutRefusals(source: TerminologySource): {
+  source: TerminologySource;
+  refusal: () => FhirError | undefined;
+} {
+  let refused: FhirError | undefined;
+  const unlessRefused = async <T>(read: () => Promise<T>, none: T): Promise<T> => {
+    try {
+      return await read();
+    } catch (error) {
+      if (!(error instanceof FhirError) || error.status !== 403) throw error;
+      refused ??= error;
+      return none;
+    }
+  };
+  return {
+    source: {
+      key: source.key,
+      find: (type, url, version) => unlessRefused(() => source.find(type, url, version), undefined),
+      codeSystemUrls: () => unlessRefused(() => source.codeSystemUrls(), new Set<string>()),
+    },
+    refusal: () => refused,
+  };
 }
 
 const token = (code: SystemCode): TokenSearchValue => ({
