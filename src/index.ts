@@ -108,12 +108,14 @@ export {
 export { compareSortValues } from './storage/result-page.js';
 export {
   compartmentSearch,
+  findUnresolvedTerminology,
   identifierFilter,
   idFilter,
   lastUpdatedFilters,
   reachedSearch,
   reachOf,
   typeSearch,
+  unresolvedTerminology,
 } from './storage/search-request.js';
 export type * from './storage/search-request.js';
 export type {
