@@ -69,7 +69,7 @@ describe('resolveTerminologyFilters', () => {
     ]);
     // The source given is the context's: a project's own value sets are read with the caller's rights.
     expect(service.calls.at(-1)).toMatchObject({ method: 'valueSetCodes', args: ['urn:vs:status', 20] });
-    expect(service.calls.at(-1)!.source).toBe(source);
+    expect(service.calls.at(-1)!.source?.key).toBe(source.key);
   });
 
   it(':not-in becomes :not; a coded element keeps its system; values are ORed and deduplicated', async () => {
@@ -153,6 +153,32 @@ describe('resolveTerminologyFilters', () => {
       resolveTerminologyFilters(registry, parse('Observation', 'status:in=urn:vs:status'), undefined),
     );
     expect([none.status, none.issueCode]).toEqual([400, 'not-supported']);
+  });
+
+  it('a caller who may not search ValueSets keeps the server ones; one found nowhere else is a 403', async () => {
+    const denied = new FhirError(403, 'forbidden', 'Not allowed to search ValueSet resources');
+    const refusing: TerminologySource = {
+      key: 'p',
+      find: () => {
+        throw denied;
+      },
+      codeSystemUrls: () => Promise.reject(denied),
+    };
+    // Like the engine: the project's value set first, then the server's.
+    const reading = fakeTerminology({
+      valueSets: { 'urn:vs:acme': [{ system: SYS, code: 'a' }] },
+      systems: {},
+    });
+    const fromServer = reading.valueSetCodes.bind(reading);
+    reading.valueSetCodes = async (url, limit, source) => {
+      await source?.find('ValueSet', url);
+      return fromServer(url, limit, source);
+    };
+    const t = { service: reading, source: refusing, maxCodes: 20 };
+    expect((await resolve('Observation', 'code:in=urn:vs:acme', t)).filters[0]).toMatchObject({
+      values: [{ system: SYS, code: 'a' }],
+    });
+    expect(await refusal(resolve('Observation', 'code:in=urn:vs:project', t))).toBe(denied);
   });
 
   it('lets a refusal of the source (403) through', async () => {
