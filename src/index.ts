@@ -103,16 +103,19 @@ export {
   StorageLockedError,
   StorageUnavailableError,
   SearchTooCostlyError,
+  UnsupportedSearchError,
 } from './storage/errors.js';
 export { compareSortValues } from './storage/result-page.js';
 export {
   compartmentSearch,
+  findUnresolvedTerminology,
   identifierFilter,
   idFilter,
   lastUpdatedFilters,
   reachedSearch,
   reachOf,
   typeSearch,
+  unresolvedTerminology,
 } from './storage/search-request.js';
 export type * from './storage/search-request.js';
 export type {

@@ -4,12 +4,13 @@ import type { SearchRegistry } from '../search/definitions.js';
 import { matchesFilters, matchesParameter, referenceKeys } from '../search/match.js';
 import { parseSearchRequest } from '../search/parse.js';
 import { SearchParameterError } from '../search/search-error.js';
-import type {
-  ReferenceSearchValue,
-  SearchFilter,
-  SearchRequest,
-  SearchValue,
-  TokenSearchValue,
+import {
+  findUnresolvedTerminology,
+  type ReferenceSearchValue,
+  type SearchFilter,
+  type SearchRequest,
+  type SearchValue,
+  type TokenSearchValue,
 } from '../storage/search-request.js';
 import type { FhirResource } from '../storage/types.js';
 
@@ -45,7 +46,9 @@ const RESULT_PARAMS = new Set([
  * Parses one `_typeFilter` entry (`Type?query`, the query URL-encoded) with the search module:
  * every search parameter a type-level search takes, with its modifiers and prefixes. Not applied
  * (a problem is answered): an unknown type, a result parameter (`_sort`, `_include`, …), a
- * parameter without a value, and whatever a type-level search refuses. Chains and `_has` are kept as
+ * parameter without a value, whatever a type-level search refuses, and the token terminology
+ * modifiers `:in`, `:not-in`, `:below`, `:above` (not-supported: the worker that applies the filter
+ * later has no terminology). Chains and `_has` are kept as
  * parsed: the kick-off resolves them (`resolveTypeFilterChains`), since the export worker reads no
  * other type. `now` is the time the `ap` prefix is measured from.
  * @see https://hl7.org/fhir/uv/bulkdata/STU2/export.html#_typefilter-experimental-query-parameter
@@ -66,6 +69,14 @@ export function parseTypeFilter(registry: SearchRegistry, filter: string, now?: 
   }
   try {
     const { request } = parseSearchRequest(registry, resourceType, params, now === undefined ? {} : { now });
+    const terminology = findUnresolvedTerminology(request.filters);
+    if (terminology) {
+      // The worker has no terminology, and an expansion taken now would be kept for a job read later.
+      return {
+        code: 'not-supported',
+        problem: `_typeFilter ${filter}: ${terminology.code}:${String(terminology.modifier)} is not supported in _typeFilter (search with it, or filter the files)`,
+      };
+    }
     return { search: { resourceType, filters: request.filters } };
   } catch (error) {
     if (!(error instanceof SearchParameterError)) throw error;

@@ -140,6 +140,14 @@ export const DATA_SETTINGS = {
       'matches an exact search total may count (`_total=accurate`, `_summary=count`), else `400` `too-costly`; a search without `_total` counts none (`Infinity`: no limit)',
     read: countLimit(100_000),
   },
+  searchMaxTerminologyCodes: {
+    env: 'SEARCH_MAX_TERMINOLOGY_CODES',
+    flag: '--search-max-terminology-codes <n>',
+    defaultText: '10000',
+    description:
+      'codes a token `:in`, `:not-in`, `:below` or `:above` may stand for (the value set, or the code and its descendants or ancestors), else `400` `too-costly`',
+    read: integer(10_000, 1),
+  },
   fhirMaxPatchOperations: {
     env: 'FHIR_MAX_PATCH_OPERATIONS',
     flag: '--fhir-max-patch-operations <n>',

@@ -201,6 +201,7 @@ async function platformOptions(
         maxHasDepth: config.searchMaxHasDepth,
         maxOffset: config.searchMaxOffset,
         maxAccurateTotal: config.searchMaxAccurateTotal,
+        maxTerminologyCodes: config.searchMaxTerminologyCodes,
       },
       maxPatchOperations: config.fhirMaxPatchOperations,
       maxPatchedResourceSize: config.fhirMaxPatchedResourceSize,

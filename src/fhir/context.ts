@@ -61,14 +61,15 @@ export interface FhirContext {
    */
   deadline?: number;
   /**
-   * Bounds on what a search may ask (400 `too-costly` beyond), how far an exact total counts, and
-   * what includes add to a page.
-   * @default SEARCH_COST_DEFAULTS, DEFAULT_MAX_ACCURATE_TOTAL, MAX_INCLUDED, MAX_INCLUDE_DEPTH
+   * Bounds on what a search may ask (400 `too-costly` beyond), how far an exact total counts, what
+   * includes add to a page, and how many codes a terminology modifier (`:in`, `:below`) stands for.
+   * @default SEARCH_COST_DEFAULTS, DEFAULT_MAX_ACCURATE_TOTAL, MAX_INCLUDED, MAX_INCLUDE_DEPTH, DEFAULT_MAX_TERMINOLOGY_CODES
    */
   searchLimits?: SearchCostLimits & {
     maxAccurateTotal?: number;
     maxIncluded?: number;
     maxIncludeDepth?: number;
+    maxTerminologyCodes?: number;
   };
 }
 

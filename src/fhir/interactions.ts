@@ -8,6 +8,7 @@ import { checkId, checkResource, checkType, withoutServerMeta } from './resource
 import { deadlineOf } from './search/costly-reads.js';
 import { parseSearch, type SearchQueryOptions, type SearchReads } from './search/search-query.js';
 import type { FhirContext } from './context.js';
+import { DEFAULT_MAX_TERMINOLOGY_CODES } from './search/resolve-terminology.js';
 
 /** Result of a write interaction. */
 export interface WriteOutcome {
@@ -319,11 +320,20 @@ export async function deleteResource(
  * the user's reach in the search).
  */
 export function searchReads(ctx: FhirContext): SearchReads {
+  const { terminology } = ctx;
   return {
     authorize(resourceType) {
       checkType(resourceType);
       authorize(ctx, resourceType, 'search');
     },
+    ...(terminology
+      ? {
+          terminology: {
+            ...terminology,
+            maxCodes: ctx.searchLimits?.maxTerminologyCodes ?? DEFAULT_MAX_TERMINOLOGY_CODES,
+          },
+        }
+      : {}),
   };
 }
 

@@ -20,6 +20,7 @@ import { DEFAULT_PATCH_LIMITS, type PatchLimits } from './patch/patch-limits.js'
 import type { NdjsonUploadOptions } from './upload/ndjson-upload.js';
 import type { ResourceValidator } from './validation/structure-validator.js';
 import { r4Terminology } from '../terminology/r4-terminology.js';
+import { DEFAULT_MAX_TERMINOLOGY_CODES } from './search/resolve-terminology.js';
 import type { Terminology } from '../terminology/terminology-types.js';
 import type { SearchAdmissionLimits } from './search/search-admission.js';
 import { SEARCH_COST_DEFAULTS, type SearchCostLimits } from '../search/cost-limits.js';
@@ -136,7 +137,7 @@ export interface FhirRouterOptions extends CommonRouterOptions, BodyLimitOptions
    * Bounds on what a search may ask, refused (400 `too-costly`) before it runs: `_sort` keys,
    * parameters, nested `_has`, `_offset`; how far an exact total counts (400 `too-costly` past
    * it); and how much `_include` / `_revinclude` add to a page (a warning beyond). The
-   * CapabilityStatement states them. @default { maxSortKeys: 5, maxFilters: 30, maxHasDepth: 2, maxOffset: 10000, maxAccurateTotal: 100000, maxIncluded: 1000, maxIncludeDepth: 3 }
+   * CapabilityStatement states them. @default { maxSortKeys: 5, maxFilters: 30, maxHasDepth: 2, maxOffset: 10000, maxAccurateTotal: 100000, maxIncluded: 1000, maxIncludeDepth: 3, maxTerminologyCodes: 10000 }
    */
   searchLimits?: FhirSearchLimits;
   /**
@@ -165,6 +166,14 @@ export interface FhirSearchLimits extends SearchCostLimits {
   maxIncluded?: number;
   /** Most levels `:iterate` follows (the first level included). @default 3 */
   maxIncludeDepth?: number;
+  /**
+   * Most codes one token terminology filter may stand for: the codes of the value sets of an `:in`
+   * / `:not-in`, or of the hierarchy of a `:below` / `:above`, which the search is answered with;
+   * beyond it, 400 `too-costly` naming the parameter.
+   * @see https://hl7.org/fhir/R4/search.html#token
+   * @default 10000
+   */
+  maxTerminologyCodes?: number;
 }
 
 /** Options with every default filled in. */
@@ -208,6 +217,7 @@ const SEARCH_LIMIT_KEYS: OptionKeys<FhirSearchLimits> = {
   maxAccurateTotal: true,
   maxIncluded: true,
   maxIncludeDepth: true,
+  maxTerminologyCodes: true,
 };
 
 function resolveSearchAdmission(options: Partial<SearchAdmissionLimits> = {}): SearchAdmissionLimits {
@@ -245,6 +255,7 @@ function resolveSearchLimits(options: FhirSearchLimits = {}): Required<FhirSearc
     maxAccurateTotal: resolveMaxAccurateTotal(options.maxAccurateTotal),
     maxIncluded: limit('maxIncluded', 1000),
     maxIncludeDepth: limit('maxIncludeDepth', 3),
+    maxTerminologyCodes: limit('maxTerminologyCodes', DEFAULT_MAX_TERMINOLOGY_CODES),
   };
 }
 

@@ -128,7 +128,8 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
   ERR_FHIR_NOT_FOUND: answer(
     404,
     'not-found',
-    'Unknown resource type, operation, version, Group or export file',
+    'Unknown resource type, operation, version, Group or export file; 400 for an unknown value set or code system of a search (`:in`, `:below`, …)',
+    { otherStatuses: [400] },
   ),
   ERR_FHIR_DELETED: answer(410, 'deleted', 'The resource was deleted'),
   ERR_FHIR_NOT_SUPPORTED: answer(400, 'not-supported', 'An unsupported parameter, type or method', {
@@ -296,6 +297,11 @@ export const ERROR_TABLE: Readonly<Record<ErrorCode, ErrorAnswer>> = {
     'too-costly',
     '`SearchTooCostlyError`: a search ran out of its time budget (`searchTimeoutMs`) and was stopped',
     { scimType: 'tooMany' },
+  ),
+  ERR_STORAGE_UNSUPPORTED_SEARCH: answer(
+    400,
+    'not-supported',
+    '`UnsupportedSearchError`: a store asked a terminology filter (`:in`, `:below`, …) left unresolved',
   ),
   ERR_STORAGE_IN_TRANSACTION: answer(
     500,

@@ -23,6 +23,7 @@ import type {
   StringSearchValue,
   TokenSearchValue,
 } from '../storage/search-request.js';
+import { unresolvedTerminology } from '../storage/search-request.js';
 
 /**
  * How a chain or a reverse chain reads other resources (see `FilterResolver`): a store's matcher
@@ -209,6 +210,13 @@ export function matchesParameter(
 ): boolean {
   const definition = registry.get(resource.resourceType, filter.code);
   if (!definition) throw new Error(`${resource.resourceType} has no search parameter ${filter.code}`);
+  if (unresolvedTerminology(filter)) {
+    // Read as a plain token test it would answer wrongly: the FHIR layer resolves it first.
+    throw new SearchParameterError(
+      'not-supported',
+      `${filter.code}:${String(filter.modifier)} must be resolved against the terminology first`,
+    );
+  }
   if (definition.type === 'composite') {
     const elements = extractComposite(registry, definition, resource);
     // A composite value is an element with a value for every component (docs/fhir.md, Search).
@@ -226,10 +234,43 @@ export function matchesParameter(
   }
   const targets = extractValues(registry, definition, resource);
   if (filter.modifier === 'missing') return (targets.length === 0) === filter.missing;
-  const any = targets.some((target) =>
-    filter.values.some((value) => value.type !== 'composite' && matchValue(value, target, filter)),
-  );
+  const pairs = tokenPairs(filter);
+  const any = pairs
+    ? targets.some((t) => t.type === 'token' && t.code !== undefined && pairs.has(pairKey(t.system, t.code)))
+    : targets.some((target) =>
+        filter.values.some((value) => value.type !== 'composite' && matchValue(value, target, filter)),
+      );
   return filter.modifier === 'not' ? !any : any;
+}
+
+/** A list of plain tokens this long or longer (a resolved `:in`) is matched by set lookup. */
+const PAIRS_MIN = 8;
+const pairKeys = new WeakMap<ParameterFilter, ReadonlySet<string> | null>();
+
+/** The key of a token's system (absent: `undefined`) and code in {@link tokenPairs}. */
+const pairKey = (system: string | undefined, code: string): string =>
+  system === undefined ? `\u0000${code}` : `${system.length}.${system}|${code}`;
+
+/**
+ * The keys of `filter`'s values when it is a long list of `system|code` and `|code` tokens (what
+ * `:in` resolves to), computed once per filter: each matches a token with that code and system (no
+ * system for `|code`), as `matchToken` does, in one lookup instead of one test per value.
+ */
+function tokenPairs(filter: ParameterFilter): ReadonlySet<string> | undefined {
+  if (filter.type !== 'token' || filter.values.length < PAIRS_MIN) return undefined;
+  let keys = pairKeys.get(filter);
+  if (keys === undefined) {
+    const out = new Set<string>();
+    const plain = filter.values.every((v) => {
+      if (v.type !== 'token' || v.text !== undefined || v.typeSystem !== undefined) return false;
+      if (v.code === undefined || v.system === undefined) return false;
+      out.add(pairKey(v.system ?? undefined, v.code));
+      return true;
+    });
+    keys = plain ? out : null;
+    pairKeys.set(filter, keys);
+  }
+  return keys ?? undefined;
 }
 
 /** The `Type/id` keys of references a parameter sees in `resource`. */

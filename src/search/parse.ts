@@ -1,7 +1,7 @@
 import { checkSearchCost, type SearchCostLimits } from './cost-limits.js';
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import type { SearchParameterDefinition, SearchRegistry } from './definitions.js';
-import { invalidValue, parseSimpleValue } from './parse-value.js';
+import { invalidValue, parseSimpleValue, parseTokenValue } from './parse-value.js';
 import { SearchParameterError, type SearchIssueCode } from './search-error.js';
 import type {
   ChainFilter,
@@ -15,8 +15,10 @@ import type {
   SearchSummary,
   SearchValue,
   SortKey,
+  TokenSearchValue,
+  UriSearchValue,
 } from '../storage/search-request.js';
-import { splitUnescaped } from './value-escaping.js';
+import { splitUnescaped, unescapeValue } from './value-escaping.js';
 
 /** Options of {@link parseSearchRequest}. */
 export interface ParseSearchRequestOptions {
@@ -91,7 +93,7 @@ const MAX_CHAIN = 2;
 
 const MODIFIERS_BY_TYPE: Readonly<Record<string, ReadonlySet<string>>> = {
   string: new Set(['exact', 'contains', 'missing']),
-  token: new Set(['not', 'text', 'of-type', 'missing']),
+  token: new Set(['not', 'text', 'of-type', 'missing', 'in', 'not-in', 'below', 'above']),
   date: new Set(['missing']),
   number: new Set(['missing']),
   quantity: new Set(['missing']),
@@ -165,6 +167,10 @@ function parameterFilter(
     return { kind: 'parameter', code, type: def.type, modifier, missing: value === 'true', values: [] };
   }
   const values: SearchValue[] = splitUnescaped(value, ',').map((raw) => {
+    if (def.type === 'token' && (modifier === 'in' || modifier === 'not-in'))
+      return valueSetValue(rawName, raw);
+    if (def.type === 'token' && (modifier === 'below' || modifier === 'above'))
+      return codeValue(rawName, raw);
     if (def.type === 'composite') return compositeValue(ctx, def, rawName, raw);
     if (code === '_id' && !isValidId(raw))
       throw invalidValue(rawName, '_id must be a comma-separated list of ids');
@@ -183,6 +189,30 @@ function parameterFilter(
     ...(targetType === undefined ? {} : { targetType }),
     values,
   };
+}
+
+/**
+ * A value set of `:in` / `:not-in`: its canonical URL (a `|version` allowed), kept as a `uri` value
+ * for the FHIR layer to expand. @see https://hl7.org/fhir/R4/search.html#token
+ */
+function valueSetValue(rawName: string, raw: string): UriSearchValue {
+  const url = unescapeValue(raw);
+  if (!/^[a-z][a-z0-9+.-]*:\S+$/i.test(url)) {
+    throw invalidValue(rawName, `${rawName} must be a value set's canonical URL (url or url|version)`);
+  }
+  return { type: 'uri', value: url };
+}
+
+/**
+ * A code of `:below` / `:above`: `system|code`, both required (the hierarchy is the code system's).
+ * @see https://hl7.org/fhir/R4/search.html#token
+ */
+function codeValue(rawName: string, raw: string): TokenSearchValue {
+  const token = parseTokenValue(rawName, raw);
+  if (typeof token.system !== 'string' || token.code === undefined) {
+    throw invalidValue(rawName, `${rawName} must be system|code (the code system is required)`);
+  }
+  return { type: 'token', system: token.system, code: token.code };
 }
 
 function compositeValue(
@@ -347,8 +377,12 @@ function includeTarget(
  * and the result parameters `_sort`, `_count`, `_offset`, `_summary`, `_elements`, `_total`,
  * `_include` and `_revinclude` (`:iterate`). Comma means OR, a repeated parameter AND.
  *
+ * A token's terminology modifiers are parsed as given: `:in` / `:not-in` with value set URLs,
+ * `:below` / `:above` with `system|code` values (see `ParameterFilter`); the caller resolves them
+ * against its terminology before a store is asked (stores refuse them unresolved).
+ *
  * An unknown parameter, an unsupported one (`_text`, `_filter`, …) or an unsupported modifier
- * (`:in`, `:below` on a token, …) is a `SearchParameterError` naming it in `parameter`; under `lenient`
+ * (`:of-type` on a code, …) is a `SearchParameterError` naming it in `parameter`; under `lenient`
  * it is listed in `ignored` instead. A parameter without a value is listed there too, whatever the
  * handling. A malformed value is always a 400.
  * @see https://hl7.org/fhir/R4/search.html

@@ -74,6 +74,18 @@ export class SearchTooCostlyError extends StorageError {
   }
 }
 
+/**
+ * A search the store does not answer as given: a token terminology filter (`:in`, `:not-in`, a
+ * token's `:below` / `:above`) the caller did not resolve into plain values first (the FHIR router
+ * does). Refused rather than read as a plain token test, which would answer wrongly (routers answer
+ * 400 `not-supported`).
+ */
+export class UnsupportedSearchError extends StorageError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_STORAGE_UNSUPPORTED_SEARCH', message, options);
+  }
+}
+
 /** A record the storage cannot keep as given (bad resource type, empty id or userName, …). */
 export class InvalidRecordError extends StorageError {
   constructor(message: string, options?: { cause?: unknown }) {

@@ -1,5 +1,11 @@
 import type { IdentifierToken, InstantRange, ResourceQuery } from './query-types.js';
-import type { ParameterFilter, SearchFilter, SearchRequest } from './search-request.js';
+import { UnsupportedSearchError } from './errors.js';
+import {
+  findUnresolvedTerminology,
+  type ParameterFilter,
+  type SearchFilter,
+  type SearchRequest,
+} from './search-request.js';
 
 /*
  * The filters of a search that every store answers from what it keeps of each version whatever its
@@ -108,6 +114,8 @@ function readNarrowing(query: NarrowedQuery, filter: SearchFilter, identifierInd
  * of its `search`: a plain `_id`, a one-value `_lastUpdated` with `eq`, `gt`, `ge`, `lt` or `le`,
  * and the first plain `identifier` when `identifierIndexed` says that the type's `identifier`
  * parameter reads exactly its top-level `identifier` element (`ResourceIndexer.identifierIndexed`).
+ * Every store narrows its queries here first, so here it refuses (`UnsupportedSearchError`) a
+ * search holding a terminology filter left unresolved (`findUnresolvedTerminology`), at any depth.
  */
 export function narrowQuery(
   resourceType: string,
@@ -115,6 +123,7 @@ export function narrowQuery(
   identifierIndexed?: (resourceType: string) => boolean,
 ): NarrowedQuery {
   const { search } = query;
+  refuseUnresolvedTerminology(search);
   if (search?.resourceType !== resourceType) return query;
   const narrowed: NarrowedQuery = { ...query };
   const indexed = identifierIndexed?.(resourceType) === true;
@@ -122,4 +131,14 @@ export function narrowQuery(
   if (rest.length < search.filters.length)
     narrowed.search = { ...search, filters: rest } satisfies SearchRequest;
   return narrowed;
+}
+
+/** Throws `UnsupportedSearchError` when `search` holds an unresolved terminology filter. */
+export function refuseUnresolvedTerminology(search: Pick<SearchRequest, 'filters'> | undefined): void {
+  const filter = search && findUnresolvedTerminology(search.filters);
+  if (filter) {
+    throw new UnsupportedSearchError(
+      `${filter.code}:${String(filter.modifier)} must be resolved against the terminology before a store answers it`,
+    );
+  }
 }

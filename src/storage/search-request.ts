@@ -17,10 +17,23 @@ export type SearchPrefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb'
 
 /**
  * A modifier this server applies (`name:exact=`). The reference `:[Type]` modifier is kept as the
- * filter's `targetType`, not here. @see https://hl7.org/fhir/R4/search.html#modifiers
+ * filter's `targetType`, not here. A token's `in`, `not-in`, `below` and `above` are terminology
+ * modifiers: parsed as given (see {@link ParameterFilter}), the FHIR layer resolves them into plain
+ * token values (or `not`) before a store is asked, and a store refuses one left unresolved
+ * (`unresolvedTerminology`). @see https://hl7.org/fhir/R4/search.html#modifiers
  */
 export type SearchModifier =
-  'missing' | 'exact' | 'contains' | 'not' | 'text' | 'of-type' | 'identifier' | 'below' | 'above';
+  | 'missing'
+  | 'exact'
+  | 'contains'
+  | 'not'
+  | 'text'
+  | 'of-type'
+  | 'identifier'
+  | 'below'
+  | 'above'
+  | 'in'
+  | 'not-in';
 
 /**
  * A string value: matched against the start of each string the parameter sees (default), anywhere
@@ -151,7 +164,10 @@ export type SearchValue = ComponentSearchValue | CompositeSearchValue;
 
 /**
  * One occurrence of a search parameter: it matches when one of its `values` does (comma means OR).
- * With `modifier: 'missing'`, `values` is empty and `missing` says which side matches.
+ * With `modifier: 'missing'`, `values` is empty and `missing` says which side matches. A token
+ * filter with `in` / `not-in` holds the value sets' canonical URLs as `uri` values (a `|version`
+ * kept), one with `below` / `above` the `system|code` token values (system and code both given):
+ * unresolved terminology filters, which no store answers (see {@link SearchModifier}).
  */
 export interface ParameterFilter {
   kind: 'parameter';
@@ -292,6 +308,31 @@ export function reachedSearch(
   if (bound) search.compartment = bound;
   if (outer?.reach) search.reach = outer.reach;
   return search;
+}
+
+/**
+ * True when `filter` is a token terminology filter not yet resolved into plain values: `:in`,
+ * `:not-in`, or a token's `:below` / `:above` (a uri's are plain prefix tests).
+ * @see https://hl7.org/fhir/R4/search.html#token
+ */
+export function unresolvedTerminology(filter: ParameterFilter): boolean {
+  const { modifier } = filter;
+  if (modifier === 'in' || modifier === 'not-in') return true;
+  return filter.type === 'token' && (modifier === 'below' || modifier === 'above');
+}
+
+/** The first unresolved terminology filter of `filters`, in chains and `_has` at any depth too. */
+export function findUnresolvedTerminology(filters: readonly SearchFilter[]): ParameterFilter | undefined {
+  for (const filter of filters) {
+    const found =
+      filter.kind === 'parameter'
+        ? unresolvedTerminology(filter)
+          ? filter
+          : undefined
+        : findUnresolvedTerminology([filter.filter]);
+    if (found) return found;
+  }
+  return undefined;
 }
 
 /** A search of `resourceType` by `filters` (ANDed; none: every resource of the type). */

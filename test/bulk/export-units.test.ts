@@ -168,6 +168,22 @@ describe('_typeFilter', () => {
       ...extra,
     }) as StoredResource;
 
+  it('refuses the token terminology modifiers (not-supported): the worker has no terminology', async () => {
+    const registry = await loadSearchRegistry();
+    for (const filter of [
+      'Observation?status:in=http://hl7.org/fhir/ValueSet/observation-status',
+      'Observation?code:not-in=http://acme.org/vs',
+      'Condition?code:below=urn:s%7Cparent',
+      'Condition?code:above=urn:s%7Cchild',
+      'Observation?subject:Patient.gender:in=http://hl7.org/fhir/ValueSet/administrative-gender',
+      'Patient?_has:Observation:patient:status:in=http://hl7.org/fhir/ValueSet/observation-status',
+    ]) {
+      expect(parseTypeFilter(registry, filter), filter).toMatchObject({ code: 'not-supported' });
+    }
+    // A uri's :below is a plain prefix test, still applied.
+    expect(parseTypeFilter(registry, 'ValueSet?url:below=http://acme.org/')).toHaveProperty('search');
+  });
+
   it('filters of one type are ORed; a type without a filter has no test', async () => {
     const filters = await tests(['Observation?_id=a', 'Observation?subject=Patient/p', 'Condition?_id=c']);
     const test = filters.get('Observation')!;

@@ -146,6 +146,7 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxHasDepth: values.searchMaxHasDepth,
       maxOffset: values.searchMaxOffset,
       maxAccurateTotal: values.searchMaxAccurateTotal,
+      maxTerminologyCodes: values.searchMaxTerminologyCodes,
     }).toEqual({
       ...fhir.searchAdmission,
       timeoutMs: fhir.searchTimeoutMs,
@@ -154,6 +155,7 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxHasDepth: fhir.searchLimits.maxHasDepth,
       maxOffset: fhir.searchLimits.maxOffset,
       maxAccurateTotal: fhir.searchLimits.maxAccurateTotal,
+      maxTerminologyCodes: fhir.searchLimits.maxTerminologyCodes,
     });
     expect(values.authorizeTicketLifetime).toBe(600);
     expect({

@@ -38,6 +38,7 @@ import {
   StorageLockedError,
   StorageUnavailableError,
   SearchTooCostlyError,
+  UnsupportedSearchError,
 } from '../../src/storage/errors.js';
 import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
@@ -131,6 +132,11 @@ const THROWN: Sample[] = [
     code: 'ERR_STORAGE_TOO_COSTLY',
     label: 'SearchTooCostlyError',
     error: () => new SearchTooCostlyError(SECRET_TEXT),
+  },
+  {
+    code: 'ERR_STORAGE_UNSUPPORTED_SEARCH',
+    label: 'UnsupportedSearchError',
+    error: () => new UnsupportedSearchError(SECRET_TEXT),
   },
   ...(
     [

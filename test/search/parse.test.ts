@@ -186,6 +186,66 @@ describe('parseSearchRequest: values by type', () => {
     });
   });
 
+  it("token: :in and :not-in keep the value sets' canonical URLs, a |version included", () => {
+    expect(only('Observation', 'status:in=http://hl7.org/fhir/ValueSet/observation-status')).toEqual({
+      kind: 'parameter',
+      code: 'status',
+      type: 'token',
+      modifier: 'in',
+      values: [{ type: 'uri', value: 'http://hl7.org/fhir/ValueSet/observation-status' }],
+    });
+    expect(only('Observation', 'code:not-in=http://acme.org/vs|2.0,urn:oid:1.2.3')).toEqual({
+      kind: 'parameter',
+      code: 'code',
+      type: 'token',
+      modifier: 'not-in',
+      values: [
+        { type: 'uri', value: 'http://acme.org/vs|2.0' },
+        { type: 'uri', value: 'urn:oid:1.2.3' },
+      ],
+    });
+    expect400(() => parse('Observation', 'code:in=observation-status'), 'code:in', 'invalid');
+    expect400(() => parse('Observation', 'code:in=http://a b'), 'code:in', 'invalid');
+    // Not a token: the modifier is not one of the parameter's.
+    expect400(() => parse('Patient', 'name:in=http://acme.org/vs'), 'name:in', 'not-supported');
+  });
+
+  it('token: :below and :above take system|code, the system required', () => {
+    expect(only('Condition', 'code:below=http://snomed.info/sct|404684003,urn:s|a\\,b')).toEqual({
+      kind: 'parameter',
+      code: 'code',
+      type: 'token',
+      modifier: 'below',
+      values: [
+        { type: 'token', system: 'http://snomed.info/sct', code: '404684003' },
+        { type: 'token', system: 'urn:s', code: 'a,b' },
+      ],
+    });
+    expect(only('Condition', 'code:above=urn:s|child')).toMatchObject({
+      modifier: 'above',
+      values: [{ type: 'token', system: 'urn:s', code: 'child' }],
+    });
+    for (const bad of ['404684003', '|404684003', 'urn:s|', 'a|b|c']) {
+      expect400(() => parse('Condition', `code:below=${encodeURIComponent(bad)}`), 'code:below', 'invalid');
+      expect400(() => parse('Condition', `code:above=${encodeURIComponent(bad)}`), 'code:above', 'invalid');
+    }
+  });
+
+  it('terminology modifiers in chains and _has, and under lenient handling', () => {
+    expect(
+      only('Observation', 'subject:Patient.gender:in=http://hl7.org/fhir/ValueSet/administrative-gender'),
+    ).toMatchObject({
+      kind: 'chain',
+      filter: { code: 'gender', modifier: 'in', values: [{ type: 'uri' }] },
+    });
+    expect(only('Patient', '_has:Observation:patient:code:below=urn:s|p')).toMatchObject({
+      kind: 'has',
+      filter: { code: 'code', modifier: 'below', values: [{ type: 'token', system: 'urn:s', code: 'p' }] },
+    });
+    // A malformed value is a 400 even when lenient.
+    expect400(() => parse('Condition', 'code:below=p', { lenient: true }), 'code:below', 'invalid');
+  });
+
   it('composite: $-joined components, each parsed by its own type', () => {
     expect(values('Observation', 'code-value-quantity=http://loinc.org|8480-6$gt100,1234$5||mmHg')).toEqual([
       {
@@ -367,7 +427,7 @@ describe('parseSearchRequest: unknown and unsupported parameters', () => {
   it('answers 400 naming the parameter, unless lenient', () => {
     expect400(() => parse('Patient', 'nope=1'), 'nope', 'invalid');
     expect400(() => parse('Patient', 'name:below=x'), 'name:below', 'not-supported');
-    expect400(() => parse('Observation', 'code:in=http://vs'), 'code:in', 'not-supported');
+    expect400(() => parse('Observation', 'code:of-type=a|b|c'), 'code:of-type', 'not-supported');
     expect400(() => parse('Patient', '_text=x'), '_text', 'not-supported');
     expect400(() => parse('Location', 'near=1|2|3|km'), 'near', 'not-supported');
     const lenient = parse('Patient', 'nope=1&name=a&name:below=x&_text=y&_count=5&_format=json', {

@@ -104,6 +104,22 @@ const DATA: FhirResource[] = [
     effectiveDateTime: '2024-03-04',
   },
   { resourceType: 'Condition', id: 'ca', subject: { reference: 'Patient/pa' }, code: { text: 'HIV' } },
+  // The project's own terminology: what `:in` reads with the caller's right to search ValueSets.
+  {
+    resourceType: 'CodeSystem',
+    id: 'cs',
+    url: 'http://acme.org/fhir/CodeSystem/sizes',
+    status: 'active',
+    content: 'complete',
+    concept: [{ code: 'weight' }, { code: 'height' }],
+  },
+  {
+    resourceType: 'ValueSet',
+    id: 'vs',
+    url: 'http://acme.org/fhir/ValueSet/sizes',
+    status: 'active',
+    compose: { include: [{ system: 'http://acme.org/fhir/CodeSystem/sizes' }] },
+  },
   {
     resourceType: 'DiagnosticReport',
     id: 'dr',
@@ -215,6 +231,26 @@ const CASES: Case[] = [
     needs: [PAT_S, OBS_S, ['Practitioner', 's']],
     ok: 200,
     send: get('/Patient?_has:Observation:subject:performer:Practitioner.name=Doc'),
+  },
+  {
+    // The R4 value sets are the server's: no right beyond the search's own.
+    name: ':in over an R4 value set',
+    needs: [OBS_S],
+    ok: 200,
+    send: get('/Observation?status:in=http://hl7.org/fhir/ValueSet/observation-status'),
+  },
+  {
+    // A project's value set is its data: searching it needs the right to search ValueSets.
+    name: ':in over a project value set',
+    needs: [OBS_S, ['ValueSet', 's']],
+    ok: 200,
+    send: get('/Observation?code:not-in=http://acme.org/fhir/ValueSet/sizes'),
+  },
+  {
+    name: ':in over a project value set in a chain',
+    needs: [OBS_S, PAT_S, ['ValueSet', 's']],
+    ok: 200,
+    send: get('/Observation?subject:Patient.gender:in=http://acme.org/fhir/ValueSet/sizes'),
   },
   {
     name: 'POST _search with a chain',

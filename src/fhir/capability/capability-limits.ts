@@ -1,5 +1,6 @@
 import { SEARCH_COST_DEFAULTS } from '../../search/cost-limits.js';
 import { DEFAULT_MAX_ACCURATE_TOTAL } from '../search/search-total.js';
+import { DEFAULT_MAX_TERMINOLOGY_CODES } from '../search/resolve-terminology.js';
 
 /*
  * The search limits a CapabilityStatement states. R4 has no element for limits: they go in
@@ -30,6 +31,8 @@ export interface CapabilitySearchLimits {
   maxIncluded?: number;
   /** Most levels `:iterate` follows. @default 3 */
   maxIncludeDepth?: number;
+  /** Most codes a token `:in`, `:not-in`, `:below` or `:above` stands for. @default 10000 */
+  maxTerminologyCodes?: number;
 }
 
 /** Every limit of {@link CapabilitySearchLimits}, defaults filled in. */
@@ -42,6 +45,7 @@ const DEFAULT_LIMITS: StatedLimits = {
   ...SEARCH_COST_DEFAULTS,
   maxIncluded: 1000,
   maxIncludeDepth: 3,
+  maxTerminologyCodes: DEFAULT_MAX_TERMINOLOGY_CODES,
 };
 
 /** `limits` with the router's defaults for what it leaves out. */
@@ -68,6 +72,7 @@ export function limitsDocumentation(limits: StatedLimits): string {
     '- `total`: a searchset has none unless asked (`_total=accurate` or `estimate`; `_summary=count` and `_count=0` ask for an exact one).',
     `- An exact total ${accurate}.`,
     `- At most ${shown(limits.maxSortKeys)} \`_sort\` keys, ${shown(limits.maxFilters)} search parameters, \`_has\` nested ${shown(limits.maxHasDepth)} deep, an \`_offset\` of ${shown(limits.maxOffset)} (else 400 \`too-costly\`; \`next\` links page further).`,
+    `- A token's \`:in\` / \`:not-in\` (a value set) and \`:below\` / \`:above\` (a code of a hierarchical code system) stand for at most ${shown(limits.maxTerminologyCodes)} codes (else 400 \`too-costly\`).`,
     `- \`_include\` / \`_revinclude\`: at most ${shown(limits.maxIncluded)} resources a page, \`:iterate\` ${shown(limits.maxIncludeDepth)} levels (a \`too-costly\` warning beyond).`,
   ].join('\n');
 }

@@ -10,6 +10,7 @@ import { sortValuesOf } from '../../search/sort-values.js';
 import type { ResourceCursor, ResourceQuery, StoredResource } from '../../storage/types.js';
 import { patientSearchParams } from '../compartment.js';
 import { decodeCursor, type CursorShape, type PageCursor } from './search-cursor.js';
+import { resolveTerminologyFilters, type TerminologyResolution } from './resolve-terminology.js';
 
 /** Options of {@link parseSearch}. */
 export interface SearchQueryOptions {
@@ -35,6 +36,11 @@ export interface SearchQueryOptions {
  */
 export interface SearchReads {
   authorize(resourceType: string): void;
+  /**
+   * What the token modifiers `:in`, `:not-in`, `:below`, `:above` are resolved with
+   * (`resolveTerminologyFilters`); absent: they answer 400 `not-supported`.
+   */
+  terminology?: TerminologyResolution;
 }
 
 /** A type-level search, parsed and turned into a storage query. */
@@ -76,7 +82,9 @@ const intersect = (a: string[] | undefined, b: string[]): string[] =>
  * interaction's criteria) with the R4 search module (`src/search`) and turns it into a storage
  * query: the parsed search is the query's `search`, which the store answers wholly (chains and
  * `_has` included; Patient references of compartment parameters add a compartment to it, which the
- * store narrows by). Every type a chain or `_has` reads is authorized through `reads` first (403).
+ * store narrows by). Every type a chain or `_has` reads is authorized through `reads` first (403),
+ * then the token modifiers `:in`, `:not-in`, `:below`, `:above` are resolved into plain token
+ * values through `reads.terminology` (`resolveTerminologyFilters`).
  * `AuditEvent`'s own parameters are the one `where` (`auditSearchPredicate`: an agent's bare id
  * also matches its identifier).
  *
@@ -156,8 +164,9 @@ export async function parseSearch(
     if (i !== undefined) appliedAt.add(i);
   }
 
-  const { request } = parsed;
-  for (const type of typesReadByFilters(request.filters)) reads.authorize(type);
+  for (const type of typesReadByFilters(parsed.request.filters)) reads.authorize(type);
+  // After the bounds and rights that need no read; before the turn and the store (which refuse them).
+  const request = await resolveTerminologyFilters(registry, parsed.request, reads.terminology);
   const query: ResourceQuery = { count: request.count, search: request };
   if (request.offset > 0) query.offset = request.offset;
   const cursorShape = orderQuery(registry, request, query);

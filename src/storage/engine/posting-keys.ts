@@ -146,8 +146,21 @@ export function builtCode(filter: ParameterFilter): string {
   return filter.modifier === 'missing' ? presenceCode(filter.code) : filter.code;
 }
 
-/** Modifiers the postings never answer: a filter with one does not build its parameter. */
-const UNANSWERED_MODIFIERS = new Set(['not', 'text', 'of-type', 'identifier', 'below', 'above']);
+/**
+ * Modifiers the postings never answer: a filter with one does not build its parameter. The
+ * terminology ones (`in`, `not-in`, a token's `below` / `above`) reach no store unresolved
+ * (`narrowQuery` refuses them).
+ */
+const UNANSWERED_MODIFIERS = new Set([
+  'not',
+  'text',
+  'of-type',
+  'identifier',
+  'below',
+  'above',
+  'in',
+  'not-in',
+]);
 
 /** The codes to build for `search`'s own filters the postings could answer (each once, in order). */
 export function postableCodes(search: SearchRequest): string[] {

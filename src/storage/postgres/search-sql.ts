@@ -1,12 +1,14 @@
 import { assertNever } from '../assert-never.js';
+import { UnsupportedSearchError } from '../errors.js';
 import {
   reachOf,
+  unresolvedTerminology,
   type DateSearchValue,
   type ParameterFilter,
   type SearchFilter,
   type SearchRequest,
 } from '../search-request.js';
-import { clampHull, dateBoxSql, HULL_LIMIT, keyOfSql } from './search-tables.js';
+import { clampHull, dateBoxSql, HULL_LIMIT, keyOfSql, pgText, tokenKey } from './search-tables.js';
 import { ParameterSql, tableOf, type DerivedLookup, type Level } from './search-parameter-sql.js';
 
 export type { DerivedLookup, Level } from './search-parameter-sql.js';
@@ -73,6 +75,52 @@ function distinctFilters(filters: readonly SearchFilter[]): SearchFilter[] {
     seen.add(key);
     return true;
   });
+}
+
+/** A token list this long or longer is looked up as pairs (`SearchSql.tokenPairs`), not one test each. */
+export const TOKEN_PAIRS_MIN = 8;
+
+/** A token list as `tokenPairs` looks it up: `system|code` pairs, and codes without a system (`|code`). */
+interface TokenPairs {
+  pairs: [string, string][];
+  bare: string[];
+}
+
+/** The text of a value as stored (`pgText`) when it is its own index key (`tokenKey`), else undefined. */
+function ownKey(text: string): string | undefined {
+  const stored = pgText(text);
+  return tokenKey(stored)[1] === null ? stored : undefined;
+}
+
+/**
+ * The plain `system|code` and `|code` token values of `filter` whose texts are their own index keys,
+ * as {@link TokenPairs} when there are at least {@link TOKEN_PAIRS_MIN}, and the values left.
+ */
+function tokenPairsOf(filter: ParameterFilter): { pairs?: TokenPairs; rest: ParameterFilter['values'] } {
+  if (filter.type !== 'token' || (filter.modifier !== undefined && filter.modifier !== 'not'))
+    return { rest: filter.values };
+  const found: TokenPairs = { pairs: [], bare: [] };
+  const rest: ParameterFilter['values'] = [];
+  for (const v of filter.values) {
+    const plain = v.type === 'token' && v.text === undefined && v.typeSystem === undefined;
+    const code = plain && v.code !== undefined ? ownKey(v.code) : undefined;
+    const system = plain && typeof v.system === 'string' ? ownKey(v.system) : undefined;
+    if (code !== undefined && system !== undefined) found.pairs.push([system, code]);
+    else if (code !== undefined && plain && v.system === null) found.bare.push(code);
+    else rest.push(v);
+  }
+  return found.pairs.length + found.bare.length >= TOKEN_PAIRS_MIN
+    ? { pairs: found, rest }
+    : { rest: filter.values };
+}
+
+/** Throws `UnsupportedSearchError` for a terminology filter left unresolved (see `narrowQuery`). */
+function refuseUnresolved(filter: ParameterFilter): void {
+  if (unresolvedTerminology(filter)) {
+    throw new UnsupportedSearchError(
+      `${filter.code}:${String(filter.modifier)} must be resolved against the terminology first`,
+    );
+  }
 }
 
 /** Builds the SQL of one search, its bind values appended to `values`. */
@@ -191,6 +239,14 @@ export class SearchSql extends ParameterSql {
     if (filter.kind === 'chain') return this.chainSeqs(filter.code, filter.targetTypes, filter.filter, type);
     if (filter.kind === 'has')
       return this.hasSeqs(filter.resourceType, filter.referenceParam, filter.filter, type);
+    refuseUnresolved(filter);
+    // No value (an `:in` whose value set has no code): nothing matches, no row to look up (the
+    // project and type still named: a statement must use each of its bind parameters).
+    if (filter.modifier === undefined && filter.values.length === 0 && filter.code !== '_lastUpdated') {
+      const r = this.alias('r');
+      return `SELECT ${r}.seq FROM ${this.s}.resources ${r}
+               WHERE ${r}.project_id = ${this.project} AND ${r}.resource_type = ${type} AND false`;
+    }
     const driving =
       filter.modifier !== 'missing' &&
       filter.modifier !== 'not' &&
@@ -338,15 +394,40 @@ export class SearchSql extends ParameterSql {
          AND ${h}.target_id = ${level.id} AND (${where}) AND ${this.within(type, `${h}.seq`)} OFFSET 0)`;
   }
 
-  /** The values of a (non-composite) parameter filter, ORed, on a row `a` of its table. */
+  /**
+   * The values of a (non-composite) parameter filter, ORed, on a row `a` of its table; a long list
+   * of plain `system|code` tokens (a resolved `:in`) as one lookup of the pairs (`tokenPairs`).
+   */
   private anyValue(filter: ParameterFilter, a: string): string {
-    const values = filter.values.flatMap((value) =>
+    const { pairs, rest } = tokenPairsOf(filter);
+    const values = rest.flatMap((value) =>
       value.type === 'composite' ? [] : [this.value(value, a, filter)],
     );
+    if (pairs) values.unshift(this.tokenPairs(pairs, a));
     return values.length === 0 ? 'false' : values.join(' OR ');
   }
 
+  /**
+   * A token row `a` whose `(system, value)` is one of `pairs`: two array parameters, however many
+   * pairs, where one equality per pair would take two parameters each (65,535 at most a statement)
+   * and plan slowly. The pairs' texts are their own keys (`tokenKey`), so the key columns decide.
+   */
+  private tokenPairs({ pairs, bare }: TokenPairs, a: string): string {
+    const tests: string[] = [];
+    if (pairs.length > 0) {
+      const systems = this.param(pairs.map(([system]) => system));
+      const codes = this.param(pairs.map(([, code]) => code));
+      tests.push(
+        `(${a}.value, ${a}.system) IN (SELECT w.c, w.s FROM unnest(${systems}::text[], ${codes}::text[]) AS w(s, c))`,
+      );
+    }
+    if (bare.length > 0)
+      tests.push(`(${a}.system IS NULL AND ${a}.value = ANY(${this.param(bare)}::text[]))`);
+    return tests.join(' OR ');
+  }
+
   private parameter(filter: ParameterFilter, level: Level): string {
+    refuseUnresolved(filter);
     if (filter.code === '_id') return this.idFilter(filter, level);
     if (filter.code === '_lastUpdated') return this.lastUpdated(filter, level);
     if (filter.modifier === 'missing') {
