@@ -165,7 +165,8 @@ function cases(corpus: Map<string, StoredResource[]>, fx: Fixture): Case[] {
   const referenced = new Set(
     (corpus.get('Observation') ?? [])
       .filter((r) => member(READERS['Observation.code']!(r), codesIn))
-      .map((r) => subjectOf(r)),
+      // A reference value matches the `Type/id` tail of an absolute reference (docs/fhir.md, search).
+      .map((r) => /(?:^|\/)(Patient\/[^/]+)$/.exec(subjectOf(r) ?? '')?.[1]),
   );
   out.push([
     'Patient',
@@ -218,7 +219,7 @@ forEachStore('token terminology modifiers against an evaluation by hand', (store
         matched += want.length;
         if (JSON.stringify(got) !== JSON.stringify(want))
           failures.push(
-            `${type}?${query}: want ${want.length} ${want.slice(0, 3).join()}, got ${got.length} ${got.slice(0, 3).join()}`,
+            `${type}?${query}: want ${want.length}, got ${got.length}; only wanted ${want.filter((id) => !got.includes(id)).join()}, only got ${got.filter((id) => !want.includes(id)).join()}`,
           );
       }
       expect(failures).toEqual([]);
