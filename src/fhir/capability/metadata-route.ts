@@ -1,5 +1,6 @@
 import type { Request, Router } from 'express';
 import { asyncHandler } from '../../http/async-handler.js';
+import { fhirJsonOnly } from '../../http/fhir-format.js';
 import { FHIR_JSON, methodNotAllowed } from '../../http/protocol-responses.js';
 import { loadSearchRegistry } from '../../search/definitions.js';
 import { buildCapabilityStatement } from './capability-statement.js';
@@ -26,6 +27,7 @@ export function mountMetadata(
   router
     .route('/metadata')
     .get(
+      fhirJsonOnly(),
       asyncHandler(async (req, res) => {
         const baseUrl = base(req);
         let text = statements.get(baseUrl);
