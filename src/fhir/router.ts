@@ -13,6 +13,7 @@ import { refuseScimOwnedWrites } from './scim-owned-writes.js';
 import { searchErrorsAsFhir } from './search/search-errors.js';
 import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
+import { mountTerminologyRoutes } from './terminology/terminology-routes.js';
 import { foregroundRequests } from '../http/foreground-requests.js';
 
 /**
@@ -29,6 +30,8 @@ import { foregroundRequests } from '../http/foreground-requests.js';
  *   the `history` Bundles of `GET /_history`, `/{type}/_history` and `/{type}/{id}/_history`
  *   (`_since`, `_at`, `_count`, `next` links by cursor).
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
+ * - `Patient/$everything`, and the terminology operations `ValueSet/$expand`, `$validate-code`,
+ *   `CodeSystem/$lookup`, `$validate-code`, `$subsumes` (src/fhir/terminology).
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
  * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers
@@ -75,6 +78,14 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     paging: deps.search,
     bodyLimit: config.bodyLimit,
     audit: audit && ((req, res, details) => auditAccess(req, res, details)),
+  });
+
+  // --- terminology: ValueSet/$expand, CodeSystem/$lookup, … (before `/:type/:id`) ---
+  mountTerminologyRoutes(router, {
+    secured,
+    contextOf,
+    body: deps.body,
+    audit: audit && auditAccess,
   });
 
   // --- type level: search (GET, or POST _search with a form body), create, conditional writes ---
