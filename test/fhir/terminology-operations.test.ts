@@ -2,6 +2,8 @@ import express from 'express';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import { fhirRouter } from '../../src/fhir/router.js';
+import type { FhirRouterOptions } from '../../src/fhir/router-options.js';
+import { r4Terminology } from '../../src/terminology/r4-terminology.js';
 import type { Storage } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
@@ -61,13 +63,19 @@ const reds = {
   compose: { include: [{ system: COLORS, filter: [{ property: 'concept', op: 'is-a', value: 'red' }] }] },
 };
 
-async function appOver(open: () => Storage | Promise<Storage>): Promise<express.Express> {
+async function appOver(
+  open: () => Storage | Promise<Storage>,
+  options: Partial<FhirRouterOptions> = {},
+): Promise<express.Express> {
   const storage = await open();
   await storage.createProject({ id: 'p1', name: 'One', strictMode: false });
   await storage.createProject({ id: 'p2', name: 'Two', strictMode: false });
   afterTest(() => storage.close());
   const app = express();
-  app.use(BASE, fhirRouter({ storage, authenticate: testAuthenticate, onError: () => undefined }));
+  app.use(
+    BASE,
+    fhirRouter({ storage, authenticate: testAuthenticate, onError: () => undefined, ...options }),
+  );
   for (const resource of [colors, reds]) {
     const res = await request(app)
       .put(`${BASE}/${resource.resourceType}/${resource.id}`)
@@ -232,6 +240,12 @@ function suite(store: string, open: () => Storage | Promise<Storage>): void {
       const readOnly = testToken({ projectId: 'p1', scopes: ['system/ValueSet.r', 'system/CodeSystem.rs'] });
       expectOutcome(await get(app, `ValueSet/$expand?url=${REDS}`, readOnly), 403, 'forbidden');
       expect(codesOf(await get(app, 'ValueSet/reds/$expand', readOnly)).sort()).toEqual(['crimson', 'red']);
+    });
+
+    it('answers 400 too-costly for an expansion past the limit, and a page of it', async () => {
+      const app = await appOver(open, { terminology: r4Terminology({ maxExpansionSize: 2 }) });
+      expectOutcome(await get(app, `ValueSet/$expand?url=${GENDER}`), 400, 'too-costly');
+      expect(codesOf(await get(app, `ValueSet/$expand?url=${GENDER}&count=2`))).toHaveLength(2);
     });
 
     it('answers bad inputs with a 400 (or 404 for an unknown value set)', async () => {
