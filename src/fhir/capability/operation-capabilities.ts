@@ -12,13 +12,19 @@ export const OPERATION_DEFINITIONS = {
 } as const;
 
 /**
- * The CapabilityStatement contribution of `$validate`: on every resource type, at the type level
- * (`[type]/$validate`) and the instance level (`[type]/[id]/$validate`), as its definition says.
+ * The CapabilityStatement contribution of `$validate`: on every resource type but `AuditEvent`
+ * (append-only: no write of it is ever valid here, so `$validate` of one answers 405), at the type
+ * level (`[type]/$validate`) and the instance level (`[type]/[id]/$validate`), as its definition
+ * says.
  * @see https://hl7.org/fhir/R4/resource-operation-validate.html
  */
 export const VALIDATE_CAPABILITY: CapabilityContribution = {
   operations: [
-    { name: 'validate', definition: OPERATION_DEFINITIONS.validate, resourceTypes: [...R4_RESOURCE_TYPES] },
+    {
+      name: 'validate',
+      definition: OPERATION_DEFINITIONS.validate,
+      resourceTypes: R4_RESOURCE_TYPES.filter((type) => type !== 'AuditEvent'),
+    },
   ],
 };
 
