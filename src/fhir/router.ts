@@ -81,12 +81,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
   });
 
   // --- terminology: ValueSet/$expand, CodeSystem/$lookup, … (before `/:type/:id`) ---
-  mountTerminologyRoutes(router, {
-    secured,
-    contextOf,
-    body: deps.body,
-    audit: audit && auditAccess,
-  });
+  mountTerminologyRoutes(router, { secured, contextOf, body: deps.body });
 
   // --- type level: search (GET, or POST _search with a form body), create, conditional writes ---
   mountTypeRoutes(router, deps);

@@ -1,10 +1,9 @@
-import type { Request, RequestHandler, Response, Router } from 'express';
+import type { Request, RequestHandler, Router } from 'express';
 import { asyncHandler } from '../../http/async-handler.js';
 import { FhirError } from '../../http/http-error.js';
 import { methodNotAllowed, sendFhir } from '../../http/protocol-responses.js';
 import { isValidId } from '../../common/resource-types.js';
 import type { FhirResource } from '../../storage/types.js';
-import { readAccess, type FhirAccessDetails } from '../audit/audit-activity.js';
 import type { FhirContext } from '../context.js';
 import { operationParams, type OperationParams } from './operation-params.js';
 import {
@@ -24,8 +23,6 @@ export interface TerminologyRouteDeps {
   contextOf(req: Request): FhirContext;
   /** A FHIR JSON body (the `Parameters` of a POST). */
   body: RequestHandler;
-  /** Records a read of data (undefined: no trail). */
-  audit: ((req: Request, res: Response, details: FhirAccessDetails | undefined) => void) | undefined;
 }
 
 /** An operation: the context, its parameters, and the id of an instance-level call. */
@@ -91,9 +88,7 @@ function handler(op: Mounted, instance: boolean, deps: TerminologyRouteDeps): Re
     } catch (error) {
       throw terminologyErrorAsFhir(error);
     }
-    // An instance was read as a read reads it (the trail records reads of patient data only).
-    if (id !== undefined && deps.audit)
-      deps.audit(req, res, readAccess('read', { resourceType: op.type, id }));
+    // No audit event: the trail records reads of patient data, which ValueSet and CodeSystem are not.
     sendFhir(res, 200, answer);
   });
 }
