@@ -181,6 +181,22 @@ export type {
 } from './fhir/capability/capability-statement.js';
 export type { CapabilitySearchLimits } from './fhir/capability/capability-limits.js';
 export { R4_PATIENT_COMPARTMENT } from './fhir/compartment.js';
+
+// Terminology: the service of $expand, $lookup, $validate-code, $subsumes, bindings and :in/:below
+export { r4Terminology, type R4TerminologyOptions } from './terminology/r4-terminology.js';
+export { storageTerminologySource } from './terminology/storage-source.js';
+export { TerminologyError } from './terminology/terminology-types.js';
+export type {
+  CodeValidation,
+  ExpandOptions,
+  Expansion,
+  Membership,
+  Subsumption,
+  SystemCode,
+  Terminology,
+  TerminologySource,
+  ValidateCodeRequest,
+} from './terminology/terminology-types.js';
 export { r4StructureValidator } from './fhir/validation/structure-validator.js';
 export type { ResourceValidator } from './fhir/validation/structure-validator.js';
 export type { NdjsonUploadOptions } from './fhir/upload/ndjson-upload.js';

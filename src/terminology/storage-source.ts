@@ -3,8 +3,6 @@ import type { FhirResource, StorageOperations } from '../storage/types.js';
 import type { TerminologySource } from './terminology-types.js';
 import { compareVersions } from './version-order.js';
 
-type TerminologyType = 'CodeSystem' | 'ValueSet';
-
 /** The most resources of one url read to pick the newest version (more is a misuse of versions). */
 const VERSIONS_READ = 1000;
 
@@ -20,11 +18,14 @@ export function storageTerminologySource(
   storage: StorageOperations,
   projectId: string,
   /** Called before each read of a type: throws when the caller may not search it (a 403). */
-  check?: (type: TerminologyType) => void,
+  check?: (type: 'CodeSystem' | 'ValueSet') => void,
 ): TerminologySource {
   const found = new Map<string, Promise<FhirResource | undefined>>();
   let urls: Promise<ReadonlySet<string>> | undefined;
-  const search = async (type: TerminologyType, filters: ParameterFilter[]): Promise<FhirResource[]> => {
+  const search = async (
+    type: 'CodeSystem' | 'ValueSet',
+    filters: ParameterFilter[],
+  ): Promise<FhirResource[]> => {
     const page = await storage.searchResources(projectId, type, {
       search: typeSearch(type, filters),
       count: VERSIONS_READ,

@@ -48,6 +48,15 @@ function suite(store: string, open: () => Storage | Promise<Storage>): void {
       ]);
     });
 
+    it('takes the latest update among resources of the same url and version', async () => {
+      const s = await project('codesystem-shapes-1.json');
+      const again = { ...fresh('codesystem-shapes-1.json'), name: 'ShapesAgain' };
+      await s.writeResources('p1', [{ op: 'create', resource: again }]);
+      const source = storageTerminologySource(s, 'p1');
+      expect((await source.find('CodeSystem', SHAPES))?.name).toBe('ShapesAgain');
+      expect((await source.find('CodeSystem', SHAPES, '1.0.0'))?.name).toBe('ShapesAgain');
+    });
+
     it("sees its own project's resources only", async () => {
       const s = await project('codesystem-shapes-1.json');
       const other = storageTerminologySource(s, 'p2');
