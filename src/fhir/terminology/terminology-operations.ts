@@ -64,19 +64,29 @@ export function terminologyErrorAsFhir(error: unknown): unknown {
   return new FhirError(TERMINOLOGY_STATUS[error.issueCode], error.issueCode, error.message, { cause: error });
 }
 
-/** The service and the project's source, after the access check of the call. */
-async function prepare(
+/** A call after its access check: the service, the project's source, and the instance it names. */
+export interface TerminologyCall {
+  service: Terminology;
+  source: TerminologySource;
+  /** The `ValueSet` or `CodeSystem` of an instance-level call, read as a read reads it. */
+  instance?: StoredResource;
+}
+
+/**
+ * The access check of a call, before its parameters are read: the right to search `type` at the
+ * type level; at the instance level the right to read it, and the instance (404 for an unknown id,
+ * another project's included).
+ */
+export async function prepareCall(
   ctx: FhirContext,
   type: TerminologyType,
   id: string | undefined,
-): Promise<{ service: Terminology; source: TerminologySource; instance?: StoredResource }> {
+): Promise<TerminologyCall> {
+  if (id === undefined) authorize(ctx, type, 'search');
+  const instance = id === undefined ? undefined : await readResource(ctx, type, id);
   if (!ctx.terminology) throw new FhirError(422, 'not-supported', 'No terminology service is configured');
   const { service, source } = ctx.terminology;
-  if (id === undefined) {
-    authorize(ctx, type, 'search');
-    return { service, source };
-  }
-  return { service, source, instance: await readResource(ctx, type, id) };
+  return { service, source, ...(instance ? { instance } : {}) };
 }
 
 /** A Coding parameter, its fields checked to be strings. */
@@ -125,12 +135,8 @@ function refuseOnInstance(params: OperationParams, names: readonly string[], ope
  * given whole as `valueSet`, or the instance) with its `expansion`, paged by `offset` and `count`.
  * @see https://hl7.org/fhir/R4/valueset-operation-expand.html
  */
-export async function expandOperation(
-  ctx: FhirContext,
-  params: OperationParams,
-  id?: string,
-): Promise<FhirResource> {
-  const { service, source, instance } = await prepare(ctx, 'ValueSet', id);
+export async function expandOperation(call: TerminologyCall, params: OperationParams): Promise<FhirResource> {
+  const { service, source, instance } = call;
   const options: ExpandOptions = {};
   const filter = params.text('filter');
   if (filter !== undefined) options.filter = filter;
@@ -166,8 +172,8 @@ export async function expandOperation(
  * designations and properties (`property` names some), parents and children.
  * @see https://hl7.org/fhir/R4/codesystem-operation-lookup.html
  */
-export async function lookupOperation(ctx: FhirContext, params: OperationParams): Promise<FhirResource> {
-  const { service, source } = await prepare(ctx, 'CodeSystem', undefined);
+export async function lookupOperation(call: TerminologyCall, params: OperationParams): Promise<FhirResource> {
+  const { service, source } = call;
   const coding = codingOf(params, 'coding');
   const system = requireOne('system (or coding.system)', params.text('system') ?? coding?.system);
   const code = requireOne('code (or coding.code)', params.text('code') ?? coding?.code);
@@ -185,7 +191,7 @@ export async function lookupOperation(ctx: FhirContext, params: OperationParams)
 }
 
 /** The codes a `$validate-code` call asks about (400 without any). */
-function codesAsked(params: OperationParams, withSystem: boolean): Omit<ValidateCodeRequest, 'url'> {
+function codesAsked(params: OperationParams, withSystem: boolean): ValidateCodeRequest {
   const request: ValidateCodeRequest = {};
   const code = params.text('code');
   const coding = codingOf(params, 'coding');
@@ -197,9 +203,12 @@ function codesAsked(params: OperationParams, withSystem: boolean): Omit<Validate
     throw new FhirError(400, 'required', 'code, coding or codeableConcept is required', {
       expression: ['code'],
     });
-  for (const name of ['display', ...(withSystem ? ['system', 'systemVersion'] : [])] as const) {
+  const named: ('display' | 'system' | 'systemVersion')[] = withSystem
+    ? ['display', 'system', 'systemVersion']
+    : ['display'];
+  for (const name of named) {
     const value = params.text(name);
-    if (value !== undefined) request[name as 'display' | 'system' | 'systemVersion'] = value;
+    if (value !== undefined) request[name] = value;
   }
   if (withSystem && code !== undefined && request.system === undefined)
     throw new FhirError(400, 'required', 'system is required with code', { expression: ['system'] });
@@ -220,11 +229,10 @@ function validationParameters(outcome: CodeValidation): FhirResource {
  * @see https://hl7.org/fhir/R4/valueset-operation-validate-code.html
  */
 export async function valueSetValidateCode(
-  ctx: FhirContext,
+  call: TerminologyCall,
   params: OperationParams,
-  id?: string,
 ): Promise<FhirResource> {
-  const { service, source, instance } = await prepare(ctx, 'ValueSet', id);
+  const { service, source, instance } = call;
   const request: ValidateCodeRequest = codesAsked(params, true);
   if (instance) {
     refuseOnInstance(params, ['url', 'valueSetVersion'], '$validate-code');
@@ -249,11 +257,10 @@ export async function valueSetValidateCode(
  * @see https://hl7.org/fhir/R4/codesystem-operation-validate-code.html
  */
 export async function codeSystemValidateCode(
-  ctx: FhirContext,
+  call: TerminologyCall,
   params: OperationParams,
-  id?: string,
 ): Promise<FhirResource> {
-  const { service, source, instance } = await prepare(ctx, 'CodeSystem', id);
+  const { service, source, instance } = call;
   const request: ValidateCodeRequest = codesAsked(params, false);
   if (instance) {
     refuseOnInstance(params, ['url', 'version'], '$validate-code');
@@ -276,11 +283,10 @@ export async function codeSystemValidateCode(
  * @see https://hl7.org/fhir/R4/codesystem-operation-subsumes.html
  */
 export async function subsumesOperation(
-  ctx: FhirContext,
+  call: TerminologyCall,
   params: OperationParams,
-  id?: string,
 ): Promise<FhirResource> {
-  const { service, source, instance } = await prepare(ctx, 'CodeSystem', id);
+  const { service, source, instance } = call;
   const codingA = codingOf(params, 'codingA');
   const codingB = codingOf(params, 'codingB');
   const codeA = requireOne('codeA (or codingA)', params.text('codeA') ?? codingA?.code);

@@ -11,7 +11,9 @@ import {
   expandOperation,
   lookupOperation,
   OPERATION_PARAMETERS,
+  prepareCall,
   subsumesOperation,
+  type TerminologyCall,
   terminologyErrorAsFhir,
   valueSetValidateCode,
 } from './terminology-operations.js';
@@ -25,8 +27,8 @@ export interface TerminologyRouteDeps {
   body: RequestHandler;
 }
 
-/** An operation: the context, its parameters, and the id of an instance-level call. */
-type Operation = (ctx: FhirContext, params: OperationParams, id?: string) => Promise<FhirResource>;
+/** An operation: the call (its access checked), and its parameters. */
+type Operation = (call: TerminologyCall, params: OperationParams) => Promise<FhirResource>;
 
 interface Mounted {
   type: 'ValueSet' | 'CodeSystem';
@@ -50,7 +52,7 @@ const OPERATIONS: readonly Mounted[] = [
     type: 'CodeSystem',
     name: 'lookup',
     parameters: 'lookup',
-    run: (ctx, p) => lookupOperation(ctx, p),
+    run: lookupOperation,
     instance: false,
   },
   {
@@ -65,10 +67,9 @@ const OPERATIONS: readonly Mounted[] = [
 
 /** `/{type}/$name` and `/{type}/{id}/$name`, `$` also spelled `%24` (Express reads `$` as an anchor). */
 function pathsOf(op: Mounted): { type: RegExp; instance: RegExp } {
-  const name = op.name.replace('-', '\\-');
   return {
-    type: new RegExp(`^\\/${op.type}\\/(?:\\$|%24)${name}\\/?$`),
-    instance: new RegExp(`^\\/${op.type}\\/([^/]+)\\/(?:\\$|%24)${name}\\/?$`),
+    type: new RegExp(`^\\/${op.type}\\/(?:\\$|%24)${op.name}\\/?$`),
+    instance: new RegExp(`^\\/${op.type}\\/([^/]+)\\/(?:\\$|%24)${op.name}\\/?$`),
   };
 }
 
@@ -78,13 +79,14 @@ function handler(op: Mounted, instance: boolean, deps: TerminologyRouteDeps): Re
     const id = instance ? (captures['0'] ?? '') : undefined;
     if (id !== undefined && !isValidId(id))
       throw new FhirError(400, 'invalid', 'The id does not match the FHIR id syntax', { expression: ['id'] });
+    // Who may ask comes first: a caller without the right learns nothing of its parameters' fate.
+    const call = await prepareCall(deps.contextOf(req), op.type, id);
     const query = new URL(req.originalUrl, 'http://x').searchParams;
     const body = req.method === 'POST' ? (req.body as unknown) : undefined;
     const params = operationParams(`$${op.name}`, query, body, OPERATION_PARAMETERS[op.parameters]);
-    const ctx = deps.contextOf(req);
     let answer: FhirResource;
     try {
-      answer = await op.run(ctx, params, id);
+      answer = await op.run(call, params);
     } catch (error) {
       throw terminologyErrorAsFhir(error);
     }
