@@ -226,6 +226,8 @@ function suite(store: string, open: () => Storage | Promise<Storage>): void {
       const app = await appOver(open);
       const observations = testToken({ projectId: 'p1', scopes: ['system/Observation.rs'] });
       expectOutcome(await get(app, `ValueSet/$expand?url=${GENDER}`, observations), 403, 'forbidden');
+      // The right comes first: bad parameters from a caller without it are a 403 too.
+      expectOutcome(await get(app, 'ValueSet/$expand?count=-1&nope=1', observations), 403, 'forbidden');
       expectOutcome(await get(app, 'ValueSet/reds/$expand', observations), 403, 'forbidden');
       expectOutcome(
         await get(app, `CodeSystem/$lookup?system=${COLORS}&code=red`, observations),
