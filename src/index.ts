@@ -87,7 +87,10 @@ export {
   smartSecurity,
   DEFAULT_SCOPES_SUPPORTED,
 } from './auth/discovery/smart-configuration.js';
-export type { SmartConfigurationOptions } from './auth/discovery/smart-configuration.js';
+export type {
+  SmartConfigurationOptions,
+  SmartSecurityEndpoints,
+} from './auth/discovery/smart-configuration.js';
 export { jwksHandler } from './auth/keys/jwks-handler.js';
 export type { JwksHandlerOptions } from './auth/keys/jwks-handler.js';
 export { splitScopes } from './auth/access/scopes.js';

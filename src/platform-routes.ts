@@ -8,6 +8,7 @@ import { jwksHandler } from './auth/keys/jwks-handler.js';
 import { bulkExportRouter } from './bulk/router.js';
 import { bulkExportCapability } from './bulk/capability.js';
 import { fhirRouter } from './fhir/router.js';
+import { mergeSecurity } from './fhir/capability/capability-statement.js';
 import {
   livenessHandler,
   readinessHandler,
@@ -147,7 +148,7 @@ export function mountFhirRouters(router: Router, parts: PlatformParts, started: 
     });
     router.use(paths.fhir, started.bulk);
   }
-  const tokenPath = paths.token;
+  const { token: tokenPath, authorize, revoke, introspect } = paths;
   router.use(
     paths.fhir,
     fhirRouter({
@@ -164,11 +165,19 @@ export function mountFhirRouters(router: Router, parts: PlatformParts, started: 
             const fhirBase = implementation?.url ?? baseUrl ?? '';
             const root = fhirBase.endsWith(paths.fhir) ? fhirBase.slice(0, -paths.fhir.length) : fhirBase;
             const rest = (statement.rest as Record<string, unknown>[] | undefined) ?? [];
-            if (rest[0])
-              rest[0].security = {
-                ...(rest[0].security as object),
-                ...smartSecurity(`${root}${tokenPath}`),
-              };
+            if (rest[0]) {
+              // Appended to what other contributions declared (their extensions and services).
+              const security = { ...(rest[0].security as Record<string, unknown> | undefined) };
+              mergeSecurity(
+                security,
+                smartSecurity(`${root}${tokenPath}`, {
+                  authorize: `${root}${authorize}`,
+                  revoke: `${root}${revoke}`,
+                  introspect: `${root}${introspect}`,
+                }),
+              );
+              rest[0].security = security;
+            }
             return statement;
           },
         },

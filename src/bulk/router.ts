@@ -6,6 +6,7 @@ import { findPrincipal, getPrincipal, requirePrincipal, requireProjectId } from 
 import { absoluteUrl, requestUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { fhirErrorHandler, operationOutcome, toHttpError } from '../http/error-rendering.js';
+import { fhirJsonOnly } from '../http/fhir-format.js';
 import { FhirError } from '../http/http-error.js';
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import { loadSearchRegistry } from '../search/definitions.js';
@@ -211,7 +212,8 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   }
 
   const job = jobRoutes({ jobs, baseUrl, retryAfter, audit, segment, information });
-  route('get', ROUTES.status, job.status);
+  // The status answers FHIR JSON (a manifest, an OperationOutcome): 406 for a client wanting XML.
+  route('get', ROUTES.status, fhirJsonOnly(), job.status);
   route('delete', ROUTES.status, job.cancel);
   route('get', ROUTES.file, job.file);
 

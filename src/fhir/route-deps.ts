@@ -3,6 +3,7 @@ import { requirePrincipal } from '../http/authenticate.js';
 import { absoluteUrl } from '../http/base-url.js';
 import { jsonBody } from '../http/body.js';
 import { defaultErrorLogger } from '../http/error-rendering.js';
+import { fhirJsonOnly } from '../http/fhir-format.js';
 import { FhirError } from '../http/http-error.js';
 import { outcomeOf } from '../http/outcome.js';
 import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
@@ -22,7 +23,7 @@ export interface FhirRouteDeps {
   config: ResolvedFhirRouterOptions;
   /** Checks the type and id in the URL (unknown type: 404, or passed on with `fallthrough`; bad id: 400). */
   guard: RequestHandler;
-  /** Authenticates the caller and builds its FHIR context. */
+  /** Refuses a request that wants no JSON (406), authenticates the caller and builds its FHIR context. */
   secured: RequestHandler[];
   /** The FHIR context `secured` built for a request. */
   contextOf: (req: Request) => FhirContext;
@@ -146,7 +147,7 @@ export function fhirRouteDeps(config: ResolvedFhirRouterOptions): FhirRouteDeps 
   return {
     config,
     guard: resourceGuard(config.fallthrough),
-    secured: [authenticate, withContext],
+    secured: [fhirJsonOnly(), authenticate, withContext],
     contextOf,
     base,
     search: { defaultCount: config.defaultCount, maxCount: config.maxCount },

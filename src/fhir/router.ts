@@ -14,6 +14,7 @@ import { searchErrorsAsFhir } from './search/search-errors.js';
 import { r4StructureValidator } from './validation/structure-validator.js';
 import { mountTypeRoutes } from './type-routes.js';
 import { mountValidate } from './validate/validate-route.js';
+import { mountTerminologyRoutes } from './terminology/terminology-routes.js';
 import { foregroundRequests } from '../http/foreground-requests.js';
 
 /**
@@ -32,6 +33,8 @@ import { foregroundRequests } from '../http/foreground-requests.js';
  * - `POST /` with a `batch` or `transaction` Bundle (JSON), or with `multipart/form-data` NDJSON files.
  * - `POST /{type}/$validate`, `GET|POST /{type}/{id}/$validate`: the checks of a write, answered as
  *   an OperationOutcome.
+ * - `Patient/$everything`, and the terminology operations `ValueSet/$expand`, `$validate-code`,
+ *   `CodeSystem/$lookup`, `$validate-code`, `$subsumes` (src/fhir/terminology).
  *
  * Every request acts in the principal's project (403 without one) and asks `canAccess` per type and
  * action; a write to a resource the identity provider owns through SCIM (a SCIM Group) answers
@@ -80,6 +83,8 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     audit: audit && ((req, res, details) => auditAccess(req, res, details)),
   });
 
+  // --- terminology: ValueSet/$expand, CodeSystem/$lookup, … (before `/:type/:id`) ---
+  mountTerminologyRoutes(router, { secured, contextOf, body: deps.body });
   // --- [type]/$validate and [type]/[id]/$validate (before `/:type/:id`) ---
   mountValidate(router, deps);
 

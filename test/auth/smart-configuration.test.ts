@@ -57,6 +57,18 @@ describe('SMART discovery', () => {
     const security = smartSecurity('https://fhir.example.org/oauth2/token');
     expect(JSON.stringify(security)).toContain('SMART-on-FHIR');
     expect(JSON.stringify(security)).toContain('https://fhir.example.org/oauth2/token');
+    // Without an authorization endpoint: backend services only, and no `authorize` URI.
+    expect(security.description).toContain('SMART Backend Services');
+    expect(security.description).not.toContain('SMART App Launch');
+    expect(JSON.stringify(security)).not.toContain('"authorize"');
+    const launch = smartSecurity('https://fhir.example.org/oauth2/token', {
+      authorize: 'https://fhir.example.org/oauth2/authorize',
+    });
+    expect(launch.description).toContain('SMART App Launch');
+    expect((launch.extension as { extension: unknown[] }[])[0]!.extension[0]).toEqual({
+      url: 'authorize',
+      valueUri: 'https://fhir.example.org/oauth2/authorize',
+    });
   });
 
   it('publishes the public signing keys only', async () => {

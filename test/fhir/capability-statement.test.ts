@@ -8,6 +8,7 @@ import { memoryStorage } from '../../src/stores.js';
 import type { Storage } from '../../src/storage/types.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
 import { allReads } from '../helpers/search-reads.js';
+import { createPlatformApp } from '../helpers/platform-app.js';
 
 const BASE = '/api/fhir/R4';
 const registry = await loadSearchRegistry();
@@ -266,5 +267,181 @@ describe('the CapabilityStatement states the search limits', () => {
     });
     expect(unbounded.rest.documentation).toContain('is counted whatever the number of matches');
     expect(unbounded.doc('_total')).toContain('no bound');
+  });
+});
+
+describe('the CapabilityStatement lists the operations', () => {
+  type Operation = { name: string; definition: string };
+  const operationsOf = (type: string): Operation[] =>
+    ((resources.get(type) as ResourceEntry & { operation?: Operation[] }).operation ?? []).map((o) => ({
+      name: o.name,
+      definition: o.definition,
+    }));
+  const R4 = 'http://hl7.org/fhir/OperationDefinition';
+
+  it('$validate on every type but the append-only AuditEvent, with the R4 Resource-validate definition', () => {
+    expect(resources.size).toBeGreaterThan(140);
+    const validate = { name: 'validate', definition: `${R4}/Resource-validate` };
+    for (const type of resources.keys()) {
+      if (type === 'AuditEvent') expect(operationsOf(type)).not.toContainEqual(validate);
+      else expect(operationsOf(type), type).toContainEqual(validate);
+    }
+  });
+
+  it('the terminology operations on ValueSet and CodeSystem, with their R4 definitions', () => {
+    expect(operationsOf('ValueSet')).toEqual(
+      expect.arrayContaining([
+        { name: 'expand', definition: `${R4}/ValueSet-expand` },
+        { name: 'validate-code', definition: `${R4}/ValueSet-validate-code` },
+      ]),
+    );
+    expect(operationsOf('CodeSystem')).toEqual(
+      expect.arrayContaining([
+        { name: 'lookup', definition: `${R4}/CodeSystem-lookup` },
+        { name: 'validate-code', definition: `${R4}/CodeSystem-validate-code` },
+        { name: 'subsumes', definition: `${R4}/CodeSystem-subsumes` },
+      ]),
+    );
+    expect(operationsOf('Patient').map((o) => o.name)).not.toContain('expand');
+  });
+
+  it('says JSON is the only format', () => {
+    expect((statement as unknown as { format: string[] }).format).toEqual(['json', 'application/fhir+json']);
+  });
+});
+
+describe('GET metadata with _summary and _elements', () => {
+  const SUBSETTED = {
+    system: 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue',
+    code: 'SUBSETTED',
+  };
+  const metadata = (query: string) =>
+    request(app).get(`${BASE}/metadata${query}`).set('Host', 'fhir.example');
+
+  it('_summary=true answers the summary elements at every depth, a small fraction of the whole', async () => {
+    const full = await metadata('');
+    const summary = await metadata('?_summary=true');
+    expect(summary.status).toBe(200);
+    expect(summary.headers['content-type']).toMatch(/^application\/fhir\+json/);
+    const body = summary.body as Record<string, unknown> & {
+      meta: { tag: unknown[] };
+      rest: Record<string, unknown>[];
+    };
+    expect(body.meta.tag).toEqual([SUBSETTED]);
+    expect(body).toMatchObject({
+      resourceType: 'CapabilityStatement',
+      status: 'active',
+      kind: 'instance',
+      fhirVersion: '4.0.1',
+      format: ['json', 'application/fhir+json'],
+      software: full.body.software,
+      implementation: full.body.implementation,
+    });
+    const rest = body.rest[0]!;
+    // `mode`, `resource`, `operation` and `security` are summary elements; `documentation`,
+    // `interaction` and `searchParam` are not.
+    expect(Object.keys(rest).sort()).toEqual(['mode', 'resource']);
+    const patient = (rest.resource as Record<string, unknown>[]).find((r) => r.type === 'Patient')!;
+    expect(Object.keys(patient).sort()).toEqual(['operation', 'profile', 'type']);
+    expect(patient.operation).toContainEqual({
+      name: 'everything',
+      definition: 'http://hl7.org/fhir/OperationDefinition/Patient-everything',
+    });
+    expect(summary.text).not.toContain('searchParam');
+    expect(summary.text.length).toBeLessThan(full.text.length / 10);
+    console.info(`GET metadata: ${full.text.length} bytes; ?_summary=true: ${summary.text.length} bytes`);
+  });
+
+  it('_summary=false answers the whole statement', async () => {
+    const full = await metadata('');
+    const same = await metadata('?_summary=false');
+    expect(same.status).toBe(200);
+    expect(same.text === full.text, 'the same text').toBe(true);
+  });
+
+  it('_summary=text keeps id, meta, text and the mandatory elements; data all but text', async () => {
+    const text = await metadata('?_summary=text');
+    expect(text.status).toBe(200);
+    expect(Object.keys(text.body).sort()).toEqual(
+      ['date', 'fhirVersion', 'format', 'kind', 'meta', 'resourceType', 'status'].sort(),
+    );
+    expect(text.body.meta.tag).toEqual([SUBSETTED]);
+    const data = await metadata('?_summary=data');
+    expect(data.status).toBe(200);
+    expect(data.body.meta.tag).toEqual([SUBSETTED]);
+    expect(data.body.rest[0].resource.length).toBe(resources.size);
+  });
+
+  it('_elements keeps the named elements and the mandatory ones', async () => {
+    const res = await metadata('?_elements=software,CapabilityStatement.implementation');
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body).sort()).toEqual(
+      [
+        'date',
+        'fhirVersion',
+        'format',
+        'implementation',
+        'kind',
+        'meta',
+        'resourceType',
+        'software',
+        'status',
+      ].sort(),
+    );
+    expect(res.body.meta.tag).toEqual([SUBSETTED]);
+  });
+
+  it('refuses other values with 400', async () => {
+    for (const query of [
+      '?_summary=count',
+      '?_summary=yes',
+      '?_summary=true&_summary=false',
+      '?_elements=software,bad-name',
+      '?_elements=',
+      '?_summary=true&_elements=software',
+    ]) {
+      const res = await metadata(query);
+      expect(res.status, query).toBe(400);
+      expect(res.body.resourceType).toBe('OperationOutcome');
+      expect(res.body.issue[0].code).toBe('invalid');
+    }
+  });
+});
+
+describe("the platform's CapabilityStatement declares its security", () => {
+  it('SMART App Launch and Backend Services, with the authorize, token, revoke and introspect URIs', async () => {
+    const ctx = await createPlatformApp({
+      fhir: { capabilities: [{ security: { cors: true, extension: [{ url: 'urn:example:mine' }] } }] },
+    });
+    try {
+      const res = await request(ctx.app).get('/fhir/R4/metadata');
+      expect(res.status).toBe(200);
+      const security = res.body.rest[0].security as {
+        cors: boolean;
+        description: string;
+        service: { coding: { code: string }[] }[];
+        extension: { url: string; extension?: { url: string; valueUri: string }[] }[];
+      };
+      expect(security.description).toContain('SMART App Launch');
+      expect(security.description).toContain('SMART Backend Services');
+      expect(security.service[0]!.coding[0]!.code).toBe('SMART-on-FHIR');
+      const uris = security.extension.find(
+        (e) => e.url === 'http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris',
+      );
+      expect(uris?.extension).toEqual([
+        { url: 'authorize', valueUri: 'http://fhir.test/oauth2/authorize' },
+        { url: 'token', valueUri: 'http://fhir.test/oauth2/token' },
+        { url: 'revoke', valueUri: 'http://fhir.test/oauth2/revoke' },
+        { url: 'introspect', valueUri: 'http://fhir.test/oauth2/introspect' },
+      ]);
+      // What another contribution declared is kept beside it.
+      expect(security.cors).toBe(true);
+      expect(security.extension).toContainEqual({ url: 'urn:example:mine' });
+      // The authorize endpoint the statement names is the one the SMART configuration names.
+      const smart = await request(ctx.app).get('/fhir/R4/.well-known/smart-configuration');
+      expect(smart.body.authorization_endpoint).toBe('http://fhir.test/oauth2/authorize');
+    } finally {
+      await ctx.close();
+    }
   });
 });

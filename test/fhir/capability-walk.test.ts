@@ -38,7 +38,59 @@ const OPERATION_LEVELS: Record<string, 'system' | 'type' | 'instance' | 'type+in
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export': 'type',
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export': 'instance',
   'http://hl7.org/fhir/OperationDefinition/Patient-everything': 'type+instance',
+  'http://hl7.org/fhir/OperationDefinition/Resource-validate': 'type+instance',
+  'http://hl7.org/fhir/OperationDefinition/ValueSet-expand': 'type+instance',
+  'http://hl7.org/fhir/OperationDefinition/ValueSet-validate-code': 'type+instance',
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-lookup': 'type',
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-validate-code': 'type+instance',
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-subsumes': 'type+instance',
 };
+
+const GENDER = 'http://hl7.org/fhir/administrative-gender';
+const WALK_SYSTEM = 'http://example.org/walk';
+
+/** The query of an operation that needs parameters, at the type and the instance level. */
+const OPERATION_QUERIES: Record<string, { type: string; instance: string }> = {
+  'http://hl7.org/fhir/OperationDefinition/ValueSet-expand': {
+    type: `url=http://hl7.org/fhir/ValueSet/administrative-gender`,
+    instance: '',
+  },
+  'http://hl7.org/fhir/OperationDefinition/ValueSet-validate-code': {
+    type: `url=http://hl7.org/fhir/ValueSet/administrative-gender&system=${GENDER}&code=male`,
+    instance: `system=${WALK_SYSTEM}&code=a`,
+  },
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-lookup': {
+    type: `system=${GENDER}&code=male`,
+    instance: '',
+  },
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-validate-code': {
+    type: `url=${GENDER}&code=male`,
+    instance: 'code=a',
+  },
+  'http://hl7.org/fhir/OperationDefinition/CodeSystem-subsumes': {
+    type: `system=${GENDER}&codeA=male&codeB=male`,
+    instance: 'codeA=a&codeB=a',
+  },
+};
+
+/** The instances the terminology operations are invoked on: a code system of one code, and a value set of it. */
+const WALK_TERMINOLOGY = [
+  {
+    resourceType: 'CodeSystem',
+    id: ID,
+    url: WALK_SYSTEM,
+    status: 'active',
+    content: 'complete',
+    concept: [{ code: 'a', display: 'A' }],
+  },
+  {
+    resourceType: 'ValueSet',
+    id: ID,
+    url: `${WALK_SYSTEM}/vs`,
+    status: 'active',
+    compose: { include: [{ system: WALK_SYSTEM }] },
+  },
+];
 
 /** A search value of a parameter type (the same for every parameter of that type). */
 function valueOf(type: string, target?: string): string {
@@ -283,10 +335,28 @@ describe('the CapabilityStatement, walked', () => {
   });
 
   it('answers every operation it lists, at the level its definition says', async () => {
+    // Written again: the interactions' updates left every resource empty.
+    for (const resource of WALK_TERMINOLOGY) {
+      const put = await json(
+        request(server).put(`${FHIR}/${resource.resourceType}/${ID}`).set('Authorization', auth),
+        resource,
+      );
+      expect(put.status).toBeLessThan(300);
+    }
     const invoke = async (what: string, path: string, definition: string): Promise<void> => {
       const bulk = definition.includes('/bulkdata/');
+      const level = path.includes(`/${ID}/`) ? 'instance' : 'type';
+      const query = OPERATION_QUERIES[definition]?.[level] ?? '';
       const res = await attempt(what, (a) => {
-        const test = a.get(`${FHIR}/${path}`);
+        if (definition.endsWith('/Resource-validate')) {
+          // The resource to validate is the body (R4 allows it bare, without Parameters).
+          const type = path.slice(0, path.indexOf('/'));
+          return json(a.post(`${FHIR}/${path}`), {
+            resourceType: type,
+            ...(level === 'instance' ? { id: ID } : {}),
+          });
+        }
+        const test = a.get(`${FHIR}/${path}${query ? `?${query}` : ''}`);
         return bulk ? test.set('Prefer', 'respond-async').set('Accept', FHIR_JSON) : test;
       });
       expect(res.status, `${what}: ${JSON.stringify(res.body)}`).toBe(bulk ? 202 : 200);

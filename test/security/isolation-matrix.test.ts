@@ -113,6 +113,17 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/:type/:id/_history': '/fhir/R4/Patient/p1/_history',
   '/fhir/R4/^\\/Patient\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/$everything',
   '/fhir/R4/^\\/Patient\\/([^/]+)\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/p1/$everything',
+  // The terminology operations, at the type level and on project A's ValueSet and CodeSystem.
+  '/fhir/R4/^\\/ValueSet\\/(?:\\$|%24)expand\\/?$/': '/fhir/R4/ValueSet/$expand',
+  '/fhir/R4/^\\/ValueSet\\/([^/]+)\\/(?:\\$|%24)expand\\/?$/': '/fhir/R4/ValueSet/vs1/$expand',
+  '/fhir/R4/^\\/ValueSet\\/(?:\\$|%24)validate-code\\/?$/': '/fhir/R4/ValueSet/$validate-code',
+  '/fhir/R4/^\\/ValueSet\\/([^/]+)\\/(?:\\$|%24)validate-code\\/?$/': '/fhir/R4/ValueSet/vs1/$validate-code',
+  '/fhir/R4/^\\/CodeSystem\\/(?:\\$|%24)lookup\\/?$/': '/fhir/R4/CodeSystem/$lookup',
+  '/fhir/R4/^\\/CodeSystem\\/(?:\\$|%24)validate-code\\/?$/': '/fhir/R4/CodeSystem/$validate-code',
+  '/fhir/R4/^\\/CodeSystem\\/([^/]+)\\/(?:\\$|%24)validate-code\\/?$/':
+    '/fhir/R4/CodeSystem/cs1/$validate-code',
+  '/fhir/R4/^\\/CodeSystem\\/(?:\\$|%24)subsumes\\/?$/': '/fhir/R4/CodeSystem/$subsumes',
+  '/fhir/R4/^\\/CodeSystem\\/([^/]+)\\/(?:\\$|%24)subsumes\\/?$/': '/fhir/R4/CodeSystem/cs1/$subsumes',
 };
 
 function routes(): Walked[] {
@@ -168,6 +179,8 @@ function protectedRoutes(ids: Record<string, string>): { method: string; url: st
       .replace('/ClientApplication/c1', `/ClientApplication/${ids.client}`)
       .replace('/Patient/p1', `/Patient/${ids.patient}`)
       .replace('/Group/g1/', `/Group/${ids.group}/`)
+      .replace('/ValueSet/vs1/', `/ValueSet/${ids.valueSet}/`)
+      .replace('/CodeSystem/cs1/', `/CodeSystem/${ids.codeSystem}/`)
       .replace('/$export-status/j1', `/$export-status/${ids.job}`)
       .replace('/$export-file/j1/f1', `/$export-file/${ids.job}/${ids.file}`);
   return routes()
@@ -318,6 +331,36 @@ describe('who is calling, on every protected route', () => {
       );
     expect(group.status).toBe(201);
     ids.group = group.body.id as string;
+    for (const [type, key] of [
+      ['CodeSystem', 'codeSystem'],
+      ['ValueSet', 'valueSet'],
+    ] as const) {
+      const system = 'http://example.org/isolated';
+      const terminology = await request(t.app)
+        .post(`/fhir/R4/${type}`)
+        .set('Authorization', adminA)
+        .type(FHIR_JSON)
+        .send(
+          JSON.stringify(
+            type === 'CodeSystem'
+              ? {
+                  resourceType: type,
+                  url: system,
+                  status: 'active',
+                  content: 'complete',
+                  concept: [{ code: 'a' }],
+                }
+              : {
+                  resourceType: type,
+                  url: `${system}/vs`,
+                  status: 'active',
+                  compose: { include: [{ system }] },
+                },
+          ),
+        );
+      expect(terminology.status).toBe(201);
+      ids[key] = terminology.body.id as string;
+    }
     const user = await request(t.app)
       .post('/scim/v2/Users')
       .set('Authorization', adminA)
@@ -379,6 +422,8 @@ describe('who is calling, on every protected route', () => {
       `/fhir/R4/Project/${ids.project}/ClientApplication/${ids.client}`,
       `/fhir/R4/$export-status/${ids.job}`,
       `/fhir/R4/$export-file/${ids.job}/${ids.file}`,
+      `/fhir/R4/ValueSet/${ids.valueSet}/$expand`,
+      `/fhir/R4/CodeSystem/${ids.codeSystem}/$validate-code?code=a`,
     ]) {
       expect((await request(t.app).get(url).set('Authorization', adminA)).status, url).toBe(200);
     }

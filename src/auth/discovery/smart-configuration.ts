@@ -233,25 +233,64 @@ export function discoveryRouter(input: {
   return router;
 }
 
+/** The other OAuth endpoints {@link smartSecurity} lists, absolute URLs. */
+export interface SmartSecurityEndpoints {
+  /** The authorization endpoint (SMART App Launch); absent: backend services only. @default undefined */
+  authorize?: string;
+  /** The token revocation endpoint (RFC 7009). @default undefined */
+  revoke?: string;
+  /** The token introspection endpoint (RFC 7662). @default undefined */
+  introspect?: string;
+}
+
+/** `rest.security.description`: how a client gets a token here, in Markdown. */
+function securityDescription(launch: boolean): string {
+  const backend =
+    'SMART Backend Services: a client registered in the project gets a `system/` token with the ' +
+    'client credentials grant (`private_key_jwt` or a client secret) at the token endpoint.';
+  const discovery = 'The endpoints are listed at `.well-known/smart-configuration` under the FHIR base.';
+  if (!launch) return `OAuth 2.0 bearer tokens. ${backend} ${discovery}`;
+  return [
+    'OAuth 2.0 bearer tokens.',
+    'SMART App Launch: an app sends its user to the authorization endpoint (authorization code with PKCE)',
+    'and gets a `user/` or `patient/` token at the token endpoint.',
+    backend,
+    discovery,
+  ].join(' ');
+}
+
 /**
- * The `CapabilityStatement.rest.security` block declaring SMART on FHIR security and the token URL
- * (the `oauth-uris` extension of SMART App Launch). `tokenUrl` is absolute.
+ * The `CapabilityStatement.rest.security` block declaring SMART on FHIR security: the
+ * `SMART-on-FHIR` service, a description of SMART App Launch (with an `authorize` endpoint) and
+ * Backend Services, and the `oauth-uris` extension with the token URL and the `endpoints` given.
+ * `tokenUrl` is absolute.
+ * @see https://hl7.org/fhir/smart-app-launch/STU2/conformance.html
  */
-export function smartSecurity(tokenUrl: string): Record<string, unknown> {
+export function smartSecurity(
+  tokenUrl: string,
+  endpoints: SmartSecurityEndpoints = {},
+): Record<string, unknown> {
+  const uris = [
+    ...(endpoints.authorize === undefined ? [] : [{ url: 'authorize', valueUri: endpoints.authorize }]),
+    { url: 'token', valueUri: tokenUrl },
+    ...(endpoints.revoke === undefined ? [] : [{ url: 'revoke', valueUri: endpoints.revoke }]),
+    ...(endpoints.introspect === undefined ? [] : [{ url: 'introspect', valueUri: endpoints.introspect }]),
+  ];
+  const launch = endpoints.authorize !== undefined;
   return {
     extension: [
-      {
-        url: 'http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris',
-        extension: [{ url: 'token', valueUri: tokenUrl }],
-      },
+      { url: 'http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris', extension: uris },
     ],
     service: [
       {
         coding: [
           { system: 'http://terminology.hl7.org/CodeSystem/restful-security-service', code: 'SMART-on-FHIR' },
         ],
-        text: 'OAuth2 using SMART-on-FHIR profile (SMART Backend Services)',
+        text: launch
+          ? 'OAuth2 using SMART-on-FHIR profile (SMART App Launch and SMART Backend Services)'
+          : 'OAuth2 using SMART-on-FHIR profile (SMART Backend Services)',
       },
     ],
+    description: securityDescription(launch),
   };
 }

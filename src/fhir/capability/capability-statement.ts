@@ -155,7 +155,11 @@ function includesOf(registry: SearchRegistry): {
   return { includes, revIncludes };
 }
 
-function mergeSecurity(target: Record<string, unknown>, add: Record<string, unknown>): void {
+/**
+ * Merges `add` into `target` (a `rest.security` block): arrays (`extension`, `service`) are
+ * appended to, other properties replaced.
+ */
+export function mergeSecurity(target: Record<string, unknown>, add: Record<string, unknown>): void {
   for (const [key, value] of Object.entries(add)) {
     const current = target[key];
     if (Array.isArray(current) && Array.isArray(value))
