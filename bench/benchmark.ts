@@ -618,11 +618,12 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       fs.rmSync(bigFile, { force: true });
       add({
         key: 'load.uploadStrict.ratio',
-        label: 'Strict NDJSON upload / lenient upload',
+        // Strict: structure and terminology bindings (issue 47 holds it at 0.7x or better).
+        label: 'Strict NDJSON upload (structure and bindings) / lenient upload',
         value: median(uploadMs) / median(uploadStrictMs),
         unit: 'x',
-        target: '>= 0.5',
-        pass: median(uploadMs) / median(uploadStrictMs) >= 0.5,
+        target: '>= 0.7',
+        pass: median(uploadMs) / median(uploadStrictMs) >= 0.7,
       });
 
       // Strict validation alone, in this process: the default validator against @medplum/core

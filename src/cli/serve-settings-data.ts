@@ -148,6 +148,14 @@ export const DATA_SETTINGS = {
       'codes a token `:in`, `:not-in`, `:below` or `:above` may stand for (the value set, or the code and its descendants or ancestors), else `400` `too-costly`',
     read: integer(10_000, 1),
   },
+  terminologyMaxExpansion: {
+    env: 'TERMINOLOGY_MAX_EXPANSION',
+    flag: '--terminology-max-expansion <n>',
+    defaultText: '10000',
+    description:
+      'codes a `ValueSet/$expand` without `count` may answer, else `400` `too-costly` (a page of a larger expansion is answered)',
+    read: integer(10_000, 1),
+  },
   fhirMaxPatchOperations: {
     env: 'FHIR_MAX_PATCH_OPERATIONS',
     flag: '--fhir-max-patch-operations <n>',

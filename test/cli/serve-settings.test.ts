@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { DEFAULT_MAX_EXPANSION_SIZE } from '../../src/terminology/r4-terminology.js';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { SERVE_DOCS_PAGES, serveTableCells, serveTableCellsIn } from '../../scripts/serve-docs.js';
@@ -157,6 +158,7 @@ describe('SERVE_SETTINGS: one definition per setting', () => {
       maxAccurateTotal: fhir.searchLimits.maxAccurateTotal,
       maxTerminologyCodes: fhir.searchLimits.maxTerminologyCodes,
     });
+    expect(values.terminologyMaxExpansion).toBe(DEFAULT_MAX_EXPANSION_SIZE);
     expect(values.authorizeTicketLifetime).toBe(600);
     expect({
       maxOperations: values.fhirMaxPatchOperations,
