@@ -21,7 +21,6 @@ export function storageTerminologySource(
   check?: (type: 'CodeSystem' | 'ValueSet') => void,
 ): TerminologySource {
   const found = new Map<string, Promise<FhirResource | undefined>>();
-  let urls: Promise<ReadonlySet<string>> | undefined;
   const search = async (
     type: 'CodeSystem' | 'ValueSet',
     filters: ParameterFilter[],
@@ -45,16 +44,6 @@ export function storageTerminologySource(
         found.set(key, read);
       }
       return read;
-    },
-    codeSystemUrls() {
-      check?.('CodeSystem');
-      urls ??= storage
-        .searchResources(projectId, 'CodeSystem', { search: typeSearch('CodeSystem'), total: 'none' })
-        .then(
-          (page) =>
-            new Set(page.resources.map((r) => r.url).filter((u): u is string => typeof u === 'string')),
-        );
-      return urls;
     },
   };
 }

@@ -31,8 +31,6 @@ export interface TerminologySource {
   /** A stable key of the project (its id): caches are kept per project and resource version. */
   readonly key: string;
   find(type: 'CodeSystem' | 'ValueSet', url: string, version?: string): Promise<FhirResource | undefined>;
-  /** Every `CodeSystem` URL of the project (read once per source), to tell a held system from an unknown one. */
-  codeSystemUrls(): Promise<ReadonlySet<string>>;
 }
 
 /** The options of `$expand`. @see https://hl7.org/fhir/R4/valueset-operation-expand.html */

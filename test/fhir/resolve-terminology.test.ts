@@ -32,7 +32,6 @@ const service = fakeTerminology({
 const source: TerminologySource = {
   key: 'p',
   find: () => Promise.resolve(undefined),
-  codeSystemUrls: () => Promise.resolve(new Set()),
 };
 const terminology: TerminologyResolution = { service, source, maxCodes: 20 };
 
@@ -162,7 +161,6 @@ describe('resolveTerminologyFilters', () => {
       find: () => {
         throw denied;
       },
-      codeSystemUrls: () => Promise.reject(denied),
     };
     // Like the engine: the project's value set first, then the server's.
     const reading = fakeTerminology({

@@ -206,7 +206,6 @@ forEachStore('token terminology modifiers against an evaluation by hand', (store
           source: {
             key: PROJECT,
             find: () => Promise.resolve(undefined),
-            codeSystemUrls: () => Promise.resolve(new Set()),
           },
           maxCodes: 10_000,
         },

@@ -38,11 +38,6 @@ export function fixtureSource(
       );
       return Promise.resolve(matches[0]);
     },
-    codeSystemUrls() {
-      return Promise.resolve(
-        new Set(resources.filter((r) => r.resourceType === 'CodeSystem').map((r) => r.url as string)),
-      );
-    },
   };
   return source;
 }

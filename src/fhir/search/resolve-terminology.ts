@@ -198,7 +198,6 @@ function withoutRefusals(source: TerminologySource): {
     source: {
       key: source.key,
       find: (type, url, version) => unlessRefused(() => source.find(type, url, version), undefined),
-      codeSystemUrls: () => unlessRefused(() => source.codeSystemUrls(), new Set<string>()),
     },
     refusal: () => refused,
   };

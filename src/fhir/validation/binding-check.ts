@@ -110,9 +110,17 @@ export function createBindingCheck(
       .flatMap((v) => v.codes.map((c) => ({ v, c })))
       .filter(({ c }) => projectMayDecide(c));
     if (pending.length === 0) return;
-    const systems = await source.codeSystemUrls();
+    // Only the systems met are looked up (by `url`, cached for the request): a project's other code
+    // systems, however large, are not read.
+    const held = new Map<string, Promise<boolean>>();
+    const projectHolds = (system: string): Promise<boolean> => {
+      let answer = held.get(system);
+      if (!answer)
+        held.set(system, (answer = source.find('CodeSystem', system).then((r) => r !== undefined)));
+      return answer;
+    };
     for (const { v, c } of pending) {
-      if (!systems.has(c.system!)) continue;
+      if (!(await projectHolds(c.system!))) continue;
       try {
         const answer = await terminology.validateCode(
           'ValueSet',

@@ -30,7 +30,6 @@ function projectSource(): TerminologySource {
   return {
     key: 'p',
     find: (type, url) => Promise.resolve(type === 'CodeSystem' && url === ISO3166 ? codeSystem : undefined),
-    codeSystemUrls: () => Promise.resolve(new Set([ISO3166])),
   };
 }
 
