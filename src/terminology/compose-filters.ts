@@ -1,3 +1,4 @@
+import { RE2JS } from 're2js';
 import { closure, propertyText, type CodeSystemIndex, type Concept } from './code-system-index.js';
 import { TerminologyError } from './terminology-types.js';
 
@@ -106,10 +107,25 @@ export function propertyValues(concept: Concept, property: string): string[] {
   }
 }
 
-function compileRegex(source: string): RegExp {
+/** The longest `regex` filter value compiled. */
+const MAX_PATTERN_LENGTH = 1000;
+
+/**
+ * A `regex` filter's test. A value set is data a caller writes: its pattern runs on RE2's engine
+ * (re2js), whose time is linear in the input, so that no pattern (`(a+)+b`) can hold the event loop
+ * that every project shares, as a backtracking `RegExp` could.
+ */
+function compileRegex(source: string): { test(value: string): boolean } {
+  if (source.length > MAX_PATTERN_LENGTH) {
+    throw new TerminologyError(
+      'invalid',
+      `A regex filter value may have at most ${MAX_PATTERN_LENGTH} characters`,
+    );
+  }
   try {
+    const pattern = RE2JS.compile(source);
     // The whole value must match, as in XML Schema patterns (FHIR's regex semantics).
-    return new RegExp(`^(?:${source})$`, 'u');
+    return { test: (value) => pattern.matches(value) };
   } catch {
     throw new TerminologyError('invalid', `The regex filter value '${source}' is not a valid pattern`);
   }

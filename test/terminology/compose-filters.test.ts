@@ -57,4 +57,15 @@ describe('filterConcepts', () => {
       expect.objectContaining({ issueCode: 'invalid' }),
     );
   });
+
+  it('runs patterns on a linear-time engine: no backreference, no pattern past 1,000 characters', () => {
+    // A backtracking engine accepts `\1`; RE2 has no backreferences, and no catastrophic patterns.
+    expect(() => codes({ property: 'code', op: 'regex', value: '(s)\\1' })).toThrow(
+      expect.objectContaining({ issueCode: 'invalid' }),
+    );
+    expect(codes({ property: 'code', op: 'regex', value: '(s|sq|u|a|r|e)+' })).toEqual(['square']);
+    expect(() => codes({ property: 'code', op: 'regex', value: 'a'.repeat(1001) })).toThrow(
+      expect.objectContaining({ issueCode: 'invalid' }),
+    );
+  });
 });
