@@ -113,6 +113,9 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/:type/:id/_history': '/fhir/R4/Patient/p1/_history',
   '/fhir/R4/^\\/Patient\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/$everything',
   '/fhir/R4/^\\/Patient\\/([^/]+)\\/(?:\\$|%24)everything\\/?$/': '/fhir/R4/Patient/p1/$everything',
+  // $validate of a type, and of project A's patient.
+  '/fhir/R4/^\\/([^/]+)\\/(?:\\$|%24)validate\\/?$/': '/fhir/R4/Patient/$validate',
+  '/fhir/R4/^\\/([^/]+)\\/([^/]+)\\/(?:\\$|%24)validate\\/?$/': '/fhir/R4/Patient/p1/$validate',
   // The terminology operations, at the type level and on project A's ValueSet and CodeSystem.
   '/fhir/R4/^\\/ValueSet\\/(?:\\$|%24)expand\\/?$/': '/fhir/R4/ValueSet/$expand',
   '/fhir/R4/^\\/ValueSet\\/([^/]+)\\/(?:\\$|%24)expand\\/?$/': '/fhir/R4/ValueSet/vs1/$expand',
@@ -424,6 +427,7 @@ describe('who is calling, on every protected route', () => {
       `/fhir/R4/$export-file/${ids.job}/${ids.file}`,
       `/fhir/R4/ValueSet/${ids.valueSet}/$expand`,
       `/fhir/R4/CodeSystem/${ids.codeSystem}/$validate-code?code=a`,
+      `/fhir/R4/Patient/${ids.patient}/$validate`,
     ]) {
       expect((await request(t.app).get(url).set('Authorization', adminA)).status, url).toBe(200);
     }
