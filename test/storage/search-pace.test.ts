@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { foregroundWork } from '../../src/common/foreground.js';
 import { PACE, SearchPace } from '../../src/storage/engine/search-pace.js';
 import type { FilterResolver, ResourceIndexer } from '../../src/storage/search-index.js';
@@ -9,6 +9,19 @@ import type { Storage, StoredResource } from '../../src/storage/types.js';
 import { afterTest } from '../helpers/cleanup.js';
 import { tempDir } from '../helpers/temp-dir.js';
 import { eventually } from '../helpers/eventually.js';
+
+/**
+ * Makes `Date.now()` move a millisecond each time it is read (until the test ends or `restore`), and
+ * answers the time it starts from: a deadline a few ms ahead then falls inside the search's work
+ * however fast this machine does it (a real 5 ms budget passes by on a warm, quiet worker).
+ */
+function tickingClock(): { start: number; restore: () => void } {
+  let now = Date.now();
+  const start = now;
+  const clock = vi.spyOn(Date, 'now').mockImplementation(() => (now += 1));
+  afterTest(() => clock.mockRestore());
+  return { start, restore: () => clock.mockRestore() };
+}
 
 /*
  * The embedded stores' searches share the event loop and keep to their deadline
@@ -181,21 +194,24 @@ for (const [name, open] of STORES) {
     it('stops a search reading every body of a type (no count) at its deadline', async () => {
       // What a `_has` or a chain reads of the other type: a page without a count, no filter left.
       const storage = await seeded(5000);
+      const clock = tickingClock();
       await expect(
-        storage.searchResources('p1', 'Patient', { deadline: Date.now() + 5 }),
+        storage.searchResources('p1', 'Patient', { deadline: clock.start + 5 }),
       ).rejects.toBeInstanceOf(SearchTooCostlyError);
+      clock.restore();
       expect((await storage.searchResources('p1', 'Patient', {})).resources).toHaveLength(5000);
     });
 
     it('stops a search sorting many matches at its deadline', async () => {
       const storage = await seeded(20_000);
+      const now = tickingClock().start;
       await expect(
         storage.searchResources('p1', 'Patient', {
           sort: '-_id',
           count: 0,
           offset: 0,
           after: { id: 'p0' },
-          deadline: Date.now() + 5,
+          deadline: now + 5,
         }),
       ).rejects.toBeInstanceOf(SearchTooCostlyError);
     });
