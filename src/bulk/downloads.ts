@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
@@ -64,12 +65,32 @@ export interface DownloadOutcome {
 }
 
 /**
- * The single byte range a request asks for (RFC 9110 §14): undefined for the whole file (no
- * `Range`, an `If-Range` (no validator is sent, so none matches), several ranges, or a malformed
- * header), `'unsatisfiable'` when no range overlaps the file.
+ * The strong validator of an export file (RFC 9110 §8.8.3): its project, job, name and size, which
+ * never change once the job completed (a job's files are written once, before it completes). The
+ * gzip coding is another representation, so it has its own tag.
  */
-function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisfiable' | undefined {
-  if (req.headers.range === undefined || req.headers['if-range'] !== undefined) return undefined;
+function fileTag(ref: ExportFilesRef, file: string, size: number, gzip: boolean): string {
+  const digest = createHash('sha256')
+    .update(`${ref.projectId}/${ref.jobId}/${file}/${size}`)
+    .digest('base64url')
+    .slice(0, 22);
+  return `"${digest}${gzip ? '-gzip' : ''}"`;
+}
+
+/**
+ * The single byte range a request asks for (RFC 9110 §14): undefined for the whole file (no
+ * `Range`, an `If-Range` other than the file's own entity tag (a date, a weak or another tag: the
+ * representation may have changed, so the whole file is sent, §13.1.5), several ranges, or a
+ * malformed header), `'unsatisfiable'` when no range overlaps the file.
+ */
+function requestedRange(
+  req: Request,
+  size: number,
+  tag: string,
+): ExportFileRange | 'unsatisfiable' | undefined {
+  if (req.headers.range === undefined) return undefined;
+  const ifRange = req.get('If-Range');
+  if (ifRange !== undefined && ifRange.trim() !== tag) return undefined;
   const ranges = req.range(size, { combine: true });
   if (ranges === -1) return 'unsatisfiable';
   if (ranges === undefined || ranges === -2 || ranges.type !== 'bytes' || ranges.length !== 1)
@@ -82,7 +103,8 @@ function requestedRange(req: Request, size: number): ExportFileRange | 'unsatisf
  * Streams an export file as `application/fhir+ndjson` from the job manager's file store, with
  * backpressure (memory holds a chunk or so, whatever the file's size): gzip-compressed when the
  * client accepts it and asks for the whole file (as the store keeps it when it keeps it compressed,
- * else compressed on the fly), otherwise the NDJSON bytes, with `Range` support. The
+ * else compressed on the fly), otherwise the NDJSON bytes, with `Range` and `If-Range` support (a
+ * strong `ETag` per file and coding), so that a cut download resumes. The
  * download counts as in flight (retention does not remove the job) until the response closes. A
  * file gone meanwhile is a `NotFoundError`. `onEnd` (the audit trail's) learns how many bytes went
  * out: just before the client can hold the whole answer, or when it went away before.
@@ -131,7 +153,8 @@ export async function sendExportFile(
     .set('Cache-Control', 'private, no-store')
     .set('Vary', 'Accept-Encoding')
     .set('Accept-Ranges', 'bytes');
-  const range = requestedRange(req, size);
+  const tag = fileTag(ref, file, size, false);
+  const range = requestedRange(req, size, tag);
   if (range === 'unsatisfiable') {
     if (audited) report({ bytes: 0, range: req.headers.range ?? '', error: 'range not satisfiable' });
     res.status(416).set('Content-Range', `bytes */${size}`).end();
@@ -146,6 +169,7 @@ export async function sendExportFile(
   // A store that keeps the file compressed sends it as stored (with its length); otherwise the
   // file is compressed on the fly.
   const storedGzip = gzip ? await jobs.files.gzipSize?.(ref, file).catch(() => undefined) : undefined;
+  res.set('ETag', gzip ? fileTag(ref, file, size, true) : tag);
   if (gzip) {
     res.status(200).set('Content-Encoding', 'gzip');
     if (storedGzip !== undefined) res.set('Content-Length', String(storedGzip));

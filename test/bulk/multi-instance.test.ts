@@ -262,6 +262,16 @@ if (url) {
       expect(part.status).toBe(206);
       expect(part.headers.get('content-range')).toBe(`bytes 16300-32800/${whole.length}`);
       expect(Buffer.from(await part.arrayBuffer())).toEqual(whole.subarray(16300, 32801));
+      // Resumed on another instance than the one that sent the start: the same strong ETag everywhere.
+      const plain = await call(instances.B, big.url, { headers: { 'accept-encoding': 'identity' } });
+      const tag = plain.headers.get('etag')!;
+      await plain.arrayBuffer();
+      const resumed = await call(instances.C, big.url, {
+        headers: { range: 'bytes=16300-', 'if-range': tag },
+      });
+      expect(resumed.status).toBe(206);
+      expect(resumed.headers.get('etag')).toBe(tag);
+      expect(Buffer.from(await resumed.arrayBuffer())).toEqual(whole.subarray(16300));
       const past = await call(instances.A, big.url, { headers: { range: `bytes=${whole.length}-` } });
       expect(past.status).toBe(416);
       expect(past.headers.get('content-range')).toBe(`bytes */${whole.length}`);
