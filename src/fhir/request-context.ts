@@ -75,7 +75,7 @@ export function requestContexts(
             throw new FhirError(403, 'forbidden', `Not allowed to search ${type} resources`);
         }),
       },
-      ...(parsePrefer(req.headers.prefer).return === 'OperationOutcome' ? { validationWarnings: [] } : {}),
+      ...(showsWriteOutcome(req) ? { validationWarnings: [] } : {}),
       async validate(resource: FhirResource) {
         const warnings = ctx.validationWarnings;
         const mode = { strict: (await project()).strictMode === true, warnings: warnings !== undefined };
@@ -98,4 +98,13 @@ export function requestContexts(
     return ctx;
   };
   return { withContext, contextOf };
+}
+
+/**
+ * True when `req` answers one write's OperationOutcome (`Prefer: return=OperationOutcome` on a
+ * create, update or patch), which shows the validation warnings. The system-level `POST /` answers a
+ * Bundle or an upload report: its entries' and lines' warnings would only pile up unread.
+ */
+function showsWriteOutcome(req: Request): boolean {
+  return req.path !== '/' && parsePrefer(req.headers.prefer).return === 'OperationOutcome';
 }
