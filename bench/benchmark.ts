@@ -618,7 +618,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       fs.rmSync(bigFile, { force: true });
       add({
         key: 'load.uploadStrict.ratio',
-        // Strict: structure and terminology bindings (issue 47 holds it at 0.7x or better).
+        // Strict: structure and terminology bindings; they must cost at most 30% of the throughput.
         label: 'Strict NDJSON upload (structure and bindings) / lenient upload',
         value: median(uploadMs) / median(uploadStrictMs),
         unit: 'x',
