@@ -13,7 +13,7 @@ import {
   readIdentityProviderChange,
   type IdentityProviderChange,
 } from './identity-provider-settings.js';
-import { invalidParameter, readParameters, type ParameterValue } from './parameters.js';
+import { invalidParameter, readParameters, type ParameterValue } from '../http/fhir-parameters.js';
 
 /** The settings parameters, shared by `$init` and `$settings`. */
 export const SETTINGS_PARAMETERS = {
