@@ -398,7 +398,7 @@ async function finishImport(
 
 /** Records the end of a job (outside any request), as the principal that kicked it off. */
 function auditEnd(
-  ctx: ImportRunContext,
+  ctx: RunContext,
   job: ExportJobRecord,
   event: Pick<ImportEvent, 'phase' | 'counts' | 'deleted' | 'refused' | 'error'>,
 ): void {
@@ -419,9 +419,21 @@ function auditEnd(
   );
 }
 
+/**
+ * Ends an import job found by a router with `import: false` (kicked off through another instance
+ * that has it): failed, with an outcome saying so.
+ */
+export function refuseImportJob(ctx: RunContext, job: ExportJobRecord, entry: RunningJob): Promise<void> {
+  const disabled = new ImportFailed(
+    operationOutcome('fatal', 'not-supported', '$import is disabled on the instance that ran this job'),
+    500,
+  );
+  return endFailedRun(ctx, job, entry, disabled);
+}
+
 /** How a run that threw ends: stopped (resumes later), cancelled, or failed with its outcome. */
 async function endFailedRun(
-  ctx: ImportRunContext,
+  ctx: RunContext,
   job: ExportJobRecord,
   entry: RunningJob,
   error: unknown,
