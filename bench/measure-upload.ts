@@ -8,23 +8,13 @@ import { now } from './stats.js';
  * `multipart/form-data`), streamed from disk; answers the time to the OperationOutcome and the
  * number of rejected lines it reports.
  */
-export function uploadNdjson(
+export async function uploadNdjson(
   fhirBase: string,
   token: string,
   file: string,
 ): Promise<{ ms: number; failed: number }> {
-  return uploadNdjsonFiles(fhirBase, token, [file]);
-}
-
-/** Like {@link uploadNdjson}, with several files as the parts of one request (the route takes up to 20). */
-export async function uploadNdjsonFiles(
-  fhirBase: string,
-  token: string,
-  files: string[],
-): Promise<{ ms: number; failed: number }> {
   const form = new FormData();
-  for (const file of files)
-    form.append('file', await fs.openAsBlob(file, { type: 'application/fhir+ndjson' }), path.basename(file));
+  form.append('file', await fs.openAsBlob(file, { type: 'application/fhir+ndjson' }), path.basename(file));
   const start = now();
   const answer = await expectJson(200, fhirBase, { method: 'POST', headers: bearer(token), body: form });
   const ms = now() - start;

@@ -53,8 +53,9 @@ Runs every measurement once and prints one table (the same figures go to bench/o
   --import-resources N  generated resources of the $import section (default 50000; 1000000 for
                     the issue's 1M run): the Synthea sample and N generated resources, one NDJSON
                     file per type served with a manifest by a plain Node server, each imported
-                    (POST /$import, kick-off to completed status) and uploaded (the same files, one
-                    request) --reps times in turns into fresh lenient projects; memory at N/5 and N
+                    (POST /$import, kick-off to completed status) and uploaded (the same files, a
+                    request each) --reps times in turns into fresh lenient projects; memory at N/5
+                    and N
   --no-import       skip the $import section
   --import-only     only the $import section, on each --store
   --no-memory       skip the second data size
