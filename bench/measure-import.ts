@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { FhirResource } from '../src/storage/types.js';
+import type { Figure } from './benchmark.js';
 import { generatePatients, RESOURCES_PER_PATIENT } from './dataset.js';
 import { bearer, expectJson, fetchJson } from './http-json.js';
 import { uploadNdjson } from './measure-upload.js';
@@ -38,16 +39,6 @@ export interface ImportBenchOptions {
   workDir: string;
   profileDir?: string;
   log: (line: string) => void;
-}
-
-/** One figure, as `benchmark.ts` reports them. */
-export interface ImportFigure {
-  key: string;
-  label: string;
-  value: number;
-  unit: string;
-  target?: string;
-  pass?: boolean;
 }
 
 /** NDJSON files of one dataset, one per resource type. */
@@ -306,7 +297,7 @@ async function memoryFigures(
   small: Dataset,
   big: Dataset,
   samples: Record<string, unknown>,
-): Promise<ImportFigure[]> {
+): Promise<Figure[]> {
   const measured: Record<string, SideRun> = {};
   for (const dataset of [small, big]) {
     for (const side of ['import', 'upload'] as const) {
@@ -328,7 +319,7 @@ async function memoryFigures(
     }
   }
   samples.memory = { small: small.resources, big: big.resources, runs: measured };
-  const figures: ImportFigure[] = [];
+  const figures: Figure[] = [];
   for (const side of ['import', 'upload'] as const) {
     const label = side === 'import' ? '$import' : 'NDJSON upload';
     for (const [size, dataset] of [
@@ -373,8 +364,8 @@ async function timedFigures(
   datasets: Dataset[],
   warmUp: Dataset,
   samples: Record<string, unknown>,
-): Promise<ImportFigure[]> {
-  const figures: ImportFigure[] = [];
+): Promise<Figure[]> {
+  const figures: Figure[] = [];
   const server = await importServer(options, 'import', true);
   try {
     // Untimed: the first import and upload of a process compile their code paths.
@@ -428,9 +419,9 @@ async function timedFigures(
 /** Runs the import section: the timed runs, then memory in fresh server processes. */
 export async function measureImport(
   options: ImportBenchOptions,
-): Promise<{ figures: ImportFigure[]; samples: Record<string, unknown> }> {
+): Promise<{ figures: Figure[]; samples: Record<string, unknown> }> {
   const { log } = options;
-  const figures: ImportFigure[] = [];
+  const figures: Figure[] = [];
   const samples: Record<string, unknown> = {};
   const datasets = new Map<string, Dataset>();
   const add = (dataset: Dataset): Dataset => {
