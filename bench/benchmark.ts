@@ -9,6 +9,7 @@ import { deleteExport, runHttpExport, type ExportRun } from './measure-export.js
 import { measureAuditOverhead, medianRoundRatio } from './measure-audit-overhead.js';
 import { measureScim, measureScimPages, type ScimFigures } from './measure-scim.js';
 import { measureIngestFloor } from './measure-floor.js';
+import { measureImport } from './measure-import.js';
 import { measureStoreSearch } from './measure-store-search.js';
 import { postBundles } from './measure-transactions.js';
 import { uploadNdjson } from './measure-upload.js';
@@ -67,6 +68,11 @@ export interface BenchOptions {
    * test, in this process, and the issue's searches timed (`measure-store-search.ts`). @default true
    */
   search?: boolean;
+  /**
+   * The `$import` section (`measure-import.ts`): generated resources imported and uploaded in each
+   * repetition, besides the Synthea sample; 0 skips the section. @default 0
+   */
+  importResources?: number;
   seed: number;
   /** Where the stores, exports and copies go (a fresh sub-directory, removed at the end). */
   workDir: string;
@@ -242,10 +248,7 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
   const figures: Figure[] = [];
   const samples: Record<string, unknown> = {};
   const add = (figure: Figure): void => {
-    figures.push({
-      ...figure,
-      value: round(figure.value, figure.value !== 0 && Math.abs(figure.value) < 10 ? 3 : 1),
-    });
+    figures.push(roundFigure(figure));
   };
   const log = options.log;
   let store: StoreKind = options.store;
@@ -862,6 +865,9 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
       await server.close();
     }
 
+    // ---- $import against the NDJSON upload of the same files, on a server process of its own.
+    if ((options.importResources ?? 0) > 0) await importSection(options, work, add, samples);
+
     // ---- System export with auditing on (with its journal) and off, side by side: the main store
     // reopened by a server of each kind in turn (the file store only: a PostgreSQL server process
     // works in a schema of its own, a memory store ends with its process).
@@ -1175,6 +1181,49 @@ export async function runBenchmark(options: BenchOptions): Promise<BenchResults>
     fs.rmSync(work, { recursive: true, force: true });
   }
   return { meta: runMeta(options, started, store, workerExports), figures, samples };
+}
+
+/** Runs the `$import` section (`measure-import.ts`) into `work`, adding its figures and samples. */
+async function importSection(
+  options: BenchOptions,
+  work: string,
+  add: (figure: Figure) => void,
+  samples: Record<string, unknown>,
+): Promise<void> {
+  const found = await measureImport({
+    store: options.store,
+    ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
+    ...(options.durability ? { durability: options.durability } : {}),
+    resources: options.importResources ?? 0,
+    synthea: options.synthea,
+    reps: options.reps,
+    memory: options.memoryFactor > 0,
+    seed: options.seed,
+    workDir: work,
+    ...(options.profileDir ? { profileDir: options.profileDir } : {}),
+    log: options.log,
+  });
+  for (const figure of found.figures) add(figure);
+  samples.import = found.samples;
+}
+
+/** The `$import` section alone (`npm run bench -- --import-only`). */
+export async function runImportBenchmark(options: BenchOptions): Promise<BenchResults> {
+  const started = Date.now();
+  const work = fs.mkdtempSync(path.join(options.workDir, 'fpk-bench-'));
+  const figures: Figure[] = [];
+  const samples: Record<string, unknown> = {};
+  try {
+    await importSection(options, work, (figure) => figures.push(roundFigure(figure)), samples);
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  return { meta: runMeta(options, started, options.store, false), figures, samples };
+}
+
+/** A figure with its value rounded for the tables (3 decimals under 10, else 1). */
+function roundFigure(figure: Figure): Figure {
+  return { ...figure, value: round(figure.value, figure.value !== 0 && Math.abs(figure.value) < 10 ? 3 : 1) };
 }
 
 /** The `meta` of a run of `options` begun at `started` (epoch ms). */

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { runBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
+import { runBenchmark, runImportBenchmark, type BenchOptions, type BenchResults } from './benchmark.js';
 import { runFairness } from './fairness.js';
 import { runHuge } from './huge.js';
 import { RESOURCES_PER_PATIENT } from './dataset.js';
@@ -50,6 +50,14 @@ Runs every measurement once and prints one table (the same figures go to bench/o
   --synthea DIR     the Synthea bundle directory (default ../shared/data/synthea-r4-100)
   --no-synthea      skip the Synthea sample
   --txn-concurrency N  patient bundles in flight in the concurrent Synthea transaction row (default 4)
+  --import-resources N  generated resources of the $import section (default 50000; 1000000 for
+                    the issue's 1M run): the Synthea sample and N generated resources, one NDJSON
+                    file per type served with a manifest by a plain Node server, each imported
+                    (POST /$import, kick-off to completed status) and uploaded (the same files, a
+                    request each) --reps times in turns into fresh lenient projects; memory at N/5
+                    and N
+  --no-import       skip the $import section
+  --import-only     only the $import section, on each --store
   --no-memory       skip the second data size
   --no-search       skip the search section (the main dataset loaded again into an indexed store
                     of the kind under test, and issue 30's searches timed against their targets)
@@ -84,6 +92,9 @@ const { values } = parseArgs({
     'no-synthea': { type: 'boolean', default: false },
     'txn-concurrency': { type: 'string' },
     'no-memory': { type: 'boolean', default: false },
+    'import-resources': { type: 'string' },
+    'no-import': { type: 'boolean', default: false },
+    'import-only': { type: 'boolean', default: false },
     'no-search': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'probe-gc': { type: 'boolean', default: false },
@@ -167,6 +178,7 @@ const options = (store: StoreKind): BenchOptions => ({
   synthea: values['no-synthea'] ? false : path.resolve(values.synthea),
   txnConcurrency: int('txn-concurrency', values['txn-concurrency'], 4) || 4,
   search: !values['no-search'],
+  importResources: values['no-import'] ? 0 : int('import-resources', values['import-resources'], 50_000),
   seed: 42,
   workDir: os.tmpdir(),
   ...(values.profile ? { profileDir: path.join(outDir, 'profiles') } : {}),
@@ -186,6 +198,8 @@ if (huge) {
   const quietRequests = int('fairness-requests', values['fairness-requests'], 400) || 400;
   for (const store of stores as StoreKind[])
     results.push(await runFairness({ ...options(store), quietRequests }));
+} else if (values['import-only']) {
+  for (const store of stores as StoreKind[]) results.push(await runImportBenchmark(options(store)));
 } else for (const store of stores as StoreKind[]) results.push(await runBenchmark(options(store)));
 fs.writeFileSync(values.out, `${JSON.stringify(results.length === 1 ? results[0] : results, null, 2)}\n`);
 console.log(render(results));
