@@ -145,6 +145,15 @@ export function mountFhirRouters(router: Router, parts: PlatformParts, started: 
       ...options.bulk,
       ...common,
       exportDir: options.bulk?.exportDir ?? options.exportDir,
+      // `$import` validates strict projects' lines with the FHIR router's validator and terminology.
+      import:
+        options.bulk?.import === false
+          ? false
+          : {
+              ...(options.fhir?.validator ? { validator: options.fhir.validator } : {}),
+              ...(options.fhir?.terminology ? { terminology: options.fhir.terminology } : {}),
+              ...options.bulk?.import,
+            },
     });
     router.use(paths.fhir, started.bulk);
   }

@@ -6,6 +6,7 @@ import type { ExportFileStore, ExportJobQueue, Storage } from '../storage/types.
 import type { ExportPool } from './export-pool.js';
 import type { KickoffLimits } from './kickoff-limits.js';
 import type { ExportParams, KickoffIssue } from './kickoff-params.js';
+import type { ImportDeps } from './import/import-run.js';
 
 /** What a job runs, persisted as `ExportJobRecord.params` so that a restart can run it again. */
 export interface ExportPlan {
@@ -63,6 +64,8 @@ export interface ExportJobManagerOptions {
    * by the router, which has the request). @default undefined (nothing recorded)
    */
   auditTrail?: AuditTrail;
+  /** What `$import` jobs need (absent: no imports). */
+  importer?: ImportDeps & { maxRunning: number };
 }
 
 /** What a kick-off asks for. */

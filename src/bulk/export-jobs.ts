@@ -15,6 +15,15 @@ import { refOf, runJob, type RunContext, type RunningJob } from './export-job-ru
 import type { ExportProgress, ExportTaskResult } from './export-task.js';
 import type { ExportJobManagerOptions, ExportPlan, KickoffInput } from './export-job-types.js';
 import type { ExportUsage } from './kickoff-limits.js';
+import {
+  importProgressOf,
+  isImportJob,
+  runImportJob,
+  type ImportProgress,
+  type ImportRunningJob,
+} from './import/import-run.js';
+import type { ImportPlan } from './import/import-params.js';
+import { FhirError } from '../http/http-error.js';
 
 export { isJobId } from './directory-export-files.js';
 
@@ -35,7 +44,7 @@ export class ExportJobManager {
   readonly #heartbeat: number;
   /** Prefix of this manager's lease tokens (host, process, manager), for people reading the table. */
   readonly #runPrefix = `${os.hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
-  readonly #running = new Map<string, RunningJob>();
+  readonly #running = new Map<string, ImportRunningJob>();
   readonly #downloads = new Map<string, number>();
   /** Per project: the kick-off in progress, which the next one waits for. */
   readonly #kickoffs = new Map<string, Promise<unknown>>();
@@ -137,6 +146,7 @@ export class ExportJobManager {
     const now = Date.now();
     const usage: ExportUsage = { running: 0, bytes: 0, createdSince: [] };
     for (const job of await this.#o.storage.listExportJobs({ projectId })) {
+      if (isImportJob(job)) continue;
       const created = Date.parse(job.createdAt);
       if (created >= since) usage.createdSince.push(created);
       if (job.status === 'accepted' || job.status === 'in-progress') {
@@ -186,6 +196,51 @@ export class ExportJobManager {
         const created = await this.#create(input, run);
         limits?.record(input.projectId);
         return created;
+      };
+      const job = this.#queue ? await this.#queue.withProjectLock(input.projectId, create) : await create();
+      await this.#start(job, run);
+      return job;
+    });
+  }
+
+  /**
+   * Creates and starts an import job (`$import`): at most `importer.maxRunning` of a project run or
+   * wait at once (429 beyond). No snapshot: an import writes, it reads nothing of the store.
+   */
+  async kickoffImport(input: {
+    projectId: string;
+    ownerId: string;
+    request: string;
+    plan: ImportPlan;
+  }): Promise<ExportJobRecord> {
+    const importer = this.#o.importer;
+    if (!importer) throw new FhirError(404, 'not-supported', '$import is not enabled on this server');
+    return this.#serialized(this.#queue ? '' : input.projectId, async () => {
+      const run = this.#queue ? this.#newRun() : undefined;
+      const create = async (): Promise<ExportJobRecord> => {
+        const jobs = await this.#o.storage.listExportJobs({
+          projectId: input.projectId,
+          status: ['accepted', 'in-progress'],
+        });
+        if (jobs.filter(isImportJob).length >= importer.maxRunning) {
+          throw new FhirError(
+            429,
+            'throttled',
+            `The project already runs ${importer.maxRunning} imports; wait for one to end`,
+            { headers: { 'Retry-After': '60' } },
+          );
+        }
+        const job: NewExportJob = {
+          id: randomUUID(),
+          projectId: input.projectId,
+          ownerId: input.ownerId,
+          status: 'accepted',
+          request: input.request,
+          transactionTime: new Date().toISOString(),
+          params: { ...input.plan, exportDir: this.#o.exportDir },
+        };
+        if (this.#queue && run !== undefined) return this.#queue.createLeased(job, run, this.#lease);
+        return this.#o.storage.createExportJob(job);
       };
       const job = this.#queue ? await this.#queue.withProjectLock(input.projectId, create) : await create();
       await this.#start(job, run);
@@ -250,6 +305,11 @@ export class ExportJobManager {
     return this.#running.get(job.id)?.progress ?? (job.progress as ExportProgress | undefined);
   }
 
+  /** An import's progress: the in-memory one of a run here, else the persisted one. */
+  importProgressOf(job: ExportJobRecord): ImportProgress {
+    return this.#running.get(job.id)?.importProgress ?? importProgressOf(job);
+  }
+
   /**
    * The job if `ownerId` in `projectId` may see it and it has not expired; otherwise
    * `NotFoundError` (other projects and principals must not learn it exists).
@@ -276,6 +336,10 @@ export class ExportJobManager {
    * next heartbeat, when it finds its record gone.
    */
   async cancel(job: ExportJobRecord): Promise<void> {
+    if (isImportJob(job)) {
+      await this.#cancelImport(job);
+      return;
+    }
     const running = this.#running.get(job.id);
     if (running) {
       running.controller.abort(new PlatformError('ERR_EXPORT_STOPPED', 'Export cancelled'));
@@ -290,6 +354,20 @@ export class ExportJobManager {
     if (!running && job.snapshot && (job.status === 'accepted' || job.status === 'in-progress')) {
       await this.#o.storage.releaseSnapshot(job.snapshot).catch(this.#o.onError);
     }
+  }
+
+  /**
+   * Cancels an import: its record says `cancelled` at once (the status then answers 404), and the
+   * run, here or on another instance, stops once the file it is loading is loaded whole. The record
+   * and its error files go at the next sweep after `retention`.
+   */
+  async #cancelImport(job: ExportJobRecord): Promise<void> {
+    const running = this.#running.get(job.id);
+    if (running) running.cancelRequested = true;
+    await this.#o.storage.updateExportJob(job.projectId, job.id, {
+      status: 'cancelled',
+      expiresAt: new Date(Date.now() + this.#o.retention).toISOString(),
+    });
   }
 
   /**
@@ -382,13 +460,16 @@ export class ExportJobManager {
     const controller = new AbortController();
     const entry: RunningJob = { controller, done: Promise.resolve(), ...(run ? { run } : {}) };
     this.#running.set(job.id, entry);
-    entry.done = runJob(this.#runContext, job, entry)
-      .catch(this.#o.onError)
-      .finally(() => {
-        this.#running.delete(job.id);
-        // A thread is free: take the next waiting job, if any.
-        if (this.#queue && !this.#closing) void this.#claimWork();
-      });
+    const importer = this.#o.importer;
+    const running =
+      isImportJob(job) && importer
+        ? runImportJob({ ...this.#runContext, importer }, job, entry)
+        : runJob(this.#runContext, job, entry);
+    entry.done = running.catch(this.#o.onError).finally(() => {
+      this.#running.delete(job.id);
+      // A thread is free: take the next waiting job, if any.
+      if (this.#queue && !this.#closing) void this.#claimWork();
+    });
   }
 
   /**

@@ -13,6 +13,11 @@ import { checkRouterOptions, type CommonRouterOptions, type OwnOptionKeys } from
 import type { ExportFileStore } from '../storage/types.js';
 import { DirectoryExportFiles } from './directory-export-files.js';
 import { ExportPool, type ExportPoolOptions } from './export-pool.js';
+import {
+  resolveBulkImportOptions,
+  type BulkImportOptions,
+  type ResolvedBulkImportOptions,
+} from './import/import-options.js';
 
 /** Options of `bulkExportRouter` (./router.ts). */
 export interface BulkExportRouterOptions extends CommonRouterOptions {
@@ -131,6 +136,11 @@ export interface BulkExportRouterOptions extends CommonRouterOptions {
    * @default false
    */
   requireAsyncHeaders?: boolean;
+  /**
+   * `$import` (ping-and-pull, docs/bulk-import.md) and its limits; `false` answers 404 to it.
+   * @default `{}` (enabled, the defaults of {@link BulkImportOptions})
+   */
+  import?: BulkImportOptions | false;
 }
 
 /** Bytes available to this process on the file system holding `dir`. */
@@ -167,13 +177,16 @@ const BULK_ROUTER_KEYS: OwnOptionKeys<BulkExportRouterOptions> = {
   heartbeatInterval: true,
   closeTimeout: true,
   maxTypeFilterMatches: true,
+  import: true,
 };
 
 /** Options with every default filled in. */
 export interface ResolvedBulkExportRouterOptions
   extends
-    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'>>,
-    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'> {}
+    Required<Omit<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail' | 'import'>>,
+    Pick<BulkExportRouterOptions, 'baseUrl' | 'pool' | 'logger' | 'auditTrail'> {
+  import: ResolvedBulkImportOptions | false;
+}
 
 /** An `exportFiles` option: an object with the store's methods. */
 function exportFilesOption(value: ExportFileStore | undefined, fallback: ExportFileStore): ExportFileStore {
@@ -254,5 +267,6 @@ export function resolveBulkExportRouterOptions(
     maxTypeFilterMatches,
     requireAsyncHeaders,
     closeTimeout,
+    import: resolveBulkImportOptions(options.import),
   };
 }

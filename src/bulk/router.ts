@@ -26,6 +26,13 @@ import {
 } from './router-options.js';
 import { resolveTypeFilterChains } from './type-filter-chains.js';
 import { fhirErrorOfSearch, searchErrorsAsFhir } from '../fhir/search/search-errors.js';
+import { r4StructureValidator } from '../fhir/validation/structure-validator.js';
+import { resourceValidation } from '../fhir/validation/resource-validation.js';
+import { r4Terminology } from '../terminology/r4-terminology.js';
+import { importRoutes } from './import/import-routes.js';
+import type { ImportDeps } from './import/import-run.js';
+import { sourceFetcher, type SourceFetcher } from './import/source-fetch.js';
+import type { ResolvedBulkImportOptions } from './import/import-options.js';
 
 export type { BulkExportRouterOptions } from './router-options.js';
 
@@ -48,6 +55,7 @@ export type BulkExportRouter = Router & {
 };
 
 const EXPORT = '(?:\\$|%24)export';
+const IMPORT = '(?:\\$|%24)import';
 // Routes have no capture groups: Express would decode them and answer a malformed escape with its
 // own (HTML) 400 before our handlers run. Segments are taken from `req.path` by `segments()`.
 const ROUTES = {
@@ -55,6 +63,8 @@ const ROUTES = {
   patient: new RegExp(`^/Patient/${EXPORT}/?$`),
   group: new RegExp(`^/Group/[^/]+/${EXPORT}/?$`),
   status: new RegExp(`^/${EXPORT}-status/[^/]+/?$`),
+  import: new RegExp(`^/${IMPORT}/?$`),
+  importStatus: new RegExp(`^/${IMPORT}-status/[^/]+/?$`),
   file: new RegExp(`^/${EXPORT}-file/[^/]+/[^/]+$`),
 };
 
@@ -101,7 +111,8 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   const retryAfter = String(Math.ceil(config.retryAfter));
   const ownsPool = !(config.pool instanceof ExportPool);
   const pool = config.pool instanceof ExportPool ? config.pool : new ExportPool(config.pool);
-  const jobs = exportJobManager(config, pool, retryAfter);
+  const fetcher = config.import ? importFetcher(config.import) : undefined;
+  const jobs = exportJobManager(config, pool, fetcher);
   // Undefined when no trail records: the events are then not even built.
   const audit = requestRecorder(config.auditTrail, onError);
   let started = false;
@@ -216,6 +227,20 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
   route('get', ROUTES.status, fhirJsonOnly(), job.status);
   route('delete', ROUTES.status, job.cancel);
   route('get', ROUTES.file, job.file);
+  if (config.import && fetcher) {
+    const imports = importRoutes({
+      jobs,
+      baseUrl,
+      retryAfter,
+      maxInputs: config.import.maxInputs,
+      urlProblem: (url) => fetcher.urlProblem(url),
+      segment,
+      information,
+    });
+    route('post', ROUTES.import, body, imports.kickoff);
+    route('get', ROUTES.importStatus, fhirJsonOnly(), imports.status);
+    route('delete', ROUTES.importStatus, imports.cancel);
+  }
 
   return Object.assign(router, {
     ready,
@@ -237,8 +262,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
 function exportJobManager(
   config: ResolvedBulkExportRouterOptions,
   pool: ExportPool,
-  retryAfter: string,
+  fetcher: SourceFetcher | undefined,
 ): ExportJobManager {
+  const retryAfter = String(Math.ceil(config.retryAfter));
   const { storage, onError, exportDir } = config;
   return new ExportJobManager({
     storage,
@@ -267,5 +293,32 @@ function exportJobManager(
     }),
     onError,
     ...(config.auditTrail ? { auditTrail: config.auditTrail } : {}),
+    ...(config.import && fetcher ? { importer: importDeps(config.import, fetcher) } : {}),
   });
+}
+
+/** The import source client, under the import options' address policy and limits. */
+function importFetcher(options: ResolvedBulkImportOptions): SourceFetcher {
+  return sourceFetcher({
+    idleTimeout: options.idleTimeout,
+    maxJsonBytes: options.maxManifestBytes,
+    allowPrivateAddresses: options.allowPrivateAddresses,
+  });
+}
+
+/** What import runs need: the fetcher, the project's validation, the loader limits. */
+function importDeps(options: ResolvedBulkImportOptions, fetcher: SourceFetcher): ImportDeps & { maxRunning: number } {
+  return {
+    fetcher,
+    validation: resourceValidation(options.validator ?? r4StructureValidator(), options.terminology ?? r4Terminology()),
+    load: {
+      batchSize: options.batchSize,
+      maxLineLength: options.maxLineLength,
+      maxIssues: options.maxErrorsPerFile,
+    },
+    manifestWait: options.manifestWait,
+    attempts: options.attempts,
+    maxRunning: options.maxRunning,
+    sourceClient: () => undefined,
+  };
 }

@@ -50,6 +50,48 @@ export const DATA_SETTINGS = {
       'resources one chain or `_has` of a `_typeFilter` may match (resolved at kick-off), else `400` `too-costly` (`Infinity`: no limit)',
     read: countLimit(50_000),
   },
+  importAllowPrivateAddresses: {
+    env: 'IMPORT_ALLOW_PRIVATE_ADDRESSES',
+    flag: '--import-allow-private-addresses',
+    description:
+      '`true`/`false`: `$import` pulls manifests, files and tokens from loopback, private and link-local addresses; unset: allowed unless `NODE_ENV=production` ([bulk import](docs/bulk-import.md#security))',
+    read: (text, invalid) => (text === undefined ? undefined : boolean(text, invalid)),
+  },
+  importMaxRunning: {
+    env: 'IMPORT_MAX_RUNNING',
+    flag: '--import-max-running <n>',
+    defaultText: '2',
+    description: 'imports of a project accepted or in progress at once, then `429`',
+    read: integer(2, 1),
+  },
+  importMaxInputs: {
+    env: 'IMPORT_MAX_INPUTS',
+    flag: '--import-max-inputs <n>',
+    defaultText: '1000',
+    description: '`input` files one `$import` kick-off may name, else `400`',
+    read: integer(1000, 1),
+  },
+  importIdleTimeout: {
+    env: 'IMPORT_IDLE_TIMEOUT',
+    flag: '--import-idle-timeout <ms>',
+    defaultText: '60000',
+    description: 'milliseconds an import source may send nothing before its request fails (then retried)',
+    read: integer(60_000, 1),
+  },
+  importManifestWait: {
+    env: 'IMPORT_MANIFEST_WAIT',
+    flag: '--import-manifest-wait <ms>',
+    defaultText: '3600000',
+    description: "milliseconds a source's manifest may answer `202` (its export still running) before the import fails",
+    read: integer(3_600_000, 1),
+  },
+  importMaxErrorsPerFile: {
+    env: 'IMPORT_MAX_ERRORS_PER_FILE',
+    flag: '--import-max-errors-per-file <n>',
+    defaultText: '10000',
+    description: "refused lines listed in an input file's error file (the count stays exact)",
+    read: integer(10_000, 1),
+  },
   bulkMinFreeSpace: {
     env: 'BULK_MIN_FREE_SPACE',
     flag: '--bulk-min-free-space <bytes>',

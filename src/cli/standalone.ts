@@ -187,6 +187,16 @@ async function platformOptions(
       maxTypeFilterMatches: config.bulkMaxTypeFilterMatches,
       minFreeSpace: config.bulkMinFreeSpace,
       pool: { maxThreads: config.bulkExportThreads },
+      import: {
+        ...(config.importAllowPrivateAddresses === undefined
+          ? {}
+          : { allowPrivateAddresses: config.importAllowPrivateAddresses }),
+        maxRunning: config.importMaxRunning,
+        maxInputs: config.importMaxInputs,
+        idleTimeout: config.importIdleTimeout,
+        manifestWait: config.importManifestWait,
+        maxErrorsPerFile: config.importMaxErrorsPerFile,
+      },
     },
     fhir: {
       defaultReturn: config.fhirDefaultReturn,

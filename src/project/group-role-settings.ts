@@ -8,7 +8,7 @@ import { parseResourceScope, splitScopes } from '../auth/access/scopes.js';
 import { groupNameKey } from '../common/scim-managed.js';
 import { isResourceType } from '../common/resource-types.js';
 import type { ProjectGroupRole } from '../storage/types.js';
-import { invalidParameter, type ParameterParts } from './parameters.js';
+import { invalidParameter, type ParameterParts } from '../http/fhir-parameters.js';
 
 /** The parts of one `groupRole`. */
 const GROUP_ROLE_PARTS = {

@@ -3,7 +3,7 @@
  * parameters) and as the `Project` resource shows it (secrets never shown). See docs/login.md.
  */
 import type { ProjectIdentityProvider, UserMatchAttribute } from '../storage/types.js';
-import { invalidParameter, type ParameterValue } from './parameters.js';
+import { invalidParameter, type ParameterValue } from '../http/fhir-parameters.js';
 import { readPrivateJwk, remoteUrlProblem } from './remote-server-checks.js';
 
 /** The `$settings` parameters of the identity provider. */

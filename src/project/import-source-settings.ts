@@ -5,7 +5,7 @@
  * signed JWT assertion). See docs/project-init.md.
  */
 import type { ProjectImportSource } from '../storage/types.js';
-import { invalidParameter, type ParameterParts } from './parameters.js';
+import { invalidParameter, type ParameterParts } from '../http/fhir-parameters.js';
 import { readPrivateJwk, remoteUrlProblem } from './remote-server-checks.js';
 
 /** The parts of one `importSource`. */

@@ -11,7 +11,7 @@ import type {
   StoredResource,
   UserRecord,
 } from '../storage/types.js';
-import { invalidParameter, readParameters } from './parameters.js';
+import { invalidParameter, readParameters } from '../http/fhir-parameters.js';
 import { readScimSettings, SETTINGS_PARAMETERS } from './project-settings.js';
 
 /** The input parameters of `$init`. */

@@ -9,7 +9,7 @@ import { generateClientSecret, hashClientSecret } from '../auth/client/client-se
 import { isPublicHostname } from '../auth/keys/public-address.js';
 import { parseResourceScope } from '../auth/access/scopes.js';
 import type { ClientRecord, MembershipRecord, Storage } from '../storage/types.js';
-import { invalidParameter, readParameters } from './parameters.js';
+import { invalidParameter, readParameters } from '../http/fhir-parameters.js';
 import { parsePublicJwks, type PublicJwks } from './public-jwks.js';
 
 /** The input parameters of `$new-client`. */

@@ -20,7 +20,7 @@ import {
   type OwnerDefaults,
 } from './init-project.js';
 import { parseNewClientParameters, registerClient, type NewClientRules } from './new-client.js';
-import { readParameters } from './parameters.js';
+import { readParameters } from '../http/fhir-parameters.js';
 import { projectAdminAccess } from './project-access.js';
 import { projectResource, type ProjectResource } from './project-resource.js';
 import { parseSettingsParameters, updateProjectSettings } from './project-settings.js';

@@ -21,7 +21,7 @@ import {
   readImportSources,
   type ImportSourceChange,
 } from './import-source-settings.js';
-import { invalidParameter, readParameters, type ParameterValue } from './parameters.js';
+import { invalidParameter, readParameters, type ParameterValue } from '../http/fhir-parameters.js';
 
 /** The settings parameters, shared by `$init` and `$settings`. */
 export const SETTINGS_PARAMETERS = {

@@ -3,7 +3,7 @@
  * project's identity provider, the sources `$import` pulls from): its URLs, and the private key
  * that signs the platform's client assertions there.
  */
-import { invalidParameter, type ParameterValue } from './parameters.js';
+import { invalidParameter, type ParameterValue } from '../http/fhir-parameters.js';
 
 /** Hosts on which `http:` is accepted: a server on this machine (a test server). */
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);

@@ -16,7 +16,7 @@ import {
   type OwnOptionKeys,
 } from '../http/router-options.js';
 import { checkClientScope, type NewClientRules } from './new-client.js';
-import { invalidParameter } from './parameters.js';
+import { invalidParameter } from '../http/fhir-parameters.js';
 import { superAdminOnly } from './project-access.js';
 import { projectService } from './project-service.js';
 

@@ -36,7 +36,20 @@ export interface NdjsonLoadOptions {
    * @internal
    */
   activity?: RequestActivity;
+  /**
+   * Changes each resource read before it is checked and written (`$import` rewrites the source
+   * server's absolute references with it). @default none
+   */
+  transform?: (resource: FhirResource) => FhirResource;
+  /**
+   * Read each line as a Bulk Data `deleted` line: a Bundle whose `DELETE` entries (`Type/id`) are
+   * applied as deletes (`$import` of an export's `deleted` files). @default false
+   */
+  deletions?: boolean;
 }
+
+/** What {@link loadNdjson} needs of the FHIR context: the store, the project, the writer and its checks. */
+export type NdjsonLoadContext = Pick<FhirContext, 'storage' | 'projectId' | 'principal' | 'validate'>;
 
 /** What loading one NDJSON file did. */
 export interface NdjsonFileReport {
@@ -68,7 +81,7 @@ interface Pending {
  * of lines is held at a time, never the file.
  */
 export async function loadNdjson(
-  ctx: FhirContext,
+  ctx: NdjsonLoadContext,
   file: string,
   input: AsyncIterable<Buffer | string>,
   options: NdjsonLoadOptions = {},
@@ -151,14 +164,22 @@ export async function loadNdjson(
       if (valueNestingExceeds(parsed, maxJsonDepth)) {
         throw new FhirError(400, 'structure', `The line nests JSON deeper than ${maxJsonDepth} levels`);
       }
-      const resource = withoutServerMeta(checkResource(parsed));
-      const write: ResourceWrite =
-        resource.id === undefined
-          ? { op: 'create', resource }
-          : { op: 'update', resource: resource as FhirResource & { id: string } };
-      authorize(ctx, resource.resourceType, write.op);
-      await ctx.validate(resource);
-      pending.push({ line, write });
+      if (options.deletions) {
+        for (const write of deletionsOf(parsed)) {
+          authorize(ctx, write.resourceType, 'delete');
+          pending.push({ line, write });
+        }
+      } else {
+        const checked = checkResource(parsed);
+        const resource = withoutServerMeta(options.transform ? options.transform(checked) : checked);
+        const write: ResourceWrite =
+          resource.id === undefined
+            ? { op: 'create', resource }
+            : { op: 'update', resource: resource as FhirResource & { id: string } };
+        authorize(ctx, resource.resourceType, write.op);
+        await ctx.validate(resource);
+        pending.push({ line, write });
+      }
       pendingChars += trimmed.length;
     } catch (error) {
       fail(line, error);
@@ -209,4 +230,26 @@ export async function loadNdjson(
     await flush(true);
   }
   return report;
+}
+
+const DELETE_URL = /^([A-Z][A-Za-z]+)\/([A-Za-z0-9\-.]{1,64})$/;
+
+/**
+ * The deletes of a Bulk Data `deleted` line: a Bundle whose entries each have `request.method`
+ * `DELETE` and `request.url` `Type/id` (Bulk Data 2.0.0, "deleted" files). Anything else is a 400.
+ */
+function deletionsOf(parsed: unknown): Extract<ResourceWrite, { op: 'delete' }>[] {
+  const bundle = parsed as { resourceType?: unknown; entry?: unknown } | null;
+  if (typeof bundle !== 'object' || bundle === null || bundle.resourceType !== 'Bundle') {
+    throw new FhirError(400, 'structure', 'A deleted line must be a Bundle');
+  }
+  const entries = Array.isArray(bundle.entry) ? (bundle.entry as unknown[]) : [];
+  return entries.map((entry, i) => {
+    const request = (entry as { request?: { method?: unknown; url?: unknown } } | null)?.request;
+    const match = typeof request?.url === 'string' ? DELETE_URL.exec(request.url) : null;
+    if (request?.method !== 'DELETE' || !match) {
+      throw new FhirError(400, 'structure', `Bundle.entry[${i}] must be a DELETE of Type/id`);
+    }
+    return { op: 'delete', resourceType: match[1]!, id: match[2]! };
+  });
 }

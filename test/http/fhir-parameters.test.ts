@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FhirError } from '../../src/http/http-error.js';
-import { readParameters, type ParameterDefinitions } from '../../src/project/parameters.js';
+import { readParameters, type ParameterDefinitions } from '../../src/http/fhir-parameters.js';
 
 const DEFS = {
   name: { type: 'string', required: true },

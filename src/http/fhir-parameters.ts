@@ -5,7 +5,7 @@
  * `FhirError` whose `expression` is the FHIRPath of the offending element
  * (`Parameters.parameter[2].valueString`).
  */
-import { FhirError } from '../http/http-error.js';
+import { FhirError } from './http-error.js';
 
 /** The `value[x]` types this reader understands (FHIR R4 primitive data types). */
 export type ParameterValueType =
