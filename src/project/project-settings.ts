@@ -1,8 +1,8 @@
 /**
  * A project's own settings (how its SCIM API treats identity providers, given to `Project/$init`;
  * its OpenID Connect identity provider, the roles of its SCIM Groups and the servers its `$import`
- * pulls from), changed later with
- * `Project/{id}/$settings`. See docs/project-init.md and docs/login.md.
+ * pulls from), changed later with `Project/{id}/$settings`. See docs/project-init.md and
+ * docs/login.md.
  */
 import { USER_TYPES } from '../scim/schema.js';
 import type { ProjectGroupRole, ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
