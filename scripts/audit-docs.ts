@@ -232,6 +232,47 @@ export const AUDIT_EXAMPLES: readonly { title: string; record: AuditRecord }[] =
     },
   },
   {
+    title: 'Import kick-off',
+    record: {
+      kind: 'import',
+      phase: 'kickoff',
+      projectId: project,
+      actor: client,
+      address,
+      recorded: at,
+      jobId: 'job-4',
+      source: 'https://source.example/fhir/R4/$export-status/0b5e',
+    },
+  },
+  {
+    title: 'Import completed',
+    record: {
+      kind: 'import',
+      phase: 'completed',
+      projectId: project,
+      actor: client,
+      recorded: at,
+      jobId: 'job-4',
+      source: 'https://source.example/fhir/R4/$export-status/0b5e',
+      counts: { Patient: 120, Observation: 5228 },
+      deleted: 3,
+      refused: 2,
+    },
+  },
+  {
+    title: 'Import failed',
+    record: {
+      kind: 'import',
+      phase: 'failed',
+      projectId: project,
+      actor: client,
+      recorded: at,
+      jobId: 'job-5',
+      source: 'https://source.example/fhir/R4/$export-status/9a71',
+      error: "The import's owner may not write Observation resources",
+    },
+  },
+  {
     title: 'File download',
     record: {
       kind: 'download',

@@ -29,6 +29,7 @@ export const IDENTIFIER_SYSTEMS = {
   user: 'urn:fhir-platform-kit:user',
   project: 'urn:fhir-platform-kit:project',
   exportJob: 'urn:fhir-platform-kit:export-job',
+  importJob: 'urn:fhir-platform-kit:import-job',
 } as const;
 
 function dicom(code: string, display: string): Coding {
@@ -39,6 +40,7 @@ function dicom(code: string, display: string): Coding {
 export const EVENT_TYPE = {
   applicationActivity: dicom('110100', 'Application Activity'),
   export: dicom('110106', 'Export'),
+  import: dicom('110107', 'Import'),
   patientRecord: dicom('110110', 'Patient Record'),
   query: dicom('110112', 'Query'),
   securityAlert: dicom('110113', 'Security Alert'),

@@ -22,6 +22,7 @@ import type {
   ClientEvent,
   DownloadEvent,
   ExportEvent,
+  ImportEvent,
   FhirAccessEvent,
   FhirWriteEvent,
   ProjectInitEvent,
@@ -283,6 +284,38 @@ function exportEvent(record: ExportEvent): Described {
   };
 }
 
+/** A `$import` kicked off, completed, failed, cancelled or refused. */
+function importEvent(record: ImportEvent): Described {
+  const details = [detail('phase', record.phase)];
+  if (record.source !== undefined) details.push(detail('source', record.source));
+  for (const [type, count] of Object.entries(record.counts ?? {}))
+    details.push(detail(`count:${type}`, count));
+  if (record.deleted !== undefined) details.push(detail('deleted', record.deleted));
+  if (record.refused !== undefined) details.push(detail('refused', record.refused));
+  const refused = record.phase === 'kickoff' && record.error !== undefined;
+  if (refused && record.status !== undefined) details.push(detail('status', record.status));
+  let outcome: AuditOutcomeCode = '0';
+  if (record.phase === 'failed') outcome = '8';
+  else if (refused) outcome = (record.status ?? 400) >= 500 ? '8' : '4';
+  return {
+    type: EVENT_TYPE.import,
+    subtype: record.phase === 'kickoff' ? [restfulInteraction('operation')] : [],
+    action: 'C',
+    outcome,
+    ...(record.phase === 'failed' || refused ? { outcomeDesc: record.error ?? 'import failed' } : {}),
+    entity: [
+      {
+        ...(record.jobId !== undefined
+          ? { what: identified(IDENTIFIER_SYSTEMS.importJob, record.jobId) }
+          : {}),
+        type: ENTITY_KIND.systemObject,
+        role: ENTITY_ROLE.job,
+        detail: details,
+      },
+    ],
+  };
+}
+
 /** An export file downloaded (or refused). */
 function downloadEvent(record: DownloadEvent): Described {
   const details = [detail('file', record.file), detail('bytes', record.bytes)];
@@ -403,6 +436,8 @@ export function describeEvent(record: AuditRecord): Described {
       return fhirAccessEvent(record);
     case 'export':
       return exportEvent(record);
+    case 'import':
+      return importEvent(record);
     case 'download':
       return downloadEvent(record);
     case 'sign-in':

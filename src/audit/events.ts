@@ -130,6 +130,26 @@ export interface ExportEvent extends AuditBase {
   status?: number;
 }
 
+/** A `$import` job kicked off, completed, failed, cancelled, or a kick-off refused. */
+export interface ImportEvent extends AuditBase {
+  kind: 'import';
+  phase: 'kickoff' | 'completed' | 'failed' | 'cancelled';
+  /** The import job; absent for a refused kick-off (no job was created). */
+  jobId?: string;
+  /** Where the data comes from: the manifest URL, or the origins of the input files. */
+  source?: string;
+  /** Resources written per type (completion). */
+  counts?: Record<string, number>;
+  /** Deletes applied from `deleted` files (completion). */
+  deleted?: number;
+  /** Lines refused (completion). */
+  refused?: number;
+  /** Why it failed, or why the kick-off was refused. */
+  error?: string;
+  /** The HTTP status of a refused kick-off. */
+  status?: number;
+}
+
 /** One export file served (or a Range of it). */
 export interface DownloadEvent extends AuditBase {
   kind: 'download';
@@ -221,6 +241,7 @@ export type AuditRecord =
   | FhirWriteEvent
   | FhirAccessEvent
   | ExportEvent
+  | ImportEvent
   | DownloadEvent
   | RefusedEvent
   | SignInEvent

@@ -18,6 +18,7 @@ import type { ExportUsage } from './kickoff-limits.js';
 import {
   importProgressOf,
   isImportJob,
+  refuseImportJob,
   runImportJob,
   type ImportProgress,
   type ImportRunningJob,
@@ -461,10 +462,10 @@ export class ExportJobManager {
     const entry: RunningJob = { controller, done: Promise.resolve(), ...(run ? { run } : {}) };
     this.#running.set(job.id, entry);
     const importer = this.#o.importer;
-    const running =
-      isImportJob(job) && importer
-        ? runImportJob({ ...this.#runContext, importer }, job, entry)
-        : runJob(this.#runContext, job, entry);
+    let running: Promise<void>;
+    if (!isImportJob(job)) running = runJob(this.#runContext, job, entry);
+    else if (importer) running = runImportJob({ ...this.#runContext, importer }, job, entry);
+    else running = refuseImportJob(this.#runContext, job, entry);
     entry.done = running.catch(this.#o.onError).finally(() => {
       this.#running.delete(job.id);
       // A thread is free: take the next waiting job, if any.

@@ -236,8 +236,9 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
       urlProblem: (url) => fetcher.urlProblem(url),
       segment,
       information,
+      audit,
     });
-    route('post', ROUTES.import, body, imports.kickoff);
+    route('post', ROUTES.import, body, imports.kickoff, imports.refused);
     route('get', ROUTES.importStatus, fhirJsonOnly(), imports.status);
     route('delete', ROUTES.importStatus, imports.cancel);
   }
@@ -307,10 +308,16 @@ function importFetcher(options: ResolvedBulkImportOptions): SourceFetcher {
 }
 
 /** What import runs need: the fetcher, the project's validation, the loader limits. */
-function importDeps(options: ResolvedBulkImportOptions, fetcher: SourceFetcher): ImportDeps & { maxRunning: number } {
+function importDeps(
+  options: ResolvedBulkImportOptions,
+  fetcher: SourceFetcher,
+): ImportDeps & { maxRunning: number } {
   return {
     fetcher,
-    validation: resourceValidation(options.validator ?? r4StructureValidator(), options.terminology ?? r4Terminology()),
+    validation: resourceValidation(
+      options.validator ?? r4StructureValidator(),
+      options.terminology ?? r4Terminology(),
+    ),
     load: {
       batchSize: options.batchSize,
       maxLineLength: options.maxLineLength,

@@ -29,6 +29,7 @@ describe('buildAuditEvent', () => {
       'fhir-write',
       'fhir-access',
       'export',
+      'import',
       'download',
       'refused',
       'sign-in',

@@ -101,3 +101,9 @@ export function parseImportRequest(
   }
   return request;
 }
+
+/** Where an import's data comes from, for its audit events: the manifest URL, or the files' origins. */
+export function importSource(plan: Pick<ImportPlan, 'manifestUrl' | 'inputs'>): string {
+  if (plan.manifestUrl !== undefined) return plan.manifestUrl;
+  return [...new Set((plan.inputs ?? []).map((input) => new URL(input.url).origin))].join(' ');
+}

@@ -1,14 +1,18 @@
-import type { Request, RequestHandler } from 'express';
+import type { ErrorRequestHandler, Request, RequestHandler } from 'express';
 import { canAccess, isSmartUser } from '../../auth/access/access.js';
 import { asyncHandler } from '../../http/async-handler.js';
 import { getPrincipal, requireProjectId } from '../../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../../http/base-url.js';
 import { FhirError } from '../../http/http-error.js';
+import { findPrincipal } from '../../http/authenticate.js';
+import { toHttpError } from '../../http/error-rendering.js';
+import type { RequestRecorder } from '../../http/request-recorder.js';
+import { fhirErrorOfSearch } from '../../fhir/search/search-errors.js';
 import { sendFhir } from '../../http/protocol-responses.js';
 import { NotFoundError } from '../../storage/errors.js';
 import type { ExportJobRecord } from '../../storage/types.js';
 import type { ExportJobManager } from '../export-jobs.js';
-import { parseImportRequest, type ImportPlan } from './import-params.js';
+import { importSource, parseImportRequest, type ImportPlan } from './import-params.js';
 import { importProgressOf, isImportJob, type ImportFileResult } from './import-run.js';
 
 /** What the `$import` routes need of the Bulk Data router. */
@@ -21,11 +25,15 @@ export interface ImportRouteDeps {
   urlProblem: (url: string) => string | undefined;
   segment: (req: Request, index: number) => string | undefined;
   information: (text: string) => Record<string, unknown>;
+  /** Records an event; undefined when no audit trail records. */
+  audit: RequestRecorder | undefined;
 }
 
 /** `POST /$import`, and `GET` / `DELETE /$import-status/{job}`. */
 export interface ImportRoutes {
   kickoff: RequestHandler;
+  /** Records a kick-off refused otherwise than by a 401, 403 or 404 (those are recorded as refusals). */
+  refused: ErrorRequestHandler;
   status: RequestHandler;
   cancel: RequestHandler;
 }
@@ -62,16 +70,14 @@ export function importManifest(
   };
 }
 
-/** HTTP status of a failed import's status answer: the owner's rights, the source, or us. */
+/** HTTP status of a failed import's status answer: the owner's rights (403), the source (502), or us (500). */
 function failureStatus(job: ExportJobRecord): number {
-  const code = (job.failure?.issue as { code?: string }[] | undefined)?.[0]?.code;
-  if (code === 'forbidden') return 403;
-  if (code === 'invalid' || code === 'timeout' || code === 'exception-source') return 502;
-  return 500;
+  const status = (job.result as { httpStatus?: unknown } | undefined)?.httpStatus;
+  return typeof status === 'number' ? status : 500;
 }
 
 export function importRoutes(deps: ImportRouteDeps): ImportRoutes {
-  const { jobs, baseUrl, retryAfter, segment, information } = deps;
+  const { jobs, baseUrl, retryAfter, segment, information, audit } = deps;
 
   const importJob = async (
     req: Request,
@@ -105,9 +111,17 @@ export function importRoutes(deps: ImportRouteDeps): ImportRoutes {
       request: requestUrl(req, baseUrl),
       plan,
     });
+    audit?.(req, res, { kind: 'import', phase: 'kickoff', jobId: job.id, source: importSource(plan) });
     res.set('Content-Location', absoluteUrl(req, `/$import-status/${job.id}`, baseUrl));
     sendFhir(res, 202, information('Import accepted'));
   });
+
+  const refused: ErrorRequestHandler = (error, req, res, next) => {
+    const { status, message } = toHttpError(fhirErrorOfSearch(error));
+    if (audit && findPrincipal(res) && status !== 401 && status !== 403 && status !== 404)
+      audit(req, res, { kind: 'import', phase: 'kickoff', status, error: message });
+    next(error);
+  };
 
   const status = asyncHandler(async (req, res) => {
     const principal = getPrincipal(res);
@@ -148,5 +162,5 @@ export function importRoutes(deps: ImportRouteDeps): ImportRoutes {
     );
   });
 
-  return { kickoff, status, cancel };
+  return { kickoff, refused, status, cancel };
 }

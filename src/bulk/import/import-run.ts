@@ -23,8 +23,10 @@ import {
 import type { ResourceValidation } from '../../fhir/validation/resource-validation.js';
 import { storageTerminologySource } from '../../terminology/storage-source.js';
 import { canAccess } from '../../auth/access/access.js';
+import type { ImportEvent } from '../../audit/events.js';
+import { recordSafely } from '../../audit/record-safely.js';
 import { refOf, type RunContext, type RunningJob } from '../export-job-run.js';
-import type { ImportInput, ImportPlan } from './import-params.js';
+import { importSource, type ImportInput, type ImportPlan } from './import-params.js';
 import { referenceRewriter } from './reference-rewrite.js';
 import {
   sourceAuthorizer,
@@ -123,7 +125,7 @@ export async function runImportJob(
       await storage.updateExportJob(job.projectId, job.id, { status: 'in-progress' });
     const project = await storage.readProject(job.projectId).catch((error: unknown) => {
       if (error instanceof NotFoundError)
-        throw new ImportFailed(operationOutcome('error', 'forbidden', 'The project does not exist'));
+        throw new ImportFailed(operationOutcome('error', 'forbidden', 'The project does not exist'), 403);
       throw error;
     });
     const owner: Principal = {
@@ -152,6 +154,7 @@ export async function runImportJob(
           'forbidden',
           `The import's owner may not ${refused.kind === 'deleted' ? 'delete' : 'write'} ${refused.type} resources`,
         ),
+        403,
       );
     }
     const loadContext = importLoadContext(ctx.importer, storage, owner, project);
@@ -378,13 +381,59 @@ async function finishImport(
     result: { output: [], error, files: structuredClone(progress.files) },
     expiresAt: new Date(Date.now() + ctx.options.retention).toISOString(),
   };
-  if (ctx.queue && entry.run !== undefined) await ctx.queue.finish(job.projectId, job.id, entry.run, changes);
-  else await ctx.options.storage.updateExportJob(job.projectId, job.id, changes);
+  const finished =
+    ctx.queue && entry.run !== undefined
+      ? await ctx.queue.finish(job.projectId, job.id, entry.run, changes)
+      : (await ctx.options.storage.updateExportJob(job.projectId, job.id, changes), true);
+  if (!finished) return;
+  const counts: Record<string, number> = {};
+  let deleted = 0;
+  for (const file of progress.files) {
+    if (file.kind === 'deleted') deleted += file.loaded;
+    else counts[file.type] = (counts[file.type] ?? 0) + file.loaded;
+  }
+  const refused = progress.files.reduce((sum, file) => sum + file.failed, 0);
+  auditEnd(ctx, job, { phase: 'completed', counts, deleted, refused });
+}
+
+/** Records the end of a job (outside any request), as the principal that kicked it off. */
+function auditEnd(
+  ctx: RunContext,
+  job: ExportJobRecord,
+  event: Pick<ImportEvent, 'phase' | 'counts' | 'deleted' | 'refused' | 'error'>,
+): void {
+  const trail = ctx.options.auditTrail;
+  if (!trail?.enabled) return;
+  const plan = job.params as unknown as ImportPlan;
+  recordSafely(
+    trail,
+    {
+      kind: 'import',
+      ...event,
+      jobId: job.id,
+      source: importSource(plan),
+      projectId: job.projectId,
+      actor: { kind: plan.ownerKind ?? 'client', id: job.ownerId },
+    },
+    ctx.options.onError,
+  );
+}
+
+/**
+ * Ends an import job found by a router with `import: false` (kicked off through another instance
+ * that has it): failed, with an outcome saying so.
+ */
+export function refuseImportJob(ctx: RunContext, job: ExportJobRecord, entry: RunningJob): Promise<void> {
+  const disabled = new ImportFailed(
+    operationOutcome('fatal', 'not-supported', '$import is disabled on the instance that ran this job'),
+    500,
+  );
+  return endFailedRun(ctx, job, entry, disabled);
 }
 
 /** How a run that threw ends: stopped (resumes later), cancelled, or failed with its outcome. */
 async function endFailedRun(
-  ctx: ImportRunContext,
+  ctx: RunContext,
   job: ExportJobRecord,
   entry: RunningJob,
   error: unknown,
@@ -403,15 +452,23 @@ async function endFailedRun(
   const changes: ExportJobChanges = {
     status: 'failed',
     failure: outcome,
+    result: { httpStatus: error instanceof ImportFailed ? error.status : 500 },
     expiresAt: new Date(Date.now() + ctx.options.retention).toISOString(),
   };
   try {
-    if (ctx.queue && entry.run !== undefined)
-      await ctx.queue.finish(job.projectId, job.id, entry.run, changes);
-    else await ctx.options.storage.updateExportJob(job.projectId, job.id, changes);
+    const finished =
+      ctx.queue && entry.run !== undefined
+        ? await ctx.queue.finish(job.projectId, job.id, entry.run, changes)
+        : (await ctx.options.storage.updateExportJob(job.projectId, job.id, changes), true);
+    if (finished) auditEnd(ctx, job, { phase: 'failed', error: errorText(outcome) });
   } catch (failure) {
     ctx.options.onError(failure);
   }
+}
+
+function errorText(outcome: Record<string, unknown>): string {
+  const issue = (outcome.issue as { details?: { text?: string } }[] | undefined)?.[0];
+  return issue?.details?.text ?? 'The import failed';
 }
 
 /**

@@ -9,9 +9,15 @@ import type { ImportDeps } from './import-run.js';
 import type { SourceAuthorizer } from './source-auth.js';
 import { SourceFetchError } from './source-fetch.js';
 
-/** A job-level failure with the outcome the status answers. */
+/**
+ * A job-level failure: the outcome the status answers, with its HTTP status (`502` when the source
+ * failed, `403` when the owner may not load what the source holds).
+ */
 export class ImportFailed extends Error {
-  constructor(readonly outcome: Record<string, unknown>) {
+  constructor(
+    readonly outcome: Record<string, unknown>,
+    readonly status = 502,
+  ) {
     super(String((outcome.issue as { details?: { text?: string } }[] | undefined)?.[0]?.details?.text));
   }
 }

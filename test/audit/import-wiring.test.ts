@@ -1,0 +1,146 @@
+import http from 'node:http';
+import request from 'supertest';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
+import type { AuditContext } from '../../src/audit/options.js';
+import { createPlatformApp, FHIR_JSON, type PlatformTestApp } from '../helpers/platform-app.js';
+import { eventually } from '../helpers/eventually.js';
+import { listen } from '../helpers/listen.js';
+
+const apps: PlatformTestApp[] = [];
+const servers: http.Server[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+  for (const app of apps.splice(0)) await app.close();
+});
+
+const pathOf = (url: string) => new URL(url).pathname;
+
+/**
+ * A platform keeping every event, listening on loopback (its base URL is its address, so that the
+ * URLs it hands out reach it), with a project and an admin client's token.
+ */
+async function platform(name: string) {
+  const seen: { event: AuditEventResource; context: AuditContext }[] = [];
+  const { server, origin } = await listen(http.createServer());
+  servers.push(server);
+  const t = await createPlatformApp({
+    baseUrl: origin,
+    audit: { onAudit: (event, context) => void seen.push({ event, context }) },
+  });
+  server.on('request', t.app);
+  apps.push(t);
+  const projectId = await t.initProject(name);
+  const client = await t.newClient(projectId, { name: 'etl', admin: true });
+  const auth = await t.bearer(client.id, client.secret);
+  const imports = () => seen.filter((s) => s.context.record.kind === 'import');
+  return { t, origin, projectId, client, auth, imports };
+}
+
+async function untilDone(app: PlatformTestApp['app'], auth: string, statusPath: string) {
+  return eventually('the job to end', async () => {
+    const res = await request(app).get(statusPath).set('Authorization', auth);
+    return res.status !== 202 && res;
+  });
+}
+
+describe('$import on the platform', () => {
+  it('imports another platform export with its token, and records the kick-off and the completion', async () => {
+    const source = await platform('Source');
+    await source.t.storage.writeResources(source.projectId, [
+      { op: 'update', resource: { resourceType: 'Patient', id: 'p1', gender: 'female' } },
+      {
+        op: 'update',
+        resource: {
+          resourceType: 'Observation',
+          id: 'o1',
+          status: 'final',
+          code: { text: 'x' },
+          subject: { reference: 'Patient/p1' },
+        },
+      },
+    ]);
+    const exported = await request(source.origin)
+      .get('/fhir/R4/$export')
+      .set('Authorization', source.auth)
+      .set('Accept', FHIR_JSON)
+      .set('Prefer', 'respond-async');
+    expect(exported.status).toBe(202);
+    const manifestUrl = exported.headers['content-location'] as string;
+
+    const target = await platform('Target');
+    const kicked = await request(target.t.app)
+      .post('/fhir/R4/$import')
+      .set('Authorization', target.auth)
+      .set('Content-Type', FHIR_JSON)
+      .set('Prefer', 'respond-async')
+      .send({
+        resourceType: 'Parameters',
+        parameter: [
+          { name: 'manifestUrl', valueUri: manifestUrl },
+          { name: 'accessToken', valueString: source.auth.slice('Bearer '.length) },
+        ],
+      });
+    expect(kicked.status, JSON.stringify(kicked.body)).toBe(202);
+    const statusPath = pathOf(kicked.headers['content-location'] as string);
+    const done = await untilDone(target.t.app, target.auth, statusPath);
+    expect(done.status, done.text).toBe(200);
+    const read = await request(target.t.app).get('/fhir/R4/Observation/o1').set('Authorization', target.auth);
+    expect(read.status).toBe(200);
+    expect(read.body.subject).toEqual({ reference: 'Patient/p1' });
+
+    const jobId = statusPath.split('/').pop()!;
+    const [start, end] = await eventually('the import events', () =>
+      target.imports().length === 2 ? target.imports() : undefined,
+    );
+    expect(start!.context.record).toMatchObject({
+      kind: 'import',
+      phase: 'kickoff',
+      jobId,
+      source: manifestUrl,
+      projectId: target.projectId,
+      actor: { kind: 'client', id: target.client.id },
+    });
+    expect(end!.context.record).toMatchObject({
+      kind: 'import',
+      phase: 'completed',
+      jobId,
+      counts: { Patient: 1, Observation: 1 },
+      refused: 0,
+    });
+    expect(end!.event.type.code).toBe('110107');
+
+    // A refused kick-off (400) is recorded too; a wrong token at the source fails the job.
+    const bad = await request(target.t.app)
+      .post('/fhir/R4/$import')
+      .set('Authorization', target.auth)
+      .set('Content-Type', FHIR_JSON)
+      .send({ resourceType: 'Parameters', parameter: [] });
+    expect(bad.status).toBe(400);
+    await eventually('the refused kick-off event', () =>
+      target.imports().find((s) => s.context.record.kind === 'import' && s.context.record.status === 400),
+    );
+    const wrongToken = await request(target.t.app)
+      .post('/fhir/R4/$import')
+      .set('Authorization', target.auth)
+      .set('Content-Type', FHIR_JSON)
+      .send({
+        resourceType: 'Parameters',
+        parameter: [
+          { name: 'manifestUrl', valueUri: manifestUrl },
+          { name: 'accessToken', valueString: 'not-a-token' },
+        ],
+      });
+    expect(wrongToken.status).toBe(202);
+    const failed = await untilDone(
+      target.t.app,
+      target.auth,
+      pathOf(wrongToken.headers['content-location'] as string),
+    );
+    expect(failed.status).toBe(502);
+    expect(failed.body.issue[0].details.text).toMatch(/401/);
+  });
+});
