@@ -25,6 +25,7 @@ export const SLOW_TESTS = [
   'test/dist-entries.test.ts',
   'test/auth/shared-limits.test.ts',
   'test/bulk/dist-worker.test.ts',
+  'test/bulk/import-round-trip.test.ts',
   'test/bulk/multi-instance.test.ts',
   'test/security/soak.test.ts',
   'test/storage/backup.test.ts',

@@ -222,6 +222,7 @@ export type { ClientApplicationResource } from './project/client-application.js'
 // Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper
 export { bulkExportRouter } from './bulk/router.js';
 export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js';
+export type { BulkImportOptions } from './bulk/import/import-options.js';
 export { ExportPool } from './bulk/export-pool.js';
 export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
 export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
@@ -307,6 +308,7 @@ export type {
   FhirWriteEvent,
   FhirAccessEvent,
   ExportEvent,
+  ImportEvent,
   DownloadEvent,
   RefusedEvent,
   SignInEvent,

@@ -29,7 +29,10 @@ const NOT_UNIT: [string, RegExp][] = [
 
 /** What an `http` test may not do: run Node (or npm) in a child process. */
 const NOT_HTTP: [string, RegExp][] = [
-  ['runs Node in a child process', /process\.execPath|['"](tsx|npm|npx|node)['"]/],
+  [
+    'runs Node in a child process',
+    /process\.execPath|['"](tsx|npm|npx|node)['"]|helpers\/serve-process\.js'/,
+  ],
   ['starts PostgreSQL servers', /helpers\/pg-replica\.js'/],
 ];
 

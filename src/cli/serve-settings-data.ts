@@ -82,7 +82,8 @@ export const DATA_SETTINGS = {
     env: 'IMPORT_MANIFEST_WAIT',
     flag: '--import-manifest-wait <ms>',
     defaultText: '3600000',
-    description: "milliseconds a source's manifest may answer `202` (its export still running) before the import fails",
+    description:
+      "milliseconds a source's manifest may answer `202` (its export still running) before the import fails",
     read: integer(3_600_000, 1),
   },
   importMaxErrorsPerFile: {

@@ -21,7 +21,11 @@ export interface WriteOutcome {
  * 403 unless the principal may perform `action` on `resourceType` (the one access decision); 405
  * for a write of an append-only type (`AuditEvent`), whoever asks.
  */
-export function authorize(ctx: Pick<FhirContext, 'principal'>, resourceType: string, action: ResourceAction): void {
+export function authorize(
+  ctx: Pick<FhirContext, 'principal'>,
+  resourceType: string,
+  action: ResourceAction,
+): void {
   refuseAuditEventWrite(resourceType, action);
   if (!canAccess(ctx.principal, resourceType, action)) {
     throw new FhirError(403, 'forbidden', `Not allowed to ${action} ${resourceType} resources`);
