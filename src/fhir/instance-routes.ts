@@ -3,6 +3,7 @@ import { asyncHandler } from '../http/async-handler.js';
 import { contentTypeOf } from '../http/body.js';
 import { methodNotAllowed, sendFhir } from '../http/protocol-responses.js';
 import { readAccess } from './audit/audit-activity.js';
+import { nativeBinaryContent, sendNativeBinary, wantsNativeBinary } from './binary-content.js';
 import { authorize, deleteResource, readResource, updateResource } from './interactions.js';
 import { patchResource } from './patch/patch-resource.js';
 import { patchDocumentOf } from './patch/patch-document.js';
@@ -11,11 +12,11 @@ import { notModified, parseIfMatch } from './versioning.js';
 
 /**
  * Mounts the instance-level routes on the FHIR router: read (`If-None-Match`,
- * `If-Modified-Since`), update, delete and patch of `[type]/[id]` (`If-Match` versioning). Other
- * methods answer 405.
+ * `If-Modified-Since`; a Binary in its own content type when the request asks for no FHIR format),
+ * update, delete and patch of `[type]/[id]` (`If-Match` versioning). Other methods answer 405.
  */
 export function mountInstanceRoutes(router: Router, deps: FhirRouteDeps): void {
-  const { config, guard, secured, contextOf, audit, auditAccess, sendUpdated } = deps;
+  const { config, guard, secured, securedRead, contextOf, audit, auditAccess, sendUpdated } = deps;
   const { body, patchBody } = deps;
 
   // --- instance level: read, update, delete ---
@@ -23,20 +24,23 @@ export function mountInstanceRoutes(router: Router, deps: FhirRouteDeps): void {
     .route('/:type/:id')
     .get(
       guard,
-      ...secured,
+      ...securedRead,
       asyncHandler(async (req, res) => {
         const resource = await readResource(
           contextOf(req),
           stringParam(req.params.type),
           stringParam(req.params.id),
         );
+        // A Binary asked for in its own format: refused (406) before anything is sent or recorded.
+        const native = wantsNativeBinary(req) ? nativeBinaryContent(req, resource) : undefined;
         if (audit) auditAccess(req, res, readAccess('read', resource));
         setVersionHeaders(res, resource);
         if (notModified(resource, req.get('If-None-Match'), req.get('If-Modified-Since'))) {
           res.status(304).end();
           return;
         }
-        sendFhir(res, 200, resource);
+        if (native) sendNativeBinary(res, native);
+        else sendFhir(res, 200, resource);
       }),
     )
     .put(

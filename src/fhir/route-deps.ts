@@ -11,6 +11,7 @@ import { requestRecorder, type RequestRecorder } from '../http/request-recorder.
 import { isResourceType, isValidId } from '../common/resource-types.js';
 import type { StoredResource } from '../storage/types.js';
 import type { FhirAccessDetails, RequestActivity } from './audit/audit-activity.js';
+import { wantsNativeBinary } from './binary-content.js';
 import type { FhirContext } from './context.js';
 import { JSON_PATCH } from './patch/patch-document.js';
 import { parsePrefer, returnPreference } from './prefer.js';
@@ -25,6 +26,11 @@ export interface FhirRouteDeps {
   guard: RequestHandler;
   /** Refuses a request that wants no JSON (406), authenticates the caller and builds its FHIR context. */
   secured: RequestHandler[];
+  /**
+   * `secured` for a read or vread: a Binary read that asks for the Binary's own content type is let
+   * through, for its handler to answer or refuse (src/fhir/binary-content.ts).
+   */
+  securedRead: RequestHandler[];
   /** The FHIR context `secured` built for a request. */
   contextOf: (req: Request) => FhirContext;
   /** Absolute URL of the FHIR base of a request. */
@@ -148,6 +154,7 @@ export function fhirRouteDeps(config: ResolvedFhirRouterOptions): FhirRouteDeps 
     config,
     guard: resourceGuard(config.fallthrough),
     secured: [fhirJsonOnly(), authenticate, withContext],
+    securedRead: [fhirJsonOnly(wantsNativeBinary), authenticate, withContext],
     contextOf,
     base,
     search: { defaultCount: config.defaultCount, maxCount: config.maxCount },

@@ -23,7 +23,8 @@ import { foregroundRequests } from '../http/foreground-requests.js';
  * - `GET /metadata`: the CapabilityStatement (public, no authentication).
  * - `POST /{type}` (server-assigned id; `If-None-Exist` conditional create), `GET|PUT|PATCH|DELETE
  *   /{type}/{id}` (`ETag` / `If-Match` versioning; `If-None-Match` / `If-Modified-Since` conditional
- *   read; JSON Patch or FHIRPath Patch), `PUT|DELETE /{type}?…` (conditional update and delete),
+ *   read; JSON Patch or FHIRPath Patch; a `Binary` read whose request accepts no FHIR JSON answers
+ *   the Binary's own content), `PUT|DELETE /{type}?…` (conditional update and delete),
  *   `GET /{type}?…` and `POST /{type}/_search` (form body) searchset Bundles (a `total` when `_total`
  *   asks for one, an exact one at most `searchLimits.maxAccurateTotal`), included resources and
  *   keyset paging links.
@@ -63,6 +64,7 @@ export function fhirRouter(options: FhirRouterOptions): Router {
     storage: config.storage,
     guard,
     secured,
+    securedRead: deps.securedRead,
     contextOf,
     base,
     search: deps.search,

@@ -50,6 +50,26 @@ export function isJsonFormat(format: string): boolean {
 }
 
 /**
+ * True when an `Accept` header accepts `mediaType` (`text/plain`; parameters ignored): the most
+ * specific of its ranges that match it (`text/plain`, then `text/*`, then `*\/*`) has a weight
+ * above 0. An absent or empty header accepts anything.
+ * @see https://www.rfc-editor.org/rfc/rfc9110#section-12.5.1
+ */
+export function acceptsMediaType(accept: string | undefined, mediaType: string): boolean {
+  if (accept === undefined || accept.trim() === '') return true;
+  const wanted = mediaTypeOf(mediaType);
+  const [major] = wanted.split('/');
+  let best: { specificity: number; weight: number } | undefined;
+  for (const range of accept.split(',')) {
+    const type = mediaTypeOf(range);
+    const specificity = type === wanted ? 2 : type === `${major}/*` ? 1 : type === '*/*' ? 0 : -1;
+    if (specificity < 0 || (best && best.specificity >= specificity)) continue;
+    best = { specificity, weight: weightOf(range) };
+  }
+  return best !== undefined && best.weight > 0;
+}
+
+/**
  * Throws 406 `not-supported` unless a FHIR JSON answer is acceptable: `_format` (every value given,
  * overriding `Accept`) must mean JSON, else `Accept` must accept it.
  * @see https://hl7.org/fhir/R4/http.html#mime-type
@@ -77,7 +97,7 @@ export function checkFhirJsonWanted(formats: readonly string[], accept: string |
 }
 
 /** The `_format` values of a request's query string. */
-function formatsOf(req: Request): string[] {
+export function formatsOf(req: Request): string[] {
   const at = req.originalUrl.indexOf('?');
   if (at === -1) return [];
   return new URLSearchParams(req.originalUrl.slice(at + 1)).getAll('_format');
@@ -86,10 +106,12 @@ function formatsOf(req: Request): string[] {
 /**
  * Middleware: a request that asks only for a format other than FHIR JSON (`_format=xml`,
  * `Accept: application/fhir+xml`) is answered 406 with an OperationOutcome, by the router's error
- * renderer (see {@link checkFhirJsonWanted}).
+ * renderer (see {@link checkFhirJsonWanted}). A request `unless` holds true for goes on unchecked:
+ * its handler answers another format itself (a Binary's own content type).
  */
-export function fhirJsonOnly(): RequestHandler {
+export function fhirJsonOnly(unless?: (req: Request) => boolean): RequestHandler {
   return (req, _res, next) => {
+    if (unless?.(req)) return next();
     try {
       checkFhirJsonWanted(formatsOf(req), req.headers.accept);
     } catch (error) {

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { acceptsFhirJson, checkFhirJsonWanted, isJsonFormat } from '../../src/http/fhir-format.js';
+import {
+  acceptsFhirJson,
+  acceptsMediaType,
+  checkFhirJsonWanted,
+  isJsonFormat,
+} from '../../src/http/fhir-format.js';
 import { FhirError } from '../../src/http/http-error.js';
 
 describe('acceptsFhirJson', () => {
@@ -30,6 +35,29 @@ describe('acceptsFhirJson', () => {
       'text/*',
     ])
       expect(acceptsFhirJson(accept), accept).toBe(false);
+  });
+});
+
+describe('acceptsMediaType', () => {
+  it('decides by the most specific matching range (q above 0), parameters and case aside', () => {
+    const cases: [accept: string | undefined, type: string, accepted: boolean][] = [
+      [undefined, 'application/pdf', true],
+      ['', 'application/pdf', true],
+      ['application/pdf', 'application/pdf', true],
+      ['Application/PDF;x=1', 'application/pdf; version=1.7', true],
+      ['image/png, application/pdf;q=0.2', 'application/pdf', true],
+      ['text/*', 'text/plain', true],
+      ['*/*', 'image/png', true],
+      ['text/*;q=0, text/plain', 'text/plain', true],
+      ['text/plain, */*;q=0', 'text/plain', true],
+      ['image/png', 'application/pdf', false],
+      ['text/plain;q=0', 'text/plain', false],
+      ['text/*, text/plain;q=0', 'text/plain', false],
+      ['*/*, text/*;q=0', 'text/csv', false],
+      ['text/*', 'application/text', false],
+    ];
+    for (const [accept, type, accepted] of cases)
+      expect(acceptsMediaType(accept, type), `${accept} ${type}`).toBe(accepted);
   });
 });
 

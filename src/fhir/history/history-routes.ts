@@ -11,6 +11,7 @@ import {
   readVersion,
   type HistoryTarget,
 } from './history.js';
+import { nativeBinaryContent, sendNativeBinary, wantsNativeBinary } from '../binary-content.js';
 import type { FhirContext } from '../context.js';
 import { parsePrefer } from '../prefer.js';
 
@@ -21,6 +22,8 @@ export interface HistoryRouteDeps {
   guard: RequestHandler;
   /** Authenticates the caller and builds its FHIR context. */
   secured: RequestHandler[];
+  /** `secured` for a vread, which lets a Binary read in its own content type through. */
+  securedRead: RequestHandler[];
   contextOf(req: Request): FhirContext;
   base(req: Request): string;
   search: { defaultCount: number; maxCount: number };
@@ -36,8 +39,9 @@ function param(value: unknown): string {
 /**
  * Mounts the history routes on the FHIR router: `GET _history`, `GET [type]/_history`,
  * `GET [type]/[id]/_history` (Bundles of type `history`) and `GET [type]/[id]/_history/[vid]`
- * (vread of any kept version). Mounted before the type and instance routes, whose parameters
- * would take `_history` for a type or an id. Other methods answer 405.
+ * (vread of any kept version; a Binary's in its own content type when asked for in no FHIR
+ * format). Mounted before the type and instance routes, whose parameters would take `_history` for
+ * a type or an id. Other methods answer 405.
  */
 export function mountHistoryRoutes(router: Router, deps: HistoryRouteDeps): void {
   const { guard, secured } = deps;
@@ -94,7 +98,7 @@ export function mountHistoryRoutes(router: Router, deps: HistoryRouteDeps): void
     .route('/:type/:id/_history/:vid')
     .get(
       guard,
-      ...secured,
+      ...deps.securedRead,
       asyncHandler(async (req, res) => {
         const resource = await readVersion(
           deps.contextOf(req),
@@ -103,9 +107,11 @@ export function mountHistoryRoutes(router: Router, deps: HistoryRouteDeps): void
           param(req.params.id),
           param(req.params.vid),
         );
+        const native = wantsNativeBinary(req) ? nativeBinaryContent(req, resource) : undefined;
         deps.auditAccess?.(req, res, readAccess('vread', resource));
         deps.setVersionHeaders(res, resource);
-        sendFhir(res, 200, resource);
+        if (native) sendNativeBinary(res, native);
+        else sendFhir(res, 200, resource);
       }),
     )
     .all(guard, methodNotAllowed('GET'));
