@@ -133,9 +133,11 @@ export type {
   ProjectScimSettings,
   ProjectIdentityProvider,
   ProjectGroupRole,
+  ProjectImportSource,
   UserMatchAttribute,
   UserRecord,
   NewUser,
+  ProjectChanges,
   UserChanges,
   UserQuery,
   UserFilter,
@@ -214,6 +216,7 @@ export type {
   IdentityProviderClientAuth,
 } from './project/identity-provider-settings.js';
 export type { GroupRoleView } from './project/group-role-settings.js';
+export type { ImportSourceView } from './project/import-source-settings.js';
 export type { ClientApplicationResource } from './project/client-application.js';
 
 // Bulk Data export 2.0.0: router, worker pool, CapabilityStatement helper

@@ -4,6 +4,7 @@
  */
 import type { ProjectIdentityProvider, UserMatchAttribute } from '../storage/types.js';
 import { invalidParameter, type ParameterValue } from '../http/fhir-parameters.js';
+import { readPrivateJwk, remoteUrlProblem } from './remote-server-checks.js';
 
 /** The `$settings` parameters of the identity provider. */
 export const IDENTITY_PROVIDER_PARAMETERS = {
@@ -29,49 +30,11 @@ type Read = {
 /** What a `$settings` call changes of the identity provider (each field given replaces the stored one). */
 export type IdentityProviderChange = Partial<ProjectIdentityProvider>;
 
-/** `http:` is for a provider on this machine only (a test provider); anything else needs TLS. */
-function issuerProblem(text: string): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(text);
-  } catch {
-    return 'must be an absolute URL';
-  }
-  if (url.search || url.hash) return 'must have no query or fragment';
-  if (url.protocol === 'https:') return undefined;
-  const local = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
-  return url.protocol === 'http:' && local ? undefined : 'must be an https URL (http only on localhost)';
-}
-
-/** A private JWK (RSA, EC or OKP, with its private part), from its JSON text. */
-function privateJwk(item: ParameterValue<string>): Record<string, unknown> {
-  let jwk: unknown;
-  try {
-    jwk = JSON.parse(item.value);
-  } catch {
-    throw invalidParameter(item.expression, "'idpPrivateKey' must be a private JWK as JSON text");
-  }
-  const key = jwk as Record<string, unknown> | null;
-  if (
-    typeof key !== 'object' ||
-    key === null ||
-    Array.isArray(key) ||
-    !['RSA', 'EC', 'OKP'].includes(String(key.kty)) ||
-    typeof key.d !== 'string'
-  ) {
-    throw invalidParameter(
-      item.expression,
-      "'idpPrivateKey' must be a private RSA, EC or OKP JWK (with 'd')",
-    );
-  }
-  return key;
-}
-
 /** The identity provider fields among read `$settings` parameters (400 at the bad value). */
 export function readIdentityProviderChange(read: Read): IdentityProviderChange {
   const change: IdentityProviderChange = {};
   if (read.idpIssuer) {
-    const problem = issuerProblem(read.idpIssuer.value);
+    const problem = remoteUrlProblem(read.idpIssuer.value);
     if (problem) throw invalidParameter(read.idpIssuer.expression, `'idpIssuer' ${problem}`);
     change.issuer = read.idpIssuer.value.replace(/\/+$/, '');
   }
@@ -83,7 +46,7 @@ export function readIdentityProviderChange(read: Read): IdentityProviderChange {
     );
   }
   if (read.idpClientSecret) change.clientSecret = read.idpClientSecret.value;
-  if (read.idpPrivateKey) change.privateKey = privateJwk(read.idpPrivateKey);
+  if (read.idpPrivateKey) change.privateKey = readPrivateJwk(read.idpPrivateKey, 'idpPrivateKey');
   if (read.idpScope) {
     const scopes = read.idpScope.value.split(/\s+/).filter(Boolean);
     if (!scopes.includes('openid'))

@@ -1,6 +1,7 @@
 import type { ProjectRecord, ProjectScimSettings } from '../storage/types.js';
 import { groupRolesView, type GroupRoleView } from './group-role-settings.js';
 import { identityProviderView, type IdentityProviderView } from './identity-provider-settings.js';
+import { importSourcesView, type ImportSourceView } from './import-source-settings.js';
 
 /** The `Project` resource the project operations answer (a custom, non-R4 resource type). */
 export interface ProjectResource {
@@ -17,6 +18,8 @@ export interface ProjectResource {
   identityProvider?: IdentityProviderView;
   /** The roles of the project's SCIM Groups (see `Project/{id}/$settings`), when it has any. */
   groupRoles?: GroupRoleView[];
+  /** The servers the project's `$import` pulls from, without their private keys, when it has any. */
+  importSources?: ImportSourceView[];
   meta: { versionId: string; lastUpdated: string };
 }
 
@@ -32,6 +35,7 @@ export function projectResource(project: ProjectRecord): ProjectResource {
     ...(project.scim && Object.keys(project.scim).length > 0 ? { scim: { ...project.scim } } : {}),
     ...(project.identityProvider ? { identityProvider: identityProviderView(project.identityProvider) } : {}),
     ...(project.groupRoles?.length ? { groupRoles: groupRolesView(project.groupRoles) } : {}),
+    ...(project.importSources?.length ? { importSources: importSourcesView(project.importSources) } : {}),
     meta: { versionId: String(project.version), lastUpdated: project.updatedAt },
   };
 }

@@ -1,7 +1,8 @@
 /**
  * A project's own settings (how its SCIM API treats identity providers, given to `Project/$init`;
- * its OpenID Connect identity provider and the roles of its SCIM Groups), changed later with
- * `Project/{id}/$settings`. See docs/project-init.md and docs/login.md.
+ * its OpenID Connect identity provider, the roles of its SCIM Groups and the servers its `$import`
+ * pulls from), changed later with `Project/{id}/$settings`. See docs/project-init.md and
+ * docs/login.md.
  */
 import { USER_TYPES } from '../scim/schema.js';
 import type { ProjectGroupRole, ProjectRecord, ProjectScimSettings, Storage } from '../storage/types.js';
@@ -13,6 +14,13 @@ import {
   readIdentityProviderChange,
   type IdentityProviderChange,
 } from './identity-provider-settings.js';
+import {
+  applyImportSources,
+  IMPORT_SOURCE_PARAMETERS,
+  IMPORT_SOURCES_RESET,
+  readImportSources,
+  type ImportSourceChange,
+} from './import-source-settings.js';
 import { invalidParameter, readParameters, type ParameterValue } from '../http/fhir-parameters.js';
 
 /** The settings parameters, shared by `$init` and `$settings`. */
@@ -26,6 +34,7 @@ export const SETTINGS_OPERATION_PARAMETERS = {
   ...SETTINGS_PARAMETERS,
   ...IDENTITY_PROVIDER_PARAMETERS,
   ...GROUP_ROLE_PARAMETERS,
+  ...IMPORT_SOURCE_PARAMETERS,
   reset: { type: ['code', 'string'], repeats: true },
 } as const;
 
@@ -72,6 +81,10 @@ export interface SettingsChange {
   groupRoles?: ProjectGroupRole[];
   /** Remove every role (`reset` `groupRoles`). */
   resetGroupRoles: boolean;
+  /** Import sources to add, or to replace the stored ones of the same `url` (`importSource` parameters). */
+  importSources: ImportSourceChange[];
+  /** Remove every import source (`reset` `importSources`). */
+  resetImportSources: boolean;
 }
 
 /** Reads and checks the `$settings` `Parameters` body (400 with an `expression` for every problem). */
@@ -85,11 +98,19 @@ export function parseSettingsParameters(body: unknown): SettingsChange {
     resetIdentityProvider: false,
     ...(groupRoles ? { groupRoles } : {}),
     resetGroupRoles: false,
+    importSources: readImportSources(read.importSource),
+    resetImportSources: false,
   };
   for (const item of read.reset) {
     if (item.value === GROUP_ROLES_RESET) {
       if (groupRoles) throw invalidParameter(item.expression, `'${GROUP_ROLES_RESET}' is both set and reset`);
       change.resetGroupRoles = true;
+      continue;
+    }
+    if (item.value === IMPORT_SOURCES_RESET) {
+      if (change.importSources.length > 0)
+        throw invalidParameter(item.expression, `'${IMPORT_SOURCES_RESET}' is both set and reset`);
+      change.resetImportSources = true;
       continue;
     }
     if (item.value === IDENTITY_PROVIDER_RESET) {
@@ -99,7 +120,12 @@ export function parseSettingsParameters(body: unknown): SettingsChange {
       continue;
     }
     if (!Object.hasOwn(SCIM_KEYS, item.value)) {
-      const names = [...Object.keys(SCIM_KEYS), IDENTITY_PROVIDER_RESET, GROUP_ROLES_RESET].join(', ');
+      const names = [
+        ...Object.keys(SCIM_KEYS),
+        IDENTITY_PROVIDER_RESET,
+        GROUP_ROLES_RESET,
+        IMPORT_SOURCES_RESET,
+      ].join(', ');
       throw invalidParameter(item.expression, `'reset' must name a setting: ${names}`);
     }
     const name = item.value as SettingName;
@@ -131,6 +157,9 @@ export function updateProjectSettings(
       scim,
       identityProvider,
       groupRoles: groupRolesAfter(current, change),
+      importSources: change.resetImportSources
+        ? undefined
+        : applyImportSources(current.importSources, change.importSources),
     });
   });
 }

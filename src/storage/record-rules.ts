@@ -11,6 +11,7 @@ import type {
   NewExportJob,
   NewMembership,
   NewUser,
+  ProjectChanges,
   ProjectRecord,
   ResourceWrite,
   UserChanges,
@@ -26,12 +27,6 @@ import type {
  */
 
 export type NewProject = Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>;
-export type ProjectChanges = Partial<
-  Pick<
-    ProjectRecord,
-    'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider' | 'groupRoles'
-  >
->;
 
 const RESOURCE_TYPE = /^[A-Z][A-Za-z0-9]{0,63}$/;
 

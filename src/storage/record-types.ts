@@ -29,11 +29,31 @@ export interface ProjectRecord {
    * granted when signing in to a SMART app (docs/login.md, "Roles"). Absent or empty: no group caps.
    */
   groupRoles?: ProjectGroupRole[];
+  /**
+   * The servers the project's `$import` pulls from, each with how the platform signs in there
+   * (docs/project-init.md, `importSource`). Absent or empty: none registered.
+   */
+  importSources?: ProjectImportSource[];
   createdAt: string;
   updatedAt: string;
   /** Incremented on every change; the ETag of the record. */
   version: number;
 }
+
+/** Fields a caller may change on a project's update (full replacement of each given field). */
+export type ProjectChanges = Partial<
+  Pick<
+    ProjectRecord,
+    | 'name'
+    | 'description'
+    | 'strictMode'
+    | 'ownerUserId'
+    | 'scim'
+    | 'identityProvider'
+    | 'groupRoles'
+    | 'importSources'
+  >
+>;
 
 export type ProfileType = 'Patient' | 'Practitioner' | 'RelatedPerson';
 
@@ -51,6 +71,20 @@ export interface ProjectGroupRole {
   group: string;
   /** SMART `user/` resource scopes (`user/*.rs`, `user/Observation.cruds`). */
   scopes: string[];
+}
+
+/** A server a project imports from (`$import`), and how the platform signs in there. */
+export interface ProjectImportSource {
+  /** The source's FHIR base URL (no query, no fragment, no trailing slash); a manifest or file URL under it uses this source's credentials. */
+  url: string;
+  /** The source's OAuth 2.0 token endpoint (SMART Backend Services). */
+  tokenUrl: string;
+  /** The platform's client id at the source. */
+  clientId: string;
+  /** The private JWK (RSA, EC or OKP, with `d`) that signs the client assertions. Stored to sign; never answered. */
+  privateKey: Record<string, unknown>;
+  /** Scopes asked of the source, space-separated. @default 'system/*.read' */
+  scope?: string;
 }
 
 /** The SCIM user attribute an identity provider's claim is compared with. */

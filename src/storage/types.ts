@@ -1,5 +1,6 @@
 import type {
   ProjectRecord,
+  ProjectChanges,
   UserRecord,
   NewUser,
   UserChanges,
@@ -74,15 +75,7 @@ export interface StorageOperations {
   // Projects
   createProject(project: Omit<ProjectRecord, 'createdAt' | 'updatedAt' | 'version'>): Promise<ProjectRecord>;
   readProject(id: string): Promise<ProjectRecord>;
-  updateProject(
-    id: string,
-    changes: Partial<
-      Pick<
-        ProjectRecord,
-        'name' | 'description' | 'strictMode' | 'ownerUserId' | 'scim' | 'identityProvider' | 'groupRoles'
-      >
-    >,
-  ): Promise<ProjectRecord>;
+  updateProject(id: string, changes: ProjectChanges): Promise<ProjectRecord>;
 
   // Users (unique per project: userName case-insensitively, externalId exactly)
   createUser(projectId: string, user: NewUser): Promise<UserRecord>;

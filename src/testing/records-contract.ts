@@ -60,6 +60,34 @@ function projectRecords(getStorage: () => Storage): void {
     expect((await storage.listProjects())[0]!.scim).toEqual({ echoUserName: false });
   });
 
+  it("keeps a project's import sources, private keys included, and clears them", async () => {
+    const importSources = [
+      {
+        url: 'https://source.example.org/fhir',
+        tokenUrl: 'https://source.example.org/token',
+        clientId: 'platform',
+        privateKey: { kty: 'EC', crv: 'P-384', x: 'x', y: 'y', d: 'd', kid: 'k1' },
+        scope: 'system/*.read',
+      },
+    ];
+    const created = await storage.createProject({ id: 'p1', name: 'One', strictMode: false, importSources });
+    expect(created.importSources).toEqual(importSources);
+    const second = {
+      url: 'http://localhost:8080/fhir',
+      tokenUrl: 'http://localhost:8080/token',
+      clientId: 'platform-2',
+      privateKey: { kty: 'RSA', n: 'n', e: 'AQAB', d: 'd' },
+    };
+    const updated = await storage.updateProject('p1', { importSources: [...importSources, second] });
+    expect(updated.importSources).toEqual([...importSources, second]);
+    expect((await storage.readProject('p1')).importSources).toEqual([...importSources, second]);
+    // Other changes leave them alone; an update setting them undefined clears them.
+    await storage.updateProject('p1', { name: 'Uno' });
+    expect((await storage.listProjects())[0]!.importSources).toEqual([...importSources, second]);
+    await storage.updateProject('p1', { importSources: undefined });
+    expect((await storage.readProject('p1')).importSources).toBeUndefined();
+  });
+
   it('deleting a project removes everything in it and nothing else', async () => {
     for (const id of ['p1', 'p2']) {
       await storage.createProject({ id, name: id, strictMode: false });

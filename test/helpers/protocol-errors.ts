@@ -26,3 +26,9 @@ export function expectOAuthError(res: request.Response, status: number, error: s
   expect(res.headers['content-type']).toMatch(/^application\/json/);
   expect(res.body.error).toBe(error);
 }
+
+/** A 400 `invalid` OperationOutcome whose first issue points at `expression` (the element at fault). */
+export function expectInvalidParameter(res: request.Response, expression: string): void {
+  expectOperationOutcome(res, 400, 'invalid');
+  expect(res.body.issue[0].expression).toEqual([expression]);
+}

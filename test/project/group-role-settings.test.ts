@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { projectRouter } from '../../src/project/router.js';
 import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { expectInvalidParameter } from '../helpers/protocol-errors.js';
 
 const FHIR = '/api/fhir/R4';
 const FHIR_JSON = 'application/fhir+json';
@@ -35,13 +36,6 @@ const role = (group: string, scope: string) => ({
     { name: 'scope', valueString: scope },
   ],
 });
-
-function expectInvalid(res: request.Response, expression: string) {
-  expect(res.status).toBe(400);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  expect(res.body.issue[0].code).toBe('invalid');
-  expect(res.body.issue[0].expression).toEqual([expression]);
-}
 
 describe('project settings: the roles of SCIM Groups (groupRole)', () => {
   it('$settings stores the roles, answers them, replaces them whole and resets them', async () => {
@@ -97,10 +91,10 @@ describe('project settings: the roles of SCIM Groups (groupRole)', () => {
       'user/*.',
       'user/*',
     ]) {
-      expectInvalid(await settings(role('Care team A', scope)), scopeAt);
+      expectInvalidParameter(await settings(role('Care team A', scope)), scopeAt);
     }
     // The second role's scope: the expression points at it.
-    expectInvalid(
+    expectInvalidParameter(
       await settings(role('Care team A', 'user/*.rs'), role('Care team B', 'patient/*.rs')),
       'Parameters.parameter[1].part[1].valueString',
     );
@@ -113,38 +107,41 @@ describe('project settings: the roles of SCIM Groups (groupRole)', () => {
   it('refuses malformed roles with the expression of what is wrong', async () => {
     const { settings } = await setup();
     // One group twice, whatever the case.
-    expectInvalid(
+    expectInvalidParameter(
       await settings(role('Clinicians', 'user/*.rs'), role('CLINICIANS', 'user/*.cruds')),
       'Parameters.parameter[1].part[0].valueString',
     );
     // A part missing, unknown, given twice, or blank; a value instead of parts; parts not a list.
-    expectInvalid(
+    expectInvalidParameter(
       await settings({ name: 'groupRole', part: [{ name: 'group', valueString: 'Clinicians' }] }),
       'Parameters.parameter[0].part',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await settings({
         name: 'groupRole',
         part: [...role('Clinicians', 'user/*.rs').part, { name: 'role', valueString: 'x' }],
       }),
       'Parameters.parameter[0].part[2].name',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await settings({
         name: 'groupRole',
         part: [...role('Clinicians', 'user/*.rs').part, { name: 'scope', valueString: 'user/*.rs' }],
       }),
       'Parameters.parameter[0].part[2]',
     );
-    expectInvalid(await settings(role(' ', 'user/*.rs')), 'Parameters.parameter[0].part[0].valueString');
-    expectInvalid(
+    expectInvalidParameter(
+      await settings(role(' ', 'user/*.rs')),
+      'Parameters.parameter[0].part[0].valueString',
+    );
+    expectInvalidParameter(
       await settings({ name: 'groupRole', valueString: 'Clinicians=user/*.rs' }),
       'Parameters.parameter[0].valueString',
     );
-    expectInvalid(await settings({ name: 'groupRole' }), 'Parameters.parameter[0]');
-    expectInvalid(await settings({ name: 'groupRole', part: {} }), 'Parameters.parameter[0].part');
+    expectInvalidParameter(await settings({ name: 'groupRole' }), 'Parameters.parameter[0]');
+    expectInvalidParameter(await settings({ name: 'groupRole', part: {} }), 'Parameters.parameter[0].part');
     // Set and reset in one call.
-    expectInvalid(
+    expectInvalidParameter(
       await settings(role('Clinicians', 'user/*.rs'), { name: 'reset', valueCode: 'groupRoles' }),
       'Parameters.parameter[1].valueCode',
     );
@@ -152,7 +149,7 @@ describe('project settings: the roles of SCIM Groups (groupRole)', () => {
 
   it('is a setting of $settings only, and only for the project admins and the super admin', async () => {
     const { post, id } = await setup();
-    expectInvalid(
+    expectInvalidParameter(
       await post(
         '/Project/$init',
         SUPER,

@@ -77,6 +77,10 @@ describe('the identity provider in Project/$settings', () => {
     };
     await bad({ name: 'idpIssuer', valueUri: 'http://idp.example.org' }, 'Parameters.parameter[0].valueUri');
     await bad({ name: 'idpIssuer', valueUri: 'not a url' }, 'Parameters.parameter[0].valueUri');
+    await bad(
+      { name: 'idpIssuer', valueUri: 'https://user:pass@idp.example.org' },
+      'Parameters.parameter[0].valueUri',
+    );
     await bad({ name: 'idpMatch', valueCode: 'phone' }, 'Parameters.parameter[0].valueCode');
     await bad({ name: 'idpScope', valueString: 'email' }, 'Parameters.parameter[0].valueString');
     await bad({ name: 'idpPrivateKey', valueString: '{"kty":"EC"}' }, 'Parameters.parameter[0].valueString');

@@ -5,6 +5,7 @@ import { projectRouter } from '../../src/project/router.js';
 import { scimRouter } from '../../src/scim/router.js';
 import { memoryStorage } from '../../src/stores.js';
 import { testAuthenticate, testToken } from '../helpers/test-auth.js';
+import { expectInvalidParameter } from '../helpers/protocol-errors.js';
 
 const FHIR = '/api/fhir/R4';
 const SCIM = '/api/scim/v2';
@@ -38,13 +39,6 @@ const params = (...parameter: unknown[]) => ({ resourceType: 'Parameters', param
 const NAME = { name: 'name', valueString: 'Acme' };
 const adminOf = (projectId: string) => testToken({ projectId, admin: true });
 
-function expectInvalid(res: request.Response, expression: string) {
-  expect(res.status).toBe(400);
-  expect(res.body.resourceType).toBe('OperationOutcome');
-  expect(res.body.issue[0].code).toBe('invalid');
-  expect(res.body.issue[0].expression).toEqual([expression]);
-}
-
 describe('project SCIM settings', () => {
   it('$init stores the SCIM settings with the project and answers them', async () => {
     const { post, storage, agent } = setup();
@@ -73,11 +67,11 @@ describe('project SCIM settings', () => {
 
   it('$init refuses bad settings at their value', async () => {
     const { post, storage } = setup();
-    expectInvalid(
+    expectInvalidParameter(
       await post('/Project/$init', SUPER, params(NAME, { name: 'scimDefaultUserType', valueCode: 'Doctor' })),
       'Parameters.parameter[1].valueCode',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await post(
         '/Project/$init',
         SUPER,
@@ -85,7 +79,7 @@ describe('project SCIM settings', () => {
       ),
       'Parameters.parameter[1].valueCode',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await post('/Project/$init', SUPER, params(NAME, { name: 'scimEchoUserName', valueString: 'true' })),
       'Parameters.parameter[1].valueString',
     );
@@ -140,11 +134,11 @@ describe('project SCIM settings', () => {
     expect(cleared.body).not.toHaveProperty('scim');
 
     // Bad parameters, other callers, other methods.
-    expectInvalid(
+    expectInvalidParameter(
       await post(`/Project/${id}/$settings`, admin, params({ name: 'reset', valueCode: 'strictMode' })),
       'Parameters.parameter[0].valueCode',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await post(
         `/Project/${id}/$settings`,
         admin,
@@ -155,7 +149,7 @@ describe('project SCIM settings', () => {
       ),
       'Parameters.parameter[1].valueCode',
     );
-    expectInvalid(
+    expectInvalidParameter(
       await post(`/Project/${id}/$settings`, admin, params({ name: 'strictMode', valueBoolean: true })),
       'Parameters.parameter[0].name',
     );

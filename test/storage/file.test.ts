@@ -94,6 +94,15 @@ describe('fileStorage', () => {
     let storage = await openStore(dir);
     await storage.createProject({ id: 'p1', name: 'One', strictMode: true });
     await storage.updateProject('p1', { scim: { defaultUserType: 'Practitioner', echoUserName: true } });
+    const importSources = [
+      {
+        url: 'https://source.example.org/fhir',
+        tokenUrl: 'https://source.example.org/token',
+        clientId: 'platform',
+        privateKey: { kty: 'EC', crv: 'P-384', x: 'x', y: 'y', d: 'd' },
+      },
+    ];
+    await storage.updateProject('p1', { importSources });
     const alice = await storage.createUser('p1', { ...user('Alice'), externalId: 'e-1' });
     await storage.updateUser('p1', alice.id, { active: false });
     const bob = await storage.createUser('p1', user('bob'));
@@ -150,6 +159,7 @@ describe('fileStorage', () => {
       defaultUserType: 'Practitioner',
       echoUserName: true,
     });
+    expect((await storage.readProject('p1')).importSources).toEqual(importSources);
     expect((await storage.readUser('p1', alice.id)).active).toBe(false);
     expect(await storage.findUsers('p1', { userName: 'ALICE' })).toHaveLength(1);
     expect(await storage.findUsers('p1', { externalId: 'e-1' })).toHaveLength(1);

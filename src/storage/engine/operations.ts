@@ -11,6 +11,7 @@ import type {
   NewClient,
   NewMembership,
   NewUser,
+  ProjectChanges,
   ProjectRecord,
   ResourcePage,
   ResourceQuery,
@@ -59,7 +60,6 @@ import {
   updatedProjectRecord,
   writtenResourceKey,
   type NewProject,
-  type ProjectChanges,
 } from '../record-rules.js';
 import { deleteThroughBatch, updateThroughBatch } from '../single-writes.js';
 

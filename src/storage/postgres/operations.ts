@@ -8,6 +8,7 @@ import type {
   NewMembership,
   NewUser,
   PatientCompartment,
+  ProjectChanges,
   ProjectRecord,
   ResourcePage,
   ResourceQuery,
@@ -39,7 +40,6 @@ import {
   updatedClientRecord,
   updatedProjectRecord,
   type NewProject,
-  type ProjectChanges,
 } from '../record-rules.js';
 import { resolveUserList } from '../user-list.js';
 import { postgresUserPage, userListColumns } from './user-page.js';
