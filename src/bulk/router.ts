@@ -33,6 +33,7 @@ import { importRoutes } from './import/import-routes.js';
 import type { ImportDeps } from './import/import-run.js';
 import { sourceFetcher, type SourceFetcher } from './import/source-fetch.js';
 import type { ResolvedBulkImportOptions } from './import/import-options.js';
+import { importSourceFor } from '../storage/import-source-match.js';
 
 export type { BulkExportRouterOptions } from './router-options.js';
 
@@ -326,6 +327,6 @@ function importDeps(
     manifestWait: options.manifestWait,
     attempts: options.attempts,
     maxRunning: options.maxRunning,
-    sourceClient: () => undefined,
+    sourceClient: (project, url) => importSourceFor(project.importSources, url),
   };
 }

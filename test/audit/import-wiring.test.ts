@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { AuditEventResource } from '../../src/audit/audit-event-resource.js';
@@ -142,5 +143,82 @@ describe('$import on the platform', () => {
     );
     expect(failed.status).toBe(502);
     expect(failed.body.issue[0].details.text).toMatch(/401/);
+  });
+
+  it('signs in at a registered source as a SMART Backend Services client (client assertion), without a token given', async () => {
+    const source = await platform('Source');
+    await source.t.storage.writeResources(source.projectId, [
+      { op: 'update', resource: { resourceType: 'Patient', id: 'p9', gender: 'male' } },
+    ]);
+    const { privateKey, publicKey } = await generateKeyPair('ES384', { extractable: true });
+    const publicJwk = { ...(await exportJWK(publicKey)), kid: 'import-key', alg: 'ES384' };
+    const privateJwk = { ...(await exportJWK(privateKey)), kid: 'import-key', alg: 'ES384' };
+    const reader = await source.t.newClient(source.projectId, {
+      name: 'importer',
+      scope: 'system/*.rs',
+      jwks: JSON.stringify({ keys: [publicJwk] }),
+    });
+    // The export is the importer client's own (a status URL answers its owner only).
+    const tokenUrl = `${source.origin}/oauth2/token`;
+    const assertion = await new SignJWT({})
+      .setProtectedHeader({ alg: 'ES384', kid: 'import-key', typ: 'JWT' })
+      .setIssuer(reader.id)
+      .setSubject(reader.id)
+      .setAudience(tokenUrl)
+      .setJti(crypto.randomUUID())
+      .setExpirationTime('4m')
+      .sign(privateKey);
+    const granted = await request(source.origin).post('/oauth2/token').type('form').send({
+      grant_type: 'client_credentials',
+      scope: 'system/*.rs',
+      client_assertion_type: 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer',
+      client_assertion: assertion,
+    });
+    expect(granted.status, granted.text).toBe(200);
+    const exported = await request(source.origin)
+      .get('/fhir/R4/$export')
+      .set('Authorization', `Bearer ${granted.body.access_token as string}`)
+      .set('Prefer', 'respond-async');
+    expect(exported.status).toBe(202);
+
+    const target = await platform('Target');
+    const settings = await request(target.t.app)
+      .post(`/fhir/R4/Project/${target.projectId}/$settings`)
+      .set('Authorization', target.auth)
+      .set('Content-Type', FHIR_JSON)
+      .send({
+        resourceType: 'Parameters',
+        parameter: [
+          {
+            name: 'importSource',
+            part: [
+              { name: 'url', valueUri: `${source.origin}/fhir/R4` },
+              { name: 'tokenUrl', valueUri: tokenUrl },
+              { name: 'clientId', valueString: reader.id },
+              { name: 'privateKey', valueString: JSON.stringify(privateJwk) },
+              { name: 'scope', valueString: 'system/*.rs' },
+            ],
+          },
+        ],
+      });
+    expect(settings.status, JSON.stringify(settings.body)).toBe(200);
+    const kicked = await request(target.t.app)
+      .post('/fhir/R4/$import')
+      .set('Authorization', target.auth)
+      .set('Content-Type', FHIR_JSON)
+      .send({
+        resourceType: 'Parameters',
+        parameter: [{ name: 'manifestUrl', valueUri: exported.headers['content-location'] as string }],
+      });
+    expect(kicked.status).toBe(202);
+    const done = await untilDone(
+      target.t.app,
+      target.auth,
+      pathOf(kicked.headers['content-location'] as string),
+    );
+    expect(done.status, done.text).toBe(200);
+    const read = await request(target.t.app).get('/fhir/R4/Patient/p9').set('Authorization', target.auth);
+    expect(read.status).toBe(200);
+    expect(read.body.gender).toBe('male');
   });
 });

@@ -102,6 +102,8 @@ const FILLERS: Record<string, string> = {
   '/fhir/R4/^\\/Group\\/[^/]+\\/(?:\\$|%24)export\\/?$/': '/fhir/R4/Group/g1/$export',
   '/fhir/R4/^\\/(?:\\$|%24)export-status\\/[^/]+\\/?$/': '/fhir/R4/$export-status/j1',
   '/fhir/R4/^\\/(?:\\$|%24)export-file\\/[^/]+\\/[^/]+$/': '/fhir/R4/$export-file/j1/f1',
+  '/fhir/R4/^\\/(?:\\$|%24)import\\/?$/': '/fhir/R4/$import',
+  '/fhir/R4/^\\/(?:\\$|%24)import-status\\/[^/]+\\/?$/': '/fhir/R4/$import-status/i1',
   '/fhir/R4': '/fhir/R4',
   // With criteria: PUT and DELETE of a type are conditional update and delete.
   '/fhir/R4/:type': '/fhir/R4/Patient?identifier=urn:matrix|none',
@@ -185,7 +187,8 @@ function protectedRoutes(ids: Record<string, string>): { method: string; url: st
       .replace('/ValueSet/vs1/', `/ValueSet/${ids.valueSet}/`)
       .replace('/CodeSystem/cs1/', `/CodeSystem/${ids.codeSystem}/`)
       .replace('/$export-status/j1', `/$export-status/${ids.job}`)
-      .replace('/$export-file/j1/f1', `/$export-file/${ids.job}/${ids.file}`);
+      .replace('/$export-file/j1/f1', `/$export-file/${ids.job}/${ids.file}`)
+      .replace('/$import-status/i1', `/$import-status/${ids.importJob}`);
   return routes()
     .filter((r) => !PUBLIC.has(`${r.method} ${r.path}`) && r.method !== 'all')
     .map((r) => ({ method: r.method, path: r.path, url: swap(FILLERS[r.path] as string) }));
@@ -398,6 +401,33 @@ describe('who is calling, on every protected route', () => {
       return res.status === 200 && res;
     });
     ids.file = (done.body.output[0].url as string).split('/').pop()!;
+    // An import of project A (of a file nobody serves: it completes with an error file).
+    const imported = await request(t.app)
+      .post('/fhir/R4/$import')
+      .set('Authorization', adminA)
+      .type(FHIR_JSON)
+      .send(
+        JSON.stringify({
+          resourceType: 'Parameters',
+          parameter: [
+            {
+              name: 'input',
+              part: [
+                { name: 'type', valueCode: 'Patient' },
+                { name: 'url', valueUri: 'http://127.0.0.1:9/none.ndjson' },
+              ],
+            },
+          ],
+        }),
+      );
+    expect(imported.status).toBe(202);
+    const importStatus = new URL(imported.headers['content-location'] as string).pathname;
+    ids.importJob = importStatus.split('/').pop()!;
+    await eventually('the import to complete', async () => {
+      const res = await request(t.app).get(importStatus).set('Authorization', adminA);
+      if (res.status !== 200) expect(res.status).toBe(202);
+      return res.status === 200;
+    });
   });
 
   /** Statuses per route that differ from `expected(route)`. */
@@ -425,6 +455,7 @@ describe('who is calling, on every protected route', () => {
       `/fhir/R4/Project/${ids.project}/ClientApplication/${ids.client}`,
       `/fhir/R4/$export-status/${ids.job}`,
       `/fhir/R4/$export-file/${ids.job}/${ids.file}`,
+      `/fhir/R4/$import-status/${ids.importJob}`,
       `/fhir/R4/ValueSet/${ids.valueSet}/$expand`,
       `/fhir/R4/CodeSystem/${ids.codeSystem}/$validate-code?code=a`,
       `/fhir/R4/Patient/${ids.patient}/$validate`,
@@ -553,8 +584,9 @@ describe('who is calling, on every protected route', () => {
     expect((await send('get', `/fhir/R4/$export-file/${ids.job}/${ids.file}`, auth)).status).toBe(404);
   });
 
-  it('a token lacking the scope answers 403 (an export status is owner-bound: 404)', async () => {
-    const expected = (r: { url: string }) => (r.url.includes('$export-status') ? 404 : 403);
+  it('a token lacking the scope answers 403 (export and import statuses are owner-bound: 404)', async () => {
+    const expected = (r: { url: string }) =>
+      r.url.includes('$export-status') || r.url.includes('$import-status') ? 404 : 403;
     expect(await mismatches(narrowA, expected)).toEqual([]);
   });
 });

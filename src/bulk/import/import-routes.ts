@@ -1,6 +1,8 @@
 import type { ErrorRequestHandler, Request, RequestHandler } from 'express';
 import { canAccess, isSmartUser } from '../../auth/access/access.js';
 import { asyncHandler } from '../../http/async-handler.js';
+import { R4_RESOURCE_TYPES } from '../../common/resource-types.js';
+import type { Principal } from '../../http/principal.js';
 import { getPrincipal, requireProjectId } from '../../http/authenticate.js';
 import { absoluteUrl, requestUrl } from '../../http/base-url.js';
 import { FhirError } from '../../http/http-error.js';
@@ -76,6 +78,11 @@ function failureStatus(job: ExportJobRecord): number {
   return typeof status === 'number' ? status : 500;
 }
 
+/** May `principal` create and update `type` (what loading a file of that type does)? */
+function mayWrite(principal: Principal, type: string): boolean {
+  return canAccess(principal, type, 'create') && canAccess(principal, type, 'update');
+}
+
 export function importRoutes(deps: ImportRouteDeps): ImportRoutes {
   const { jobs, baseUrl, retryAfter, segment, information, audit } = deps;
 
@@ -94,9 +101,12 @@ export function importRoutes(deps: ImportRouteDeps): ImportRoutes {
     const projectId = requireProjectId(principal);
     if (isSmartUser(principal))
       throw new FhirError(403, 'forbidden', '$import is for backend clients and project administrators');
+    // Rights before the body: a token that may import nothing learns nothing of what it sent.
+    if (!R4_RESOURCE_TYPES.some((type) => mayWrite(principal, type)))
+      throw new FhirError(403, 'forbidden', '$import needs create and update rights on a resource type');
     const request = parseImportRequest(req.body, deps.urlProblem, deps.maxInputs);
     for (const input of request.inputs ?? []) {
-      if (!canAccess(principal, input.type, 'create') || !canAccess(principal, input.type, 'update'))
+      if (!mayWrite(principal, input.type))
         throw new FhirError(403, 'forbidden', `Not allowed to write ${input.type} resources`);
     }
     const plan: ImportPlan = {
