@@ -276,7 +276,7 @@ async function exportType(
   };
   if (!level || (oldIds && oldIds.length > 0)) {
     // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
-    const base: ExportReadOptions = { resourceType, reuseChunks: true };
+    const base: ExportReadOptions = { resourceType, reuseChunks: true, ...untilOf(params) };
     if (params.sinceMs !== undefined) base.since = params.sinceMs;
     if (level) base.patientIds = oldIds;
     const skip = newIds.length > 0 ? new Set<string>() : undefined;
@@ -286,6 +286,7 @@ async function exportType(
         resourceType,
         patientIds: newIds,
         reuseChunks: true,
+        ...untilOf(params),
       });
       await copyChunks(run, target, added, skip, true);
     }
@@ -301,10 +302,16 @@ async function exportType(
       resourceType,
       patientIds: newIds,
       reuseChunks: true,
+      ...untilOf(params),
     });
     await copyChunks(run, target, added, undefined, false);
   }
   return writer;
+}
+
+/** The `until` bound of every read (`_until`), when the export has one before its kick-off. */
+function untilOf(params: ExportTask['params']): Pick<ExportReadOptions, 'until'> {
+  return params.untilMs === undefined ? {} : { until: params.untilMs };
 }
 
 /** Where {@link copyChunks} writes, and what it does to each line on the way. */
