@@ -26,8 +26,10 @@ export function exportScope(params: Partial<ExportParams> | undefined): ExportSc
 
 /** Resources exported per type, from a finished job's result (its `output` files). */
 export function exportCounts(result: Partial<ExportTaskResult> | undefined): Record<string, number> {
+  if (result?.counts) return { ...result.counts };
   const counts: Record<string, number> = {};
-  for (const file of result?.output ?? []) counts[file.type] = (counts[file.type] ?? 0) + file.count;
+  for (const { type, count } of result?.output ?? [])
+    if (type !== undefined) counts[type] = (counts[type] ?? 0) + count;
   return counts;
 }
 

@@ -9,7 +9,7 @@ import type {
 } from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
 import { elementsFor, projectElements, type ElementSelection } from '../search/elements.js';
-import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { CommittedFile, ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { loadMandatoryElements } from '../search/element-tables.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
 import { chunkText, ndjsonLines } from './ndjson-lines.js';
@@ -79,8 +79,11 @@ interface ExportRun {
   report: (force: boolean) => void;
   /** Throws once the signal has stopped the export. */
   checkAborted: () => void;
-  /** Opens the next file series (`Patient`, `deleted`, `error`, …). */
-  newWriter: (prefix: string) => NdjsonFileWriter;
+  /**
+   * Opens the next file series (`Patient`, `deleted`, `error`, …); with `allowPartialManifests`,
+   * the files of a `listed` series are reported as they are committed.
+   */
+  newWriter: (prefix: string, listed?: Omit<CommittedFile, 'file' | 'count'>) => NdjsonFileWriter;
 }
 
 /** The patients whose compartments are exported: who is new since `_since`, and everyone else. */
@@ -122,7 +125,10 @@ export async function runExport(
         ? [...task.types.filter((t) => t !== 'Provenance'), 'Provenance']
         : task.types;
     const compartments = await compartmentsOf(run);
-    const deletedWriter = params.sinceMs !== undefined ? run.newWriter('deleted') : undefined;
+    const deletedWriter =
+      params.sinceMs !== undefined
+        ? run.newWriter('deleted', { kind: 'deleted', type: 'Bundle' })
+        : undefined;
     let provenanceWriter: NdjsonFileWriter | undefined;
     // Types the snapshot has no version of are not read (a store answers which, when it can).
     const withVersions = await reader.typesWithVersions?.(projectId, snapshot, types);
@@ -170,7 +176,7 @@ async function startRun(
     if (onProgress && (force || now - lastReport >= interval)) {
       lastReport = now;
       progress.bytes = budget.used;
-      onProgress({ ...progress });
+      onProgress({ ...progress, ...(progress.committed ? { committed: [...progress.committed] } : {}) });
     }
   };
   const checkAborted = (): void => {
@@ -190,8 +196,16 @@ async function startRun(
       'The export task has neither outputDir nor a file sink',
     );
   const writers: NdjsonFileWriter[] = [];
-  const newWriter = (prefix: string): NdjsonFileWriter => {
+  if (params.allowPartialManifests) progress.committed = [];
+  const newWriter: ExportRun['newWriter'] = (prefix, listed) => {
     const writer = new NdjsonFileWriter(sink, prefix, task.maxFileSize, budget);
+    const committed = progress.committed;
+    if (committed && listed) {
+      writer.onCommit = ({ file, count }) => {
+        committed.push({ ...listed, file, count });
+        report(true);
+      };
+    }
     writers.push(writer);
     return writer;
   };
@@ -265,7 +279,7 @@ async function exportType(
   const { reader, task } = run;
   const { params, snapshot, projectId } = task;
   const { level, newIds, oldIds } = compartments;
-  const writer = run.newWriter(resourceType);
+  const writer = run.newWriter(resourceType, { kind: 'output', type: resourceType });
   const kept = run.selectionOf(resourceType);
   const typeFilter = run.filters.get(resourceType);
   const target: CopyTarget = {
@@ -371,7 +385,7 @@ async function writeAssociated(
   provenanceWriter: NdjsonFileWriter | undefined,
 ): Promise<void> {
   const { reader, task } = run;
-  const writer = provenanceWriter ?? run.newWriter('Provenance');
+  const writer = provenanceWriter ?? run.newWriter('Provenance', { kind: 'output', type: 'Provenance' });
   const kept = run.selectionOf('Provenance');
   const lines = lineBatch(writer, run.progress);
   const read = () =>
