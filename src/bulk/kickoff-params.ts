@@ -361,6 +361,11 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         reject(name, `Unknown parameter ${name}`);
     }
   }
+  if (params.organizeOutputBy && params.associatedData) {
+    // Provenance is in no patient's compartment (but a Patient's own): it has no block to go in.
+    reject('includeAssociatedData', 'includeAssociatedData is not supported with organizeOutputBy');
+    delete params.associatedData;
+  }
   const untilMs = params.until === undefined ? undefined : parseInstant(params.until).ms;
   if (untilMs !== undefined && params.sinceMs !== undefined && untilMs < params.sinceMs)
     throw invalid('_until', '_until must not be before _since');
