@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import {
   BASE,
+  openWithProjects,
   bulkTestApp,
   download,
   downloadAll,
@@ -34,6 +34,11 @@ interface OrganizedManifest {
   outputOrganizedBy?: string;
   output: { type?: string; url: string; count: number; continuesInFile?: string }[];
   error: { url: string }[];
+}
+
+/** An export organized by patient (the query names `organizeOutputBy`). */
+async function organized(t: BulkTestApp<Storage>, target: string): Promise<OrganizedManifest> {
+  return await exportManifest(t.app, t.auth, target);
 }
 
 interface Block {
@@ -85,10 +90,7 @@ const patientsOf = (resource: FhirResource): (string | undefined)[] => {
 forEachStore('organizeOutputBy', (store, open) =>
   describe(`organizeOutputBy=Patient (${store} store)`, () => {
     async function setup(maxFileSize?: number) {
-      const storage = await open();
-      afterTest(() => storage.close());
-      await storage.createProject({ id: 'proj-a', name: 'A', strictMode: false });
-      await storage.createProject({ id: 'proj-b', name: 'B', strictMode: false });
+      const storage = await openWithProjects(open);
       return bulkTestApp({ storage, seed: resources(), ...(maxFileSize ? { maxFileSize } : {}) });
     }
 
@@ -96,11 +98,7 @@ forEachStore('organizeOutputBy', (store, open) =>
       const t = await setup();
       const plain = await exportManifest(t.app, t.auth, '/Patient/$export');
       const expected = keysOf(await downloadAll(t.app, t.auth, plain));
-      const m = (await exportManifest(
-        t.app,
-        t.auth,
-        '/Patient/$export?organizeOutputBy=Patient',
-      )) as unknown as OrganizedManifest;
+      const m = await organized(t, '/Patient/$export?organizeOutputBy=Patient');
       expect(m.outputOrganizedBy).toBe('Patient');
       const blocks = await blocksOf(t, m);
       expect(blocks.map((b) => b.patient).sort()).toEqual(['p1', 'p2', 'p3', 'p4']);
@@ -116,11 +114,7 @@ forEachStore('organizeOutputBy', (store, open) =>
 
     it('splits files between blocks only; a block larger than a file goes on in the next, its header repeated', async () => {
       const t = await setup(1200);
-      const m = (await exportManifest(
-        t.app,
-        t.auth,
-        '/Patient/$export?organizeOutputBy=Patient&_type=Patient,Observation',
-      )) as unknown as OrganizedManifest;
+      const m = await organized(t, '/Patient/$export?organizeOutputBy=Patient&_type=Patient,Observation');
       const blocks = await blocksOf(t, m);
       expect(blocks.map((b) => b.patient).sort()).toEqual(['p1', 'p2', 'p3', 'p4']);
       const p1 = blocks.find((b) => b.patient === 'p1')!;
@@ -133,20 +127,12 @@ forEachStore('organizeOutputBy', (store, open) =>
 
     it('Group and system level; _type narrows the blocks; resources in no compartment are left out', async () => {
       const t = await setup();
-      const group = (await exportManifest(
-        t.app,
-        t.auth,
-        '/Group/g1/$export?organizeOutputBy=Patient&_type=Observation',
-      )) as unknown as OrganizedManifest;
+      const group = await organized(t, '/Group/g1/$export?organizeOutputBy=Patient&_type=Observation');
       const groupBlocks = await blocksOf(t, group);
       expect(groupBlocks.map((b) => b.patient).sort()).toEqual(['p1', 'p3']);
       for (const block of groupBlocks)
         for (const line of block.lines) expect(line.resourceType).toBe('Observation');
-      const system = (await exportManifest(
-        t.app,
-        t.auth,
-        '/$export?organizeOutputBy=Patient',
-      )) as unknown as OrganizedManifest;
+      const system = await organized(t, '/$export?organizeOutputBy=Patient');
       const keys = (await blocksOf(t, system)).flatMap((b) => b.lines.map((r) => r.resourceType));
       expect(keys).not.toContain('Organization');
       expect(keys.filter((type) => type === 'Patient')).toHaveLength(4);

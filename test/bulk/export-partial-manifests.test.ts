@@ -3,11 +3,11 @@ import path from 'node:path';
 import request from 'supertest';
 import { describe, expect, it } from 'vitest';
 import type { Storage } from '../../src/storage/types.js';
-import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import { PATIENCE_MS } from '../helpers/eventually.js';
 import {
   bulkTestApp,
+  openWithProjects,
   download,
   exportManifest,
   kickoff,
@@ -88,10 +88,7 @@ const urlsOf = (pages: Page[]) => pages.flatMap((p) => p.body.output.map((o) => 
 forEachStore('allowPartialManifests', (store, open) =>
   describe(`allowPartialManifests (${store} store)`, () => {
     async function setup(gate?: { file: string; type: string }) {
-      const storage = await open();
-      afterTest(() => storage.close());
-      await storage.createProject({ id: 'proj-a', name: 'A', strictMode: false });
-      await storage.createProject({ id: 'proj-b', name: 'B', strictMode: false });
+      const storage = await openWithProjects(open);
       if (gate) slowExports(storage, () => 0, gate);
       // Small files: every resource a file of its own.
       return bulkTestApp({ storage, seed: sampleResources(), maxFileSize: 64 });

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import request from 'supertest';
 import type { FhirResource, Storage } from '../../src/storage/types.js';
-import { afterTest } from '../helpers/cleanup.js';
 import { forEachStore } from '../helpers/each-store.js';
 import {
   BASE,
+  openWithProjects,
   bulkTestApp,
   download,
   downloadAll,
@@ -33,10 +33,7 @@ async function lastUpdated(storage: Storage, type: string, id: string): Promise<
 forEachStore('_until', (store, open) =>
   describe(`_until (${store} store)`, () => {
     async function setup() {
-      const storage = await open();
-      afterTest(() => storage.close());
-      await storage.createProject({ id: 'proj-a', name: 'A', strictMode: false });
-      await storage.createProject({ id: 'proj-b', name: 'B', strictMode: false });
+      const storage = await openWithProjects(open);
       return bulkTestApp({ storage, seed: sampleResources() });
     }
 
