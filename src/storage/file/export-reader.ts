@@ -216,6 +216,8 @@ export class FileExportReader implements ExportReader {
   private readonly chunkPool: BufferPool;
   /** The positions file last read (one job's reader reads the same one for every type). */
   private positionsCache: { file: string; positions: Promise<Positions> } | undefined;
+  /** Per snapshot and type: each patient's record positions (see `compartmentIndex`). */
+  private readonly compartmentIndexes = new Map<string, Promise<Map<string, [number, number][]>>>();
 
   constructor(
     private readonly options: FileExportReaderOptions,
@@ -346,10 +348,15 @@ export class FileExportReader implements ExportReader {
       patientCompartment
         .patientIds(JSON.parse(buf.toString('utf8', start, end)) as StoredResource)
         .some((p) => wanted.has(p));
-    if (recorded && patientIds.every((p) => recorded.has(p))) {
-      // Positions saved at the snapshot: cost follows the compartment, not the store.
-      const exact = recorded.size === wanted.size;
-      const list = (await this.positions(snap))[resourceType] ?? [];
+    const saved = recorded !== undefined && patientIds.every((p) => recorded.has(p));
+    const single = patientIds.length === 1 ? patientIds[0]! : undefined;
+    if (saved || single !== undefined) {
+      // Positions saved at the snapshot (or, for one patient, indexed by this reader): cost
+      // follows the compartment, not the store.
+      const exact = saved ? recorded.size === wanted.size : true;
+      const list = saved
+        ? ((await this.positions(snap))[resourceType] ?? [])
+        : ((await this.compartmentIndex(snap, handle, end, resourceType)).get(single!) ?? []);
       let bytes = 0;
       for (const [, jsonLength] of list) bytes += HEADER_LENGTH + jsonLength + 1;
       if (exact && bytes > end / 4) {
@@ -416,6 +423,50 @@ export class FileExportReader implements ExportReader {
     if (last) yield last;
   }
 
+  /**
+   * The positions of each patient's records of a type, from one pass over its log (each current
+   * record parsed once), kept while the reader lasts: an export organized by patient reads every
+   * compartment one patient at a time, which would otherwise pass over the log for each.
+   */
+  private compartmentIndex(
+    snap: FileSnapshot,
+    handle: FileHandle,
+    end: number,
+    resourceType: string,
+  ): Promise<Map<string, [number, number][]>> {
+    const key = `${snap.dir}\u0000${resourceType}`;
+    let index = this.compartmentIndexes.get(key);
+    if (!index) {
+      index = this.buildCompartmentIndex(handle, end);
+      this.compartmentIndexes.set(key, index);
+      index.catch(() => this.compartmentIndexes.delete(key));
+    }
+    return index;
+  }
+
+  private async buildCompartmentIndex(
+    handle: FileHandle,
+    end: number,
+  ): Promise<Map<string, [number, number][]>> {
+    const byPatient = new Map<string, [number, number][]>();
+    for await (const { buf, stop, offset } of lineBlocks(handle, end, this.blocks)) {
+      forEachLine(buf, stop, (start, recordEnd) => {
+        const superseded = readSuperseded(buf, start);
+        if (readOp(buf, start) === OP_DELETE || (superseded !== 0 && superseded < end)) return;
+        const resource = JSON.parse(
+          buf.toString('utf8', start + HEADER_LENGTH, recordEnd - 1),
+        ) as StoredResource;
+        const position: [number, number] = [offset + start, recordEnd - 1 - start - HEADER_LENGTH];
+        for (const patient of new Set(this.patientCompartment.patientIds(resource))) {
+          const list = byPatient.get(patient);
+          if (list) list.push(position);
+          else byPatient.set(patient, [position]);
+        }
+      });
+    }
+    return byPatient;
+  }
+
   async *readDeleted(
     projectId: string,
     snapshot: ExportSnapshot,
@@ -449,6 +500,7 @@ export class FileExportReader implements ExportReader {
 
   close(): Promise<void> {
     this.positionsCache = undefined;
+    this.compartmentIndexes.clear();
     return Promise.resolve();
   }
 }
