@@ -225,7 +225,13 @@ export type { BulkExportRouter, BulkExportRouterOptions } from './bulk/router.js
 export type { BulkImportOptions } from './bulk/import/import-options.js';
 export { ExportPool } from './bulk/export-pool.js';
 export type { ExportPoolOptions, ExportRunOptions } from './bulk/export-pool.js';
-export type { ExportTask, ExportTaskResult, ExportProgress, ExportOutputFile } from './bulk/export-task.js';
+export type {
+  ExportTask,
+  ExportTaskResult,
+  ExportProgress,
+  ExportOutputFile,
+  CommittedFile,
+} from './bulk/export-task.js';
 export type { ExportParams, ExportLevel, KickoffIssue, AssociatedData } from './bulk/kickoff-params.js';
 export type { ExportManifest, ManifestEntry } from './bulk/manifest.js';
 export { bulkExportCapability } from './bulk/capability.js';

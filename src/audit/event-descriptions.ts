@@ -258,6 +258,10 @@ function exportEvent(record: ExportEvent): Described {
   const details = [detail('phase', record.phase), detail('level', record.level)];
   if (record.types?.length) details.push(detail('_type', record.types.join(',')));
   if (record.since !== undefined) details.push(detail('_since', record.since));
+  if (record.until !== undefined) details.push(detail('_until', record.until));
+  if (record.organizeOutputBy !== undefined)
+    details.push(detail('organizeOutputBy', record.organizeOutputBy));
+  if (record.allowPartialManifests) details.push(detail('allowPartialManifests', 'true'));
   for (const [type, count] of Object.entries(record.counts ?? {}))
     details.push(detail(`count:${type}`, count));
   const refused = record.phase === 'kickoff' && record.error !== undefined;

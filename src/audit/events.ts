@@ -121,6 +121,12 @@ export interface ExportEvent extends AuditBase {
   types?: string[];
   /** The `_since` instant, as given. */
   since?: string;
+  /** The `_until` instant, as given. */
+  until?: string;
+  /** `organizeOutputBy`, when asked. */
+  organizeOutputBy?: string;
+  /** `allowPartialManifests=true` was asked. */
+  allowPartialManifests?: true;
   groupId?: string;
   /** Resources exported per type (completion). */
   counts?: Record<string, number>;

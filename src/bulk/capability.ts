@@ -1,3 +1,5 @@
+import { pointToOwnDefinitions } from './operation-definitions.js';
+
 /** The Bulk Data CapabilityStatement this server instantiates (Bulk Data 2.0.0). */
 export const BULK_DATA_CAPABILITY_STATEMENT = 'http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data';
 
@@ -12,14 +14,17 @@ const OPERATIONS = [
 
 /**
  * The bulk export part of the CapabilityStatement, in the shape of the FHIR router's capability
- * contribution (`{ operations, instantiates }`): `export` at system level, on Patient and on Group
- * (each named as it is invoked, `$export`, with its own definition: `patient-export`,
- * `group-export`), and `instantiates` the Bulk Data CapabilityStatement.
+ * contribution (`{ operations, instantiates, customize }`): `export` at system level, on Patient and
+ * on Group (each named as it is invoked, `$export`, with its own definition: `patient-export`,
+ * `group-export`), and `instantiates` the Bulk Data CapabilityStatement. `customize` points the
+ * definitions at this server's own (`[base]/OperationDefinition/bulk-export`, …, served by the bulk
+ * router), which list every parameter it takes, Bulk Data 3.0.0's included.
  * @see https://hl7.org/fhir/R4/capabilitystatement-definitions.html#CapabilityStatement.rest.resource.operation.name
  */
 export function bulkExportCapability(): {
   operations: { name: string; definition: string; resourceTypes?: string[] }[];
   instantiates: string[];
+  customize: typeof pointToOwnDefinitions;
 } {
   const [system, patient, group] = bulkExportOperations() as [
     { name: string; definition: string },
@@ -33,6 +38,7 @@ export function bulkExportCapability(): {
       { ...group, name: 'export', resourceTypes: ['Group'] },
     ],
     instantiates: [BULK_DATA_CAPABILITY_STATEMENT],
+    customize: pointToOwnDefinitions,
   };
 }
 

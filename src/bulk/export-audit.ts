@@ -2,8 +2,14 @@ import type { ExportEvent } from '../audit/events.js';
 import type { ExportParams } from './kickoff-params.js';
 import type { ExportTaskResult } from './export-task.js';
 
-/** What every event of an export says of it: its level, the `_type` and `_since` asked, the Group. */
-export type ExportScope = Pick<ExportEvent, 'level' | 'types' | 'since' | 'groupId'>;
+/**
+ * What every event of an export says of it: its level, the `_type`, `_since`, `_until`,
+ * `organizeOutputBy` and `allowPartialManifests` asked, the Group.
+ */
+export type ExportScope = Pick<
+  ExportEvent,
+  'level' | 'types' | 'since' | 'until' | 'organizeOutputBy' | 'allowPartialManifests' | 'groupId'
+>;
 
 /** The scope of an export from its kick-off parameters (as persisted with the job). */
 export function exportScope(params: Partial<ExportParams> | undefined): ExportScope {
@@ -11,14 +17,19 @@ export function exportScope(params: Partial<ExportParams> | undefined): ExportSc
     level: params?.level ?? 'system',
     ...(params?.types?.length ? { types: params.types } : {}),
     ...(params?.since !== undefined ? { since: params.since } : {}),
+    ...(params?.until !== undefined ? { until: params.until } : {}),
+    ...(params?.organizeOutputBy !== undefined ? { organizeOutputBy: params.organizeOutputBy } : {}),
+    ...(params?.allowPartialManifests ? { allowPartialManifests: true as const } : {}),
     ...(params?.groupId !== undefined ? { groupId: params.groupId } : {}),
   };
 }
 
 /** Resources exported per type, from a finished job's result (its `output` files). */
 export function exportCounts(result: Partial<ExportTaskResult> | undefined): Record<string, number> {
+  if (result?.counts) return { ...result.counts };
   const counts: Record<string, number> = {};
-  for (const file of result?.output ?? []) counts[file.type] = (counts[file.type] ?? 0) + file.count;
+  for (const { type, count } of result?.output ?? [])
+    if (type !== undefined) counts[type] = (counts[type] ?? 0) + count;
   return counts;
 }
 

@@ -14,6 +14,7 @@ import { DirectoryExportFiles } from './directory-export-files.js';
 import { exportCounts, exportScope, outcomeText } from './export-audit.js';
 import type { ExportJobManagerOptions, ExportPlan } from './export-job-types.js';
 import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { PartialManifestState } from './partial-manifest.js';
 
 /*
  * Running one export job, for `ExportJobManager` (./export-jobs.ts): the task in the pool, its
@@ -142,9 +143,10 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
   const ref = refOf(job, entry.run);
   const signal = entry.controller.signal;
   const stopHeartbeat = keepLease(ctx, job, entry);
-  // Progress is persisted at most once a second, one write at a time.
-  let persisting: Promise<unknown> = Promise.resolve();
-  let lastPersist = 0;
+  const progressWriter = new ProgressWriter(
+    (progress) => storage.updateExportJob(job.projectId, job.id, { progress }),
+    plan.params.allowPartialManifests === true,
+  );
   try {
     if (!job.snapshot) throw new PlatformError('ERR_EXPORT_JOB_INVALID', 'The job has no snapshot');
     // Files of an interrupted run (this process's, or a dead instance's) go first.
@@ -175,16 +177,11 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
       sink: files.sink(ref),
       onProgress: (progress) => {
         entry.progress = progress;
-        const now = Date.now();
-        if (now - lastPersist < 1000) return;
-        lastPersist = now;
-        persisting = persisting
-          .then(() => storage.updateExportJob(job.projectId, job.id, { progress: { ...progress } }))
-          .catch(() => undefined);
+        progressWriter.update(progress);
       },
     });
     if (signal.aborted) throw new PlatformError('ERR_EXPORT_STOPPED', 'Export stopped');
-    await persisting;
+    await progressWriter.settle();
     if (result.tooLarge) {
       await fail(
         ctx,
@@ -202,7 +199,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     const finished = await finish(ctx, job, entry.run, {
       status: 'completed',
       result: result as unknown as Record<string, unknown>,
-      progress: entry.progress ? { ...entry.progress } : undefined,
+      progress: progressWriter.final(entry.progress),
       expiresAt: new Date(Date.now() + ctx.options.retention).toISOString(),
     });
     if (finished) {
@@ -210,7 +207,7 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
       await storage.releaseSnapshot(job.snapshot).catch(ctx.options.onError);
     }
   } catch (error) {
-    await persisting;
+    await progressWriter.settle();
     // Stopping: the job stays in progress and resumes at next start (or on another instance).
     if (ctx.stopping()) {
       if (ctx.queue && entry.run !== undefined)
@@ -233,6 +230,67 @@ export async function runJob(ctx: RunContext, job: ExportJobRecord, entry: Runni
     ctx.options.onError(error);
   } finally {
     stopHeartbeat();
+  }
+}
+
+/**
+ * Persists a run's progress at most once a second, one write at a time. With partial manifests
+ * (`allowPartialManifests`) it also seals their pages: each write with files committed since the
+ * last one seals a page of them, and a progress held back by the interval is written when it
+ * ends, so that a file committed just before a long read is listed. Only what was written is ever
+ * answered, so the pages a status request sees never change; the completed job keeps them.
+ */
+class ProgressWriter {
+  #persisting: Promise<unknown> = Promise.resolve();
+  #last = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #latest: ExportProgress | undefined;
+  #pages: Required<PartialManifestState> | undefined;
+
+  constructor(
+    private readonly write: (progress: Record<string, unknown>) => Promise<unknown>,
+    partial: boolean,
+  ) {
+    if (partial) this.#pages = { committed: [], pageEnds: [] };
+  }
+
+  update(progress: ExportProgress): void {
+    const wait = 1000 - (Date.now() - this.#last);
+    if (wait <= 0) {
+      this.#persist(progress);
+      return;
+    }
+    this.#latest = progress;
+    if (this.#pages && !this.#timer) {
+      this.#timer = setTimeout(() => {
+        this.#timer = undefined;
+        if (this.#latest) this.#persist(this.#latest);
+      }, wait);
+      this.#timer.unref();
+    }
+  }
+
+  #persist(progress: ExportProgress): void {
+    this.#last = Date.now();
+    this.#latest = undefined;
+    const pages = this.#pages;
+    const committed = progress.committed ?? [];
+    if (pages && committed.length > (pages.pageEnds.at(-1) ?? 0))
+      this.#pages = { committed, pageEnds: [...pages.pageEnds, committed.length] };
+    const persisted = { ...progress, ...this.#pages };
+    this.#persisting = this.#persisting.then(() => this.write(persisted)).catch(() => undefined);
+  }
+
+  /** Drops a held-back progress and waits for the writes under way. */
+  async settle(): Promise<void> {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    await this.#persisting;
+  }
+
+  /** The progress the job ends with: its pages as last written. */
+  final(progress: ExportProgress | undefined): Record<string, unknown> | undefined {
+    return progress && { ...progress, ...this.#pages };
   }
 }
 

@@ -52,8 +52,11 @@ export async function planExport(
     allIssues.push({ severity: 'warning', code, text, expression: [parameter] });
   };
 
+  // Output organized by patient holds patient compartments only, at every level.
   const compartmentTypes =
-    params.level === 'system' ? undefined : new Set(['Patient', ...patientCompartmentTypes()]);
+    params.level === 'system' && !params.organizeOutputBy
+      ? undefined
+      : new Set(['Patient', ...patientCompartmentTypes()]);
   /** Reported in the error files, whatever the handling: the export goes on without it. */
   const report = (code: string, parameter: string, text: string): void => {
     allIssues.push({ severity: 'warning', code, text, expression: [parameter] });
@@ -82,10 +85,16 @@ export async function planExport(
   }
 
   const plan: ExportPlan = { params, types, issues: allIssues };
+  if (params.organizeOutputBy && !canExport(principal, 'Patient')) {
+    // The blocks are the patients': their files are downloaded as Patient data.
+    reject(403, 'forbidden', 'organizeOutputBy', 'organizeOutputBy=Patient needs access to Patient');
+    const { organizeOutputBy: _dropped, ...rest } = plan.params;
+    plan.params = rest;
+  }
   const reach = access ? await exportReach(access, types) : undefined;
   if (params.associatedData && (!canExport(principal, 'Provenance') || reach !== undefined)) {
     reject(403, 'forbidden', 'includeAssociatedData', 'The access token does not cover Provenance');
-    const { associatedData: _dropped, ...rest } = params;
+    const { associatedData: _dropped, ...rest } = plan.params;
     plan.params = rest;
   }
   if (params.level === 'group') {

@@ -5,15 +5,19 @@ import type {
   ExportReadOptions,
   ExportReader,
   FhirResource,
+  NdjsonChunk,
   StoredResource,
 } from '../storage/types.js';
 import { ByteBudget, ExportTooLargeError } from './byte-budget.js';
 import { elementsFor, projectElements, type ElementSelection } from '../search/elements.js';
-import type { ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
+import type { CommittedFile, ExportProgress, ExportTask, ExportTaskResult } from './export-task.js';
 import { loadMandatoryElements } from '../search/element-tables.js';
 import { NdjsonFileWriter } from './ndjson-file-writer.js';
 import { chunkText, ndjsonLines } from './ndjson-lines.js';
 import { AssociatedProvenance } from './provenance.js';
+import { BlockFileWriter } from './block-file-writer.js';
+import { directorySink } from './directory-export-files.js';
+import { writePatientBlocks, type CopyInto } from './organized-export.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { parseTypeFilter, typeFilterTests, type TypeFilterSearch } from './type-filter.js';
 
@@ -70,7 +74,9 @@ interface ExportRun {
   progress: ExportProgress;
   result: ExportTaskResult;
   /** Every file writer opened, aborted together when the export fails. */
-  writers: NdjsonFileWriter[];
+  writers: { abort(): Promise<void> }[];
+  /** Where the files go. */
+  sink: string | ExportFileSink;
   /** `_typeFilter` tests by type. */
   filters: Map<string, (resource: FhirResource) => boolean>;
   /** The elements kept of a type under `_elements`. */
@@ -79,8 +85,11 @@ interface ExportRun {
   report: (force: boolean) => void;
   /** Throws once the signal has stopped the export. */
   checkAborted: () => void;
-  /** Opens the next file series (`Patient`, `deleted`, `error`, …). */
-  newWriter: (prefix: string) => NdjsonFileWriter;
+  /**
+   * Opens the next file series (`Patient`, `deleted`, `error`, …); with `allowPartialManifests`,
+   * the files of a `listed` series are reported as they are committed.
+   */
+  newWriter: (prefix: string, listed?: Omit<CommittedFile, 'file' | 'count'>) => NdjsonFileWriter;
 }
 
 /** The patients whose compartments are exported: who is new since `_since`, and everyone else. */
@@ -122,7 +131,15 @@ export async function runExport(
         ? [...task.types.filter((t) => t !== 'Provenance'), 'Provenance']
         : task.types;
     const compartments = await compartmentsOf(run);
-    const deletedWriter = params.sinceMs !== undefined ? run.newWriter('deleted') : undefined;
+    const deletedWriter =
+      params.sinceMs !== undefined
+        ? run.newWriter('deleted', { kind: 'deleted', type: 'Bundle' })
+        : undefined;
+    if (params.organizeOutputBy) {
+      await runOrganized(run, compartments, deletedWriter);
+      run.result.bytes = run.budget.used;
+      return run.result;
+    }
     let provenanceWriter: NdjsonFileWriter | undefined;
     // Types the snapshot has no version of are not read (a store answers which, when it can).
     const withVersions = await reader.typesWithVersions?.(projectId, snapshot, types);
@@ -170,7 +187,7 @@ async function startRun(
     if (onProgress && (force || now - lastReport >= interval)) {
       lastReport = now;
       progress.bytes = budget.used;
-      onProgress({ ...progress });
+      onProgress({ ...progress, ...(progress.committed ? { committed: [...progress.committed] } : {}) });
     }
   };
   const checkAborted = (): void => {
@@ -189,9 +206,17 @@ async function startRun(
       'ERR_EXPORT_TASK_INVALID',
       'The export task has neither outputDir nor a file sink',
     );
-  const writers: NdjsonFileWriter[] = [];
-  const newWriter = (prefix: string): NdjsonFileWriter => {
+  const writers: ExportRun['writers'] = [];
+  if (params.allowPartialManifests) progress.committed = [];
+  const newWriter: ExportRun['newWriter'] = (prefix, listed) => {
     const writer = new NdjsonFileWriter(sink, prefix, task.maxFileSize, budget);
+    const committed = progress.committed;
+    if (committed && listed) {
+      writer.onCommit = ({ file, count }) => {
+        committed.push({ ...listed, file, count });
+        report(true);
+      };
+    }
     writers.push(writer);
     return writer;
   };
@@ -203,6 +228,7 @@ async function startRun(
     progress,
     result,
     writers,
+    sink,
     filters,
     selectionOf,
     report,
@@ -228,12 +254,15 @@ async function writeIssues(run: ExportRun): Promise<void> {
   await finishFiles(writer, 'OperationOutcome', run.result.error);
 }
 
-/** Who the compartment levels export, every patient of the snapshot at Patient level without `patient`. */
+/**
+ * Who the compartment levels export: every patient of the snapshot at Patient level without
+ * `patient`, and at system level when organized by patient.
+ */
 async function compartmentsOf(run: ExportRun): Promise<Compartments> {
   const { reader, task } = run;
   const { params, snapshot, projectId } = task;
   let patientIds = task.patientIds;
-  if (params.level === 'patient' && !patientIds) {
+  if ((params.level === 'patient' || params.organizeOutputBy) && !patientIds) {
     // Every patient of the snapshot: the Patient level exports all their compartments.
     const ids: string[] = [];
     for await (const chunk of reader.readResources(projectId, snapshot, {
@@ -265,7 +294,7 @@ async function exportType(
   const { reader, task } = run;
   const { params, snapshot, projectId } = task;
   const { level, newIds, oldIds } = compartments;
-  const writer = run.newWriter(resourceType);
+  const writer = run.newWriter(resourceType, { kind: 'output', type: resourceType });
   const kept = run.selectionOf(resourceType);
   const typeFilter = run.filters.get(resourceType);
   const target: CopyTarget = {
@@ -276,7 +305,7 @@ async function exportType(
   };
   if (!level || (oldIds && oldIds.length > 0)) {
     // Every chunk is written (or decoded) before the next is asked for: its memory can be reused.
-    const base: ExportReadOptions = { resourceType, reuseChunks: true };
+    const base: ExportReadOptions = { resourceType, reuseChunks: true, ...untilOf(params) };
     if (params.sinceMs !== undefined) base.since = params.sinceMs;
     if (level) base.patientIds = oldIds;
     const skip = newIds.length > 0 ? new Set<string>() : undefined;
@@ -286,6 +315,7 @@ async function exportType(
         resourceType,
         patientIds: newIds,
         reuseChunks: true,
+        ...untilOf(params),
       });
       await copyChunks(run, target, added, skip, true);
     }
@@ -301,15 +331,93 @@ async function exportType(
       resourceType,
       patientIds: newIds,
       reuseChunks: true,
+      ...untilOf(params),
     });
     await copyChunks(run, target, added, undefined, false);
   }
   return writer;
 }
 
+/** The `until` bound of every read (`_until`), when the export has one before its kick-off. */
+function untilOf(params: ExportTask['params']): Pick<ExportReadOptions, 'until'> {
+  return params.untilMs === undefined ? {} : { until: params.untilMs };
+}
+
+/** What lines are written to: a file writer, or a block of one. */
+interface LineSink {
+  write(data: string | Uint8Array, count: number): Promise<void>;
+}
+
+/**
+ * An export organized by patient (`organizeOutputBy=Patient`, see ./organized-export.ts): the
+ * blocks of every patient, then, with `_since`, the deletions of the compartment types.
+ */
+async function runOrganized(
+  run: ExportRun,
+  compartments: Compartments,
+  deletedWriter: NdjsonFileWriter | undefined,
+): Promise<void> {
+  const { reader, task } = run;
+  const { params, projectId, snapshot } = task;
+  const withVersions = await reader.typesWithVersions?.(projectId, snapshot, task.types);
+  const present = task.types.filter((t) => !withVersions || withVersions.has(t));
+  const types = present.includes('Patient')
+    ? ['Patient', ...present.filter((t) => t !== 'Patient')]
+    : present;
+  const committed = run.progress.committed;
+  const writer = new BlockFileWriter(
+    typeof run.sink === 'string' ? directorySink(run.sink) : run.sink,
+    'Patients',
+    task.maxFileSize,
+    run.budget,
+    committed &&
+      ((file) => {
+        committed.push({ ...file, kind: 'output' });
+        run.report(true);
+      }),
+  );
+  run.writers.push(writer);
+  const counts: Record<string, number> = {};
+  const copy: CopyInto = (resourceType, chunks) => {
+    const counting: LineSink = {
+      write: (data, count) => {
+        counts[resourceType] = (counts[resourceType] ?? 0) + count;
+        return writer.write(data, count);
+      },
+    };
+    const kept = run.selectionOf(resourceType);
+    const typeFilter = run.filters.get(resourceType);
+    const transform = kept || typeFilter ? { kept, typeFilter } : undefined;
+    return copyChunks(
+      run,
+      { writer: counting, resourceType, transform, associated: undefined },
+      chunks,
+      undefined,
+      false,
+    );
+  };
+  const patientIds = [...compartments.newIds, ...(compartments.oldIds ?? [])];
+  const organized = { reader, task, writer, copy, checkAborted: run.checkAborted, report: run.report };
+  await writePatientBlocks(organized, patientIds, new Set(compartments.newIds), types);
+  run.result.output.push(...(await writer.finish()));
+  run.result.counts = counts;
+  if (deletedWriter && params.sinceMs !== undefined) {
+    for (const resourceType of types) {
+      const base: ExportReadOptions = { resourceType, since: params.sinceMs, patientIds, ...untilOf(params) };
+      for await (const tombstone of reader.readDeleted(projectId, snapshot, base)) {
+        run.checkAborted();
+        await deletedWriter.write(deletionBundle(tombstone.resourceType, tombstone.id), 1);
+      }
+    }
+    await finishFiles(deletedWriter, 'Bundle', run.result.deleted);
+  }
+  run.progress.typesDone = run.progress.typesTotal;
+  run.report(true);
+}
+
 /** Where {@link copyChunks} writes, and what it does to each line on the way. */
 interface CopyTarget {
-  writer: NdjsonFileWriter;
+  writer: LineSink;
   resourceType: string;
   transform: LineTransform | undefined;
   associated: AssociatedProvenance | undefined;
@@ -323,7 +431,7 @@ interface CopyTarget {
 async function copyChunks(
   run: ExportRun,
   { writer, resourceType, transform: how, associated }: CopyTarget,
-  chunks: AsyncIterable<{ data: string | Uint8Array; count: number }>,
+  chunks: AsyncIterable<NdjsonChunk> | Iterable<NdjsonChunk>,
   seen: Set<string> | undefined,
   remember: boolean,
 ): Promise<void> {
@@ -364,7 +472,7 @@ async function writeAssociated(
   provenanceWriter: NdjsonFileWriter | undefined,
 ): Promise<void> {
   const { reader, task } = run;
-  const writer = provenanceWriter ?? run.newWriter('Provenance');
+  const writer = provenanceWriter ?? run.newWriter('Provenance', { kind: 'output', type: 'Provenance' });
   const kept = run.selectionOf('Provenance');
   const lines = lineBatch(writer, run.progress);
   const read = () =>
@@ -378,7 +486,7 @@ async function writeAssociated(
 }
 
 /** Collects NDJSON lines for `writer` and writes them in batches of about `BATCH_CHARS`. */
-function lineBatch(writer: NdjsonFileWriter, progress: ExportProgress) {
+function lineBatch(writer: LineSink, progress: ExportProgress) {
   let batch = '';
   let count = 0;
   const flush = async (): Promise<void> => {

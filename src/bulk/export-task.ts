@@ -54,13 +54,26 @@ export interface ExportProgress {
   typesTotal: number;
   /** Bytes written to the job's files so far (counted against `maxProjectExportSize`). */
   bytes?: number;
+  /**
+   * With `allowPartialManifests`: the `output` and `deleted` files committed so far, in commit
+   * order (a file is listed once it is whole and served).
+   */
+  committed?: CommittedFile[];
+}
+
+/** A file committed while the export runs, for the partial manifests. */
+export interface CommittedFile extends ExportOutputFile {
+  kind: 'output' | 'deleted';
 }
 
 /** One manifest entry as written (relative file name; the router builds the URL). */
 export interface ExportOutputFile {
-  type: string;
+  /** The resource type of the file; absent for a file of `organizeOutputBy` blocks. */
+  type?: string;
   file: string;
   count: number;
+  /** `organizeOutputBy`: the file where this file's last resource block continues. */
+  continuesInFile?: string;
 }
 
 /** What a finished export wrote. */
@@ -68,6 +81,8 @@ export interface ExportTaskResult {
   output: ExportOutputFile[];
   deleted: ExportOutputFile[];
   error: ExportOutputFile[];
+  /** Resources exported per type, when the files do not say (`organizeOutputBy`). */
+  counts?: Record<string, number>;
   /**
    * Bytes of all the files written (counted against `maxProjectExportSize`; when absent, the
    * job's files are measured on disk).

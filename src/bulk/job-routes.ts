@@ -10,6 +10,9 @@ import { exportScope } from './export-audit.js';
 import type { ExportJobManager } from './export-jobs.js';
 import type { ExportParams } from './kickoff-params.js';
 import { buildManifest } from './manifest.js';
+import { findPartialFile, manifestPage, pageParameter } from './partial-manifest.js';
+import type { ExportJobRecord } from '../storage/types.js';
+import { NotFoundError } from '../storage/errors.js';
 
 /** What the routes of a kicked-off job need of the Bulk Data router. */
 export interface JobRouteDeps {
@@ -40,16 +43,35 @@ export function jobRoutes(deps: JobRouteDeps): JobRoutes {
   const { jobs, baseUrl, retryAfter, audit, segment, information } = deps;
   const jobParam = (req: Request): string => segment(req, 2) ?? '';
 
+  const progressText = (job: ExportJobRecord): string => {
+    const progress = jobs.progressOf(job);
+    return progress
+      ? `${progress.resources} resources written, ${progress.typesDone} of ${progress.typesTotal} types done`
+      : job.status;
+  };
+
   const status = asyncHandler(async (req, res) => {
     const principal = getPrincipal(res);
     const job = await jobs.visibleJob(requireProjectId(principal), principal.id, jobParam(req));
     res.set('Cache-Control', 'no-store');
-    if (job.status === 'accepted' || job.status === 'in-progress') {
-      const progress = jobs.progressOf(job);
-      const text = progress
-        ? `${progress.resources} resources written, ${progress.typesDone} of ${progress.typesTotal} types done`
-        : job.status;
-      res.status(202).set('X-Progress', text).set('Retry-After', retryAfter).end();
+    const running = job.status === 'accepted' || job.status === 'in-progress';
+    const partial = (job.params as { params?: ExportParams }).params?.allowPartialManifests;
+    if (partial && job.status !== 'failed') {
+      const page = manifestPage(
+        job,
+        pageParameter(req.query.page),
+        (file) => absoluteUrl(req, `/$export-file/${job.id}/${file}`, baseUrl),
+        (n) => absoluteUrl(req, `/$export-status/${job.id}?page=${String(n)}`, baseUrl),
+      );
+      if (page.manifest) {
+        if (running) res.set('X-Progress', progressText(job)).set('Retry-After', retryAfter);
+        else if (job.expiresAt) res.set('Expires', new Date(job.expiresAt).toUTCString());
+        res.status(page.status).type('application/json').send(JSON.stringify(page.manifest));
+        return;
+      }
+    }
+    if (running) {
+      res.status(202).set('X-Progress', progressText(job)).set('Retry-After', retryAfter).end();
       return;
     }
     if (job.status === 'failed') {
@@ -79,7 +101,11 @@ export function jobRoutes(deps: JobRouteDeps): JobRoutes {
   const file = asyncHandler(async (req, res) => {
     const principal = getPrincipal(res);
     const name = segment(req, 3) ?? '';
-    const found = await findExportFile(jobs, principal, jobParam(req), name);
+    // A running job's files are not in the completed manifest that findExportFile looks up.
+    const found = await findExportFile(jobs, principal, jobParam(req), name).catch(async (error: unknown) => {
+      if (!(error instanceof NotFoundError)) throw error;
+      return (await findPartialFile(jobs, principal, jobParam(req), name)) ?? Promise.reject(error);
+    });
     await sendExportFile(
       req,
       res,

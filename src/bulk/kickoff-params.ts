@@ -3,7 +3,7 @@ import { FhirError, type FhirIssueCode } from '../http/http-error.js';
 import type { SearchRegistry } from '../search/definitions.js';
 import { parseTypeFilter, type TypeFilterSearch } from './type-filter.js';
 
-/** The three kick-off endpoints (Bulk Data 2.0.0, "Bulk Data Kick-off Request"). */
+/** The three kick-off endpoints (Bulk Data 2.0.0 and 3.0.0, "Bulk Data Kick-off Request"). */
 export type ExportLevel = 'system' | 'patient' | 'group';
 
 /** Output formats the server accepts for `_outputFormat`; all mean FHIR NDJSON. */
@@ -47,6 +47,18 @@ export interface ExportParams {
   since?: string;
   /** `_since` as epoch milliseconds. */
   sinceMs?: number;
+  /** `_until` as given (FHIR instant; Bulk Data 3.0.0). */
+  until?: string;
+  /**
+   * `_until` as epoch milliseconds (fractional below a millisecond), when it is before the
+   * kick-off: a later `_until` is capped at the kick-off, so it bounds nothing the snapshot does
+   * not already bound and is left out here.
+   */
+  untilMs?: number;
+  /** `allowPartialManifests=true` (Bulk Data 3.0.0): the status pages the manifest while the job runs. */
+  allowPartialManifests?: true;
+  /** `organizeOutputBy` (Bulk Data 3.0.0): files hold whole patients' compartments. */
+  organizeOutputBy?: 'Patient';
   /** `_type`: the requested types in first-seen order; absent = every type the caller may read. */
   types?: string[];
   /** `_elements`: `Type.element` or `element` entries. */
@@ -178,8 +190,10 @@ function collect(input: KickoffInput): Map<string, string[]> {
         add(name, reference);
       } else if (typeof value === 'string') {
         add(name, value);
+      } else if (typeof value === 'boolean') {
+        add(name, String(value));
       } else {
-        throw invalid(name, `Parameter ${name} needs a string value`);
+        throw invalid(name, `Parameter ${name} needs a string or boolean value`);
       }
     }
   }
@@ -198,11 +212,12 @@ function commaList(values: string[]): string[] {
 }
 
 /**
- * Parses and validates a kick-off request (Bulk Data 2.0.0 "Query Parameters"). Unsupported or
- * invalid values throw a 400 `FhirError`, except under `Prefer: handling=lenient`, where they are
- * dropped and returned as `issues`. Always a 400, whatever the handling: a `_since` more than
- * {@link SINCE_CLOCK_SKEW_MS} in the future, an invalid `Prefer`, and (with `requireAsyncHeaders`)
- * a missing `Accept` or `Prefer: respond-async`.
+ * Parses and validates a kick-off request (Bulk Data 2.0.0 "Query Parameters", and the 3.0.0
+ * `_until`, `allowPartialManifests` and `organizeOutputBy`). Unsupported or invalid values throw a
+ * 400 `FhirError`, except under `Prefer: handling=lenient`, where they are dropped and returned as
+ * `issues`. Always a 400, whatever the handling: a `_since` more than {@link SINCE_CLOCK_SKEW_MS}
+ * in the future, a malformed or repeated `_until` or one before `_since`, an invalid `Prefer`, and
+ * (with `requireAsyncHeaders`) a missing `Accept` or `Prefer: respond-async`.
  */
 export function parseKickoff(input: KickoffInput): KickoffParseResult {
   const prefer = parsePrefer(input.prefer);
@@ -245,11 +260,8 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
           reject('_since', '_since may be given once', 'invalid');
           break;
         }
-        // An unencoded "+" in a query string arrives as a space.
-        const value = list[0]!.trim().replace(/ /g, '+');
-        const ms = Date.parse(value);
-        if (!INSTANT.test(value) || Number.isNaN(ms))
-          reject('_since', '_since must be a FHIR instant', 'invalid');
+        const { value, ms } = parseInstant(list[0]!);
+        if (Number.isNaN(ms)) reject('_since', '_since must be a FHIR instant', 'invalid');
         else if (ms > now + SINCE_CLOCK_SKEW_MS) {
           // Refused even under lenient handling: dropping it would turn an incremental export into
           // a full one, and keeping it would answer an empty export that looks like a success.
@@ -260,6 +272,11 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         }
         break;
       }
+      case '_until':
+      case 'allowPartialManifests':
+      case 'organizeOutputBy':
+        parseVersion3Option(params, name, list, reject, now);
+        break;
       case '_type': {
         const requested = commaList(list);
         // An empty `_type=` is no restriction.
@@ -344,5 +361,64 @@ export function parseKickoff(input: KickoffInput): KickoffParseResult {
         reject(name, `Unknown parameter ${name}`);
     }
   }
+  if (params.organizeOutputBy && params.associatedData) {
+    // Provenance is in no patient's compartment (but a Patient's own): it has no block to go in.
+    reject('includeAssociatedData', 'includeAssociatedData is not supported with organizeOutputBy');
+    delete params.associatedData;
+  }
+  const untilMs = params.until === undefined ? undefined : parseInstant(params.until).ms;
+  if (untilMs !== undefined && params.sinceMs !== undefined && untilMs < params.sinceMs)
+    throw invalid('_until', '_until must not be before _since');
   return { params, issues };
+}
+
+/**
+ * The Bulk Data 3.0.0 kick-off options (`_until`, `allowPartialManifests`, `organizeOutputBy`) into
+ * `params`; `reject` throws or, under lenient handling, records the issue.
+ */
+function parseVersion3Option(
+  params: ExportParams,
+  name: string,
+  list: string[],
+  reject: (parameter: string, text: string, code?: FhirIssueCode) => void,
+  now: number,
+): void {
+  switch (name) {
+    case '_until': {
+      // Refused whatever the handling: without it the export would hold more than was asked.
+      if (list.length > 1) throw invalid('_until', '_until may be given once');
+      const { value, ms } = parseInstant(list[0]!);
+      if (Number.isNaN(ms)) throw invalid('_until', '_until must be a FHIR instant');
+      params.until = value;
+      if (ms < now) params.untilMs = ms;
+      break;
+    }
+    case 'allowPartialManifests': {
+      const value = list.length === 1 ? list[0]!.trim() : '';
+      if (value === 'true') params.allowPartialManifests = true;
+      else if (value !== 'false')
+        reject('allowPartialManifests', 'allowPartialManifests must be given once, true or false', 'invalid');
+      break;
+    }
+    case 'organizeOutputBy': {
+      const value = list.length === 1 ? list[0]!.trim() : '';
+      if (value === 'Patient') params.organizeOutputBy = 'Patient';
+      else if (list.length === 1 && isResourceType(value))
+        reject('organizeOutputBy', `organizeOutputBy=${value} is not supported (only Patient)`);
+      else reject('organizeOutputBy', 'organizeOutputBy must be given once, a resource type', 'invalid');
+      break;
+    }
+  }
+}
+
+/**
+ * A FHIR instant as given (an unencoded "+" in a query string arrives as a space) and as epoch
+ * milliseconds, with the digits below a millisecond as a fraction; `NaN` when it is not one.
+ */
+function parseInstant(raw: string): { value: string; ms: number } {
+  const value = raw.trim().replace(/ /g, '+');
+  const ms = Date.parse(value);
+  if (!INSTANT.test(value) || Number.isNaN(ms)) return { value, ms: NaN };
+  const below = /\.[0-9]{3}([0-9]+)/.exec(value)?.[1];
+  return { value, ms: below === undefined ? ms : ms + Number(`0.${below}`) };
 }

@@ -41,6 +41,8 @@ export class NdjsonFileWriter {
   #size = 0;
   #count = 0;
   readonly #files: WrittenFile[] = [];
+  /** Called as each file is committed (complete and served under its name). */
+  onCommit: ((file: WrittenFile) => void) | undefined;
 
   /** `budget`, when given, counts every byte written and stops the export at its limit. */
   constructor(target: string | ExportFileSink, prefix: string, maxFileSize: number, budget?: ByteBudget) {
@@ -109,7 +111,9 @@ export class NdjsonFileWriter {
     if (!handle) return;
     this.#handle = undefined;
     await handle.commit();
-    this.#files.push({ file: this.#name, count: this.#count, size: this.#size });
+    const written = { file: this.#name, count: this.#count, size: this.#size };
+    this.#files.push(written);
+    this.onCommit?.(written);
     this.#size = 0;
     this.#count = 0;
   }

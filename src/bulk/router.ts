@@ -12,6 +12,7 @@ import { FHIR_JSON, sendFhir } from '../http/protocol-responses.js';
 import { loadSearchRegistry } from '../search/definitions.js';
 import { NotFoundError } from '../storage/errors.js';
 import { exportScope } from './export-audit.js';
+import { OPERATION_DEFINITION_ROUTE, operationDefinitionRoute } from './operation-definitions.js';
 import { ExportJobManager } from './export-jobs.js';
 import { canExport, planExport } from './export-plan.js';
 import { scopedStorage, userDataAccess } from '../fhir/scoped-storage.js';
@@ -223,6 +224,12 @@ export function bulkExportRouter(options: BulkExportRouterOptions): BulkExportRo
     route('post', ROUTES[level], body, kickoff(level), refusedKickoff(level));
   }
 
+  // Conformance resources, public as the CapabilityStatement is.
+  router.get(
+    OPERATION_DEFINITION_ROUTE,
+    operationDefinitionRoute((req) => absoluteUrl(req, '', baseUrl)),
+    ...errors,
+  );
   const job = jobRoutes({ jobs, baseUrl, retryAfter, audit, segment, information });
   // The status answers FHIR JSON (a manifest, an OperationOutcome): 406 for a client wanting XML.
   route('get', ROUTES.status, fhirJsonOnly(), job.status);

@@ -17,6 +17,11 @@ export interface ExportReadOptions {
   resourceType: string;
   /** Only resources changed after this instant (epoch ms). */
   since?: number;
+  /**
+   * Only resources changed at or before this instant (epoch ms, fractional for sub-millisecond
+   * precision); for `readDeleted`, only deletions at or before it. Absent: up to the snapshot.
+   */
+  until?: number;
   /** Only resources in the compartment of these patients (Patient resources themselves included). */
   patientIds?: string[];
   /**

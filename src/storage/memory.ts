@@ -2,6 +2,7 @@ import type { GrantStore } from './grant-types.js';
 import { MemoryGrants } from './memory-grants.js';
 import { randomUUID } from 'node:crypto';
 import { isoMicros } from './engine/clock.js';
+import { untilMicros } from './export-window.js';
 import { Engine, type EngineBackend } from './engine/engine.js';
 import type { BaseState } from './engine/state.js';
 import { EngineStorage } from './engine/engine-storage.js';
@@ -235,10 +236,11 @@ class MemoryExportReader implements ExportReader {
     const log = this.backend.log(projectId, options.resourceType);
     if (!log || end === 0) return;
     const since = options.since === undefined ? -Infinity : options.since * 1000;
+    const until = untilMicros(options);
     let lines: string[] = [];
     let bytes = 0;
     for (const version of this.versionsAt(projectId, log, end, options)) {
-      if (version.lastUpdatedMicros <= since) continue;
+      if (version.lastUpdatedMicros <= since || version.lastUpdatedMicros > until) continue;
       lines.push(version.json, '\n');
       bytes += version.json.length + 1;
       if (bytes >= this.chunkBytes) {
@@ -296,9 +298,11 @@ class MemoryExportReader implements ExportReader {
     const log = this.backend.log(projectId, options.resourceType);
     if (!log) return;
     const since = options.since === undefined ? -Infinity : options.since * 1000;
+    const until = untilMicros(options);
     for (let i = 0; i < end; i++) {
       const v = log.versions[i]!;
-      if (!v.deleted || v.lastUpdatedMicros <= since || (v.superseded !== -1 && v.superseded < end)) continue;
+      if (!v.deleted || v.lastUpdatedMicros <= since || v.lastUpdatedMicros > until) continue;
+      if (v.superseded !== -1 && v.superseded < end) continue;
       yield { resourceType: options.resourceType, id: v.id, deletedAt: isoMicros(v.lastUpdatedMicros) };
     }
     await Promise.resolve();

@@ -146,6 +146,32 @@ describe('audit wiring: bulk export', () => {
     expect(done!.event.entity?.[0]?.detail).toContainEqual({ type: 'count:Observation', valueString: '40' });
   });
 
+  it('records the Bulk Data 3.0 options of a kick-off: _until, organizeOutputBy, allowPartialManifests', async () => {
+    const { kickoff, finished, exports } = await setup();
+    const until = '2099-01-01T00:00:00Z';
+    const accepted = await kickoff(
+      `/Patient/$export?_type=Patient&_until=${until}&organizeOutputBy=Patient&allowPartialManifests=true`,
+    );
+    expect(accepted.status).toBe(202);
+    expect((await finished(pathOf(accepted.headers['content-location'] as string))).status).toBe(200);
+    const [start] = await eventually('the export events', () =>
+      exports().length === 2 ? exports() : undefined,
+    );
+    expect(start!.context.record).toMatchObject({
+      phase: 'kickoff',
+      until,
+      organizeOutputBy: 'Patient',
+      allowPartialManifests: true,
+    });
+    expect(start!.event.entity?.[0]?.detail).toEqual(
+      expect.arrayContaining([
+        { type: '_until', valueString: until },
+        { type: 'organizeOutputBy', valueString: 'Patient' },
+        { type: 'allowPartialManifests', valueString: 'true' },
+      ]),
+    );
+  });
+
   it('records a failure (outcome 8, the job owner as agent) and a cancel', async () => {
     const { t, auth, client, kickoff, finished, exports } = await setup({ pool: new CrashFirstPool() });
     const failedPath = pathOf(

@@ -32,6 +32,16 @@ interface Rest {
   operation?: { name: string; definition: string }[];
 }
 
+/**
+ * The IG canonical of a definition: the bulk export operations point at this server's own
+ * definitions (`[base]/OperationDefinition/bulk-patient-export`), based on the IG's.
+ */
+const canonicalOf = (definition: string): string =>
+  definition.replace(
+    /^.*\/OperationDefinition\/bulk-(export|patient-export|group-export)$/,
+    'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/$1',
+  );
+
 /** How each operation this server may list is invoked, by its definition's canonical URL. */
 const OPERATION_LEVELS: Record<string, 'system' | 'type' | 'instance' | 'type+instance'> = {
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export': 'system',
@@ -343,7 +353,8 @@ describe('the CapabilityStatement, walked', () => {
       );
       expect(put.status).toBeLessThan(300);
     }
-    const invoke = async (what: string, path: string, definition: string): Promise<void> => {
+    const invoke = async (what: string, path: string, own: string): Promise<void> => {
+      const definition = canonicalOf(own);
       const bulk = definition.includes('/bulkdata/');
       const level = path.includes(`/${ID}/`) ? 'instance' : 'type';
       const query = OPERATION_QUERIES[definition]?.[level] ?? '';
@@ -365,13 +376,13 @@ describe('the CapabilityStatement, walked', () => {
       if (bulk && status) await request(server).delete(new URL(status).pathname).set('Authorization', auth);
     };
     for (const op of rest.operation ?? []) {
-      const level = OPERATION_LEVELS[op.definition];
+      const level = OPERATION_LEVELS[canonicalOf(op.definition)];
       if (level !== 'system') failures.push(`$${op.name} (${op.definition}): not a system-level operation`);
       else await invoke(`$${op.name}`, `$${op.name}`, op.definition);
     }
     for (const cap of rest.resource) {
       for (const op of cap.operation ?? []) {
-        const level = OPERATION_LEVELS[op.definition];
+        const level = OPERATION_LEVELS[canonicalOf(op.definition)];
         const what = `${cap.type}/$${op.name}`;
         if (level === undefined || level === 'system') {
           failures.push(`${what} (${op.definition}): the walk does not know how to invoke it`);

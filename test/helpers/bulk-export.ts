@@ -77,6 +77,18 @@ export async function bulkTestApp<S extends Storage = FixtureStorage>(
   return { storage, app, router, exportDir, auth: token('proj-a') };
 }
 
+/**
+ * A store opened by `open` (a `forEachStore` suite's) with the projects `proj-a` and `proj-b`,
+ * closed after the test.
+ */
+export async function openWithProjects(open: () => Storage | Promise<Storage>): Promise<Storage> {
+  const storage = await open();
+  afterTest(() => storage.close());
+  await storage.createProject({ id: 'proj-a', name: 'A', strictMode: false });
+  await storage.createProject({ id: 'proj-b', name: 'B', strictMode: false });
+  return storage;
+}
+
 const ref = (type: string, id: string) => ({ reference: `${type}/${id}` });
 
 /** The sample data of most tests (project `proj-a`) and one resource of `proj-b`. */

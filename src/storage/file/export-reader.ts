@@ -11,6 +11,7 @@ import {
   SUPERSEDED_AT,
 } from './record.js';
 import { checkPatientCompartment } from '../patient-compartment.js';
+import { untilMicros } from '../export-window.js';
 import { asFileSnapshot, type FileSnapshot } from './snapshot.js';
 import type {
   ExportReader,
@@ -123,6 +124,16 @@ async function* lineBlocks(
 }
 
 /** Calls `visit(start, end)` for each line of `buf[0, stop)` (`end` just past its newline). */
+/** The `lastUpdated` bounds of a read, in microseconds: after `since` (-1: any), at or before `until`. */
+interface TimeWindow {
+  since: number;
+  until: number;
+}
+
+function inWindow(lastUpdated: number, window: TimeWindow): boolean {
+  return lastUpdated > window.since && lastUpdated <= window.until;
+}
+
 function forEachLine(buf: Buffer, stop: number, visit: (start: number, end: number) => void): void {
   let start = 0;
   while (start < stop) {
@@ -205,6 +216,8 @@ export class FileExportReader implements ExportReader {
   private readonly chunkPool: BufferPool;
   /** The positions file last read (one job's reader reads the same one for every type). */
   private positionsCache: { file: string; positions: Promise<Positions> } | undefined;
+  /** Per snapshot and type: each patient's record positions (see `compartmentIndex`). */
+  private readonly compartmentIndexes = new Map<string, Promise<Map<string, [number, number][]>>>();
 
   constructor(
     private readonly options: FileExportReaderOptions,
@@ -247,7 +260,10 @@ export class FileExportReader implements ExportReader {
     const snap = asFileSnapshot(projectId, snapshot);
     const type = snap.types[options.resourceType];
     if (!type || type.end === 0) return;
-    const since = options.since === undefined ? -1 : options.since * 1000;
+    const window: TimeWindow = {
+      since: options.since === undefined ? -1 : options.since * 1000,
+      until: untilMicros(options),
+    };
     const file = this.file(snap, type.file);
     const handle = await fs.open(file, 'r').catch((error: unknown) => {
       throw unavailable(error, 'The file store could not read an export snapshot');
@@ -262,11 +278,11 @@ export class FileExportReader implements ExportReader {
           type.end,
           options.resourceType,
           options.patientIds,
-          since,
+          window,
           chunks,
         );
       } else {
-        yield* this.scan(handle, type.end, since, chunks, undefined, file);
+        yield* this.scan(handle, type.end, window, chunks, undefined, file);
       }
     } catch (error) {
       // An I/O error (EIO) as StorageUnavailableError: the export fails as transient.
@@ -281,11 +297,12 @@ export class FileExportReader implements ExportReader {
   private async *scan(
     handle: FileHandle,
     end: number,
-    since: number,
+    window: TimeWindow,
     chunks: ChunkBuilder,
     only?: ReadonlySet<number>,
     file?: string,
   ): AsyncIterable<NdjsonChunk> {
+    const anyTime = window.since < 0 && window.until === Infinity;
     for await (const { buf, stop, offset } of lineBlocks(handle, end, this.blocks)) {
       if (file !== undefined && offset > 0) this.faults?.('read', file);
       let start = 0;
@@ -293,7 +310,7 @@ export class FileExportReader implements ExportReader {
         const nl = buf.indexOf(NEWLINE, start);
         if (
           buf[start + OP_AT] !== OP_DELETE &&
-          (since < 0 || readLastUpdated(buf, start) > since) &&
+          (anyTime || inWindow(readLastUpdated(buf, start), window)) &&
           (!only || only.has(offset + start))
         ) {
           // Most records are current: compare the field with "000000000000" before parsing it.
@@ -321,7 +338,7 @@ export class FileExportReader implements ExportReader {
     end: number,
     resourceType: string,
     patientIds: string[],
-    since: number,
+    window: TimeWindow,
     chunks: ChunkBuilder,
   ): AsyncIterable<NdjsonChunk> {
     const wanted = new Set(patientIds);
@@ -331,16 +348,21 @@ export class FileExportReader implements ExportReader {
       patientCompartment
         .patientIds(JSON.parse(buf.toString('utf8', start, end)) as StoredResource)
         .some((p) => wanted.has(p));
-    if (recorded && patientIds.every((p) => recorded.has(p))) {
-      // Positions saved at the snapshot: cost follows the compartment, not the store.
-      const exact = recorded.size === wanted.size;
-      const list = (await this.positions(snap))[resourceType] ?? [];
+    const saved = recorded !== undefined && patientIds.every((p) => recorded.has(p));
+    const single = patientIds.length === 1 ? patientIds[0]! : undefined;
+    if (saved || single !== undefined) {
+      // Positions saved at the snapshot (or, for one patient, indexed by this reader): cost
+      // follows the compartment, not the store.
+      const exact = saved ? recorded.size === wanted.size : true;
+      const list = saved
+        ? ((await this.positions(snap))[resourceType] ?? [])
+        : ((await this.compartmentIndex(snap, handle, end, resourceType)).get(single!) ?? []);
       let bytes = 0;
       for (const [, jsonLength] of list) bytes += HEADER_LENGTH + jsonLength + 1;
       if (exact && bytes > end / 4) {
         // A large share of the log (a Patient export of most patients): one sequential pass
         // keeping those offsets beats a read per record.
-        yield* this.scan(handle, end, since, chunks, new Set(list.map(([offset]) => offset)));
+        yield* this.scan(handle, end, window, chunks, new Set(list.map(([offset]) => offset)));
         return;
       }
       // Neighbouring records (a patient's resources were mostly written together) are read in
@@ -367,7 +389,7 @@ export class FileExportReader implements ExportReader {
             const [offset, jsonLength] = list[k]!;
             const start = offset - first;
             const recordEnd = start + HEADER_LENGTH + jsonLength + 1;
-            if (readLastUpdated(buf, start) <= since) continue;
+            if (!inWindow(readLastUpdated(buf, start), window)) continue;
             if (!exact && !inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)) continue;
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
             if (full) yield full;
@@ -387,7 +409,7 @@ export class FileExportReader implements ExportReader {
           if (
             readOp(buf, start) !== OP_DELETE &&
             (superseded === 0 || superseded >= end) &&
-            readLastUpdated(buf, start) > since &&
+            inWindow(readLastUpdated(buf, start), window) &&
             inCompartment(buf, start + HEADER_LENGTH, recordEnd - 1)
           ) {
             const full = chunks.add(buf, start + HEADER_LENGTH, recordEnd);
@@ -401,6 +423,50 @@ export class FileExportReader implements ExportReader {
     if (last) yield last;
   }
 
+  /**
+   * The positions of each patient's records of a type, from one pass over its log (each current
+   * record parsed once), kept while the reader lasts: an export organized by patient reads every
+   * compartment one patient at a time, which would otherwise pass over the log for each.
+   */
+  private compartmentIndex(
+    snap: FileSnapshot,
+    handle: FileHandle,
+    end: number,
+    resourceType: string,
+  ): Promise<Map<string, [number, number][]>> {
+    const key = `${snap.dir}\u0000${resourceType}`;
+    let index = this.compartmentIndexes.get(key);
+    if (!index) {
+      index = this.buildCompartmentIndex(handle, end);
+      this.compartmentIndexes.set(key, index);
+      index.catch(() => this.compartmentIndexes.delete(key));
+    }
+    return index;
+  }
+
+  private async buildCompartmentIndex(
+    handle: FileHandle,
+    end: number,
+  ): Promise<Map<string, [number, number][]>> {
+    const byPatient = new Map<string, [number, number][]>();
+    for await (const { buf, stop, offset } of lineBlocks(handle, end, this.blocks)) {
+      forEachLine(buf, stop, (start, recordEnd) => {
+        const superseded = readSuperseded(buf, start);
+        if (readOp(buf, start) === OP_DELETE || (superseded !== 0 && superseded < end)) return;
+        const resource = JSON.parse(
+          buf.toString('utf8', start + HEADER_LENGTH, recordEnd - 1),
+        ) as StoredResource;
+        const position: [number, number] = [offset + start, recordEnd - 1 - start - HEADER_LENGTH];
+        for (const patient of new Set(this.patientCompartment.patientIds(resource))) {
+          const list = byPatient.get(patient);
+          if (list) list.push(position);
+          else byPatient.set(patient, [position]);
+        }
+      });
+    }
+    return byPatient;
+  }
+
   async *readDeleted(
     projectId: string,
     snapshot: ExportSnapshot,
@@ -409,14 +475,17 @@ export class FileExportReader implements ExportReader {
     const snap = asFileSnapshot(projectId, snapshot);
     const type = snap.types[options.resourceType];
     if (!type || type.end === 0) return;
-    const since = options.since === undefined ? -1 : options.since * 1000;
+    const window: TimeWindow = {
+      since: options.since === undefined ? -1 : options.since * 1000,
+      until: untilMicros(options),
+    };
     const handle = await fs.open(this.file(snap, type.file), 'r');
     try {
       // Block by block, so memory stays bounded however many deletions there are.
       for await (const { buf, stop } of lineBlocks(handle, type.end, this.blocks)) {
         const found: Tombstone[] = [];
         forEachLine(buf, stop, (start, end) => {
-          if (readOp(buf, start) !== OP_DELETE || readLastUpdated(buf, start) <= since) return;
+          if (readOp(buf, start) !== OP_DELETE || !inWindow(readLastUpdated(buf, start), window)) return;
           const superseded = readSuperseded(buf, start);
           if (superseded !== 0 && superseded < type.end) return;
           const tomb = JSON.parse(buf.toString('utf8', start + HEADER_LENGTH, end - 1)) as StoredResource;
@@ -431,6 +500,7 @@ export class FileExportReader implements ExportReader {
 
   close(): Promise<void> {
     this.positionsCache = undefined;
+    this.compartmentIndexes.clear();
     return Promise.resolve();
   }
 }

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
 import Cursor from 'pg-cursor';
 import { isoMicros } from '../engine/clock.js';
+import { untilMicros } from '../export-window.js';
 import { InvalidRecordError, StorageClosedError, StorageError } from '../errors.js';
 import type { ExportReader, ExportReadOptions, ExportSnapshot, NdjsonChunk, Tombstone } from '../types.js';
 import { LineChunks } from './line-chunks.js';
@@ -90,11 +91,14 @@ export class PostgresExportReader implements ExportReader {
     const lit = (value: string): string => pg.escapeLiteral(value);
     const seq = String(Math.trunc(snap.seq));
     const since = `${lit(String((options.since ?? -1e15) * 1000))}::float8`;
+    const until = untilMicros(options);
+    const upTo = (r: string): string =>
+      until === Infinity ? '' : ` AND ${r}lu <= ${lit(String(until))}::float8`;
     // Filters outside the fenced lookup, so that it stays a primary-key lookup.
     const liveOf = (r: string): string =>
       `${r}project_id = ${lit(projectId)} AND ${r}resource_type = ${lit(options.resourceType)}
        AND ${r}seq <= ${seq} AND (${r}superseded_seq IS NULL OR ${r}superseded_seq > ${seq})
-       AND NOT ${r}deleted AND ${r}lu > ${since}`;
+       AND NOT ${r}deleted AND ${r}lu > ${since}${upTo(r)}`;
     let sql = `SELECT body FROM ${this.s}.resources WHERE ${liveOf('')} ORDER BY seq`;
     if (options.patientIds) {
       const patients = `ARRAY[${options.patientIds.map(lit).join(',')}]::text[]`;
@@ -182,9 +186,16 @@ export class PostgresExportReader implements ExportReader {
     const sql = `SELECT id, lu FROM ${this.s}.resources
                   WHERE project_id = $1 AND resource_type = $2 AND seq <= $3
                     AND (superseded_seq IS NULL OR superseded_seq > $3)
-                    AND deleted AND lu > $4::float8
+                    AND deleted AND lu > $4::float8 AND lu <= $5::float8
                   ORDER BY seq`;
-    const values = [projectId, options.resourceType, snap.seq, (options.since ?? -1e15) * 1000];
+    const until = untilMicros(options);
+    const values = [
+      projectId,
+      options.resourceType,
+      snap.seq,
+      (options.since ?? -1e15) * 1000,
+      until === Infinity ? 1e18 : until,
+    ];
     for await (const rows of this.stream<{ id: string; lu: string }>(sql, values)) {
       for (const row of rows) {
         yield { resourceType: options.resourceType, id: row.id, deletedAt: isoMicros(Number(row.lu)) };
