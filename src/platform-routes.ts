@@ -164,7 +164,9 @@ export function mountFhirRouters(router: Router, parts: PlatformParts, started: 
       ...options.fhir,
       ...common,
       capabilities: [
-        ...(started.bulk ? [bulkExportCapability()] : []),
+        ...(started.bulk
+          ? [bulkExportCapability({ import: options.bulk === false || options.bulk?.import !== false })]
+          : []),
         {
           // The token URL is absolute; without a configured origin it follows the request's.
           customize: (statement) => {

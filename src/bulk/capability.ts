@@ -1,4 +1,4 @@
-import { pointToOwnDefinitions } from './operation-definitions.js';
+import { IMPORT_DEFINITION, pointToOwnDefinitions } from './operation-definitions.js';
 
 /** The Bulk Data CapabilityStatement this server instantiates (Bulk Data 2.0.0). */
 export const BULK_DATA_CAPABILITY_STATEMENT = 'http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data';
@@ -21,7 +21,7 @@ const OPERATIONS = [
  * router), which list every parameter it takes, Bulk Data 3.0.0's included.
  * @see https://hl7.org/fhir/R4/capabilitystatement-definitions.html#CapabilityStatement.rest.resource.operation.name
  */
-export function bulkExportCapability(): {
+export function bulkExportCapability(options: { import?: boolean } = {}): {
   operations: { name: string; definition: string; resourceTypes?: string[] }[];
   instantiates: string[];
   customize: typeof pointToOwnDefinitions;
@@ -36,6 +36,7 @@ export function bulkExportCapability(): {
       system,
       { ...patient, name: 'export', resourceTypes: ['Patient'] },
       { ...group, name: 'export', resourceTypes: ['Group'] },
+      ...(options.import === false ? [] : [{ name: 'import', definition: IMPORT_DEFINITION }]),
     ],
     instantiates: [BULK_DATA_CAPABILITY_STATEMENT],
     customize: pointToOwnDefinitions,
@@ -66,7 +67,7 @@ export function withBulkExportCapability<T extends object>(
   const rest = Array.isArray(copy.rest) ? (copy.rest as Record<string, unknown>[]) : [];
   if (rest.length === 0) rest.push({ mode: 'server' });
   const server = rest[0]!;
-  const { operations } = bulkExportCapability();
+  const { operations } = bulkExportCapability({ import: false });
   const resources = Array.isArray(server.resource) ? (server.resource as Record<string, unknown>[]) : [];
   for (const { resourceTypes, ...operation } of operations) {
     if (!resourceTypes) {

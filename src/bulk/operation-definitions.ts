@@ -113,18 +113,65 @@ const DEFINITIONS = {
   },
 } as const;
 
-/** The ids of this server's export OperationDefinitions, by the IG definition each is based on. */
-export const OWN_DEFINITION_IDS: Readonly<Record<string, keyof typeof DEFINITIONS>> = {
+/**
+ * The `definition` the CapabilityStatement's `$import` entry carries until `pointToOwnDefinitions`
+ * makes it this server's (no IG defines `$import`).
+ */
+export const IMPORT_DEFINITION = 'urn:fhir-platform-kit:OperationDefinition/import';
+
+/** The ids of this server's bulk OperationDefinitions, by the IG definition each is based on. */
+export const OWN_DEFINITION_IDS: Readonly<Record<string, string>> = {
   [`${IG}/export`]: 'bulk-export',
   [`${IG}/patient-export`]: 'bulk-patient-export',
   [`${IG}/group-export`]: 'bulk-group-export',
+  [IMPORT_DEFINITION]: 'bulk-import',
 };
+
+/** A parameter made of parts (`input`: `type` and `url`). */
+const partsParameter = (name: string, max: '1' | '*', documentation: string, part: OperationParameter[]) => ({
+  name,
+  use: 'in',
+  min: 0,
+  max,
+  documentation,
+  part: part.map((p) => ({ ...p, min: 1 })),
+});
+
+/** `$import` (docs/bulk-import.md): ping and pull, no IG definition to be based on. */
+function importDefinition(fhirBase: string): Record<string, unknown> {
+  return {
+    resourceType: 'OperationDefinition',
+    id: 'bulk-import',
+    url: `${fhirBase}/OperationDefinition/bulk-import`,
+    name: 'BulkImport',
+    title: 'Bulk import (ping and pull)',
+    status: 'active',
+    kind: 'operation',
+    description:
+      "Loads another server's Bulk Data export (its status URL) or listed NDJSON files into the caller's project, asynchronously (202, status at $import-status).",
+    code: 'import',
+    system: true,
+    type: false,
+    instance: false,
+    parameter: [
+      param('manifestUrl', '1', 'uri', "The status URL of another server's completed export."),
+      partsParameter('input', '*', 'One NDJSON file (instead of manifestUrl).', [
+        param('type', '1', 'code', 'The resource type of its lines.'),
+        param('url', '1', 'uri', 'Where to GET it.'),
+      ]),
+      param('inputSource', '1', 'uri', "The source's FHIR base: its absolute references are made relative."),
+      param('accessToken', '1', 'string', 'A bearer token for the source, for this job.'),
+      param('inputFormat', '1', 'string', 'application/fhir+ndjson, the only format.'),
+    ],
+  };
+}
 
 /**
  * The OperationDefinition `id` of this server, whose `url` is `{fhirBase}/OperationDefinition/{id}`;
  * undefined for an id it does not define.
  */
 export function exportOperationDefinition(id: string, fhirBase: string): Record<string, unknown> | undefined {
+  if (id === 'bulk-import') return importDefinition(fhirBase);
   if (!Object.hasOwn(DEFINITIONS, id)) return undefined;
   const definition = DEFINITIONS[id as keyof typeof DEFINITIONS];
   return {

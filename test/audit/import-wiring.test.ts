@@ -221,4 +221,23 @@ describe('$import on the platform', () => {
     expect(read.status).toBe(200);
     expect(read.body.gender).toBe('male');
   });
+
+  it('lists $import in the CapabilityStatement, with a definition naming its parameters', async () => {
+    const { t, origin } = await platform('Capability');
+    const metadata = await request(t.app).get('/fhir/R4/metadata');
+    expect(metadata.status).toBe(200);
+    const operations = metadata.body.rest[0].operation as { name: string; definition: string }[];
+    const entry = operations.find((o) => o.name === 'import');
+    expect(entry?.definition).toBe(`${origin}/fhir/R4/OperationDefinition/bulk-import`);
+    const definition = await request(t.app).get(pathOf(entry!.definition));
+    expect(definition.status).toBe(200);
+    expect(definition.body.code).toBe('import');
+    expect((definition.body.parameter as { name: string }[]).map((p) => p.name)).toEqual([
+      'manifestUrl',
+      'input',
+      'inputSource',
+      'accessToken',
+      'inputFormat',
+    ]);
+  });
 });

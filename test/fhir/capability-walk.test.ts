@@ -37,14 +37,20 @@ interface Rest {
  * definitions (`[base]/OperationDefinition/bulk-patient-export`), based on the IG's.
  */
 const canonicalOf = (definition: string): string =>
-  definition.replace(
-    /^.*\/OperationDefinition\/bulk-(export|patient-export|group-export)$/,
-    'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/$1',
-  );
+  definition
+    .replace(
+      /^.*\/OperationDefinition\/bulk-(export|patient-export|group-export)$/,
+      'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/$1',
+    )
+    .replace(/^.*\/OperationDefinition\/bulk-import$/, IMPORT);
+
+/** The server's own `$import` (no IG defines it), as the walk names it. */
+const IMPORT = 'urn:fhir-platform-kit:OperationDefinition/import';
 
 /** How each operation this server may list is invoked, by its definition's canonical URL. */
 const OPERATION_LEVELS: Record<string, 'system' | 'type' | 'instance' | 'type+instance'> = {
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export': 'system',
+  [IMPORT]: 'system',
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export': 'type',
   'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export': 'instance',
   'http://hl7.org/fhir/OperationDefinition/Patient-everything': 'type+instance',
@@ -355,7 +361,7 @@ describe('the CapabilityStatement, walked', () => {
     }
     const invoke = async (what: string, path: string, own: string): Promise<void> => {
       const definition = canonicalOf(own);
-      const bulk = definition.includes('/bulkdata/');
+      const bulk = definition.includes('/bulkdata/') || definition === IMPORT;
       const level = path.includes(`/${ID}/`) ? 'instance' : 'type';
       const query = OPERATION_QUERIES[definition]?.[level] ?? '';
       const res = await attempt(what, (a) => {
@@ -365,6 +371,17 @@ describe('the CapabilityStatement, walked', () => {
           return json(a.post(`${FHIR}/${path}`), {
             resourceType: type,
             ...(level === 'instance' ? { id: ID } : {}),
+          });
+        }
+        if (definition === IMPORT) {
+          // One file nobody serves: the job is accepted, then cancelled below.
+          const input = [
+            { name: 'type', valueCode: 'Patient' },
+            { name: 'url', valueUri: 'http://127.0.0.1:9/walk.ndjson' },
+          ];
+          return json(a.post(`${FHIR}/${path}`).set('Prefer', 'respond-async'), {
+            resourceType: 'Parameters',
+            parameter: [{ name: 'input', part: input }],
           });
         }
         const test = a.get(`${FHIR}/${path}${query ? `?${query}` : ''}`);
