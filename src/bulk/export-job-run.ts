@@ -89,36 +89,41 @@ class RunStopped extends PlatformError {
 }
 
 /**
- * Renews the lease of a run every `heartbeatInterval`; aborts the run when the lease is lost
- * (the job was cancelled or taken over) or could not be renewed for nearly a lease duration.
+ * Renews the lease of a run every `heartbeatInterval`; when the lease is lost (the job was
+ * cancelled or taken over) calls `lost` (by default: aborts the run), and aborts the run when the
+ * lease could not be renewed for nearly a lease duration. `paused()` true skips a beat (an import
+ * finishing its file after a cancel).
  */
-function keepLease(ctx: RunContext, job: ExportJobRecord, entry: RunningJob): () => void {
+export function keepLease(
+  ctx: RunContext,
+  job: ExportJobRecord,
+  entry: RunningJob,
+  lost: () => void | Promise<void> = () =>
+    entry.controller.abort(new RunStopped('The export job was cancelled or taken over')),
+  paused: () => boolean = () => false,
+): () => void {
   const queue = ctx.queue;
   const run = entry.run;
   if (!queue || run === undefined) return () => undefined;
   let renewedAt = Date.now();
   let renewing = false;
   const timer = setInterval(() => {
-    if (renewing) return;
+    if (renewing || paused()) return;
     renewing = true;
-    queue
-      .renew(job.projectId, job.id, run, ctx.lease)
-      .then(
-        (held) => {
-          if (held) renewedAt = Date.now();
-          else entry.controller.abort(new RunStopped('The export job was cancelled or taken over'));
-        },
-        (error: unknown) => {
-          // Stop before the lease can expire: another instance may claim the job from then on.
-          if (Date.now() - renewedAt >= ctx.lease - ctx.heartbeat) {
-            entry.controller.abort(new RunStopped('The export job lease could not be renewed'));
-          }
-          ctx.options.onError(error);
-        },
-      )
-      .finally(() => {
+    void (async () => {
+      try {
+        if (await queue.renew(job.projectId, job.id, run, ctx.lease)) renewedAt = Date.now();
+        else await lost();
+      } catch (error) {
+        // Stop before the lease can expire: another instance may claim the job from then on.
+        if (Date.now() - renewedAt >= ctx.lease - ctx.heartbeat) {
+          entry.controller.abort(new RunStopped('The job lease could not be renewed'));
+        }
+        ctx.options.onError(error);
+      } finally {
         renewing = false;
-      });
+      }
+    })();
   }, ctx.heartbeat);
   timer.unref();
   return () => clearInterval(timer);

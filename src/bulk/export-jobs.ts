@@ -231,22 +231,36 @@ export class ExportJobManager {
             { headers: { 'Retry-After': '60' } },
           );
         }
-        const job: NewExportJob = {
-          id: randomUUID(),
-          projectId: input.projectId,
-          ownerId: input.ownerId,
-          status: 'accepted',
-          request: input.request,
-          transactionTime: new Date().toISOString(),
-          params: { ...input.plan, exportDir: this.#o.exportDir },
-        };
-        if (this.#queue && run !== undefined) return this.#queue.createLeased(job, run, this.#lease);
-        return this.#o.storage.createExportJob(job);
+        const params = { ...input.plan, exportDir: this.#o.exportDir };
+        return this.#createRecord(this.#newJob(input, new Date().toISOString(), params), run);
       };
       const job = this.#queue ? await this.#queue.withProjectLock(input.projectId, create) : await create();
       await this.#start(job, run);
       return job;
     });
+  }
+
+  /** A new job's record, accepted, of `input`'s project and owner. */
+  #newJob(
+    input: { projectId: string; ownerId: string; request: string },
+    transactionTime: string,
+    params: object,
+  ): NewExportJob {
+    return {
+      id: randomUUID(),
+      projectId: input.projectId,
+      ownerId: input.ownerId,
+      status: 'accepted',
+      request: input.request,
+      transactionTime,
+      params: params as Record<string, unknown>,
+    };
+  }
+
+  /** Stores a new job: with a shared queue, leased to the run `run` of this instance. */
+  #createRecord(job: NewExportJob, run: string | undefined): Promise<ExportJobRecord> {
+    if (this.#queue && run !== undefined) return this.#queue.createLeased(job, run, this.#lease);
+    return this.#o.storage.createExportJob(job);
   }
 
   #serialized<T>(projectId: string, fn: () => Promise<T>): Promise<T> {
@@ -267,22 +281,12 @@ export class ExportJobManager {
       input.plan.patientIds ? { patientIds: input.plan.patientIds } : undefined,
     );
     try {
-      const job: NewExportJob = {
-        id: randomUUID(),
-        projectId: input.projectId,
-        ownerId: input.ownerId,
-        status: 'accepted',
-        request: input.request,
-        transactionTime: snapshot.takenAt,
-        params: {
-          ...input.plan,
-          exportDir: this.#o.exportDir,
-          ...(input.ownerKind !== undefined ? { ownerKind: input.ownerKind } : {}),
-        },
-        snapshot,
+      const params = {
+        ...input.plan,
+        exportDir: this.#o.exportDir,
+        ...(input.ownerKind !== undefined ? { ownerKind: input.ownerKind } : {}),
       };
-      if (this.#queue && run !== undefined) return await this.#queue.createLeased(job, run, this.#lease);
-      return await storage.createExportJob(job);
+      return await this.#createRecord({ ...this.#newJob(input, snapshot.takenAt, params), snapshot }, run);
     } catch (error) {
       await storage.releaseSnapshot(snapshot).catch(this.#o.onError);
       throw error;

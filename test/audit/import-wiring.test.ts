@@ -41,6 +41,16 @@ async function platform(name: string) {
   return { t, origin, projectId, client, auth, imports };
 }
 
+/** `POST /$import` as the platform's admin client, with these parameters. */
+function postImport(to: { t: PlatformTestApp; auth: string }, parameter: unknown[]) {
+  return request(to.t.app)
+    .post('/fhir/R4/$import')
+    .set('Authorization', to.auth)
+    .set('Content-Type', FHIR_JSON)
+    .set('Prefer', 'respond-async')
+    .send({ resourceType: 'Parameters', parameter });
+}
+
 async function untilDone(app: PlatformTestApp['app'], auth: string, statusPath: string) {
   return eventually('the job to end', async () => {
     const res = await request(app).get(statusPath).set('Authorization', auth);
@@ -73,18 +83,10 @@ describe('$import on the platform', () => {
     const manifestUrl = exported.headers['content-location'] as string;
 
     const target = await platform('Target');
-    const kicked = await request(target.t.app)
-      .post('/fhir/R4/$import')
-      .set('Authorization', target.auth)
-      .set('Content-Type', FHIR_JSON)
-      .set('Prefer', 'respond-async')
-      .send({
-        resourceType: 'Parameters',
-        parameter: [
-          { name: 'manifestUrl', valueUri: manifestUrl },
-          { name: 'accessToken', valueString: source.auth.slice('Bearer '.length) },
-        ],
-      });
+    const kicked = await postImport(target, [
+      { name: 'manifestUrl', valueUri: manifestUrl },
+      { name: 'accessToken', valueString: source.auth.slice('Bearer '.length) },
+    ]);
     expect(kicked.status, JSON.stringify(kicked.body)).toBe(202);
     const statusPath = pathOf(kicked.headers['content-location'] as string);
     const done = await untilDone(target.t.app, target.auth, statusPath);
@@ -115,26 +117,15 @@ describe('$import on the platform', () => {
     expect(end!.event.type.code).toBe('110107');
 
     // A refused kick-off (400) is recorded too; a wrong token at the source fails the job.
-    const bad = await request(target.t.app)
-      .post('/fhir/R4/$import')
-      .set('Authorization', target.auth)
-      .set('Content-Type', FHIR_JSON)
-      .send({ resourceType: 'Parameters', parameter: [] });
+    const bad = await postImport(target, []);
     expect(bad.status).toBe(400);
     await eventually('the refused kick-off event', () =>
       target.imports().find((s) => s.context.record.kind === 'import' && s.context.record.status === 400),
     );
-    const wrongToken = await request(target.t.app)
-      .post('/fhir/R4/$import')
-      .set('Authorization', target.auth)
-      .set('Content-Type', FHIR_JSON)
-      .send({
-        resourceType: 'Parameters',
-        parameter: [
-          { name: 'manifestUrl', valueUri: manifestUrl },
-          { name: 'accessToken', valueString: 'not-a-token' },
-        ],
-      });
+    const wrongToken = await postImport(target, [
+      { name: 'manifestUrl', valueUri: manifestUrl },
+      { name: 'accessToken', valueString: 'not-a-token' },
+    ]);
     expect(wrongToken.status).toBe(202);
     const failed = await untilDone(
       target.t.app,
@@ -202,14 +193,9 @@ describe('$import on the platform', () => {
         ],
       });
     expect(settings.status, JSON.stringify(settings.body)).toBe(200);
-    const kicked = await request(target.t.app)
-      .post('/fhir/R4/$import')
-      .set('Authorization', target.auth)
-      .set('Content-Type', FHIR_JSON)
-      .send({
-        resourceType: 'Parameters',
-        parameter: [{ name: 'manifestUrl', valueUri: exported.headers['content-location'] as string }],
-      });
+    const kicked = await postImport(target, [
+      { name: 'manifestUrl', valueUri: exported.headers['content-location'] as string },
+    ]);
     expect(kicked.status).toBe(202);
     const done = await untilDone(
       target.t.app,

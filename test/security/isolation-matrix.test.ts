@@ -72,6 +72,9 @@ const PUBLIC = new Set([
   'get /.well-known/openid-configuration',
   'get /fhir/R4/metadata',
   'all /fhir/R4/metadata',
+  // The bulk operations' own OperationDefinitions, public as the CapabilityStatement naming them;
+  // any other id goes on to the FHIR router (authenticated).
+  'get /fhir/R4/^\\/OperationDefinition\\/[^/]+\\/?$/',
 ]);
 
 /** A concrete URL per walked route path; a walked route missing here fails the test. */

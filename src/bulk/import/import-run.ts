@@ -25,7 +25,7 @@ import { storageTerminologySource } from '../../terminology/storage-source.js';
 import { canAccess } from '../../auth/access/access.js';
 import type { ImportEvent } from '../../audit/events.js';
 import { recordSafely } from '../../audit/record-safely.js';
-import { refOf, type RunContext, type RunningJob } from '../export-job-run.js';
+import { keepLease, refOf, type RunContext, type RunningJob } from '../export-job-run.js';
 import { importSource, type ImportInput, type ImportPlan } from './import-params.js';
 import { referenceRewriter } from './reference-rewrite.js';
 import {
@@ -474,37 +474,20 @@ function errorText(outcome: Record<string, unknown>): string {
 }
 
 /**
- * The lease of an import run (queue only): renewed every heartbeat. A lease lost because the job was
+ * The lease of an import run (queue only), renewed every heartbeat. A lease lost because the job was
  * cancelled lets the file being loaded finish; one lost otherwise (another instance took the job
  * over) stops the run at once.
  */
 function keepImportLease(ctx: ImportRunContext, job: ExportJobRecord, entry: ImportRunningJob): () => void {
-  const queue = ctx.queue;
-  const run = entry.run;
-  if (!queue || run === undefined) return () => undefined;
-  let renewedAt = Date.now();
-  let renewing = false;
-  const timer = setInterval(() => {
-    if (renewing || entry.cancelRequested) return;
-    renewing = true;
-    void (async () => {
-      try {
-        if (await queue.renew(job.projectId, job.id, run, ctx.lease)) {
-          renewedAt = Date.now();
-          return;
-        }
-        const current = await ctx.options.storage.readExportJob(job.projectId, job.id).catch(() => undefined);
-        if (current?.status === 'cancelled') entry.cancelRequested = true;
-        else entry.controller.abort(new ImportStopped('The import job was taken over'));
-      } catch (error) {
-        if (Date.now() - renewedAt >= ctx.lease - ctx.heartbeat)
-          entry.controller.abort(new ImportStopped('The import job lease could not be renewed'));
-        ctx.options.onError(error);
-      } finally {
-        renewing = false;
-      }
-    })();
-  }, ctx.heartbeat);
-  timer.unref();
-  return () => clearInterval(timer);
+  return keepLease(
+    ctx,
+    job,
+    entry,
+    async () => {
+      const current = await ctx.options.storage.readExportJob(job.projectId, job.id).catch(() => undefined);
+      if (current?.status === 'cancelled') entry.cancelRequested = true;
+      else entry.controller.abort(new ImportStopped('The import job was taken over'));
+    },
+    () => entry.cancelRequested === true,
+  );
 }
