@@ -69,6 +69,35 @@ describe('serve settings reach the library', () => {
       minFreeSpace: 0,
       maxTypeFilterMatches: 7,
       pool: { maxThreads: 4 },
+      import: {
+        maxRunning: 2,
+        maxInputs: 1000,
+        idleTimeout: 60_000,
+        manifestWait: 3_600_000,
+        maxErrorsPerFile: 10_000,
+      },
+    });
+  });
+
+  it('the import limits, as bulkExportRouter import options', async () => {
+    const standalone = await start({
+      IMPORT_ALLOW_PRIVATE_ADDRESSES: 'false',
+      IMPORT_MAX_RUNNING: '3',
+      IMPORT_MAX_INPUTS: '10',
+      IMPORT_IDLE_TIMEOUT: '5000',
+      IMPORT_MANIFEST_WAIT: '60000',
+      IMPORT_MAX_ERRORS_PER_FILE: '50',
+    });
+    await standalone.close();
+    expect(seen.platform[0]?.bulk).toMatchObject({
+      import: {
+        allowPrivateAddresses: false,
+        maxRunning: 3,
+        maxInputs: 10,
+        idleTimeout: 5000,
+        manifestWait: 60_000,
+        maxErrorsPerFile: 50,
+      },
     });
   });
 
