@@ -1,3 +1,4 @@
+import { IMPORT_DEFINITION } from '../../src/bulk/operation-definitions.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -311,16 +312,20 @@ describe('withBulkExportCapability', () => {
 });
 
 describe('bulkExportCapability', () => {
-  it('is a capability contribution: $export at system level, on Patient and on Group, each with its definition', () => {
+  it('is a capability contribution: $export at system level, on Patient and on Group, each with its definition, and $import', () => {
     const c = bulkExportCapability();
     expect(c.instantiates).toEqual([BULK_DATA_CAPABILITY_STATEMENT]);
     const definitions = 'http://hl7.org/fhir/uv/bulkdata/OperationDefinition/';
-    expect(
-      c.operations.map((o) => [o.name, o.definition.slice(definitions.length), o.resourceTypes]),
-    ).toEqual([
+    const exports = c.operations.filter((o) => o.name === 'export');
+    expect(exports.map((o) => [o.name, o.definition.slice(definitions.length), o.resourceTypes])).toEqual([
       ['export', 'export', undefined],
       ['export', 'patient-export', ['Patient']],
       ['export', 'group-export', ['Group']],
     ]);
+    expect(c.operations.filter((o) => o.name === 'import')).toEqual([
+      { name: 'import', definition: IMPORT_DEFINITION },
+    ]);
+    // Without $import (`import: false`), the exports only.
+    expect(bulkExportCapability({ import: false }).operations).toEqual(exports);
   });
 });
