@@ -339,7 +339,8 @@ const walk = (store: string, open: () => Storage | Promise<Storage>) =>
       const statuses = (batch.body.entry as { response: { status: string } }[]).map((e) => e.response.status);
       expect(statuses.filter((s) => !/^40[34]/.test(s))).toEqual([]);
       for (const op of rest.operation ?? [])
-        if (!/export|everything|bulk-import/.test(op.definition)) writes.push(`system operation ${op.name}: not walked`);
+        if (!/export|everything|bulk-import/.test(op.definition))
+          writes.push(`system operation ${op.name}: not walked`);
       expect(leaks).toEqual([]);
       expect(writes).toEqual([]);
     });
