@@ -96,7 +96,11 @@ function mountRouters(parts: PlatformParts, started: Started): FhirPlatform {
   const { holds, errorPaths } = mountProbes(router, parts, started);
   const authenticateUser = mountAuthorizationServer(router, parts);
   const scimOptions = { ...parts.options.scim, ...parts.common, authenticate: parts.scimAuthenticate };
-  const projectOptions = { ...parts.options.project, ...parts.common };
+  const projectOptions = {
+    ...importAddressRule(parts.options.bulk),
+    ...parts.options.project,
+    ...parts.common,
+  };
   router.use(paths.scim, scimRouter(scimOptions));
   router.use(paths.fhir, projectRouter(projectOptions));
   const admin = platformAdmin({ project: projectOptions, scim: scimOptions });
@@ -114,4 +118,13 @@ function mountRouters(parts: PlatformParts, started: Started): FhirPlatform {
       await auditTrail.close();
     },
   };
+}
+
+/**
+ * The import's private-address setting, for the project router's check of `$settings` import
+ * sources: one setting for both places an import URL is judged (registration and connection).
+ */
+function importAddressRule(bulk: FhirPlatformOptions['bulk']): { allowPrivateImportAddresses?: boolean } {
+  const allowed = bulk === false || bulk?.import === false ? undefined : bulk?.import?.allowPrivateAddresses;
+  return allowed === undefined ? {} : { allowPrivateImportAddresses: allowed };
 }

@@ -7,6 +7,7 @@
 import type { ProjectImportSource } from '../storage/types.js';
 import { invalidParameter, type ParameterParts } from '../http/fhir-parameters.js';
 import { readPrivateJwk, remoteUrlProblem } from './remote-server-checks.js';
+import { isPublicHostname } from '../auth/keys/public-address.js';
 
 /** The parts of one `importSource`. */
 const IMPORT_SOURCE_PARTS = {
@@ -43,12 +44,25 @@ function baseUrl(text: string): string {
   return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }
 
+/** What the project router allows of import sources. */
+export interface ImportSourceRules {
+  /** URLs may name a loopback, private or link-local address (or `localhost`). */
+  allowPrivateAddresses: boolean;
+}
+
+/** Why a source URL is refused by the address rule, or undefined. */
+function addressProblem(text: string, rules: ImportSourceRules): string | undefined {
+  if (rules.allowPrivateAddresses || isPublicHostname(new URL(text).hostname)) return undefined;
+  return 'names a loopback, private or link-local address, which this server does not pull from';
+}
+
 /** One source, checked (400 at the part at fault). */
-function readSource(item: ImportSourceItem): ProjectImportSource {
+function readSource(item: ImportSourceItem, rules: ImportSourceRules): ProjectImportSource {
   const { url, tokenUrl, clientId, privateKey, scope } = item.parts;
-  const urlProblem = remoteUrlProblem(url.value);
+  const urlProblem = remoteUrlProblem(url.value) ?? addressProblem(url.value, rules);
   if (urlProblem) throw invalidParameter(url.expression, `'importSource' url ${urlProblem}`);
-  const tokenProblem = remoteUrlProblem(tokenUrl.value, { query: true });
+  const tokenProblem =
+    remoteUrlProblem(tokenUrl.value, { query: true }) ?? addressProblem(tokenUrl.value, rules);
   if (tokenProblem) throw invalidParameter(tokenUrl.expression, `'importSource' tokenUrl ${tokenProblem}`);
   const scopes = scope?.value.split(/\s+/).filter(Boolean);
   return {
@@ -64,7 +78,10 @@ function readSource(item: ImportSourceItem): ProjectImportSource {
  * The sources among read `$settings` parameters (empty when none is given). 400 for a bad part, for
  * one `url` given twice, and for more than {@link MAX_IMPORT_SOURCES}.
  */
-export function readImportSources(items: ImportSourceItem[]): ImportSourceChange[] {
+export function readImportSources(
+  items: ImportSourceItem[],
+  rules: ImportSourceRules = { allowPrivateAddresses: true },
+): ImportSourceChange[] {
   if (items.length > MAX_IMPORT_SOURCES) {
     throw invalidParameter(
       items[MAX_IMPORT_SOURCES]!.expression,
@@ -73,7 +90,7 @@ export function readImportSources(items: ImportSourceItem[]): ImportSourceChange
   }
   const seen = new Set<string>();
   return items.map((item) => {
-    const source = readSource(item);
+    const source = readSource(item, rules);
     if (seen.has(source.url)) {
       throw invalidParameter(item.parts.url.expression, `The import source '${source.url}' is given twice`);
     }

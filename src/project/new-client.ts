@@ -35,6 +35,8 @@ export interface NewClientRules {
   allowHttpJwksUri: boolean;
   /** Accept `jwksUri`s naming a loopback, private or link-local address (or `localhost`). */
   allowPrivateJwksAddresses: boolean;
+  /** Accept `$settings` import sources whose URLs name such an address. */
+  allowPrivateImportAddresses: boolean;
 }
 
 /** What `$new-client` was asked to register. */

@@ -202,7 +202,9 @@ export function projectService(config: ProjectServiceConfig): ProjectService {
 
     async changeSettings(principal, projectId, body) {
       const project = await administeredProject(principal, projectId);
-      const change = parseSettingsParameters(body);
+      const change = parseSettingsParameters(body, {
+        allowPrivateAddresses: rules.allowPrivateImportAddresses,
+      });
       let updated: ProjectRecord;
       try {
         updated = await updateProjectSettings(storage, project.id, change);

@@ -19,6 +19,7 @@ import {
   IMPORT_SOURCE_PARAMETERS,
   IMPORT_SOURCES_RESET,
   readImportSources,
+  type ImportSourceRules,
   type ImportSourceChange,
 } from './import-source-settings.js';
 import { invalidParameter, readParameters, type ParameterValue } from '../http/fhir-parameters.js';
@@ -88,7 +89,10 @@ export interface SettingsChange {
 }
 
 /** Reads and checks the `$settings` `Parameters` body (400 with an `expression` for every problem). */
-export function parseSettingsParameters(body: unknown): SettingsChange {
+export function parseSettingsParameters(
+  body: unknown,
+  sources: ImportSourceRules = { allowPrivateAddresses: true },
+): SettingsChange {
   const read = readParameters(body, SETTINGS_OPERATION_PARAMETERS);
   const groupRoles = readGroupRoles(read.groupRole);
   const change: SettingsChange = {
@@ -98,7 +102,7 @@ export function parseSettingsParameters(body: unknown): SettingsChange {
     resetIdentityProvider: false,
     ...(groupRoles ? { groupRoles } : {}),
     resetGroupRoles: false,
-    importSources: readImportSources(read.importSource),
+    importSources: readImportSources(read.importSource, sources),
     resetImportSources: false,
   };
   for (const item of read.reset) {

@@ -64,6 +64,14 @@ export interface ProjectRouterOptions extends CommonRouterOptions, BodyLimitOpti
    * @default true unless `NODE_ENV` is `production` (read when the router is created)
    */
   allowPrivateJwksAddresses?: boolean;
+  /**
+   * Accept `$settings` import sources (`importSource` `url` and `tokenUrl`) naming a loopback,
+   * private, link-local or other non-public IP address, or a `localhost` name; refused, they answer
+   * `400`. `$import` checks the addresses again when it connects (`bulkExportRouter`'s
+   * `import.allowPrivateAddresses`, which `fhirPlatform` passes here unless this is given).
+   * @default true unless `NODE_ENV` is `production` (read when the router is created)
+   */
+  allowPrivateImportAddresses?: boolean;
 }
 
 // RegExp routes: Express 4 reads `$` in a route string as a regex anchor, and `req.path` keeps
@@ -98,6 +106,7 @@ const PROJECT_ROUTER_KEYS: OwnOptionKeys<ProjectRouterOptions> = {
   maxAccessTokenLifetime: true,
   allowHttpJwksUri: true,
   allowPrivateJwksAddresses: true,
+  allowPrivateImportAddresses: true,
 };
 
 /** Fills in defaults and fails fast on bad options. */
@@ -139,6 +148,12 @@ export function resolveProjectRouterOptions(options: ProjectRouterOptions): Reso
         OWNER,
         'allowPrivateJwksAddresses',
         options.allowPrivateJwksAddresses,
+        privateAddressesAllowedByDefault(),
+      ),
+      allowPrivateImportAddresses: booleanOption(
+        OWNER,
+        'allowPrivateImportAddresses',
+        options.allowPrivateImportAddresses,
         privateAddressesAllowedByDefault(),
       ),
     },

@@ -226,4 +226,35 @@ describe('$import on the platform', () => {
       'inputFormat',
     ]);
   });
+
+  it("one setting judges import URLs on registration too: the bulk import's allowPrivateAddresses", async () => {
+    const t = await createPlatformApp({ bulk: { import: { allowPrivateAddresses: false } } });
+    apps.push(t);
+    const projectId = await t.initProject('Strict');
+    const client = await t.newClient(projectId, { name: 'etl', admin: true });
+    const auth = await t.bearer(client.id, client.secret);
+    const res = await request(t.app)
+      .post(`/fhir/R4/Project/${projectId}/$settings`)
+      .set('Authorization', auth)
+      .set('Content-Type', FHIR_JSON)
+      .send({
+        resourceType: 'Parameters',
+        parameter: [
+          {
+            name: 'importSource',
+            part: [
+              { name: 'url', valueUri: 'http://127.0.0.1:9/fhir' },
+              { name: 'tokenUrl', valueUri: 'http://127.0.0.1:9/token' },
+              { name: 'clientId', valueString: 'c' },
+              {
+                name: 'privateKey',
+                valueString: JSON.stringify({ kty: 'EC', crv: 'P-384', x: 'x', y: 'y', d: 'd' }),
+              },
+            ],
+          },
+        ],
+      });
+    expect(res.status).toBe(400);
+    expect(JSON.stringify(res.body)).toMatch(/loopback, private or link-local/);
+  });
 });

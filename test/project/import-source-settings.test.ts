@@ -39,10 +39,18 @@ function source(parts: SourceParts = {}) {
   return { name: 'importSource', part };
 }
 
-async function setup() {
+async function setup(allowPrivateImportAddresses?: boolean) {
   const storage = memoryStorage();
   const app = express();
-  app.use(FHIR, projectRouter({ storage, authenticate: testAuthenticate, onError: () => undefined }));
+  app.use(
+    FHIR,
+    projectRouter({
+      storage,
+      authenticate: testAuthenticate,
+      onError: () => undefined,
+      ...(allowPrivateImportAddresses === undefined ? {} : { allowPrivateImportAddresses }),
+    }),
+  );
   await storage.createProject({ id: 'p1', name: 'P1', strictMode: false });
   const admin = testToken({ projectId: 'p1', admin: true });
   const settingsAs = (auth: string, ...parameter: unknown[]) =>
@@ -212,5 +220,22 @@ describe('project settings: the servers $import pulls from (importSource)', () =
     expect(JSON.stringify(member.body)).not.toContain('private-d-value');
     expect((await settingsAs(testToken({ projectId: 'p2', admin: true }), source())).status).toBe(404);
     expect((await settingsAs(SUPER, source())).status).toBe(200);
+  });
+
+  it('refuses sources on private addresses unless allowPrivateImportAddresses', async () => {
+    const strict = await setup(false);
+    for (const parts of [
+      { url: 'https://10.1.2.3/fhir' },
+      { url: 'https://[fd00::1]/fhir' },
+      { url: 'http://localhost:8080/fhir' },
+      { tokenUrl: 'https://169.254.169.254/token' },
+    ]) {
+      const res = await strict.settings(source(parts));
+      expect(res.status, JSON.stringify(parts)).toBe(400);
+      expect(JSON.stringify(res.body)).toMatch(/loopback, private or link-local/);
+    }
+    expect((await strict.settings(source())).status).toBe(200);
+    const open = await setup(true);
+    expect((await open.settings(source({ url: 'http://localhost:8080/fhir' }))).status).toBe(200);
   });
 });

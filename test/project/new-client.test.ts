@@ -15,6 +15,7 @@ const RULES: NewClientRules = {
   maxClientTokenLifetime: 86400,
   allowHttpJwksUri: false,
   allowPrivateJwksAddresses: true,
+  allowPrivateImportAddresses: true,
 };
 
 const p = (...parameter: unknown[]) => ({ resourceType: 'Parameters', parameter });
